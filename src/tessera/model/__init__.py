@@ -1,0 +1,1 @@
+"""Typed domain objects: GPU flavors, clusters, jobs and their lifecycle."""

@@ -1,0 +1,377 @@
+"""Clusters: servers ("nodes") holding GPUs of one flavor, grouped in racks.
+
+A cluster is described three ways, all producing the same :class:`ClusterSpec`:
+
+* a **preset** name (``gavel-108``, ``philly``, ``pai-2020``, ``modern-mixed``);
+* a **compact** string for the command line, ``v100:12,p100:12,k80:12`` (flavor:GPU count),
+  split into servers of ``gpus_per_server`` GPUs each;
+* a **YAML** file listing node groups::
+
+      nodes:
+        - {flavor: A100-80GB, count: 2, gpus: 8, cpu_cores: 128, mem_gib: 1024, rack: r1}
+        - {flavor: T4, count: 4, gpus: 4, rack: r2, inter_link: ethernet}
+
+Each node also records how its GPUs talk to each other (``intra_link``: NVLink or PCIe) and to
+other nodes (``inter_link``: InfiniBand or Ethernet); the communication model in ``perf`` reads
+those.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor, resolve_flavor
+
+
+class LinkKind(enum.StrEnum):
+    """Kinds of interconnect, with typical per-direction bandwidth in GB/s and latency in µs."""
+
+    NVLINK = "nvlink"
+    """GPU-to-GPU NVLink inside a server."""
+    PCIE = "pcie"
+    """GPU-to-GPU over the PCIe switch inside a server."""
+    INFINIBAND = "infiniband"
+    """Server-to-server RDMA fabric."""
+    ETHERNET = "ethernet"
+    """Server-to-server TCP/IP."""
+
+
+DEFAULT_LINK_BW_GBPS: dict[LinkKind, float] = {
+    LinkKind.NVLINK: 150.0,
+    LinkKind.PCIE: 12.0,
+    LinkKind.INFINIBAND: 12.5,
+    LinkKind.ETHERNET: 3.0,
+}
+DEFAULT_LINK_LATENCY_US: dict[LinkKind, float] = {
+    LinkKind.NVLINK: 5.0,
+    LinkKind.PCIE: 10.0,
+    LinkKind.INFINIBAND: 5.0,
+    LinkKind.ETHERNET: 30.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An interconnect: its kind, bandwidth (GB/s, one direction) and latency (µs)."""
+
+    kind: LinkKind
+    bw_gbps: float
+    latency_us: float
+
+    @classmethod
+    def of(cls, kind: LinkKind | str, bw_gbps: float | None = None) -> Link:
+        k = LinkKind(kind)
+        bw = DEFAULT_LINK_BW_GBPS[k] if bw_gbps is None else bw_gbps
+        return cls(k, bw, DEFAULT_LINK_LATENCY_US[k])
+
+
+def _default_intra(flavor: GpuFlavor) -> Link:
+    nvlink = flavor.arch in {"Volta", "Ampere", "Hopper"} and flavor.short not in {"A10"}
+    if not nvlink:
+        return Link.of(LinkKind.PCIE)
+    bw = {"Volta": 150.0, "Ampere": 300.0, "Hopper": 450.0}[flavor.arch]
+    return Link.of(LinkKind.NVLINK, bw)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One server.
+
+    Attributes:
+        node_id: unique name, e.g. ``v100-0003``.
+        flavor: the flavor of all its GPUs.
+        gpus: number of GPUs.
+        cpu_cores: CPU cores.
+        mem_gib: host memory.
+        rack: rack (or switch) name; gangs prefer one node, then one rack.
+        intra_link: how its GPUs talk to each other.
+        inter_link: how it talks to other nodes.
+    """
+
+    node_id: str
+    flavor: GpuFlavor
+    gpus: int
+    cpu_cores: int
+    mem_gib: float
+    rack: str
+    intra_link: Link
+    inter_link: Link
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """An immutable inventory of nodes; the decision core never mutates it."""
+
+    name: str
+    nodes: tuple[Node, ...]
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise SpecError(f"cluster {self.name!r} has no nodes")
+        ids = Counter(n.node_id for n in self.nodes)
+        dup = [i for i, c in ids.items() if c > 1]
+        if dup:
+            raise SpecError(f"cluster {self.name!r}: duplicate node ids {dup[:5]}")
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    def gpus_by_flavor(self) -> dict[GpuFlavor, int]:
+        """GPU count per flavor, in the order flavors first appear."""
+        out: dict[GpuFlavor, int] = {}
+        for n in self.nodes:
+            out[n.flavor] = out.get(n.flavor, 0) + n.gpus
+        return out
+
+    def flavors(self) -> tuple[GpuFlavor, ...]:
+        return tuple(self.gpus_by_flavor())
+
+    def max_gpus_per_node(self, flavor: GpuFlavor | None = None) -> int:
+        return max(
+            (n.gpus for n in self.nodes if flavor is None or n.flavor == flavor), default=0
+        )
+
+    def describe(self) -> str:
+        """One line such as ``gavel-108: 36×V100-16GB, 36×P100, 36×K80 (108 GPUs, 108 nodes)``."""
+        parts = ", ".join(f"{c}×{f.short}" for f, c in self.gpus_by_flavor().items())
+        return f"{self.name}: {parts} ({self.total_gpus} GPUs, {len(self.nodes)} nodes)"
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+
+def make_nodes(
+    flavor: GpuFlavor | str,
+    count: int,
+    gpus: int,
+    *,
+    prefix: str | None = None,
+    start: int = 0,
+    cpu_cores: int | None = None,
+    mem_gib: float | None = None,
+    rack: str | None = None,
+    nodes_per_rack: int = 32,
+    intra_link: Link | None = None,
+    inter_link: Link | None = None,
+) -> list[Node]:
+    """Build ``count`` identical nodes of ``gpus`` GPUs each."""
+    f = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+    if count < 0 or gpus < 0:
+        raise SpecError(f"node group {f.short}: count and gpus must be >= 0")
+    pfx = prefix or f.short.lower()
+    out = []
+    for i in range(start, start + count):
+        out.append(
+            Node(
+                node_id=f"{pfx}-{i:04d}",
+                flavor=f,
+                gpus=gpus,
+                cpu_cores=cpu_cores if cpu_cores is not None else max(8, 8 * gpus),
+                mem_gib=mem_gib if mem_gib is not None else max(64.0, 64.0 * gpus),
+                rack=rack or f"{pfx}-rack{i // nodes_per_rack}",
+                intra_link=intra_link or _default_intra(f),
+                inter_link=inter_link or Link.of(LinkKind.INFINIBAND),
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Compact form and YAML
+
+
+def parse_compact(text: str, gpus_per_server: int = 1, name: str | None = None) -> ClusterSpec:
+    """Parse ``flavor:count[,flavor:count...]`` into a cluster of ``gpus_per_server``-GPU nodes.
+
+    >>> parse_compact("v100:4,k80:2", gpus_per_server=2).describe()
+    'v100:4,k80:2: 4×V100-16GB, 2×K80 (6 GPUs, 3 nodes)'
+    """
+    if gpus_per_server < 1:
+        raise SpecError("--gpus-per-server must be at least 1")
+    nodes: list[Node] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        fl, sep, cnt = part.partition(":")
+        if not sep:
+            raise SpecError(f"cluster {text!r}: expected flavor:count, got {part!r}")
+        try:
+            count = int(cnt)
+        except ValueError:
+            raise SpecError(f"cluster {text!r}: GPU count {cnt!r} is not an integer") from None
+        if count <= 0:
+            raise SpecError(f"cluster {text!r}: GPU count for {fl!r} must be positive")
+        if count % gpus_per_server:
+            raise SpecError(
+                f"cluster {text!r}: {count} {fl} GPUs do not fill {gpus_per_server}-GPU servers"
+            )
+        f = resolve_flavor(fl)
+        nodes += make_nodes(f, count // gpus_per_server, gpus_per_server)
+    return ClusterSpec(name or text, tuple(nodes))
+
+
+class _NodeGroup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    flavor: str
+    count: int = Field(1, ge=1)
+    gpus: int = Field(..., ge=0)
+    cpu_cores: int | None = Field(None, ge=1)
+    mem_gib: float | None = Field(None, gt=0)
+    rack: str | None = None
+    prefix: str | None = None
+    intra_link: LinkKind | None = None
+    inter_link: LinkKind | None = None
+    inter_bw_gbps: float | None = Field(None, gt=0)
+
+
+class _ClusterFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    nodes: list[_NodeGroup] = Field(..., min_length=1)
+
+
+def load_cluster_yaml(path: str | Path) -> ClusterSpec:
+    """Read a cluster YAML file (see the module docstring); unknown keys are errors."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"{p}: not valid YAML: {e}") from None
+    try:
+        spec = _ClusterFile.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError(f"{p}: {_first_error(e)}") from None
+    nodes: list[Node] = []
+    counters: Counter[str] = Counter()
+    for g in spec.nodes:
+        f = resolve_flavor(g.flavor)
+        pfx = g.prefix or f.short.lower()
+        nodes += make_nodes(
+            f, g.count, g.gpus, prefix=pfx, start=counters[pfx], cpu_cores=g.cpu_cores,
+            mem_gib=g.mem_gib, rack=g.rack,
+            intra_link=Link.of(g.intra_link) if g.intra_link else None,
+            inter_link=Link.of(g.inter_link, g.inter_bw_gbps) if g.inter_link else None,
+        )
+        counters[pfx] += g.count
+    return ClusterSpec(spec.name or p.stem, tuple(nodes))
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return f"field {loc!r}: {err['msg']}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets
+
+
+def _data_file(name: str) -> str:
+    return resources.files("tessera.data").joinpath("clusters", name).read_text()
+
+
+def _philly() -> ClusterSpec:
+    """Philly's raw machine list: 321 × 2-GPU (12 GB) + 231 × 8-GPU (24 GB) servers.
+
+    The trace does not name GPU models. The 12 GB GPUs are modelled as K80 (12 GB per GPU) and
+    the 24 GB GPUs as P40 (24 GB); ``perf`` answers P40 questions from P100 measurements and
+    says so.
+    """
+    nodes: list[Node] = []
+    rows = csv.reader(_data_file("philly_cluster_machine_list.csv").splitlines()[1:])
+    for i, row in enumerate(rows):
+        if not row:
+            continue
+        mid, gpus, mem = row[0].strip(), int(row[1]), row[2].strip().upper()
+        flavor = resolve_flavor("K80" if mem.startswith("12") else "P40")
+        nodes += make_nodes(flavor, 1, gpus, prefix=f"philly-{mid}", rack=f"rack{i // 16}")
+    return ClusterSpec("philly", tuple(_rename(nodes)))
+
+
+def _rename(nodes: list[Node]) -> list[Node]:
+    from dataclasses import replace
+
+    return [replace(n, node_id=n.node_id.rsplit("-", 1)[0]) for n in nodes]
+
+
+_PAI_FLAVOR = {"MISC": "K80", "P100": "P100", "T4": "T4", "V100": "V100", "V100M32": "V100-32GB"}
+
+
+def _pai_2020() -> ClusterSpec:
+    """Alibaba PAI (July–Aug 2020) GPU machines: 1,814 servers, 6,742 GPUs.
+
+    ``MISC`` machines held older GPUs (K40m, K80, M60); they are modelled as K80.
+    CPU-only machines are left out.
+    """
+    nodes: list[Node] = []
+    for i, row in enumerate(csv.reader(_data_file("pai_machine_spec.csv").splitlines())):
+        if not row or int(row[4]) == 0:
+            continue
+        mid, gtype, cpu, mem, gpus = row[0], row[1], int(row[2]), float(row[3]), int(row[4])
+        f = resolve_flavor(_PAI_FLAVOR[gtype])
+        nodes += make_nodes(
+            f, 1, gpus, prefix=f"pai-{mid[:10]}-{i}", cpu_cores=cpu, mem_gib=mem,
+            rack=f"{gtype.lower()}-rack{i // 32}",
+        )
+    return ClusterSpec("pai-2020", tuple(_rename(nodes)))
+
+
+def _gavel_108() -> ClusterSpec:
+    """Gavel's simulated cluster: 36 V100 + 36 P100 + 36 K80, one GPU per server."""
+    return parse_compact("v100:36,p100:36,k80:36", 1, name="gavel-108")
+
+
+def _modern_mixed() -> ClusterSpec:
+    """Sia's hardware mix (64 GPUs): 2 DGX-A100 (8×A100-40GB), 3 Azure ND40rs_v2 (8×V100),
+    6 AWS g4dn.12xlarge (4×T4, Ethernet between servers)."""
+    nodes = (
+        make_nodes("A100-40GB", 2, 8, rack="dgx", cpu_cores=128, mem_gib=1024)
+        + make_nodes("V100", 3, 8, rack="azure", cpu_cores=40, mem_gib=672)
+        + make_nodes("T4", 6, 4, rack="aws", cpu_cores=48, mem_gib=192,
+                     inter_link=Link.of(LinkKind.ETHERNET, 6.25))
+    )
+    return ClusterSpec("modern-mixed", tuple(nodes))
+
+
+PRESETS = {
+    "gavel-108": _gavel_108,
+    "philly": _philly,
+    "pai-2020": _pai_2020,
+    "modern-mixed": _modern_mixed,
+}
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(PRESETS)
+
+
+def load_cluster(text: str, gpus_per_server: int = 1) -> ClusterSpec:
+    """Resolve a preset name, a YAML path or a compact string into a cluster.
+
+    Raises:
+        SpecError: when the text is none of these, or what it names is malformed.
+    """
+    if text in PRESETS:
+        return PRESETS[text]()
+    if text.endswith((".yaml", ".yml")):
+        if not Path(text).exists():
+            raise SpecError(f"cluster file {text!r} does not exist")
+        return load_cluster_yaml(text)
+    if ":" in text:
+        return parse_compact(text, gpus_per_server)
+    raise SpecError(
+        f"cluster {text!r} is not a preset ({', '.join(PRESETS)}), a YAML file, "
+        "or a compact flavor:count list"
+    )

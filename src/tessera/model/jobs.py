@@ -1,0 +1,151 @@
+"""Jobs: what a user asks for (``JobSpec``) and the lifecycle every job walks through.
+
+A training job asks for a *gang* of ``num_gpus`` GPUs that start together, of one of the flavors
+it accepts (in order of preference; empty means "any"). Its work is a number of training steps;
+how long that takes depends on where it runs, which only ``perf`` knows. Traces that give a
+duration instead are converted by the reader: steps = duration × throughput on the trace's
+reference flavor.
+
+The lifecycle is a table, not scattered ``if``\\ s::
+
+    PENDING ─admit→ ADMITTED ─place→ RUNNING ─finish→ SUCCEEDED
+       ▲                │                │  └─fail→ FAILED ─retry→ PENDING
+       └──── preempt ───┴──── PREEMPTED ←┘
+    any non-final state ─cancel→ CANCELLED
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import NewType
+
+from tessera.errors import SpecError
+
+JobId = NewType("JobId", str)
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its life."""
+
+    PENDING = "pending"
+    """Submitted, waiting for admission (quota) or placement (free GPUs)."""
+    ADMITTED = "admitted"
+    """Admitted by quota; GPUs chosen but workers not yet running."""
+    RUNNING = "running"
+    """Its gang holds GPUs and makes progress."""
+    PREEMPTED = "preempted"
+    """Stopped by the scheduler after a checkpoint; will be requeued."""
+    SUCCEEDED = "succeeded"
+    """Finished all its work (final)."""
+    FAILED = "failed"
+    """Crashed; requeued while its retry budget lasts, otherwise final."""
+    CANCELLED = "cancelled"
+    """Cancelled by its owner or rejected as impossible (final)."""
+
+
+VALID_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    # Admission by quota, or cancellation while waiting.
+    JobState.PENDING: frozenset({JobState.ADMITTED, JobState.CANCELLED}),
+    # Placement succeeded (RUNNING) or its reservation timed out (back to PENDING).
+    JobState.ADMITTED: frozenset({JobState.RUNNING, JobState.PENDING, JobState.CANCELLED}),
+    # Completion, crash, preemption, or cancellation of a running gang.
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.FAILED, JobState.PREEMPTED, JobState.CANCELLED}
+    ),
+    # A preempted job is requeued with its checkpoint.
+    JobState.PREEMPTED: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    # A failed job retries while its budget lasts; otherwise FAILED is final.
+    JobState.FAILED: frozenset({JobState.PENDING}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.CANCELLED})
+
+
+class InvalidTransition(SpecError):
+    """A state change the lifecycle table does not allow."""
+
+
+def transition(current: JobState, new: JobState) -> JobState:
+    """Return ``new`` if the lifecycle allows ``current → new``, else raise InvalidTransition."""
+    if new not in VALID_TRANSITIONS[current]:
+        raise InvalidTransition(f"job cannot go from {current.value} to {new.value}")
+    return new
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A training job as submitted.
+
+    Attributes:
+        job_id: unique id within a workload.
+        job_type: the model being trained, as ``perf`` knows it (``ResNet-50 (batch size 64)``).
+        num_gpus: gang size: GPUs used at once.
+        total_steps: training steps to run.
+        submit_time_s: when it arrives, seconds from the start of the workload.
+        flavors: acceptable GPU flavor names, most preferred first; empty = any flavor.
+        priority_weight: weight in fair policies (Gavel uses 1, and 5 for high priority).
+        queue: tenant queue (Kueue LocalQueue/ClusterQueue name).
+        max_retries: how many times a failed run is retried before the job is FAILED for good.
+        requires_locality: the gang must sit on one node (no cross-node split allowed).
+        slo_factor: Gavel's SLO factor (deadline = factor × isolated duration), ``None`` if none.
+        duration_hint_s: the trace's duration on its reference flavor, when it gave one.
+    """
+
+    job_id: JobId
+    job_type: str
+    num_gpus: int
+    total_steps: float
+    submit_time_s: float
+    flavors: tuple[str, ...] = ()
+    priority_weight: float = 1.0
+    queue: str = "default"
+    max_retries: int = 0
+    requires_locality: bool = False
+    slo_factor: float | None = None
+    duration_hint_s: float | None = None
+    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.num_gpus < 1:
+            raise SpecError(f"job {self.job_id}: num_gpus must be >= 1, got {self.num_gpus}")
+        if not self.total_steps > 0:
+            raise SpecError(f"job {self.job_id}: total_steps must be > 0, got {self.total_steps}")
+        if self.submit_time_s < 0:
+            raise SpecError(f"job {self.job_id}: negative submit time {self.submit_time_s}")
+        if self.priority_weight <= 0:
+            raise SpecError(f"job {self.job_id}: priority_weight must be > 0")
+        if self.max_retries < 0:
+            raise SpecError(f"job {self.job_id}: max_retries must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A validated list of jobs in submission order, with where it came from."""
+
+    name: str
+    jobs: tuple[JobSpec, ...]
+    source: str = ""
+    skipped_rows: int = 0
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.jobs:
+            raise SpecError(f"workload {self.name!r} has no jobs")
+        seen: set[str] = set()
+        last = -1.0
+        for j in self.jobs:
+            if j.job_id in seen:
+                raise SpecError(f"workload {self.name!r}: duplicate job id {j.job_id!r}")
+            seen.add(j.job_id)
+            if j.submit_time_s < last:
+                raise SpecError(
+                    f"workload {self.name!r}: job {j.job_id} submitted at {j.submit_time_s} s, "
+                    f"before the previous job ({last} s); jobs must be in submission order"
+                )
+            last = j.submit_time_s
+
+    def __len__(self) -> int:
+        return len(self.jobs)
