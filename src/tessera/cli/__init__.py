@@ -1,0 +1,71 @@
+"""The ``tessera`` command line.
+
+Each area of Tessera keeps its commands in its own module here (``simulate``, ``plan``,
+``share`` ...), exposing ``register(app)``; this module only assembles them, so
+``tessera --help`` stays fast (heavy imports happen inside the commands).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from tessera import __version__
+from tessera.errors import TesseraError
+
+app = typer.Typer(
+    name="tessera",
+    help=(
+        "Tessera runs deep-learning work on shared clusters of mixed GPUs: a multi-tenant "
+        "scheduler, a per-job heterogeneous planner, MIG/MPS sharing for inference, and a "
+        "trace-driven simulator that runs the same decision code.\n\n"
+        "Start with `tessera demo`, then `tessera simulate --help`."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Modules under tessera.cli that contribute commands, in the order they appear in --help.
+COMMAND_MODULES: tuple[str, ...] = ("simulate",)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tessera {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Tessera: scheduling, planning, sharing and simulation for mixed-GPU clusters."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"tessera.cli.{_name}").register(app)
+
+
+def main() -> None:
+    """Entry point: run the CLI, printing user errors as one line (exit status 2)."""
+    try:
+        app(standalone_mode=False)
+    except TesseraError as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        sys.exit(2)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
