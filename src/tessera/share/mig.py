@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from itertools import pairwise
 from functools import cache
 from importlib import resources
+from itertools import pairwise
 
 from tessera.errors import SpecError, UnknownFlavorError
 from tessera.model.gpus import resolve_flavor
