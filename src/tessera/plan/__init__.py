@@ -1,0 +1,1 @@
+"""Per-job parallel planning over heterogeneous GPUs: data-parallel splits, pipelines, hybrids."""

@@ -1,0 +1,388 @@
+"""Heterogeneous data-parallel split: how many samples each GPU takes per step.
+
+**The problem.** A job trains with a global batch of B samples per step on a mixed set of GPUs.
+Every GPU computes gradients on its own *local batch* b_i, then all of them average gradients
+(a ring all-reduce) and step together, so the step lasts as long as the slowest GPU::
+
+    step_time = max_i t_i(b_i) + t_allreduce(active GPUs),     Σ_i b_i = B
+
+Device i's compute time is ``t_i(b) = α_i·⌈b / cap_i⌉ + β_i·b`` (:class:`DeviceCost`): a fixed
+cost α per micro-step, a per-sample cost β, and ``cap_i`` samples fitting in memory at once. A
+device given more than cap_i samples runs ``⌈b / cap_i⌉`` micro-steps and accumulates gradients
+(PyTorch ``no_sync()``), paying α each time. An idle device costs nothing (t_i(0) = 0).
+
+**Continuous optimum.** Relax b_i to reals. The best split makes every busy device finish at
+the same time T: device i can process ``c_i(T) = sup{b ≤ k_max·cap_i : t_i(b) ≤ T}`` samples,
+and T* is the smallest T with ``Σ c_i(T) ≥ B``. ``c_i`` is piecewise linear (rising with slope
+1/β_i while inside a micro-step, flat while the next micro-step's α is being paid), so
+``Σ c_i(T)`` is found exactly by sweeping its breakpoints. Without caps this is the closed form
+``T* = (B + Σ α_i/β_i) / Σ 1/β_i``; caps give water-filling, and a device with α_i ≥ T* gets
+nothing.
+
+**Integer rounding, and its bound.** Start from ``f_i = ⌊b_i*⌋`` (at most n samples short), then
+hand out the missing samples one at a time, each to the device whose ``t_i(f_i + 1)`` is
+smallest. Because every t_i is non-decreasing this greedy is *exactly* optimal for
+``min max_i t_i(b_i)`` over integers: while fewer than B samples are placed, some device has
+fewer than an optimal integer split gives it, so the cheapest next sample costs at most the
+integer optimum T_int, and the floors start at most at T* ≤ T_int. The result also satisfies::
+
+    T* ≤ T_int ≤ T* + max{β_i : b_i* > 0}
+
+since rounding every busy b_i* up to ⌈b_i*⌉ stays inside its micro-step (caps are integers) and
+adds less than one sample's β_i, and a split with Σ = B lies below those ceilings.
+
+**Dropping devices.** A device that takes samples also joins the all-reduce ring, which adds
+2(n−1) latency steps and may put a slow link (a PCIe box, an Ethernet hop) in the ring. So the
+planner chooses *which* devices to use: identical devices form classes; small instances (at most
+``exact_limit`` class-count vectors) are enumerated exactly; larger ones start from every subset
+of classes (or, with many classes, from all and each leave-one-class-out) and improve by local
+search, adding or removing one device at a time. Tests compare against brute force over every
+subset and every integer split.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from tessera.errors import SpecError
+from tessera.model.cluster import Node
+from tessera.model.gpus import GpuFlavor
+from tessera.perf.comm import allreduce_time_s, ring_over_nodes
+from tessera.perf.steptime import DeviceCost
+
+#: Default limit on gradient-accumulation micro-steps per device and step.
+DEFAULT_MAX_MICRO_STEPS = 8
+#: Enumerate every class-count vector when there are at most this many.
+DEFAULT_EXACT_LIMIT = 256
+_REL_EPS = 1e-12
+
+
+class BatchTooLargeError(SpecError):
+    """The global batch exceeds what the devices hold with the allowed accumulation."""
+
+    def __init__(self, global_bsz: int, per_pass: int, max_micro_steps: int) -> None:
+        self.global_bsz = global_bsz
+        self.per_pass_bsz = per_pass
+        self.min_micro_steps = math.ceil(global_bsz / per_pass) if per_pass else 0
+        super().__init__(
+            f"global batch {global_bsz} does not fit: these devices hold {per_pass} samples "
+            f"per pass in memory, {per_pass * max_micro_steps} with {max_micro_steps} "
+            f"accumulation micro-steps; it needs at least {self.min_micro_steps} micro-steps "
+            f"(--max-micro-steps {self.min_micro_steps}), more devices, or a global batch "
+            f"<= {per_pass * max_micro_steps}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DpDevice:
+    """One GPU offered to the job: its cost and the server it sits in."""
+
+    cost: DeviceCost
+    node: Node
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """One device's part of a plan."""
+
+    flavor: GpuFlavor
+    node_id: str
+    local_bsz: int
+    micro_steps: int
+    compute_time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedClass:
+    """Devices of one class left out of the plan, and why."""
+
+    flavor: GpuFlavor
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DpPlan:
+    """A data-parallel split and its predicted cost.
+
+    Attributes:
+        global_bsz: samples per step.
+        shares: the devices used, with their local batches.
+        dropped: devices left idle, grouped, each with a reason.
+        compute_time_s: slowest device's compute time (integer split).
+        continuous_compute_time_s: the continuous optimum T* for the devices used.
+        allreduce_time_s: gradient all-reduce time over the devices used.
+        bound_samples_per_s: sum of every offered device's best standalone throughput.
+    """
+
+    global_bsz: int
+    shares: tuple[DeviceShare, ...]
+    dropped: tuple[DroppedClass, ...]
+    compute_time_s: float
+    continuous_compute_time_s: float
+    allreduce_time_s: float
+    bound_samples_per_s: float
+
+    @property
+    def step_time_s(self) -> float:
+        return self.compute_time_s + self.allreduce_time_s
+
+    @property
+    def throughput_samples_per_s(self) -> float:
+        return self.global_bsz / self.step_time_s
+
+    @property
+    def efficiency(self) -> float:
+        """Throughput over the sum-of-standalone-throughputs bound."""
+        return self.throughput_samples_per_s / self.bound_samples_per_s
+
+
+# ---------------------------------------------------------------------------------------------
+# Continuous and integer splits for a fixed set of devices
+
+
+def continuous_split(
+    costs: Sequence[DeviceCost], counts: Sequence[int], global_bsz: float, max_micro_steps: int
+) -> tuple[float, tuple[float, ...]]:
+    """The continuous min-max split for ``counts[c]`` identical devices of class ``c``.
+
+    Returns:
+        ``(T*, b)``: the common finish time and each class's per-device batch.
+
+    Raises:
+        BatchTooLargeError: the devices cannot hold ``global_bsz`` even with accumulation.
+    """
+    per_pass = sum(n * c.max_local_bsz for c, n in zip(costs, counts, strict=True))
+    if global_bsz > per_pass * max_micro_steps:
+        raise BatchTooLargeError(int(global_bsz), per_pass, max_micro_steps)
+    events: list[tuple[float, float]] = []   # (time, change of dS/dT)
+    for c, n in zip(costs, counts, strict=True):
+        if n == 0:
+            continue
+        slope = n / c.beta_s_per_sample
+        k_eff = min(max_micro_steps, math.ceil(global_bsz / c.max_local_bsz))
+        for k in range(1, k_eff + 1):
+            start = k * c.alpha_s + c.beta_s_per_sample * (k - 1) * c.max_local_bsz
+            events.append((start, slope))
+            events.append((start + c.beta_s_per_sample * c.max_local_bsz, -slope))
+    events.sort()
+    t_now = s_now = slope_now = 0.0
+    t_star = events[-1][0] if events else 0.0
+    for t_ev, d_slope in events:
+        s_next = s_now + slope_now * (t_ev - t_now)
+        if s_next >= global_bsz and slope_now > 0:
+            t_star = t_now + (global_bsz - s_now) / slope_now
+            break
+        t_now, s_now, slope_now = t_ev, s_next, slope_now + d_slope
+    return t_star, tuple(_capacity(c, t_star, max_micro_steps) for c in costs)
+
+
+def _capacity(c: DeviceCost, t_s: float, max_micro_steps: int) -> float:
+    """Samples device ``c`` processes within ``t_s`` (c_i(T) of the module docstring)."""
+    best = 0.0
+    for k in range(1, max_micro_steps + 1):
+        lo = (k - 1) * c.max_local_bsz
+        b = (t_s - k * c.alpha_s) / c.beta_s_per_sample
+        if b < lo:
+            break
+        best = min(b, k * c.max_local_bsz)
+    return best
+
+
+def integer_split(
+    costs: Sequence[DeviceCost], global_bsz: int, max_micro_steps: int,
+    start: Sequence[float] | None = None,
+) -> tuple[int, ...]:
+    """The exact integer min-max split over individual devices (greedy from the floors).
+
+    Args:
+        costs: one entry per device.
+        global_bsz: samples to place.
+        max_micro_steps: accumulation limit per device.
+        start: the continuous optimum per device; computed when omitted.
+    """
+    if start is None:
+        _, per_class = continuous_split(costs, [1] * len(costs), global_bsz, max_micro_steps)
+        start = per_class
+    caps = [c.max_local_bsz * max_micro_steps for c in costs]
+    b = [min(cap, math.floor(x + 1e-9)) for x, cap in zip(start, caps, strict=True)]
+    while sum(b) > global_bsz:   # only after floating-point overshoot
+        i = max(range(len(b)), key=lambda j: costs[j].step_time_s(b[j]) if b[j] else -1.0)
+        b[i] -= 1
+    heap = [(costs[i].step_time_s(b[i] + 1), i) for i in range(len(b)) if b[i] < caps[i]]
+    heapq.heapify(heap)
+    for _ in range(global_bsz - sum(b)):
+        _, i = heapq.heappop(heap)
+        b[i] += 1
+        if b[i] < caps[i]:
+            heapq.heappush(heap, (costs[i].step_time_s(b[i] + 1), i))
+    return tuple(b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing the devices
+
+
+@dataclass(frozen=True, slots=True)
+class _Class:
+    cost: DeviceCost
+    devices: tuple[DpDevice, ...]   # packed: largest nodes first, so a prefix spans few nodes
+
+
+def _classes(devices: Sequence[DpDevice]) -> list[_Class]:
+    groups: dict[tuple[object, ...], list[DpDevice]] = {}
+    for d in devices:
+        key = (d.cost, d.node.intra_link, d.node.inter_link)
+        groups.setdefault(key, []).append(d)
+    out = []
+    for members in groups.values():
+        per_node: dict[str, list[DpDevice]] = {}
+        for d in members:
+            per_node.setdefault(d.node.node_id, []).append(d)
+        ordered = sorted(per_node.values(), key=lambda g: (-len(g), g[0].node.node_id))
+        out.append(_Class(members[0].cost, tuple(d for g in ordered for d in g)))
+    return out
+
+
+class _Evaluator:
+    """Scores a class-count vector: continuous or exact integer compute + all-reduce."""
+
+    def __init__(self, classes: list[_Class], global_bsz: int, grad_bytes: float,
+                 max_micro_steps: int) -> None:
+        self.classes = classes
+        self.global_bsz = global_bsz
+        self.grad_bytes = grad_bytes
+        self.k = max_micro_steps
+        self._cache: dict[tuple[int, ...], float] = {}
+
+    def chosen(self, counts: Sequence[int]) -> list[DpDevice]:
+        return [d for cl, n in zip(self.classes, counts, strict=True) for d in cl.devices[:n]]
+
+    def comm_s(self, counts: Sequence[int]) -> float:
+        per_node: dict[str, tuple[Node, int]] = {}
+        for d in self.chosen(counts):
+            node, c = per_node.get(d.node.node_id, (d.node, 0))
+            per_node[d.node.node_id] = (node, c + 1)
+        return allreduce_time_s(self.grad_bytes, ring_over_nodes(list(per_node.values())))
+
+    def feasible(self, counts: Sequence[int]) -> bool:
+        per_pass = sum(n * cl.cost.max_local_bsz for cl, n in zip(self.classes, counts,
+                                                                   strict=True))
+        return sum(counts) > 0 and per_pass * self.k >= self.global_bsz
+
+    def continuous(self, counts: tuple[int, ...]) -> float:
+        if counts not in self._cache:
+            if not self.feasible(counts):
+                self._cache[counts] = math.inf
+            else:
+                t, _ = continuous_split([c.cost for c in self.classes], counts,
+                                        self.global_bsz, self.k)
+                self._cache[counts] = t + self.comm_s(counts)
+        return self._cache[counts]
+
+    def integer(self, counts: Sequence[int]) -> tuple[float, tuple[int, ...]]:
+        if not self.feasible(counts):
+            return math.inf, ()
+        costs = [d.cost for d in self.chosen(counts)]
+        b = integer_split(costs, self.global_bsz, self.k)
+        compute = max(c.step_time_s(x) for c, x in zip(costs, b, strict=True))
+        return compute + self.comm_s(counts), b
+
+
+def choose_counts(ev: _Evaluator, exact_limit: int) -> tuple[int, ...]:
+    """Pick how many devices of each class to use (see the module docstring)."""
+    full = tuple(len(c.devices) for c in ev.classes)
+    if math.prod(n + 1 for n in full) <= exact_limit:
+        space = product(*(range(n + 1) for n in full))
+        return min(space, key=lambda cnt: (ev.integer(cnt)[0], sum(cnt)))
+    k = len(full)
+    if k <= 6:
+        starts = [tuple(n if (mask >> i) & 1 else 0 for i, n in enumerate(full))
+                  for mask in range(1, 2**k)]
+    else:
+        starts = [full] + [tuple(0 if i == j else n for i, n in enumerate(full))
+                           for j in range(k)]
+    best = min(starts, key=ev.continuous)
+    while True:
+        neighbours = []
+        for i in range(k):
+            for delta in (-1, 1):
+                n = best[i] + delta
+                if 0 <= n <= full[i]:
+                    neighbours.append(best[:i] + (n,) + best[i + 1:])
+        cand = min(neighbours, key=ev.continuous, default=best)
+        if ev.continuous(cand) < ev.continuous(best) * (1 - _REL_EPS):
+            best = cand
+        else:
+            return best
+
+
+def split_batch(
+    devices: Sequence[DpDevice], global_bsz: int, grad_bytes: float, *,
+    max_micro_steps: int = DEFAULT_MAX_MICRO_STEPS, exact_limit: int = DEFAULT_EXACT_LIMIT,
+) -> DpPlan:
+    """Plan a data-parallel step of ``global_bsz`` samples over ``devices``.
+
+    Args:
+        devices: the GPUs offered, each with its step-time cost and node.
+        global_bsz: samples per optimizer step.
+        grad_bytes: gradient bytes all-reduced per step.
+        max_micro_steps: gradient-accumulation limit per device.
+        exact_limit: enumerate device counts exactly up to this many combinations.
+
+    Raises:
+        SpecError: no devices, or a non-positive batch.
+        BatchTooLargeError: ``global_bsz`` cannot fit even with accumulation; says the minimum.
+    """
+    if not devices:
+        raise SpecError("no devices to plan over")
+    if global_bsz < 1:
+        raise SpecError(f"global batch must be a positive integer, got {global_bsz}")
+    if max_micro_steps < 1:
+        raise SpecError("max_micro_steps must be at least 1")
+    classes = _classes(devices)
+    ev = _Evaluator(classes, global_bsz, grad_bytes, max_micro_steps)
+    full = tuple(len(c.devices) for c in classes)
+    if not ev.feasible(full):
+        per_pass = sum(d.cost.max_local_bsz for d in devices)
+        raise BatchTooLargeError(global_bsz, per_pass, max_micro_steps)
+    counts = choose_counts(ev, exact_limit)
+    total_s, batches = ev.integer(counts)
+    chosen = ev.chosen(counts)
+    t_cont, _ = continuous_split([c.cost for c in classes], counts, global_bsz, max_micro_steps)
+    shares = tuple(
+        DeviceShare(d.cost.flavor, d.node.node_id, b,
+                    max(1, math.ceil(b / d.cost.max_local_bsz)) if b else 0,
+                    d.cost.step_time_s(b))
+        for d, b in zip(chosen, batches, strict=True)
+    )
+    comm = ev.comm_s(counts)
+    return DpPlan(
+        global_bsz=global_bsz, shares=shares,
+        dropped=_explain_dropped(ev, counts, total_s),
+        compute_time_s=total_s - comm, continuous_compute_time_s=t_cont, allreduce_time_s=comm,
+        bound_samples_per_s=sum(d.cost.best_rate_samples_per_s() for d in devices),
+    )
+
+
+def _explain_dropped(ev: _Evaluator, counts: tuple[int, ...], total_s: float
+                     ) -> tuple[DroppedClass, ...]:
+    out = []
+    for i, cl in enumerate(ev.classes):
+        missing = len(cl.devices) - counts[i]
+        if missing == 0:
+            continue
+        with_all = counts[:i] + (len(cl.devices),) + counts[i + 1:]
+        alt_s, _ = ev.integer(with_all)
+        c = cl.cost
+        reason = (f"using all {len(cl.devices)} would make a step {alt_s:.4f} s instead of "
+                  f"{total_s:.4f} s (compute plus all-reduce over "
+                  f"{sum(with_all)} GPUs)")
+        if c.alpha_s >= total_s:
+            reason += f"; its fixed cost alone (alpha {c.alpha_s:.4f} s) exceeds the step"
+        out.append(DroppedClass(c.flavor, missing, reason))
+    return tuple(out)
