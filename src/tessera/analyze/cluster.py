@@ -199,8 +199,8 @@ def sharing_mix(trace: Trace) -> SharingMix | None:
         tasks_pct={c: 100 * by.get(c, (0, 0.0))[0] / n_total for c in classes},
         gpu_requests_pct={c: 100 * by.get(c, (0, 0.0))[1] / req_total for c in classes},
         gpu_tasks=gpu.height,
-        constrained_gpu_tasks_pct=100 * float(constrained.mean() or 0.0),
-        sharing_gpu_milli_p50=float(sharing["gpu_milli"].median())  # type: ignore[arg-type]
+        constrained_gpu_tasks_pct=100 * int(constrained.sum()) / max(gpu.height, 1),
+        sharing_gpu_milli_p50=float(sharing.select(pl.col("gpu_milli").median()).item())
         if sharing.height
         else None,
         qos_pct=qos,

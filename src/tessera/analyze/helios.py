@@ -109,8 +109,11 @@ class HeliosTotals:
             "helios.mean_runtime_s": self.mean_runtime_gpu_s,
             "helios.mean_queue_s": self.mean_queue_gpu_s,
         }
-        out |= {f"helios.status_count.{k}": v for k, v in self.status_share_by_count.items()}
-        out |= {f"helios.status_gpu_time.{k}": v for k, v in self.status_share_by_gpu_time.items()}
+        for kind, shares in (
+            ("status_count_pct", self.status_share_by_count),
+            ("status_gpu_time_pct", self.status_share_by_gpu_time),
+        ):
+            out |= {f"helios.{kind}.{k}": 100 * v for k, v in shares.items()}
         for cluster, (lo, hi) in self.daily_capacity_range.items():
             out[f"helios.capacity.{cluster.lower()}.min_gpus"] = float(lo)
             out[f"helios.capacity.{cluster.lower()}.max_gpus"] = float(hi)

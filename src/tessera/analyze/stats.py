@@ -115,24 +115,26 @@ class JobStats:
         ):
             if value is not None:
                 m[key] = value
-        for prefix, rows in (("size", self.sizes), ("size_bucket", self.size_buckets)):
-            for r in rows:
+        for prefix, sized in (("size", self.sizes), ("size_bucket", self.size_buckets)):
+            for r in sized:
                 m[f"{prefix}.jobs_pct.{r.label}"] = r.jobs_pct
                 if r.gpu_time_pct is not None:
                     m[f"{prefix}.gpu_time_pct.{r.label}"] = r.gpu_time_pct
         multi = [r for r in self.sizes if r.label.isdigit() and int(r.label) > 8]
         if self.sizes:
             m["size.jobs_pct.>8"] = sum(r.jobs_pct for r in multi)
+            if all(r.gpu_time_pct is not None for r in multi):
+                m["size.gpu_time_pct.>8"] = sum(r.gpu_time_pct or 0.0 for r in multi)
         for prefix, dist in (("duration", self.duration), ("wait", self.wait)):
             if dist is not None:
                 for f in ("mean_s", "min_s", "p50_s", "p90_s", "p99_s", "max_s", "over_1_day_pct"):
                     m[f"{prefix}.{f}"] = getattr(dist, f)
-        for prefix, rows in (("tenant", self.tenants), ("status", self.status)):
-            for r in rows:
-                m[f"{prefix}.jobs.{r.label}"] = float(r.jobs)
-                m[f"{prefix}.jobs_pct.{r.label}"] = r.jobs_pct
-                if r.gpu_hours is not None:
-                    m[f"{prefix}.gpu_hours.{r.label}"] = r.gpu_hours
+        for prefix, shares in (("tenant", self.tenants), ("status", self.status)):
+            for share in shares:
+                m[f"{prefix}.jobs.{share.label}"] = float(share.jobs)
+                m[f"{prefix}.jobs_pct.{share.label}"] = share.jobs_pct
+                if share.gpu_hours is not None:
+                    m[f"{prefix}.gpu_hours.{share.label}"] = share.gpu_hours
         return m
 
 
@@ -255,7 +257,7 @@ def arrivals(trace: Trace) -> Arrivals | None:
             day=(s // DAY_S).cast(pl.Int64),
         )
         first_day = None
-    n_days = int(t["day"].max() or 0) + 1  # type: ignore[operator]
+    n_days = int(t.select(pl.col("day").max()).item() or 0) + 1
     per_hour_tenant: dict[str, tuple[int, ...]] = {}
     per_day_tenant: dict[str, tuple[int, ...]] = {}
     if "tenant" in jobs.columns:
@@ -286,7 +288,8 @@ def job_stats(trace: Trace) -> JobStats | None:
     timed = "gpu_time_s" in jobs.columns
     span = None
     if "submit_time_s" in jobs.columns:
-        span = float(jobs["submit_time_s"].max() - jobs["submit_time_s"].min()) / DAY_S  # type: ignore[operator]
+        s = pl.col("submit_time_s")
+        span = float(jobs.select(s.max() - s.min()).item()) / DAY_S
     return JobStats(
         job_count=jobs.height,
         span_days=span,
