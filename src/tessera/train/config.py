@@ -1,0 +1,169 @@
+"""The configuration of one heterogeneous data-parallel training run.
+
+A :class:`TrainConfig` is validated once, when it is built (bad device lists, unknown examples
+and impossible batches fail here with a :class:`~tessera.errors.TesseraError`), and then travels
+unchanged to every rank -- pickled to spawned processes, or as JSON for ``torchrun``.
+
+Split modes:
+
+* ``planned`` -- start from a split proportional to the catalog's relative speeds (the prior a
+  planner would give), then rebalance online from measured step times;
+* ``equal`` -- plain data parallelism: ``B/N`` samples per rank, never rebalanced (the baseline);
+* ``fixed`` -- an explicit split, never rebalanced (tests and reproductions).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from tessera.errors import SpecError
+from tessera.train.balancer import BalancerConfig, equal_split, proportional_split
+from tessera.train.devices import DeviceSlot, parse_devices, relative_speeds
+from tessera.train.emulation import EmulationConfig, SpeedChange
+
+SPLIT_MODES = ("planned", "equal", "fixed")
+DTYPES = ("float32", "float64")
+EXAMPLE_NAMES = ("mlp", "cnn", "transformer")
+"""Kept here (not imported from :mod:`tessera.train.examples`) so validation needs no torch."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailAt:
+    """Fault injection: rank ``rank`` dies in the middle of step ``step`` (first attempt only)."""
+
+    step: int
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """Everything a rank needs to train its share of one job.
+
+    Attributes:
+        example: which built-in example to train (``mlp``, ``cnn``, ``transformer``).
+        devices: device list, ``FLAVOR:COUNT[,...]``; one rank per device.
+        global_batch: samples per step over all ranks (kept fixed when rebalancing).
+        steps: optimizer steps to run (the same on every rank).
+        split: ``planned``, ``equal`` or ``fixed`` (see the module docstring).
+        fixed_split: the local batches for ``split="fixed"``.
+        seed: seeds the model initialisation and the synthetic data.
+        dtype: parameter and data type on CPU (``float64`` for exactness tests).
+        lr / momentum: SGD hyper-parameters.
+        emulate: emulate heterogeneity by padding compute (``None``: when no GPU is usable).
+        speeds: emulated relative speeds per rank; ``None`` derives them from the catalog.
+        emulation: the emulated device model.
+        speed_changes: emulated speed changes during the run.
+        balancer: the online balancer's knobs.
+        checkpoint_dir: where checkpoints go (resumed from if one is there).
+        checkpoint_every: save a checkpoint after every this many steps (0: only at the end).
+        fail_at: inject a rank failure (tests, demos).
+        verbose: print one line per step and every rebalance (from rank 0).
+    """
+
+    example: str
+    devices: str
+    global_batch: int = 48
+    steps: int = 30
+    split: str = "planned"
+    fixed_split: tuple[int, ...] | None = None
+    seed: int = 0
+    dtype: str = "float32"
+    lr: float = 0.05
+    momentum: float = 0.9
+    emulate: bool | None = None
+    speeds: tuple[float, ...] | None = None
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
+    speed_changes: tuple[SpeedChange, ...] = ()
+    balancer: BalancerConfig = field(default_factory=BalancerConfig)
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 5
+    fail_at: FailAt | None = None
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.example not in EXAMPLE_NAMES:
+            raise SpecError(
+                f"unknown example {self.example!r}; choose one of: {', '.join(EXAMPLE_NAMES)}"
+            )
+        slots = parse_devices(self.devices)
+        n = len(slots)
+        if self.split not in SPLIT_MODES:
+            raise SpecError(f"split must be one of {', '.join(SPLIT_MODES)}, got {self.split!r}")
+        if self.dtype not in DTYPES:
+            raise SpecError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.steps < 1:
+            raise SpecError(f"steps must be ≥ 1, got {self.steps}")
+        if self.global_batch < n * self.balancer.min_batch:
+            raise SpecError(
+                f"global batch {self.global_batch} is smaller than the {n} ranks need "
+                f"({self.balancer.min_batch} sample(s) each)"
+            )
+        if self.split == "fixed":
+            if self.fixed_split is None or len(self.fixed_split) != n:
+                raise SpecError(f"split 'fixed' needs fixed_split with {n} entries")
+            if sum(self.fixed_split) != self.global_batch or min(self.fixed_split) < 1:
+                raise SpecError(
+                    f"fixed split {list(self.fixed_split)} must be positive and sum to "
+                    f"{self.global_batch}"
+                )
+        if self.speeds is not None and (len(self.speeds) != n or min(self.speeds) <= 0):
+            raise SpecError(f"speeds needs {n} positive entries, got {list(self.speeds)}")
+        for c in self.speed_changes:
+            if c.rank >= n:
+                raise SpecError(f"speed change names rank {c.rank}; the job has {n} ranks")
+        if self.fail_at is not None and self.fail_at.rank >= n:
+            raise SpecError(f"fail_at names rank {self.fail_at.rank}; the job has {n} ranks")
+        if self.checkpoint_every < 0:
+            raise SpecError("checkpoint_every must be ≥ 0")
+
+    @property
+    def slots(self) -> tuple[DeviceSlot, ...]:
+        """One device slot per rank."""
+        return parse_devices(self.devices)
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return len(self.slots)
+
+    @property
+    def rebalance(self) -> bool:
+        """Only the ``planned`` mode rebalances online."""
+        return self.split == "planned"
+
+    def emulated_speeds(self) -> tuple[float, ...]:
+        """Relative speed per rank: the explicit ``speeds`` or the catalog's ratios."""
+        return self.speeds if self.speeds is not None else relative_speeds(self.slots)
+
+    def initial_split(self) -> tuple[int, ...]:
+        """The local batches of step 0."""
+        if self.split == "fixed":
+            assert self.fixed_split is not None
+            return self.fixed_split
+        if self.split == "equal":
+            return equal_split(self.global_batch, self.world_size)
+        return proportional_split(self.emulated_speeds(), self.global_batch,
+                                  self.balancer.min_batch)
+
+    def with_changes(self, **changes: Any) -> TrainConfig:
+        """A copy with some fields replaced (validated again)."""
+        return replace(self, **changes)
+
+    def to_json(self) -> str:
+        """Serialise for ``torchrun`` workers (:func:`from_json` reads it back)."""
+        return json.dumps(asdict(self))
+
+
+def from_json(text: str) -> TrainConfig:
+    """Rebuild a :class:`TrainConfig` written by :meth:`TrainConfig.to_json`."""
+    raw = json.loads(text)
+    raw["emulation"] = EmulationConfig(**raw["emulation"])
+    raw["balancer"] = BalancerConfig(**raw["balancer"])
+    raw["speed_changes"] = tuple(SpeedChange(**c) for c in raw["speed_changes"])
+    raw["fail_at"] = FailAt(**raw["fail_at"]) if raw["fail_at"] else None
+    for key in ("fixed_split", "speeds"):
+        if raw[key] is not None:
+            raw[key] = tuple(raw[key])
+    return TrainConfig(**raw)

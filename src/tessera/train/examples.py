@@ -1,0 +1,151 @@
+"""Small, real training examples on synthetic data: an MLP, a CNN and a transformer.
+
+Each example is a model plus a deterministic data source. The data of step ``s`` is a pure
+function of ``(seed, s)``: every rank generates the same global batch and keeps its own slice
+``[offset_i, offset_i + b_i)``. So the samples a step trains on do not depend on how the batch is
+split, which is what lets a heterogeneous run be compared with single-process training on the
+concatenated batch, and lets a resumed run see exactly the data the uninterrupted run saw.
+
+Labels come from a fixed random "teacher" (or a simple rule for sequences), so the loss falls and
+a broken gradient shows up as a loss that does not. Models avoid BatchNorm: its statistics depend
+on the local batch, which differs per rank in heterogeneous data parallelism; LayerNorm does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tessera.errors import SpecError
+
+_TEACHER_SEED_OFFSET = 7_919
+_STEP_STRIDE = 1_000_003
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A trainable example.
+
+    Attributes:
+        name: registry key (``tessera train NAME``).
+        description: one line for ``--help`` and reports.
+        build_model: builds a freshly initialised model (call after seeding torch).
+        make_batch: ``(generator, batch, seed) -> (inputs, labels)`` for ``batch`` samples.
+    """
+
+    name: str
+    description: str
+    build_model: Callable[[], nn.Module]
+    make_batch: Callable[[torch.Generator, int, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _teacher(seed: int, in_features: int, classes: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed + _TEACHER_SEED_OFFSET)
+    return torch.randn(in_features, classes, generator=gen)
+
+
+def _mlp_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+def _mlp_batch(gen: torch.Generator, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(batch, 16, generator=gen)
+    return x, (x @ _teacher(seed, 16, 4)).argmax(dim=1)
+
+
+class _SmallCnn(nn.Module):
+    """Two convolutions, global average pooling, one linear classifier (1×12×12 inputs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, kernel_size=3, padding=1), nn.ReLU(),
+            nn.Conv2d(8, 16, kernel_size=3, stride=2, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
+
+
+def _cnn_batch(gen: torch.Generator, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(batch, 1, 12, 12, generator=gen)
+    return x, (x.flatten(1) @ _teacher(seed, 144, 10)).argmax(dim=1)
+
+
+_VOCAB = 32
+_SEQ_LEN = 12
+_CLASSES = 4
+
+
+class _TinyTransformer(nn.Module):
+    """Token embedding + learned positions, one pre-norm encoder layer, mean-pooled classifier."""
+
+    def __init__(self, d_model: int = 32) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(_VOCAB, d_model)
+        self.pos = nn.Parameter(torch.zeros(_SEQ_LEN, d_model))
+        self.encoder = nn.TransformerEncoderLayer(
+            d_model, nhead=2, dim_feedforward=64, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.head = nn.Linear(d_model, _CLASSES)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(self.embed(tokens) + self.pos)
+        return self.head(h.mean(dim=1))
+
+
+def _sequence_batch(gen: torch.Generator, batch: int, seed: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = torch.randint(0, _VOCAB, (batch, _SEQ_LEN), generator=gen)
+    return tokens, tokens.sum(dim=1) % _CLASSES  # label: the sum of the tokens modulo 4
+
+
+EXAMPLES: dict[str, Example] = {
+    e.name: e
+    for e in (
+        Example("mlp", "two-layer MLP on 16-d Gaussian inputs (fastest; tests)",
+                _mlp_model, _mlp_batch),
+        Example("cnn", "two-conv CNN on 1×12×12 synthetic images, 10 classes",
+                _SmallCnn, _cnn_batch),
+        Example("transformer", "one-layer transformer encoder classifying token sequences",
+                _TinyTransformer, _sequence_batch),
+    )
+}
+
+
+def get_example(name: str) -> Example:
+    """Look an example up by name.
+
+    Raises:
+        SpecError: the name is not registered (the message lists the known ones).
+    """
+    try:
+        return EXAMPLES[name]
+    except KeyError:
+        raise SpecError(
+            f"unknown example {name!r}; choose one of: {', '.join(EXAMPLES)}"
+        ) from None
+
+
+def build_model(example: Example, seed: int, dtype: torch.dtype) -> nn.Module:
+    """The example's model, initialised from ``seed`` (identical on every rank)."""
+    torch.manual_seed(seed)
+    return example.build_model().to(dtype)
+
+
+def global_batch(example: Example, seed: int, step: int, batch: int, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole global batch of ``step``: a pure function of ``(seed, step)``."""
+    gen = torch.Generator().manual_seed(seed * _STEP_STRIDE + step)
+    x, y = example.make_batch(gen, batch, seed)
+    return (x.to(dtype) if x.is_floating_point() else x), y
+
+
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the samples of a (local) batch."""
+    return nn.functional.cross_entropy(logits, labels)

@@ -1,0 +1,221 @@
+"""The training loop every rank runs, and the single-process reference it must agree with.
+
+One step on rank i, in order:
+
+1. take the split ``b_1..b_N`` for this step from the balancer (identical on every rank);
+2. build the global batch of this step from ``(seed, step)`` and keep this rank's slice;
+3. forward and backward on the slice (in the rank's precision on GPUs);
+4. on an emulated device, sleep until the rank's nominal compute time has passed;
+5. all-reduce the ``b_i/B``-weighted gradient together with the step's compute times;
+6. optimizer step (skipped everywhere if any fp16 rank overflowed);
+7. feed the compute times to the balancer, which may change the split of the next step;
+8. every ``checkpoint_every`` steps, rank 0 saves a checkpoint.
+
+Every rank runs the same number of steps, so no rank waits in a collective that others never
+reach. The loop works with processes started by :mod:`tessera.train.launcher` and with
+``torchrun`` (``python -m tessera.train.worker --config cfg.json --run-dir DIR``): it reads
+``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tessera.train.balancer import OnlineBalancer, Rebalance
+from tessera.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from tessera.train.config import TrainConfig, from_json
+from tessera.train.ddp import LossScaler, autocast_for, broadcast_parameters, sync_gradients
+from tessera.train.devices import Precision
+from tessera.train.emulation import Emulator
+from tessera.train.examples import build_model, get_example, global_batch, loss_fn
+
+FAIL_EXIT_CODE = 17
+"""Exit status of a rank killed by fault injection (``TrainConfig.fail_at``)."""
+RESULT_NAME = "result.json"
+PROCESS_GROUP_TIMEOUT = timedelta(seconds=120)
+
+
+def use_emulation(cfg: TrainConfig) -> bool:
+    """Emulate when asked to, or when there are not enough GPUs for one rank each."""
+    if cfg.emulate is not None:
+        return cfg.emulate
+    return not (torch.cuda.is_available() and torch.cuda.device_count() >= cfg.world_size)
+
+
+def _dtype(cfg: TrainConfig) -> torch.dtype:
+    return torch.float64 if cfg.dtype == "float64" else torch.float32
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """SGD with momentum: deterministic, with state worth checkpointing."""
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+
+
+def _rebalance_dict(event: Rebalance | None) -> dict[str, Any] | None:
+    if event is None:
+        return None
+    return {
+        "step": event.step, "old_split": list(event.old_split),
+        "new_split": list(event.new_split), "predicted_old_s": event.predicted_old_s,
+        "predicted_new_s": event.predicted_new_s, "reason": event.reason,
+    }
+
+
+def _print_step(record: dict[str, Any]) -> None:
+    times = " ".join(f"{1000 * t:6.1f}" for t in record["compute_s"])
+    print(f"step {record['step']:4d}  split {record['split']}  compute_ms [{times}]  "
+          f"step_ms {1000 * record['wall_s']:6.1f}  loss {record['loss']:.4f}", flush=True)
+    ev = record["rebalance"]
+    if ev is not None:
+        gain = 1 - ev["predicted_new_s"] / ev["predicted_old_s"]
+        print(f"  rebalance after step {ev['step']}: {ev['old_split']} -> {ev['new_split']} "
+              f"(predicted {1000 * ev['predicted_old_s']:.1f} -> "
+              f"{1000 * ev['predicted_new_s']:.1f} ms, -{gain:.0%}): {ev['reason']}", flush=True)
+
+
+def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
+               restart_count: int = 0) -> None:
+    """Run (or resume) the job on this rank; rank 0 writes checkpoints and ``result.json``."""
+    emulate = use_emulation(cfg)
+    device = torch.device("cpu")
+    if not emulate:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(device)
+    precision = cfg.slots[rank].precision
+    example = get_example(cfg.example)
+    model = build_model(example, cfg.seed, _dtype(cfg)).to(device)
+    optimizer = make_optimizer(model, cfg)
+    balancer = OnlineBalancer(cfg.global_batch, cfg.initial_split(), cfg.balancer)
+    scaler = LossScaler(enabled=device.type == "cuda" and precision is Precision.FP16)
+    log: list[dict[str, Any]] = []
+    ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else run_dir / "checkpoints"
+    start = 0
+    state = load_checkpoint(ckpt_dir)
+    if state is not None:
+        model.load_state_dict(state.model)
+        optimizer.load_state_dict(state.optimizer)
+        balancer = OnlineBalancer.from_state_dict(state.balancer)
+        scaler.scale = state.loss_scale if scaler.enabled else 1.0
+        log, start = state.log, state.next_step
+        if rank == 0 and cfg.verbose:
+            print(f"resumed from checkpoint at step {start} ({ckpt_dir})", flush=True)
+    if world_size > 1:
+        broadcast_parameters(model)
+    emulator = Emulator(cfg.emulated_speeds(), cfg.emulation, cfg.speed_changes) if emulate \
+        else None
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def checkpoint(next_step: int) -> None:
+        save_checkpoint(ckpt_dir, TrainState(next_step, model.state_dict(),
+                                             optimizer.state_dict(), balancer.state_dict(),
+                                             scaler.scale, log))
+
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        split = balancer.split
+        local, offset = split[rank], sum(split[:rank])
+        x, y = global_batch(example, cfg.seed, step, cfg.global_batch, _dtype(cfg))
+        x, y = x[offset:offset + local].to(device), y[offset:offset + local].to(device)
+        optimizer.zero_grad(set_to_none=True)
+        with autocast_for(precision, device):
+            loss = loss_fn(model(x), y)
+        (loss * scaler.scale).backward()
+        if cfg.fail_at is not None and (step, rank) == (cfg.fail_at.step, cfg.fail_at.rank) \
+                and restart_count == 0:
+            sys.stdout.flush()
+            os._exit(FAIL_EXIT_CODE)  # injected fault: die mid-step, before the all-reduce
+        overflow = scaler.unscale_and_check(params)
+        if emulator is not None:
+            compute_s = emulator.pad(step, rank, local, t0)
+        else:
+            torch.cuda.synchronize(device)
+            compute_s = time.perf_counter() - t0
+        extras = sync_gradients(params, rank=rank, world_size=world_size, local_batch=local,
+                                global_batch=cfg.global_batch, compute_s=compute_s,
+                                local_loss=float(loss.detach()), overflow=overflow)
+        if not extras.overflow:
+            optimizer.step()
+        scaler.update(extras.overflow)
+        event = balancer.observe(step, extras.compute_s) if cfg.rebalance else None
+        record: dict[str, Any] = {
+            "step": step, "split": list(split), "compute_s": list(extras.compute_s),
+            "loss": extras.loss, "skipped": extras.overflow, "attempt": restart_count,
+            "rebalance": _rebalance_dict(event),
+        }
+        record["wall_s"] = time.perf_counter() - t0  # the synchronous step, as rank 0 saw it
+        log.append(record)
+        if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            checkpoint(step + 1)
+        if rank == 0 and cfg.verbose:
+            _print_step(record)
+    if rank == 0:
+        checkpoint(cfg.steps)
+        result = {
+            "emulated": emulate, "speeds": list(cfg.emulated_speeds()),
+            "precisions": [str(s.precision) for s in cfg.slots],
+            "flavors": [s.flavor.short for s in cfg.slots], "restarts": restart_count,
+            "final_split": list(balancer.split), "log": log,
+        }
+        tmp = run_dir / (RESULT_NAME + ".tmp")
+        tmp.write_text(json.dumps(result))
+        os.replace(tmp, run_dir / RESULT_NAME)
+
+
+def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,
+               restart_count: int = 0) -> None:
+    """Join the process group (from ``MASTER_ADDR``/``MASTER_PORT``), train, leave."""
+    torch.set_num_threads(1)  # ranks share the CPU; one thread each keeps timings honest
+    distributed = world_size > 1
+    if distributed:
+        backend = "gloo" if use_emulation(cfg) else "nccl"
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=PROCESS_GROUP_TIMEOUT)
+    try:
+        train_loop(cfg, rank, world_size, Path(run_dir), restart_count)
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def reference_training(cfg: TrainConfig) -> nn.Module:
+    """Single-process training on the full global batch of every step (the ground truth).
+
+    Heterogeneous data parallelism with correctly weighted gradients must produce the same
+    parameters as this, whatever the split.
+    """
+    example = get_example(cfg.example)
+    model = build_model(example, cfg.seed, _dtype(cfg))
+    optimizer = make_optimizer(model, cfg)
+    for step in range(cfg.steps):
+        x, y = global_batch(example, cfg.seed, step, cfg.global_batch, _dtype(cfg))
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``torchrun`` entry point: configuration from a JSON file, ranks from the environment."""
+    parser = argparse.ArgumentParser(description="Tessera heterogeneous data-parallel worker")
+    parser.add_argument("--config", required=True, help="TrainConfig as JSON")
+    parser.add_argument("--run-dir", required=True, help="directory for result.json")
+    args = parser.parse_args(argv)
+    cfg = from_json(Path(args.config).read_text())
+    Path(args.run_dir).mkdir(parents=True, exist_ok=True)
+    run_worker(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), cfg,
+               args.run_dir, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+
+
+if __name__ == "__main__":
+    main()
