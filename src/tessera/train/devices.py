@@ -109,7 +109,8 @@ def parse_devices(text: str) -> tuple[DeviceSlot, ...]:
                 f"device entry {entry!r}: count must be between 1 and {MAX_RANKS_PER_ENTRY}"
             )
         flavor = resolve_flavor(name)
-        slots.extend(DeviceSlot(len(slots) + i, flavor) for i in range(count))
+        first = len(slots)
+        slots.extend(DeviceSlot(first + i, flavor) for i in range(count))
     return tuple(slots)
 
 
