@@ -27,6 +27,7 @@ per job, with the line it came from). Everything every format needs happens here
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -55,9 +56,12 @@ class SkippedRow:
     line: int | None
     field: str | None
     reason: str
+    path: str = ""
 
     def __str__(self) -> str:
         where = f"line {self.line}" if self.line is not None else "file"
+        if self.path:
+            where = f"{Path(self.path).name} {where}"
         if self.field is not None:
             where += f" ({self.field})"
         return f"{where}: {self.reason}"
@@ -82,6 +86,8 @@ class JobRow:
     slo_factor: float | None = None
     flavors: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+    """The file the row came from, when a workload is read from several files."""
 
 
 @dataclass
@@ -103,7 +109,7 @@ class ReadContext:
         """Report a bad row: raise in ``raise`` mode, record it in ``skip`` mode."""
         if self.on_error == "raise":
             raise TraceFormatError(self.path, line, field_name, message)
-        self.skipped.append(SkippedRow(line, field_name, message))
+        self.skipped.append(SkippedRow(line, field_name, message, self.path))
 
     def filter(self, rule: str) -> None:
         """Count a row removed by a documented rule (reported in ``Workload.notes``)."""
@@ -256,13 +262,20 @@ def build_workload(
 
 
 def _drop_duplicates(rows: list[JobRow], ctx: ReadContext) -> list[JobRow]:
-    first_line: dict[str, int] = {}
+    first_seen: dict[str, JobRow] = {}
     kept: list[JobRow] = []
     for r in rows:
-        seen = first_line.get(r.job_id)
+        seen = first_seen.get(r.job_id)
         if seen is not None:
-            ctx.fail(r.line, "job_id", f"duplicate job id {r.job_id!r} (first on line {seen})")
+            where = f"line {seen.line}"
+            if seen.source is not None:
+                where = f"{Path(seen.source).name} {where}"
+            saved, ctx.path = ctx.path, r.source or ctx.path
+            try:
+                ctx.fail(r.line, "job_id", f"duplicate job id {r.job_id!r} (first on {where})")
+            finally:
+                ctx.path = saved
             continue
-        first_line[r.job_id] = r.line
+        first_seen[r.job_id] = r
         kept.append(r)
     return kept
