@@ -120,7 +120,7 @@ def _first_line(path: Path) -> str:
 def _sniff_file(path: Path) -> str | None:
     line = _first_line(path)
     for header, key in _HEADERS:
-        if line == header or (header.endswith(",") and line.startswith(header)):
+        if line == header or line.startswith(header if header.endswith(",") else header + ","):
             return key
     if line.startswith("date,") and line.endswith(",total"):
         return "helios"

@@ -133,7 +133,8 @@ def _raise_first_bad(
                 problems.append((i, name, "missing value"))
     if not problems:
         return
-    i, field, message = min(problems)
+    order = {name: k for k, name in enumerate(raw.columns)}
+    i, field, message = min(problems, key=lambda p: (p[0], order[p[1]]))
     row = int(raw[ROW][i])
     line = row + 1 + header_lines
     if message == "missing value" and i == raw.height - 1 and not _ends_with_newline(path):
