@@ -27,10 +27,10 @@ per job, with the line it came from). Everything every format needs happens here
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 from typing import Literal
 
 from tessera.errors import TraceFormatError

@@ -1,0 +1,145 @@
+"""ITP, FGD and Sia readers: golden files, documented filters, and bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tessera.errors import TraceFormatError
+from tessera.workload import load_trace, read_trace
+
+# -- ITP ---------------------------------------------------------------------------------------
+
+
+def test_itp_directory_is_one_workload_with_cluster_queues(golden: Path) -> None:
+    wl = load_trace(golden / "itp_dir")
+    assert [(j.job_id, j.submit_time_s, j.queue) for j in wl.jobs] == [
+        ("a2", 50.0, "cluster01"), ("b1", 75.0, "cluster02"), ("a1", 100.0, "cluster01"),
+    ]
+    assert wl.jobs[1].num_gpus == 64  # unprofiled gang size: extrapolated
+    assert any("extrapolated" in n for n in wl.notes)
+    assert any("sorted by submit time" in n for n in wl.notes)
+
+
+def test_itp_duplicate_across_files_names_the_file(golden: Path, tmp_path: Path) -> None:
+    d = tmp_path / "itp"
+    d.mkdir()
+    for name in ("cluster01.csv", "cluster02.csv"):
+        (d / name).write_text((golden / "itp_dir" / "cluster01.csv").read_text())
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(d)
+    assert info.value.path.endswith("cluster02.csv")
+    assert (info.value.line, info.value.field) == (2, "job_id")
+    assert "cluster01.csv line 2" in str(info.value)
+
+
+@pytest.mark.slow
+def test_itp_full(shared: Callable[[str], Path]) -> None:
+    shared("microsoft_itp_elasticflow/raw")
+    wl = load_trace("itp")
+    assert len(wl) == 69351
+    gpu_hours = sum((j.duration_hint_s or 0) * j.num_gpus for j in wl.jobs) / 3600
+    assert gpu_hours == pytest.approx(1_632_719.7, abs=0.1)
+    assert len({j.queue for j in wl.jobs}) == 10
+
+
+def test_itp_generated_deadline_becomes_slo(shared: Callable[[str], Path]) -> None:
+    path = shared("microsoft_itp_elasticflow/elasticflow_generated/195job.csv")
+    wl = load_trace(path)
+    assert len(wl) == 195
+    assert all(j.slo_factor is not None and 0.4 < j.slo_factor < 1.6 for j in wl.jobs)
+
+
+# -- FGD ---------------------------------------------------------------------------------------
+
+
+def test_fgd_golden(golden: Path) -> None:
+    wl = load_trace(golden / "fgd_small.csv")
+    by_id = {j.job_id: j for j in wl.jobs}
+    assert sorted(by_id) == ["pod-0", "pod-1", "pod-3", "pod-5"]
+    assert by_id["pod-1"].extra["gpu_milli"] == "460"
+    assert by_id["pod-1"].flavors == ("Tesla-T4",)
+    assert by_id["pod-1"].duration_hint_s == 898.0  # deletion - scheduled
+    assert by_id["pod-3"].flavors == ("Tesla-V100-SXM2-16GB", "Tesla-V100-SXM2-32GB")
+    assert by_id["pod-5"].flavors == ("Tesla-P100-PCIE-16GB",)  # G2 dropped, raw kept
+    assert by_id["pod-5"].extra["gpu_spec"] == "G2|P100"
+    assert "gpu_milli" not in by_id["pod-0"].extra
+    notes = " | ".join(wl.notes)
+    assert "filtered 1 rows: CPU-only" in notes
+    assert "filtered 1 rows: never scheduled" in notes
+    assert "filtered 1 rows: constrained only to undisclosed" in notes
+
+
+FGD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+    "deletion_time,scheduled_time\n"
+)
+FGD_BAD = [
+    ("unknown flavor", "p,1,1,1,1000,T4|X999,LS,Running,0,10,0\n", "gpu_spec"),
+    ("deleted before scheduled", "p,1,1,1,1000,,LS,Running,0,10,20\n", "deletion_time"),
+    ("negative creation", "p,1,1,1,1000,,LS,Running,-5,10,0\n", "creation_time"),
+    ("share over one GPU", "p,1,1,1,1500,,LS,Running,0,10,0\n", "gpu_milli"),
+    ("wrong type", "p,1,1,one,1000,,LS,Running,0,10,0\n", "num_gpu"),
+]
+
+
+@pytest.mark.parametrize(("row", "field"), [b[1:] for b in FGD_BAD], ids=[b[0] for b in FGD_BAD])
+def test_fgd_bad_input(tmp_path: Path, row: str, field: str) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text(FGD_HEADER + row)
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (2, field)
+
+
+def test_fgd_variant_without_times_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "multigpu50.csv"
+    path.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,1000\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (1, "creation_time")
+
+
+def test_fgd_real_default_matches_task_mix(shared: Callable[[str], Path]) -> None:
+    shared("alibaba_gpu_2023/openb_pod_list_default.csv")
+    wl = load_trace("fgd")
+    # 8,152 tasks - 1,088 CPU-only - 861 GPU tasks never scheduled
+    assert len(wl) == 6203
+    assert sum("gpu_milli" in j.extra for j in wl.jobs) > 2000
+    spec = load_trace("fgd-gpuspec33")
+    constrained = [j for j in spec.jobs if j.flavors]
+    assert len(constrained) > 1000
+
+
+# -- Sia ---------------------------------------------------------------------------------------
+
+
+def test_sia_golden(golden: Path) -> None:
+    wl = load_trace(golden / "sia_small.csv")
+    types = [j.job_type for j in wl.jobs]
+    # cifar10: per-GPU batch 2048/6 ≈ 341 → ResNet-18 bs 256; imagenet 512/4 = 128 → ResNet-50
+    # bs 128; bert 12/1 → Transformer bs 16 (nearest in log scale)
+    assert types == [
+        "ResNet-18 (batch size 256)", "ResNet-50 (batch size 128)", "Transformer (batch size 16)",
+    ]
+    assert [j.num_gpus for j in wl.jobs] == [6, 4, 1]
+    assert wl.jobs[2].duration_hint_s == pytest.approx(10**0.5 * 3600)
+    assert any("approximated" in n for n in wl.notes)
+
+
+def test_sia_unknown_application(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\nx-0,1,gpt9,1,8\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (2, "application")
+    with pytest.raises(TraceFormatError, match="no jobs after skipping 1"):
+        read_trace(path, on_error="skip")
+
+
+def test_sia_named_sets(shared: Callable[[str], Path]) -> None:
+    shared("sia_workloads/philly/workload-1.csv")
+    assert len(load_trace("sia-philly-1")) == 160
+    assert len(load_trace("sia-newtrace-10")) == 960
