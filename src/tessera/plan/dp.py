@@ -33,10 +33,12 @@ adds less than one sample's β_i, and a split with Σ = B lies below those ceili
 
 **Dropping devices.** A device that takes samples also joins the all-reduce ring, which adds
 2(n−1) latency steps and may put a slow link (a PCIe box, an Ethernet hop) in the ring. So the
-planner chooses *which* devices to use: identical devices form classes; small instances (at most
+planner chooses *which* devices to use: identical devices (same cost, same server) form
+classes; small instances (at most
 ``exact_limit`` class-count vectors) are enumerated exactly; larger ones start from every subset
 of classes (or, with many classes, from all and each leave-one-class-out) and improve by local
-search, adding or removing one device at a time. Tests compare against brute force over every
+search, adding or removing one device at a time (first scored by the continuous optimum,
+then by the exact integer split). Tests compare against brute force over every
 subset and every integer split.
 """
 
@@ -101,6 +103,7 @@ class DroppedClass:
     """Devices of one class left out of the plan, and why."""
 
     flavor: GpuFlavor
+    node_id: str
     count: int
     reason: str
 
@@ -229,76 +232,92 @@ def integer_split(
 
 @dataclass(frozen=True, slots=True)
 class _Class:
+    """Identical devices: same cost, same server (so interchangeable in every plan)."""
+
     cost: DeviceCost
-    devices: tuple[DpDevice, ...]   # packed: largest nodes first, so a prefix spans few nodes
+    devices: tuple[DpDevice, ...]
 
 
 def _classes(devices: Sequence[DpDevice]) -> list[_Class]:
-    groups: dict[tuple[object, ...], list[DpDevice]] = {}
+    groups: dict[tuple[DeviceCost, str], list[DpDevice]] = {}
     for d in devices:
-        key = (d.cost, d.node.intra_link, d.node.inter_link)
-        groups.setdefault(key, []).append(d)
-    out = []
-    for members in groups.values():
-        per_node: dict[str, list[DpDevice]] = {}
-        for d in members:
-            per_node.setdefault(d.node.node_id, []).append(d)
-        ordered = sorted(per_node.values(), key=lambda g: (-len(g), g[0].node.node_id))
-        out.append(_Class(members[0].cost, tuple(d for g in ordered for d in g)))
-    return out
+        groups.setdefault((d.cost, d.node.node_id), []).append(d)
+    return [_Class(members[0].cost, tuple(members)) for members in groups.values()]
 
 
 class _Evaluator:
-    """Scores a class-count vector: continuous or exact integer compute + all-reduce."""
+    """Scores a class-count vector: continuous or exact integer compute, plus all-reduce.
+
+    The continuous score is a lower bound on the integer one (T* ≤ T_int), which lets the
+    search skip integer evaluations that cannot win.
+    """
 
     def __init__(self, classes: list[_Class], global_bsz: int, grad_bytes: float,
                  max_micro_steps: int) -> None:
         self.classes = classes
+        self.costs = [c.cost for c in classes]
         self.global_bsz = global_bsz
         self.grad_bytes = grad_bytes
         self.k = max_micro_steps
-        self._cache: dict[tuple[int, ...], float] = {}
+        self._cont: dict[tuple[int, ...], float] = {}
+        self._int: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
 
     def chosen(self, counts: Sequence[int]) -> list[DpDevice]:
         return [d for cl, n in zip(self.classes, counts, strict=True) for d in cl.devices[:n]]
 
     def comm_s(self, counts: Sequence[int]) -> float:
         per_node: dict[str, tuple[Node, int]] = {}
-        for d in self.chosen(counts):
-            node, c = per_node.get(d.node.node_id, (d.node, 0))
-            per_node[d.node.node_id] = (node, c + 1)
+        for cl, n in zip(self.classes, counts, strict=True):
+            if n:
+                node = cl.devices[0].node
+                per_node[node.node_id] = (node, per_node.get(node.node_id, (node, 0))[1] + n)
         return allreduce_time_s(self.grad_bytes, ring_over_nodes(list(per_node.values())))
 
     def feasible(self, counts: Sequence[int]) -> bool:
-        per_pass = sum(n * cl.cost.max_local_bsz for cl, n in zip(self.classes, counts,
-                                                                   strict=True))
+        per_pass = sum(n * c.max_local_bsz for c, n in zip(self.costs, counts, strict=True))
         return sum(counts) > 0 and per_pass * self.k >= self.global_bsz
 
     def continuous(self, counts: tuple[int, ...]) -> float:
-        if counts not in self._cache:
+        if counts not in self._cont:
             if not self.feasible(counts):
-                self._cache[counts] = math.inf
+                self._cont[counts] = math.inf
             else:
-                t, _ = continuous_split([c.cost for c in self.classes], counts,
-                                        self.global_bsz, self.k)
-                self._cache[counts] = t + self.comm_s(counts)
-        return self._cache[counts]
+                t, _ = continuous_split(self.costs, counts, self.global_bsz, self.k)
+                self._cont[counts] = t + self.comm_s(counts)
+        return self._cont[counts]
 
-    def integer(self, counts: Sequence[int]) -> tuple[float, tuple[int, ...]]:
-        if not self.feasible(counts):
-            return math.inf, ()
-        costs = [d.cost for d in self.chosen(counts)]
-        b = integer_split(costs, self.global_bsz, self.k)
-        compute = max(c.step_time_s(x) for c, x in zip(costs, b, strict=True))
-        return compute + self.comm_s(counts), b
+    def integer(self, counts: tuple[int, ...]) -> tuple[float, tuple[int, ...]]:
+        if counts not in self._int:
+            if not self.feasible(counts):
+                self._int[counts] = (math.inf, ())
+            else:
+                _, per_class = continuous_split(self.costs, counts, self.global_bsz, self.k)
+                costs = [c for c, n in zip(self.costs, counts, strict=True) for _ in range(n)]
+                start = [x for x, n in zip(per_class, counts, strict=True) for _ in range(n)]
+                b = integer_split(costs, self.global_bsz, self.k, start)
+                compute = max(c.step_time_s(x) for c, x in zip(costs, b, strict=True))
+                self._int[counts] = (compute + self.comm_s(counts), b)
+        return self._int[counts]
+
+    def best_integer(self, candidates: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+        """The candidate with the smallest integer score (fewest devices on ties).
+
+        Candidates are visited by continuous score; once that lower bound exceeds the best
+        integer score found, no later candidate can win.
+        """
+        best: tuple[float, int, tuple[int, ...]] = (math.inf, 0, candidates[0])
+        for cnt in sorted(candidates, key=self.continuous):
+            if self.continuous(cnt) > best[0] * (1 + _REL_EPS):
+                break
+            best = min(best, (self.integer(cnt)[0], sum(cnt), cnt))
+        return best[2]
 
 
 def choose_counts(ev: _Evaluator, exact_limit: int) -> tuple[int, ...]:
     """Pick how many devices of each class to use (see the module docstring)."""
     full = tuple(len(c.devices) for c in ev.classes)
     if math.prod(n + 1 for n in full) <= exact_limit:
-        space = product(*(range(n + 1) for n in full))
-        return min(space, key=lambda cnt: (ev.integer(cnt)[0], sum(cnt)))
+        return ev.best_integer(list(product(*(range(n + 1) for n in full))))
     k = len(full)
     if k <= 6:
         starts = [tuple(n if (mask >> i) & 1 else 0 for i, n in enumerate(full))
@@ -307,18 +326,27 @@ def choose_counts(ev: _Evaluator, exact_limit: int) -> tuple[int, ...]:
         starts = [full] + [tuple(0 if i == j else n for i, n in enumerate(full))
                            for j in range(k)]
     best = min(starts, key=ev.continuous)
+    while True:   # continuous local search, then integer
+        nxt = min(_neighbours(best, full), key=ev.continuous, default=best)
+        if ev.continuous(nxt) >= ev.continuous(best) * (1 - _REL_EPS):
+            break
+        best = nxt
     while True:
-        neighbours = []
-        for i in range(k):
-            for delta in (-1, 1):
-                n = best[i] + delta
-                if 0 <= n <= full[i]:
-                    neighbours.append(best[:i] + (n,) + best[i + 1:])
-        cand = min(neighbours, key=ev.continuous, default=best)
-        if ev.continuous(cand) < ev.continuous(best) * (1 - _REL_EPS):
-            best = cand
-        else:
+        nxt = ev.best_integer([best, *_neighbours(best, full)])
+        if nxt == best:
             return best
+        best = nxt
+
+
+def _neighbours(counts: tuple[int, ...], full: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Count vectors one device away."""
+    out = []
+    for i in range(len(full)):
+        for delta in (-1, 1):
+            n = counts[i] + delta
+            if 0 <= n <= full[i]:
+                out.append((*counts[:i], n, *counts[i + 1:]))
+    return out
 
 
 def split_batch(
@@ -376,7 +404,7 @@ def _explain_dropped(ev: _Evaluator, counts: tuple[int, ...], total_s: float
         missing = len(cl.devices) - counts[i]
         if missing == 0:
             continue
-        with_all = counts[:i] + (len(cl.devices),) + counts[i + 1:]
+        with_all = (*counts[:i], len(cl.devices), *counts[i + 1:])
         alt_s, _ = ev.integer(with_all)
         c = cl.cost
         reason = (f"using all {len(cl.devices)} would make a step {alt_s:.4f} s instead of "
@@ -384,5 +412,5 @@ def _explain_dropped(ev: _Evaluator, counts: tuple[int, ...], total_s: float
                   f"{sum(with_all)} GPUs)")
         if c.alpha_s >= total_s:
             reason += f"; its fixed cost alone (alpha {c.alpha_s:.4f} s) exceeds the step"
-        out.append(DroppedClass(c.flavor, missing, reason))
+        out.append(DroppedClass(c.flavor, cl.devices[0].node.node_id, missing, reason))
     return tuple(out)

@@ -1,0 +1,75 @@
+"""Ring all-reduce and point-to-point times (tessera.perf.comm)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.errors import SpecError
+from tessera.model.cluster import Link, LinkKind, make_nodes
+from tessera.perf.comm import (
+    RingPath,
+    allreduce_time_s,
+    boundary_link,
+    p2p_time_s,
+    ring_over_nodes,
+)
+
+
+@pytest.mark.parametrize(
+    ("n", "bytes_", "bw", "lat_us", "expected_s"),
+    [
+        (1, 1e9, 10.0, 5.0, 0.0),
+        (2, 1e9, 10.0, 0.0, 0.1),                  # 2·1/2 · 1 GB / 10 GB/s
+        (4, 100e6, 12.5, 5.0, 30e-6 + 0.012),      # 6 latency steps + 1.5 · 8 ms
+        (8, 0.0, 12.5, 5.0, 0.0),
+        (12, 102.4e6, 1.25, 0.0, 2 * 11 / 12 * 102.4e6 / 1.25e9),  # ResNet-50 fp32, 10 GbE
+    ],
+    ids=["one-rank", "two-ranks", "four-ranks-latency", "no-bytes", "resnet50-10gbe"],
+)
+def test_ring_allreduce_formula(n: int, bytes_: float, bw: float, lat_us: float,
+                                expected_s: float) -> None:
+    assert allreduce_time_s(bytes_, RingPath(n, bw, lat_us)) == pytest.approx(expected_s)
+
+
+def test_resnet50_on_10gbe_matches_reference_table() -> None:
+    # hetero_training.md §4.2: 25.6 M fp32 gradients, 12 ranks, 10 GbE -> about 150 ms.
+    t = allreduce_time_s(25.6e6 * 4, RingPath(12, 1.25, 0.0))
+    assert t == pytest.approx(0.150, rel=0.01)
+
+
+def test_ring_inside_one_node_uses_intra_link() -> None:
+    (node,) = make_nodes("A100-40GB", 1, 8)
+    ring = ring_over_nodes([(node, 8)])
+    assert ring.n_workers == 8
+    assert ring.bw_gbps == node.intra_link.bw_gbps
+
+
+def test_ring_across_nodes_is_limited_by_slowest_link() -> None:
+    fast = make_nodes("A100-40GB", 1, 8, prefix="a")[0]
+    slow = make_nodes("T4", 1, 4, prefix="t", inter_link=Link.of(LinkKind.ETHERNET))[0]
+    ring = ring_over_nodes([(fast, 8), (slow, 4)])
+    assert ring.n_workers == 12
+    assert ring.bw_gbps == Link.of(LinkKind.ETHERNET).bw_gbps
+    assert ring.latency_us == Link.of(LinkKind.ETHERNET).latency_us
+
+
+def test_single_gpu_on_a_node_does_not_use_its_intra_link() -> None:
+    pcie_node = make_nodes("T4", 1, 4, prefix="t")[0]   # PCIe 12 GB/s inside
+    a = make_nodes("A100-40GB", 1, 8, prefix="a")[0]
+    ring = ring_over_nodes([(a, 2), (pcie_node, 1)])
+    assert ring.bw_gbps == min(a.inter_link.bw_gbps, a.intra_link.bw_gbps,
+                               pcie_node.inter_link.bw_gbps)
+
+
+def test_empty_ring_is_an_error() -> None:
+    with pytest.raises(SpecError):
+        ring_over_nodes([])
+
+
+def test_p2p_and_boundary_link() -> None:
+    a, b = make_nodes("V100", 2, 8)
+    assert boundary_link(a, a) == a.intra_link
+    assert boundary_link(a, b) == a.inter_link
+    link = Link(LinkKind.INFINIBAND, 10.0, 5.0)
+    assert p2p_time_s(1e9, link) == pytest.approx(0.1 + 5e-6)
+    assert p2p_time_s(0, link) == 0.0
