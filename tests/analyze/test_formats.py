@@ -58,12 +58,12 @@ def test_canonical_job_columns(traces: Path) -> None:
     assert fgd is not None
     assert {"gpu_milli", "gpu_request", "gpu_type", "status", "qos", "wait_s"} <= set(fgd.columns)
     sharing = fgd.filter((fgd["gpu_request"] > 0) & (fgd["gpu_request"] < 1))
-    assert (sharing["gpu_request"] * 1000 == sharing["gpu_milli"]).all()
+    assert ((sharing["gpu_request"] * 1000).round(6) == sharing["gpu_milli"]).all()
     assert sharing.height == 3_078
 
 
 def test_gavel_trace_file(tmp_path: Path) -> None:
-    line = "ResNet-50 (batch size 64)\tpython3 main.py\timagenet\t-n\t1\t{steps}\t{sf}\t1\t-1\t{t}\n"
+    line = "ResNet-50 (batch size 64)\tpython3 main.py\tdir\t-n\t1\t{steps}\t{sf}\t1\t-1\t{t}\n"
     path = tmp_path / "small.trace"
     path.write_text(line.format(steps=100, sf=1, t=0) + line.format(steps=50, sf=4, t=30))
     assert detect_format(path) == "gavel"
