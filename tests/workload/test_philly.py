@@ -104,3 +104,13 @@ def test_window_and_limit() -> None:
     wl = load_trace("philly", time_window=(86400, 2 * 86400))
     assert all(0 <= j.submit_time_s < 86400 for j in wl.jobs)
     assert len(load_trace("philly", limit=10)) == 10
+
+
+def test_bundled_slice_rebuilds_exactly(shared: Callable[[str], Path], tmp_path: Path) -> None:
+    from tessera.workload.bundle import make_philly_slice
+    from tessera.workload.known import bundled_philly_path
+
+    source = shared("philly/philly_jobs_pollux.csv")
+    out = tmp_path / "slice.csv"
+    make_philly_slice(source, out)
+    assert out.read_bytes() == bundled_philly_path().read_bytes()
