@@ -178,7 +178,7 @@ def _trim(options: tuple[ServiceOptions, ...], counts: np.ndarray) -> list[Segme
     for so in options:
         mine: list[SegmentOption] = []
         for o in so.options:
-            mine.extend([o] * int(round(counts[col])))
+            mine.extend([o] * round(float(counts[col])))
             col += 1
         mine.sort(key=lambda o: o.throughput_rps)
         cap = sum(o.throughput_rps for o in mine)

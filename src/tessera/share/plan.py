@@ -85,7 +85,7 @@ class SharePlan:
     def capacities(self) -> tuple[ServiceCapacity, ...]:
         out = []
         for svc in self.services:
-            segs = [i.segment for g in self.gpus for i in g.instances if i.segment.service == svc.name]
+            segs = [i.segment for i in self.instances_of(svc.name)]
             out.append(ServiceCapacity(svc, sum(s.throughput_rps for s in segs), len(segs)))
         return tuple(out)
 

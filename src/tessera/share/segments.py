@@ -125,7 +125,7 @@ def _dp_key(thr: float, mem: int, rate: float) -> tuple[bool, int, float]:
 
 
 def cheapest_cover(opts: ServiceOptions) -> tuple[SegmentOption, ...]:
-    """Fewest compute slices whose segments carry the service's required rate (unbounded knapsack DP).
+    """Fewest compute slices whose segments carry the required rate (unbounded knapsack DP).
 
     ``best[k]`` is the highest throughput reachable with exactly ``k`` compute slices; the answer
     is the smallest ``k`` with ``best[k] >= rate``. Ties prefer more memory-efficient kinds (the
@@ -150,10 +150,10 @@ def cheapest_cover(opts: ServiceOptions) -> tuple[SegmentOption, ...]:
         if pick[k] is not None and best[k] >= rate - _EPS:
             out: list[SegmentOption] = []
             while k > 0:
-                o = pick[k]
-                assert o is not None
-                out.append(o)
-                k -= o.compute_slices
+                step = pick[k]
+                assert step is not None
+                out.append(step)
+                k -= step.compute_slices
             return tuple(sorted(out, key=lambda o: -o.compute_slices))
     raise AssertionError("unreachable: the best option repeated covers any rate")
 

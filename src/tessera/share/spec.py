@@ -48,7 +48,7 @@ class _BatchingModel(BaseModel):
 class _FileModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpu: str | None = None
-    batching: _BatchingModel = Field(default_factory=_BatchingModel)
+    batching: _BatchingModel | None = None
     services: list[_ServiceModel] = Field(min_length=1)
 
 
@@ -76,7 +76,11 @@ def parse_services(text: str, source: str = "<services>") -> ServicesSpec:
         )
         raise SpecError(f"{source}: {problems}") from None
     b = m.batching
-    rule = BatchingRule(b.latency_fraction, b.max_procs, b.interpolate_batches, b.max_utilization)
+    rule = (
+        BatchingRule()
+        if b is None
+        else BatchingRule(b.latency_fraction, b.max_procs, b.interpolate_batches, b.max_utilization)
+    )
     services = tuple(Service(s.name, s.model, s.rate_rps, s.slo_ms) for s in m.services)
     names = [s.name for s in services]
     dup = sorted({n for n in names if names.count(n) > 1})

@@ -1,0 +1,168 @@
+"""``tessera share``: plan MIG/MPS sharing for inference services, and list MIG layouts.
+
+``tessera share plan --services services.yaml --gpu A100-80GB`` chooses each service's segments,
+packs them onto the fewest GPUs, prints every GPU's layout, the lower bound, and the SLO
+attainment predicted by replaying Poisson traffic against the plan. ``--parvagpu DIR
+--scenario N`` plans one of ParvaGPU's published scenarios instead. ``tessera share layouts``
+lists the legal MIG layouts of a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from tessera.errors import SpecError
+
+share_app = typer.Typer(
+    help="MIG/MPS GPU sharing for SLO-bound inference: plan services, list MIG layouts.",
+    no_args_is_help=True,
+)
+
+
+@share_app.command("plan")
+def plan_cmd(
+    services: Path | None = typer.Option(None, "--services", help="Services YAML file."),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU model, e.g. A100-80GB."),
+    parvagpu: Path | None = typer.Option(
+        None, "--parvagpu", help="A ParvaGPU data folder (prof_data/, SLO/)."
+    ),
+    scenario: int | None = typer.Option(None, "--scenario", help="ParvaGPU SLO scenario (1-6)."),
+    profiles: Path | None = typer.Option(
+        None, "--profiles", help="ParvaGPU-format profile folder (default: bundled A100-80GB)."
+    ),
+    method: str = typer.Option("auto", "--method", help="auto, heuristic or ilp."),
+    time_limit_s: float = typer.Option(60.0, "--time-limit", help="ILP time limit (s)."),
+    sim_s: float = typer.Option(5.0, "--sim-seconds", help="Poisson traffic replayed (s)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulated traffic."),
+    pre_r510: bool = typer.Option(False, "--pre-r510", help="Driver older than R510."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Plan services onto the fewest MIG-partitioned GPUs."""
+    from tessera.share.mig import mig_gpu
+    from tessera.share.packing import plan_services
+    from tessera.share.plan import plan_to_json
+    from tessera.share.profiles import (
+        PARVAGPU_RULE,
+        load_parvagpu_profiles,
+        parvagpu_scenario,
+    )
+    from tessera.share.serving_sim import poisson_streams, simulate
+    from tessera.share.spec import load_services
+
+    if (services is None) == (scenario is None):
+        raise SpecError("give either --services FILE or --scenario N (with optional --parvagpu)")
+    if services is not None:
+        spec = load_services(services)
+        svcs, rule = spec.services, spec.rule
+        gpu_name = gpu or spec.gpu or "A100-80GB"
+        table = load_parvagpu_profiles(profiles)
+    else:
+        assert scenario is not None
+        table = load_parvagpu_profiles(parvagpu or profiles)
+        svcs = parvagpu_scenario(scenario, parvagpu, table.models())
+        rule = PARVAGPU_RULE
+        gpu_name = gpu or "A100-80GB"
+    g = mig_gpu(gpu_name)
+    if table.gpu != g.gpu:
+        raise SpecError(
+            f"profiles are for {table.gpu}; there is no profile data for {g.gpu} "
+            "(MIG slices are not performance-proportional: profile on the target GPU)"
+        )
+    plan = plan_services(
+        svcs, table, g, rule, method=method, time_limit_s=time_limit_s, r510=not pre_r510
+    )
+    sim = None
+    if sim_s > 0:
+        sim = simulate(plan, poisson_streams(svcs, sim_s, seed), table, seed=seed)
+    if as_json:
+        out = plan_to_json(plan, g)
+        if sim is not None:
+            out["predicted"] = {
+                "traffic": f"poisson {sim_s:g} s",
+                "slo_violations": sim.violations,
+                "attainment": round(sim.attainment, 6),
+                "services": [
+                    {"name": o.service, "p99_ms": round(o.p99_ms, 3), "slo_ms": o.slo_ms,
+                     "attainment": round(o.attainment, 6)}
+                    for o in sim.services
+                ],
+            }
+        typer.echo(json.dumps(out, indent=2))
+        return
+    opt = "optimal" if plan.optimal else f"lower bound {plan.lower_bound}"
+    typer.echo(
+        f"{plan.gpu}: {plan.gpus_used} GPUs ({plan.method}, {opt}; lower bound "
+        f"{plan.lower_bound}; {plan.solve_s * 1000:.0f} ms)"
+    )
+    for n, ga in enumerate(plan.gpus):
+        typer.echo(f"  GPU {n:3d}  {ga.layout}")
+        for inst in ga.instances:
+            s = inst.segment
+            typer.echo(
+                f"      {inst.placement!s:8} {g.profile(s.kind).name:10} {s.service:20} "
+                f"batch {s.batch:3d} x {s.procs} proc  {s.latency_ms:7.1f} ms  "
+                f"{s.throughput_rps:8.1f} req/s"
+            )
+    if sim is not None:
+        typer.echo(
+            f"Predicted SLO attainment ({sim_s:g} s Poisson): {sim.attainment * 100:.3f} % of "
+            f"requests; {sim.violations} service(s) with p99 over SLO"
+        )
+        for o in sim.services:
+            flag = "ok" if o.meets_slo else "VIOLATED"
+            typer.echo(f"  {o.service:20} p99 {o.p99_ms:8.1f} ms / SLO {o.slo_ms:8.1f} ms  {flag}")
+
+
+@share_app.command("layouts")
+def layouts_cmd(
+    gpu: str = typer.Option(..., "--gpu", help="GPU model, e.g. H100-80GB."),
+    double_memory: bool = typer.Option(
+        False, "--with-1g-double-mem", help="Include the double-memory 1g profile."
+    ),
+    all_layouts: bool = typer.Option(False, "--all", help="Every legal layout, not only maximal."),
+    pre_r510: bool = typer.Option(False, "--pre-r510", help="Driver older than R510."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the legal MIG layouts of a GPU (maximal ones by default)."""
+    from tessera.share.mig import BASE_KINDS, DOUBLE_MEMORY_KINDS, enumerate_layouts, mig_gpu
+
+    g = mig_gpu(gpu)
+    kinds = DOUBLE_MEMORY_KINDS if double_memory else BASE_KINDS
+    lays = enumerate_layouts(g, kinds, maximal_only=not all_layouts, r510=not pre_r510)
+    if as_json:
+        rows = [{"layout": [str(p) for p in lay.placements], "multiset": lay.multiset()}
+                for lay in lays]
+        typer.echo(json.dumps({"gpu": g.gpu, "count": len(lays), "layouts": rows}, indent=2))
+        return
+    kind_names = ", ".join(f"{k}={g.profile(k).name}" for k in kinds)
+    what = "legal" if all_layouts else "maximal"
+    typer.echo(f"{g.gpu}: {len(lays)} {what} layouts ({kind_names})")
+    for lay in lays:
+        sms = sum(g.profile(p.kind).sm_count for p in lay.placements)
+        typer.echo(f"  {lay!s:40} {lay.multiset():24} {sms:4d} SMs")
+
+
+@share_app.command("check")
+def check_cmd(
+    layout: str = typer.Argument(..., help='Placements, e.g. "3g@4 2g@0 1g@2 1g@3".'),
+    gpu: str = typer.Option(..., "--gpu", help="GPU model."),
+    pre_r510: bool = typer.Option(False, "--pre-r510", help="Driver older than R510."),
+) -> None:
+    """Check a MIG layout against the hardware rules and print its creation order."""
+    from tessera.share.mig import creation_order, mig_gpu, parse_layout
+
+    g = mig_gpu(gpu)
+    lay = parse_layout(g, layout, r510=not pre_r510)
+    typer.echo(f"legal on {g.gpu}: {lay}")
+    for step in creation_order(g, lay):
+        typer.echo(
+            f"  create GI profile {step.gi_profile_id} ({step.profile_name}) at {step.start}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``share`` sub-app to the root CLI."""
+    app.add_typer(share_app, name="share")
