@@ -21,7 +21,8 @@ def traces() -> Path:
     return TRACES
 
 
-def load_cli_module() -> ModuleType:
+@pytest.fixture(scope="session")
+def cli_module() -> ModuleType:
     """``tessera.cli.analyze``, loaded by file if the CLI package cannot be imported yet.
 
     ``tessera/cli/__init__.py`` imports every registered command module at import time; while a
