@@ -1,0 +1,109 @@
+"""``tessera plan`` through typer's CliRunner on a local app."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tessera.errors import NoProfileError, SpecError, TesseraError, UnknownFlavorError
+from tessera.plan.dp import BatchTooLargeError
+
+
+def _register() -> Callable[[typer.Typer], None]:
+    """``tessera.cli.plan.register``; loaded by path if the CLI package cannot import yet
+    (``tessera/cli/__init__.py`` imports every command module, some written concurrently)."""
+    try:
+        from tessera.cli.plan import register
+    except ModuleNotFoundError:
+        import tessera
+
+        path = Path(tessera.__file__).parent / "cli" / "plan.py"
+        spec = importlib.util.spec_from_file_location("_tessera_cli_plan", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        register = module.register
+    return register  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def app() -> typer.Typer:
+    a = typer.Typer()
+    _register()(a)
+
+    @a.callback()
+    def _root() -> None:  # keep `plan` a sub-command
+        """test app"""
+
+    return a
+
+
+def run(app: typer.Typer, *args: str) -> object:
+    return CliRunner().invoke(app, ["plan", *args])
+
+
+def test_text_output_lists_devices_and_totals(app: typer.Typer) -> None:
+    r = run(app, "--model", "imagenet", "--devices", "A100:2,V100:4,T4:2",
+            "--global-batch", "1024")
+    assert r.exit_code == 0, r.output
+    for word in ("A100-80GB", "V100-16GB", "T4", "step time", "throughput", "efficiency"):
+        assert word in r.output
+
+
+def test_json_output_schema(app: typer.Typer) -> None:
+    r = run(app, "--model", "imagenet", "--devices", "A100:2,V100:4,T4:2",
+            "--global-batch", "1024", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert len(out["devices"]) == 8
+    assert sum(d["local_batch"] for d in out["devices"]) == 1024
+    assert {d["flavor"] for d in out["devices"]} == {"A100-80GB", "V100-16GB", "T4"}
+    assert out["step_time_s"] > 0
+    assert out["throughput_samples_per_s"] == pytest.approx(1024 / out["step_time_s"])
+    assert out["throughput_samples_per_s"] <= out["bound_samples_per_s"]
+
+
+def test_dropped_devices_are_explained(app: typer.Typer) -> None:
+    r = run(app, "--model", "bert", "--devices", "A100:2,V100:4,T4:2", "--global-batch", "64")
+    assert r.exit_code == 0, r.output
+    assert "dropped 2 x T4" in r.output and "instead of" in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [(("--model", "imagenet", "--devices", "T4:2", "--global-batch", "100000"),
+      BatchTooLargeError, "needs at least 250 micro-steps"),
+     (("--model", "imagenet", "--devices", "T4:2", "--global-batch", "401",
+       "--max-micro-steps", "1"), BatchTooLargeError, "hold 400 samples per pass"),
+     (("--model", "alexnet", "--devices", "T4:2", "--global-batch", "64"),
+      NoProfileError, "known models"),
+     (("--model", "imagenet", "--devices", "H100:2", "--global-batch", "64"),
+      NoProfileError, "profiled flavors"),
+     (("--model", "imagenet", "--devices", "Z80:2", "--global-batch", "64"),
+      UnknownFlavorError, "known flavors"),
+     (("--model", "imagenet", "--devices", "A100-2", "--global-batch", "64"),
+      SpecError, "flavor:count"),
+     (("--model", "imagenet", "--devices", "A100:two", "--global-batch", "64"),
+      SpecError, "not an integer"),
+     (("--model", "imagenet", "--devices", "A100:0", "--global-batch", "64"),
+      SpecError, "must be positive"),
+     (("--model", "imagenet", "--devices", "A100:1,", "--global-batch", "64"),
+      SpecError, "flavor:count"),
+     (("--model", "imagenet", "--devices", "A100:1", "--global-batch", "0"),
+      SpecError, "positive")],
+    ids=["batch-exceeds-memory", "batch-exceeds-memory-no-accum", "unknown-model",
+         "unprofiled-flavor", "unknown-flavor", "no-colon", "count-not-int", "zero-count",
+         "trailing-comma", "zero-batch"],
+)
+def test_bad_input_is_a_clear_error(app: typer.Typer, args: tuple[str, ...],
+                                    error: type[TesseraError], match: str) -> None:
+    r = run(app, *args)
+    assert isinstance(r.exception, error), r.output
+    assert isinstance(r.exception, TesseraError)
+    assert match in str(r.exception)
