@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from tessera.errors import SpecError
+from tessera.errors import SpecError, TraceFormatError
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.workload.registry import TraceReader, register_reader
@@ -112,6 +112,7 @@ def read_gavel_tsv(path: Path, ctx: ReadContext, name: str) -> Workload:
     lines = text.splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
+    profiled = {t: frozenset(table.scale_factors(t)) for t in known}
     last_arrival = 0.0
     index = 0
     unprofiled = 0
@@ -131,12 +132,12 @@ def read_gavel_tsv(path: Path, ctx: ReadContext, name: str) -> Workload:
             ctx.fail(line_no, err.field_name, err.message)
         else:
             last_arrival = row.submit_time_s
-            if row.num_gpus not in table.scale_factors(row.job_type or ""):
+            if row.num_gpus not in profiled[row.job_type or ""]:
                 unprofiled += 1
             rows.append(row)
         index += 1
-    if not rows and not ctx.skipped:
-        ctx.fail(None, None, "empty trace: no job lines")
+    if not lines:
+        raise TraceFormatError(str(path), None, None, "empty trace: no job lines")
     if unprofiled:
         ctx.notes.append(
             f"{unprofiled} jobs use a (job_type, scale_factor) pair Gavel never profiled; "
@@ -205,8 +206,9 @@ def write_gavel_tsv(
     table = throughputs or default_throughputs()
     out = Path(path)
     lines: list[str] = []
+    profiled = {t: frozenset(table.scale_factors(t)) for t in table.job_types()}
     for job in workload.jobs:
-        if strict and job.num_gpus not in table.scale_factors(job.job_type):
+        if strict and job.num_gpus not in profiled.get(job.job_type, ()):
             raise SpecError(
                 f"job {job.job_id}: Gavel has no profile for ({job.job_type!r}, {job.num_gpus}); "
                 "pass strict=False to write it anyway"

@@ -71,9 +71,18 @@ def _family_batches(table: ThroughputTable) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
-def sia_job_type(table: ThroughputTable, application: str, per_gpu_batch: float) -> str:
-    """The profiled type for a Sia application at a per-GPU batch size (rule above)."""
-    choices = _family_batches(table).get(SIA_FAMILY[application])
+def sia_job_type(
+    table: ThroughputTable,
+    application: str,
+    per_gpu_batch: float,
+    families: dict[str, list[tuple[int, str]]] | None = None,
+) -> str:
+    """The profiled type for a Sia application at a per-GPU batch size (rule above).
+
+    ``families`` is ``_family_batches(table)``, passed in to avoid recomputing it per row.
+    """
+    families = families if families is not None else _family_batches(table)
+    choices = families.get(SIA_FAMILY[application])
     if not choices:
         raise RowError("application", f"no profiled {SIA_FAMILY[application]} job types")
     target = math.log(max(per_gpu_batch, 1.0))
@@ -83,6 +92,7 @@ def sia_job_type(table: ThroughputTable, application: str, per_gpu_batch: float)
 def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
     """Read one Sia workload file (see the module docstring for the approximations)."""
     rows: list[JobRow] = []
+    families = _family_batches(ctx.throughputs)
     for line, _index, cols, f in iter_csv(path, ctx, REQUIRED):
         try:
             job_id = f[cols["name"]].strip()
@@ -96,7 +106,7 @@ def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
                 )
             replicas = parse_int(f[cols["num_replicas"]], "num_replicas", min_value=1)
             batch = parse_int(f[cols["batch_size"]], "batch_size", min_value=1)
-            job_type = sia_job_type(ctx.throughputs, app, batch / replicas)
+            job_type = sia_job_type(ctx.throughputs, app, batch / replicas, families)
         except RowError as err:
             ctx.fail(line, err.field_name, err.message)
             continue
