@@ -126,7 +126,7 @@ def materialise(
     return tuple(out)
 
 
-def _demand(segments: Iterable[SegmentOption]) -> list[int]:
+def kind_demand(segments: Iterable[SegmentOption]) -> list[int]:
     kinds = [s.kind for s in segments]
     return [kinds.count(k) for k in BASE_KINDS]
 
@@ -151,7 +151,7 @@ def plan_heuristic(
     options = all_options(services, table, gpu, rule)
     _check_kinds(options)
     segs = [o for so in options for o in cheapest_cover(so)]
-    chosen = greedy_patterns(gpu, _demand(segs), r510=r510)
+    chosen = greedy_patterns(gpu, kind_demand(segs), r510=r510)
     gpus = materialise(gpu, chosen, segs)
     bound = slice_lower_bound(options)
     return SharePlan(
