@@ -99,8 +99,15 @@ class TrainResult:
             "final_loss": self.final_loss,
             "restarts": self.restarts,
             "throughput_samples_per_s": self.throughput_samples_per_s,
-            "rebalances": self.rebalances,
+            "rebalances": len(self.rebalances),
+            "rebalance_events": self.rebalances,
         }
+
+    def mean_compute_s(self) -> list[float]:
+        """Each rank's mean compute time per step over the measured steps."""
+        recs = self.measured_records()
+        n = len(self.flavors)
+        return [sum(r["compute_s"][i] for r in recs) / len(recs) for i in range(n)]
 
 
 def _free_port() -> int:
