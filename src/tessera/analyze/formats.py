@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tessera.analyze import helios, loaders
+from tessera.analyze import benchmark_loaders, helios, loaders
 from tessera.analyze.trace import Trace
 from tessera.errors import TraceFormatError
 
@@ -53,8 +53,8 @@ FORMATS: dict[str, TraceFormat] = {
         TraceFormat("pai-2020", "Alibaba PAI 2020 machine table", loaders.pai_2020),
         TraceFormat("spot-2026", "Alibaba spot-GPU 2026 node inventory", loaders.spot_2026),
         TraceFormat("helios", "SenseTime Helios summaries", helios.load),
-        TraceFormat("sia", "Sia SOSP'23 workload-N.csv", loaders.sia),
-        TraceFormat("gavel", "Gavel 10-column TSV .trace", loaders.gavel),
+        TraceFormat("sia", "Sia SOSP'23 workload-N.csv", benchmark_loaders.sia),
+        TraceFormat("gavel", "Gavel 10-column TSV .trace", benchmark_loaders.gavel),
     )
 }
 

@@ -34,7 +34,7 @@ PHILLY_JOBS = "philly_jobs_pollux.csv"
 PHILLY_NODES = "philly_node_sequence.csv"
 
 
-def _with_gpu_time(jobs: pl.DataFrame) -> pl.DataFrame:
+def with_gpu_time(jobs: pl.DataFrame) -> pl.DataFrame:
     """Add ``gpu_request`` (= num_gpus unless set) and ``gpu_time_s`` where a duration exists."""
     if "gpu_request" not in jobs.columns and "num_gpus" in jobs.columns:
         jobs = jobs.with_columns(gpu_request=pl.col("num_gpus").cast(pl.Float64))
@@ -72,7 +72,7 @@ def philly_jobs(path: Path) -> pl.DataFrame:
         submit_time_s=(pl.col("submit_at") - pl.col("submit_at").min()).dt.total_microseconds()
         / 1e6
     )
-    return _with_gpu_time(jobs)
+    return with_gpu_time(jobs)
 
 
 def philly_occupancy(path: Path) -> pl.DataFrame:
@@ -135,7 +135,7 @@ def philly_gavel(path: Path) -> Trace:
         name="philly-gavel",
         format="philly-gavel",
         paths=(path,),
-        jobs=_with_gpu_time(df.select("duration_s", "num_gpus")),
+        jobs=with_gpu_time(df.select("duration_s", "num_gpus")),
         notes=("Gavel's derived distribution (jobs >= ~1 h, <= 8 GPUs); no submit times.",),
     )
 
@@ -165,7 +165,7 @@ def itp(path: Path) -> Trace:
     if not files:
         raise TraceFormatError(str(path), None, None, "no clusterNN.csv files in this folder")
     jobs = pl.concat([_itp_file(f) for f in files])
-    jobs = _with_gpu_time(_relative_submit(jobs, "submission_time").drop("submission_time"))
+    jobs = with_gpu_time(_relative_submit(jobs, "submission_time").drop("submission_time"))
     return Trace(
         name="itp",
         format="itp",
@@ -224,7 +224,7 @@ def fgd_pods(path: Path) -> pl.DataFrame:
             duration_s=pl.col("deletion_time") - pl.col("scheduled_time"),
             wait_s=pl.col("scheduled_time") - pl.col("creation_time"),
         ).drop("creation_time", "deletion_time", "scheduled_time")
-    return _with_gpu_time(jobs)
+    return with_gpu_time(jobs)
 
 
 def fgd_nodes(path: Path) -> pl.DataFrame:
@@ -312,102 +312,4 @@ def spot_2026(path: Path) -> Trace:
         paths=(path,),
         nodes=nodes,
         notes=("Node inventory only; the job table (job_info_df.csv) is not stored.",),
-    )
-
-
-# --- Gavel 10-column TSV ---------------------------------------------------------------------
-
-GAVEL_COLUMNS = (
-    "job_type",
-    "command",
-    "working_directory",
-    "num_steps_arg",
-    "needs_data_dir",
-    "total_steps",
-    "scale_factor",
-    "priority_weight",
-    "slo",
-    "arrival_time",
-)
-
-
-def _gavel_file(path: Path) -> pl.DataFrame:
-    df = read_table(
-        path,
-        {
-            "job_type": TEXT,
-            "total_steps": INTEGER,
-            "scale_factor": INTEGER,
-            "priority_weight": NUMBER,
-            "slo": NUMBER,
-            "arrival_time": NUMBER,
-        },
-        has_header=False,
-        names=GAVEL_COLUMNS,
-        separator="\t",
-    )
-    check_min(path, df, "scale_factor", 1)
-    check_non_decreasing(path, df, "arrival_time", header_lines=0)
-    return df.drop(ROW)
-
-
-def gavel(path: Path) -> Trace:
-    """Gavel ``.trace`` files: a file, or a folder of them (tenant = file name)."""
-    files = sorted(path.glob("*.trace")) if path.is_dir() else [path]
-    if not files:
-        raise TraceFormatError(str(path), None, None, "no .trace files in this folder")
-    jobs = pl.concat([_gavel_file(f).with_columns(tenant=pl.lit(f.stem)) for f in files])
-    jobs = jobs.select(
-        submit_time_s="arrival_time",
-        num_gpus="scale_factor",
-        job_type="job_type",
-        total_steps="total_steps",
-        priority_weight="priority_weight",
-        tenant="tenant",
-    )
-    return Trace(
-        name=path.stem,
-        format="gavel",
-        paths=tuple(files),
-        clock=Clock.RELATIVE,
-        jobs=_with_gpu_time(jobs),
-        notes=("Gavel traces give steps, not durations: no duration or GPU-time statistics.",),
-    )
-
-
-# --- Sia workloads ---------------------------------------------------------------------------
-
-
-def _sia_file(path: Path, tenant: str) -> pl.DataFrame:
-    df = read_table(path, {"time": NUMBER, "application": TEXT, "num_replicas": INTEGER})
-    check_non_decreasing(path, df, "time")
-    return df.select(
-        submit_time_s="time", num_gpus="num_replicas", job_type="application", tenant=pl.lit(tenant)
-    )
-
-
-def sia(path: Path) -> Trace:
-    """Sia workloads: one file, a set folder (tenant = file) or the root (tenant = set)."""
-    if path.is_file():
-        parts = [_sia_file(path, path.stem)]
-        files = [path]
-    elif any(path.glob("workload-*.csv")):
-        files = sorted(path.glob("workload-*.csv"))
-        parts = [_sia_file(f, f.stem) for f in files]
-    else:
-        files = sorted(path.glob("*/workload-*.csv"))
-        parts = [_sia_file(f, f.parent.name) for f in files]
-    if not files:
-        raise TraceFormatError(str(path), None, None, "no workload-N.csv files found")
-    return Trace(
-        name="sia" if path.is_dir() and not path.name.startswith("workload") else path.stem,
-        format="sia",
-        paths=tuple(files),
-        clock=Clock.RELATIVE,
-        jobs=_with_gpu_time(pl.concat(parts)),
-        notes=(
-            "Semi-synthetic: submit times are real; application, GPU count and batch size were "
-            "drawn from profiles, not the job's real values. Each workload file has its own "
-            "time origin.",
-        ),
     )
