@@ -130,3 +130,18 @@ def test_plan_services_errors(kwargs: dict[str, str], match: str) -> None:
 def test_service_validation(rate: float, slo: float) -> None:
     with pytest.raises(SpecError):
         Service("x", "resnet50", rate, slo)
+
+
+def test_heuristic_plans_1000_services_quickly() -> None:
+    import time
+
+    models = TABLE.models()
+    svcs = tuple(
+        Service(f"s{i}", models[i % len(models)], 20.0 + (i * 37) % 2900, 150.0 + (i * 13) % 400)
+        for i in range(1000)
+    )
+    t0 = time.perf_counter()
+    plan = plan_heuristic(svcs, TABLE, A100, BatchingRule())
+    assert time.perf_counter() - t0 < 2.0  # 1 s target; slack for shared CI cores
+    assert all(c.meets_rate for c in plan.capacities())
+    assert plan.lower_bound <= plan.gpus_used
