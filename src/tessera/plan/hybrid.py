@@ -80,8 +80,9 @@ class HybridPlan:
         lines = [f"{self.model}: {self.kind}, global batch {self.global_bsz}, "
                  f"step {self.step_time_s:.4f} s, {self.throughput_samples_per_s:,.2f} samples/s"]
         if self.dp is not None:
-            for s in self.dp.shares:
-                lines.append(f"  {s.flavor.short:<12} {s.node_id:<16} local batch {s.local_bsz}")
+            for sh in self.dp.shares:
+                lines.append(f"  {sh.flavor.short:<12} {sh.node_id:<16} local batch "
+                             f"{sh.local_bsz}")
             return "\n".join(lines)
         lines.append(f"  {self.dp_copies} pipeline cop{'y' if self.dp_copies == 1 else 'ies'}, "
                      f"{self.n_micro} micro-batches of {self.micro_bsz}"

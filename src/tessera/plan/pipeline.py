@@ -27,10 +27,12 @@ charge ``min(M, N)`` with N the device count, an upper bound on p). With activat
 recomputation a stage keeps only each layer's input and pays one more forward pass.
 Replication d ranges over 1…r for r ≤ 8 and powers of two (and r) beyond.
 
-The DP objective is the per-micro-batch bottleneck ``t_s + allreduce_s / M``; the step time
-formula above is computed for the chosen plan. :mod:`tessera.plan.exhaustive` enumerates the
-same space for tests. Cost: O(K! · K · Σ_r |D(r)| · L²) array work: 4 flavors × 16 GPUs and 100
-layers take well under a second per micro-batch setting.
+The DP objective is the per-micro-batch bottleneck ``t_s + allreduce_s / M``. When M is small,
+fill and drain (Σ t_s) matter too, so the planner also runs the same DP as a min-sum of stage
+times under bottleneck caps τ = (1.05 … 2) × the optimum (for the two flavor orders with the
+best bottlenecks), and keeps whichever plan has the smallest step time by the formula above.
+:mod:`tessera.plan.exhaustive` enumerates the same space for tests. Cost: O(K! · K · Σ_r |D(r)|
+· L²) array work: 4 flavors × 16 GPUs and 100 layers take about a second or two per setting.
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ from tessera.plan.models import LayeredModel
 
 #: Fixed cost of one micro-batch pass through a stage (and of one data-parallel step).
 DEFAULT_PASS_OVERHEAD_S = 0.002
+
+
+#: When fill and drain (Σ t_s) exceed this share of the step, also search plans with a
+#: bottleneck up to TAU_FACTORS × the optimum that minimise Σ t_s.
+FILL_DRAIN_SHARE = 0.05
+TAU_FACTORS = (1.05, 1.1, 1.25, 1.5, 2.0)
+#: ... for the flavor orders with the best bottlenecks only.
+TAU_ORDERS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +135,7 @@ class PipelinePlan:
     stages: tuple[Stage, ...]
     config: PipelineConfig
     bottleneck_s: float
+    best_bottleneck_s: float
 
     @property
     def step_time_s(self) -> float:
@@ -213,6 +224,12 @@ class StageCosts:
             self._cache[key] = np.where(bad, np.inf, obj)
         return self._cache[key]
 
+    def capped_time(self, gi: int, d: int, tau_s: float) -> np.ndarray:
+        """Per-micro-batch stage time t_s where the DP objective is at most ``tau_s``."""
+        obj = self.objective(gi, d)
+        compute, p2p, _, _ = self.parts(gi, d)
+        return np.where(obj <= tau_s, compute + p2p, np.inf)
+
     def stage(self, gi: int, d: int, i: int, j: int) -> Stage:
         compute, p2p, allreduce, mem = self.parts(gi, d)
         return Stage(self.groups[gi].flavor, d, i, j, float(compute[i, j]),
@@ -231,8 +248,14 @@ class _OrderTables:
     entry_src: list[tuple[int, int]]    # per j: (position, r) that the entry state came from
 
 
-def _solve_order(sc: StageCosts, order: Sequence[int]) -> tuple[float, list[Stage]]:
-    """Best bottleneck and stages for one flavor order (flavors may be skipped)."""
+def _solve_order(sc: StageCosts, order: Sequence[int], tau_s: float | None = None
+                 ) -> tuple[float, list[Stage]]:
+    """Best stages for one flavor order (flavors may be skipped).
+
+    With ``tau_s`` None, minimises the bottleneck (max of the DP objective); otherwise
+    minimises the sum of stage times among stages whose objective stays within ``tau_s``.
+    """
+    combine = np.maximum if tau_s is None else np.add
     n = sc.n
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
@@ -248,7 +271,8 @@ def _solve_order(sc: StageCosts, order: Sequence[int]) -> tuple[float, list[Stag
             if not np.isfinite(row).any():
                 continue
             for d in replica_choices(r):
-                cand = np.maximum(row[:, None], sc.objective(gi, d))
+                step = sc.objective(gi, d) if tau_s is None else sc.capped_time(gi, d, tau_s)
+                cand = combine(row[:, None], step)
                 arg = cand.argmin(axis=0)
                 val = cand[arg, np.arange(n + 1)]
                 better = val < cost[r - d]
@@ -260,8 +284,8 @@ def _solve_order(sc: StageCosts, order: Sequence[int]) -> tuple[float, list[Stag
         tables.append(_OrderTables(gi, cost, par[0], par[1], par[2], list(best_src)))
         for r in range(cnt):
             better = cost[r] < best
-            for j in np.nonzero(better)[0]:
-                best_src[int(j)] = (pos, r)
+            for jj in np.nonzero(better)[0].tolist():
+                best_src[jj] = (pos, r)
             best = np.minimum(best, cost[r])
     if not np.isfinite(best[n]):
         return math.inf, []
@@ -290,9 +314,12 @@ def plan_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     if not groups:
         raise SpecError("no devices to plan a pipeline over")
     sc = StageCosts(model, groups, config)
+    orders = list(itertools.permutations(range(len(groups))))
     best: tuple[float, list[Stage]] = (math.inf, [])
-    for order in itertools.permutations(range(len(groups))):
+    ranked: list[tuple[float, tuple[int, ...]]] = []
+    for order in orders:
         val, stages = _solve_order(sc, order)
+        ranked.append((val, order))
         if val < best[0]:
             best = (val, stages)
     if not best[1]:
@@ -302,4 +329,18 @@ def plan_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
             f"(model state alone needs {model.params * model.state_bytes_per_param / GIB:.1f} "
             "GiB in total)"
         )
-    return PipelinePlan(model.name, tuple(best[1]), config, best[0])
+    chosen = best[1]
+    fill_drain = sum(x.time_s for x in chosen)
+    if fill_drain > FILL_DRAIN_SHARE * step_time_s(chosen, config.n_micro):
+        promising = [o for v, o in sorted(ranked)[:TAU_ORDERS] if math.isfinite(v)]
+        for factor in TAU_FACTORS:   # trade a slightly slower bottleneck for fewer stages
+            for order in promising:
+                _, stages = _solve_order(sc, order, best[0] * factor)
+                if stages and (step_time_s(stages, config.n_micro)
+                               < step_time_s(chosen, config.n_micro)):
+                    chosen = stages
+    return PipelinePlan(model.name, tuple(chosen), config, _bottleneck(chosen, config), best[0])
+
+
+def _bottleneck(stages: Sequence[Stage], config: PipelineConfig) -> float:
+    return max(s.time_s + s.allreduce_s / config.n_micro for s in stages)
