@@ -20,7 +20,7 @@ def _register() -> Callable[[typer.Typer], None]:
     (``tessera/cli/__init__.py`` imports every command module, some written concurrently)."""
     try:
         from tessera.cli.plan import register
-    except ModuleNotFoundError:
+    except (ImportError, AttributeError):
         import tessera
 
         path = Path(tessera.__file__).parent / "cli" / "plan.py"
@@ -107,3 +107,22 @@ def test_bad_input_is_a_clear_error(app: typer.Typer, args: tuple[str, ...],
     assert isinstance(r.exception, error), r.output
     assert isinstance(r.exception, TesseraError)
     assert match in str(r.exception)
+
+
+def test_pipeline_flag_plans_a_layered_model(app: typer.Typer) -> None:
+    r = run(app, "--model", "gpt", "--devices", "A100-40GB:4,V100:8", "--global-batch", "64",
+            "--pipeline", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["kind"] == "pipeline" and out["stages"]
+    assert out["stages"][-1]["end_layer"] == 50
+    text = run(app, "--model", "resnet50", "--devices", "V100:2,T4:2", "--global-batch", "64",
+               "--pipeline")
+    assert text.exit_code == 0 and "data-parallel" in text.output
+
+
+def test_pipeline_flag_unknown_layered_model(app: typer.Typer) -> None:
+    r = run(app, "--model", "imagenet", "--devices", "V100:2", "--global-batch", "64",
+            "--pipeline")
+    assert isinstance(r.exception, NoProfileError)
+    assert "gpt-<layers>x<hidden>" in str(r.exception)
