@@ -7,7 +7,8 @@ unchanged to every rank -- pickled to spawned processes, or as JSON for ``torchr
 Split modes:
 
 * ``planned`` -- start from a split proportional to the catalog's relative speeds (the prior a
-  planner would give), then rebalance online from measured step times;
+  planner would give; :mod:`tessera.plan` can supply a better one), then rebalance online from
+  measured step times;
 * ``equal`` -- plain data parallelism: ``B/N`` samples per rank, never rebalanced (the baseline);
 * ``fixed`` -- an explicit split, never rebalanced (tests and reproductions).
 """
@@ -144,7 +145,9 @@ class TrainConfig:
             return self.fixed_split
         if self.split == "equal":
             return equal_split(self.global_batch, self.world_size)
-        return proportional_split(self.emulated_speeds(), self.global_batch,
+        # The prior comes from the catalog, never from the emulated truth: with explicit
+        # ``speeds`` the balancer has to discover them from measurements.
+        return proportional_split(relative_speeds(self.slots), self.global_batch,
                                   self.balancer.min_batch)
 
     def with_changes(self, **changes: Any) -> TrainConfig:
