@@ -1,0 +1,220 @@
+"""``tessera simulate``, ``tessera demo``, ``tessera traces`` and ``tessera policies``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from tessera.sim.metrics import SimResult
+
+DEMO_CLUSTER = "v100:256,p100:128,k80:64"
+DEMO_POLICIES = "fifo,las,max_min_fairness,finish_time_fairness,hetero_srpt"
+
+
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def run_simulation(
+    trace: str,
+    cluster_text: str,
+    policies: list[str],
+    *,
+    gpus_per_server: int,
+    config_updates: dict[str, object],
+    out: Path | None,
+    as_json: bool,
+    workers: int,
+    throughputs: Path | None,
+    on_error: str,
+    limit: int | None,
+    plots: bool,
+) -> list[SimResult]:
+    """Shared body of ``simulate`` and ``demo``: load, run, print, write the report."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tessera.model.cluster import load_cluster
+    from tessera.perf.profiles import default_throughputs, load_gavel_throughputs
+    from tessera.report.tables import comparison_table
+    from tessera.sched.policy import make_policy
+    from tessera.sim.batch import RunSpec, run_policies
+    from tessera.sim.config import FailureConfig, SimConfig
+    from tessera.workload import read_trace
+
+    err = Console(stderr=True)
+    for p in policies:
+        make_policy(p)  # fail fast on a bad name, before loading anything big
+    table = load_gavel_throughputs(throughputs) if throughputs else default_throughputs()
+    cluster = load_cluster(cluster_text, gpus_per_server)
+    loaded = read_trace(trace, on_error=on_error, limit=limit, throughputs=table)  # type: ignore[arg-type]
+    workload = loaded.workload
+    failures = FailureConfig(**{k[8:]: v for k, v in config_updates.items()
+                                if k.startswith("failure_")})
+    plain = {k: v for k, v in config_updates.items() if not k.startswith("failure_")}
+    config = SimConfig(**plain, failures=failures)  # type: ignore[arg-type]
+    if not as_json:
+        err.print(f"[bold]trace[/] {workload.name}: {len(workload)} jobs ({loaded.format})")
+        for note in workload.notes:
+            err.print(f"  [dim]{note}[/]")
+        for row in loaded.skipped[:10]:
+            err.print(f"  [yellow]skipped[/] {row}")
+        err.print(f"[bold]cluster[/] {cluster.describe()}")
+        eff = config.effective()
+        err.print(f"[bold]mode[/] {eff.mode}, restore {eff.checkpoint_s + eff.restore_s:.0f} s, "
+                  f"failure rate {eff.failures.job_failure_rate:.0%}, seed {eff.seed}"
+                  + (f", compat {eff.compat}" if eff.compat else ""))
+    spec = RunSpec(workload, cluster, config, table)
+    with Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=err, transient=as_json, disable=not err.is_terminal,
+    ) as bar:
+        tasks = {p: bar.add_task(p, total=len(workload)) for p in policies}
+
+        def progress(policy: str, done: int, total: int) -> None:
+            bar.update(tasks[policy], completed=done, total=total)
+
+        results = run_policies(spec, policies, workers=workers, progress=progress)
+    out_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    report = _write_outputs(results, cluster.total_gpus, out_dir, plots, workload.name,
+                            cluster.describe(), config)
+    if as_json:
+        payload = {
+            "results": {r.policy: r.as_dict() for r in results},
+            "trace": workload.name, "cluster": cluster.name, "jobs": len(workload),
+            "out_dir": str(out_dir), "report": str(report) if report else None,
+        }
+        sys.stdout.write(json.dumps(payload, default=_json_default) + "\n")
+    else:
+        Console().print(comparison_table(results, title=f"{workload.name} on {cluster.name}"))
+        err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
+    return results
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, float):
+        return None
+    return str(o)
+
+
+def _write_outputs(
+    results: list[SimResult], total_gpus: int, out: Path, plots: bool, trace: str,
+    cluster: str, config: object,
+) -> Path | None:
+    from tessera.report.files import write_run_files
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_run_files(results, out)
+    (out / "config.json").write_text(json.dumps(
+        {"trace": trace, "cluster": cluster, "policies": [r.policy for r in results],
+         "sim": results[0].config.model_dump() if results else {}}, indent=2, default=str))
+    if not plots:
+        return None
+    from tessera.report.html import write_html_report
+    from tessera.report.plots import plot_jct_cdf, plot_rho, plot_timeseries
+
+    images = [
+        plot_jct_cdf(results, out / "jct_cdf.png"),
+        plot_timeseries(results, total_gpus, out / "utilization_queue.png"),
+        plot_rho(results, out / "ftf_rho.png"),
+    ]
+    return write_html_report(results, images, out / "report.html",
+                             title=f"Tessera: {trace}", context=[f"cluster: {cluster}"])
+
+
+def register(app: typer.Typer) -> None:
+    """Add the simulation commands to the CLI."""
+
+    @app.command(rich_help_panel="Simulation")
+    def simulate(
+        trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
+                                  "(`tessera traces` lists them)."),
+        cluster: str = typer.Option("gavel-108", "--cluster", "-c", help="Preset (gavel-108, "
+                                    "philly, pai-2020, modern-mixed), YAML file, or compact "
+                                    "flavor:count list like v100:12,p100:12,k80:12."),
+        policy: str = typer.Option("fifo,las,max_min_fairness,hetero_srpt", "--policy", "-p",
+                                   help="Comma-separated policies (`tessera policies`); "
+                                   "add -agnostic for the heterogeneity-blind twin."),
+        gpus_per_server: int = typer.Option(1, help="GPUs per server for a compact cluster."),
+        compat: str | None = typer.Option(None, help="`gavel`: no preemption/restore cost, "
+                                          "no failures, 360 s rounds, Gavel's mechanism."),
+        mode: str = typer.Option("auto", help="rounds | events | auto (policy's choice)."),
+        round_s: float = typer.Option(360.0, help="Round length in rounds mode (s)."),
+        checkpoint_s: float = typer.Option(30.0, help="Checkpoint time on preemption (s)."),
+        restore_s: float = typer.Option(30.0, help="Restore time on resume or migration (s)."),
+        failure_rate: float = typer.Option(0.0, help="Share of jobs that fail (Philly ≈ 0.3)."),
+        locality_wait_s: float = typer.Option(0.0, help="Wait this long for one node before "
+                                              "splitting a gang across nodes (s)."),
+        seed: int = typer.Option(0, help="Random seed; same seed, same result."),
+        limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
+        on_error: str = typer.Option("raise", help="raise | skip malformed trace rows "
+                                     "(skipped rows are counted and listed)."),
+        throughputs: Path | None = typer.Option(None, help="Gavel throughputs JSON "
+                                                "(default: the bundled one)."),
+        out: Path | None = typer.Option(None, help="Output folder (default runs/<time>)."),
+        workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+        plots: bool = typer.Option(True, help="Write PNG plots and the HTML report."),
+    ) -> None:
+        """Simulate scheduling policies on a trace and compare them side by side.
+
+        Example: tessera simulate -t philly -c v100:64,p100:64,k80:64 -p fifo,las,hetero_srpt
+        """
+        pols = _split(policy)
+        n = workers or min(len(pols), os.cpu_count() or 1)
+        updates: dict[str, object] = {
+            "mode": mode, "round_s": round_s, "checkpoint_s": checkpoint_s,
+            "restore_s": restore_s, "locality_wait_s": locality_wait_s, "seed": seed,
+            "compat": compat, "failure_job_failure_rate": failure_rate,
+        }
+        run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
+                       config_updates=updates, out=out, as_json=json_out, workers=n,
+                       throughputs=throughputs, on_error=on_error, limit=limit, plots=plots)
+
+    @app.command(rich_help_panel="Simulation")
+    def demo(
+        out: Path | None = typer.Option(None, help="Output folder (default runs/<time>)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    ) -> None:
+        """The main job: five policies on a week of the Philly trace (bundled) on a mixed
+        V100/P100/K80 cluster, with the comparison table and an HTML report."""
+        pols = _split(DEMO_POLICIES)
+        updates: dict[str, object] = {"seed": 0}
+        run_simulation("philly", DEMO_CLUSTER, pols, gpus_per_server=8,
+                       config_updates=updates, out=out, as_json=json_out,
+                       workers=min(len(pols), os.cpu_count() or 1), throughputs=None,
+                       on_error="raise", limit=None, plots=True)
+
+    @app.command(rich_help_panel="Simulation")
+    def traces() -> None:
+        """List bundled and known traces and whether their data is present."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from tessera.workload import list_known_traces
+
+        t = Table("name", "jobs", "where", "description", header_style="bold")
+        for k in list_known_traces():
+            t.add_row(k.name, f"{k.num_jobs:,}" if k.num_jobs else "–", str(k.location),
+                      k.description)
+        Console().print(t)
+
+    @app.command(rich_help_panel="Simulation")
+    def policies() -> None:
+        """List scheduling policies (append -agnostic for the heterogeneity-blind twin)."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from tessera.sched.policy import list_policies
+
+        t = Table("policy", "what it does", header_style="bold")
+        for name, summary in list_policies():
+            t.add_row(name, summary)
+        Console().print(t)

@@ -1,0 +1,50 @@
+"""Per-job CSV/JSON files and the frozen copy of a run's settings."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+from tessera.sim.metrics import JobRecord, SimResult
+
+
+def safe_name(policy: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in policy)
+
+
+def write_job_csv(result: SimResult, path: Path) -> None:
+    """One row per job: outcome, times, waits by reason, preemptions, failures, ρ."""
+    fields = [f.name for f in dataclasses.fields(JobRecord)]
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(fields)
+        for rec in result.jobs:
+            w.writerow([getattr(rec, f) if getattr(rec, f) is not None else "" for f in fields])
+
+
+def write_summary_json(result: SimResult, path: Path) -> None:
+    payload = {
+        "policy": result.policy,
+        "cluster": result.cluster,
+        "workload": result.workload,
+        "config": result.config.model_dump(),
+        "metrics": result.as_dict(),
+        "phase_ms_total": dict(result.phase_ms),
+    }
+    path.write_text(json.dumps(payload, indent=2, default=str))
+
+
+def write_run_files(results: list[SimResult], out: Path) -> list[Path]:
+    """Write every policy's jobs CSV and summary JSON under ``out``; returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in results:
+        stem = safe_name(r.policy)
+        p_csv = out / f"jobs-{stem}.csv"
+        p_json = out / f"summary-{stem}.json"
+        write_job_csv(r, p_csv)
+        write_summary_json(r, p_json)
+        paths += [p_csv, p_json]
+    return paths

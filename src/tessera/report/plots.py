@@ -1,0 +1,84 @@
+"""PNG plots of simulation results (matplotlib, headless Agg backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tessera.sim.metrics import SimResult
+
+
+def _plt():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
+    """CDF of job completion time per policy, log-scaled time axis."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in results:
+        jct = np.sort([j.jct_s for j in r.jobs if j.jct_s is not None]) / 3600.0
+        if len(jct):
+            ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=r.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("JCT distribution")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_timeseries(results: Sequence[SimResult], total_gpus: int, path: Path) -> Path:
+    """GPU utilization and queue length over time, one line per policy."""
+    plt = _plt()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.4), sharex=True)
+    for r in results:
+        if not r.samples:
+            continue
+        t = np.array([s.time_s for s in r.samples]) / 3600.0
+        busy = np.array([s.busy_gpus for s in r.samples]) / max(total_gpus, 1)
+        queued = np.array([s.queued_jobs for s in r.samples])
+        top.plot(t, 100 * busy, label=r.policy, lw=1)
+        bottom.plot(t, queued, label=r.policy, lw=1)
+    top.set_ylabel("GPUs busy (%)")
+    top.set_title("Utilization and queue over time")
+    top.grid(alpha=0.3)
+    bottom.set_ylabel("jobs waiting")
+    bottom.set_xlabel("time since first submission (hours)")
+    bottom.grid(alpha=0.3)
+    top.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_rho(results: Sequence[SimResult], path: Path) -> Path:
+    """CDF of finish-time-fairness ρ per policy (ρ ≤ 1: no worse than a fair share)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in results:
+        rho = np.sort([j.ftf_rho for j in r.jobs if j.ftf_rho is not None])
+        if len(rho):
+            ax.plot(rho, np.arange(1, len(rho) + 1) / len(rho), label=r.policy)
+    ax.axvline(1.0, color="grey", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("finish-time fairness ρ (log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,303 @@
+"""One scheduling round: ``decide(snapshot, policy, oracle, rng) -> Decision``.
+
+The round is a pure function: it reads an immutable :class:`~tessera.sched.snapshot.Snapshot`
+and returns a new :class:`Decision`; no I/O, no clock reads (the phase timings are diagnostics
+and never influence the result), randomness only through the injected ``rng``. The simulator
+and the live service both call it, so the policy that was simulated is the policy that runs.
+
+Phases, each timed:
+
+1. **admit** -- tenant quotas: a pending job whose queue would exceed its nominal quota plus
+   its borrowing limit is held (reason: quota).
+2. **order** -- the policy ranks ``(job, flavor)`` candidates.
+3. **place** -- (a) non-preemptive policies keep running gangs where they are; (b) walk the
+   ranking, selecting jobs while each flavor has GPUs left (by count); (c) selected running
+   jobs keep their GPUs (no needless migration); (d) the rest are placed largest gang first;
+   (e) whatever a fragmented gang could not use is backfilled from the ranking.
+4. **preempt** -- running jobs a preemptive policy no longer selects are stopped.
+5. **explain** -- every job left pending gets a reason, ordered like Kueue's outcomes.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tessera.model.jobs import JobId
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.placement import BlockInfo, FreeGpus
+from tessera.sched.policy import Policy, PolicyContext
+from tessera.sched.snapshot import JobView, Placement, Snapshot
+
+
+_NONE_FREE = BlockInfo(0, 0)
+
+
+class PendingKind(enum.IntEnum):
+    """Why a job waits, from worst to best outlook (after Kueue's ordered fit modes)."""
+
+    NO_FIT = 0
+    """It can never run here (rejected)."""
+    QUOTA = 1
+    """Its queue is at quota (fair-share delay)."""
+    CAPACITY = 2
+    """Not enough free GPUs of an allowed flavor: higher-ranked jobs hold them."""
+    FRAGMENTATION = 3
+    """Enough GPUs are free, but not with the locality the gang needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """A reason a person can act on; the message is built only when shown."""
+
+    kind: PendingKind
+    detail: tuple[Any, ...] = ()
+
+    def __str__(self) -> str:
+        d = self.detail
+        if self.kind is PendingKind.QUOTA:
+            return (
+                f"queue {d[0]!r} at quota: uses {d[1]} of {d[2]} GPUs (+{d[3]} borrowable); "
+                f"needs {d[4]}"
+            )
+        if self.kind is PendingKind.FRAGMENTATION:
+            return (
+                f"needs {d[0]}×{d[1]} together; {d[2]} are free but the largest free block on "
+                f"one node is {d[3]}"
+            )
+        if self.kind is PendingKind.CAPACITY:
+            free = ", ".join(f"{f} {n}" for f, n in d[2]) or "none"
+            return (
+                f"needs {d[0]} GPUs of {'/'.join(d[1]) or 'any flavor'}; free now: {free}; "
+                f"ranked #{d[3]} by the policy"
+            )
+        return str(d[0]) if d else "cannot run on this cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one round.
+
+    Attributes:
+        placements: every job that runs after this round, with its GPUs.
+        started: jobs that start, resume or move (their placement is new).
+        preempted: running jobs stopped to make room.
+        pending: reason for every active job left waiting.
+        policy_state: the policy's memory, to pass back in the next snapshot.
+        wakeup_s: when the policy wants to be asked again even if nothing happens.
+        notes: per-job explanations from the policy.
+        phase_ms: wall milliseconds spent in each phase (diagnostics only).
+    """
+
+    placements: Mapping[JobId, Placement]
+    started: tuple[JobId, ...]
+    preempted: tuple[JobId, ...]
+    pending: Mapping[JobId, PendingReason]
+    policy_state: Any = None
+    wakeup_s: float | None = None
+    notes: Mapping[JobId, str] = field(default_factory=dict)
+    phase_ms: tuple[tuple[str, float], ...] = ()
+
+
+def _admit(snapshot: Snapshot) -> tuple[list[JobView], dict[JobId, PendingReason]]:
+    """Hold pending jobs whose queue would exceed nominal quota + borrowing limit."""
+    if not snapshot.quotas:
+        return list(snapshot.jobs), {}
+    usage: dict[str, int] = {}
+    for j in snapshot.jobs:
+        if j.running:
+            usage[j.spec.queue] = usage.get(j.spec.queue, 0) + j.spec.num_gpus
+    admitted: list[JobView] = []
+    held: dict[JobId, PendingReason] = {}
+    for j in snapshot.jobs:
+        q = snapshot.quotas.get(j.spec.queue)
+        if j.running or q is None:
+            admitted.append(j)
+            continue
+        borrow = q.borrowing_limit_gpus
+        limit = q.nominal_gpus + (borrow if borrow is not None else 1 << 30)
+        used = usage.get(q.name, 0)
+        if used + j.spec.num_gpus <= limit:
+            usage[q.name] = used + j.spec.num_gpus
+            admitted.append(j)
+        else:
+            held[j.job_id] = PendingReason(
+                PendingKind.QUOTA,
+                (q.name, used, q.nominal_gpus, borrow if borrow is not None else "∞",
+                 j.spec.num_gpus),
+            )
+    return admitted, held
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementOptions:
+    """Placement knobs.
+
+    Attributes:
+        locality_wait_s: a multi-GPU gang waits this long for a single-node placement before it
+            accepts being split across nodes (Philly's relaxed-locality guideline). 0 splits at
+            once when needed; ``inf`` never splits. Jobs with ``requires_locality`` never split.
+    """
+
+    locality_wait_s: float = 0.0
+
+
+def _needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:
+    if j.spec.requires_locality:
+        return True
+    return j.spec.num_gpus > 1 and now_s - j.pending_since_s < opts.locality_wait_s
+
+
+def decide(
+    snapshot: Snapshot,
+    policy: Policy,
+    oracle: ThroughputOracle,
+    rng: random.Random,
+    options: PlacementOptions | None = None,
+) -> Decision:
+    """Run one scheduling round over ``snapshot`` (see the module docstring for the phases)."""
+    opts = options or PlacementOptions()
+    now = snapshot.now_s
+    timings: list[tuple[str, float]] = []
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        timings.append((name, (now - t) * 1e3))
+        t = now
+
+    # 1. Admission.
+    admitted, held = _admit(snapshot)
+    view = replace(snapshot, jobs=tuple(admitted)) if held else snapshot
+    by_id = {j.job_id: j for j in admitted}
+    lap("admit")
+
+    # 2. Ordering.
+    ranking = policy.rank(PolicyContext(view, oracle, rng))
+    lap("order")
+
+    # 3. Placement.
+    free = FreeGpus(snapshot.up_nodes())
+    run: dict[JobId, Placement] = {}
+    if not policy.preemptive:
+        for j in admitted:
+            if j.running and j.placement is not None and free.can_take(j.placement):
+                free.take(j.placement)
+                run[j.job_id] = j.placement
+    count = {f: free.total_free(f) for f in free.flavors()}
+    largest = {f: free.info(f).largest_block for f in free.flavors()}
+    selected: dict[JobId, str] = {}
+    left = sum(count.values())
+    for jid, fl in ranking.candidates:
+        if left <= 0:
+            break
+        if jid in selected or jid in run:
+            continue
+        j = by_id.get(jid)
+        if j is None:
+            continue
+        g = j.spec.num_gpus
+        local = _needs_locality(j, now, opts)
+        if g <= count.get(fl, 0) and (not local or g <= largest.get(fl, 0)):
+            selected[jid] = fl
+            count[fl] -= g
+            left -= g
+    for jid, fl in selected.items():
+        p = by_id[jid].placement
+        if by_id[jid].running and p is not None and p.flavor == fl and free.can_take(p):
+            free.take(p)
+            run[jid] = p
+    rest = sorted((jid for jid in selected if jid not in run),
+                  key=lambda jid: -by_id[jid].spec.num_gpus)
+    for jid in rest:
+        j = by_id[jid]
+        placed = free.find(selected[jid], j.spec.num_gpus, _needs_locality(j, now, opts))
+        if placed is not None:
+            free.take(placed)
+            run[jid] = placed
+    if len(run) < len(by_id):
+        _backfill(ranking.candidates, by_id, run, free, now, opts)
+    lap("place")
+
+    # 4. Preemption and starts.
+    preempted = tuple(j.job_id for j in admitted if j.running and j.job_id not in run)
+    started = tuple(
+        jid for jid, p in run.items() if not by_id[jid].running or by_id[jid].placement != p
+    )
+    lap("preempt")
+
+    # 5. Reasons for everything left pending.
+    pending: dict[JobId, PendingReason] = dict(held)
+    if len(run) < len(admitted):
+        rank_pos: dict[JobId, int] = {}
+        for jid, _fl in ranking.candidates:
+            rank_pos.setdefault(jid, len(rank_pos) + 1)
+        infos = {f: free.info(f) for f in free.flavors()}
+        for j in admitted:
+            if j.job_id not in run:
+                local = _needs_locality(j, now, opts)
+                pending[j.job_id] = _reason(j, oracle, infos, rank_pos.get(j.job_id, 0), local)
+    lap("explain")
+
+    return Decision(
+        placements=run,
+        started=started,
+        preempted=preempted,
+        pending=pending,
+        policy_state=ranking.state,
+        wakeup_s=ranking.wakeup_s,
+        notes=ranking.notes,
+        phase_ms=tuple(timings),
+    )
+
+
+def _backfill(
+    candidates: tuple[tuple[JobId, str], ...],
+    by_id: dict[JobId, JobView],
+    run: dict[JobId, Placement],
+    free: FreeGpus,
+    now_s: float,
+    opts: PlacementOptions,
+) -> None:
+    """Place lower-ranked jobs into GPUs that fragmented gangs could not use."""
+    flavors = free.flavors()
+    for jid, fl in candidates:
+        if jid in run:
+            continue
+        if all(free.total_free(f) == 0 for f in flavors):
+            break
+        j = by_id.get(jid)
+        if j is None or free.total_free(fl) < j.spec.num_gpus:
+            continue
+        p = j.placement
+        if j.running and p is not None and p.flavor == fl and free.can_take(p):
+            placed: Placement | None = p
+        else:
+            placed = free.find(fl, j.spec.num_gpus, _needs_locality(j, now_s, opts))
+        if placed is not None:
+            free.take(placed)
+            run[jid] = placed
+
+
+def _reason(
+    j: JobView, oracle: ThroughputOracle, infos: dict[str, BlockInfo], pos: int, local: bool
+) -> PendingReason:
+    rates = oracle.real_rates(j.spec)
+    if not rates:
+        return PendingReason(PendingKind.NO_FIT, ("no allowed flavor can run this job",))
+    g = j.spec.num_gpus
+    flavors = tuple(r.flavor for r in rates)
+    if local:
+        for fl in flavors:
+            info = infos.get(fl, _NONE_FREE)
+            if info.total_free >= g > info.largest_block:
+                return PendingReason(
+                    PendingKind.FRAGMENTATION, (g, fl, info.total_free, info.largest_block)
+                )
+    free_now = tuple((fl, infos.get(fl, _NONE_FREE).total_free) for fl in flavors)
+    return PendingReason(PendingKind.CAPACITY, (g, flavors, free_now, pos))

@@ -1,0 +1,52 @@
+"""Can this job *ever* run on this cluster? Checked once, at submission.
+
+Ray or Kubernetes would leave an impossible request pending forever; Tessera rejects it at once
+with the reason ("needs 9 GPUs on one node; the largest V100 node has 8").
+"""
+
+from __future__ import annotations
+
+from tessera.errors import UnknownFlavorError
+from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import resolve_flavor
+from tessera.model.jobs import JobSpec
+from tessera.sched.oracle import ThroughputOracle
+
+
+def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle) -> str | None:
+    """The reason ``job`` can never be placed on ``cluster``, or ``None`` if it can."""
+    present = {f.short for f in cluster.flavors()}
+    if job.flavors:
+        try:
+            wanted = [resolve_flavor(f).short for f in job.flavors]
+        except UnknownFlavorError as e:
+            return str(e)
+        allowed = [f for f in wanted if f in present]
+        if not allowed:
+            return (
+                f"accepts only {', '.join(wanted)}; the cluster has {', '.join(sorted(present))}"
+            )
+    rates = oracle.real_rates(job)
+    if not rates:
+        return (
+            f"no throughput profile for {job.job_type!r} at {job.num_gpus} GPUs on any allowed "
+            "flavor of this cluster"
+        )
+    best_total = 0
+    best_node = 0
+    for r in rates:
+        f = resolve_flavor(r.flavor)
+        total = cluster.gpus_by_flavor().get(f, 0)
+        node = cluster.max_gpus_per_node(f)
+        if job.num_gpus <= (node if job.requires_locality else total):
+            return None
+        best_total = max(best_total, total)
+        best_node = max(best_node, node)
+    if job.requires_locality:
+        return (
+            f"needs {job.num_gpus} GPUs on one node (locality required); the largest node of an "
+            f"allowed flavor has {best_node}"
+        )
+    return (
+        f"needs {job.num_gpus} GPUs of one flavor; the largest allowed flavor pool has {best_total}"
+    )

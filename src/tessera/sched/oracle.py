@@ -1,0 +1,121 @@
+"""The decision core's view of speed: per job, which flavors it can use and how fast.
+
+Policies never read profiles; they ask a :class:`ThroughputOracle`, which asks
+:mod:`tessera.perf` once per (job type, gang size) and caches the answer.
+
+An oracle is either **heterogeneity-aware** (policies see each flavor's real speed) or
+**agnostic** (policies see every usable flavor as running at the reference flavor's speed, as
+Gavel's un-suffixed baselines do). The simulator always advances jobs at their real speed, so an
+agnostic policy pays for its blindness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.errors import NoProfileError
+from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import resolve_flavor
+from tessera.model.jobs import JobSpec
+from tessera.perf.profiles import ThroughputTable
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorRate:
+    """Steps/s of one job on one flavor, on one node and split across nodes."""
+
+    flavor: str
+    consolidated: float
+    spread: float
+
+
+class ThroughputOracle:
+    """Cached throughput answers for the jobs of one workload on one cluster."""
+
+    def __init__(
+        self,
+        table: ThroughputTable,
+        cluster: ClusterSpec,
+        agnostic: bool = False,
+        unprofiled_uniform: bool = False,
+    ) -> None:
+        """Args:
+            table: measured throughputs.
+            cluster: the inventory (which flavors exist).
+            agnostic: hide speed differences from policies.
+            unprofiled_uniform: a job type with no measurement on any allowed flavor runs at
+                rate 1.0 everywhere it is allowed (the live service's jobs are arbitrary
+                commands); otherwise such a job cannot be placed.
+        """
+        self.table = table
+        self.agnostic = agnostic
+        self.unprofiled_uniform = unprofiled_uniform
+        self.cluster_flavors = tuple(f.short for f in cluster.flavors())
+        self._reference = resolve_flavor(table.reference_flavor).short
+        self._cache: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
+        self._view: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
+        self._types: frozenset[str] | None = None
+
+    def real_rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
+        """True rates on every allowed cluster flavor where the job can run (rate > 0).
+
+        Order: the job's own preference order when it gives one, else the cluster's order.
+        """
+        key = (job.job_type, job.num_gpus, job.flavors)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        allowed = self.cluster_flavors
+        if job.flavors:
+            wanted = [resolve_flavor(f).short for f in job.flavors]
+            allowed = tuple(f for f in wanted if f in self.cluster_flavors)
+        out = []
+        for f in allowed:
+            try:
+                c = self.table.throughput(job.job_type, f, job.num_gpus, True)
+                s = self.table.throughput(job.job_type, f, job.num_gpus, False)
+            except NoProfileError:
+                continue
+            if c > 0:
+                out.append(FlavorRate(f, c, s if s > 0 else c))
+        if not out and self.unprofiled_uniform and job.job_type not in self._known_types():
+            out = [FlavorRate(f, 1.0, 1.0) for f in allowed]
+        rates = tuple(out)
+        self._cache[key] = rates
+        return rates
+
+    def _known_types(self) -> frozenset[str]:
+        if self._types is None:
+            self._types = frozenset(self.table.job_types())
+        return self._types
+
+    def rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
+        """What a policy sees: real rates (aware) or reference-speed rates (agnostic)."""
+        real = self.real_rates(job)
+        if not self.agnostic:
+            return real
+        key = (job.job_type, job.num_gpus, job.flavors)
+        hit = self._view.get(key)
+        if hit is not None:
+            return hit
+        ref = next((r for r in real if r.flavor == self._reference), None)
+        if ref is None:
+            try:
+                c = self.table.throughput(job.job_type, self._reference, job.num_gpus, True)
+            except NoProfileError:
+                c = max((r.consolidated for r in real), default=0.0)
+            ref = FlavorRate(self._reference, c, c)
+        view = tuple(FlavorRate(r.flavor, ref.consolidated, ref.consolidated) for r in real)
+        self._view[key] = view
+        return view
+
+    def best_rate(self, job: JobSpec) -> float:
+        """The policy-visible rate on the job's fastest flavor (0 if it can run nowhere)."""
+        return max((r.consolidated for r in self.rates(job)), default=0.0)
+
+    def rate(self, job: JobSpec, flavor: str, consolidated: bool) -> float:
+        """True steps/s of ``job`` on ``flavor`` (0.0 if it cannot run there)."""
+        for r in self.real_rates(job):
+            if r.flavor == flavor:
+                return r.consolidated if consolidated else r.spread
+        return 0.0

@@ -1,0 +1,9 @@
+"""Every built-in policy; importing this package registers them all in ``POLICIES``."""
+
+from tessera.sched.policies import (  # noqa: F401
+    fifo,
+    gavel_lp,
+    hetero_srpt,
+    las,
+    shortest,
+)

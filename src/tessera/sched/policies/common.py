@@ -1,0 +1,32 @@
+"""Helpers shared by ordering policies."""
+
+from __future__ import annotations
+
+from tessera.model.jobs import JobId
+from tessera.sched.policy import PolicyContext
+from tessera.sched.snapshot import JobView
+
+
+def flavors_fastest_first(ctx: PolicyContext, job: JobView) -> tuple[str, ...]:
+    """The job's usable flavors, fastest first as the policy sees them.
+
+    Aware policies see real speeds; agnostic ones see equal speeds, so the order falls back to
+    the job's own preference order (or the cluster's order), which the sort keeps stable.
+    """
+    rates = ctx.oracle.rates(job.spec)
+    return tuple(r.flavor for r in sorted(rates, key=lambda r: -r.consolidated))
+
+
+def candidates_in_order(
+    ctx: PolicyContext, ordered: list[JobView]
+) -> tuple[tuple[JobId, str], ...]:
+    """Expand an ordered job list into (job, flavor) candidates, flavors fastest first."""
+    return tuple(
+        (j.job_id, fl) for j in ordered for fl in flavors_fastest_first(ctx, j)
+    )
+
+
+def remaining_s(ctx: PolicyContext, job: JobView) -> float:
+    """Remaining time on the job's fastest flavor (oracle knowledge, as SRTF assumes)."""
+    rate = ctx.oracle.best_rate(job.spec)
+    return job.remaining_steps / rate if rate > 0 else float("inf")

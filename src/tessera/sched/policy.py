@@ -1,0 +1,124 @@
+"""The policy interface and the one policy registry.
+
+A policy's only job is **ordering**: given the snapshot, it returns a :class:`Ranking`, a list of
+``(job, flavor)`` candidates from most to least deserving. The core walks that list and places
+gangs (all-or-nothing, consolidated when possible, never over-allocating), so every policy gets
+the same placement, preemption and reason logic for free.
+
+Two shapes of policy fit this:
+
+* **ordering policies** (FIFO, SJF, SRTF, Tiresias LAS, our ``hetero_srpt``) sort jobs and list
+  each job's flavors fastest first;
+* **allocation policies** (Gavel's max-min fairness, finish-time fairness, min-makespan) solve
+  for time shares ``X[job, flavor]`` and let Gavel's round mechanism turn shares into a ranking
+  (the job furthest behind its share goes first).
+
+Every policy name has an ``-agnostic`` twin: the same policy fed an oracle that hides the speed
+differences between flavors, which is what Gavel's un-suffixed baselines do.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tessera.errors import SpecError
+
+from tessera.model.jobs import JobId
+from tessera.registry import Registry
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.snapshot import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What a policy may read: the snapshot, the throughput oracle and a seeded RNG."""
+
+    snapshot: Snapshot
+    oracle: ThroughputOracle
+    rng: random.Random
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A policy's answer.
+
+    Attributes:
+        candidates: ``(job_id, flavor)`` pairs, most deserving first. A job may appear with
+            several flavors; the first that fits wins.
+        state: the policy's memory for the next round (returned to it in the next snapshot).
+        notes: per-job explanations (e.g. the job's target share per flavor).
+        wakeup_s: the next time the policy wants to be asked again even if nothing happens
+            (e.g. a Tiresias job crossing a queue threshold); ``None`` for no wish.
+    """
+
+    candidates: tuple[tuple[JobId, str], ...]
+    state: Any = None
+    notes: Mapping[JobId, str] = field(default_factory=dict)
+    wakeup_s: float | None = None
+
+
+class PolicyConfig(BaseModel):
+    """Base for a policy's options; unknown options are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Policy(ABC):
+    """Base class: subclasses set the class attributes and implement :meth:`rank`."""
+
+    #: Whether running jobs may be stopped to make room for higher-ranked ones.
+    preemptive: ClassVar[bool] = False
+    #: Default simulation mode: round-based (Gavel's 360 s rounds) or event-driven.
+    round_based: ClassVar[bool] = False
+    Config: ClassVar[type[PolicyConfig]] = PolicyConfig
+
+    def __init__(
+        self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""
+    ) -> None:
+        self.config = config or self.Config()
+        self.agnostic = agnostic
+        self.name = name or type(self).__name__.lower()
+
+    @property
+    def display_name(self) -> str:
+        return self.name + ("-agnostic" if self.agnostic else "")
+
+    @abstractmethod
+    def rank(self, ctx: PolicyContext) -> Ranking:
+        """Order the active jobs of ``ctx.snapshot`` (pending and running)."""
+
+
+POLICIES: Registry[type[Policy]] = Registry("policy")
+
+AGNOSTIC_SUFFIX = "-agnostic"
+
+
+def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
+    """Build a policy from its registry name, e.g. ``max_min_fairness-agnostic``.
+
+    Raises:
+        SpecError: unknown name or bad options.
+    """
+    from tessera.sched import policies  # noqa: F401  (registers every policy)
+
+    agnostic = name.endswith(AGNOSTIC_SUFFIX)
+    base = name[: -len(AGNOSTIC_SUFFIX)] if agnostic else name
+    cls = POLICIES.get(base)
+    try:
+        config = cls.Config(**(options or {}))
+    except ValidationError as e:
+        raise SpecError(f"policy {name!r}: {e.errors()[0]['msg']} ({e.errors()[0]['loc']})") from None
+    return cls(config, agnostic=agnostic, name=base)
+
+
+def list_policies() -> list[tuple[str, str]]:
+    """(name, one-line summary) for every registered policy."""
+    from tessera.sched import policies  # noqa: F401
+
+    return [(e.name, e.summary) for e in POLICIES]

@@ -1,0 +1,126 @@
+"""What the decision core sees: an immutable snapshot of the cluster and the active jobs.
+
+The simulator and the live service each build a :class:`Snapshot` from their own state (virtual
+or wall clock) and hand it to :func:`tessera.sched.core.decide`. Nothing in here changes; a
+decision is a new value, never a mutation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.model.cluster import ClusterSpec, Node
+from tessera.model.jobs import JobId, JobSpec, JobState
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a gang runs: GPUs taken on each node, and its flavor.
+
+    Attributes:
+        flavor: short name of the flavor of every GPU in the gang.
+        gpus_by_node: ``((node_id, gpu_count), ...)``, most GPUs first.
+    """
+
+    flavor: str
+    gpus_by_node: tuple[tuple[str, int], ...]
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(c for _n, c in self.gpus_by_node)
+
+    @property
+    def consolidated(self) -> bool:
+        """True when the whole gang sits on one node."""
+        return len(self.gpus_by_node) == 1
+
+    def describe(self) -> str:
+        nodes = "+".join(f"{n}:{c}" for n, c in self.gpus_by_node)
+        return f"{self.num_gpus}×{self.flavor} on {nodes}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One active (not finished) job as the core sees it.
+
+    Attributes:
+        spec: what was submitted.
+        state: lifecycle state (PENDING, RUNNING ...).
+        remaining_steps: work left.
+        placement: where it runs now, ``None`` unless RUNNING.
+        attained_gpu_s: GPU-seconds of service received so far (Tiresias' 2D attained service).
+        run_s_by_flavor: wall seconds run so far on each flavor (Gavel's "time received").
+        pending_since_s: when it last started waiting (submission, preemption or failure).
+        last_run_end_s: when it last stopped running, ``None`` if it never ran.
+        attempts: failed runs so far.
+    """
+
+    spec: JobSpec
+    state: JobState
+    remaining_steps: float
+    placement: Placement | None = None
+    attained_gpu_s: float = 0.0
+    run_s_by_flavor: tuple[tuple[str, float], ...] = ()
+    pending_since_s: float = 0.0
+    last_run_end_s: float | None = None
+    attempts: int = 0
+
+    @property
+    def job_id(self) -> JobId:
+        return self.spec.job_id
+
+    @property
+    def running(self) -> bool:
+        return self.state is JobState.RUNNING
+
+    def run_s_on(self, flavor: str) -> float:
+        for f, s in self.run_s_by_flavor:
+            if f == flavor:
+                return s
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """A tenant queue's GPU quota (Kueue ClusterQueue, counted in GPUs of any flavor).
+
+    Attributes:
+        name: queue name.
+        nominal_gpus: GPUs the queue is guaranteed.
+        borrowing_limit_gpus: extra GPUs it may borrow from idle quota of its cohort;
+            ``None`` = unlimited, 0 = no borrowing.
+        weight: fair-sharing weight.
+    """
+
+    name: str
+    nominal_gpus: int
+    borrowing_limit_gpus: int | None = None
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything ``decide`` may read.
+
+    Attributes:
+        now_s: the clock (virtual or wall), injected.
+        cluster: the static inventory.
+        jobs: active jobs (pending, running or preempted), in submission order.
+        quotas: tenant quotas by queue name; queues not listed are unlimited.
+        policy_state: opaque value the policy returned last round (its memory), or ``None``.
+        round_s: round length when running round-based, else ``None``.
+        down_nodes: nodes currently unavailable.
+    """
+
+    now_s: float
+    cluster: ClusterSpec
+    jobs: tuple[JobView, ...]
+    quotas: Mapping[str, QueueQuota] = field(default_factory=dict)
+    policy_state: Any = None
+    round_s: float | None = None
+    down_nodes: frozenset[str] = frozenset()
+
+    def up_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.cluster.nodes if n.node_id not in self.down_nodes)

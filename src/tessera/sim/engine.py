@@ -1,0 +1,365 @@
+"""The discrete-event engine: a heap of timed events and the same ``decide()`` as live.
+
+Events are plain tuples ``(time_s, priority, seq, kind, job, epoch)`` on a ``heapq``: cheaper
+than event objects or SimPy processes (3.4× in our design benchmark), deterministic because
+``seq`` breaks ties in insertion order. A job's ``epoch`` increases whenever it stops or moves,
+so completion and failure events of an old run are recognised as stale and dropped instead of
+being searched for and removed.
+
+Two modes:
+
+* **events** -- decide on every arrival, completion, failure and policy wake-up;
+* **rounds** -- decide every ``round_s`` seconds (Gavel's time-sharing rounds); jobs that finish
+  mid-round leave their GPUs idle until the next round, as in Gavel.
+
+Costs: a preempted or migrated job holds its next GPUs ``checkpoint_s + restore_s`` before it
+progresses again; a failure loses the work since the last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tessera.model.cluster import ClusterSpec
+from tessera.model.jobs import JobId, JobState, Workload
+from tessera.perf.profiles import ThroughputTable, default_throughputs
+from tessera.sched.core import Decision, PlacementOptions, decide
+from tessera.sched.feasibility import infeasibility
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.policy import Policy, make_policy
+from tessera.sched.snapshot import Placement, Snapshot
+from tessera.sim.config import SimConfig
+from tessera.sim.metrics import SimResult, Sample, summarize
+from tessera.sim.state import SimJob
+
+_COMPLETE, _FAIL, _RETRY, _ROUND, _WAKEUP = 0, 1, 2, 4, 5
+_EPS = 1e-9
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class _Counters:
+    events: int = 0
+    decisions: int = 0
+    decide_s: float = 0.0
+
+
+class Simulator:
+    """Runs one policy over one workload on one cluster. Use :func:`simulate`."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: ClusterSpec,
+        policy: Policy,
+        config: SimConfig,
+        table: ThroughputTable,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.cfg = config.effective()
+        self.workload = workload
+        self.cluster = cluster
+        self.policy = policy
+        self.oracle = ThroughputOracle(table, cluster, agnostic=policy.agnostic)
+        self.truth = ThroughputOracle(table, cluster) if policy.agnostic else self.oracle
+        self.rounds = self.cfg.mode == "rounds" or (
+            self.cfg.mode == "auto" and policy.round_based
+        )
+        self.rng = random.Random(self.cfg.seed)
+        self.fail_rng = random.Random(self.cfg.seed + 7919)
+        self.opts = PlacementOptions(locality_wait_s=self.cfg.locality_wait_s)
+        self.progress = progress
+        fcfg = self.cfg.failures
+        self.jobs = [
+            SimJob(s, i, s.max_retries if s.max_retries else fcfg.default_max_retries)
+            for i, s in enumerate(workload.jobs)
+        ]
+        flaky_rng = random.Random(self.cfg.seed + 104729)
+        for j in self.jobs:
+            j.flaky = flaky_rng.random() < fcfg.job_failure_rate
+        self.heap: list[tuple[float, int, int, int, int, int]] = []
+        self.seq = 0
+        self.active: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self.policy_state: object = None
+        self.round_pending = False
+        self.wakeup_at: float | None = None
+        self.samples: list[Sample] = []
+        self.next_sample_s = 0.0
+        self.active_integral = 0.0
+        self.active_cum: dict[int, float] = {}
+        self.last_t = 0.0
+        self.c = _Counters()
+        self.phase_ms: dict[str, float] = {}
+        self.total_gpus = cluster.total_gpus
+
+    # -- event plumbing ----------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, job: int = -1, epoch: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, kind, job, epoch))
+
+    # -- main loop -----------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        jobs = self.jobs
+        n = len(jobs)
+        ptr = 0
+        done = 0
+        horizon = self.cfg.max_sim_time_s
+        while ptr < n or self.heap:
+            t_arr = jobs[ptr].spec.submit_time_s if ptr < n else math.inf
+            t_evt = self.heap[0][0] if self.heap else math.inf
+            t = min(t_arr, t_evt)
+            if horizon is not None and t > horizon:
+                break
+            self._tick(t)
+            changed = False
+            round_now = False
+            while self.heap and self.heap[0][0] <= t + _EPS:
+                _, _, _, kind, idx, epoch = heapq.heappop(self.heap)
+                self.c.events += 1
+                if kind == _ROUND:
+                    round_now = True
+                    self.round_pending = False
+                elif kind == _WAKEUP:
+                    changed = True
+                else:
+                    job = jobs[idx]
+                    if kind == _RETRY:
+                        self._requeue(job, t)
+                        changed = True
+                    elif job.epoch == epoch and job.state is JobState.RUNNING:
+                        finished = self._complete(job, t) if kind == _COMPLETE else self._fail(job, t)
+                        done += finished
+                        changed = True
+            while ptr < n and jobs[ptr].spec.submit_time_s <= t + _EPS:
+                self._arrive(jobs[ptr], t)
+                done += jobs[ptr].rejected is not None
+                ptr += 1
+                self.c.events += 1
+                changed = True
+            if self.rounds:
+                if round_now:
+                    self._decide(t)
+                    if self.active:
+                        self._push(t + self.cfg.round_s, _ROUND)
+                        self.round_pending = True
+                elif changed and not self.round_pending and self.active:
+                    self._push(t, _ROUND)
+                    self.round_pending = True
+            elif changed and self._worth_deciding():
+                self._decide(t)
+            if self.progress is not None and changed:
+                self.progress(done, n)
+        self._tick(self.last_t)
+        for j in self.active.values():
+            j.set_wait(None, self.last_t)
+        for j in self.active.values():
+            self._close_ftf(j)
+        iso = [
+            j.spec.total_steps / r if (r := max(
+                (x.consolidated for x in self.truth.real_rates(j.spec)), default=0.0)) > 0
+            else math.inf
+            for j in self.jobs
+        ]
+        return summarize(
+            self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs, iso,
+            self.samples, wall_s=time.perf_counter() - wall0, events=self.c.events,
+            decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
+        )
+
+    def _worth_deciding(self) -> bool:
+        """Skip a round that cannot change anything: nobody waits and nobody can be displaced."""
+        if len(self.running) < len(self.active):
+            return True
+        return self.policy.preemptive and self.wakeup_at is not None
+
+    def _tick(self, t: float) -> None:
+        """Advance running jobs to ``t`` and record samples and the active-job integral."""
+        if t > self.last_t:
+            self.active_integral += len(self.active) * (t - self.last_t)
+        for j in self.running.values():
+            j.advance(t)
+        while t >= self.next_sample_s and t > self.last_t:
+            busy = sum(j.spec.num_gpus for j in self.running.values())
+            self.samples.append(
+                Sample(self.next_sample_s, busy, len(self.active) - len(self.running),
+                       len(self.running))
+            )
+            self.next_sample_s += self.cfg.sample_every_s
+        self.last_t = max(self.last_t, t)
+
+    # -- job transitions ------------------------------------------------------------------------
+
+    def _arrive(self, job: SimJob, t: float) -> None:
+        reason = infeasibility(job.spec, self.cluster, self.truth)
+        if reason is not None:
+            job.rejected = reason
+            job.state = JobState.CANCELLED
+            job.finish_s = t
+            return
+        if not self.active:
+            self.next_sample_s = max(self.next_sample_s, t - t % self.cfg.sample_every_s)
+        self.active[job.idx] = job
+        self.active_cum[job.idx] = self.active_integral
+        job.last_update_s = t
+        job.pending_since_s = t
+
+    def _complete(self, job: SimJob, t: float) -> int:
+        job.remaining = 0.0
+        self._stop(job, t)
+        job.state = JobState.SUCCEEDED
+        job.finish_s = t
+        job.set_wait(None, t)
+        del self.active[job.idx]
+        self._close_ftf(job)
+        return 1
+
+    def _fail(self, job: SimJob, t: float) -> int:
+        fcfg = self.cfg.failures
+        progressed_s = max(t - job.progress_from_s, 0.0)
+        lost_s = progressed_s % fcfg.checkpoint_interval_s
+        startup_s = max(min(t, job.progress_from_s) - job.run_started_s, 0.0)
+        job.remaining = min(job.remaining + lost_s * job.rate, job.spec.total_steps)
+        job.lost_gpu_s += (lost_s + startup_s) * job.spec.num_gpus
+        self._stop(job, t)
+        job.state = JobState.FAILED
+        job.attempts += 1
+        del self.active[job.idx]
+        self._close_ftf(job)
+        job.set_wait(None, t)
+        if job.attempts <= job.max_retries:
+            self._push(t + fcfg.retry_delay_s, _RETRY, job.idx)
+            return 0
+        job.finish_s = t
+        return 1
+
+    def _requeue(self, job: SimJob, t: float) -> None:
+        job.state = JobState.PENDING
+        job.pending_since_s = t
+        job.last_update_s = t
+        job.startup_s = self.cfg.restore_s
+        job.view = None
+        self.active[job.idx] = job
+        self.active = dict(sorted(self.active.items()))
+        self.active_cum[job.idx] = self.active_integral
+
+    def _close_ftf(self, job: SimJob) -> None:
+        start = self.active_cum.pop(job.idx, self.active_integral)
+        job.contention_s += self.active_integral - start
+
+    def _stop(self, job: SimJob, t: float) -> None:
+        job.advance(t)
+        job.epoch += 1
+        job.placement = None
+        job.rate = 0.0
+        job.last_run_end_s = t
+        job.view = None
+        self.running.pop(job.idx, None)
+
+    def _start(self, job: SimJob, p: Placement, t: float) -> None:
+        rate = self.truth.rate(job.spec, p.flavor, p.consolidated)
+        job.state = JobState.RUNNING
+        job.placement = p
+        job.rate = rate
+        job.run_started_s = t
+        job.progress_from_s = t + job.startup_s
+        job.startup_s = 0.0
+        job.last_update_s = t
+        job.epoch += 1
+        job.view = None
+        if job.first_start_s is None:
+            job.first_start_s = t
+        self.running[job.idx] = job
+        if rate <= 0:
+            return
+        finish = job.progress_from_s + job.remaining / rate
+        self._push(finish, _COMPLETE, job.idx, job.epoch)
+        fcfg = self.cfg.failures
+        if job.flaky and (job.attempts == 0 or self.fail_rng.random() < fcfg.repeat_probability):
+            at = job.progress_from_s + self.fail_rng.random() * (finish - job.progress_from_s)
+            self._push(at, _FAIL, job.idx, job.epoch)
+
+    # -- decisions -------------------------------------------------------------------------------
+
+    def _decide(self, t: float) -> None:
+        if not self.active:
+            return
+        snap = Snapshot(
+            now_s=t,
+            cluster=self.cluster,
+            jobs=tuple(j.to_view() for j in self.active.values()),
+            policy_state=self.policy_state,
+            round_s=self.cfg.round_s if self.rounds else None,
+        )
+        t0 = time.perf_counter()
+        d = decide(snap, self.policy, self.oracle, self.rng, self.opts)
+        self.c.decide_s += time.perf_counter() - t0
+        self.c.decisions += 1
+        for name, ms in d.phase_ms:
+            self.phase_ms[name] = self.phase_ms.get(name, 0.0) + ms
+        self.policy_state = d.policy_state
+        self._apply(d, t)
+        if d.wakeup_s is not None and not self.rounds:
+            at = max(d.wakeup_s, t + 1e-3)
+            if self.wakeup_at is None or at < self.wakeup_at - _EPS or self.wakeup_at <= t:
+                self.wakeup_at = at
+                self._push(at, _WAKEUP)
+        elif d.wakeup_s is None:
+            self.wakeup_at = None
+
+    def _apply(self, d: Decision, t: float) -> None:
+        by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.active.values()}
+        penalty = self.cfg.checkpoint_s + self.cfg.restore_s
+        for jid in d.preempted:
+            job = by_id[jid]
+            self._stop(job, t)
+            job.state = JobState.PENDING
+            job.preemptions += 1
+            job.pending_since_s = t
+            job.startup_s = penalty
+        for jid in d.started:
+            job = by_id[jid]
+            if job.state is JobState.RUNNING:
+                self._stop(job, t)
+                job.migrations += 1
+                job.startup_s = penalty
+            self._start(job, d.placements[jid], t)
+            job.set_wait(None, t)
+        for jid, reason in d.pending.items():
+            job = by_id[jid]
+            if job.wait_kind is not reason.kind:
+                job.set_wait(reason.kind, t)
+
+
+def simulate(
+    workload: Workload,
+    cluster: ClusterSpec,
+    policy: str | Policy,
+    config: SimConfig | None = None,
+    table: ThroughputTable | None = None,
+    progress: ProgressFn | None = None,
+) -> SimResult:
+    """Simulate ``policy`` on ``workload`` over ``cluster``; same inputs, same result.
+
+    Args:
+        workload: jobs in submission order.
+        cluster: the inventory.
+        policy: a registry name (``las``, ``max_min_fairness-agnostic`` ...) or an instance.
+        config: simulation settings (defaults: costs on, policy's preferred mode, seed 0).
+        table: throughput profiles (default: the bundled Gavel table).
+        progress: called as ``progress(jobs_done, jobs_total)`` as the run advances.
+    """
+    pol = make_policy(policy) if isinstance(policy, str) else policy
+    sim = Simulator(
+        workload, cluster, pol, config or SimConfig(), table or default_throughputs(), progress
+    )
+    return sim.run()

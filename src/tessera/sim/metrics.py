@@ -1,0 +1,239 @@
+"""What a simulation produces: per-job records, time series and the summary people compare.
+
+Definitions (DESIGN.md vocabulary):
+
+* **JCT** = completion − submission, over jobs that succeeded.
+* **Queueing delay** = first start − submission; the time a job spends waiting (including after
+  preemptions and failures) is also split by reason: *quota* (fair-share delay), *capacity*
+  (others hold the GPUs) and *fragmentation* (GPUs free, but not with the locality needed).
+* **Makespan** = last completion − first submission.
+* **GPU utilization** = busy GPU-seconds / (GPUs × makespan), overall and per flavor. A GPU is
+  busy while a job holds it (restores included).
+* **Finish-time fairness ρ** = JCT / T_id, where T_id is the job's isolated duration on its
+  fastest flavor, stretched when its fair share (GPUs / average number of active jobs during
+  its life) is smaller than its gang: ``T_id = iso × max(1, g / (G / N_avg))``.
+* **GPU-hours lost to failures** = work since the last checkpoint plus restore time of failed
+  runs, times the gang size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.model.cluster import ClusterSpec
+from tessera.model.jobs import JobState, Workload
+from tessera.sched.core import PendingKind
+from tessera.sim.config import SimConfig
+from tessera.sim.state import SimJob
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at one instant: busy GPUs, waiting jobs, running jobs."""
+
+    time_s: float
+    busy_gpus: int
+    queued_jobs: int
+    running_jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job's outcome."""
+
+    job_id: str
+    job_type: str
+    num_gpus: int
+    queue: str
+    outcome: str
+    submit_s: float
+    first_start_s: float | None
+    finish_s: float | None
+    jct_s: float | None
+    queue_delay_s: float | None
+    wait_quota_s: float
+    wait_capacity_s: float
+    wait_fragmentation_s: float
+    preemptions: int
+    migrations: int
+    failures: int
+    lost_gpu_h: float
+    ftf_rho: float | None
+    gpu_s_by_flavor: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Aggregate metrics of one run (seconds unless named otherwise)."""
+
+    jobs: int
+    succeeded: int
+    failed: int
+    rejected: int
+    unfinished: int
+    avg_jct_s: float
+    p50_jct_s: float
+    p95_jct_s: float
+    p99_jct_s: float
+    avg_queue_delay_s: float
+    makespan_s: float
+    utilization: float
+    utilization_by_flavor: Mapping[str, float]
+    ftf_rho_mean: float
+    ftf_rho_p95: float
+    ftf_rho_max: float
+    share_rho_above_1: float
+    preemptions: int
+    migrations: int
+    gpu_hours_lost_to_failures: float
+    wait_quota_h: float
+    wait_capacity_h: float
+    wait_fragmentation_h: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Everything one simulation produced."""
+
+    policy: str
+    cluster: str
+    workload: str
+    config: SimConfig
+    summary: Summary
+    jobs: tuple[JobRecord, ...]
+    samples: tuple[Sample, ...]
+    wall_s: float
+    events: int
+    decisions: int
+    decide_s: float
+    phase_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        """The flat metrics for ``--json`` (one entry of ``results``)."""
+        s = self.summary
+        return {
+            "avg_jct_s": s.avg_jct_s, "p50_jct_s": s.p50_jct_s, "p95_jct_s": s.p95_jct_s,
+            "p99_jct_s": s.p99_jct_s, "avg_queue_delay_s": s.avg_queue_delay_s,
+            "makespan_s": s.makespan_s, "utilization": s.utilization,
+            "utilization_by_flavor": dict(s.utilization_by_flavor), "jobs": s.jobs,
+            "succeeded": s.succeeded, "failed": s.failed, "rejected": s.rejected,
+            "unfinished": s.unfinished, "ftf_rho_mean": s.ftf_rho_mean,
+            "ftf_rho_p95": s.ftf_rho_p95, "ftf_rho_max": s.ftf_rho_max,
+            "share_rho_above_1": s.share_rho_above_1, "preemptions": s.preemptions,
+            "migrations": s.migrations, "gpu_hours_lost_to_failures": s.gpu_hours_lost_to_failures,
+            "wait_quota_h": s.wait_quota_h, "wait_capacity_h": s.wait_capacity_h,
+            "wait_fragmentation_h": s.wait_fragmentation_h, "wall_s": self.wall_s,
+            "events": self.events, "events_per_s": self.events / max(self.wall_s, 1e-9),
+            "decisions": self.decisions,
+            "decide_ms_mean": 1e3 * self.decide_s / max(self.decisions, 1),
+        }
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def _outcome(j: SimJob) -> str:
+    if j.rejected is not None:
+        return "rejected"
+    if j.state is JobState.SUCCEEDED:
+        return "succeeded"
+    if j.state is JobState.FAILED and j.finish_s is not None:
+        return "failed"
+    return "unfinished"
+
+
+def summarize(
+    workload: Workload,
+    cluster: ClusterSpec,
+    policy: str,
+    cfg: SimConfig,
+    jobs: Sequence[SimJob],
+    iso_s: Sequence[float],
+    samples: Sequence[Sample],
+    *,
+    wall_s: float,
+    events: int,
+    decisions: int,
+    decide_s: float,
+    phase_ms: Mapping[str, float],
+) -> SimResult:
+    """Turn the simulator's job states into records and a :class:`Summary`."""
+    total_gpus = cluster.total_gpus
+    records = []
+    for j, iso in zip(jobs, iso_s, strict=True):
+        out = _outcome(j)
+        jct = j.finish_s - j.spec.submit_time_s if out == "succeeded" and j.finish_s else None
+        rho = None
+        if jct is not None and jct > 0 and math.isfinite(iso):
+            n_avg = max(j.contention_s / jct, 1.0)
+            t_id = iso * max(1.0, j.spec.num_gpus / (total_gpus / n_avg))
+            rho = jct / t_id
+        records.append(
+            JobRecord(
+                job_id=j.spec.job_id, job_type=j.spec.job_type, num_gpus=j.spec.num_gpus,
+                queue=j.spec.queue, outcome=out, submit_s=j.spec.submit_time_s,
+                first_start_s=j.first_start_s, finish_s=j.finish_s, jct_s=jct,
+                queue_delay_s=(j.first_start_s - j.spec.submit_time_s)
+                if j.first_start_s is not None else None,
+                wait_quota_s=j.wait_by_kind.get(PendingKind.QUOTA, 0.0),
+                wait_capacity_s=j.wait_by_kind.get(PendingKind.CAPACITY, 0.0),
+                wait_fragmentation_s=j.wait_by_kind.get(PendingKind.FRAGMENTATION, 0.0),
+                preemptions=j.preemptions, migrations=j.migrations, failures=j.attempts,
+                lost_gpu_h=j.lost_gpu_s / 3600.0, ftf_rho=rho,
+                gpu_s_by_flavor=";".join(f"{f}={s:.0f}" for f, s in j.busy_gpu_s.items()),
+                reason=j.rejected or "",
+            )
+        )
+    return SimResult(
+        policy=policy, cluster=cluster.name, workload=workload.name, config=cfg,
+        summary=_summary(records, jobs, cluster, workload),
+        jobs=tuple(records), samples=tuple(samples), wall_s=wall_s, events=events,
+        decisions=decisions, decide_s=decide_s, phase_ms=dict(phase_ms),
+    )
+
+
+def _summary(
+    records: list[JobRecord], jobs: Sequence[SimJob], cluster: ClusterSpec, workload: Workload
+) -> Summary:
+    ok = [r for r in records if r.outcome == "succeeded"]
+    jct = np.array([r.jct_s for r in ok], dtype=float)
+    qd = np.array([r.queue_delay_s for r in records if r.queue_delay_s is not None], dtype=float)
+    rho = np.array([r.ftf_rho for r in ok if r.ftf_rho is not None], dtype=float)
+    finishes = [r.finish_s for r in records if r.finish_s is not None]
+    start = workload.jobs[0].submit_time_s
+    makespan = (max(finishes) - start) if finishes else 0.0
+    busy: dict[str, float] = {}
+    for j in jobs:
+        for f, s in j.busy_gpu_s.items():
+            busy[f] = busy.get(f, 0.0) + s
+    cap = {f.short: n for f, n in cluster.gpus_by_flavor().items()}
+    util = sum(busy.values()) / (cluster.total_gpus * makespan) if makespan > 0 else 0.0
+    by_flavor = {f: busy.get(f, 0.0) / (n * makespan) if makespan > 0 else 0.0
+                 for f, n in cap.items()}
+
+    def count(o: str) -> int:
+        return sum(r.outcome == o for r in records)
+
+    return Summary(
+        jobs=len(records), succeeded=len(ok), failed=count("failed"),
+        rejected=count("rejected"), unfinished=count("unfinished"),
+        avg_jct_s=float(jct.mean()) if len(jct) else math.nan,
+        p50_jct_s=_pct(jct, 50), p95_jct_s=_pct(jct, 95), p99_jct_s=_pct(jct, 99),
+        avg_queue_delay_s=float(qd.mean()) if len(qd) else math.nan,
+        makespan_s=makespan, utilization=util, utilization_by_flavor=by_flavor,
+        ftf_rho_mean=float(rho.mean()) if len(rho) else math.nan,
+        ftf_rho_p95=_pct(rho, 95), ftf_rho_max=float(rho.max()) if len(rho) else math.nan,
+        share_rho_above_1=float((rho > 1.0 + 1e-9).mean()) if len(rho) else math.nan,
+        preemptions=sum(r.preemptions for r in records),
+        migrations=sum(r.migrations for r in records),
+        gpu_hours_lost_to_failures=sum(r.lost_gpu_h for r in records),
+        wait_quota_h=sum(r.wait_quota_s for r in records) / 3600,
+        wait_capacity_h=sum(r.wait_capacity_s for r in records) / 3600,
+        wait_fragmentation_h=sum(r.wait_fragmentation_s for r in records) / 3600,
+    )

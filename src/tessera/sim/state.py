@@ -1,0 +1,97 @@
+"""The simulator's mutable record of one job, and how it advances in virtual time.
+
+Only the simulator mutates these; the decision core sees frozen :class:`JobView` copies, rebuilt
+only when a job changed (pending jobs' views are reused between rounds, which keeps large queues
+cheap).
+"""
+
+from __future__ import annotations
+
+from tessera.model.jobs import JobSpec, JobState
+from tessera.sched.core import PendingKind
+from tessera.sched.snapshot import JobView, Placement
+
+
+class SimJob:
+    """Mutable simulation state of one job."""
+
+    __slots__ = (
+        "attained_gpu_s", "attempts", "contention_s", "busy_gpu_s", "epoch", "fail_at_s", "finish_s",
+        "first_start_s", "flaky", "idx", "last_run_end_s", "last_update_s", "lost_gpu_s",
+        "migrations", "pending_since_s", "placement", "preemptions", "progress_from_s", "rate",
+        "rejected", "remaining", "run_s", "run_started_s", "spec", "startup_s", "state", "view",
+        "wait_by_kind", "wait_kind", "wait_since_s", "max_retries",
+    )
+
+    def __init__(self, spec: JobSpec, idx: int, max_retries: int) -> None:
+        self.spec = spec
+        self.idx = idx
+        self.state = JobState.PENDING
+        self.remaining = spec.total_steps
+        self.placement: Placement | None = None
+        self.rate = 0.0
+        self.progress_from_s = 0.0
+        self.run_started_s = 0.0
+        self.last_update_s = spec.submit_time_s
+        self.attained_gpu_s = 0.0
+        self.run_s: dict[str, float] = {}
+        self.busy_gpu_s: dict[str, float] = {}
+        self.pending_since_s = spec.submit_time_s
+        self.last_run_end_s: float | None = None
+        self.attempts = 0
+        self.preemptions = 0
+        self.migrations = 0
+        self.first_start_s: float | None = None
+        self.finish_s: float | None = None
+        self.epoch = 0
+        self.flaky = False
+        self.fail_at_s: float | None = None
+        self.lost_gpu_s = 0.0
+        self.startup_s = 0.0
+        self.rejected: str | None = None
+        self.wait_kind: PendingKind | None = None
+        self.wait_since_s = spec.submit_time_s
+        self.wait_by_kind: dict[PendingKind, float] = {}
+        self.max_retries = max_retries
+        self.contention_s = 0.0
+        self.view: JobView | None = None
+
+    def advance(self, now_s: float) -> None:
+        """Account for time passing up to ``now_s`` (progress only while running)."""
+        dt = now_s - self.last_update_s
+        if dt <= 0:
+            return
+        if self.state is JobState.RUNNING and self.placement is not None:
+            g = self.spec.num_gpus
+            fl = self.placement.flavor
+            self.attained_gpu_s += g * dt
+            self.run_s[fl] = self.run_s.get(fl, 0.0) + dt
+            self.busy_gpu_s[fl] = self.busy_gpu_s.get(fl, 0.0) + g * dt
+            start = max(self.last_update_s, self.progress_from_s)
+            if now_s > start:
+                self.remaining = max(self.remaining - self.rate * (now_s - start), 0.0)
+            self.view = None
+        self.last_update_s = now_s
+
+    def set_wait(self, kind: PendingKind | None, now_s: float) -> None:
+        """Record why the job waits from ``now_s`` on (None: it runs)."""
+        if self.wait_kind is not None and now_s > self.wait_since_s:
+            k = self.wait_kind
+            self.wait_by_kind[k] = self.wait_by_kind.get(k, 0.0) + now_s - self.wait_since_s
+        self.wait_kind = kind
+        self.wait_since_s = now_s
+
+    def to_view(self) -> JobView:
+        if self.view is None:
+            self.view = JobView(
+                spec=self.spec,
+                state=self.state,
+                remaining_steps=self.remaining,
+                placement=self.placement,
+                attained_gpu_s=self.attained_gpu_s,
+                run_s_by_flavor=tuple(self.run_s.items()),
+                pending_since_s=self.pending_since_s,
+                last_run_end_s=self.last_run_end_s,
+                attempts=self.attempts,
+            )
+        return self.view
