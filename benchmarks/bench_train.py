@@ -53,7 +53,7 @@ def _row(name: str, r: TrainResult, note: str = "") -> Row:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--example", default="cnn")
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--global-batch", type=int, default=96)
     ap.add_argument("--per-sample-ms", type=float, default=4.0)
     ap.add_argument("--overhead-ms", type=float, default=0.5)

@@ -114,3 +114,22 @@ def test_pad_makes_the_step_last_at_least_its_nominal_time():
     emu = Emulator((0.5,), EmulationConfig(0.0, 0.001))
     start = time.perf_counter()
     assert emu.pad(0, 0, 5, start) >= 0.010
+
+
+def test_validation_modules_do_not_import_torch():
+    """Config, balancer and emulation stay torch-free, so the CLI validates input instantly."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tessera.train.config, tessera.train.balancer, tessera.train.emulation; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": "src",
+                         "PATH": ""}, cwd=_repo_root())
+    assert out.stdout.strip() == "False"
+
+
+def _repo_root() -> str:
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[2])
