@@ -1,0 +1,109 @@
+"""The executor protocol and what every executor hands a job's ranks.
+
+An executor is asked four things, always about one *run* ``(job_id, run)``:
+
+* ``launch`` -- start it; **idempotent**: launching a run that was already started (perhaps by
+  a previous service process that crashed) starts nothing new;
+* ``status`` -- is it absent (never started), running, exited (with its status) or lost
+  (started, then vanished without an exit status);
+* ``stop`` -- ask it to checkpoint and exit (SIGTERM), killing it after a grace period;
+* ``release`` -- forget it and free what it held (Ray placement groups, actors).
+
+The environment every rank sees follows ``torch.distributed``'s rendezvous convention
+(``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) plus Tessera's own
+``TESSERA_*`` variables, so a ``torchrun``-style script runs unchanged.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from tessera.sched.snapshot import Placement
+
+RunState = Literal["absent", "running", "exited", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything needed to start one run of a job.
+
+    Attributes:
+        job_id / run: the run's identity (the idempotency key).
+        argv: the command every rank runs.
+        env: extra variables for every rank (the user's ``env``).
+        placement: the GPUs the decision gave the run.
+        checkpoint_dir: the same directory on every run, so a resumed job finds its checkpoint.
+        local_batches: per-rank batch sizes for heterogeneous allocations, or ``None``.
+    """
+
+    job_id: str
+    run: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    placement: Placement
+    checkpoint_dir: str
+    local_batches: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """What an executor knows about a run.
+
+    Attributes:
+        state: absent | running | exited | lost.
+        exit_code: the first non-zero rank status (negative: killed by that signal), or 0.
+        stopped: the run exited after a stop request (preemption or cancel).
+        detail: a human-readable note (which rank failed, why it was lost).
+    """
+
+    state: RunState
+    exit_code: int | None = None
+    stopped: bool = False
+    detail: str = ""
+
+
+class Executor(Protocol):
+    """What the service needs from an executor (see the module docstring)."""
+
+    name: str
+
+    def launch(self, spec: LaunchSpec) -> None: ...
+
+    def status(self, job_id: str, run: int) -> RunStatus: ...
+
+    def stop(self, job_id: str, run: int, grace_s: float) -> None: ...
+
+    def release(self, job_id: str, run: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict[str, str]]:
+    """The environment of each rank, in rank order (node by node, as placed)."""
+    world = spec.placement.num_gpus
+    out: list[dict[str, str]] = []
+    rank = 0
+    for node, count in spec.placement.gpus_by_node:
+        for local in range(count):
+            env = dict(spec.env)
+            env.update({
+                "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+                "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
+                "LOCAL_WORLD_SIZE": str(count), "TESSERA_JOB_ID": spec.job_id,
+                "TESSERA_RUN": str(spec.run), "TESSERA_CHECKPOINT_DIR": spec.checkpoint_dir,
+                "TESSERA_FLAVOR": spec.placement.flavor, "TESSERA_NODE": node,
+            })
+            if spec.local_batches is not None:
+                env["TESSERA_LOCAL_BATCH"] = str(spec.local_batches[rank])
+            out.append(env)
+            rank += 1
+    return out
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (for the rendezvous)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

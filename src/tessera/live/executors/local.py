@@ -1,0 +1,139 @@
+"""The local executor: every run is a runner process (``runner.py``) and its ranks, no Ray.
+
+Each run gets a directory ``<runs_dir>/<job_id>/<run>/`` holding what a restarted service needs
+to know, in files written atomically:
+
+* ``launch.json`` -- what to run (written by the service before the runner starts);
+* ``marker`` -- the runner's pid, created with ``link`` so only one runner ever claims a run;
+* ``ranks.json`` -- the ranks' pids (tests kill one to simulate a worker crash);
+* ``exit.json`` -- the exit status, written by the runner when the last rank ended.
+
+So ``status`` is read from the files, not from the service's memory: exit file → exited;
+marker whose pid is alive and is our runner → running; marker without a live runner and
+without an exit file → lost; no marker → absent (or still starting, if this process just
+spawned it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tessera.live.executors.base import LaunchSpec, RunStatus, free_port, rank_envs
+
+RUNNER = Path(__file__).with_name("runner.py")
+
+
+class LocalExecutor:
+    """Runs jobs as local subprocesses; see the module docstring."""
+
+    name = "local"
+
+    def __init__(self, runs_dir: Path, grace_s: float = 10.0) -> None:
+        self.runs_dir = runs_dir
+        self.grace_s = grace_s
+        self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+
+    def run_dir(self, job_id: str, run: int) -> Path:
+        return self.runs_dir / job_id / str(run)
+
+    def launch(self, spec: LaunchSpec) -> None:
+        """Start the run unless some runner already claimed it (idempotent)."""
+        d = self.run_dir(spec.job_id, spec.run)
+        d.mkdir(parents=True, exist_ok=True)
+        if (d / "marker").exists() or (d / "exit.json").exists():
+            return
+        launch = {"argv": list(spec.argv), "grace_s": self.grace_s,
+                  "ranks": rank_envs(spec, "127.0.0.1", free_port())}
+        tmp = d / "launch.json.tmp"
+        tmp.write_text(json.dumps(launch))
+        tmp.replace(d / "launch.json")
+        Path(spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        with open(d / "runner.log", "ab") as log:
+            self._children[(spec.job_id, spec.run)] = subprocess.Popen(
+                [sys.executable, "-S", str(RUNNER), str(d)], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def status(self, job_id: str, run: int) -> RunStatus:
+        d = self.run_dir(job_id, run)
+        child = self._children.get((job_id, run))
+        child_alive = child is not None and child.poll() is None
+        done = _read_exit(d)
+        if done is not None:
+            self._forget(job_id, run)
+            return done
+        pid = _marker_pid(d)
+        if pid is not None and _is_runner(pid, d):
+            return RunStatus("running")
+        done = _read_exit(d)  # it may have finished between the two looks
+        if done is not None:
+            self._forget(job_id, run)
+            return done
+        if pid is not None:
+            return RunStatus("lost", detail=f"runner {pid} vanished without an exit status")
+        if child_alive:
+            return RunStatus("running", detail="starting")
+        if child is not None:
+            log = (d / "runner.log").read_text(errors="replace")[-300:] if d.exists() else ""
+            return RunStatus("lost", detail=f"runner failed to start: {log.strip()}")
+        return RunStatus("absent")
+
+    def stop(self, job_id: str, run: int, grace_s: float) -> None:
+        """SIGTERM the runner; it forwards to the ranks and kills them after its grace."""
+        d = self.run_dir(job_id, run)
+        pid = _marker_pid(d)
+        if pid is not None and _is_runner(pid, d):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def release(self, job_id: str, run: int) -> None:
+        self._forget(job_id, run)
+
+    def close(self) -> None:
+        """Forget the runners (they keep running; a restarted service adopts them)."""
+        for p in self._children.values():
+            p.poll()
+        self._children.clear()
+
+    def _forget(self, job_id: str, run: int) -> None:
+        child = self._children.pop((job_id, run), None)
+        if child is not None:
+            try:
+                child.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                self._children[(job_id, run)] = child
+
+
+def _read_exit(d: Path) -> RunStatus | None:
+    try:
+        data = json.loads((d / "exit.json").read_text())
+    except FileNotFoundError:
+        return None
+    ranks = data.get("ranks", [])
+    bad = [i for i, c in enumerate(ranks) if c != 0]
+    detail = f"rank {bad[0]} exited with {ranks[bad[0]]}" if bad else ""
+    return RunStatus("exited", int(data["rc"]), bool(data["stopped"]), detail)
+
+
+def _marker_pid(d: Path) -> int | None:
+    try:
+        return int((d / "marker").read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _is_runner(pid: int, d: Path) -> bool:
+    """True when ``pid`` is alive (not a zombie) and is the runner of run directory ``d``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state not in ("Z", "X") and str(d).encode() in cmdline

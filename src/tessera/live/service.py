@@ -1,0 +1,272 @@
+"""The live scheduler: the simulator's ``decide()`` on a wall clock, driving real runs.
+
+One background thread owns the executor and runs this loop::
+
+    wait for a poke (submission, cancel) or ``poll_s``
+    1. observe   -- ask the executor about every run that holds GPUs; record exits
+    2. decide    -- when something changed, or every ``period_s``: snapshot → decide()
+    3. journal   -- write the decision (allocations, transitions, events) in one transaction
+    4. act       -- launch planned runs, signal stopping ones
+
+Step 3 before step 4 is the durability rule: a run is launched only after its allocation row
+exists, and the executor names it by ``(job_id, run)``, so after a crash the restarted service
+finds the row, asks the executor, and either adopts the run or launches it -- never twice
+(see :mod:`tessera.live.reconcile`). API threads only write the store and poke the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tessera.errors import SpecError
+from tessera.live import lifecycle
+from tessera.live.executors.base import Executor, LaunchSpec
+from tessera.live.spec import JobRequest, to_live_job
+from tessera.live.store import HOLDING, Allocation, JobRecord, Store
+from tessera.live.tenancy import Principal, Tenancy
+from tessera.live.view import build_snapshot
+from tessera.model.cluster import ClusterSpec
+from tessera.model.jobs import JobId, JobState
+from tessera.perf.profiles import default_throughputs
+from tessera.sched.core import Decision, decide
+from tessera.sched.feasibility import infeasibility
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.policy import make_policy
+
+log = logging.getLogger("tessera.live")
+
+
+class Rejected(SpecError):
+    """A request that can never run here (no flavor, no node, no quota can hold it)."""
+
+
+class Forbidden(SpecError):
+    """A tenant acting on a queue that is not its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceOptions:
+    """Timing knobs.
+
+    Attributes:
+        period_s: a decision round at least this often, even when nothing happened.
+        poll_s: how often running runs are checked for exits.
+        grace_s: how long a stopped run may take to checkpoint before it is killed.
+        seed: seed of the ``rng`` handed to ``decide()``.
+    """
+
+    period_s: float = 1.0
+    poll_s: float = 0.05
+    grace_s: float = 10.0
+    seed: int = 0
+
+
+class LiveService:
+    """Owns the loop thread; API handlers call :meth:`submit`, :meth:`cancel` and read the store."""
+
+    def __init__(self, store: Store, executor: Executor, cluster: ClusterSpec, tenancy: Tenancy,
+                 policy: str, state_dir: Path, options: ServiceOptions | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.executor = executor
+        self.cluster = cluster
+        self.tenancy = tenancy
+        self.policy = make_policy(policy)
+        self.oracle = ThroughputOracle(default_throughputs(), cluster,
+                                       agnostic=self.policy.agnostic, unprofiled_uniform=True)
+        self.state_dir = state_dir
+        self.opts = options or ServiceOptions()
+        self.clock = clock
+        self.rng = random.Random(self.opts.seed)
+        self.policy_state: object = None
+        self.last_decision: Decision | None = None
+        self.rounds = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._signalled: set[tuple[str, int]] = set()
+        self.store.sync_queues(tenancy.quotas)
+
+    # -- lifecycle of the service itself -----------------------------------------------------
+
+    def start(self) -> None:
+        """Reconcile with the executor, then start the loop thread."""
+        from tessera.live.reconcile import reconcile
+
+        reconcile(self)
+        self._thread = threading.Thread(target=self._loop, name="tessera-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop; runs keep going and are adopted on the next start."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.executor.close()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    # -- API entry points (any thread) -------------------------------------------------------
+
+    def submit(self, req: JobRequest, who: Principal) -> JobRecord:
+        """Validate tenancy and feasibility, store the job PENDING, wake the loop.
+
+        Raises:
+            Forbidden: a tenant submitting to another tenant's queue.
+            Rejected: unknown queue, or a request no node/flavor/quota can ever satisfy.
+        """
+        queue = req.queue or who.queue or "default"
+        if not who.may_see(queue):
+            raise Forbidden(f"token {who.name!r} may submit only to queue {who.queue!r}")
+        quota = self.tenancy.quotas.get(queue)
+        if quota is None:
+            raise Rejected(f"unknown queue {queue!r}; queues: {', '.join(self.tenancy.quotas)}")
+        now = self.clock()
+        job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now)
+        reason = infeasibility(job.spec, self.cluster, self.oracle)
+        borrow = quota.borrowing_limit_gpus
+        if reason is None and borrow is not None and req.gpus > quota.nominal_gpus + borrow:
+            reason = (f"needs {req.gpus} GPUs; queue {queue!r} may hold at most "
+                      f"{quota.nominal_gpus + borrow} ({quota.nominal_gpus} nominal + {borrow} "
+                      "borrowable)")
+        if reason is not None:
+            raise Rejected(f"rejected: {reason}")
+        self.store.add_job(job, now)
+        self.poke()
+        rec = self.store.get(job.spec.job_id)
+        assert rec is not None
+        return rec
+
+    def cancel(self, job_id: str, who: Principal) -> JobState:
+        """Cancel a job (the caller has checked visibility); raises ValueError if finished."""
+        with self.store.tx() as db:
+            old = lifecycle.cancel_job(self.store, db, job_id, self.clock(), who.name)
+        self.poke()
+        return old
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_round = 0.0
+        while not self._stop.is_set():
+            poked = self._wake.wait(self.opts.poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                now = self.clock()
+                changed = self.observe(now)
+                if poked or changed or now >= next_round:
+                    wake = self.round(now)
+                    next_round = now + self.opts.period_s
+                    if wake is not None:
+                        next_round = min(next_round, max(wake, now + self.opts.poll_s))
+                self.act(self.clock())
+            except Exception:  # keep scheduling; the error is in the log
+                log.exception("scheduling loop iteration failed")
+                time.sleep(self.opts.poll_s)
+
+    def observe(self, now_s: float) -> bool:
+        """1. Record runs that ended; returns whether anything changed."""
+        changed = False
+        for a in self.store.allocations(("running", "stopping")):
+            st = self.executor.status(a.job_id, a.run)
+            if st.state == "running":
+                continue
+            if st.state == "absent" and a.status == "running":
+                st = type(st)("lost", detail="executor has no record of this run")
+            with self.store.tx() as db:
+                what = lifecycle.finish_run(self.store, db, a, st, now_s)
+            self.executor.release(a.job_id, a.run)
+            self._signalled.discard((a.job_id, a.run))
+            log.info("job %s run %s: %s", a.job_id, a.run, what)
+            changed = True
+        return changed
+
+    def round(self, now_s: float) -> float | None:
+        """2–3. Decide and journal; returns the policy's wake-up time, if any."""
+        records = self.store.jobs(active_only=True)
+        if not records:
+            return None
+        snap = build_snapshot(now_s, self.cluster, records, self.store.allocations(HOLDING),
+                              self.tenancy.quotas, self.oracle, self.policy_state)
+        if not snap.jobs:
+            return None
+        d = decide(snap, self.policy, self.oracle, self.rng)
+        self.policy_state = d.policy_state
+        self.last_decision = d
+        self.rounds += 1
+        self._journal(d, now_s)
+        return d.wakeup_s
+
+    def _journal(self, d: Decision, now_s: float) -> None:
+        with self.store.tx() as db:
+            for jid in d.preempted:
+                self._request_stop(db, jid, now_s, "preempted by the policy")
+            for jid in d.started:
+                rec = self.store.get(jid)
+                if rec is None or rec.final:
+                    continue
+                if rec.state in (JobState.RUNNING, JobState.ADMITTED):
+                    self._request_stop(db, jid, now_s, "moving to " + d.placements[jid].describe())
+                    continue
+                if rec.state is not JobState.PENDING:
+                    continue
+                run = rec.runs + 1
+                p = d.placements[jid]
+                self.store.add_allocation(db, jid, run, p, now_s)
+                self.store.transition(db, jid, JobState.ADMITTED, now_s,
+                                      f"run {run} on {p.describe()}", runs=run, reason="")
+            if d.started or d.preempted:
+                self.store.event(db, now_s, None, "decision",
+                                 f"{self.policy.display_name}: started {len(d.started)}, "
+                                 f"preempted {len(d.preempted)}, pending {len(d.pending)}")
+        self.store.set_reasons({jid: str(r) for jid, r in d.pending.items()})
+
+    def _request_stop(self, db: object, job_id: JobId, now_s: float, why: str) -> None:
+        for a in self.store.allocations(("planned", "running"), job_id=job_id):
+            self.store.set_allocation(db, job_id, a.run, status="stopping",  # type: ignore[arg-type]
+                                      stop_reason="preempt")
+            self.store.event(db, now_s, job_id, "stop-requested",  # type: ignore[arg-type]
+                             f"run {a.run}: {why}")
+
+    def act(self, now_s: float) -> None:
+        """4. Launch planned runs and signal stopping ones (both idempotent)."""
+        for a in self.store.allocations(("planned",)):
+            self._launch(a)
+        for a in self.store.allocations(("stopping",)):
+            if (a.job_id, a.run) not in self._signalled:
+                self.executor.stop(a.job_id, a.run, self.opts.grace_s)
+                self._signalled.add((a.job_id, a.run))
+
+    def _launch(self, a: Allocation) -> None:
+        rec = self.store.get(a.job_id)
+        assert rec is not None
+        job = rec.job
+        ckpt = job.checkpoint_dir or str(self.state_dir / "checkpoints" / a.job_id)
+        spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt)
+        try:
+            self.executor.launch(spec)
+        except Exception as e:  # noqa: BLE001 - any launch failure is the run's failure
+            from tessera.live.executors.base import RunStatus
+
+            with self.store.tx() as db:
+                self.store.set_allocation(db, a.job_id, a.run, status="running",
+                                          started_s=self.clock())
+                a2 = self.store.allocation(a.job_id, a.run)
+                assert a2 is not None
+                lifecycle.finish_run(self.store, db, a2,
+                                     RunStatus("lost", detail=f"launch failed: {e}"),
+                                     self.clock())
+            return
+        with self.store.tx() as db:
+            lifecycle.mark_running(self.store, db, a, self.clock(), f"run {a.run} launched")

@@ -1,0 +1,167 @@
+"""What a user submits: a job request, validated strictly, and its conversion for the core.
+
+A request is written in YAML (``tessera submit job.yaml``) or sent as JSON to the API. Field
+names follow Kueue where Kueue has one (queue, flavors in preference order, priority)::
+
+    name: resnet-sweep-3
+    queue: vision              # the tenant queue (defaults to the token's queue)
+    command: python train.py --epochs 3     # a shell line, or a list of argv strings
+    gpus: 4
+    flavors: [A100-80GB, V100]  # most preferred first; empty = any flavor
+    priority: 1.0
+    max_retries: 2
+    checkpoint_dir: /shared/ckpt/resnet-sweep-3
+    requires_locality: true     # the gang must sit on one node
+    job_type: ResNet-50 (batch size 64)   # optional: a profiled model, for speed-aware policies
+    expected_duration_s: 600    # optional hint for size-aware policies
+
+Unknown fields are errors (``extra="forbid"``), so a typo such as ``gpu: 4`` fails loudly
+instead of silently running on one GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tessera.errors import SpecError, UnknownFlavorError
+from tessera.model.gpus import resolve_flavor
+from tessera.model.jobs import JobId, JobSpec
+
+#: Job type given to commands without a profiled model; the oracle runs them at 1 step/s.
+UNPROFILED_JOB_TYPE = "command"
+#: Work assumed for a job that gives no hint (seconds at 1 step/s).
+DEFAULT_EXPECTED_DURATION_S = 3600.0
+
+
+class JobRequest(BaseModel):
+    """A job as submitted (see the module docstring for an example)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    queue: str | None = Field(None, min_length=1, max_length=64)
+    command: str | list[str]
+    gpus: int = Field(1, ge=1, le=4096)
+    flavors: list[str] = Field(default_factory=list)
+    priority: float = Field(1.0, gt=0)
+    max_retries: int = Field(0, ge=0, le=100)
+    checkpoint_dir: str | None = None
+    requires_locality: bool = False
+    model: str | None = None
+    job_type: str | None = None
+    expected_duration_s: float | None = Field(None, gt=0)
+    total_steps: float | None = Field(None, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, v: str | list[str]) -> str | list[str]:
+        if (isinstance(v, str) and not v.strip()) or (isinstance(v, list) and not v):
+            raise ValueError("command must not be empty")
+        return v
+
+    @field_validator("flavors")
+    @classmethod
+    def _known_flavors(cls, v: list[str]) -> list[str]:
+        try:
+            return [resolve_flavor(f).short for f in v]
+        except UnknownFlavorError as e:  # names the known flavors
+            raise ValueError(str(e)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """A validated request bound to an id and a queue: the core's spec plus how to run it.
+
+    Attributes:
+        spec: what the decision core sees.
+        name: the user's name for the job.
+        argv: the command as argv (a shell line becomes ``["/bin/sh", "-c", line]``).
+        checkpoint_dir: handed to the job as ``TESSERA_CHECKPOINT_DIR``; ``None`` = a directory
+            the executor creates under the state directory.
+        env: extra environment variables for every rank.
+        model: free-form model name, shown in listings.
+    """
+
+    spec: JobSpec
+    name: str
+    argv: tuple[str, ...]
+    checkpoint_dir: str | None
+    env: tuple[tuple[str, str], ...]
+    model: str | None
+
+    def to_json(self) -> str:
+        s = self.spec
+        return json.dumps({
+            "job_id": s.job_id, "job_type": s.job_type, "num_gpus": s.num_gpus,
+            "total_steps": s.total_steps, "submit_time_s": s.submit_time_s,
+            "flavors": list(s.flavors), "priority_weight": s.priority_weight, "queue": s.queue,
+            "max_retries": s.max_retries, "requires_locality": s.requires_locality,
+            "name": self.name, "argv": list(self.argv), "checkpoint_dir": self.checkpoint_dir,
+            "env": dict(self.env), "model": self.model,
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> LiveJob:
+        d = json.loads(text)
+        spec = JobSpec(
+            job_id=JobId(d["job_id"]), job_type=d["job_type"], num_gpus=d["num_gpus"],
+            total_steps=d["total_steps"], submit_time_s=d["submit_time_s"],
+            flavors=tuple(d["flavors"]), priority_weight=d["priority_weight"],
+            queue=d["queue"], max_retries=d["max_retries"],
+            requires_locality=d["requires_locality"],
+        )
+        return cls(spec, d["name"], tuple(d["argv"]), d["checkpoint_dir"],
+                   tuple(sorted(d["env"].items())), d["model"])
+
+
+def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) -> LiveJob:
+    """Bind a request to an id, a queue and a submission time."""
+    argv = ("/bin/sh", "-c", req.command) if isinstance(req.command, str) else tuple(req.command)
+    steps = req.total_steps or req.expected_duration_s or DEFAULT_EXPECTED_DURATION_S
+    spec = JobSpec(
+        job_id=JobId(job_id), job_type=req.job_type or UNPROFILED_JOB_TYPE, num_gpus=req.gpus,
+        total_steps=steps, submit_time_s=submit_time_s, flavors=tuple(req.flavors),
+        priority_weight=req.priority, queue=queue, max_retries=req.max_retries,
+        requires_locality=req.requires_locality,
+    )
+    return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
+                   req.model)
+
+
+def parse_request(text: str, fmt: str = "yaml") -> JobRequest:
+    """Parse and validate a YAML or JSON job request.
+
+    Raises:
+        SpecError: malformed text, or fields that fail validation (all of them listed).
+    """
+    try:
+        raw: Any = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise SpecError(f"job request is not valid {fmt.upper()}: {e}") from None
+    return validate_request(raw)
+
+
+def validate_request(raw: Any) -> JobRequest:
+    """Validate already-parsed data; every failing field is named in the error."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"job request must be a mapping of fields, got {type(raw).__name__}")
+    try:
+        return JobRequest.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError("invalid job request: " + "; ".join(describe_errors(e))) from None
+
+
+def describe_errors(e: ValidationError) -> list[str]:
+    """One readable line per validation error, e.g. ``gpu: unknown field``."""
+    out = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "request"
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        out.append(f"{loc}: {msg}")
+    return out

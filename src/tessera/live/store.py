@@ -1,0 +1,304 @@
+"""The durable state: one SQLite file in WAL mode.
+
+Tables:
+
+* ``jobs`` -- one row per job: its spec, lifecycle state, counters and last pending reason;
+* ``queues`` -- the quota each tenant queue had when the service last started;
+* ``allocations`` -- one row per *run* of a job, keyed ``(job_id, run)``: the GPUs the decision
+  gave it and the run's status (``planned → running → stopping → done``). It is the idempotent
+  launch record: it is written *before* the executor is asked to launch, and the executor names
+  what it starts after it, so a restarted service can ask "is run 3 of job j-ab12 alive?" and
+  never start that run a second time;
+* ``events`` -- append-only log of every state transition and decision, with timestamps.
+
+Every job state change goes through :meth:`Store.transition`, which checks the one lifecycle
+table (:func:`tessera.model.jobs.transition`) and appends the event in the same transaction, so
+the log always accounts for every transition.
+
+WAL with ``synchronous=NORMAL`` survives a killed process (the case we test: SIGKILL); only an
+operating-system crash can lose the last few commits.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tessera.live.spec import LiveJob
+from tessera.model.jobs import JobState, transition
+from tessera.sched.snapshot import Placement, QueueQuota
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, queue TEXT NOT NULL, state TEXT NOT NULL,
+    spec_json TEXT NOT NULL, submit_time_s REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+    runs INTEGER NOT NULL DEFAULT 0, pending_since_s REAL NOT NULL, last_run_end_s REAL,
+    first_start_s REAL, finish_s REAL, attained_gpu_s REAL NOT NULL DEFAULT 0,
+    run_s_json TEXT NOT NULL DEFAULT '{}', reason TEXT NOT NULL DEFAULT '',
+    final INTEGER NOT NULL DEFAULT 0, exit_code INTEGER);
+CREATE INDEX IF NOT EXISTS jobs_active ON jobs(final, seq);
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY, nominal_gpus INTEGER NOT NULL, borrowing_limit_gpus INTEGER,
+    weight REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS allocations (
+    job_id TEXT NOT NULL, run INTEGER NOT NULL, flavor TEXT NOT NULL, gpus_json TEXT NOT NULL,
+    status TEXT NOT NULL, stop_reason TEXT, created_s REAL NOT NULL, started_s REAL,
+    ended_s REAL, exit_code INTEGER, detail TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (job_id, run));
+CREATE INDEX IF NOT EXISTS alloc_status ON allocations(status);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, ts_s REAL NOT NULL, job_id TEXT, kind TEXT NOT NULL,
+    from_state TEXT, to_state TEXT, detail TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id, seq);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+#: Allocation statuses in which the run holds its GPUs.
+HOLDING = ("planned", "running", "stopping")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One row of ``jobs``, decoded."""
+
+    job: LiveJob
+    seq: int
+    state: JobState
+    attempts: int
+    runs: int
+    pending_since_s: float
+    last_run_end_s: float | None
+    first_start_s: float | None
+    finish_s: float | None
+    attained_gpu_s: float
+    run_s_by_flavor: dict[str, float]
+    reason: str
+    final: bool
+    exit_code: int | None
+
+    @property
+    def job_id(self) -> str:
+        return self.job.spec.job_id
+
+    @property
+    def queue(self) -> str:
+        return self.job.spec.queue
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One run of a job: where it was placed and how far it got."""
+
+    job_id: str
+    run: int
+    placement: Placement
+    status: str
+    stop_reason: str | None
+    created_s: float
+    started_s: float | None
+    ended_s: float | None
+    exit_code: int | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    ts_s: float
+    job_id: str | None
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    detail: str
+
+
+_JOB_COLS = ("spec_json, seq, state, attempts, runs, pending_since_s, last_run_end_s, "
+             "first_start_s, finish_s, attained_gpu_s, run_s_json, reason, final, exit_code")
+
+
+def _job(row: tuple) -> JobRecord:  # type: ignore[type-arg]
+    return JobRecord(LiveJob.from_json(row[0]), row[1], JobState(row[2]), row[3], row[4], row[5],
+                     row[6], row[7], row[8], row[9], json.loads(row[10]), row[11], bool(row[12]),
+                     row[13])
+
+
+def _alloc(row: tuple) -> Allocation:  # type: ignore[type-arg]
+    gpus = tuple((n, int(c)) for n, c in json.loads(row[3]))
+    return Allocation(row[0], row[1], Placement(row[2], gpus), row[4], row[5], row[6], row[7],
+                      row[8], row[9], row[10])
+
+
+class Store:
+    """Thread-safe access to the state database (one connection, one lock)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: everything inside commits together or not at all."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:  # type: ignore[type-arg]
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- meta and queues ---------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        rows = self._read("SELECT value FROM meta WHERE key=?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def sync_queues(self, quotas: dict[str, QueueQuota]) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM queues")
+            db.executemany("INSERT INTO queues VALUES (?, ?, ?, ?)", [
+                (q.name, q.nominal_gpus, q.borrowing_limit_gpus, q.weight)
+                for q in quotas.values()])
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def add_job(self, job: LiveJob, now_s: float) -> None:
+        """Insert a new PENDING job and its ``submitted`` event."""
+        s = job.spec
+        with self.tx() as db:
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+            db.execute(
+                "INSERT INTO jobs (job_id, seq, queue, state, spec_json, submit_time_s,"
+                " pending_since_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (s.job_id, seq, s.queue, JobState.PENDING.value, job.to_json(), now_s, now_s))
+            self._event(db, now_s, s.job_id, "submitted", None, JobState.PENDING,
+                        f"{s.num_gpus} GPU(s) on queue {s.queue}")
+
+    def get(self, job_id: str) -> JobRecord | None:
+        rows = self._read(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id=?", (job_id,))
+        return _job(rows[0]) if rows else None
+
+    def jobs(self, active_only: bool = False, queue: str | None = None,
+             limit: int | None = None) -> list[JobRecord]:
+        """Jobs in submission order; ``active_only`` leaves out final ones."""
+        where, args = [], []
+        if active_only:
+            where.append("final=0")
+        if queue is not None:
+            where.append("queue=?")
+            args.append(queue)
+        sql = f"SELECT {_JOB_COLS} FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += f" DESC LIMIT {int(limit)}"
+        rows = self._read(sql, tuple(args))
+        out = [_job(r) for r in rows]
+        return out[::-1] if limit is not None else out
+
+    def count_jobs(self) -> dict[str, int]:
+        return dict(self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state"))  # type: ignore[arg-type]
+
+    def transition(self, db: sqlite3.Connection, job_id: str, new: JobState, now_s: float,
+                   detail: str = "", **updates: object) -> JobState:
+        """Move a job to ``new`` inside transaction ``db`` (checked by the lifecycle table).
+
+        ``updates`` sets further columns of the job row in the same statement.
+
+        Raises:
+            InvalidTransition: when the lifecycle table does not allow the move.
+        """
+        row = db.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        old = JobState(row[0])
+        transition(old, new)
+        cols = {"state": new.value, **updates}
+        sets = ", ".join(f"{k}=?" for k in cols)
+        db.execute(f"UPDATE jobs SET {sets} WHERE job_id=?", (*cols.values(), job_id))
+        self._event(db, now_s, job_id, "transition", old, new, detail)
+        return old
+
+    def update_job(self, db: sqlite3.Connection, job_id: str, **cols: object) -> None:
+        sets = ", ".join(f"{k}=?" for k in cols)
+        db.execute(f"UPDATE jobs SET {sets} WHERE job_id=?", (*cols.values(), job_id))
+
+    def set_reasons(self, reasons: dict[str, str]) -> None:
+        """Record why each job waits (not an event: reasons change every round)."""
+        if reasons:
+            with self.tx() as db:
+                db.executemany("UPDATE jobs SET reason=? WHERE job_id=? AND reason<>?",
+                               [(r, j, r) for j, r in reasons.items()])
+
+    # -- allocations -------------------------------------------------------------------------
+
+    def add_allocation(self, db: sqlite3.Connection, job_id: str, run: int, p: Placement,
+                       now_s: float) -> None:
+        db.execute(
+            "INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s)"
+            " VALUES (?, ?, ?, ?, 'planned', ?)",
+            (job_id, run, p.flavor, json.dumps(p.gpus_by_node), now_s))
+
+    def set_allocation(self, db: sqlite3.Connection, job_id: str, run: int, **cols: object) -> None:
+        sets = ", ".join(f"{k}=?" for k in cols)
+        db.execute(f"UPDATE allocations SET {sets} WHERE job_id=? AND run=?",
+                   (*cols.values(), job_id, run))
+
+    def allocations(self, statuses: tuple[str, ...] = HOLDING,
+                    job_id: str | None = None) -> list[Allocation]:
+        marks = ",".join("?" * len(statuses))
+        sql = f"SELECT * FROM allocations WHERE status IN ({marks})"
+        args: tuple[object, ...] = statuses
+        if job_id is not None:
+            sql += " AND job_id=?"
+            args = (*statuses, job_id)
+        return [_alloc(r) for r in self._read(sql + " ORDER BY created_s, job_id", args)]
+
+    def allocation(self, job_id: str, run: int) -> Allocation | None:
+        rows = self._read("SELECT * FROM allocations WHERE job_id=? AND run=?", (job_id, run))
+        return _alloc(rows[0]) if rows else None
+
+    # -- events ------------------------------------------------------------------------------
+
+    def event(self, db: sqlite3.Connection, now_s: float, job_id: str | None, kind: str,
+              detail: str = "") -> None:
+        """Append a non-transition event (a decision, a launch, a stop request ...)."""
+        self._event(db, now_s, job_id, kind, None, None, detail)
+
+    @staticmethod
+    def _event(db: sqlite3.Connection, now_s: float, job_id: str | None, kind: str,
+               old: JobState | None, new: JobState | None, detail: str) -> None:
+        db.execute(
+            "INSERT INTO events (ts_s, job_id, kind, from_state, to_state, detail)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (now_s, job_id, kind, old.value if old else None, new.value if new else None, detail))
+
+    def events(self, job_id: str | None = None, after_seq: int = 0) -> list[Event]:
+        sql = "SELECT * FROM events WHERE seq>?"
+        args: tuple[object, ...] = (after_seq,)
+        if job_id is not None:
+            sql += " AND job_id=?"
+            args = (after_seq, job_id)
+        return [Event(*r) for r in self._read(sql + " ORDER BY seq", args)]

@@ -1,0 +1,161 @@
+"""Tenants, queues and bearer tokens: the service's config file ``tessera-live.yaml``.
+
+Every API call carries ``Authorization: Bearer <token>``. A token belongs either to one tenant
+queue (the tenant sees, submits to and cancels only that queue's jobs) or to the admin (sees
+everything). Queues carry Kueue-style quotas that the decision core enforces::
+
+    queues:
+      - {name: vision, nominal_gpus: 8, borrowing_limit_gpus: 4, weight: 1.0}
+      - {name: nlp, nominal_gpus: 8, borrowing_limit_gpus: 0}
+    tokens:
+      - {name: admin, sha256: 9f2c..., queue: null}       # null queue = admin
+      - {name: vision-ci, sha256: 41ab..., queue: vision}
+
+Only SHA-256 hashes of tokens are stored, so the file can be read without leaking them; a new
+token is printed once, when it is made (on first start for the admin, or by
+:func:`add_token`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tessera.errors import SpecError
+from tessera.sched.snapshot import QueueQuota
+
+CONFIG_NAME = "tessera-live.yaml"
+
+
+class _QueueEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    nominal_gpus: int = Field(ge=0)
+    borrowing_limit_gpus: int | None = Field(None, ge=0)
+    weight: float = Field(1.0, gt=0)
+
+
+class _TokenEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    queue: str | None = None
+
+
+class _ConfigFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    queues: list[_QueueEntry] = Field(min_length=1)
+    tokens: list[_TokenEntry] = Field(min_length=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a token's name and its queue (``None`` for the admin)."""
+
+    name: str
+    queue: str | None
+
+    @property
+    def admin(self) -> bool:
+        return self.queue is None
+
+    def may_see(self, queue: str) -> bool:
+        return self.admin or self.queue == queue
+
+
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """The loaded config: quotas by queue and token hashes."""
+
+    quotas: dict[str, QueueQuota]
+    tokens: dict[str, Principal]  # sha256 hex -> principal
+
+    def authenticate(self, token: str | None) -> Principal | None:
+        """The principal owning ``token``, or ``None`` (compared in constant time)."""
+        if not token:
+            return None
+        digest = hash_token(token)
+        for known, who in self.tokens.items():
+            if hmac.compare_digest(known, digest):
+                return who
+        return None
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def load_tenancy(state_dir: Path) -> Tenancy:
+    """Read the config file from ``state_dir``.
+
+    Raises:
+        SpecError: missing file, malformed YAML, unknown fields, or a token naming an unknown
+            queue.
+    """
+    path = state_dir / CONFIG_NAME
+    try:
+        raw = yaml.safe_load(path.read_text())
+        cfg = _ConfigFile.model_validate(raw)
+    except FileNotFoundError:
+        raise SpecError(f"{path} does not exist; start `tessera serve` once to create it") from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise SpecError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    quotas = {q.name: QueueQuota(q.name, q.nominal_gpus, q.borrowing_limit_gpus, q.weight)
+              for q in cfg.queues}
+    tokens: dict[str, Principal] = {}
+    for t in cfg.tokens:
+        if t.queue is not None and t.queue not in quotas:
+            raise SpecError(f"{path}: token {t.name!r} names unknown queue {t.queue!r}")
+        tokens[t.sha256] = Principal(t.name, t.queue)
+    return Tenancy(quotas, tokens)
+
+
+def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
+    """Create the config on first start: one ``default`` queue and an admin token.
+
+    Returns:
+        the new admin token (to print once), or ``None`` when the file already existed.
+    """
+    path = state_dir / CONFIG_NAME
+    if path.exists():
+        return None
+    state_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    cfg = {
+        "queues": [{"name": "default", "nominal_gpus": total_gpus,
+                    "borrowing_limit_gpus": None, "weight": 1.0}],
+        "tokens": [{"name": "admin", "sha256": hash_token(token), "queue": None}],
+    }
+    _write(path, cfg)
+    return token
+
+
+def add_token(state_dir: Path, name: str, queue: str | None, nominal_gpus: int = 0) -> str:
+    """Add a token for ``queue`` (creating the queue with ``nominal_gpus`` if new); returns it."""
+    path = state_dir / CONFIG_NAME
+    load_tenancy(state_dir)  # validate first
+    raw = yaml.safe_load(path.read_text())
+    if queue is not None and all(q["name"] != queue for q in raw["queues"]):
+        _QueueEntry(name=queue, nominal_gpus=nominal_gpus)  # validates the name
+        raw["queues"].append({"name": queue, "nominal_gpus": nominal_gpus,
+                              "borrowing_limit_gpus": None, "weight": 1.0})
+    token = secrets.token_urlsafe(24)
+    raw["tokens"].append({"name": name, "sha256": hash_token(token), "queue": queue})
+    _write(path, raw)
+    return token
+
+
+def _write(path: Path, cfg: dict[str, object]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(path)
