@@ -56,10 +56,10 @@ def run_simulation(
     cluster = load_cluster(cluster_text, gpus_per_server)
     loaded = read_trace(trace, on_error=on_error, limit=limit, throughputs=table)  # type: ignore[arg-type]
     workload = loaded.workload
-    failures = FailureConfig(**{k[8:]: v for k, v in config_updates.items()
-                                if k.startswith("failure_")})
+    failures = FailureConfig.model_validate(
+        {k[8:]: v for k, v in config_updates.items() if k.startswith("failure_")})
     plain = {k: v for k, v in config_updates.items() if not k.startswith("failure_")}
-    config = SimConfig(**plain, failures=failures)  # type: ignore[arg-type]
+    config = SimConfig.model_validate({**plain, "failures": failures})
     if not as_json:
         err.print(f"[bold]trace[/] {workload.name}: {len(workload)} jobs ({loaded.format})")
         for note in workload.notes:
@@ -93,7 +93,10 @@ def run_simulation(
         }
         sys.stdout.write(json.dumps(payload, default=_json_default) + "\n")
     else:
-        Console().print(comparison_table(results, title=f"{workload.name} on {cluster.name}"))
+        con = Console()
+        if not con.is_terminal:
+            con = Console(width=160)
+        con.print(comparison_table(results, title=f"{workload.name} on {cluster.name}"))
         err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
     return results
 

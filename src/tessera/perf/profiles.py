@@ -8,9 +8,10 @@ pairs. Throughput is in training steps per second for the whole gang.
 :class:`ThroughputTable` answers ``throughput(job_type, flavor, num_gpus, consolidated)``:
 
 * a measured value when there is one;
-* for a gang size that was not measured (3, 16, 64 GPUs ...), the per-GPU throughput of the
-  largest measured size not above it, times the gang size -- an *estimate*, reported as such by
-  :meth:`ThroughputTable.lookup`;
+* for a gang size that was not measured (3, 16, 64 GPUs ...) of a job type that was measured
+  on several GPUs, the per-GPU throughput of the largest measured size not above it, times the
+  gang size -- an *estimate*, reported as such by :meth:`ThroughputTable.lookup` (a type only
+  ever measured on one GPU is not distributable and gets no estimate);
 * for a flavor without measurements, the measurements of a declared *proxy* flavor of the same
   generation (P40 → P100), also reported;
 * otherwise :class:`~tessera.errors.NoProfileError`, naming what does exist.
@@ -128,6 +129,11 @@ class ThroughputTable:
                 f"{self.source}: job type {job_type!r} was not measured on {data_flavor}"
                 + ("" if consolidated else " (unconsolidated)")
                 + f"; {len(self.job_types())} job types exist, e.g. {self.job_types()[0]!r}"
+            )
+        if measured_sfs == [1]:
+            raise NoProfileError(
+                f"{self.source}: {job_type!r} is a single-GPU job type (never measured on "
+                f"more than one GPU); it cannot run as a {num_gpus}-GPU gang"
             )
         below = [sf for sf in measured_sfs if sf <= num_gpus]
         if not below:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from typing import Any
+
 import numpy as np
 
 from tessera.sim.metrics import SimResult
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -33,7 +33,6 @@ from tessera.sched.placement import BlockInfo, FreeGpus
 from tessera.sched.policy import Policy, PolicyContext
 from tessera.sched.snapshot import JobView, Placement, Snapshot
 
-
 _NONE_FREE = BlockInfo(0, 0)
 
 
@@ -177,8 +176,9 @@ def decide(
     by_id = {j.job_id: j for j in admitted}
     lap("admit")
 
-    # 2. Ordering.
-    ranking = policy.rank(PolicyContext(view, oracle, rng))
+    # 2. Ordering (an agnostic policy sees the agnostic twin of the oracle).
+    seen_by_policy = oracle.as_agnostic() if policy.agnostic else oracle
+    ranking = policy.rank(PolicyContext(view, seen_by_policy, rng))
     lap("order")
 
     # 3. Placement.
@@ -198,11 +198,11 @@ def decide(
             break
         if jid in selected or jid in run:
             continue
-        j = by_id.get(jid)
-        if j is None:
+        cand = by_id.get(jid)
+        if cand is None:
             continue
-        g = j.spec.num_gpus
-        local = _needs_locality(j, now, opts)
+        g = cand.spec.num_gpus
+        local = _needs_locality(cand, now, opts)
         if g <= count.get(fl, 0) and (not local or g <= largest.get(fl, 0)):
             selected[jid] = fl
             count[fl] -= g

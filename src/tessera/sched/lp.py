@@ -8,6 +8,10 @@ optimal -- Gavel only printed a warning and carried on with whatever it got.
 
 from __future__ import annotations
 
+import os
+import sys
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -18,6 +22,33 @@ INF = float("inf")
 
 class SolverError(TesseraError):
     """The LP solver did not reach an optimal solution."""
+
+
+_SOLVER: Any = None
+
+
+def _solver() -> Any:
+    """One HiGHS instance per process, created with stdout silenced (HiGHS prints a banner
+    on construction, which would corrupt ``--json`` output)."""
+    global _SOLVER
+    if _SOLVER is None:
+        import highspy
+
+        sys.stdout.flush()
+        saved = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            _SOLVER = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(devnull)
+            os.close(saved)
+        _SOLVER.setOptionValue("output_flag", False)
+        _SOLVER.setOptionValue("threads", 1)
+    else:
+        _SOLVER.clearModel()
+    return _SOLVER
 
 
 def solve_lp(
@@ -41,9 +72,7 @@ def solve_lp(
     import highspy
 
     csc = sp.csc_matrix(a)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
+    h = _solver()
     lp = highspy.HighsLp()
     lp.num_col_ = int(csc.shape[1])
     lp.num_row_ = int(csc.shape[0])

@@ -55,6 +55,7 @@ class ThroughputOracle:
         self._cache: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
         self._view: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
         self._types: frozenset[str] | None = None
+        self._twin: ThroughputOracle | None = None
 
     def real_rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
         """True rates on every allowed cluster flavor where the job can run (rate > 0).
@@ -83,6 +84,21 @@ class ThroughputOracle:
         rates = tuple(out)
         self._cache[key] = rates
         return rates
+
+    def as_agnostic(self) -> ThroughputOracle:
+        """The heterogeneity-agnostic twin (same table and cluster), created once."""
+        if self.agnostic:
+            return self
+        if self._twin is None:
+            twin = ThroughputOracle.__new__(ThroughputOracle)
+            for attr in ("table", "unprofiled_uniform", "cluster_flavors", "_reference",
+                         "_cache", "_types"):
+                setattr(twin, attr, getattr(self, attr))
+            twin.agnostic = True
+            twin._view = {}
+            twin._twin = None
+            self._twin = twin
+        return self._twin
 
     def _known_types(self) -> frozenset[str]:
         if self._types is None:

@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tessera.errors import SpecError
-
 from tessera.model.jobs import JobId
 from tessera.registry import Registry
 from tessera.sched.oracle import ThroughputOracle
@@ -113,7 +112,8 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     try:
         config = cls.Config(**(options or {}))
     except ValidationError as e:
-        raise SpecError(f"policy {name!r}: {e.errors()[0]['msg']} ({e.errors()[0]['loc']})") from None
+        first = e.errors()[0]
+        raise SpecError(f"policy {name!r}: {first['msg']} ({first['loc']})") from None
     return cls(config, agnostic=agnostic, name=base)
 
 

@@ -33,7 +33,9 @@ class RunSpec:
     table: ThroughputTable
 
 
-def _throttled(policy: str, put: Callable[[tuple[str, int, int]], Any]) -> Callable[[int, int], None]:
+def _throttled(
+    policy: str, put: Callable[[tuple[str, int, int]], Any]
+) -> Callable[[int, int], None]:
     last = [-1]
 
     def report(done: int, total: int) -> None:

@@ -34,7 +34,7 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy, make_policy
 from tessera.sched.snapshot import Placement, Snapshot
 from tessera.sim.config import SimConfig
-from tessera.sim.metrics import SimResult, Sample, summarize
+from tessera.sim.metrics import Sample, SimResult, summarize
 from tessera.sim.state import SimJob
 
 _COMPLETE, _FAIL, _RETRY, _ROUND, _WAKEUP = 0, 1, 2, 4, 5
@@ -66,8 +66,8 @@ class Simulator:
         self.workload = workload
         self.cluster = cluster
         self.policy = policy
-        self.oracle = ThroughputOracle(table, cluster, agnostic=policy.agnostic)
-        self.truth = ThroughputOracle(table, cluster) if policy.agnostic else self.oracle
+        self.oracle = ThroughputOracle(table, cluster)
+        self.truth = self.oracle
         self.rounds = self.cfg.mode == "rounds" or (
             self.cfg.mode == "auto" and policy.round_based
         )
@@ -137,8 +137,10 @@ class Simulator:
                         self._requeue(job, t)
                         changed = True
                     elif job.epoch == epoch and job.state is JobState.RUNNING:
-                        finished = self._complete(job, t) if kind == _COMPLETE else self._fail(job, t)
-                        done += finished
+                        if kind == _COMPLETE:
+                            done += self._complete(job, t)
+                        else:
+                            done += self._fail(job, t)
                         changed = True
             while ptr < n and jobs[ptr].spec.submit_time_s <= t + _EPS:
                 self._arrive(jobs[ptr], t)

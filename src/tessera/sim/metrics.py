@@ -179,7 +179,7 @@ def summarize(
                 job_id=j.spec.job_id, job_type=j.spec.job_type, num_gpus=j.spec.num_gpus,
                 queue=j.spec.queue, outcome=out, submit_s=j.spec.submit_time_s,
                 first_start_s=j.first_start_s, finish_s=j.finish_s, jct_s=jct,
-                queue_delay_s=(j.first_start_s - j.spec.submit_time_s)
+                queue_delay_s=max(j.first_start_s - j.spec.submit_time_s, 0.0)
                 if j.first_start_s is not None else None,
                 wait_quota_s=j.wait_by_kind.get(PendingKind.QUOTA, 0.0),
                 wait_capacity_s=j.wait_by_kind.get(PendingKind.CAPACITY, 0.0),

@@ -1,0 +1,61 @@
+"""Test builders: small clusters and jobs in one readable line each.
+
+    cluster = make_cluster().node("v100", gpus=4, count=2).node("k80", gpus=2).build()
+    job = make_job("a", gpus=2, steps=1000)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera.model.cluster import ClusterSpec, Node, make_nodes
+from tessera.model.jobs import JobId, JobSpec, JobState, Workload
+from tessera.sched.snapshot import JobView, Placement, Snapshot
+
+RESNET = "ResNet-18 (batch size 64)"
+RECO = "Recommendation (batch size 1024)"
+
+
+@dataclass
+class ClusterBuilder:
+    nodes: list[Node] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def node(self, flavor: str, gpus: int, count: int = 1, rack: str | None = None,
+             ) -> ClusterBuilder:
+        start = self.counters.get(flavor, 0)
+        self.nodes += make_nodes(flavor, count, gpus, start=start, rack=rack)
+        self.counters[flavor] = start + count
+        return self
+
+    def build(self, name: str = "test") -> ClusterSpec:
+        return ClusterSpec(name, tuple(self.nodes))
+
+
+def make_cluster() -> ClusterBuilder:
+    return ClusterBuilder()
+
+
+def make_job(
+    job_id: str,
+    gpus: int = 1,
+    steps: float = 1000.0,
+    submit_s: float = 0.0,
+    job_type: str = RESNET,
+    **kw: object,
+) -> JobSpec:
+    return JobSpec(JobId(job_id), job_type, gpus, steps, submit_s, **kw)  # type: ignore[arg-type]
+
+
+def make_workload(*jobs: JobSpec, name: str = "test") -> Workload:
+    return Workload(name, tuple(jobs))
+
+
+def view(spec: JobSpec, state: JobState = JobState.PENDING, placement: Placement | None = None,
+         **kw: object) -> JobView:
+    return JobView(spec, state, kw.pop("remaining_steps", spec.total_steps),  # type: ignore[arg-type]
+                   placement, **kw)  # type: ignore[arg-type]
+
+
+def snapshot(cluster: ClusterSpec, *views: JobView, now_s: float = 0.0, **kw: object) -> Snapshot:
+    return Snapshot(now_s, cluster, tuple(views), **kw)  # type: ignore[arg-type]
