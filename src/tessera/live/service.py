@@ -256,7 +256,7 @@ class LiveService:
         spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt)
         try:
             self.executor.launch(spec)
-        except Exception as e:  # noqa: BLE001 - any launch failure is the run's failure
+        except Exception as e:  # any launch failure is the run's failure
             from tessera.live.executors.base import RunStatus
 
             with self.store.tx() as db:

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tessera.live.spec import LiveJob
 from tessera.model.jobs import JobState, transition
@@ -121,13 +122,13 @@ _JOB_COLS = ("spec_json, seq, state, attempts, runs, pending_since_s, last_run_e
              "first_start_s, finish_s, attained_gpu_s, run_s_json, reason, final, exit_code")
 
 
-def _job(row: tuple) -> JobRecord:  # type: ignore[type-arg]
+def _job(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(LiveJob.from_json(row[0]), row[1], JobState(row[2]), row[3], row[4], row[5],
                      row[6], row[7], row[8], row[9], json.loads(row[10]), row[11], bool(row[12]),
                      row[13])
 
 
-def _alloc(row: tuple) -> Allocation:  # type: ignore[type-arg]
+def _alloc(row: tuple[Any, ...]) -> Allocation:
     gpus = tuple((n, int(c)) for n, c in json.loads(row[3]))
     return Allocation(row[0], row[1], Placement(row[2], gpus), row[4], row[5], row[6], row[7],
                       row[8], row[9], row[10])
@@ -162,7 +163,7 @@ class Store:
                 raise
             self._db.execute("COMMIT")
 
-    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:  # type: ignore[type-arg]
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
@@ -221,7 +222,8 @@ class Store:
         return out[::-1] if limit is not None else out
 
     def count_jobs(self) -> dict[str, int]:
-        return dict(self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state"))  # type: ignore[arg-type]
+        rows = self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        return {str(k): int(v) for k, v in rows}
 
     def transition(self, db: sqlite3.Connection, job_id: str, new: JobState, now_s: float,
                    detail: str = "", **updates: object) -> JobState:

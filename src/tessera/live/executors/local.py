@@ -16,6 +16,7 @@ spawned it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -87,10 +88,8 @@ class LocalExecutor:
         d = self.run_dir(job_id, run)
         pid = _marker_pid(d)
         if pid is not None and _is_runner(pid, d):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
 
     def release(self, job_id: str, run: int) -> None:
         self._forget(job_id, run)

@@ -17,6 +17,7 @@ The runner lives in its own session, so it outlives a killed service; the restar
 reads the marker and the exit file to adopt it.
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -28,10 +29,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def _claim(run_dir: str) -> bool:
@@ -59,10 +58,8 @@ def main(run_dir: str) -> int:
     def kill_all(sig: int) -> None:
         for p in procs:
             if p.returncode is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    pass
 
     def on_alarm(_signum: int, _frame: object) -> None:
         stopping["escalated"] = True

@@ -1,0 +1,1 @@
+"""Static files of the live dashboard (served by :mod:`tessera.live.api`)."""
