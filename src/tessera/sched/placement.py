@@ -5,6 +5,8 @@ Rules, in order:
 1. **All or nothing.** A gang gets every GPU it asks for in one step, or none.
 2. **Consolidate.** Prefer one node; among nodes that fit, take the *best fit* (the one with
    the fewest free GPUs that still fits), which keeps large free blocks for large gangs.
+   Nodes are kept in buckets by free-GPU count, so finding the best fit costs O(GPUs per
+   node), not O(nodes).
 3. **Then one rack, then anywhere** -- unless the job requires locality. A gang split across
    nodes runs at the profiles' *unconsolidated* speed (``perf`` decides how much slower).
 4. **Never over-allocate.** :class:`FreeGpus` is the only bookkeeper and refuses to go below 0.
@@ -35,13 +37,24 @@ class FreeGpus:
     def __init__(self, nodes: tuple[Node, ...]) -> None:
         self._free: dict[str, int] = {}
         self._rack: dict[str, str] = {}
+        self._flavor: dict[str, str] = {}
         self._by_flavor: dict[str, list[str]] = defaultdict(list)
         self._total: dict[str, int] = defaultdict(int)
+        # flavor -> free count -> nodes with exactly that many free GPUs (insertion-ordered)
+        self._buckets: dict[str, list[dict[str, None]]] = {}
         for n in nodes:
+            f = n.flavor.short
             self._free[n.node_id] = n.gpus
             self._rack[n.node_id] = n.rack
-            self._by_flavor[n.flavor.short].append(n.node_id)
-            self._total[n.flavor.short] += n.gpus
+            self._flavor[n.node_id] = f
+            self._by_flavor[f].append(n.node_id)
+            self._total[f] += n.gpus
+        for f, ids in self._by_flavor.items():
+            top = max(self._free[i] for i in ids)
+            buckets: list[dict[str, None]] = [{} for _ in range(top + 1)]
+            for i in ids:
+                buckets[self._free[i]][i] = None
+            self._buckets[f] = buckets
 
     def flavors(self) -> tuple[str, ...]:
         return tuple(self._by_flavor)
@@ -50,8 +63,8 @@ class FreeGpus:
         return self._total.get(flavor, 0)
 
     def info(self, flavor: str) -> BlockInfo:
-        nodes = self._by_flavor.get(flavor, [])
-        largest = max((self._free[n] for n in nodes), default=0)
+        buckets = self._buckets.get(flavor, [])
+        largest = next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0)
         return BlockInfo(self._total.get(flavor, 0), largest)
 
     def take(self, placement: Placement) -> None:
@@ -60,7 +73,11 @@ class FreeGpus:
             if self._free.get(node_id, 0) < count:
                 raise ValueError(f"over-allocation of {node_id} by {placement.describe()}")
         for node_id, count in placement.gpus_by_node:
-            self._free[node_id] -= count
+            buckets = self._buckets[self._flavor[node_id]]
+            old = self._free[node_id]
+            del buckets[old][node_id]
+            buckets[old - count][node_id] = None
+            self._free[node_id] = old - count
         self._total[placement.flavor] -= placement.num_gpus
 
     def can_take(self, placement: Placement) -> bool:
@@ -70,20 +87,13 @@ class FreeGpus:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
         if gpus > self._total.get(flavor, 0):
             return None
-        nodes = self._by_flavor.get(flavor, [])
-        best: str | None = None
-        best_free = 1 << 30
-        for n in nodes:
-            f = self._free[n]
-            if gpus <= f < best_free:
-                best, best_free = n, f
-                if f == gpus:
-                    break
-        if best is not None:
-            return Placement(flavor, ((best, gpus),))
+        buckets = self._buckets[flavor]
+        for k in range(gpus, len(buckets)):
+            if buckets[k]:
+                return Placement(flavor, ((next(iter(buckets[k])), gpus),))
         if require_locality:
             return None
-        return self._spread(flavor, gpus, nodes)
+        return self._spread(flavor, gpus, self._by_flavor[flavor])
 
     def _spread(self, flavor: str, gpus: int, nodes: list[str]) -> Placement | None:
         by_rack: dict[str, list[str]] = defaultdict(list)
