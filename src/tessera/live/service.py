@@ -28,6 +28,7 @@ from pathlib import Path
 from tessera.errors import SpecError
 from tessera.live import lifecycle
 from tessera.live.executors.base import Executor, LaunchSpec
+from tessera.live.faults import crash_point
 from tessera.live.spec import JobRequest, to_live_job
 from tessera.live.store import HOLDING, Allocation, JobRecord, Store
 from tessera.live.tenancy import Principal, Tenancy
@@ -184,6 +185,7 @@ class LiveService:
                 continue
             if st.state == "absent" and a.status == "running":
                 st = type(st)("lost", detail="executor has no record of this run")
+            crash_point("before-exit-recorded")
             with self.store.tx() as db:
                 what = lifecycle.finish_run(self.store, db, a, st, now_s)
             self.executor.release(a.job_id, a.run)
@@ -206,6 +208,7 @@ class LiveService:
         self.last_decision = d
         self.rounds += 1
         self._journal(d, now_s)
+        crash_point("after-journal")
         return d.wakeup_s
 
     def _journal(self, d: Decision, now_s: float) -> None:
@@ -268,5 +271,6 @@ class LiveService:
                                      RunStatus("lost", detail=f"launch failed: {e}"),
                                      self.clock())
             return
+        crash_point("after-launch")
         with self.store.tx() as db:
             lifecycle.mark_running(self.store, db, a, self.clock(), f"run {a.run} launched")

@@ -1,0 +1,62 @@
+"""Builders for live-service tests: a state dir with known tokens, a service, waiting."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from tessera.live.executors.local import LocalExecutor
+from tessera.live.service import LiveService, ServiceOptions
+from tessera.live.store import Store
+from tessera.live.tenancy import CONFIG_NAME, hash_token, load_tenancy
+from tessera.model.cluster import load_cluster
+
+ADMIN = "admin-token-for-tests"
+TEAM_A = "team-a-token"
+TEAM_B = "team-b-token"
+
+
+def write_config(state_dir: Path, queues: list[dict[str, object]] | None = None) -> None:
+    """A config with queues team-a and team-b (4 GPUs each, may borrow) and three tokens."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    cfg = {
+        "queues": queues or [
+            {"name": "team-a", "nominal_gpus": 4, "borrowing_limit_gpus": 4},
+            {"name": "team-b", "nominal_gpus": 4, "borrowing_limit_gpus": 4},
+        ],
+        "tokens": [
+            {"name": "admin", "sha256": hash_token(ADMIN), "queue": None},
+            {"name": "a", "sha256": hash_token(TEAM_A), "queue": "team-a"},
+            {"name": "b", "sha256": hash_token(TEAM_B), "queue": "team-b"},
+        ],
+    }
+    (state_dir / CONFIG_NAME).write_text(yaml.safe_dump(cfg))
+
+
+def make_service(state_dir: Path, cluster: str = "v100:4,t4:4", policy: str = "fifo",
+                 grace_s: float = 2.0, queues: list[dict[str, object]] | None = None,
+                 gpus_per_server: int = 4) -> LiveService:
+    """A started service with the local executor (stop it with ``svc.stop()``)."""
+    write_config(state_dir, queues)
+    svc = LiveService(
+        Store(state_dir / "state.db"), LocalExecutor(state_dir / "runs", grace_s=grace_s),
+        load_cluster(cluster, gpus_per_server), load_tenancy(state_dir), policy, state_dir,
+        ServiceOptions(period_s=0.5, poll_s=0.05, grace_s=grace_s))
+    svc.start()
+    return svc
+
+
+def wait_for(pred: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
