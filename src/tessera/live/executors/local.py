@@ -115,8 +115,9 @@ def _read_exit(d: Path) -> RunStatus | None:
     except FileNotFoundError:
         return None
     ranks = data.get("ranks", [])
-    bad = [i for i, c in enumerate(ranks) if c != 0]
-    detail = f"rank {bad[0]} exited with {ranks[bad[0]]}" if bad else ""
+    rc = int(data["rc"])
+    bad = [i for i, c in enumerate(ranks) if c == rc != 0]
+    detail = f"rank {bad[0]} exited with {rc}" if bad else ""
     return RunStatus("exited", int(data["rc"]), bool(data["stopped"]), detail)
 
 

@@ -11,7 +11,8 @@ then:
    its runner (``PR_SET_PDEATHSIG``);
 3. on SIGTERM forwards SIGTERM to the ranks and kills them after the grace period; if one rank
    fails, stops the others the same way (a gang lives and dies together);
-4. writes ``RUN_DIR/exit.json`` atomically (``{"rc": ..., "stopped": ..., "ranks": [...]}``).
+4. writes ``RUN_DIR/exit.json`` atomically (``{"rc": ..., "stopped": ..., "ranks": [...]}``);
+   ``rc`` is the status of the rank that failed first (the cause), else 0.
 
 The runner lives in its own session, so it outlives a killed service; the restarted service
 reads the marker and the exit file to adopt it.
@@ -87,6 +88,7 @@ def main(run_dir: str) -> int:
     if stopping["requested"]:
         stop_gang()
     codes: dict[int, int] = {}
+    cause: list[int] = []  # the rank whose failure brought the gang down, if any
     while len(codes) < len(procs):
         try:
             pid, status = os.waitpid(-1, 0)
@@ -96,11 +98,12 @@ def main(run_dir: str) -> int:
             if p.pid == pid:
                 p.returncode = os.waitstatus_to_exitcode(status)
                 codes[i] = p.returncode
-                if p.returncode != 0 and not stopping["requested"]:
+                if p.returncode != 0 and not stopping["requested"] and not cause:
+                    cause.append(i)
                     stop_gang()
     signal.setitimer(signal.ITIMER_REAL, 0)
     ranks = [codes.get(i, -1) for i in range(len(procs))]
-    rc = next((c for c in ranks if c != 0), 0)
+    rc = ranks[cause[0]] if cause else next((c for c in ranks if c != 0), 0)
     tmp = os.path.join(run_dir, "exit.json.tmp")
     with open(tmp, "w") as f:
         json.dump({"rc": rc, "stopped": stopping["requested"], "ranks": ranks}, f)
