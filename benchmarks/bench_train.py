@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--example", default="cnn")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--global-batch", type=int, default=96)
-    ap.add_argument("--per-sample-ms", type=float, default=4.0)
+    ap.add_argument("--per-sample-ms", type=float, default=6.0)
     ap.add_argument("--overhead-ms", type=float, default=0.5)
     args = ap.parse_args()
     emu = EmulationConfig(args.overhead_ms / 1000, args.per_sample_ms / 1000)
