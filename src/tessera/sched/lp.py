@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,8 +60,14 @@ def solve_lp(
     col_upper: np.ndarray,
     maximize: bool,
     what: str = "allocation LP",
+    method: Literal["choose", "ipm"] = "choose",
 ) -> np.ndarray:
     """Solve ``opt cost·x  s.t.  row_lower <= A x <= row_upper, col_lower <= x <= col_upper``.
+
+    ``method="choose"`` lets HiGHS pick (simplex for these LPs: the answer is a *vertex* of the
+    optimal face). ``method="ipm"`` runs the interior-point method **without crossover**, which
+    stops near the centre of the optimal face -- closer to what an interior-point solver such
+    as ECOS (Gavel's default) returns when an LP has many optima (``--compat gavel``).
 
     Returns:
         The optimal ``x``.
@@ -86,6 +92,8 @@ def solve_lp(
     lp.a_matrix_.index_ = csc.indices.astype(np.int32)
     lp.a_matrix_.value_ = csc.data.astype(np.float64)
     lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
+    h.setOptionValue("solver", "ipm" if method == "ipm" else "choose")
+    h.setOptionValue("run_crossover", "off" if method == "ipm" else "on")
     h.passModel(lp)
     h.run()
     status = h.getModelStatus()

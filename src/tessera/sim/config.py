@@ -36,8 +36,15 @@ class SimConfig(BaseModel):
             preempted or migrated job spends ``checkpoint_s + restore_s`` holding its new GPUs
             before it makes progress again.
         locality_wait_s: how long a multi-GPU gang waits for one node before it may be split.
-        compat: ``gavel`` switches off every cost Gavel does not model (preemption, restore,
-            failures), forces 360 s rounds, and measures progress as Gavel does.
+        compat: ``gavel`` reproduces Gavel's simulator (``docs/gavel-compat.md``): no cost Gavel
+            does not model (preemption, restore, failures, placement), 360 s rounds timed and
+            advanced as Gavel does (``int(rate·360)`` steps, a round ends at its latest finish,
+            arrivals join at boundaries), and ``fifo``, ``max_min_fairness`` and
+            ``finish_time_fairness`` (and their ``-agnostic`` twins) replaced by Gavel's own
+            mechanism and policy math.
+        compat_solver: the optimiser of Gavel's policies under ``compat``: ``ecos`` (Gavel's
+            own, needs the ``gavel-compat`` extra), ``highs-ipm`` (interior point, no
+            crossover), ``highs`` (simplex vertex), or ``auto`` (``ecos`` when installed).
         seed: the only source of randomness.
     """
 
@@ -49,6 +56,7 @@ class SimConfig(BaseModel):
     locality_wait_s: float = Field(0.0, ge=0)
     failures: FailureConfig = FailureConfig()
     compat: Literal["gavel"] | None = None
+    compat_solver: Literal["auto", "ecos", "highs", "highs-ipm"] = "auto"
     seed: int = 0
     max_sim_time_s: float | None = Field(None, gt=0)
     sample_every_s: float = Field(600.0, gt=0)

@@ -2,6 +2,7 @@
 
 from tessera.sched.policies import (  # noqa: F401
     fifo,
+    gavel_compat,
     gavel_lp,
     hetero_srpt,
     las,

@@ -1,0 +1,496 @@
+"""Gavel's scheduler mechanism and policy math, reproduced for ``--compat gavel`` runs.
+
+Our own ``fifo``, ``max_min_fairness`` and ``finish_time_fairness`` are *inspired* by Gavel; this
+module is Gavel (``scheduler/scheduler.py`` @ c4fa400 and its policies), re-implemented from
+``docs/gavel-mechanism.md`` so that the same trace gives the same average JCT. It plugs into the
+one decision core: a compat policy's :meth:`~GavelCompatPolicy.rank` does Gavel's bookkeeping and
+its greedy per-type selection, and returns exactly the ``(job, flavor)`` pairs Gavel would run
+this round; :func:`tessera.sched.core.decide` then places them (all fit by construction).
+
+The simulator swaps a policy for its compat twin with :func:`gavel_compat_policy` and, at each
+round boundary, reports what happened with :func:`gavel_boundary` (time credited per micro-task,
+"an event happened", "queue drained and nothing ran"). What is reproduced (see
+``docs/gavel-compat.md`` for the full list and the reasons):
+
+* **allocation gate** -- shares are recomputed only when an arrival, completion or failed
+  micro-task happened since the last recompute *and* ``>= 1920 s`` passed since the last reset
+  (or the last reset was at time 0); jobs that arrived since have no share and cannot run;
+* **reset bookkeeping** -- at a reset, deficits accumulate ``X·elapsed − (time − 180 s)``
+  (never zeroed), every job's time restarts at the 180 s seed, each flavor's total at
+  ``180 × jobs``;
+* **priorities** ``X / (job time / flavor time)`` (``X·1e9`` if the flavor time is 0; 0 when
+  ``X`` or the throughput is 0, or the job has no share);
+* **selection** -- one list per flavor sorted by ``(priority, deficit, share)`` descending
+  (stable: ties keep ascending job id), lists concatenated in flavor order (``v100, p100,
+  k80`` for heterogeneity-aware policies; shuffled each round with ``random.Random(seed+5)`` for
+  the agnostic ones), then one greedy pass; FIFO refuses priority-0 entries; a picked job
+  without a share keeps its GPUs idle;
+* **policies** -- ``fifo`` (agnostic: Gavel's base mode with its type-selection bug and its
+  ``random.Random(seed)`` stream; aware: ``fifo_perf``), ``max_min_fairness`` (normalised by
+  the capacity-weighted mean throughput; agnostic: every throughput 1) and
+  ``finish_time_fairness`` (ρ against the 1/N isolated share, with Gavel's cumulative isolated
+  time ``C``; agnostic: the V100 throughput copied to every flavor).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from tessera.model.gpus import resolve_flavor
+from tessera.model.jobs import JobId
+from tessera.sched.policies.gavel_solvers import GavelSolver, max_min_share, min_max_rho
+from tessera.sched.policy import Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.snapshot import JobView
+
+#: Gavel's round (``--time_per_iteration``); jobs are seeded with half of it per flavor.
+ROUND_S = 360.0
+#: Gavel's ``minimum_time_between_allocation_resets``.
+RESET_INTERVAL_S = 1920.0
+#: Gavel's worker-type order for heterogeneity-aware policies.
+PERF_ORDER = ("v100", "p100", "k80")
+
+
+def gavel_type(flavor_short: str) -> str:
+    """Gavel's worker-type name for one of our flavors (``V100-16GB`` → ``v100``)."""
+    for name in PERF_ORDER:
+        if resolve_flavor(name).short == flavor_short:
+            return name
+    return flavor_short.lower()
+
+
+class GavelCompatConfig(PolicyConfig):
+    seed: int = Field(0, description="Gavel's --seed (FIFO RNG: seed; type shuffler: seed+5)")
+    solver: GavelSolver = Field("auto", description="ecos | highs | highs-ipm | auto")
+    round_s: float = Field(ROUND_S, gt=0, description="Gavel's --time_per_iteration")
+    reset_interval_s: float = Field(RESET_INTERVAL_S, ge=0)
+
+
+@dataclass(frozen=True, slots=True)
+class GavelState:
+    """Gavel's scheduler state between rounds (the compat policy's memory).
+
+    Attributes:
+        allocation: the last computed shares ``{job: {flavor: X}}``; ``None`` before the first.
+        deficits: ``{flavor: {job: seconds}}`` accumulated at each reset.
+        job_time: ``{job: {flavor: seconds}}`` received since the last reset, seed included.
+        worker_time: ``{flavor: seconds}`` since the last reset, seeds included.
+        last_reset_s: when the counters were last reset (0 also means "gate open").
+        need_update: an arrival, completion or failed micro-task since the last recompute.
+        known: the active jobs at the previous call (a change is an event).
+        shuffle_rng: state of Gavel's ``_worker_type_shuffler`` (``Random(seed+5)``).
+        memory: the policy object's own state (FIFO's assignment, FTF's ``C``).
+    """
+
+    allocation: Mapping[JobId, Mapping[str, float]] | None
+    deficits: Mapping[str, Mapping[JobId, float]]
+    job_time: Mapping[JobId, Mapping[str, float]]
+    worker_time: Mapping[str, float]
+    last_reset_s: float
+    need_update: bool
+    known: tuple[JobId, ...]
+    shuffle_rng: Any
+    memory: Any = None
+
+
+def gavel_boundary(
+    state: Any,
+    credits: Sequence[tuple[JobId, str, float]],
+    event: bool,
+    drained: bool,
+) -> Any:
+    """What the simulator reports at a round boundary, before it asks for the next round.
+
+    Args:
+        state: the policy state returned last round (left alone unless it is a
+            :class:`GavelState`).
+        credits: ``(job, flavor, execution_s)`` per successful micro-task of the round that just
+            ended, completed jobs included (Gavel's ``_done_callback`` adds the time before it
+            removes the job).
+        event: an arrival, completion or failed micro-task happened at this boundary.
+        drained: no arrivals are left and nothing ran last round (Gavel then sets
+            ``_last_reset_time = 0``, forcing a recompute).
+    """
+    if not isinstance(state, GavelState):
+        return state
+    job_time = {j: dict(v) for j, v in state.job_time.items()}
+    worker_time = dict(state.worker_time)
+    for jid, fl, s in credits:
+        if jid in job_time:
+            job_time[jid][fl] = job_time[jid].get(fl, 0.0) + s
+        worker_time[fl] = worker_time.get(fl, 0.0) + s
+    return replace(
+        state,
+        job_time=job_time,
+        worker_time=worker_time,
+        need_update=state.need_update or event,
+        last_reset_s=0.0 if drained else state.last_reset_s,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """One recompute's inputs, in Gavel's order (jobs by id, flavors alphabetical)."""
+
+    jobs: tuple[JobView, ...]
+    flavors: tuple[str, ...]
+    tput: np.ndarray
+    scale: np.ndarray
+    weight: np.ndarray
+    capacity: np.ndarray
+    now_s: float
+
+
+class GavelCompatPolicy(Policy):
+    """Gavel's round mechanism around one of its policies; subclasses compute the shares."""
+
+    preemptive = True
+    round_based = True
+    Config = GavelCompatConfig
+    #: Gavel refuses priority-0 entries for policies whose name starts with "FIFO".
+    refuses_zero_priority: ClassVar[bool] = False
+
+    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
+        """Gavel's ``_compute_allocation``: shares for every job of ``p`` and the new memory."""
+        raise NotImplementedError
+
+    # -- the mechanism ------------------------------------------------------------------------
+
+    def _cfg(self) -> GavelCompatConfig:
+        cfg = self.config
+        assert isinstance(cfg, GavelCompatConfig)
+        return cfg
+
+    def _initial(self) -> GavelState:
+        cfg = self._cfg()
+        return GavelState(
+            allocation=None, deficits={}, job_time={}, worker_time={}, last_reset_s=0.0,
+            need_update=True, known=(), shuffle_rng=random.Random(cfg.seed + 5).getstate(),
+        )
+
+    def rank(self, ctx: PolicyContext) -> Ranking:
+        cfg = self._cfg()
+        snap = ctx.snapshot
+        st = snap.policy_state if isinstance(snap.policy_state, GavelState) else self._initial()
+        now = snap.now_s
+        half = cfg.round_s / 2.0
+        cap: dict[str, int] = {}
+        for node in snap.up_nodes():
+            cap[node.flavor.short] = cap.get(node.flavor.short, 0) + node.gpus
+        flavors = tuple(cap)
+        jobs = snap.jobs
+        ids = tuple(j.job_id for j in jobs)
+        thr = {j.job_id: _real_rates(ctx, j) for j in jobs}
+
+        # Membership: new jobs get the 180 s seed and zero deficits; finished ones vanish.
+        job_time = {
+            jid: dict(st.job_time[jid]) if jid in st.job_time else dict.fromkeys(flavors, half)
+            for jid in ids
+        }
+        deficits = {
+            f: {jid: st.deficits.get(f, {}).get(jid, 0.0) for jid in ids} for f in flavors
+        }
+        worker_time = {f: st.worker_time.get(f, 0.0) for f in flavors}
+        need_update = st.need_update or ids != st.known
+        allocation = st.allocation
+        memory = st.memory
+        last_reset = st.last_reset_s
+
+        # _update_priorities: the gated reset and recompute.
+        elapsed = now - last_reset
+        if need_update and (elapsed >= cfg.reset_interval_s or last_reset == 0):
+            for f in flavors:
+                worker_time[f] = 0.0
+                for jid in ids:
+                    received = job_time[jid].get(f, half) - half
+                    should = 0.0
+                    if allocation is not None and jid in allocation:
+                        should = allocation[jid].get(f, 0.0) * elapsed
+                    deficits[f][jid] += should - received
+                    job_time[jid][f] = half
+                    worker_time[f] += half
+            last_reset = now
+            allocation, memory = self.allocate(_problem(jobs, flavors, cap, thr, now), memory)
+            need_update = False
+
+        # Priorities.
+        prio: dict[str, dict[JobId, float]] = {}
+        for f in flavors:
+            prio[f] = {}
+            wt = worker_time[f]
+            for jid in ids:
+                if allocation is None or jid not in allocation:
+                    prio[f][jid] = 0.0
+                    continue
+                a = allocation[jid].get(f, 0.0)
+                frac = 0.0 if wt == 0.0 else job_time[jid].get(f, 0.0) / wt
+                if a == 0.0 or thr[jid].get(f, 0.0) == 0.0:
+                    prio[f][jid] = 0.0
+                elif frac > 0.0:
+                    prio[f][jid] = a / frac
+                else:
+                    prio[f][jid] = a * 1e9
+
+        # Type order (a fresh shuffle every call for the agnostic policies).
+        order = _perf_order(flavors)
+        shuffler = random.Random()
+        shuffler.setstate(st.shuffle_rng)
+        if self.agnostic:
+            shuffler.shuffle(order)
+
+        # _schedule_jobs_on_workers_helper: one greedy pass over the concatenated lists.
+        queue: list[tuple[JobId, str, float]] = []
+        for f in order:
+            entries = [
+                (jid, f, prio[f][jid], deficits[f][jid],
+                 allocation[jid].get(f, 0.0) if allocation and jid in allocation else 0.0)
+                for jid in ids
+            ]
+            entries.sort(key=lambda e: (e[2], e[3], e[4]), reverse=True)
+            queue.extend((e[0], e[1], e[2]) for e in entries)
+        left = dict(cap)
+        scale = {j.job_id: j.spec.num_gpus for j in jobs}
+        picked: list[tuple[JobId, str]] = []
+        chosen: set[JobId] = set()
+        for jid, f, pr in queue:
+            if left[f] == 0 or jid in chosen or thr[jid].get(f, 0.0) <= 0:
+                continue
+            if self.refuses_zero_priority and pr <= 0.0:
+                continue
+            if scale[jid] > left[f]:
+                continue
+            left[f] -= scale[jid]
+            chosen.add(jid)
+            picked.append((jid, f))
+        # A picked job without a share is not given workers: its GPUs idle this round.
+        run = [(jid, f) for jid, f in picked if allocation is not None and jid in allocation]
+        run.sort(key=lambda c: -scale[c[0]])
+
+        new_state = GavelState(
+            allocation=allocation, deficits=deficits, job_time=job_time,
+            worker_time=worker_time, last_reset_s=last_reset, need_update=need_update,
+            known=ids, shuffle_rng=shuffler.getstate(), memory=memory,
+        )
+        notes = {}
+        if allocation:
+            for jid in ids:
+                sh = allocation.get(jid)
+                if sh:
+                    notes[jid] = "Gavel share " + ", ".join(
+                        f"{gavel_type(f)} {x:.2f}" for f, x in sh.items() if x > 1e-6
+                    )
+        return Ranking(tuple(run), state=new_state, notes=notes)
+
+
+def _real_rates(ctx: PolicyContext, j: JobView) -> dict[str, float]:
+    """Gavel's ``_throughputs``: the isolated, consolidated rate on every flavor (0 if none)."""
+    return {r.flavor: r.consolidated for r in ctx.oracle.real_rates(j.spec)}
+
+
+def _perf_order(flavors: Sequence[str]) -> list[str]:
+    """``v100, p100, k80`` (those present), then any other flavor, fastest first."""
+    by_name = {gavel_type(f): f for f in flavors}
+    order = [by_name[n] for n in PERF_ORDER if n in by_name]
+    rest = sorted((f for f in flavors if f not in order),
+                  key=lambda f: -resolve_flavor(f).fp32_tflops)
+    return order + rest
+
+
+def _problem(
+    jobs: Sequence[JobView],
+    flavors: Sequence[str],
+    cap: Mapping[str, int],
+    thr: Mapping[JobId, Mapping[str, float]],
+    now: float,
+) -> _Problem:
+    cols = tuple(sorted(flavors, key=gavel_type))
+    return _Problem(
+        jobs=tuple(jobs),
+        flavors=cols,
+        tput=np.array([[thr[j.job_id].get(f, 0.0) for f in cols] for j in jobs],
+                      dtype=float).reshape(len(jobs), len(cols)),
+        scale=np.array([j.spec.num_gpus for j in jobs], dtype=float),
+        weight=np.array([j.spec.priority_weight for j in jobs], dtype=float),
+        capacity=np.array([cap[f] for f in cols], dtype=float),
+        now_s=now,
+    )
+
+
+def _unflatten(p: _Problem, x: np.ndarray) -> dict[JobId, dict[str, float]]:
+    return {
+        j.job_id: {f: float(x[i, k]) for k, f in enumerate(p.flavors)}
+        for i, j in enumerate(p.jobs)
+    }
+
+
+# -- the policies -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _FifoMemory:
+    assigned: Mapping[JobId, str]
+    rng: Any
+
+
+class GavelFifo(GavelCompatPolicy):
+    """``fifo`` (agnostic twin: Gavel's base mode) and ``fifo_perf`` (aware)."""
+
+    refuses_zero_priority = True
+
+    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
+        base = self.agnostic
+        rng = random.Random()
+        if isinstance(memory, _FifoMemory):
+            rng.setstate(memory.rng)
+            assigned = dict(memory.assigned) if base else {}
+        else:
+            rng.seed(self._cfg().seed)
+            assigned = {}
+        names = {f: gavel_type(f) for f in p.flavors}
+        available = {f: int(c) for f, c in zip(p.flavors, p.capacity, strict=True)}
+        row = {j.job_id: i for i, j in enumerate(p.jobs)}
+        sf = {j.job_id: j.spec.num_gpus for j in p.jobs}
+
+        def tput(jid: JobId, f: str) -> float:
+            return float(p.tput[row[jid], p.flavors.index(f)])
+
+        queue = [j.job_id for j in p.jobs if j.job_id not in assigned]
+        # Completed jobs hand their type to the queue head if it fits there (peek, not pop).
+        for jid in sorted(assigned, key=_id_key):
+            f = assigned[jid]
+            if jid not in row:
+                if queue:
+                    head = queue[0]
+                    if sf[head] <= available[f] and tput(head, f) > 0.0:
+                        queue.pop(0)
+                        assigned[head] = f
+                        available[f] -= sf[head]
+                del assigned[jid]
+            else:
+                available[f] -= sf[jid]
+        types = sorted((f for f in p.flavors if available[f] > 0), key=lambda f: names[f])
+        while queue and types:
+            jid = queue.pop(0)
+            s = sf[jid]
+            cands = [(i, f) for i, f in enumerate(types) if available[f] >= s]
+            if not cands:
+                break
+            if base:
+                idx = rng.randrange(len(cands))
+                chosen = types[-1]  # Gavel's bug: the loop variable, never cands[idx]
+            else:
+                idx, chosen, best = 0, cands[0][1], -1.0
+                for k, (_i, f) in enumerate(cands):
+                    if tput(jid, f) > best:
+                        best, idx, chosen = tput(jid, f), k, f
+            if tput(jid, chosen) > 0.0:
+                assigned[jid] = chosen
+                available[chosen] -= s
+                if available[chosen] == 0:
+                    types.pop(cands[idx][0])
+        alloc = {
+            j.job_id: {f: 1.0 if assigned.get(j.job_id) == f else 0.0 for f in p.flavors}
+            for j in p.jobs
+        }
+        return alloc, _FifoMemory(assigned, rng.getstate())
+
+
+def _id_key(jid: JobId) -> tuple[int, int | str]:
+    s = str(jid)
+    return (0, int(s)) if s.isdigit() else (1, s)
+
+
+class GavelMaxMinFairness(GavelCompatPolicy):
+    """``max_min_fairness_perf`` (aware) and ``max_min_fairness`` (agnostic: throughputs 1)."""
+
+    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
+        if not p.jobs:
+            return {}, memory
+        t = np.ones_like(p.tput) if self.agnostic else p.tput
+        share = p.capacity / p.capacity.sum()
+        prop = t @ share
+        prop = np.where(prop > 0, prop, np.inf)
+        coef = t * (p.scale / (p.weight * prop))[:, None]
+        x = max_min_share(coef, p.scale, p.capacity, self._cfg().solver)
+        return _unflatten(p, x), memory
+
+
+@dataclass(frozen=True, slots=True)
+class _FtfMemory:
+    cumulative: Mapping[JobId, float]
+    remaining_prev: Mapping[JobId, float]
+    iso_prev: Mapping[JobId, float]
+
+
+class GavelFinishTimeFairness(GavelCompatPolicy):
+    """``finish_time_fairness_perf`` (aware); agnostic: V100 throughput copied to every type."""
+
+    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
+        mem = memory if isinstance(memory, _FtfMemory) else _FtfMemory({}, {}, {})
+        if not p.jobs:
+            return {}, _FtfMemory(dict(mem.cumulative), {}, {})
+        t_mat = p.tput
+        if self.agnostic:
+            names = [gavel_type(f) for f in p.flavors]
+            ref = names.index("v100") if "v100" in names else int(np.argmax(p.tput.sum(axis=0)))
+            t_mat = np.repeat(p.tput[:, ref : ref + 1], len(p.flavors), axis=1)
+        m = len(p.jobs)
+        x_iso = (p.capacity[None, :] / m) / p.scale[:, None]
+        x_iso = x_iso / np.maximum(x_iso.sum(axis=1), 1.0)[:, None]
+        iso = (t_mat * x_iso).sum(axis=1)
+        ids = [j.job_id for j in p.jobs]
+        remaining = np.array([j.remaining_steps for j in p.jobs], dtype=float)
+        since = np.array([p.now_s - j.spec.submit_time_s for j in p.jobs], dtype=float)
+        cumulative = dict(mem.cumulative)
+        for i, jid in enumerate(ids):
+            c = cumulative.get(jid, 0.0)
+            if jid in mem.remaining_prev and mem.iso_prev.get(jid, 0.0) > 0:
+                c += (mem.remaining_prev[jid] - remaining[i]) / mem.iso_prev[jid]
+            cumulative[jid] = c
+        c_arr = np.array([cumulative[jid] for jid in ids])
+        denom = c_arr + remaining / np.where(iso > 0, iso, math.inf)
+        denom = np.where(denom > 0, denom, 1.0)
+        x = min_max_rho(t_mat, p.scale, p.capacity, since, remaining, denom, self._cfg().solver)
+        if x is None:
+            x = x_iso
+        new_mem = _FtfMemory(
+            cumulative,
+            {jid: float(remaining[i]) for i, jid in enumerate(ids)},
+            {jid: float(iso[i]) for i, jid in enumerate(ids)},
+        )
+        return _unflatten(p, x), new_mem
+
+
+_COMPAT: dict[str, type[GavelCompatPolicy]] = {
+    "fifo": GavelFifo,
+    "max_min_fairness": GavelMaxMinFairness,
+    "finish_time_fairness": GavelFinishTimeFairness,
+}
+
+
+def has_gavel_twin(name: str) -> bool:
+    """Whether ``name`` (without ``-agnostic``) has a Gavel-compat twin."""
+    return name in _COMPAT
+
+
+def gavel_compat_policy(policy: Policy, seed: int = 0, solver: GavelSolver = "auto") -> Policy:
+    """The Gavel-compat twin of ``policy`` (same name and agnostic flag), or ``policy`` itself
+    when Gavel has no such policy (it then only gets Gavel's round timing from the simulator).
+
+    ``fifo-agnostic`` is Gavel's ``fifo``, ``fifo`` is ``fifo_perf``; likewise
+    ``max_min_fairness[-agnostic]`` and ``finish_time_fairness[-agnostic]``.
+    """
+    if isinstance(policy, GavelCompatPolicy):
+        return policy
+    cls = _COMPAT.get(policy.name)
+    if cls is None:
+        return policy
+    reset = getattr(policy.config, "reallocation_interval_s", RESET_INTERVAL_S)
+    cfg = GavelCompatConfig(seed=seed, solver=solver, reset_interval_s=reset)
+    return cls(cfg, agnostic=policy.agnostic, name=policy.name)
