@@ -60,3 +60,27 @@ def wait_for(pred: Callable[[], bool], timeout_s: float = 20.0, what: str = "con
 
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+class ServerThread:
+    """uvicorn serving a service's API on a free loopback port, in a thread."""
+
+    def __init__(self, svc: LiveService) -> None:
+        import threading
+
+        import uvicorn
+
+        from tessera.live.api import create_app
+        from tessera.live.executors.base import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1",
+                                                    port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_for(lambda: self.server.started, 10, "uvicorn to start")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
