@@ -256,7 +256,8 @@ class LiveService:
         assert rec is not None
         job = rec.job
         ckpt = job.checkpoint_dir or str(self.state_dir / "checkpoints" / a.job_id)
-        spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt)
+        spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt,
+                          requires_locality=job.spec.requires_locality)
         try:
             self.executor.launch(spec)
         except Exception as e:  # any launch failure is the run's failure

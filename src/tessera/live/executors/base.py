@@ -36,6 +36,7 @@ class LaunchSpec:
         placement: the GPUs the decision gave the run.
         checkpoint_dir: the same directory on every run, so a resumed job finds its checkpoint.
         local_batches: per-rank batch sizes for heterogeneous allocations, or ``None``.
+        requires_locality: the gang must sit on one node (Ray: a STRICT_PACK placement group).
     """
 
     job_id: str
@@ -45,6 +46,7 @@ class LaunchSpec:
     placement: Placement
     checkpoint_dir: str
     local_batches: tuple[int, ...] | None = None
+    requires_locality: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,87 @@
+"""The Ray executor on an embedded Ray cluster that pretends to hold V100s and T4s.
+
+Opt-in (``-m ray``): starting Ray costs several seconds on a small machine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tessera.live.service import LiveService, ServiceOptions
+from tessera.live.spec import parse_request
+from tessera.live.store import Store
+from tessera.live.tenancy import Principal, load_tenancy
+from tessera.model.cluster import load_cluster
+from tests.live.helpers import wait_for, write_config
+
+pytestmark = pytest.mark.ray
+ray = pytest.importorskip("ray")
+
+ADMIN = Principal("admin", None)
+ENV_DUMP = ("import json, os, sys; json.dump({k: v for k, v in os.environ.items() "
+            "if k.startswith(('MASTER_', 'RANK', 'WORLD_', 'LOCAL_', 'TESSERA_'))}, "
+            "open(sys.argv[1] + '/' + os.environ['RANK'] + '.json', 'w'))")
+
+
+@pytest.fixture
+def ray_service(tmp_path: Path) -> Iterator[LiveService]:
+    from tessera.live.executors.ray import RayExecutor
+
+    state = tmp_path / "state"
+    write_config(state)
+    cluster = load_cluster("v100:2,t4:2", 2)
+    svc = LiveService(Store(state / "state.db"),
+                      RayExecutor(cluster, None, state / "runs", grace_s=1.0), cluster,
+                      load_tenancy(state), "fifo", state,
+                      ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0))
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def _final(svc: LiveService, jid: str) -> bool:
+    rec = svc.store.get(jid)
+    return rec is not None and rec.final
+
+
+def test_gang_gets_rendezvous_env_and_failures_retry(ray_service: LiveService,
+                                                     tmp_path: Path) -> None:
+    svc = ray_service
+    resources = ray.cluster_resources()
+    assert resources["gpu_flavor:V100-16GB"] == 2 and resources["gpu_flavor:T4"] == 2
+    out = tmp_path / "env"
+    out.mkdir()
+    ok = svc.submit(parse_request(
+        f"name: ddp\nqueue: team-a\ngpus: 2\nflavors: [t4]\nrequires_locality: true\n"
+        f"command: [{sys.executable}, -c, \"{ENV_DUMP}\", {out}]"), ADMIN).job_id
+    flaky = svc.submit(parse_request(
+        "name: flaky\nqueue: team-b\nmax_retries: 1\nflavors: [v100]\n"
+        "command: test \"$TESSERA_RUN\" = 2"), ADMIN).job_id
+    wait_for(lambda: _final(svc, ok) and _final(svc, flaky), 60, "both jobs")
+    envs = [json.loads((out / f"{r}.json").read_text()) for r in (0, 1)]
+    assert [e["RANK"] for e in envs] == ["0", "1"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"2"}
+    assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+    assert envs[0]["TESSERA_FLAVOR"] == "T4" and envs[0]["TESSERA_JOB_ID"] == ok
+    flaky_rec = svc.store.get(flaky)
+    assert flaky_rec is not None and flaky_rec.state.value == "succeeded"
+    assert flaky_rec.attempts == 1
+    assert ray.util.placement_group_table() == {} or all(
+        pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
+
+
+def test_cancel_stops_the_actors(ray_service: LiveService) -> None:
+    svc = ray_service
+    jid = svc.submit(parse_request("name: long\nqueue: team-a\ncommand: sleep 60"),
+                     ADMIN).job_id
+    wait_for(lambda: svc.store.get(jid).state.value == "running", 30,  # type: ignore[union-attr]
+             "the job to run")
+    svc.cancel(jid, ADMIN)
+    wait_for(lambda: not svc.store.allocations(), 20, "the GPUs to be released")
+    with pytest.raises(ValueError):
+        ray.get_actor(f"tessera:{jid}:1:0", namespace="tessera")
