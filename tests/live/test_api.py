@@ -7,7 +7,6 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from tessera.live.api import create_app
-
 from tessera.live.service import LiveService
 from tests.live.helpers import ADMIN, TEAM_A, TEAM_B, auth, make_service, wait_for
 

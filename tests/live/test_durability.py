@@ -41,7 +41,7 @@ def _start(state: Path, port: int, crash: str | None) -> subprocess.Popen[bytes]
         [sys.executable, "-m", "tessera.live", "serve", "--state", str(state), "--port",
          str(port), "--cluster", "v100:4,t4:4", "--executor", "local", "--grace-s", "2",
          "--period-s", "0.5"],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(state / "serve.log", "ab"))  # noqa: SIM115
+        env=env, stdout=subprocess.DEVNULL, stderr=open(state / "serve.log", "ab"))
 
 
 def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 20) -> bool:
