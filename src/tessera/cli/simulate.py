@@ -148,6 +148,8 @@ def register(app: typer.Typer) -> None:
         gpus_per_server: int = typer.Option(1, help="GPUs per server for a compact cluster."),
         compat: str | None = typer.Option(None, help="`gavel`: no preemption/restore cost, "
                                           "no failures, 360 s rounds, Gavel's mechanism."),
+        compat_solver: str = typer.Option("auto", help="LP solver under --compat gavel: "
+                                          "auto | ecos | highs-ipm | highs."),
         mode: str = typer.Option("auto", help="rounds | events | auto (policy's choice)."),
         round_s: float = typer.Option(360.0, help="Round length in rounds mode (s)."),
         checkpoint_s: float = typer.Option(30.0, help="Checkpoint time on preemption (s)."),
@@ -175,7 +177,8 @@ def register(app: typer.Typer) -> None:
         updates: dict[str, object] = {
             "mode": mode, "round_s": round_s, "checkpoint_s": checkpoint_s,
             "restore_s": restore_s, "locality_wait_s": locality_wait_s, "seed": seed,
-            "compat": compat, "failure_job_failure_rate": failure_rate,
+            "compat": compat, "compat_solver": compat_solver,
+            "failure_job_failure_rate": failure_rate,
         }
         run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
                        config_updates=updates, out=out, as_json=json_out, workers=n,
