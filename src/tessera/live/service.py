@@ -59,12 +59,16 @@ class ServiceOptions:
     Attributes:
         period_s: a decision round at least this often, even when nothing happened.
         poll_s: how often running runs are checked for exits.
+        min_round_gap_s: least time between two rounds triggered by pokes; the gap also grows
+            to twice the last round's own duration, so a burst of submissions against a long
+            queue leaves the API at least two thirds of the time.
         grace_s: how long a stopped run may take to checkpoint before it is killed.
         seed: seed of the ``rng`` handed to ``decide()``.
     """
 
     period_s: float = 1.0
     poll_s: float = 0.05
+    min_round_gap_s: float = 0.02
     grace_s: float = 10.0
     seed: int = 0
 
@@ -158,20 +162,34 @@ class LiveService:
 
     def _loop(self) -> None:
         next_round = 0.0
+        earliest = 0.0
+        observed = 0.0
+        last_act = 0.0
+        dirty = False
         while not self._stop.is_set():
-            poked = self._wake.wait(self.opts.poll_s)
+            dirty |= self._wake.wait(self.opts.poll_s)
             self._wake.clear()
             if self._stop.is_set():
                 break
             try:
                 now = self.clock()
-                changed = self.observe(now)
-                if poked or changed or now >= next_round:
+                if now - observed >= self.opts.poll_s:
+                    dirty |= self.observe(now)
+                    observed = now
+                acted = False
+                if (dirty and now >= earliest) or now >= next_round:
+                    acted = True
+                    t0 = time.perf_counter()
                     wake = self.round(now)
+                    dirty = False
+                    took_s = time.perf_counter() - t0
+                    earliest = now + max(self.opts.min_round_gap_s, 2 * took_s)
                     next_round = now + self.opts.period_s
                     if wake is not None:
                         next_round = min(next_round, max(wake, now + self.opts.poll_s))
-                self.act(self.clock())
+                if acted or now - last_act >= self.opts.poll_s:
+                    self.act(self.clock())
+                    last_act = now
             except Exception:  # keep scheduling; the error is in the log
                 log.exception("scheduling loop iteration failed")
                 time.sleep(self.opts.poll_s)

@@ -122,8 +122,11 @@ _JOB_COLS = ("spec_json, seq, state, attempts, runs, pending_since_s, last_run_e
              "first_start_s, finish_s, attained_gpu_s, run_s_json, reason, final, exit_code")
 
 
-def _job(row: tuple[Any, ...]) -> JobRecord:
-    return JobRecord(LiveJob.from_json(row[0]), row[1], JobState(row[2]), row[3], row[4], row[5],
+def _job(row: tuple[Any, ...], specs: dict[str, LiveJob]) -> JobRecord:
+    job = specs.get(row[0])
+    if job is None:  # specs never change: decode each once
+        job = specs[row[0]] = LiveJob.from_json(row[0])
+    return JobRecord(job, row[1], JobState(row[2]), row[3], row[4], row[5],
                      row[6], row[7], row[8], row[9], json.loads(row[10]), row[11], bool(row[12]),
                      row[13])
 
@@ -146,6 +149,7 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
         self._lock = threading.RLock()
+        self._specs: dict[str, LiveJob] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -200,7 +204,7 @@ class Store:
 
     def get(self, job_id: str) -> JobRecord | None:
         rows = self._read(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id=?", (job_id,))
-        return _job(rows[0]) if rows else None
+        return _job(rows[0], self._specs) if rows else None
 
     def jobs(self, active_only: bool = False, queue: str | None = None,
              limit: int | None = None) -> list[JobRecord]:
@@ -218,7 +222,7 @@ class Store:
         if limit is not None:
             sql += f" DESC LIMIT {int(limit)}"
         rows = self._read(sql, tuple(args))
-        out = [_job(r) for r in rows]
+        out = [_job(r, self._specs) for r in rows]
         return out[::-1] if limit is not None else out
 
     def count_jobs(self) -> dict[str, int]:

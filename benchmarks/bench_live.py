@@ -1,0 +1,211 @@
+"""Live service benchmark: submission throughput, submit-to-running latency, live vs simulator.
+
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_live.py [--submissions N]``
+
+1. **Submissions/s** through the API: in-process (FastAPI TestClient) and end to end (httpx
+   against uvicorn on 127.0.0.1, 1 and 4 client threads). Afterwards the store must hold
+   exactly the accepted jobs (none lost).
+2. **Submit → running** on a free local cluster: the gap between the ``submitted`` and
+   ``running`` events of a 1-GPU job, over repeated submissions.
+3. **Live vs simulator**: ~20 ``sleep S`` jobs run live (local executor, FIFO) and in
+   :func:`tessera.sim.engine.simulate` with the same arrival times, where a job ``sleep S`` is a
+   JobSpec of ``S`` steps at 1 step/s on every flavor (a throughput table built for the run)
+   and checkpoint/restore costs are off. Per-job JCT is compared.
+
+The machine is shared and noisy: read the order of magnitude and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from fastapi.testclient import TestClient
+
+from tessera.live.api import create_app
+from tessera.live.executors.base import free_port
+from tessera.live.executors.local import LocalExecutor
+from tessera.live.service import LiveService, ServiceOptions
+from tessera.live.spec import parse_request
+from tessera.live.store import Store
+from tessera.live.tenancy import CONFIG_NAME, Principal, hash_token, load_tenancy
+from tessera.model.cluster import ClusterSpec, load_cluster
+from tessera.model.jobs import JobId, JobSpec, Workload
+from tessera.perf.profiles import ThroughputTable
+from tessera.sim.config import SimConfig
+from tessera.sim.engine import simulate
+
+TOKEN = "bench-token"
+CLUSTER = "v100:4,t4:4"
+
+
+def _service(state: Path, cluster: ClusterSpec) -> LiveService:
+    state.mkdir(parents=True)
+    (state / CONFIG_NAME).write_text(
+        "queues:\n- {name: bench, nominal_gpus: 64}\n"
+        f"tokens:\n- {{name: admin, sha256: {hash_token(TOKEN)}, queue: null}}\n")
+    svc = LiveService(Store(state / "state.db"), LocalExecutor(state / "runs", grace_s=1.0),
+                      cluster, load_tenancy(state), "fifo", state,
+                      ServiceOptions(period_s=1.0, poll_s=0.05, grace_s=1.0))
+    svc.start()
+    return svc
+
+
+def _cancel_all(svc: LiveService) -> None:
+    admin = Principal("admin", None)
+    for r in svc.store.jobs(active_only=True):
+        svc.cancel(r.job_id, admin)
+    deadline = time.monotonic() + 20
+    while svc.store.allocations() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+JOB = {"name": "b", "queue": "bench", "command": "sleep 600", "gpus": 1}
+
+
+def bench_submissions(root: Path, n: int) -> list[tuple[str, str]]:
+    cluster = load_cluster(CLUSTER, 4)
+    svc = _service(root / "subs", cluster)
+    rows = []
+    try:
+        h = {"Authorization": f"Bearer {TOKEN}"}
+        with TestClient(create_app(svc)) as tc:
+            t0 = time.perf_counter()
+            ok = sum(tc.post("/api/jobs", json=JOB, headers=h).status_code == 201
+                     for _ in range(n))
+            dt = time.perf_counter() - t0
+        rows.append(("submissions/s, in-process TestClient", f"{ok / dt:,.0f} ({ok}/{n} ok)"))
+        import uvicorn
+
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port,
+                                               log_level="warning"))
+        th = threading.Thread(target=server.run, daemon=True)
+        th.start()
+        while not server.started:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        for threads in (1, 4):
+            counts = [0] * threads
+
+            def work(i: int, per: int, counts: list[int] = counts) -> None:
+                with httpx.Client(base_url=url, headers=h) as c:
+                    for _ in range(per):
+                        counts[i] += c.post("/api/jobs", json=JOB).status_code == 201
+
+            per = n // threads
+            t0 = time.perf_counter()
+            ts = [threading.Thread(target=work, args=(i, per)) for i in range(threads)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            dt = time.perf_counter() - t0
+            rows.append((f"submissions/s, httpx → uvicorn, {threads} client thread(s)",
+                         f"{sum(counts) / dt:,.0f} ({sum(counts)}/{per * threads} ok)"))
+        stored = len(svc.store.jobs())
+        expected = n + (n // 1) + (n // 4) * 4
+        rows.append(("jobs stored / accepted (none lost)", f"{stored} / {expected}"))
+        server.should_exit = True
+        th.join(timeout=10)
+    finally:
+        _cancel_all(svc)
+        svc.stop()
+    return rows
+
+
+def bench_latency(root: Path, reps: int) -> list[tuple[str, str]]:
+    svc = _service(root / "lat", load_cluster(CLUSTER, 4))
+    admin = Principal("admin", None)
+    gaps = []
+    try:
+        for _ in range(reps):
+            jid = svc.submit(parse_request("name: l\nqueue: bench\ncommand: 'true'"), admin).job_id
+            while not svc.store.get(jid).final:  # type: ignore[union-attr]
+                time.sleep(0.01)
+            ev = {e.to_state: e.ts_s for e in svc.store.events(jid) if e.to_state}
+            gaps.append(ev["running"] - ev["pending"])
+    finally:
+        svc.stop()
+    gaps.sort()
+    return [("submit → running, median (ms)", f"{1e3 * statistics.median(gaps):.1f}"),
+            ("submit → running, max (ms)", f"{1e3 * gaps[-1]:.1f}")]
+
+
+def _sleep_table(cluster: ClusterSpec, job_type: str) -> ThroughputTable:
+    """1 step/s for ``job_type`` at every gang size on every flavor of ``cluster``."""
+    sizes = range(1, cluster.total_gpus + 1)
+    iso = {(f.short, cons): {(job_type, g): 1.0 for g in sizes}
+           for f in cluster.flavors() for cons in (True, False)}
+    return ThroughputTable("sleep commands (1 step/s)", iso, {}, cluster.flavors()[0].short)
+
+
+def bench_sim_parity(root: Path, n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    cluster = load_cluster(CLUSTER, 4)
+    plan = [(0.4 * i, rng.choice([2, 3, 4, 5]), rng.choice([1, 1, 2, 4])) for i in range(n)]
+    svc = _service(root / "parity", cluster)
+    admin = Principal("admin", None)
+    ids = []
+    t0 = time.time()
+    try:
+        for at_s, sleep_s, gpus in plan:
+            time.sleep(max(0.0, t0 + at_s - time.time()))
+            ids.append(svc.submit(parse_request(
+                f"name: s\nqueue: bench\ncommand: sleep {sleep_s}\ngpus: {gpus}\n"
+                f"expected_duration_s: {sleep_s}"), admin).job_id)
+        while not all(svc.store.get(j).final for j in ids):  # type: ignore[union-attr]
+            time.sleep(0.1)
+        recs = [svc.store.get(j) for j in ids]
+    finally:
+        svc.stop()
+    first = recs[0].job.spec.submit_time_s  # type: ignore[union-attr]
+    specs = tuple(JobSpec(JobId(r.job_id), "sleep", r.job.spec.num_gpus,  # type: ignore[union-attr]
+                          float(s), r.job.spec.submit_time_s - first)  # type: ignore[union-attr]
+                  for r, (_a, s, _g) in zip(recs, plan, strict=True))
+    res = simulate(Workload("live-parity", specs), cluster, "fifo",
+                   SimConfig(mode="events", checkpoint_s=0, restore_s=0, sample_every_s=1.0),
+                   table=_sleep_table(cluster, "sleep"))
+    sim_jct = {j.job_id: j.jct_s for j in res.jobs}
+    errs = []
+    for r in recs:
+        live = r.finish_s - r.job.spec.submit_time_s  # type: ignore[union-attr,operator]
+        errs.append(abs(live - sim_jct[r.job_id]) / sim_jct[r.job_id])  # type: ignore[union-attr]
+    live_mean = statistics.mean(r.finish_s - r.job.spec.submit_time_s for r in recs)  # type: ignore[union-attr,operator]
+    return [("live vs sim: jobs", str(n)),
+            ("live vs sim: mean JCT live / sim (s)",
+             f"{live_mean:.2f} / {statistics.mean(sim_jct.values()):.2f}"),
+            ("live vs sim: per-job |JCT error|, mean", f"{100 * statistics.mean(errs):.1f} %"),
+            ("live vs sim: per-job |JCT error|, max", f"{100 * max(errs):.1f} %"),
+            ("live vs sim: jobs within 10 %", f"{sum(e <= 0.10 for e in errs)} / {n}")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--submissions", type=int, default=400)
+    ap.add_argument("--latency-reps", type=int, default=20)
+    ap.add_argument("--parity-jobs", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        rows += bench_submissions(root, args.submissions)
+        rows += bench_latency(root, args.latency_reps)
+        if args.parity_jobs:
+            rows += bench_sim_parity(root, args.parity_jobs, args.seed)
+    width = max(len(k) for k, _ in rows)
+    print(f"{'measure':<{width}}  value")
+    print("-" * (width + 24))
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    main()
