@@ -59,9 +59,11 @@ def _service(state: Path, cluster: ClusterSpec) -> LiveService:
 
 def _cancel_all(svc: LiveService) -> None:
     admin = Principal("admin", None)
-    for r in svc.store.jobs(active_only=True):
+    holders = {a.job_id for a in svc.store.allocations()}
+    active = svc.store.jobs(active_only=True)
+    for r in sorted(active, key=lambda r: r.job_id not in holders):  # running jobs first
         svc.cancel(r.job_id, admin)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while svc.store.allocations() and time.monotonic() < deadline:
         time.sleep(0.1)
 

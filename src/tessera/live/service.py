@@ -265,8 +265,8 @@ class LiveService:
         for a in self.store.allocations(("planned",)):
             self._launch(a)
         for a in self.store.allocations(("stopping",)):
-            if (a.job_id, a.run) not in self._signalled:
-                self.executor.stop(a.job_id, a.run, self.opts.grace_s)
+            if (a.job_id, a.run) not in self._signalled and \
+                    self.executor.stop(a.job_id, a.run, self.opts.grace_s):
                 self._signalled.add((a.job_id, a.run))
 
     def _launch(self, a: Allocation) -> None:

@@ -75,7 +75,8 @@ class Executor(Protocol):
 
     def status(self, job_id: str, run: int) -> RunStatus: ...
 
-    def stop(self, job_id: str, run: int, grace_s: float) -> None: ...
+    def stop(self, job_id: str, run: int, grace_s: float) -> bool:
+        """Signal the run; ``False`` when it is still starting and must be asked again."""
 
     def release(self, job_id: str, run: int) -> None: ...
 

@@ -83,13 +83,20 @@ class LocalExecutor:
             return RunStatus("lost", detail=f"runner failed to start: {log.strip()}")
         return RunStatus("absent")
 
-    def stop(self, job_id: str, run: int, grace_s: float) -> None:
-        """SIGTERM the runner; it forwards to the ranks and kills them after its grace."""
+    def stop(self, job_id: str, run: int, grace_s: float) -> bool:
+        """SIGTERM the runner; it forwards to the ranks and kills them after its grace.
+
+        Returns ``False`` while a runner this process spawned has not claimed its run yet
+        (its signal handler may not be installed): the caller asks again later.
+        """
         d = self.run_dir(job_id, run)
         pid = _marker_pid(d)
         if pid is not None and _is_runner(pid, d):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+            return True
+        child = self._children.get((job_id, run))
+        return pid is not None or child is None or child.poll() is not None
 
     def release(self, job_id: str, run: int) -> None:
         self._forget(job_id, run)

@@ -188,10 +188,11 @@ class RayExecutor:
             return RunStatus("exited", rc, stopped)
         return RunStatus("running")
 
-    def stop(self, job_id: str, run: int, grace_s: float) -> None:
+    def stop(self, job_id: str, run: int, grace_s: float) -> bool:
         for a in self._find(job_id, run):
             with contextlib.suppress(ray.exceptions.RayActorError):
                 a.stop.remote(grace_s)
+        return True
 
     def release(self, job_id: str, run: int) -> None:
         for a in self._find(job_id, run):
