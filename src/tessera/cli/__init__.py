@@ -29,7 +29,7 @@ app = typer.Typer(
 )
 
 # Modules under tessera.cli that contribute commands, in the order they appear in --help.
-COMMAND_MODULES: tuple[str, ...] = ("simulate", "analyze", "plan", "train", "share")
+COMMAND_MODULES: tuple[str, ...] = ("simulate", "analyze", "plan", "train", "share", "live")
 
 
 def _version(value: bool) -> None:

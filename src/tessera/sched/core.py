@@ -10,11 +10,14 @@ Phases, each timed:
 1. **admit** -- tenant quotas: a pending job whose queue would exceed its nominal quota plus
    its borrowing limit is held (reason: quota).
 2. **order** -- the policy ranks ``(job, flavor)`` candidates.
-3. **place** -- (a) non-preemptive policies keep running gangs where they are; (b) walk the
-   ranking, selecting jobs while each flavor has GPUs left (by count); (c) selected running
-   jobs keep their GPUs (no needless migration); (d) the rest are placed largest gang first;
-   (e) whatever a fragmented gang could not use is backfilled from the ranking.
-4. **preempt** -- running jobs a preemptive policy no longer selects are stopped.
+3. **place** -- two strategies over the same ranking. *Round-based* policies (Gavel's
+   time-sharing) reconsider every job each round: select by rank while each flavor has GPUs,
+   keep selected running gangs where they are, place the rest largest first, backfill.
+   *Event-driven* policies keep running gangs where they are, place waiting jobs in rank
+   order, and preempt lower-ranked gangs only to make room for a higher-ranked job that
+   cannot otherwise start (as Kueue and Tiresias do); nobody is moved just to reach a faster
+   flavor.
+4. **preempt** -- running jobs that lost their place are stopped (checkpointed).
 5. **explain** -- every job left pending gets a reason, ordered like Kueue's outcomes.
 """
 
@@ -140,9 +143,13 @@ class PlacementOptions:
         locality_wait_s: a multi-GPU gang waits this long for a single-node placement before it
             accepts being split across nodes (Philly's relaxed-locality guideline). 0 splits at
             once when needed; ``inf`` never splits. Jobs with ``requires_locality`` never split.
+        max_preemption_attempts: in event-driven rounds, how many waiting jobs (highest
+            ranked first) may try to make room by preemption; bounds a round's cost under
+            heavy load, as Kueue bounds the heads it considers per cycle.
     """
 
     locality_wait_s: float = 0.0
+    max_preemption_attempts: int = 64
 
 
 def _needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:
@@ -182,46 +189,13 @@ def decide(
     lap("order")
 
     # 3. Placement.
-    free = FreeGpus(snapshot.up_nodes())
-    run: dict[JobId, Placement] = {}
-    if not policy.preemptive:
-        for j in admitted:
-            if j.running and j.placement is not None and free.can_take(j.placement):
-                free.take(j.placement)
-                run[j.job_id] = j.placement
-    count = {f: free.total_free(f) for f in free.flavors()}
-    largest = {f: free.info(f).largest_block for f in free.flavors()}
-    selected: dict[JobId, str] = {}
-    left = sum(count.values())
-    for jid, fl in ranking.candidates:
-        if left <= 0:
-            break
-        if jid in selected or jid in run:
-            continue
-        cand = by_id.get(jid)
-        if cand is None:
-            continue
-        g = cand.spec.num_gpus
-        local = _needs_locality(cand, now, opts)
-        if g <= count.get(fl, 0) and (not local or g <= largest.get(fl, 0)):
-            selected[jid] = fl
-            count[fl] -= g
-            left -= g
-    for jid, fl in selected.items():
-        p = by_id[jid].placement
-        if by_id[jid].running and p is not None and p.flavor == fl and free.can_take(p):
-            free.take(p)
-            run[jid] = p
-    rest = sorted((jid for jid in selected if jid not in run),
-                  key=lambda jid: -by_id[jid].spec.num_gpus)
-    for jid in rest:
-        j = by_id[jid]
-        placed = free.find(selected[jid], j.spec.num_gpus, _needs_locality(j, now, opts))
-        if placed is not None:
-            free.take(placed)
-            run[jid] = placed
-    if len(run) < len(by_id):
-        _backfill(ranking.candidates, by_id, run, free, now, opts)
+    free = FreeGpus(snapshot.up_nodes(), snapshot.free_gpus)
+    if policy.round_based:
+        run = _place_rounds(ranking.candidates, by_id, admitted, free, policy.preemptive,
+                            snapshot.free_gpus is not None, now, opts)
+    else:
+        run = _place_events(ranking.candidates, by_id, admitted, free, policy.preemptive,
+                            snapshot.free_gpus is not None, now, opts)
     lap("place")
 
     # 4. Preemption and starts.
@@ -254,6 +228,155 @@ def decide(
         notes=ranking.notes,
         phase_ms=tuple(timings),
     )
+
+
+def _place_rounds(
+    candidates: tuple[tuple[JobId, str], ...],
+    by_id: dict[JobId, JobView],
+    admitted: list[JobView],
+    free: FreeGpus,
+    preemptive: bool,
+    free_known: bool,
+    now: float,
+    opts: PlacementOptions,
+) -> dict[JobId, Placement]:
+    """Round-based placement (Gavel-style time sharing): every job is reconsidered.
+
+    (a) non-preemptive policies keep running gangs; (b) walk the ranking, selecting jobs while
+    each flavor has GPUs left (by count); (c) selected running jobs keep their GPUs; (d) the
+    rest are placed largest gang first; (e) what fragmented gangs could not use is backfilled.
+    """
+    if free_known:
+        for j in admitted:  # the driver's free counts exclude running gangs: give them back
+            if j.running and j.placement is not None:
+                free.release(j.placement)
+    run: dict[JobId, Placement] = {}
+    if not preemptive:
+        for j in admitted:
+            if j.running and j.placement is not None and free.can_take(j.placement):
+                free.take(j.placement)
+                run[j.job_id] = j.placement
+    count = {f: free.total_free(f) for f in free.flavors()}
+    largest = {f: free.info(f).largest_block for f in free.flavors()}
+    selected: dict[JobId, str] = {}
+    left = sum(count.values())
+    for jid, fl in candidates:
+        if left <= 0:
+            break
+        if jid in selected or jid in run:
+            continue
+        cand = by_id.get(jid)
+        if cand is None:
+            continue
+        g = cand.spec.num_gpus
+        local = _needs_locality(cand, now, opts)
+        if g <= count.get(fl, 0) and (not local or g <= largest.get(fl, 0)):
+            selected[jid] = fl
+            count[fl] -= g
+            left -= g
+    for jid, fl in selected.items():
+        p = by_id[jid].placement
+        if by_id[jid].running and p is not None and p.flavor == fl and free.can_take(p):
+            free.take(p)
+            run[jid] = p
+    rest = sorted((jid for jid in selected if jid not in run),
+                  key=lambda jid: -by_id[jid].spec.num_gpus)
+    for jid in rest:
+        j = by_id[jid]
+        placed = free.find(selected[jid], j.spec.num_gpus, _needs_locality(j, now, opts))
+        if placed is not None:
+            free.take(placed)
+            run[jid] = placed
+    if len(run) < len(by_id):
+        _backfill(candidates, by_id, run, free, now, opts)
+    return run
+
+
+def _place_events(
+    candidates: tuple[tuple[JobId, str], ...],
+    by_id: dict[JobId, JobView],
+    admitted: list[JobView],
+    free: FreeGpus,
+    preemptive: bool,
+    free_known: bool,
+    now: float,
+    opts: PlacementOptions,
+) -> dict[JobId, Placement]:
+    """Event-driven placement: running gangs stay put unless a higher-ranked job needs room.
+
+    (a) every running gang keeps its GPUs; (b) waiting jobs are placed in rank order on the
+    first of their flavors with room; (c) a preemptive policy then makes room for each waiting
+    job it could not place by stopping lower-ranked running gangs on one of its flavors, the
+    lowest-ranked first, and lets any victim that turned out not to be needed keep running;
+    (d) whatever is still free is backfilled. Running jobs are never moved just to reach a
+    faster flavor, so a round costs little more than the waiting queue when nothing contends.
+    """
+    run: dict[JobId, Placement] = {}
+    for j in admitted:
+        if j.running and j.placement is not None:
+            if not free_known:
+                free.take(j.placement)
+            run[j.job_id] = j.placement
+    if len(run) == len(by_id):
+        return run
+    _backfill(candidates, by_id, run, free, now, opts)
+    if not preemptive or len(run) == len(by_id):
+        return run
+    rank: dict[JobId, int] = {}
+    for jid, _fl in candidates:
+        rank.setdefault(jid, len(rank))
+    order = sorted((jid for jid in by_id if jid not in run and jid in rank), key=rank.__getitem__)
+    flavors_of: dict[JobId, list[str]] = {}
+    for jid, fl in candidates:
+        flavors_of.setdefault(jid, []).append(fl)
+    # Running gangs per flavor, lowest-ranked first: the victims of job j are a prefix.
+    lowest_first: dict[str, list[JobId]] = {}
+    for v in sorted((v for v in run if by_id[v].running), key=lambda v: -rank.get(v, 1 << 30)):
+        lowest_first.setdefault(run[v].flavor, []).append(v)
+    for jid in order[:opts.max_preemption_attempts]:
+        j = by_id[jid]
+        for fl in flavors_of[jid]:
+            victims: list[JobId] = []
+            room = free.total_free(fl)
+            for v in lowest_first.get(fl, ()):
+                if rank.get(v, 1 << 30) <= rank[jid]:
+                    break
+                if v in run:
+                    victims.append(v)
+                    room += run[v].num_gpus
+            if room < j.spec.num_gpus:
+                continue
+            placed, released = _make_room(j, fl, victims, run, free, now, opts)
+            if placed is None:
+                continue
+            free.take(placed)
+            for v in released:
+                if free.can_take(run[v]):
+                    free.take(run[v])  # not needed after all: keeps running
+                else:
+                    del run[v]
+            run[jid] = placed
+            break
+    _backfill(candidates, by_id, run, free, now, opts)
+    return run
+
+
+def _make_room(
+    j: JobView, fl: str, victims: list[JobId], run: dict[JobId, Placement], free: FreeGpus,
+    now: float, opts: PlacementOptions,
+) -> tuple[Placement | None, list[JobId]]:
+    """Release victims one by one until ``j`` fits on ``fl``; undo everything if it never does."""
+    released: list[JobId] = []
+    local = _needs_locality(j, now, opts)
+    for v in victims:
+        free.release(run[v])
+        released.append(v)
+        placed = free.find(fl, j.spec.num_gpus, local)
+        if placed is not None:
+            return placed, released
+    for v in released:
+        free.take(run[v])
+    return None, []
 
 
 def _backfill(

@@ -17,6 +17,7 @@ Rules, in order:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tessera.model.cluster import Node
@@ -32,29 +33,42 @@ class BlockInfo:
 
 
 class FreeGpus:
-    """Free GPU counts per node, grouped by flavor."""
+    """Free GPU counts per node, grouped by flavor.
 
-    def __init__(self, nodes: tuple[Node, ...]) -> None:
+    Args:
+        nodes: the nodes that are up.
+        free: free GPUs per node if the caller already knows them (copied, never mutated);
+            otherwise every node starts fully free.
+    """
+
+    def __init__(self, nodes: tuple[Node, ...], free: Mapping[str, int] | None = None) -> None:
         self._free: dict[str, int] = {}
         self._rack: dict[str, str] = {}
         self._flavor: dict[str, str] = {}
         self._by_flavor: dict[str, list[str]] = defaultdict(list)
         self._total: dict[str, int] = defaultdict(int)
-        # flavor -> free count -> nodes with exactly that many free GPUs (insertion-ordered)
+        self._size: dict[str, int] = {}
+        # flavor -> free count -> nodes with exactly that many free GPUs (insertion-ordered);
+        # built on first use of a flavor, so a round that touches one flavor pays for one.
         self._buckets: dict[str, list[dict[str, None]]] = {}
         for n in nodes:
             f = n.flavor.short
-            self._free[n.node_id] = n.gpus
+            k = n.gpus if free is None else free.get(n.node_id, n.gpus)
+            self._free[n.node_id] = k
             self._rack[n.node_id] = n.rack
             self._flavor[n.node_id] = f
             self._by_flavor[f].append(n.node_id)
-            self._total[f] += n.gpus
-        for f, ids in self._by_flavor.items():
-            top = max(self._free[i] for i in ids)
-            buckets: list[dict[str, None]] = [{} for _ in range(top + 1)]
-            for i in ids:
+            self._total[f] += k
+            self._size[f] = max(self._size.get(f, 0), n.gpus)
+
+    def _bucketed(self, flavor: str) -> list[dict[str, None]]:
+        buckets = self._buckets.get(flavor)
+        if buckets is None:
+            buckets = [{} for _ in range(self._size.get(flavor, 0) + 1)]
+            for i in self._by_flavor.get(flavor, ()):
                 buckets[self._free[i]][i] = None
-            self._buckets[f] = buckets
+            self._buckets[flavor] = buckets
+        return buckets
 
     def flavors(self) -> tuple[str, ...]:
         return tuple(self._by_flavor)
@@ -63,9 +77,17 @@ class FreeGpus:
         return self._total.get(flavor, 0)
 
     def info(self, flavor: str) -> BlockInfo:
-        buckets = self._buckets.get(flavor, [])
+        buckets = self._bucketed(flavor)
         largest = next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0)
         return BlockInfo(self._total.get(flavor, 0), largest)
+
+    def _move(self, node_id: str, delta: int) -> None:
+        old = self._free[node_id]
+        buckets = self._buckets.get(self._flavor[node_id])
+        if buckets is not None:
+            del buckets[old][node_id]
+            buckets[old + delta][node_id] = None
+        self._free[node_id] = old + delta
 
     def take(self, placement: Placement) -> None:
         """Reserve a placement's GPUs; raises if that would over-allocate any node."""
@@ -73,12 +95,14 @@ class FreeGpus:
             if self._free.get(node_id, 0) < count:
                 raise ValueError(f"over-allocation of {node_id} by {placement.describe()}")
         for node_id, count in placement.gpus_by_node:
-            buckets = self._buckets[self._flavor[node_id]]
-            old = self._free[node_id]
-            del buckets[old][node_id]
-            buckets[old - count][node_id] = None
-            self._free[node_id] = old - count
+            self._move(node_id, -count)
         self._total[placement.flavor] -= placement.num_gpus
+
+    def release(self, placement: Placement) -> None:
+        """Give a placement's GPUs back (a preemption being considered)."""
+        for node_id, count in placement.gpus_by_node:
+            self._move(node_id, count)
+        self._total[placement.flavor] += placement.num_gpus
 
     def can_take(self, placement: Placement) -> bool:
         return all(self._free.get(n, 0) >= c for n, c in placement.gpus_by_node)
@@ -87,7 +111,7 @@ class FreeGpus:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
         if gpus > self._total.get(flavor, 0):
             return None
-        buckets = self._buckets[flavor]
+        buckets = self._bucketed(flavor)
         for k in range(gpus, len(buckets)):
             if buckets[k]:
                 return Placement(flavor, ((next(iter(buckets[k])), gpus),))

@@ -55,6 +55,12 @@ class JobView:
         pending_since_s: when it last started waiting (submission, preemption or failure).
         last_run_end_s: when it last stopped running, ``None`` if it never ran.
         attempts: failed runs so far.
+        as_of_s: the time ``remaining_steps``, ``attained_gpu_s`` and ``run_s_by_flavor``
+            were measured. A driver may hand over a view of a running job measured earlier;
+            :meth:`remaining_at` and :meth:`attained_at` extrapolate it to any instant, so a
+            running job's view need not be rebuilt at every event.
+        progress_rate: steps/s while running (0 if unknown or not running).
+        progress_from_s: when the current run started making progress (after its restore).
     """
 
     spec: JobSpec
@@ -66,6 +72,23 @@ class JobView:
     pending_since_s: float = 0.0
     last_run_end_s: float | None = None
     attempts: int = 0
+    as_of_s: float = 0.0
+    progress_rate: float = 0.0
+    progress_from_s: float = 0.0
+
+    def remaining_at(self, now_s: float) -> float:
+        """Steps left at ``now_s`` (extrapolated while running)."""
+        if self.state is JobState.RUNNING and self.progress_rate > 0:
+            start = max(self.as_of_s, self.progress_from_s)
+            if now_s > start:
+                return max(self.remaining_steps - self.progress_rate * (now_s - start), 0.0)
+        return self.remaining_steps
+
+    def attained_at(self, now_s: float) -> float:
+        """GPU-seconds of service received by ``now_s`` (extrapolated while running)."""
+        if self.state is JobState.RUNNING and now_s > self.as_of_s:
+            return self.attained_gpu_s + self.spec.num_gpus * (now_s - self.as_of_s)
+        return self.attained_gpu_s
 
     @property
     def job_id(self) -> JobId:
@@ -112,6 +135,9 @@ class Snapshot:
         policy_state: opaque value the policy returned last round (its memory), or ``None``.
         round_s: round length when running round-based, else ``None``.
         down_nodes: nodes currently unavailable.
+        free_gpus: free GPUs per node, when the driver keeps that count itself (the simulator
+            does, so a round need not walk every running gang to find the free GPUs);
+            ``None`` = derive it from the running jobs' placements.
     """
 
     now_s: float
@@ -121,6 +147,7 @@ class Snapshot:
     policy_state: Any = None
     round_s: float | None = None
     down_nodes: frozenset[str] = frozenset()
+    free_gpus: Mapping[str, int] | None = None
 
     def up_nodes(self) -> tuple[Node, ...]:
         return tuple(n for n in self.cluster.nodes if n.node_id not in self.down_nodes)

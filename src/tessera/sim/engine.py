@@ -101,6 +101,7 @@ class Simulator:
         self.c = _Counters()
         self.phase_ms: dict[str, float] = {}
         self.total_gpus = cluster.total_gpus
+        self.free: dict[str, int] = {n.node_id: n.gpus for n in cluster.nodes}
 
     # -- event plumbing ----------------------------------------------------------------------
 
@@ -174,6 +175,8 @@ class Simulator:
 
     def _finish(self, wall0: float) -> SimResult:
         self._tick(self.last_t)
+        for j in self.running.values():
+            j.advance(self.last_t)
         for j in self.active.values():
             j.set_wait(None, self.last_t)
         for j in self.active.values():
@@ -344,11 +347,18 @@ class Simulator:
         return self.policy.preemptive and self.wakeup_at is not None
 
     def _tick(self, t: float) -> None:
-        """Advance running jobs to ``t`` and record samples and the active-job integral."""
+        """Record samples and the active-job integral up to ``t``.
+
+        In rounds mode running jobs are also brought up to date (every round reconsiders
+        them). In events mode they are not: a running job's view extrapolates its progress
+        (``JobView.remaining_at``), and its books are settled when it stops, so an event
+        costs nothing per running job.
+        """
         if t > self.last_t:
             self.active_integral += len(self.active) * (t - self.last_t)
-        for j in self.running.values():
-            j.advance(t)
+        if self.rounds:
+            for j in self.running.values():
+                j.advance(t)
         while t >= self.next_sample_s and t > self.last_t:
             busy = sum(j.spec.num_gpus for j in self.running.values())
             self.samples.append(
@@ -419,12 +429,16 @@ class Simulator:
 
     def _stop(self, job: SimJob, t: float) -> None:
         job.advance(t)
+        placement = job.placement
         job.epoch += 1
         job.placement = None
         job.rate = 0.0
         job.last_run_end_s = t
         job.view = None
-        self.running.pop(job.idx, None)
+        started_here = self.cfg.compat is None  # Gavel's loop books GPUs per round itself
+        if self.running.pop(job.idx, None) is not None and placement is not None and started_here:
+            for node_id, k in placement.gpus_by_node:
+                self.free[node_id] += k
 
     def _start(self, job: SimJob, p: Placement, t: float) -> None:
         rate = self.truth.rate(job.spec, p.flavor, p.consolidated)
@@ -440,6 +454,8 @@ class Simulator:
         if job.first_start_s is None:
             job.first_start_s = t
         self.running[job.idx] = job
+        for node_id, k in p.gpus_by_node:
+            self.free[node_id] -= k
         if rate <= 0:
             return
         finish = job.progress_from_s + job.remaining / rate
@@ -460,6 +476,7 @@ class Simulator:
             jobs=tuple(j.to_view() for j in self.active.values()),
             policy_state=self.policy_state,
             round_s=self.cfg.round_s if self.rounds else None,
+            free_gpus=dict(self.free),
         )
         t0 = time.perf_counter()
         d = decide(snap, self.policy, self.oracle, self.rng, self.opts)

@@ -96,7 +96,7 @@ class SimJob:
             start = max(self.last_update_s, self.progress_from_s)
             if now_s > start:
                 self.remaining = max(self.remaining - self.rate * (now_s - start), 0.0)
-            self.view = None
+            self.view = None  # (a view extrapolates from last_update_s; rebuild from here)
         self.last_update_s = now_s
 
     def set_wait(self, kind: PendingKind | None, now_s: float) -> None:
@@ -119,5 +119,8 @@ class SimJob:
                 pending_since_s=self.pending_since_s,
                 last_run_end_s=self.last_run_end_s,
                 attempts=self.attempts,
+                as_of_s=self.last_update_s,
+                progress_rate=self.rate,
+                progress_from_s=self.progress_from_s,
             )
         return self.view

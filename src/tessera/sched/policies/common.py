@@ -29,4 +29,4 @@ def candidates_in_order(
 def remaining_s(ctx: PolicyContext, job: JobView) -> float:
     """Remaining time on the job's fastest flavor (oracle knowledge, as SRTF assumes)."""
     rate = ctx.oracle.best_rate(job.spec)
-    return job.remaining_steps / rate if rate > 0 else float("inf")
+    return job.remaining_at(ctx.snapshot.now_s) / rate if rate > 0 else float("inf")

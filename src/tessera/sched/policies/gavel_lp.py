@@ -178,7 +178,7 @@ class FinishTimeFairness(GavelAllocationPolicy):
         thr_iso = (p.tput * x_iso).sum(axis=1)
         live = (p.tput.max(axis=1) > 0) & (thr_iso > 0)
         t = np.array([max(ctx.snapshot.now_s - j.spec.submit_time_s, 0.0) for j in p.jobs])
-        r = np.array([j.remaining_steps for j in p.jobs])
+        r = np.array([j.remaining_at(ctx.snapshot.now_s) for j in p.jobs])
         d = np.where(live, t + r / np.where(thr_iso > 0, thr_iso, 1.0), 1.0)
 
         def need(rho: float) -> np.ndarray | None:
@@ -212,6 +212,6 @@ class FinishTimeFairness(GavelAllocationPolicy):
 @POLICIES.register("min_makespan", "Minimise makespan: a common progress rate for all (LP).")
 class MinMakespan(GavelAllocationPolicy):
     def allocate(self, ctx: PolicyContext, p: AllocationProblem) -> np.ndarray:
-        r = np.array([max(j.remaining_steps, 1e-9) for j in p.jobs])
+        r = np.array([max(j.remaining_at(ctx.snapshot.now_s), 1e-9) for j in p.jobs])
         x, _ = share_lp(p, p.tput / r[:, None], "min-makespan LP")
         return x

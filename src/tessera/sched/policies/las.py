@@ -50,7 +50,7 @@ class LeastAttainedService(Policy):
         new_offsets = dict(offsets) if cfg.starvation_factor else {}
 
         def service(j: JobView) -> float:
-            return j.attained_gpu_s - offsets.get(j.job_id, 0.0)
+            return j.attained_at(now) - offsets.get(j.job_id, 0.0)
 
         if cfg.starvation_factor:
             for j in ctx.snapshot.jobs:
@@ -58,10 +58,10 @@ class LeastAttainedService(Policy):
                     continue
                 ran = service(j) / j.spec.num_gpus
                 if ran > 0 and now - j.last_run_end_s >= cfg.starvation_factor * ran:
-                    new_offsets[j.job_id] = j.attained_gpu_s
+                    new_offsets[j.job_id] = j.attained_at(now)
 
         def queue(j: JobView) -> int:
-            s = j.attained_gpu_s - new_offsets.get(j.job_id, 0.0)
+            s = j.attained_at(now) - new_offsets.get(j.job_id, 0.0)
             return bisect.bisect_right(thresholds, s)
 
         jobs = sorted(
@@ -73,7 +73,7 @@ class LeastAttainedService(Policy):
                 continue
             q = queue(j)
             if q < len(thresholds):
-                s = j.attained_gpu_s - new_offsets.get(j.job_id, 0.0)
+                s = j.attained_at(now) - new_offsets.get(j.job_id, 0.0)
                 t = now + (thresholds[q] - s) / j.spec.num_gpus
                 wakeup = t if wakeup is None else min(wakeup, t)
         state = MappingProxyType(new_offsets) if new_offsets else None
