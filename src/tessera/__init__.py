@@ -1,4 +1,4 @@
-"""Tessera: scheduling, planning, GPU sharing and simulation for deep learning on mixed-GPU clusters.
+"""Tessera: scheduling, planning, GPU sharing and simulation for DL on mixed-GPU clusters.
 
 The package is layered (imports point down only):
 

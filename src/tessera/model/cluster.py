@@ -22,7 +22,7 @@ import csv
 import enum
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -114,6 +114,9 @@ class ClusterSpec:
 
     name: str
     nodes: tuple[Node, ...]
+    _memo: dict[str, object] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -128,19 +131,38 @@ class ClusterSpec:
         return sum(n.gpus for n in self.nodes)
 
     def gpus_by_flavor(self) -> dict[GpuFlavor, int]:
-        """GPU count per flavor, in the order flavors first appear."""
-        out: dict[GpuFlavor, int] = {}
-        for n in self.nodes:
-            out[n.flavor] = out.get(n.flavor, 0) + n.gpus
-        return out
+        """GPU count per flavor, in the order flavors first appear (computed once)."""
+        memo = self._memo.get("by_flavor")
+        if memo is None:
+            out: dict[GpuFlavor, int] = {}
+            for n in self.nodes:
+                out[n.flavor] = out.get(n.flavor, 0) + n.gpus
+            self._memo["by_flavor"] = memo = out
+        assert isinstance(memo, dict)
+        return dict(memo)
 
     def flavors(self) -> tuple[GpuFlavor, ...]:
         return tuple(self.gpus_by_flavor())
 
     def max_gpus_per_node(self, flavor: GpuFlavor | None = None) -> int:
-        return max(
-            (n.gpus for n in self.nodes if flavor is None or n.flavor == flavor), default=0
-        )
+        key = f"max_node:{flavor.short if flavor else '*'}"
+        memo = self._memo.get(key)
+        if memo is None:
+            memo = max(
+                (n.gpus for n in self.nodes if flavor is None or n.flavor.short == flavor.short),
+                default=0,
+            )
+            self._memo[key] = memo
+        assert isinstance(memo, int)
+        return memo
+
+    def memo(self, key: str) -> object | None:
+        """A value derived from this (immutable) cluster and cached on it, or ``None``."""
+        return self._memo.get(key)
+
+    def remember(self, key: str, value: object) -> None:
+        """Cache a value derived from this cluster (the cluster itself never changes)."""
+        self._memo[key] = value
 
     def describe(self) -> str:
         """One line such as ``gavel-108: 36×V100-16GB, 36×P100, 36×K80 (108 GPUs, 108 nodes)``."""

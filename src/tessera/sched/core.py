@@ -168,14 +168,14 @@ def decide(
     """Run one scheduling round over ``snapshot`` (see the module docstring for the phases)."""
     opts = options or PlacementOptions()
     now = snapshot.now_s
-    timings: list[tuple[str, float]] = []
+    timings: dict[str, float] = {}
     t = time.perf_counter()
 
     def lap(name: str) -> None:
         nonlocal t
-        now = time.perf_counter()
-        timings.append((name, (now - t) * 1e3))
-        t = now
+        tick = time.perf_counter()
+        timings[name] = timings.get(name, 0.0) + (tick - t) * 1e3
+        t = tick
 
     # 1. Admission.
     admitted, held = _admit(snapshot)
@@ -183,25 +183,38 @@ def decide(
     by_id = {j.job_id: j for j in admitted}
     lap("admit")
 
-    # 2. Ordering (an agnostic policy sees the agnostic twin of the oracle).
-    seen_by_policy = oracle.as_agnostic() if policy.agnostic else oracle
-    ranking = policy.rank(PolicyContext(view, seen_by_policy, rng))
-    lap("order")
-
-    # 3. Placement.
-    free = FreeGpus(snapshot.up_nodes(), snapshot.free_gpus)
+    # 2-3. Ordering and placement (an agnostic policy sees the agnostic twin of the oracle).
+    ctx_oracle = oracle.as_agnostic() if policy.agnostic else oracle
+    free = FreeGpus.of_snapshot(snapshot)
     if policy.round_based:
+        ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
+        lap("order")
         run = _place_rounds(ranking.candidates, by_id, admitted, free, policy.preemptive,
                             snapshot.free_gpus is not None, now, opts)
     else:
-        run = _place_events(ranking.candidates, by_id, admitted, free, policy.preemptive,
+        # Event-driven: rank the waiting jobs alone first. If they all fit in the free GPUs
+        # (the common case) the running jobs' order cannot matter, and the round costs
+        # O(waiting jobs). Only when someone is left over and the policy may preempt do we
+        # rank everyone to choose victims.
+        waiting = tuple(j for j in admitted if not j.running)
+        ranking = policy.rank(PolicyContext(replace(view, jobs=waiting), ctx_oracle, rng))
+        lap("order")
+        run = _place_events(ranking.candidates, by_id, admitted, free, False,
                             snapshot.free_gpus is not None, now, opts)
+        lap("place")
+        if policy.preemptive and len(run) < len(by_id):
+            free = FreeGpus.of_snapshot(snapshot)
+            ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
+            lap("order")
+            run = _place_events(ranking.candidates, by_id, admitted, free, True,
+                                snapshot.free_gpus is not None, now, opts)
     lap("place")
 
     # 4. Preemption and starts.
     preempted = tuple(j.job_id for j in admitted if j.running and j.job_id not in run)
     started = tuple(
-        jid for jid, p in run.items() if not by_id[jid].running or by_id[jid].placement != p
+        jid for jid, p in run.items()
+        if by_id[jid].placement is not p and (not by_id[jid].running or by_id[jid].placement != p)
     )
     lap("preempt")
 
@@ -226,7 +239,7 @@ def decide(
         policy_state=ranking.state,
         wakeup_s=ranking.wakeup_s,
         notes=ranking.notes,
-        phase_ms=tuple(timings),
+        phase_ms=tuple(timings.items()),
     )
 
 

@@ -17,11 +17,11 @@ Rules, in order:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tessera.model.cluster import Node
-from tessera.sched.snapshot import Placement
+from tessera.sched.snapshot import Placement, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,33 @@ class BlockInfo:
     largest_block: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """The static shape of a set of nodes, computed once per cluster."""
+
+    capacity: Mapping[str, int]
+    flavor: Mapping[str, str]
+    rack: Mapping[str, str]
+    by_flavor: Mapping[str, tuple[str, ...]]
+    size: Mapping[str, int]
+
+    @classmethod
+    def of(cls, nodes: tuple[Node, ...]) -> _Layout:
+        by_flavor: dict[str, list[str]] = defaultdict(list)
+        size: dict[str, int] = {}
+        for n in nodes:
+            f = n.flavor.short
+            by_flavor[f].append(n.node_id)
+            size[f] = max(size.get(f, 0), n.gpus)
+        return cls(
+            capacity={n.node_id: n.gpus for n in nodes},
+            flavor={n.node_id: n.flavor.short for n in nodes},
+            rack={n.node_id: n.rack for n in nodes},
+            by_flavor={f: tuple(ids) for f, ids in by_flavor.items()},
+            size=size,
+        )
+
+
 class FreeGpus:
     """Free GPU counts per node, grouped by flavor.
 
@@ -39,27 +66,41 @@ class FreeGpus:
         nodes: the nodes that are up.
         free: free GPUs per node if the caller already knows them (copied, never mutated);
             otherwise every node starts fully free.
+        layout: the nodes' static layout, when the caller has it cached.
     """
 
-    def __init__(self, nodes: tuple[Node, ...], free: Mapping[str, int] | None = None) -> None:
-        self._free: dict[str, int] = {}
-        self._rack: dict[str, str] = {}
-        self._flavor: dict[str, str] = {}
-        self._by_flavor: dict[str, list[str]] = defaultdict(list)
-        self._total: dict[str, int] = defaultdict(int)
-        self._size: dict[str, int] = {}
+    def __init__(
+        self,
+        nodes: tuple[Node, ...],
+        free: Mapping[str, int] | None = None,
+        layout: _Layout | None = None,
+    ) -> None:
+        lay = layout or _Layout.of(nodes)
+        self._layout = lay
+        self._rack = lay.rack
+        self._flavor = lay.flavor
+        self._by_flavor = lay.by_flavor
+        self._size = lay.size
+        if free is None:
+            self._free: dict[str, int] = dict(lay.capacity)
+        else:
+            self._free = {n: free.get(n, c) for n, c in lay.capacity.items()} if len(
+                free) != len(lay.capacity) else dict(free)
+        self._total: dict[str, int] = {}
         # flavor -> free count -> nodes with exactly that many free GPUs (insertion-ordered);
         # built on first use of a flavor, so a round that touches one flavor pays for one.
         self._buckets: dict[str, list[dict[str, None]]] = {}
-        for n in nodes:
-            f = n.flavor.short
-            k = n.gpus if free is None else free.get(n.node_id, n.gpus)
-            self._free[n.node_id] = k
-            self._rack[n.node_id] = n.rack
-            self._flavor[n.node_id] = f
-            self._by_flavor[f].append(n.node_id)
-            self._total[f] += k
-            self._size[f] = max(self._size.get(f, 0), n.gpus)
+
+    @classmethod
+    def of_snapshot(cls, snapshot: Snapshot) -> FreeGpus:
+        """Free GPUs of a snapshot, reusing the cluster's cached layout when all nodes are up."""
+        if snapshot.down_nodes:
+            return cls(snapshot.up_nodes(), snapshot.free_gpus)
+        layout = snapshot.cluster.memo("placement_layout")
+        if not isinstance(layout, _Layout):
+            layout = _Layout.of(snapshot.cluster.nodes)
+            snapshot.cluster.remember("placement_layout", layout)
+        return cls(snapshot.cluster.nodes, snapshot.free_gpus, layout)
 
     def _bucketed(self, flavor: str) -> list[dict[str, None]]:
         buckets = self._buckets.get(flavor)
@@ -74,12 +115,17 @@ class FreeGpus:
         return tuple(self._by_flavor)
 
     def total_free(self, flavor: str) -> int:
-        return self._total.get(flavor, 0)
+        t = self._total.get(flavor)
+        if t is None:
+            free = self._free
+            t = sum(free[n] for n in self._by_flavor.get(flavor, ()))
+            self._total[flavor] = t
+        return t
 
     def info(self, flavor: str) -> BlockInfo:
         buckets = self._bucketed(flavor)
         largest = next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0)
-        return BlockInfo(self._total.get(flavor, 0), largest)
+        return BlockInfo(self.total_free(flavor), largest)
 
     def _move(self, node_id: str, delta: int) -> None:
         old = self._free[node_id]
@@ -94,22 +140,24 @@ class FreeGpus:
         for node_id, count in placement.gpus_by_node:
             if self._free.get(node_id, 0) < count:
                 raise ValueError(f"over-allocation of {node_id} by {placement.describe()}")
+        total = self.total_free(placement.flavor)
         for node_id, count in placement.gpus_by_node:
             self._move(node_id, -count)
-        self._total[placement.flavor] -= placement.num_gpus
+        self._total[placement.flavor] = total - placement.num_gpus
 
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs back (a preemption being considered)."""
+        total = self.total_free(placement.flavor)
         for node_id, count in placement.gpus_by_node:
             self._move(node_id, count)
-        self._total[placement.flavor] += placement.num_gpus
+        self._total[placement.flavor] = total + placement.num_gpus
 
     def can_take(self, placement: Placement) -> bool:
         return all(self._free.get(n, 0) >= c for n, c in placement.gpus_by_node)
 
     def find(self, flavor: str, gpus: int, require_locality: bool) -> Placement | None:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
-        if gpus > self._total.get(flavor, 0):
+        if gpus > self.total_free(flavor):
             return None
         buckets = self._bucketed(flavor)
         for k in range(gpus, len(buckets)):
@@ -119,7 +167,7 @@ class FreeGpus:
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])
 
-    def _spread(self, flavor: str, gpus: int, nodes: list[str]) -> Placement | None:
+    def _spread(self, flavor: str, gpus: int, nodes: Sequence[str]) -> Placement | None:
         by_rack: dict[str, list[str]] = defaultdict(list)
         for n in nodes:
             if self._free[n] > 0:

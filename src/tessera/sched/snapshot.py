@@ -150,4 +150,6 @@ class Snapshot:
     free_gpus: Mapping[str, int] | None = None
 
     def up_nodes(self) -> tuple[Node, ...]:
+        if not self.down_nodes:
+            return self.cluster.nodes
         return tuple(n for n in self.cluster.nodes if n.node_id not in self.down_nodes)
