@@ -13,7 +13,7 @@ from tessera.model.jobs import (
 )
 from tests.builders import make_job, make_workload
 
-EDGES = [(a, b) for a, targets in VALID_TRANSITIONS.items() for b in targets]
+EDGES = [(a, b) for a, targets in VALID_TRANSITIONS.items() for b in sorted(targets)]
 NON_EDGES = [(a, b) for a in JobState for b in JobState if b not in VALID_TRANSITIONS[a]]
 
 

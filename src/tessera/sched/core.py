@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tessera.model.jobs import JobId
+from tessera.model.jobs import JobId, JobState
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import BlockInfo, FreeGpus
 from tessera.sched.policy import Policy, PolicyContext
@@ -180,7 +180,8 @@ def decide(
     # 1. Admission.
     admitted, held = _admit(snapshot)
     view = replace(snapshot, jobs=tuple(admitted)) if held else snapshot
-    by_id = {j.job_id: j for j in admitted}
+    by_id = {j.spec.job_id: j for j in admitted}
+    running = [j for j in admitted if j.state is JobState.RUNNING]
     lap("admit")
 
     # 2-3. Ordering and placement (an agnostic policy sees the agnostic twin of the oracle).
@@ -196,7 +197,7 @@ def decide(
         # (the common case) the running jobs' order cannot matter, and the round costs
         # O(waiting jobs). Only when someone is left over and the policy may preempt do we
         # rank everyone to choose victims.
-        waiting = tuple(j for j in admitted if not j.running)
+        waiting = tuple(j for j in admitted if j.state is not JobState.RUNNING)
         ranking = policy.rank(PolicyContext(replace(view, jobs=waiting), ctx_oracle, rng))
         lap("order")
         run = _place_events(ranking.candidates, by_id, admitted, free, False,
@@ -211,7 +212,7 @@ def decide(
     lap("place")
 
     # 4. Preemption and starts.
-    preempted = tuple(j.job_id for j in admitted if j.running and j.job_id not in run)
+    preempted = tuple(j.spec.job_id for j in running if j.spec.job_id not in run)
     started = tuple(
         jid for jid, p in run.items()
         if by_id[jid].placement is not p and (not by_id[jid].running or by_id[jid].placement != p)
@@ -326,10 +327,10 @@ def _place_events(
     """
     run: dict[JobId, Placement] = {}
     for j in admitted:
-        if j.running and j.placement is not None:
+        if j.state is JobState.RUNNING and j.placement is not None:
             if not free_known:
                 free.take(j.placement)
-            run[j.job_id] = j.placement
+            run[j.spec.job_id] = j.placement
     if len(run) == len(by_id):
         return run
     _backfill(candidates, by_id, run, free, now, opts)

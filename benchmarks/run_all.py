@@ -1,0 +1,37 @@
+"""Run every benchmark in this folder, one after another, printing each one's table.
+
+    .venv/bin/python benchmarks/run_all.py [--quick]
+
+``--quick`` passes each benchmark's small-size options where it has them. The benchmarks are
+independent scripts; this only sequences them and reports each one's wall time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+QUICK = {
+    "bench_sim.py": ["--limit", "20000"],
+    "bench_decide.py": ["--sizes", "64,512,2048"],
+}
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    failed = 0
+    for script in sorted(HERE.glob("bench_*.py")):
+        args = QUICK.get(script.name, []) if quick else []
+        print(f"\n=== {script.name} {' '.join(args)}", flush=True)
+        t0 = time.perf_counter()
+        rc = subprocess.call([sys.executable, str(script), *args])
+        print(f"=== {script.name}: exit {rc}, {time.perf_counter() - t0:.0f} s", flush=True)
+        failed += rc != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
