@@ -36,6 +36,7 @@ def run_simulation(
     on_error: str,
     limit: int | None,
     plots: bool,
+    trace_format: str | None = None,
 ) -> list[SimResult]:
     """Shared body of ``simulate`` and ``demo``: load, run, print, write the report."""
     from rich.console import Console
@@ -54,7 +55,8 @@ def run_simulation(
         make_policy(p)  # fail fast on a bad name, before loading anything big
     table = load_gavel_throughputs(throughputs) if throughputs else default_throughputs()
     cluster = load_cluster(cluster_text, gpus_per_server)
-    loaded = read_trace(trace, on_error=on_error, limit=limit, throughputs=table)  # type: ignore[arg-type]
+    loaded = read_trace(trace, format=trace_format, on_error=on_error,  # type: ignore[arg-type]
+                        limit=limit, throughputs=table)
     workload = loaded.workload
     failures = FailureConfig.model_validate(
         {k[8:]: v for k, v in config_updates.items() if k.startswith("failure_")})
@@ -139,6 +141,9 @@ def register(app: typer.Typer) -> None:
     def simulate(
         trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
                                   "(`tessera traces` lists them)."),
+        trace_format: str | None = typer.Option(None, "--format", help="Trace format when "
+                                                "detection is not enough (gavel, philly, "
+                                                "itp, fgd, sia)."),
         cluster: str = typer.Option("gavel-108", "--cluster", "-c", help="Preset (gavel-108, "
                                     "philly, pai-2020, modern-mixed), YAML file, or compact "
                                     "flavor:count list like v100:12,p100:12,k80:12."),
@@ -182,7 +187,8 @@ def register(app: typer.Typer) -> None:
         }
         run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
                        config_updates=updates, out=out, as_json=json_out, workers=n,
-                       throughputs=throughputs, on_error=on_error, limit=limit, plots=plots)
+                       throughputs=throughputs, on_error=on_error, limit=limit, plots=plots,
+                       trace_format=trace_format)
 
     @app.command(rich_help_panel="Simulation")
     def demo(
