@@ -47,7 +47,7 @@ def run_simulation(
     from tessera.report.tables import comparison_table
     from tessera.sched.policy import make_policy
     from tessera.sim.batch import RunSpec, run_policies
-    from tessera.sim.config import FailureConfig, SimConfig
+    from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
     from tessera.workload import read_trace
 
     err = Console(stderr=True)
@@ -60,8 +60,14 @@ def run_simulation(
     workload = loaded.workload
     failures = FailureConfig.model_validate(
         {k[8:]: v for k, v in config_updates.items() if k.startswith("failure_")})
-    plain = {k: v for k, v in config_updates.items() if not k.startswith("failure_")}
-    config = SimConfig.model_validate({**plain, "failures": failures})
+    validation = ValidationConfig.model_validate(
+        {k[11:]: v for k, v in config_updates.items() if k.startswith("validation_")})
+    quotas = QuotaConfig.model_validate(
+        {k[6:]: v for k, v in config_updates.items() if k.startswith("quota_")})
+    plain = {k: v for k, v in config_updates.items()
+             if not k.startswith(("failure_", "validation_", "quota_"))}
+    config = SimConfig.model_validate(
+        {**plain, "failures": failures, "validation": validation, "quotas": quotas})
     if not as_json:
         err.print(f"[bold]trace[/] {workload.name}: {len(workload)} jobs ({loaded.format})")
         for note in workload.notes:
@@ -99,6 +105,9 @@ def run_simulation(
         if not con.is_terminal:
             con = Console(width=160)
         con.print(comparison_table(results, title=f"{workload.name} on {cluster.name}"))
+        from tessera.report.tables import wait_split_table
+
+        con.print(wait_split_table(results))
         err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
     return results
 
@@ -162,6 +171,16 @@ def register(app: typer.Typer) -> None:
         failure_rate: float = typer.Option(0.0, help="Share of jobs that fail (Philly ≈ 0.3)."),
         locality_wait_s: float = typer.Option(0.0, help="Wait this long for one node before "
                                               "splitting a gang across nodes (s)."),
+        quota_per_queue: str = typer.Option("none", help="Tenant quotas: none | equal | demand "
+                                            "(divide the cluster among the trace's queues, "
+                                            "Philly's VCs, equally or by GPU-time)."),
+        quota_borrowing_gpus: int = typer.Option(0, help="GPUs a queue may borrow beyond its "
+                                                 "quota (-1: unlimited)."),
+        failure_model: str = typer.Option("uniform", help="uniform | early-late (a share of "
+                                          "failures strikes in the first minutes)."),
+        validate_min_gpus: int = typer.Option(0, help="Pre-run validation on 1 GPU before "
+                                              "gangs of at least this many GPUs (0: off)."),
+        validation_s: float = typer.Option(300.0, help="Length of the validation run (s)."),
         seed: int = typer.Option(0, help="Random seed; same seed, same result."),
         limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
         on_error: str = typer.Option("raise", help="raise | skip malformed trace rows "
@@ -184,6 +203,11 @@ def register(app: typer.Typer) -> None:
             "restore_s": restore_s, "locality_wait_s": locality_wait_s, "seed": seed,
             "compat": compat, "compat_solver": compat_solver,
             "failure_job_failure_rate": failure_rate,
+            "failure_time_model": failure_model,
+            "validation_min_gpus": validate_min_gpus, "validation_validation_s": validation_s,
+            "quota_split": quota_per_queue,
+            "quota_borrowing_limit_gpus": None if quota_borrowing_gpus < 0
+            else quota_borrowing_gpus,
         }
         run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
                        config_updates=updates, out=out, as_json=json_out, workers=n,

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tessera.report.tables import _COLUMNS, _fmt
+from tessera.report.tables import _COLUMNS, WAIT_COLUMNS, _fmt
 from tessera.sim.metrics import SimResult
 
 _STYLE = """
@@ -33,6 +33,20 @@ def write_html_report(
         cls = ' class="best"' if r.summary.avg_jct_s == best else ""
         cells = "".join(f"<td>{html.escape(_fmt(d[k], f))}</td>" for _h, k, f in _COLUMNS)
         rows.append(f"<tr{cls}><td>{html.escape(r.policy)}</td>{cells}</tr>")
+    whead = "".join(f"<th>{html.escape(h)}</th>" for h, _k, _f in WAIT_COLUMNS)
+    wrows = "".join(
+        f"<tr><td>{html.escape(r.policy)}</td>"
+        + "".join(f"<td>{html.escape(_fmt(r.as_dict()[k], f))}</td>" for _h, k, f in WAIT_COLUMNS)
+        + "</tr>"
+        for r in results
+    )
+    waits = (
+        "<h2>Queueing delay by reason</h2><p>Mean per job and total job-hours waiting: "
+        "<b>quota</b> (fair-share delay: the tenant queue is at its quota), <b>capacity</b> "
+        "(others hold the GPUs), <b>fragmentation</b> (enough GPUs are free, but not with the "
+        "locality the gang needs).</p>"
+        f"<table><tr><th>policy</th>{whead}</tr>{wrows}</table>"
+    )
     imgs = "".join(
         f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
         f'{base64.b64encode(p.read_bytes()).decode()}">'
@@ -42,6 +56,6 @@ def write_html_report(
     path.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><ul>{ctx}</ul>"
-        f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>{imgs}</body></html>"
+        f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>{waits}{imgs}</body></html>"
     )
     return path

@@ -64,3 +64,30 @@ def comparison_table(results: Sequence[SimResult], title: str = "") -> Table:
         name = r.policy + (" ★" if ratio == 1.0 else "")
         table.add_row(name, *(_fmt(d[k], kind) for _h, k, kind in _COLUMNS), f"{ratio:.2f}×")
     return table
+
+
+#: (header, key, format) of the queueing-delay split (the Philly study's causes of waiting).
+WAIT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("avg queue", "avg_queue_delay_s", "dur"),
+    ("quota (fair-share)", "wait_quota_s_mean", "dur"),
+    ("capacity", "wait_capacity_s_mean", "dur"),
+    ("fragmentation", "wait_fragmentation_s_mean", "dur"),
+    ("quota h", "wait_quota_h", "num"),
+    ("capacity h", "wait_capacity_h", "num"),
+    ("fragmentation h", "wait_fragmentation_h", "num"),
+)
+
+
+def wait_split_table(results: Sequence[SimResult], title: str = "") -> Table:
+    """Why jobs waited: mean per job and total job-hours, by reason (quota, capacity,
+    fragmentation). Waits after preemptions and failures count too, so the three can add up
+    to more than the queueing delay (first start − submission)."""
+    table = Table(title=title or "queueing delay by reason (mean per job; total job-hours)",
+                  header_style="bold")
+    table.add_column("policy")
+    for header, _key, _kind in WAIT_COLUMNS:
+        table.add_column(header, justify="right")
+    for r in results:
+        d = r.as_dict()
+        table.add_row(r.policy, *(_fmt(d[k], kind) for _h, k, kind in WAIT_COLUMNS))
+    return table

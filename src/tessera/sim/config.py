@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from tessera.model.jobs import Workload
+    from tessera.sched.snapshot import QueueQuota
 
 
 class FailureConfig(BaseModel):
@@ -22,6 +26,79 @@ class FailureConfig(BaseModel):
     checkpoint_interval_s: float = Field(1800.0, gt=0)
     retry_delay_s: float = Field(60.0, ge=0)
     default_max_retries: int = Field(3, ge=0)
+    time_model: Literal["uniform", "early-late"] = "uniform"
+    """``uniform``: a failing run fails at a uniform point of its remaining work (drawn from
+    one shared stream, the original model). ``early-late``: the study's shape
+    (:mod:`tessera.sim.failures`): a share ``early_share`` of failing runs fail within
+    ``early_window_s`` of starting (bugs, bad inputs), the rest at a uniform point of their
+    remaining work; each (job, attempt) draws from its own seeded stream, so two runs that
+    differ only in scheduling see the same failures."""
+    early_share: float = Field(0.6, ge=0, le=1)
+    early_window_s: float = Field(600.0, gt=0)
+
+
+class ValidationConfig(BaseModel):
+    """Pre-run validation (the study's "catch failures early" guideline).
+
+    Before each attempt of a gang of at least ``min_gpus`` GPUs starts, the simulator runs it
+    for ``validation_s`` on one GPU of an allowed flavor. A failure that would strike within
+    that time strikes there, on one GPU, instead of on the whole gang; a job that passes
+    returns to the queue for its real gang. ``min_gpus = 0`` turns validation off.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    min_gpus: int = Field(0, ge=0)
+    validation_s: float = Field(300.0, gt=0)
+
+
+class QueueQuotaConfig(BaseModel):
+    """One tenant queue's quota (Kueue ClusterQueue, GPUs of any flavor)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    nominal_gpus: int = Field(..., ge=0)
+    borrowing_limit_gpus: int | None = Field(None, ge=0)
+
+
+class QuotaConfig(BaseModel):
+    """Tenant quotas, so fair-share (quota) delay can occur.
+
+    ``queues`` names quotas explicitly. ``split`` instead divides the cluster among the
+    trace's queues (Philly's virtual clusters): ``equal`` parts, or ``demand`` (in proportion
+    to each queue's GPU-time in the workload, as Philly sized its VCs). Each split quota is at
+    least the queue's largest gang, so no job is held forever. ``borrowing_limit_gpus``
+    applies to split quotas: ``None`` = unlimited borrowing (quota never binds), ``0`` = none.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    queues: dict[str, QueueQuotaConfig] = Field(default_factory=dict)
+    split: Literal["none", "equal", "demand"] = "none"
+    borrowing_limit_gpus: int | None = Field(0, ge=0)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.queues) or self.split != "none"
+
+    def resolve(self, workload: Workload, total_gpus: int) -> dict[str, QueueQuota]:
+        """The quotas of ``workload``'s queues on a cluster of ``total_gpus`` GPUs."""
+        from tessera.sched.snapshot import QueueQuota
+
+        out = {name: QueueQuota(name, q.nominal_gpus, q.borrowing_limit_gpus)
+               for name, q in self.queues.items()}
+        if self.split == "none":
+            return out
+        demand: dict[str, float] = {}
+        largest: dict[str, int] = {}
+        for j in workload.jobs:
+            if j.queue in out:
+                continue
+            w = 1.0 if self.split == "equal" else j.num_gpus * (j.duration_hint_s or 1.0)
+            demand[j.queue] = w if self.split == "equal" else demand.get(j.queue, 0.0) + w
+            largest[j.queue] = max(largest.get(j.queue, 0), j.num_gpus)
+        total = sum(demand.values())
+        for name in sorted(demand):
+            share = int(total_gpus * demand[name] / total) if total > 0 else 0
+            out[name] = QueueQuota(name, max(share, largest[name]), self.borrowing_limit_gpus)
+        return out
 
 
 class SimConfig(BaseModel):
@@ -36,6 +113,8 @@ class SimConfig(BaseModel):
             preempted or migrated job spends ``checkpoint_s + restore_s`` holding its new GPUs
             before it makes progress again.
         locality_wait_s: how long a multi-GPU gang waits for one node before it may be split.
+        failures / validation / quotas: failure model, pre-run validation of big gangs, and
+            tenant quotas (all off by default).
         compat: ``gavel`` reproduces Gavel's simulator (``docs/gavel-compat.md``): no cost Gavel
             does not model (preemption, restore, failures, placement), 360 s rounds timed and
             advanced as Gavel does (``int(rate·360)`` steps, a round ends at its latest finish,
@@ -55,6 +134,8 @@ class SimConfig(BaseModel):
     restore_s: float = Field(30.0, ge=0)
     locality_wait_s: float = Field(0.0, ge=0)
     failures: FailureConfig = FailureConfig()
+    validation: ValidationConfig = ValidationConfig()
+    quotas: QuotaConfig = QuotaConfig()
     compat: Literal["gavel"] | None = None
     compat_solver: Literal["auto", "ecos", "highs", "highs-ipm"] = "auto"
     seed: int = 0
@@ -71,6 +152,8 @@ class SimConfig(BaseModel):
                     "checkpoint_s": 0.0,
                     "restore_s": 0.0,
                     "failures": FailureConfig(),
+                    "validation": ValidationConfig(),
+                    "quotas": QuotaConfig(),
                 }
             )
         return self

@@ -14,6 +14,13 @@ Two modes:
 
 Costs: a preempted or migrated job holds its next GPUs ``checkpoint_s + restore_s`` before it
 progresses again; a failure loses the work since the last periodic checkpoint.
+
+Philly's lessons (all off by default, ``docs/lessons.md``): tenant quotas go into every
+snapshot (fair-share delay); failures may follow the early/late model of
+:mod:`tessera.sim.failures`; and with pre-run validation a big gang's attempt first runs as a
+1-GPU job for ``validation_s`` -- the driver swaps the job's spec for a 1-GPU copy, the decision
+core places it like any job, and when it passes the driver restores the real spec and returns
+the job to the queue for its gang. Early failures then strike the single GPU.
 """
 
 from __future__ import annotations
@@ -23,18 +30,19 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tessera.model.cluster import ClusterSpec
-from tessera.model.jobs import JobId, JobState, Workload
+from tessera.model.jobs import JobId, JobSpec, JobState, Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
-from tessera.sched.core import Decision, PlacementOptions, decide
+from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policies.gavel_compat import gavel_boundary, gavel_compat_policy
 from tessera.sched.policy import Policy, make_policy
 from tessera.sched.snapshot import Placement, Snapshot
 from tessera.sim.config import SimConfig
+from tessera.sim.failures import FailureModel
 from tessera.sim.metrics import Sample, SimResult, summarize
 from tessera.sim.state import SimJob
 
@@ -102,6 +110,14 @@ class Simulator:
         self.phase_ms: dict[str, float] = {}
         self.total_gpus = cluster.total_gpus
         self.free: dict[str, int] = {n.node_id: n.gpus for n in cluster.nodes}
+        self.quotas = (self.cfg.quotas.resolve(workload, cluster.total_gpus)
+                       if self.cfg.quotas.enabled else {})
+        self.fmodel = (FailureModel(fcfg, self.cfg.seed)
+                       if fcfg.time_model == "early-late" else None)
+        # Jobs in their validation phase: idx -> (real spec, real remaining, real startup_s).
+        self.validating: dict[int, tuple[JobSpec, float, float]] = {}
+        self.extras: dict[str, float] = {}
+        self.locality_wakeups: set[float] = set()
 
     # -- event plumbing ----------------------------------------------------------------------
 
@@ -177,6 +193,9 @@ class Simulator:
         self._tick(self.last_t)
         for j in self.running.values():
             j.advance(self.last_t)
+            self._account_run(j, self.last_t)
+        for idx in list(self.validating):
+            self._end_validation(self.jobs[idx])
         for j in self.active.values():
             j.set_wait(None, self.last_t)
         for j in self.active.values():
@@ -191,6 +210,7 @@ class Simulator:
             self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs, iso,
             self.samples, wall_s=time.perf_counter() - wall0, events=self.c.events,
             decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
+            extras=self.extras,
         )
 
     # -- Gavel's loop (compat="gavel") -----------------------------------------------------------
@@ -383,8 +403,11 @@ class Simulator:
         self.active_cum[job.idx] = self.active_integral
         job.last_update_s = t
         job.pending_since_s = t
+        self._begin_validation(job)
 
     def _complete(self, job: SimJob, t: float) -> int:
+        if job.idx in self.validating:
+            return self._validated(job, t)
         job.remaining = 0.0
         self._stop(job, t)
         job.state = JobState.SUCCEEDED
@@ -402,6 +425,11 @@ class Simulator:
         job.remaining = min(job.remaining + lost_s * job.rate, job.spec.total_steps)
         job.lost_gpu_s += (lost_s + startup_s) * job.spec.num_gpus
         self._stop(job, t)
+        if self.cfg.validation.min_gpus:
+            key = "validation" if job.idx in self.validating else "gang"
+            self._add(f"failures_in_{key}", 1.0)
+            self._add(f"failure_gpu_h_in_{key}", (lost_s + startup_s) * job.spec.num_gpus / 3600)
+            self._end_validation(job)
         job.state = JobState.FAILED
         job.attempts += 1
         del self.active[job.idx]
@@ -422,6 +450,64 @@ class Simulator:
         self.active[job.idx] = job
         self.active = dict(sorted(self.active.items()))
         self.active_cum[job.idx] = self.active_integral
+        self._begin_validation(job)
+
+    # -- pre-run validation (a driver phase: the decision core sees a 1-GPU job) ---------------
+
+    def _begin_validation(self, job: SimJob) -> None:
+        """Turn a big gang's next attempt into a 1-GPU validation run of ``validation_s``."""
+        vcfg = self.cfg.validation
+        spec = job.spec
+        if not vcfg.min_gpus or spec.num_gpus < vcfg.min_gpus or self.cfg.compat is not None:
+            return
+        vspec = replace(spec, num_gpus=1, requires_locality=False, total_steps=1.0)
+        rate = max((r.consolidated for r in self.truth.real_rates(vspec)), default=0.0)
+        if rate <= 0:
+            return
+        steps = rate * vcfg.validation_s
+        self.validating[job.idx] = (spec, job.remaining, job.startup_s)
+        job.spec = replace(vspec, total_steps=steps)
+        job.remaining = steps
+        job.startup_s = 0.0
+        job.view = None
+
+    def _end_validation(self, job: SimJob) -> None:
+        """Give the job back its real spec and work (validation passed, failed or cut short)."""
+        saved = self.validating.pop(job.idx, None)
+        if saved is None:
+            return
+        job.spec, job.remaining, job.startup_s = saved
+        job.view = None
+
+    def _validated(self, job: SimJob, t: float) -> int:
+        """Validation passed: back to the queue, waiting for the real gang."""
+        self._stop(job, t)
+        self._end_validation(job)
+        self._add("validations_passed", 1.0)
+        job.state = JobState.PENDING
+        job.pending_since_s = t
+        job.set_wait(None, t)
+        return 0
+
+    def _add(self, key: str, value: float) -> None:
+        self.extras[key] = self.extras.get(key, 0.0) + value
+
+    def _account_run(self, job: SimJob, t: float) -> None:
+        """Book a run that ends at ``t``: validation GPU-time, and split gangs' slowdown."""
+        p = job.placement
+        if p is None or self.cfg.compat is not None:
+            return
+        held = max(t - job.run_started_s, 0.0) * p.num_gpus
+        if job.idx in self.validating:
+            self._add("validation_gpu_h", held / 3600)
+            return
+        if not p.consolidated:
+            self._add("split_gpu_h", held / 3600)
+            cons = self.truth.rate(job.spec, p.flavor, True)
+            progressed = max(t - max(job.progress_from_s, job.run_started_s), 0.0)
+            if cons > 0 and job.rate < cons:
+                self._add("split_slowdown_gpu_h",
+                          progressed * p.num_gpus * (1 - job.rate / cons) / 3600)
 
     def _close_ftf(self, job: SimJob) -> None:
         start = self.active_cum.pop(job.idx, self.active_integral)
@@ -429,6 +515,8 @@ class Simulator:
 
     def _stop(self, job: SimJob, t: float) -> None:
         job.advance(t)
+        if job.state is JobState.RUNNING:
+            self._account_run(job, t)
         placement = job.placement
         job.epoch += 1
         job.placement = None
@@ -461,7 +549,17 @@ class Simulator:
         finish = job.progress_from_s + job.remaining / rate
         self._push(finish, _COMPLETE, job.idx, job.epoch)
         fcfg = self.cfg.failures
-        if job.flaky and (job.attempts == 0 or self.fail_rng.random() < fcfg.repeat_probability):
+        if not job.flaky:
+            return
+        if self.fmodel is not None:
+            f = self.fmodel.draw(job.idx, job.attempts)
+            if f is None or (not f.early and job.idx in self.validating):
+                return  # (a late failure strikes the real run, not the short validation)
+            after = f.after_s(finish - job.progress_from_s)
+            if after is not None:
+                self._push(job.progress_from_s + after, _FAIL, job.idx, job.epoch)
+            return
+        if job.attempts == 0 or self.fail_rng.random() < fcfg.repeat_probability:
             at = job.progress_from_s + self.fail_rng.random() * (finish - job.progress_from_s)
             self._push(at, _FAIL, job.idx, job.epoch)
 
@@ -477,6 +575,7 @@ class Simulator:
             policy_state=self.policy_state,
             round_s=self.cfg.round_s if self.rounds else None,
             free_gpus=dict(self.free),
+            quotas=self.quotas,
         )
         t0 = time.perf_counter()
         d = decide(snap, self.policy, self.oracle, self.rng, self.opts)
@@ -512,10 +611,20 @@ class Simulator:
                 job.startup_s = penalty
             self._start(job, d.placements[jid], t)
             job.set_wait(None, t)
+        lw = self.cfg.locality_wait_s
         for jid, reason in d.pending.items():
             job = by_id[jid]
             if job.wait_kind is not reason.kind:
                 job.set_wait(reason.kind, t)
+            if (reason.kind is PendingKind.FRAGMENTATION and 0 < lw < math.inf
+                    and not job.spec.requires_locality and not self.rounds):
+                self._locality_wakeup(job.pending_since_s + lw, t)
+
+    def _locality_wakeup(self, at: float, now: float) -> None:
+        """Decide again when a gang's locality wait runs out (it may then be split)."""
+        if at > now + _EPS and at not in self.locality_wakeups:
+            self.locality_wakeups.add(at)
+            self._push(at, _WAKEUP)
 
 
 def simulate(

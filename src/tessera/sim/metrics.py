@@ -112,6 +112,11 @@ class SimResult:
     decisions: int
     decide_s: float
     phase_ms: Mapping[str, float] = field(default_factory=dict)
+    extras: Mapping[str, float] = field(default_factory=dict)
+    """Counters of optional features: ``validation_gpu_h``, ``validations_passed``,
+    ``failures_in_validation`` / ``failures_in_gang`` and their ``failure_gpu_h_in_*``,
+    ``split_gpu_h`` (GPU-hours held by gangs split across nodes) and ``split_slowdown_gpu_h``
+    (the part of those a consolidated gang would not have needed)."""
 
     def as_dict(self) -> dict[str, object]:
         """The flat metrics for ``--json`` (one entry of ``results``)."""
@@ -131,6 +136,10 @@ class SimResult:
             "events": self.events, "events_per_s": self.events / max(self.wall_s, 1e-9),
             "decisions": self.decisions,
             "decide_ms_mean": 1e3 * self.decide_s / max(self.decisions, 1),
+            "wait_quota_s_mean": s.wait_quota_h * 3600 / max(s.jobs, 1),
+            "wait_capacity_s_mean": s.wait_capacity_h * 3600 / max(s.jobs, 1),
+            "wait_fragmentation_s_mean": s.wait_fragmentation_h * 3600 / max(s.jobs, 1),
+            **{k: v for k, v in sorted(self.extras.items())},
         }
 
 
@@ -162,6 +171,7 @@ def summarize(
     decisions: int,
     decide_s: float,
     phase_ms: Mapping[str, float],
+    extras: Mapping[str, float] | None = None,
 ) -> SimResult:
     """Turn the simulator's job states into records and a :class:`Summary`."""
     total_gpus = cluster.total_gpus
@@ -195,6 +205,7 @@ def summarize(
         summary=_summary(records, jobs, cluster, workload),
         jobs=tuple(records), samples=tuple(samples), wall_s=wall_s, events=events,
         decisions=decisions, decide_s=decide_s, phase_ms=dict(phase_ms),
+        extras=dict(extras or {}),
     )
 
 
