@@ -97,6 +97,30 @@ def test_integer_split_respects_the_documented_bound(costs: list[DeviceCost], fr
     assert t_star - 1e-9 <= t_int <= t_star + slack + 1e-9
 
 
+@pytest.mark.parametrize(
+    ("costs", "batch", "k", "t_expected"),
+    [([cost(0.0, 0.025982187168583852, 1), cost(0.5, 0.03125, 1)], 1, 1, 0.025982187168583852),
+     ([cost(0.5, 0.03125, 1), cost(0.5, 0.006350052038107763, 1)], 3, 3,
+      2 * 0.5 + 2 * 0.006350052038107763),
+     ([cost(0.5, 0.03125, 2), cost(0.024764628891730596, 0.03125, 2)], 2, 1,
+      0.024764628891730596 + 2 * 0.03125)],
+    ids=["plateau-before-slow-device", "plateau-before-next-micro-step", "cap-times-beta"],
+)
+def test_batch_ending_exactly_on_a_plateau(costs: list[DeviceCost], batch: int, k: int,
+                                           t_expected: float) -> None:
+    """Falsifying examples: B equals the samples done when S(T) goes flat.
+
+    (1/β)·(β·cap) rounded to cap − 1 ulp, so the old sweep found S one ulp short of B,
+    skipped the flat stretch (an α) and returned T* ≈ 0.5–1.03 s above T_int.
+    """
+    t_star, per = continuous_split(costs, [1] * len(costs), batch, k)
+    assert t_star == pytest.approx(t_expected, rel=1e-12)
+    assert sum(per) == pytest.approx(batch)
+    b = integer_split(costs, batch, k)
+    t_int = max(c.step_time_s(x) for c, x in zip(costs, b, strict=True))
+    assert t_star - 1e-9 <= t_int == pytest.approx(t_expected, rel=1e-12)
+
+
 @settings(max_examples=60, deadline=None)
 @given(costs=st.lists(st.builds(cost, st.floats(0.0, 0.3), st.floats(1e-3, 0.05),
                                 st.integers(1, 6)), min_size=1, max_size=3),
@@ -112,6 +136,8 @@ def test_integer_split_is_exactly_min_max(costs: list[DeviceCost], batch: int) -
     best = min(max(c.step_time_s(x) for c, x in zip(costs, s, strict=True))
                for s in compositions(batch, [c.max_local_bsz * k for c in costs]))
     assert got == pytest.approx(best)
+    t_star, _ = continuous_split(costs, [1] * len(costs), batch, k)
+    assert t_star <= best + 1e-9             # the continuous optimum is a lower bound
 
 
 # --- choosing devices: equal to brute force ------------------------------------------------------

@@ -14,8 +14,11 @@ device given more than cap_i samples runs ``⌈b / cap_i⌉`` micro-steps and ac
 **Continuous optimum.** Relax b_i to reals. The best split makes every busy device finish at
 the same time T: device i can process ``c_i(T) = sup{b ≤ k_max·cap_i : t_i(b) ≤ T}`` samples,
 and T* is the smallest T with ``Σ c_i(T) ≥ B``. ``c_i`` is piecewise linear (rising with slope
-1/β_i while inside a micro-step, flat while the next micro-step's α is being paid), so
-``Σ c_i(T)`` is found exactly by sweeping its breakpoints. Without caps this is the closed form
+1/β_i while inside a micro-step, flat while the next micro-step's α is being paid), so T* is
+found by bisecting the breakpoints of ``Σ c_i(T)`` and interpolating linearly between two of
+them. Each breakpoint's value is evaluated directly, with a finished micro-step counted as
+exactly cap_i samples: on a plateau ``Σ c_i`` is then an exact integer, and a B that equals
+it is reached at the plateau's start, not one α later. Without caps this is the closed form
 ``T* = (B + Σ α_i/β_i) / Σ 1/β_i``; caps give water-filling, and a device with α_i ≥ T* gets
 nothing.
 
@@ -153,6 +156,14 @@ def continuous_split(
 ) -> tuple[float, tuple[float, ...]]:
     """The continuous min-max split for ``counts[c]`` identical devices of class ``c``.
 
+    ``S(T) = Σ_c counts[c]·c_c(T)`` is continuous, non-decreasing and linear between the
+    micro-step breakpoints, so T* is found by bisecting the sorted breakpoints for the first
+    one with ``S ≥ B`` and interpolating on the segment before it. ``S`` is evaluated afresh at
+    every breakpoint, never accumulated as slope × duration: a finished micro-step counts as
+    exactly ``cap`` samples. (Accumulating ``(1/β)·(β·cap)`` can give ``cap − 1 ulp``; when
+    ``B`` equals the samples done when a plateau starts, the sweep then skipped the plateau,
+    i.e. a whole α, and returned a T* far above the optimum.)
+
     Returns:
         ``(T*, b)``: the common finish time and each class's per-device batch.
 
@@ -162,38 +173,56 @@ def continuous_split(
     per_pass = sum(n * c.max_local_bsz for c, n in zip(costs, counts, strict=True))
     if global_bsz > per_pass * max_micro_steps:
         raise BatchTooLargeError(int(global_bsz), per_pass, max_micro_steps)
-    events: list[tuple[float, float]] = []   # (time, change of dS/dT)
-    for c, n in zip(costs, counts, strict=True):
-        if n == 0:
-            continue
-        slope = n / c.beta_s_per_sample
-        k_eff = min(max_micro_steps, math.ceil(global_bsz / c.max_local_bsz))
-        for k in range(1, k_eff + 1):
-            start = k * c.alpha_s + c.beta_s_per_sample * (k - 1) * c.max_local_bsz
-            events.append((start, slope))
-            events.append((start + c.beta_s_per_sample * c.max_local_bsz, -slope))
-    events.sort()
-    t_now = s_now = slope_now = 0.0
-    t_star = events[-1][0] if events else 0.0
-    for t_ev, d_slope in events:
-        s_next = s_now + slope_now * (t_ev - t_now)
-        if s_next >= global_bsz and slope_now > 0:
-            t_star = t_now + (global_bsz - s_now) / slope_now
-            break
-        t_now, s_now, slope_now = t_ev, s_next, slope_now + d_slope
-    return t_star, tuple(_capacity(c, t_star, max_micro_steps) for c in costs)
+    segs = [_segments(c, min(max_micro_steps, math.ceil(global_bsz / c.max_local_bsz)))
+            for c in costs]
+
+    def total(t_s: float) -> float:
+        return sum(n * _capacity(c, sg, t_s)
+                   for c, sg, n in zip(costs, segs, counts, strict=True) if n)
+
+    times = sorted({t for sg, n in zip(segs, counts, strict=True) if n
+                    for seg in sg for t in seg})
+    if global_bsz <= 0 or not times:
+        return 0.0, tuple(0.0 for _ in costs)
+    lo, hi = 0, len(times) - 1          # first breakpoint with S ≥ B (S(last) = capacity ≥ B)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if total(times[mid]) >= global_bsz:
+            hi = mid
+        else:
+            lo = mid + 1
+    t_hi, s_hi = times[lo], total(times[lo])
+    t_lo = times[lo - 1] if lo else 0.0
+    s_lo = total(t_lo) if lo else 0.0
+    if s_hi <= global_bsz or s_hi <= s_lo:
+        t_star = t_hi
+    else:                               # S is linear on [t_lo, t_hi]
+        t_star = min(t_hi, t_lo + (global_bsz - s_lo) * (t_hi - t_lo) / (s_hi - s_lo))
+    return t_star, tuple(_capacity(c, sg, t_star) for c, sg in zip(costs, segs, strict=True))
 
 
-def _capacity(c: DeviceCost, t_s: float, max_micro_steps: int) -> float:
-    """Samples device ``c`` processes within ``t_s`` (c_i(T) of the module docstring)."""
-    best = 0.0
-    for k in range(1, max_micro_steps + 1):
-        lo = (k - 1) * c.max_local_bsz
-        b = (t_s - k * c.alpha_s) / c.beta_s_per_sample
-        if b < lo:
+def _segments(c: DeviceCost, k_max: int) -> list[tuple[float, float]]:
+    """When device ``c`` computes micro-step k = 1..k_max: ``(kα + β(k−1)cap, kα + βk·cap)``."""
+    span = c.beta_s_per_sample * c.max_local_bsz
+    return [(k * c.alpha_s + (k - 1) * span, k * c.alpha_s + (k - 1) * span + span)
+            for k in range(1, k_max + 1)]
+
+
+def _capacity(c: DeviceCost, segs: Sequence[tuple[float, float]], t_s: float) -> float:
+    """Samples device ``c`` processes within ``t_s`` (c_i(T) of the module docstring).
+
+    A micro-step finished by ``t_s`` counts exactly ``cap`` samples (no rounding), so ``c_i`` is
+    an exact integer on every plateau.
+    """
+    done = 0
+    for start, end in segs:
+        if t_s >= end:
+            done += c.max_local_bsz
+        elif t_s > start:
+            return min(done + (t_s - start) / c.beta_s_per_sample, done + c.max_local_bsz)
+        else:
             break
-        best = min(b, k * c.max_local_bsz)
-    return best
+    return float(done)
 
 
 def integer_split(
