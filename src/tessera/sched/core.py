@@ -26,14 +26,14 @@ from __future__ import annotations
 import enum
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import BlockInfo, FreeGpus
-from tessera.sched.policy import Policy, PolicyContext
+from tessera.sched.policy import Policy, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView, Placement, Snapshot
 
 _NONE_FREE = BlockInfo(0, 0)
@@ -180,35 +180,57 @@ def decide(
     # 1. Admission.
     admitted, held = _admit(snapshot)
     view = replace(snapshot, jobs=tuple(admitted)) if held else snapshot
-    by_id = {j.spec.job_id: j for j in admitted}
-    running = [j for j in admitted if j.state is JobState.RUNNING]
     lap("admit")
 
     # 2-3. Ordering and placement (an agnostic policy sees the agnostic twin of the oracle).
     ctx_oracle = oracle.as_agnostic() if policy.agnostic else oracle
     free = FreeGpus.of_snapshot(snapshot)
-    if policy.round_based:
-        ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
-        lap("order")
-        run = _place_rounds(ranking.candidates, by_id, admitted, free, policy.preemptive,
-                            snapshot.free_gpus is not None, now, opts)
-    else:
+    free_known = snapshot.free_gpus is not None
+    if not policy.round_based:
         # Event-driven: rank the waiting jobs alone first. If they all fit in the free GPUs
         # (the common case) the running jobs' order cannot matter, and the round costs
         # O(waiting jobs). Only when someone is left over and the policy may preempt do we
         # rank everyone to choose victims.
-        waiting = tuple(j for j in admitted if j.state is not JobState.RUNNING)
-        ranking = policy.rank(PolicyContext(replace(view, jobs=waiting), ctx_oracle, rng))
+        waiting = [j for j in admitted if j.state is not JobState.RUNNING]
+        ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), ctx_oracle, rng))
         lap("order")
-        run = _place_events(ranking.candidates, by_id, admitted, free, False,
-                            snapshot.free_gpus is not None, now, opts)
+        if not free_known:
+            for j in admitted:
+                if j.state is JobState.RUNNING and j.placement is not None:
+                    free.take(j.placement)
+        by_wait = {j.spec.job_id: j for j in waiting}
+        new: dict[JobId, Placement] = {}
+        _backfill(ranking.candidates, by_wait, new, free, now, opts)
         lap("place")
-        if policy.preemptive and len(run) < len(by_id):
-            free = FreeGpus.of_snapshot(snapshot)
-            ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
-            lap("order")
-            run = _place_events(ranking.candidates, by_id, admitted, free, True,
-                                snapshot.free_gpus is not None, now, opts)
+        if len(new) == len(waiting) or not policy.preemptive:
+            lap("preempt")  # nothing to preempt: the waiting jobs fit, or the policy never does
+            pending = dict(held)
+            if len(new) < len(waiting):
+                pending.update(_reasons(
+                    [j for j in waiting if j.spec.job_id not in new], ranking, oracle, free,
+                    now, opts))
+            lap("explain")
+            return Decision(
+                placements=_Placements(admitted, new),
+                started=tuple(new),
+                preempted=(),
+                pending=pending,
+                policy_state=ranking.state,
+                wakeup_s=ranking.wakeup_s,
+                notes=ranking.notes,
+                phase_ms=tuple(timings.items()),
+            )
+        free = FreeGpus.of_snapshot(snapshot)
+    by_id = {j.spec.job_id: j for j in admitted}
+    running = [j for j in admitted if j.state is JobState.RUNNING]
+    ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
+    lap("order")
+    if policy.round_based:
+        run = _place_rounds(ranking.candidates, by_id, admitted, free, policy.preemptive,
+                            free_known, now, opts)
+    else:
+        run = _place_events(ranking.candidates, by_id, admitted, free, True, free_known,
+                            now, opts)
     lap("place")
 
     # 4. Preemption and starts.
@@ -222,14 +244,8 @@ def decide(
     # 5. Reasons for everything left pending.
     pending: dict[JobId, PendingReason] = dict(held)
     if len(run) < len(admitted):
-        rank_pos: dict[JobId, int] = {}
-        for jid, _fl in ranking.candidates:
-            rank_pos.setdefault(jid, len(rank_pos) + 1)
-        infos = {f: free.info(f) for f in free.flavors()}
-        for j in admitted:
-            if j.job_id not in run:
-                local = _needs_locality(j, now, opts)
-                pending[j.job_id] = _reason(j, oracle, infos, rank_pos.get(j.job_id, 0), local)
+        pending.update(_reasons([j for j in admitted if j.spec.job_id not in run], ranking,
+                                oracle, free, now, opts))
     lap("explain")
 
     return Decision(
@@ -242,6 +258,54 @@ def decide(
         notes=ranking.notes,
         phase_ms=tuple(timings.items()),
     )
+
+
+class _Placements(Mapping[JobId, Placement]):
+    """Every running job's placement after a round: the unchanged running gangs plus the new
+    ones. Built lazily, so an event round that starts a few jobs does not copy every running
+    job's placement."""
+
+    def __init__(self, jobs: list[JobView], new: dict[JobId, Placement]) -> None:
+        self._jobs = jobs
+        self._new = new
+        self._all: dict[JobId, Placement] | None = None
+
+    def _full(self) -> dict[JobId, Placement]:
+        if self._all is None:
+            full = {
+                j.spec.job_id: j.placement
+                for j in self._jobs
+                if j.state is JobState.RUNNING and j.placement is not None
+            }
+            full.update(self._new)
+            self._all = full
+        return self._all
+
+    def __getitem__(self, jid: JobId) -> Placement:
+        p = self._new.get(jid)
+        return p if p is not None else self._full()[jid]
+
+    def __iter__(self) -> Iterator[JobId]:
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
+
+
+def _reasons(
+    jobs: list[JobView], ranking: Ranking, oracle: ThroughputOracle, free: FreeGpus,
+    now: float, opts: PlacementOptions,
+) -> dict[JobId, PendingReason]:
+    """A reason for every job in ``jobs`` (all of them left waiting)."""
+    rank_pos: dict[JobId, int] = {}
+    for jid, _fl in ranking.candidates:
+        rank_pos.setdefault(jid, len(rank_pos) + 1)
+    infos = {f: free.info(f) for f in free.flavors()}
+    return {
+        j.spec.job_id: _reason(j, oracle, infos, rank_pos.get(j.spec.job_id, 0),
+                               _needs_locality(j, now, opts))
+        for j in jobs
+    }
 
 
 def _place_rounds(
