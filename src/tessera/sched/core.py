@@ -204,9 +204,9 @@ def decide(
         lap("place")
         if len(new) == len(waiting) or not policy.preemptive:
             lap("preempt")  # nothing to preempt: the waiting jobs fit, or the policy never does
-            pending = dict(held)
+            waits = dict(held)
             if len(new) < len(waiting):
-                pending.update(_reasons(
+                waits.update(_reasons(
                     [j for j in waiting if j.spec.job_id not in new], ranking, oracle, free,
                     now, opts))
             lap("explain")
@@ -214,7 +214,7 @@ def decide(
                 placements=_Placements(admitted, new),
                 started=tuple(new),
                 preempted=(),
-                pending=pending,
+                pending=waits,
                 policy_state=ranking.state,
                 wakeup_s=ranking.wakeup_s,
                 notes=ranking.notes,

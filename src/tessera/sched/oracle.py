@@ -22,7 +22,11 @@ from tessera.perf.profiles import ThroughputTable
 
 @dataclass(frozen=True, slots=True)
 class FlavorRate:
-    """Steps/s of one job on one flavor, on one node and split across nodes."""
+    """Steps/s of one job on one flavor, on one node and split across nodes.
+
+    For a gang larger than every node of the flavor, ``consolidated`` is the split speed too:
+    it can never sit on one node.
+    """
 
     flavor: str
     consolidated: float
@@ -51,6 +55,7 @@ class ThroughputOracle:
         self.agnostic = agnostic
         self.unprofiled_uniform = unprofiled_uniform
         self.cluster_flavors = tuple(f.short for f in cluster.flavors())
+        self._max_node = {f.short: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
         self._reference = resolve_flavor(table.reference_flavor).short
         self._cache: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
         self._view: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
@@ -78,7 +83,11 @@ class ThroughputOracle:
             except NoProfileError:
                 continue
             if c > 0:
-                out.append(FlavorRate(f, c, s if s > 0 else c))
+                spread = s if s > 0 else c
+                # A gang larger than any node of this flavor is always split.
+                if job.num_gpus > self._max_node.get(f, 0):
+                    c = spread
+                out.append(FlavorRate(f, c, spread))
         if not out and self.unprofiled_uniform and job.job_type not in self._known_types():
             out = [FlavorRate(f, 1.0, 1.0) for f in allowed]
         rates = tuple(out)
@@ -92,7 +101,7 @@ class ThroughputOracle:
         if self._twin is None:
             twin = ThroughputOracle.__new__(ThroughputOracle)
             for attr in ("table", "unprofiled_uniform", "cluster_flavors", "_reference",
-                         "_cache", "_types"):
+                         "_cache", "_types", "_max_node"):
                 setattr(twin, attr, getattr(self, attr))
             twin.agnostic = True
             twin._view = {}

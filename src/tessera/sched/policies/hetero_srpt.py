@@ -82,9 +82,9 @@ class HeteroSrpt(Policy):
     round_based = True
     Config = HeteroSrptConfig
 
-    def _remaining_best_s(self, j: JobView, best_rate: float) -> float:
+    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
         """Remaining seconds on the job's fastest flavor: oracle knowledge (SRTF's bound)."""
-        return j.remaining_steps / best_rate
+        return j.remaining_at(now_s) / best_rate
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         cfg = self.config
@@ -110,7 +110,7 @@ class HeteroSrpt(Policy):
             if not rates:
                 continue
             top = max(rates.values())
-            tau = self._remaining_best_s(j, top)
+            tau = self._remaining_best_s(j, top, snap.now_s)
             cur = j.placement.flavor if j.running and j.placement is not None else None
             cost = {f: tau * top / rate + (0.0 if f == cur else cfg.restart_s)
                     for f, rate in rates.items()}
@@ -363,8 +363,8 @@ class HeteroGittins(HeteroSrpt):
         self._sizes = _prior_quantiles(cfg.prior_minutes, cfg.prior_points)
         self._cache: dict[int, float] = {}
 
-    def _remaining_best_s(self, j: JobView, best_rate: float) -> float:
-        attained = max(j.spec.total_steps - j.remaining_steps, 0.0) / best_rate
+    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
+        attained = max(j.spec.total_steps - j.remaining_at(now_s), 0.0) / best_rate
         key = int(attained // 60)  # one-minute buckets keep the cache small
         hit = self._cache.get(key)
         if hit is None:
