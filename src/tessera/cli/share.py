@@ -4,7 +4,8 @@
 packs them onto the fewest GPUs, prints every GPU's layout, the lower bound, and the SLO
 attainment predicted by replaying Poisson traffic against the plan. ``--parvagpu DIR
 --scenario N`` plans one of ParvaGPU's published scenarios instead. ``tessera share layouts``
-lists the legal MIG layouts of a GPU.
+lists the legal MIG layouts of a GPU. ``tessera share cosim`` reserves the plan's GPUs in a
+cluster, simulates a training trace on the rest and the services' request streams on the plan.
 """
 
 from __future__ import annotations
@@ -161,6 +162,96 @@ def check_cmd(
         typer.echo(
             f"  create GI profile {step.gi_profile_id} ({step.profile_name}) at {step.start}"
         )
+
+
+@share_app.command("cosim")
+def cosim_cmd(
+    services: Path = typer.Option(..., "--services", help="Services YAML file."),
+    trace: str = typer.Option(..., "--trace", "-t", help="Training trace: file or known name."),
+    cluster: str = typer.Option(..., "--cluster", "-c", help="Preset, YAML file, or compact "
+                                "flavor:count list, e.g. a100-80gb:16,v100:32,t4:16."),
+    gpus_per_server: int = typer.Option(1, "--gpus-per-server", help="GPUs per server for a "
+                                        "compact cluster."),
+    policy: str = typer.Option("las", "--policy", "-p", help="Training scheduling policy."),
+    limit: int | None = typer.Option(None, "--limit", help="Use only the first N training jobs."),
+    requests: str = typer.Option("poisson", "--requests", help="Request streams: poisson, genai "
+                                 "or dlrm (Alibaba trace shapes at each service's rate)."),
+    serve_s: float = typer.Option(10.0, "--serve-seconds", help="Request traffic replayed (s)."),
+    traces_dir: Path | None = typer.Option(None, "--traces-dir", help="Folder holding "
+                                           "alibaba_genai_2026/ and alibaba_dlrm_2025/."),
+    profiles: Path | None = typer.Option(
+        None, "--profiles", help="ParvaGPU-format profile folder (default: bundled A100-80GB)."
+    ),
+    method: str = typer.Option("auto", "--method", help="Planner: auto, heuristic or ilp."),
+    compare: bool = typer.Option(True, "--compare/--no-compare", help="Also run training on "
+                                 "the full cluster to measure the reservation's JCT cost."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulations."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Services on MIG slices, training on the rest: SLO attainment and training cost.
+
+    Example: tessera share cosim --services svc.yaml -t philly --limit 300
+    -c a100-80gb:16,v100:32,t4:16 --gpus-per-server 8
+    """
+    from tessera.model.cluster import load_cluster
+    from tessera.perf.profiles import default_throughputs
+    from tessera.sched.policy import make_policy
+    from tessera.share.cosim import cosim_to_json, cosimulate
+    from tessera.share.profiles import load_parvagpu_profiles
+    from tessera.share.spec import load_services
+    from tessera.sim.config import SimConfig
+    from tessera.workload import read_trace
+
+    make_policy(policy)  # fail fast on a bad name
+    spec = load_services(services)
+    table = load_parvagpu_profiles(profiles)
+    full = load_cluster(cluster, gpus_per_server)
+    tput = default_throughputs()
+    workload = read_trace(trace, limit=limit, throughputs=tput).workload
+    r = cosimulate(
+        spec.services, spec.rule, table, full, workload, policy=policy, service_gpu=spec.gpu,
+        method=method, requests=requests, serve_seconds=serve_s, traces_dir=traces_dir,
+        seed=seed, compare=compare, config=SimConfig(seed=seed), throughputs=tput,
+    )
+    if as_json:
+        out = cosim_to_json(r)
+        out["trace"] = workload.name
+        typer.echo(json.dumps(out, indent=2))
+        return
+    res = r.reservation
+    typer.echo(f"cluster   {r.cluster}")
+    typer.echo(
+        f"services  {len(r.plan.services)} on {r.plan.gpus_used} x {r.mig_gpu} "
+        f"({r.plan.method}, lower bound {r.plan.lower_bound}); one service per whole GPU needs "
+        f"{r.whole_gpu_baseline}: {r.gpus_saved} GPU(s) saved"
+    )
+    where = ", ".join(f"{n.node_id} {n.reserved}/{n.node_gpus}" for n in res.nodes) or "none"
+    typer.echo(f"reserved  {res.gpus} GPU(s) on {len(res.nodes)} node(s): {where}")
+    typer.echo(f"training  {res.remaining.describe()}")
+    typer.echo(
+        f"Serving ({r.requests}, {r.serve_seconds:g} s): {r.serving.attainment * 100:.3f} % of "
+        f"requests within SLO; {r.serving.violations} service(s) with p99 over SLO"
+    )
+    for o in r.serving.services:
+        flag = "ok" if o.meets_slo else "VIOLATED"
+        typer.echo(
+            f"  {o.service:20} {o.requests:8d} req  p99 {o.p99_ms:8.1f} ms / SLO "
+            f"{o.slo_ms:8.1f} ms  {o.attainment * 100:7.3f} %  {flag}"
+        )
+    typer.echo(f"Training ({workload.name}, {len(workload)} jobs, policy {r.policy}):")
+    rows = [("with services", r.training)] + ([("full cluster", r.baseline)] if r.baseline else [])
+    for label, t in rows:
+        typer.echo(
+            f"  {label:14} {t.gpus:5d} GPUs  avg JCT {t.avg_jct_s / 3600:8.2f} h  "
+            f"utilization {t.utilization * 100:5.1f} %  done {t.succeeded}/{t.jobs}"
+            + (f", rejected {t.rejected}" if t.rejected else "")
+            + (f", unfinished {t.unfinished}" if t.unfinished else "")
+        )
+    inc = r.jct_increase
+    if inc is not None:
+        typer.echo(f"  reservation cost: avg JCT {inc * 100:+.1f} %")
+    for note in r.notes:
+        typer.echo(f"note: {note}")
 
 
 def register(app: typer.Typer) -> None:
