@@ -419,6 +419,7 @@ class Simulator:
 
     def _fail(self, job: SimJob, t: float) -> int:
         fcfg = self.cfg.failures
+        job.advance(t)  # (events mode settles a run's progress only when it stops: do it first)
         progressed_s = max(t - job.progress_from_s, 0.0)
         lost_s = progressed_s % fcfg.checkpoint_interval_s
         startup_s = max(min(t, job.progress_from_s) - job.run_started_s, 0.0)
@@ -553,8 +554,16 @@ class Simulator:
             return
         if self.fmodel is not None:
             f = self.fmodel.draw(job.idx, job.attempts)
-            if f is None or (not f.early and job.idx in self.validating):
-                return  # (a late failure strikes the real run, not the short validation)
+            if f is None:
+                return
+            saved = self.validating.get(job.idx)
+            if saved is not None:
+                # A late failure strikes the real run, not the short validation; an early one
+                # strikes here only if the real run would have lasted long enough to meet it.
+                best = max((r.consolidated for r in self.truth.real_rates(saved[0])),
+                           default=0.0)
+                if not f.early or best <= 0 or f.after_s(saved[1] / best) is None:
+                    return
             after = f.after_s(finish - job.progress_from_s)
             if after is not None:
                 self._push(job.progress_from_s + after, _FAIL, job.idx, job.epoch)
