@@ -1,0 +1,156 @@
+"""``tessera lessons``: the Philly study's lessons replayed in the simulator.
+
+``tessera lessons locality`` sweeps the locality wait (how long a gang waits for one node
+before it is split); ``tessera lessons failures`` measures GPU-hours lost to failures with and
+without pre-run validation. Both print a table and write a CSV and a PNG (``docs/lessons.md``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from tessera.model.cluster import ClusterSpec
+    from tessera.model.jobs import Workload
+
+lessons_app = typer.Typer(
+    help="The Philly study's lessons (Jeon et al., ATC'19) replayed in the simulator.",
+    no_args_is_help=True,
+)
+
+
+def _load(trace: str, cluster: str, gpus_per_server: int, limit: int | None,
+          arrival_scale: float) -> tuple[Workload, ClusterSpec]:
+    from tessera.lessons import compress_arrivals
+    from tessera.model.cluster import load_cluster
+    from tessera.workload import load_trace
+
+    c = load_cluster(cluster, gpus_per_server)
+    w = compress_arrivals(load_trace(trace, limit=limit), arrival_scale)
+    return w, c
+
+
+def _out(out: Path | None, name: str) -> Path:
+    return out or Path("runs") / f"lessons-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@lessons_app.command("locality")
+def locality(
+    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
+    cluster: str = typer.Option("philly", "--cluster", "-c", help="Cluster preset, YAML or "
+                                "compact flavor:count list."),
+    gpus_per_server: int = typer.Option(8, help="GPUs per server for a compact cluster."),
+    thresholds: str = typer.Option("0,5m,30m,2h,never", help="Locality waits to compare "
+                                   "(seconds, 5m, 2h, never)."),
+    policy: str = typer.Option("fifo", "--policy", "-p", help="Scheduling policy."),
+    limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
+    arrival_scale: float = typer.Option(1.0, help="Divide submission times by this (> 1 "
+                                        "raises the load)."),
+    seed: int = typer.Option(0, help="Random seed."),
+    out: Path | None = typer.Option(None, help="Output folder (default runs/lessons-…)."),
+) -> None:
+    """Queueing delay and GPU utilization against the locality wait before splitting a gang.
+
+    Example: tessera lessons locality -t philly -c philly --thresholds 0,5m,30m,2h,never
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from tessera.lessons.locality import (
+        locality_sweep,
+        parse_thresholds,
+        threshold_label,
+        write_locality_outputs,
+    )
+    from tessera.report.tables import human_duration
+
+    try:
+        ths = parse_thresholds(thresholds)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--thresholds") from e
+    w, c = _load(trace, cluster, gpus_per_server, limit, arrival_scale)
+    title = (f"{w.name} ({len(w)} jobs) on {c.describe()}, "
+             f"policy {policy}, seed {seed}")
+    rows = locality_sweep(w, c, ths, policy=policy, seed=seed)
+    paths = write_locality_outputs(rows, _out(out, "locality"), title)
+    t = Table("locality wait", "avg queue", "multi-GPU queue", "fragmentation", "capacity",
+              "avg JCT", "multi-GPU JCT", "util", "useful util", "split GPU-h",
+              "split slowdown GPU-h", "never started", title=title, header_style="bold")
+    for r in rows:
+        t.add_row(threshold_label(r.threshold_s), human_duration(r.avg_queue_s),
+                  human_duration(r.avg_queue_multi_s),
+                  human_duration(r.wait_fragmentation_s_mean),
+                  human_duration(r.wait_capacity_s_mean), human_duration(r.avg_jct_s),
+                  human_duration(r.avg_jct_multi_s), f"{100 * r.utilization:.1f} %",
+                  f"{100 * r.useful_utilization:.1f} %", f"{r.split_gpu_h:,.0f}",
+                  f"{r.split_slowdown_gpu_h:,.0f}", str(r.never_started))
+    con = Console(width=200)
+    con.print(t)
+    con.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+@lessons_app.command("failures")
+def failures(
+    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
+    cluster: str = typer.Option("philly", "--cluster", "-c", help="Cluster preset, YAML or "
+                                "compact flavor:count list."),
+    gpus_per_server: int = typer.Option(8, help="GPUs per server for a compact cluster."),
+    failure_rate: float = typer.Option(0.3, help="Share of jobs that fail (Philly ≈ 0.3)."),
+    repeat_probability: float = typer.Option(0.5, help="Chance a retried job fails again."),
+    early_share: float = typer.Option(0.6, help="Share of failures that strike early."),
+    early_window_s: float = typer.Option(600.0, help="Early failures strike within this (s)."),
+    validation_s: float = typer.Option(600.0, help="Length of the 1-GPU validation run (s)."),
+    min_gpus: str = typer.Option("2,8", help="Validate gangs of at least these sizes "
+                                 "(one run each)."),
+    checkpoint_interval_s: float = typer.Option(1800.0, help="Periodic checkpoint (s)."),
+    policy: str = typer.Option("fifo", "--policy", "-p", help="Scheduling policy."),
+    limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
+    arrival_scale: float = typer.Option(1.0, help="Divide submission times by this."),
+    seed: int = typer.Option(0, help="Random seed."),
+    out: Path | None = typer.Option(None, help="Output folder (default runs/lessons-…)."),
+) -> None:
+    """GPU-hours lost to failures with and without pre-run validation of big gangs.
+
+    Example: tessera lessons failures -t philly -c philly --failure-rate 0.3
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from tessera.lessons.failures import failure_study, write_failure_outputs
+    from tessera.report.tables import human_duration
+
+    try:
+        sizes = [int(x) for x in min_gpus.split(",") if x.strip()]
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--min-gpus") from e
+    w, c = _load(trace, cluster, gpus_per_server, limit, arrival_scale)
+    title = (f"{w.name} ({len(w)} jobs) on {c.describe()}, policy {policy}, "
+             f"failure rate {failure_rate:.0%}, early {early_share:.0%} within "
+             f"{early_window_s:g} s, validation {validation_s:g} s, seed {seed}")
+    rows = failure_study(
+        w, c, min_gpus=sizes, failure_rate=failure_rate,
+        repeat_probability=repeat_probability, early_share=early_share,
+        early_window_s=early_window_s, validation_s=validation_s,
+        checkpoint_interval_s=checkpoint_interval_s, policy=policy, seed=seed)
+    paths = write_failure_outputs(rows, _out(out, "failures"), title)
+    t = Table("run", "GPU-h lost", "on gangs", "in validation", "validation GPU-h",
+              "GPU-h saved", "failures", "caught early", "failed jobs", "avg JCT",
+              "JCT ÷ none", "multi-GPU JCT", title=title, header_style="bold")
+    for r in rows:
+        t.add_row(r.label, f"{r.lost_gpu_h:,.1f}", f"{r.lost_on_gangs_gpu_h:,.1f}",
+                  f"{r.lost_in_validation_gpu_h:,.1f}", f"{r.validation_gpu_h:,.1f}",
+                  f"{r.saved_gpu_h:,.1f}", str(r.failures), str(r.caught_in_validation),
+                  str(r.failed_jobs), human_duration(r.avg_jct_s), f"{r.jct_ratio:.3f}×",
+                  human_duration(r.avg_jct_multi_s))
+    con = Console(width=200)
+    con.print(t)
+    con.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``lessons`` sub-app to the CLI."""
+    app.add_typer(lessons_app, name="lessons", rich_help_panel="Simulation")

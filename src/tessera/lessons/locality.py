@@ -1,0 +1,168 @@
+"""The locality trade-off: how long should a gang wait for one node before it is split?
+
+Philly's scheduler waited for locality and relaxed it after a while; the study found that
+relaxing it cuts queueing (fragmentation) delay but lowers utilisation, because a gang spread
+over servers runs slower. We replay that with the ordinary simulator: one run per
+``locality_wait_s`` threshold (``inf`` = never split), the same policy, seed and failures off.
+A split gang runs at the profiles' unconsolidated speed, so its GPUs are held longer for the
+same work; *useful utilization* subtracts that slowdown:
+
+    useful = (busy GPU-hours − split slowdown GPU-hours) / (GPUs × makespan)
+
+where the slowdown of a split run = GPUs × progress time × (1 − split rate / consolidated rate).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tessera.model.cluster import ClusterSpec
+from tessera.model.jobs import Workload
+from tessera.perf.profiles import ThroughputTable
+from tessera.sim.config import SimConfig
+from tessera.sim.engine import simulate
+
+DEFAULT_THRESHOLDS_S: tuple[float, ...] = (0.0, 300.0, 1800.0, 7200.0, math.inf)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalityRow:
+    """One threshold's outcome."""
+
+    threshold_s: float
+    avg_queue_s: float
+    avg_queue_multi_s: float
+    wait_fragmentation_s_mean: float
+    wait_capacity_s_mean: float
+    avg_jct_s: float
+    avg_jct_multi_s: float
+    utilization: float
+    useful_utilization: float
+    split_gpu_h: float
+    split_slowdown_gpu_h: float
+    busy_gpu_h: float
+    never_started: int
+    """Jobs still waiting at the end: with ``never``, gangs larger than any node (the core
+    asks them for locality too; see ``docs/lessons.md``)."""
+
+
+def threshold_label(s: float) -> str:
+    if not math.isfinite(s):
+        return "never"
+    if s == 0:
+        return "0"
+    if s >= 3600 and s % 3600 == 0:
+        return f"{s / 3600:g} h"
+    if s >= 60 and s % 60 == 0:
+        return f"{s / 60:g} min"
+    return f"{s:g} s"
+
+
+def parse_thresholds(text: str) -> list[float]:
+    """``0,5m,30m,2h,never`` (or plain seconds) → seconds (``inf`` for never)."""
+    out: list[float] = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        if not part:
+            continue
+        if part in ("never", "inf", "infinity"):
+            out.append(math.inf)
+        elif part.endswith("h"):
+            out.append(float(part[:-1]) * 3600)
+        elif part.endswith("min"):
+            out.append(float(part[:-3]) * 60)
+        elif part.endswith("m"):
+            out.append(float(part[:-1]) * 60)
+        else:
+            out.append(float(part.removesuffix("s")))
+    if not out or any(v < 0 for v in out):
+        raise ValueError(f"bad thresholds {text!r}: give seconds, 5m, 2h or never")
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def locality_sweep(
+    workload: Workload,
+    cluster: ClusterSpec,
+    thresholds_s: Sequence[float] = DEFAULT_THRESHOLDS_S,
+    *,
+    policy: str = "fifo",
+    seed: int = 0,
+    table: ThroughputTable | None = None,
+) -> list[LocalityRow]:
+    """One simulation per threshold; failures off, default checkpoint/restore costs."""
+    rows = []
+    for th in thresholds_s:
+        r = simulate(workload, cluster, policy, SimConfig(locality_wait_s=th, seed=seed), table)
+        s, x = r.summary, r.extras
+        busy_h = s.utilization * cluster.total_gpus * s.makespan_s / 3600
+        slow_h = x.get("split_slowdown_gpu_h", 0.0)
+        cap_h = cluster.total_gpus * s.makespan_s / 3600
+        multi = [j for j in r.jobs if j.num_gpus > 1]
+        rows.append(LocalityRow(
+            threshold_s=th, avg_queue_s=s.avg_queue_delay_s,
+            avg_queue_multi_s=_mean([j.queue_delay_s for j in multi
+                                     if j.queue_delay_s is not None]),
+            wait_fragmentation_s_mean=s.wait_fragmentation_h * 3600 / max(s.jobs, 1),
+            wait_capacity_s_mean=s.wait_capacity_h * 3600 / max(s.jobs, 1),
+            avg_jct_s=s.avg_jct_s,
+            avg_jct_multi_s=_mean([j.jct_s for j in multi if j.jct_s is not None]),
+            utilization=s.utilization,
+            useful_utilization=(busy_h - slow_h) / cap_h if cap_h > 0 else math.nan,
+            split_gpu_h=x.get("split_gpu_h", 0.0), split_slowdown_gpu_h=slow_h,
+            busy_gpu_h=busy_h,
+            never_started=sum(j.first_start_s is None and j.outcome != "rejected"
+                              for j in r.jobs),
+        ))
+    return rows
+
+
+def write_locality_outputs(rows: Sequence[LocalityRow], out: Path, title: str = "") -> list[Path]:
+    """``locality.csv`` and ``locality.png`` (queueing delay and utilization per threshold)."""
+    out.mkdir(parents=True, exist_ok=True)
+    p_csv = out / "locality.csv"
+    with p_csv.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["threshold", *asdict(rows[0])])
+        w.writeheader()
+        for row in rows:
+            w.writerow({"threshold": threshold_label(row.threshold_s), **asdict(row)})
+    from tessera.report.plots import _plt
+
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    x = np.arange(len(rows))
+    labels = [threshold_label(r.threshold_s) for r in rows]
+    left.plot(x, [r.avg_queue_s / 60 for r in rows], "o-", label="all jobs")
+    left.plot(x, [r.avg_queue_multi_s / 60 for r in rows], "s-", label="multi-GPU jobs")
+    left.plot(x, [r.wait_fragmentation_s_mean / 60 for r in rows], "^--",
+              label="fragmentation wait (per job)")
+    left.set_xticks(x, labels)
+    left.set_xlabel("locality wait before splitting a gang")
+    left.set_ylabel("average queueing delay (min)")
+    left.set_title("Queueing delay")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    right.plot(x, [100 * r.utilization for r in rows], "o-", label="GPUs held")
+    right.plot(x, [100 * r.useful_utilization for r in rows], "s-",
+               label="useful (minus split slowdown)")
+    right.set_xticks(x, labels)
+    right.set_xlabel("locality wait before splitting a gang")
+    right.set_ylabel("GPU utilization (%)")
+    right.set_title("Utilization")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    p_png = out / "locality.png"
+    fig.savefig(p_png, dpi=110)
+    plt.close(fig)
+    return [p_csv, p_png]
