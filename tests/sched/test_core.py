@@ -91,13 +91,25 @@ def test_fragmentation_reason_with_locality() -> None:
 
 
 def test_locality_wait_delays_splitting() -> None:
-    c = make_cluster().node("v100", gpus=2, count=2).build()
-    job = view(make_job("a", 4), pending_since_s=0.0)
-    waiting = _run(c, job, now_s=10.0, options=PlacementOptions(locality_wait_s=60))
+    c = make_cluster().node("v100", gpus=4, count=2).build()
+    blockers = [
+        view(make_job(f"r{i}", 2), JobState.RUNNING,
+             Placement("V100-16GB", ((f"v100-16gb-000{i}", 2),)))
+        for i in range(2)
+    ]
+    job = view(make_job("a", 4, submit_s=1), pending_since_s=0.0)
+    waiting = _run(c, *blockers, job, now_s=10.0, options=PlacementOptions(locality_wait_s=60))
     assert "a" not in waiting.placements
     assert waiting.pending["a"].kind is PendingKind.FRAGMENTATION
-    relaxed = _run(c, job, now_s=61.0, options=PlacementOptions(locality_wait_s=60))
+    relaxed = _run(c, *blockers, job, now_s=61.0, options=PlacementOptions(locality_wait_s=60))
     assert not relaxed.placements["a"].consolidated
+
+
+def test_gang_larger_than_any_node_never_waits_for_locality() -> None:
+    c = make_cluster().node("v100", gpus=2, count=2).build()
+    job = view(make_job("a", 4), pending_since_s=0.0)
+    out = _run(c, job, now_s=10.0, options=PlacementOptions(locality_wait_s=3600))
+    assert not out.placements["a"].consolidated
 
 
 def test_quota_holds_jobs_over_nominal_plus_borrowing() -> None:
@@ -152,3 +164,15 @@ def test_every_policy_is_deterministic_and_never_over_allocates(policy: str) -> 
     assert set(a.pending) | set(a.placements) == {v.job_id for v in views}
     assert [name for name, _ms in a.phase_ms] == ["admit", "order", "place", "preempt",
                                                   "explain"]
+
+
+def test_preemptive_policy_upgrades_to_a_faster_free_flavor_when_it_pays() -> None:
+    c = make_cluster().node("k80", gpus=1).node("v100", gpus=1).build()
+    on_k80 = Placement("K80", (("k80-0000", 1),))
+    long_job = view(make_job("a", steps=1e7), JobState.RUNNING, on_k80, remaining_steps=1e7)
+    out = _run(c, long_job, policy="srtf")
+    assert out.placements["a"].flavor == "V100-16GB" and out.started == ("a",)
+    nearly_done = view(make_job("b", steps=1e7), JobState.RUNNING, on_k80, remaining_steps=10)
+    assert _run(c, nearly_done, policy="srtf").started == ()  # not worth a restart
+    assert _run(c, long_job, policy="fifo").started == ()  # FIFO never moves anyone
+    assert _run(c, long_job, policy="srtf-agnostic").started == ()  # blind to the speed-up

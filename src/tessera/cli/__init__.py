@@ -29,7 +29,9 @@ app = typer.Typer(
 )
 
 # Modules under tessera.cli that contribute commands, in the order they appear in --help.
-COMMAND_MODULES: tuple[str, ...] = ("simulate", "analyze", "plan", "train", "share", "live")
+COMMAND_MODULES: tuple[str, ...] = (
+    "simulate", "analyze", "plan", "train", "share", "live", "lessons",
+)
 
 
 def _version(value: bool) -> None:

@@ -15,8 +15,8 @@ Phases, each timed:
    keep selected running gangs where they are, place the rest largest first, backfill.
    *Event-driven* policies keep running gangs where they are, place waiting jobs in rank
    order, and preempt lower-ranked gangs only to make room for a higher-ranked job that
-   cannot otherwise start (as Kueue and Tiresias do); nobody is moved just to reach a faster
-   flavor.
+   cannot otherwise start (as Kueue and Tiresias do). When nobody waits, a preemptive
+   policy moves a running gang to a faster free flavor if that pays for the migration.
 4. **preempt** -- running jobs that lost their place are stopped (checkpointed).
 5. **explain** -- every job left pending gets a reason, ordered like Kueue's outcomes.
 """
@@ -143,6 +143,12 @@ class PlacementOptions:
         locality_wait_s: a multi-GPU gang waits this long for a single-node placement before it
             accepts being split across nodes (Philly's relaxed-locality guideline). 0 splits at
             once when needed; ``inf`` never splits. Jobs with ``requires_locality`` never split.
+        migration_cost_s: what moving a running gang costs (checkpoint + restore); the
+            simulator sets it from its own costs.
+        upgrade_min_gain: an event-driven preemptive policy moves a running gang to a faster
+            free flavor when that finishes it at least this fraction sooner, cost included.
+        largest_node_gpus: filled in by ``decide`` from the cluster: a gang larger than every
+            node can never sit on one, so it never waits for locality.
         max_preemption_attempts: in event-driven rounds, how many waiting jobs (highest
             ranked first) may try to make room by preemption; bounds a round's cost under
             heavy load, as Kueue bounds the heads it considers per cycle.
@@ -150,12 +156,18 @@ class PlacementOptions:
 
     locality_wait_s: float = 0.0
     max_preemption_attempts: int = 64
+    migration_cost_s: float = 60.0
+    upgrade_min_gain: float = 0.2
+    largest_node_gpus: int | None = None
 
 
 def _needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:
     if j.spec.requires_locality:
         return True
-    return j.spec.num_gpus > 1 and now_s - j.pending_since_s < opts.locality_wait_s
+    g = j.spec.num_gpus
+    if opts.largest_node_gpus is not None and g > opts.largest_node_gpus:
+        return False
+    return g > 1 and now_s - j.pending_since_s < opts.locality_wait_s
 
 
 def decide(
@@ -167,6 +179,8 @@ def decide(
 ) -> Decision:
     """Run one scheduling round over ``snapshot`` (see the module docstring for the phases)."""
     opts = options or PlacementOptions()
+    if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
+        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
     now = snapshot.now_s
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -201,8 +215,10 @@ def decide(
         by_wait = {j.spec.job_id: j for j in waiting}
         new: dict[JobId, Placement] = {}
         _backfill(ranking.candidates, by_wait, new, free, now, opts)
+        if policy.preemptive and len(new) == len(waiting):
+            _upgrade(admitted, new, free, ctx_oracle, now, opts)
         lap("place")
-        if len(new) == len(waiting) or not policy.preemptive:
+        if len(new) >= len(waiting) or not policy.preemptive:
             lap("preempt")  # nothing to preempt: the waiting jobs fit, or the policy never does
             waits = dict(held)
             if len(new) < len(waiting):
@@ -231,6 +247,10 @@ def decide(
     else:
         run = _place_events(ranking.candidates, by_id, admitted, free, True, free_known,
                             now, opts)
+        if len(run) == len(by_id):
+            moved: dict[JobId, Placement] = {}
+            _upgrade(admitted, moved, free, ctx_oracle, now, opts)
+            run.update(moved)
     lap("place")
 
     # 4. Preemption and starts.
@@ -386,8 +406,8 @@ def _place_events(
     first of their flavors with room; (c) a preemptive policy then makes room for each waiting
     job it could not place by stopping lower-ranked running gangs on one of its flavors, the
     lowest-ranked first, and lets any victim that turned out not to be needed keep running;
-    (d) whatever is still free is backfilled. Running jobs are never moved just to reach a
-    faster flavor, so a round costs little more than the waiting queue when nothing contends.
+    (d) whatever is still free is backfilled. (Moves to faster free flavors are a separate
+    step, :func:`_upgrade`.)
     """
     run: dict[JobId, Placement] = {}
     for j in admitted:
@@ -439,13 +459,72 @@ def _place_events(
     return run
 
 
+def _upgrade(
+    jobs: list[JobView],
+    moves: dict[JobId, Placement],
+    free: FreeGpus,
+    oracle: ThroughputOracle,
+    now: float,
+    opts: PlacementOptions,
+) -> None:
+    """Move running gangs to faster free GPUs when the move pays for itself.
+
+    Only when nobody waits (waiting jobs come first). A job moves if, after paying
+    ``opts.migration_cost_s``, it finishes at least ``opts.upgrade_min_gain`` sooner than
+    staying. The policy's own view of speed is used, so an agnostic policy never upgrades.
+    Biggest gains first. Without this, a job preempted during a burst and resumed on a slow
+    flavor would stay there after the burst, while fast GPUs idle.
+    """
+    options: list[tuple[float, JobView, str, Placement]] = []
+    for j in jobs:
+        p = j.placement
+        if j.state is not JobState.RUNNING or p is None or j.spec.job_id in moves:
+            continue
+        rates = oracle.rates(j.spec)
+        current = next((r for r in rates if r.flavor == p.flavor), None)
+        if current is None:
+            continue
+        cur_rate = current.consolidated if p.consolidated else current.spread
+        best = max(rates, key=lambda r: r.consolidated)
+        if best.flavor == p.flavor or best.consolidated <= cur_rate or cur_rate <= 0:
+            continue
+        if free.total_free(best.flavor) < j.spec.num_gpus:
+            continue
+        left = j.remaining_at(now)
+        stay_s = left / cur_rate
+        move_s = opts.migration_cost_s + left / best.consolidated
+        if move_s < stay_s * (1.0 - opts.upgrade_min_gain):
+            options.append((stay_s - move_s, j, best.flavor, p))
+    for _gain, j, fl, old in sorted(options, key=lambda o: -o[0]):
+        placed = free.find(fl, j.spec.num_gpus, _needs_locality(j, now, opts))
+        if placed is not None and (placed.consolidated or not old.consolidated):
+            free.take(placed)
+            free.release(old)
+            moves[j.spec.job_id] = placed
+
+
 def _make_room(
     j: JobView, fl: str, victims: list[JobId], run: dict[JobId, Placement], free: FreeGpus,
     now: float, opts: PlacementOptions,
 ) -> tuple[Placement | None, list[JobId]]:
-    """Release victims one by one until ``j`` fits on ``fl``; undo everything if it never does."""
-    released: list[JobId] = []
+    """Free room for ``j`` on ``fl`` by stopping as little as possible.
+
+    First, a single victim: the smallest gang whose GPUs are enough (lowest-ranked among
+    equals), so a one-GPU job never stops a 64-GPU gang when a one-GPU job would do. Otherwise,
+    victims lowest-ranked first until ``j`` fits. Everything is undone if it never fits.
+    """
     local = _needs_locality(j, now, opts)
+    need = j.spec.num_gpus - free.total_free(fl)
+    position = {v: i for i, v in enumerate(victims)}  # 0 = lowest-ranked
+    singles = sorted((v for v in victims if run[v].num_gpus >= need),
+                     key=lambda v: (run[v].num_gpus, position[v]))
+    for v in singles:
+        free.release(run[v])
+        placed = free.find(fl, j.spec.num_gpus, local)
+        if placed is not None:
+            return placed, [v]
+        free.take(run[v])
+    released: list[JobId] = []
     for v in victims:
         free.release(run[v])
         released.append(v)

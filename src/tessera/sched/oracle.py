@@ -42,6 +42,7 @@ class ThroughputOracle:
         cluster: ClusterSpec,
         agnostic: bool = False,
         unprofiled_uniform: bool = False,
+        split_large_gangs: bool = True,
     ) -> None:
         """Args:
             table: measured throughputs.
@@ -50,10 +51,14 @@ class ThroughputOracle:
             unprofiled_uniform: a job type with no measurement on any allowed flavor runs at
                 rate 1.0 everywhere it is allowed (the live service's jobs are arbitrary
                 commands); otherwise such a job cannot be placed.
+            split_large_gangs: a gang larger than every node of a flavor runs at the split
+                speed even when asked for the consolidated one (off for Gavel compatibility,
+                where every gang runs at its consolidated speed).
         """
         self.table = table
         self.agnostic = agnostic
         self.unprofiled_uniform = unprofiled_uniform
+        self.split_large_gangs = split_large_gangs
         self.cluster_flavors = tuple(f.short for f in cluster.flavors())
         self._max_node = {f.short: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
         self._reference = resolve_flavor(table.reference_flavor).short
@@ -85,7 +90,7 @@ class ThroughputOracle:
             if c > 0:
                 spread = s if s > 0 else c
                 # A gang larger than any node of this flavor is always split.
-                if job.num_gpus > self._max_node.get(f, 0):
+                if self.split_large_gangs and job.num_gpus > self._max_node.get(f, 0):
                     c = spread
                 out.append(FlavorRate(f, c, spread))
         if not out and self.unprofiled_uniform and job.job_type not in self._known_types():
@@ -101,7 +106,7 @@ class ThroughputOracle:
         if self._twin is None:
             twin = ThroughputOracle.__new__(ThroughputOracle)
             for attr in ("table", "unprofiled_uniform", "cluster_flavors", "_reference",
-                         "_cache", "_types", "_max_node"):
+                         "_cache", "_types", "_max_node", "split_large_gangs"):
                 setattr(twin, attr, getattr(self, attr))
             twin.agnostic = True
             twin._view = {}

@@ -77,14 +77,19 @@ class Simulator:
         if self.cfg.compat == "gavel":
             policy = gavel_compat_policy(policy, self.cfg.seed, self.cfg.compat_solver)
         self.policy = policy
-        self.oracle = ThroughputOracle(table, cluster)
+        self.oracle = ThroughputOracle(
+            table, cluster, split_large_gangs=self.cfg.compat is None
+        )
         self.truth = self.oracle
         self.rounds = self.cfg.mode == "rounds" or (
             self.cfg.mode == "auto" and policy.round_based
         )
         self.rng = random.Random(self.cfg.seed)
         self.fail_rng = random.Random(self.cfg.seed + 7919)
-        self.opts = PlacementOptions(locality_wait_s=self.cfg.locality_wait_s)
+        self.opts = PlacementOptions(
+            locality_wait_s=self.cfg.locality_wait_s,
+            migration_cost_s=self.cfg.checkpoint_s + self.cfg.restore_s,
+        )
         self.progress = progress
         fcfg = self.cfg.failures
         self.jobs = [
