@@ -478,23 +478,19 @@ def _upgrade(
     options: list[tuple[float, JobView, str, Placement]] = []
     for j in jobs:
         p = j.placement
-        if j.state is not JobState.RUNNING or p is None or j.spec.job_id in moves:
+        if j.state is not JobState.RUNNING or p is None:
             continue
-        rates = oracle.rates(j.spec)
-        current = next((r for r in rates if r.flavor == p.flavor), None)
-        if current is None:
+        target = oracle.faster_than(j.spec, p.flavor, p.consolidated)
+        if target is None or j.spec.job_id in moves:
             continue
-        cur_rate = current.consolidated if p.consolidated else current.spread
-        best = max(rates, key=lambda r: r.consolidated)
-        if best.flavor == p.flavor or best.consolidated <= cur_rate or cur_rate <= 0:
-            continue
-        if free.total_free(best.flavor) < j.spec.num_gpus:
+        best_flavor, best_rate, cur_rate = target
+        if free.total_free(best_flavor) < j.spec.num_gpus:
             continue
         left = j.remaining_at(now)
         stay_s = left / cur_rate
-        move_s = opts.migration_cost_s + left / best.consolidated
+        move_s = opts.migration_cost_s + left / best_rate
         if move_s < stay_s * (1.0 - opts.upgrade_min_gain):
-            options.append((stay_s - move_s, j, best.flavor, p))
+            options.append((stay_s - move_s, j, best_flavor, p))
     for _gain, j, fl, old in sorted(options, key=lambda o: -o[0]):
         placed = free.find(fl, j.spec.num_gpus, _needs_locality(j, now, opts))
         if placed is not None and (placed.consolidated or not old.consolidated):

@@ -66,6 +66,8 @@ class ThroughputOracle:
         self._view: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
         self._types: frozenset[str] | None = None
         self._twin: ThroughputOracle | None = None
+        self._upgrades: dict[tuple[str, int, tuple[str, ...], str, bool],
+                             tuple[str, float, float] | None] = {}
 
     def real_rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
         """True rates on every allowed cluster flavor where the job can run (rate > 0).
@@ -111,6 +113,7 @@ class ThroughputOracle:
             twin.agnostic = True
             twin._view = {}
             twin._twin = None
+            twin._upgrades = {}
             self._twin = twin
         return self._twin
 
@@ -138,6 +141,25 @@ class ThroughputOracle:
         view = tuple(FlavorRate(r.flavor, ref.consolidated, ref.consolidated) for r in real)
         self._view[key] = view
         return view
+
+    def faster_than(
+        self, job: JobSpec, flavor: str, consolidated: bool
+    ) -> tuple[str, float, float] | None:
+        """``(fastest flavor, its rate, current rate)`` when ``job`` would run faster on
+        another flavor than on ``flavor``, else ``None`` (cached; the policy's view)."""
+        key = (job.job_type, job.num_gpus, job.flavors, flavor, consolidated)
+        if key in self._upgrades:
+            return self._upgrades[key]
+        rates = self.rates(job)
+        current = next((r for r in rates if r.flavor == flavor), None)
+        answer: tuple[str, float, float] | None = None
+        if current is not None and rates:
+            cur = current.consolidated if consolidated else current.spread
+            best = max(rates, key=lambda r: r.consolidated)
+            if best.flavor != flavor and best.consolidated > cur > 0:
+                answer = (best.flavor, best.consolidated, cur)
+        self._upgrades[key] = answer
+        return answer
 
     def best_rate(self, job: JobSpec) -> float:
         """The policy-visible rate on the job's fastest flavor (0 if it can run nowhere)."""
