@@ -24,7 +24,7 @@ but at most once per ``reallocation_interval_s`` (Gavel: 1,920 s), and the count
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -100,15 +100,18 @@ class GavelAllocationPolicy(Policy):
         snap = ctx.snapshot
         elapsed = max(snap.now_s - state.reset_s, 0.0)
         flavors = self._flavor_order(ctx)
-        out: list[tuple[JobId, str]] = []
-        for fl in flavors:
-            entries = []
-            for j in snap.jobs:
-                if not any(r.flavor == fl for r in ctx.oracle.rates(j.spec)):
+        entries: dict[str, list[tuple[float, float, float, JobId]]] = {f: [] for f in flavors}
+        for j in snap.jobs:
+            jid = j.job_id
+            shares = dict(state.shares.get(jid, ()))
+            before = dict(state.run_at_reset.get(jid, ()))
+            ran = dict(j.run_s_by_flavor)
+            for r in ctx.oracle.rates(j.spec):
+                bucket = entries.get(r.flavor)
+                if bucket is None:
                     continue
-                x = dict(state.shares.get(j.job_id, ())).get(fl, 0.0)
-                before = dict(state.run_at_reset.get(j.job_id, ())).get(fl, 0.0)
-                received = j.run_s_on(fl) - before
+                x = shares.get(r.flavor, 0.0)
+                received = ran.get(r.flavor, 0.0) - before.get(r.flavor, 0.0)
                 frac = received / elapsed if elapsed > 0 else 0.0
                 if x <= 0:
                     priority = 0.0
@@ -116,10 +119,12 @@ class GavelAllocationPolicy(Policy):
                     priority = x * 1e9
                 else:
                     priority = x / frac
-                deficit = x * elapsed - received
-                entries.append((priority, deficit, x, j.job_id))
-            entries.sort(key=lambda e: (-e[0], -e[1], -e[2]))
-            out.extend((e[3], fl) for e in entries)
+                bucket.append((priority, x * elapsed - received, x, jid))
+        out: list[tuple[JobId, str]] = []
+        for fl in flavors:
+            bucket = entries[fl]
+            bucket.sort(key=lambda e: (-e[0], -e[1], -e[2]))
+            out.extend((e[3], fl) for e in bucket)
         return tuple(out)
 
     def _flavor_order(self, ctx: PolicyContext) -> list[str]:
@@ -130,12 +135,27 @@ class GavelAllocationPolicy(Policy):
         return sorted(flavors, key=lambda f: -resolve_flavor(f).fp32_tflops)
 
 
+class _ShareNotes(Mapping[JobId, str]):
+    """Per-job "target share" explanations, formatted only when someone reads them."""
+
+    def __init__(self, state: _RoundState) -> None:
+        self._shares = state.shares
+
+    def __getitem__(self, jid: JobId) -> str:
+        sh = self._shares.get(jid)
+        if not sh:
+            raise KeyError(jid)
+        return "target share " + ", ".join(f"{f} {x:.2f}" for f, x in sh)
+
+    def __iter__(self) -> Iterator[JobId]:
+        return (jid for jid, sh in self._shares.items() if sh)
+
+    def __len__(self) -> int:
+        return sum(1 for sh in self._shares.values() if sh)
+
+
 def _notes(state: _RoundState) -> Mapping[JobId, str]:
-    return {
-        jid: "target share " + ", ".join(f"{f} {x:.2f}" for f, x in sh)
-        for jid, sh in state.shares.items()
-        if sh
-    }
+    return _ShareNotes(state)
 
 
 def _agnostic_share(p: AllocationProblem) -> np.ndarray:
