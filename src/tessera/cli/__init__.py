@@ -56,7 +56,9 @@ for _name in COMMAND_MODULES:
 def main() -> None:
     """Entry point: run the CLI, printing user errors as one line (exit status 2)."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # non-standalone click returns an Exit's code
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except TesseraError as e:
         typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
         sys.exit(2)

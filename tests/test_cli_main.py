@@ -1,0 +1,45 @@
+"""The ``tessera`` entry point: every command is wired, errors exit with status 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+COMMANDS = ["simulate", "demo", "traces", "policies", "analyze", "plan", "train", "share",
+            "serve", "submit", "jobs", "explain", "lessons", "export"]
+
+
+def _tessera(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from tessera.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_command() -> None:
+    out = _tessera("--help")
+    assert out.returncode == 0
+    for cmd in COMMANDS:
+        assert cmd in out.stdout, cmd
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["simulate", "-t", "/no/such/trace"], "no trace file"),
+     (["simulate", "-t", "philly", "-p", "fofo"], "unknown policy"),
+     (["simulate", "-t", "philly", "-c", "zz:4"], "unknown GPU flavor"),
+     (["simulate", "--no-such-flag"], "No such option")],
+    ids=["missing-trace", "bad-policy", "bad-flavor", "usage"],
+)
+def test_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:
+    out = _tessera(*args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_policies_lists_registered_policies() -> None:
+    out = _tessera("policies")
+    assert out.returncode == 0
+    for name in ("fifo", "las", "max_min_fairness", "finish_time_fairness", "hetero_srpt"):
+        assert name in out.stdout
