@@ -97,34 +97,46 @@ class GavelAllocationPolicy(Policy):
         return Ranking(self._candidates(ctx, state), state=state, notes=_notes(state))
 
     def _candidates(self, ctx: PolicyContext, state: _RoundState) -> tuple[tuple[JobId, str], ...]:
+        """Gavel's per-flavor priority lists, concatenated in flavor order (vectorised)."""
         snap = ctx.snapshot
         elapsed = max(snap.now_s - state.reset_s, 0.0)
         flavors = self._flavor_order(ctx)
-        entries: dict[str, list[tuple[float, float, float, JobId]]] = {f: [] for f in flavors}
-        for j in snap.jobs:
+        col = {f: k for k, f in enumerate(flavors)}
+        m_count, j_count = len(snap.jobs), len(flavors)
+        x = np.zeros((m_count, j_count))
+        received = np.zeros((m_count, j_count))
+        usable = np.zeros((m_count, j_count), dtype=bool)
+        ids: list[JobId] = []
+        for m, j in enumerate(snap.jobs):
             jid = j.job_id
-            shares = dict(state.shares.get(jid, ()))
-            before = dict(state.run_at_reset.get(jid, ()))
-            ran = dict(j.run_s_by_flavor)
+            ids.append(jid)
             for r in ctx.oracle.rates(j.spec):
-                bucket = entries.get(r.flavor)
-                if bucket is None:
-                    continue
-                x = shares.get(r.flavor, 0.0)
-                received = ran.get(r.flavor, 0.0) - before.get(r.flavor, 0.0)
-                frac = received / elapsed if elapsed > 0 else 0.0
-                if x <= 0:
-                    priority = 0.0
-                elif frac <= 0:
-                    priority = x * 1e9
-                else:
-                    priority = x / frac
-                bucket.append((priority, x * elapsed - received, x, jid))
+                k = col.get(r.flavor)
+                if k is not None:
+                    usable[m, k] = True
+            for f, share in state.shares.get(jid, ()):
+                k = col.get(f)
+                if k is not None:
+                    x[m, k] = share
+            for f, ran in j.run_s_by_flavor:
+                k = col.get(f)
+                if k is not None:
+                    received[m, k] += ran
+            for f, ran in state.run_at_reset.get(jid, ()):
+                k = col.get(f)
+                if k is not None:
+                    received[m, k] -= ran
+        frac = received / elapsed if elapsed > 0 else np.zeros_like(received)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            priority = np.where(x <= 0, 0.0, np.where(frac <= 0, x * 1e9, x / frac))
+        deficit = x * elapsed - received
         out: list[tuple[JobId, str]] = []
-        for fl in flavors:
-            bucket = entries[fl]
-            bucket.sort(key=lambda e: (-e[0], -e[1], -e[2]))
-            out.extend((e[3], fl) for e in bucket)
+        order_ids = np.arange(m_count)
+        for fl, k in col.items():
+            rows = order_ids[usable[:, k]]
+            # descending (priority, deficit, share); ties keep snapshot order (stable)
+            keys = np.lexsort((rows, -x[rows, k], -deficit[rows, k], -priority[rows, k]))
+            out.extend((ids[i], fl) for i in rows[keys])
         return tuple(out)
 
     def _flavor_order(self, ctx: PolicyContext) -> list[str]:
