@@ -20,24 +20,36 @@ def _plt() -> Any:
     return plt
 
 
-def plot_jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
-    """CDF of job completion time per policy, log-scaled time axis."""
+def _cdf_plot(
+    series: Sequence[tuple[str, np.ndarray]], path: Path, xlabel: str, title: str,
+    marker_x: float | None = None,
+) -> Path:
+    """One CDF line per (label, values), log-scaled x axis, written to ``path``."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for r in results:
-        jct = np.sort([j.jct_s for j in r.jobs if j.jct_s is not None]) / 3600.0
-        if len(jct):
-            ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=r.policy)
+    for label, values in series:
+        v = np.sort(values)
+        if len(v):
+            ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
+    if marker_x is not None:
+        ax.axvline(marker_x, color="grey", ls="--", lw=1)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction of jobs")
-    ax.set_title("JCT distribution")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
+    """CDF of job completion time per policy, log-scaled time axis."""
+    series = [(r.policy, np.array([j.jct_s for j in r.jobs if j.jct_s is not None]) / 3600.0)
+              for r in results]
+    return _cdf_plot(series, path, "job completion time (hours, log scale)", "JCT distribution")
 
 
 def plot_timeseries(results: Sequence[SimResult], total_gpus: int, path: Path) -> Path:
@@ -67,19 +79,7 @@ def plot_timeseries(results: Sequence[SimResult], total_gpus: int, path: Path) -
 
 def plot_rho(results: Sequence[SimResult], path: Path) -> Path:
     """CDF of finish-time-fairness ρ per policy (ρ ≤ 1: no worse than a fair share)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for r in results:
-        rho = np.sort([j.ftf_rho for j in r.jobs if j.ftf_rho is not None])
-        if len(rho):
-            ax.plot(rho, np.arange(1, len(rho) + 1) / len(rho), label=r.policy)
-    ax.axvline(1.0, color="grey", ls="--", lw=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("finish-time fairness ρ (log scale)")
-    ax.set_ylabel("fraction of jobs")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    series = [(r.policy, np.array([j.ftf_rho for j in r.jobs if j.ftf_rho is not None]))
+              for r in results]
+    return _cdf_plot(series, path, "finish-time fairness ρ (log scale)",
+                     "Finish-time fairness", marker_x=1.0)

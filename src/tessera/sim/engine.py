@@ -334,13 +334,7 @@ class Simulator:
             policy_state=self.policy_state,
             round_s=round_s,
         )
-        t0 = time.perf_counter()
-        d = decide(snap, self.policy, self.oracle, self.rng, self.opts)
-        self.c.decide_s += time.perf_counter() - t0
-        self.c.decisions += 1
-        for name, ms in d.phase_ms:
-            self.phase_ms[name] = self.phase_ms.get(name, 0.0) + ms
-        self.policy_state = d.policy_state
+        d = self._timed_decide(snap)
         by_id = {j.spec.job_id: j for j in self.active.values()}
         out: list[tuple[float, SimJob, float, str]] = []
         for jid, p in d.placements.items():
@@ -364,6 +358,17 @@ class Simulator:
             self.running[job.idx] = job
             out.append((finish, job, steps, p.flavor))
         return out
+
+    def _timed_decide(self, snap: Snapshot) -> Decision:
+        """Call the decision core, keep its memory, and account its time and phases."""
+        t0 = time.perf_counter()
+        d = decide(snap, self.policy, self.oracle, self.rng, self.opts)
+        self.c.decide_s += time.perf_counter() - t0
+        self.c.decisions += 1
+        for name, ms in d.phase_ms:
+            self.phase_ms[name] = self.phase_ms.get(name, 0.0) + ms
+        self.policy_state = d.policy_state
+        return d
 
     def _worth_deciding(self) -> bool:
         """Skip a round that cannot change anything: nobody waits and nobody can be displaced."""
@@ -591,13 +596,7 @@ class Simulator:
             free_gpus=dict(self.free),
             quotas=self.quotas,
         )
-        t0 = time.perf_counter()
-        d = decide(snap, self.policy, self.oracle, self.rng, self.opts)
-        self.c.decide_s += time.perf_counter() - t0
-        self.c.decisions += 1
-        for name, ms in d.phase_ms:
-            self.phase_ms[name] = self.phase_ms.get(name, 0.0) + ms
-        self.policy_state = d.policy_state
+        d = self._timed_decide(snap)
         self._apply(d, t)
         if d.wakeup_s is not None and not self.rounds:
             at = max(d.wakeup_s, t + 1e-3)
