@@ -38,11 +38,12 @@ from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policies.gavel_compat import gavel_boundary, gavel_compat_policy
+from tessera.sched.policies.gavel_compat import gavel_compat_policy
 from tessera.sched.policy import Policy, make_policy
 from tessera.sched.snapshot import Placement, Snapshot
 from tessera.sim.config import SimConfig
 from tessera.sim.failures import FailureModel
+from tessera.sim.gavel_loop import run_gavel
 from tessera.sim.metrics import Sample, SimResult, summarize
 from tessera.sim.state import SimJob
 
@@ -135,7 +136,7 @@ class Simulator:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         if self.cfg.compat == "gavel":
-            self._run_gavel()
+            run_gavel(self)
         else:
             self._run_events()
         return self._finish(wall0)
@@ -217,147 +218,6 @@ class Simulator:
             decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
             extras=self.extras,
         )
-
-    # -- Gavel's loop (compat="gavel") -----------------------------------------------------------
-
-    def _run_gavel(self) -> None:
-        """Gavel's ``Scheduler.simulate`` in trace mode (``docs/gavel-compat.md``).
-
-        Each iteration is one boundary: jump to the *latest* finish of the jobs dispatched last
-        round (or, if none ran, to the next arrival); credit each micro-task (steps, and the
-        time since the round start for priorities); add the arrivals (JCT still counts from the
-        true arrival); ask the decision core for the next round; dispatch each chosen job for
-        ``min(int(rate·round), remaining)`` steps, finishing at ``now + steps / rate``.
-        """
-        jobs = self.jobs
-        n = len(jobs)
-        round_s = self.cfg.round_s
-        ptr = 0
-        done = 0
-        now = jobs[0].spec.submit_time_s if n else 0.0
-        round_start = 0.0
-        round_end: float | None = None
-        # (finish_s, job, steps, flavor) dispatched last iteration.
-        dispatched: list[tuple[float, SimJob, float, str]] = []
-        failures: dict[int, int] = {}
-        stalls = 0
-        horizon = self.cfg.max_sim_time_s
-        while done < n:
-            nxt = jobs[ptr].spec.submit_time_s if ptr < n else None
-            drained = nxt is None and not dispatched
-            if dispatched:
-                latest = max(d[0] for d in dispatched)
-                if round_end is not None:
-                    round_start = round_end
-                round_end = latest
-                now = latest
-            elif nxt is not None:
-                now = nxt
-            if horizon is not None and now > horizon:
-                break
-            self._gavel_tick(now, dispatched)
-            event = False
-            credits: list[tuple[JobId, str, float]] = []
-            for finish, job, steps, fl in dispatched:
-                self.c.events += 1
-                job.state = JobState.PENDING
-                job.placement = None
-                job.rate = 0.0
-                job.last_run_end_s = finish
-                job.view = None
-                exec_s = finish - round_start
-                g = job.spec.num_gpus
-                per_worker = steps // g if g > 1 else steps
-                if per_worker <= 0 or exec_s <= 0:
-                    # Gavel's failed micro-task: nothing credited; dropped after 5 in a row.
-                    event = True
-                    job.attempts += 1
-                    failures[job.idx] = failures.get(job.idx, 0) + 1
-                    if failures[job.idx] >= 5:
-                        job.state = JobState.FAILED
-                        job.finish_s = finish
-                        del self.active[job.idx]
-                        self._close_ftf(job)
-                        done += 1
-                    continue
-                failures[job.idx] = 0
-                job.remaining = max(job.remaining - steps, 0.0)
-                credits.append((job.spec.job_id, fl, exec_s))
-                if job.remaining <= 0:
-                    event = True
-                    job.state = JobState.SUCCEEDED
-                    job.finish_s = finish
-                    del self.active[job.idx]
-                    self._close_ftf(job)
-                    done += 1
-            self.running.clear()
-            while ptr < n and jobs[ptr].spec.submit_time_s <= now:
-                job = jobs[ptr]
-                self._arrive(job, job.spec.submit_time_s)
-                done += job.rejected is not None
-                ptr += 1
-                self.c.events += 1
-                event = True
-            if done >= n:
-                break
-            self.policy_state = gavel_boundary(self.policy_state, credits, event, drained)
-            dispatched = self._gavel_dispatch(now, round_s)
-            if dispatched or event or ptr < n:
-                stalls = 0
-            else:
-                stalls += 1
-                if stalls > 2:  # Gavel would spin here forever; stop with jobs unfinished
-                    break
-            if self.progress is not None and event:
-                self.progress(done, n)
-        self.last_t = max(self.last_t, now)
-
-    def _gavel_tick(self, now: float, dispatched: list[tuple[float, SimJob, float, str]]) -> None:
-        """Samples and the active-job integral up to ``now`` (progress is credited per round)."""
-        if now > self.last_t:
-            self.active_integral += len(self.active) * (now - self.last_t)
-        while now >= self.next_sample_s and now > self.last_t:
-            t = self.next_sample_s
-            live = [(f, j) for f, j, _s, _fl in dispatched if f > t]
-            self.samples.append(
-                Sample(t, sum(j.spec.num_gpus for _f, j in live),
-                       len(self.active) - len(dispatched), len(live))
-            )
-            self.next_sample_s += self.cfg.sample_every_s
-        self.last_t = max(self.last_t, now)
-
-    def _gavel_dispatch(self, now: float, round_s: float) -> list[tuple[float, SimJob, float, str]]:
-        snap = Snapshot(
-            now_s=now,
-            cluster=self.cluster,
-            jobs=tuple(j.to_view() for j in self.active.values()),
-            policy_state=self.policy_state,
-            round_s=round_s,
-        )
-        d = self._timed_decide(snap)
-        by_id = {j.spec.job_id: j for j in self.active.values()}
-        out: list[tuple[float, SimJob, float, str]] = []
-        for jid, p in d.placements.items():
-            job = by_id[jid]
-            rate = self.truth.rate(job.spec, p.flavor, True)  # Gavel: consolidated, always
-            if rate <= 0:
-                continue
-            steps = float(min(int(rate * round_s), job.remaining))
-            finish = now + steps / rate
-            job.state = JobState.RUNNING
-            job.placement = p
-            job.rate = rate
-            job.view = None
-            if job.first_start_s is None:
-                job.first_start_s = now
-            busy = finish - now
-            g = job.spec.num_gpus
-            job.attained_gpu_s += g * busy
-            job.run_s[p.flavor] = job.run_s.get(p.flavor, 0.0) + busy
-            job.busy_gpu_s[p.flavor] = job.busy_gpu_s.get(p.flavor, 0.0) + g * busy
-            self.running[job.idx] = job
-            out.append((finish, job, steps, p.flavor))
-        return out
 
     def _timed_decide(self, snap: Snapshot) -> Decision:
         """Call the decision core, keep its memory, and account its time and phases."""
