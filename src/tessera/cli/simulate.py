@@ -75,6 +75,10 @@ def run_simulation(
         for row in loaded.skipped[:10]:
             err.print(f"  [yellow]skipped[/] {row}")
         err.print(f"[bold]cluster[/] {cluster.describe()}")
+        idle = [f.short for f in cluster.flavors() if not table.covers(f)]
+        if idle:
+            err.print(f"  [yellow]warning[/] no throughput profile for {', '.join(idle)} in "
+                      f"{table.source}: no job of this trace can run there")
         eff = config.effective()
         err.print(f"[bold]mode[/] {eff.mode}, restore {eff.checkpoint_s + eff.restore_s:.0f} s, "
                   f"failure rate {eff.failures.job_failure_rate:.0%}, seed {eff.seed}"
