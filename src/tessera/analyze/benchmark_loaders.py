@@ -23,21 +23,11 @@ from tessera.analyze.tables import (
 )
 from tessera.analyze.trace import Clock, Trace
 from tessera.errors import TraceFormatError
+from tessera.workload.readers.gavel_tsv import COLUMNS as GAVEL_TSV_COLUMNS
 
 # --- Gavel 10-column TSV ---------------------------------------------------------------------
 
-GAVEL_COLUMNS = (
-    "job_type",
-    "command",
-    "working_directory",
-    "num_steps_arg",
-    "needs_data_dir",
-    "total_steps",
-    "scale_factor",
-    "priority_weight",
-    "slo",
-    "arrival_time",
-)
+GAVEL_COLUMNS = tuple(c.lower() for c in GAVEL_TSV_COLUMNS)  # the reader's layout
 
 
 def _gavel_file(path: Path) -> pl.DataFrame:

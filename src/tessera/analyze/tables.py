@@ -18,7 +18,7 @@ prints as one line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,34 +182,36 @@ def check_non_decreasing(
         )
 
 
+def _raise_at_first(
+    path: Path, df: pl.DataFrame, bad: pl.Series, field: str, header_lines: int,
+    message: Callable[[int], str],
+) -> None:
+    """Raise a TraceFormatError naming the first row where ``bad`` is true, if any."""
+    bad = bad.fill_null(False)
+    if bad.any():
+        i = int(bad.arg_true()[0])
+        raise TraceFormatError(str(path), line_of(df, i, header_lines), field, message(i))
+
+
 def check_not_before(
     path: Path, df: pl.DataFrame, later: str, earlier: str, header_lines: int = 1
 ) -> None:
     """Raise on the first row where ``later`` < ``earlier`` (both present), e.g. end < start."""
-    bad = (df[later] < df[earlier]).fill_null(False)
-    if bad.any():
-        i = int(bad.arg_true()[0])
-        raise TraceFormatError(
-            str(path),
-            line_of(df, i, header_lines),
-            later,
-            f"timestamps out of order: {later}={df[later][i]} is before {earlier}={df[earlier][i]}",
-        )
+    _raise_at_first(
+        path, df, df[later] < df[earlier], later, header_lines,
+        lambda i: f"timestamps out of order: {later}={df[later][i]} is before "
+                  f"{earlier}={df[earlier][i]}",
+    )
 
 
 def check_min(
     path: Path, df: pl.DataFrame, field: str, minimum: float, header_lines: int = 1
 ) -> None:
     """Raise on the first row whose ``field`` is below ``minimum`` (negative durations ...)."""
-    bad = (df[field] < minimum).fill_null(False)
-    if bad.any():
-        i = int(bad.arg_true()[0])
-        raise TraceFormatError(
-            str(path),
-            line_of(df, i, header_lines),
-            field,
-            f"value {df[field][i]} is below the minimum {minimum}",
-        )
+    _raise_at_first(
+        path, df, df[field] < minimum, field, header_lines,
+        lambda i: f"value {df[field][i]} is below the minimum {minimum}",
+    )
 
 
 def parse_datetime(
