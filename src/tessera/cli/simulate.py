@@ -82,7 +82,9 @@ def run_simulation(
         eff = config.effective()
         err.print(f"[bold]mode[/] {eff.mode}, restore {eff.checkpoint_s + eff.restore_s:.0f} s, "
                   f"failure rate {eff.failures.job_failure_rate:.0%}, seed {eff.seed}"
-                  + (f", compat {eff.compat}" if eff.compat else ""))
+                  + (f", compat {eff.compat}" if eff.compat else "")
+                  + (f", mixed gangs (≥ {eff.mixed_min_speed:.0%} of best speed)"
+                     if eff.mixed_gangs else ""))
     spec = RunSpec(workload, cluster, config, table)
     with Progress(
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
@@ -175,6 +177,12 @@ def register(app: typer.Typer) -> None:
         failure_rate: float = typer.Option(0.0, help="Share of jobs that fail (Philly ≈ 0.3)."),
         locality_wait_s: float = typer.Option(0.0, help="Wait this long for one node before "
                                               "splitting a gang across nodes (s)."),
+        mixed_gangs: bool = typer.Option(False, "--mixed-gangs", help="Let a job that no "
+                                         "single flavor can hold start on GPUs of several "
+                                         "flavors, at the planner's predicted speed."),
+        mixed_min_speed: float = typer.Option(0.5, help="With --mixed-gangs: the least "
+                                              "speed of a mix, as a fraction of the job's "
+                                              "speed on its best flavor."),
         quota_per_queue: str = typer.Option("none", help="Tenant quotas: none | equal | demand "
                                             "(divide the cluster among the trace's queues, "
                                             "Philly's VCs, equally or by GPU-time)."),
@@ -205,6 +213,7 @@ def register(app: typer.Typer) -> None:
         updates: dict[str, object] = {
             "mode": mode, "round_s": round_s, "checkpoint_s": checkpoint_s,
             "restore_s": restore_s, "locality_wait_s": locality_wait_s, "seed": seed,
+            "mixed_gangs": mixed_gangs, "mixed_min_speed": mixed_min_speed,
             "compat": compat, "compat_solver": compat_solver,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,

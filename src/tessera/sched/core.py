@@ -24,13 +24,14 @@ Phases, each timed:
 from __future__ import annotations
 
 import enum
+import math
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tessera.model.jobs import JobId, JobState
+from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import BlockInfo, FreeGpus
 from tessera.sched.policy import Policy, PolicyContext, Ranking
@@ -152,6 +153,12 @@ class PlacementOptions:
         max_preemption_attempts: in event-driven rounds, how many waiting jobs (highest
             ranked first) may try to make room by preemption; bounds a round's cost under
             heavy load, as Kueue bounds the heads it considers per cycle.
+        mixed_gangs: a job that no single flavor can hold right now may start on GPUs of
+            several of its flavors (Sia/Cannikin style), at the speed the planner predicts
+            (:mod:`tessera.sched.mixed`). Never for jobs that need locality.
+        mixed_min_speed: a mixed gang is accepted only if its predicted speed is at least
+            this fraction of the job's speed on its best flavor (a job too big for any one
+            flavor's whole capacity takes any mix).
     """
 
     locality_wait_s: float = 0.0
@@ -159,6 +166,8 @@ class PlacementOptions:
     migration_cost_s: float = 60.0
     upgrade_min_gain: float = 0.2
     largest_node_gpus: int | None = None
+    mixed_gangs: bool = False
+    mixed_min_speed: float = 0.5
 
 
 def _needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:
@@ -214,7 +223,8 @@ def decide(
                     free.take(j.placement)
         by_wait = {j.spec.job_id: j for j in waiting}
         new: dict[JobId, Placement] = {}
-        _backfill(ranking.candidates, by_wait, new, free, now, opts)
+        _backfill(ranking.candidates, by_wait, new, free, ctx_oracle, now, opts,
+                  _Releases(admitted, now))
         if policy.preemptive and len(new) == len(waiting):
             _upgrade(admitted, new, free, ctx_oracle, now, opts)
         lap("place")
@@ -242,11 +252,11 @@ def decide(
     ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
     lap("order")
     if policy.round_based:
-        run = _place_rounds(ranking.candidates, by_id, admitted, free, policy.preemptive,
-                            free_known, now, opts)
+        run = _place_rounds(ranking.candidates, by_id, admitted, free, ctx_oracle,
+                            policy.preemptive, free_known, now, opts)
     else:
-        run = _place_events(ranking.candidates, by_id, admitted, free, True, free_known,
-                            now, opts)
+        run = _place_events(ranking.candidates, by_id, admitted, free, ctx_oracle, True,
+                            free_known, now, opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
             _upgrade(admitted, moved, free, ctx_oracle, now, opts)
@@ -333,6 +343,7 @@ def _place_rounds(
     by_id: dict[JobId, JobView],
     admitted: list[JobView],
     free: FreeGpus,
+    oracle: ThroughputOracle,
     preemptive: bool,
     free_known: bool,
     now: float,
@@ -386,7 +397,7 @@ def _place_rounds(
             free.take(placed)
             run[jid] = placed
     if len(run) < len(by_id):
-        _backfill(candidates, by_id, run, free, now, opts)
+        _backfill(candidates, by_id, run, free, oracle, now, opts)
     return run
 
 
@@ -395,6 +406,7 @@ def _place_events(
     by_id: dict[JobId, JobView],
     admitted: list[JobView],
     free: FreeGpus,
+    oracle: ThroughputOracle,
     preemptive: bool,
     free_known: bool,
     now: float,
@@ -417,7 +429,7 @@ def _place_events(
             run[j.spec.job_id] = j.placement
     if len(run) == len(by_id):
         return run
-    _backfill(candidates, by_id, run, free, now, opts)
+    _backfill(candidates, by_id, run, free, oracle, now, opts)
     if not preemptive or len(run) == len(by_id):
         return run
     rank: dict[JobId, int] = {}
@@ -430,7 +442,8 @@ def _place_events(
     # Running gangs per flavor, lowest-ranked first: the victims of job j are a prefix.
     lowest_first: dict[str, list[JobId]] = {}
     for v in sorted((v for v in run if by_id[v].running), key=lambda v: -rank.get(v, 1 << 30)):
-        lowest_first.setdefault(run[v].flavor, []).append(v)
+        for fl, _n in run[v].flavor_counts():
+            lowest_first.setdefault(fl, []).append(v)
     for jid in order[:opts.max_preemption_attempts]:
         j = by_id[jid]
         for fl in flavors_of[jid]:
@@ -441,7 +454,7 @@ def _place_events(
                     break
                 if v in run:
                     victims.append(v)
-                    room += run[v].num_gpus
+                    room += run[v].gpus_of(fl)
             if room < j.spec.num_gpus:
                 continue
             placed, released = _make_room(j, fl, victims, run, free, now, opts)
@@ -455,7 +468,7 @@ def _place_events(
                     del run[v]
             run[jid] = placed
             break
-    _backfill(candidates, by_id, run, free, now, opts)
+    _backfill(candidates, by_id, run, free, oracle, now, opts)
     return run
 
 
@@ -480,11 +493,14 @@ def _upgrade(
         p = j.placement
         if j.state is not JobState.RUNNING or p is None:
             continue
-        target = oracle.faster_than(j.spec, p.flavor, p.consolidated)
-        if target is None or j.spec.job_id in moves:
+        if j.spec.job_id in moves:
+            continue
+        target = (_mixed_upgrade(j.spec, p, oracle) if p.is_mixed
+                  else oracle.faster_than(j.spec, p.flavor, p.consolidated))
+        if target is None:
             continue
         best_flavor, best_rate, cur_rate = target
-        if free.total_free(best_flavor) < j.spec.num_gpus:
+        if free.total_free(best_flavor) + p.gpus_of(best_flavor) < j.spec.num_gpus:
             continue
         left = j.remaining_at(now)
         stay_s = left / cur_rate
@@ -492,11 +508,29 @@ def _upgrade(
         if move_s < stay_s * (1.0 - opts.upgrade_min_gain):
             options.append((stay_s - move_s, j, best_flavor, p))
     for _gain, j, fl, old in sorted(options, key=lambda o: -o[0]):
+        if old.is_mixed:  # its own GPUs of the target flavor may be part of the new gang
+            free.release(old)
+            placed = free.find(fl, j.spec.num_gpus, _needs_locality(j, now, opts))
+            free.take(placed if placed is not None else old)
+            if placed is not None:
+                moves[j.spec.job_id] = placed
+            continue
         placed = free.find(fl, j.spec.num_gpus, _needs_locality(j, now, opts))
         if placed is not None and (placed.consolidated or not old.consolidated):
             free.take(placed)
             free.release(old)
             moves[j.spec.job_id] = placed
+
+
+def _mixed_upgrade(job: JobSpec, p: Placement, oracle: ThroughputOracle
+                   ) -> tuple[str, float, float] | None:
+    """``(best flavor, its rate, the mixed gang's rate)`` if one flavor alone would be faster."""
+    rates = oracle.rates(job)
+    if not rates:
+        return None
+    best = max(rates, key=lambda r: r.consolidated)
+    cur = oracle.placement_rate(job, p)
+    return (best.flavor, best.consolidated, cur) if best.consolidated > cur > 0 else None
 
 
 def _make_room(
@@ -512,7 +546,7 @@ def _make_room(
     local = _needs_locality(j, now, opts)
     need = j.spec.num_gpus - free.total_free(fl)
     position = {v: i for i, v in enumerate(victims)}  # 0 = lowest-ranked
-    singles = sorted((v for v in victims if run[v].num_gpus >= need),
+    singles = sorted((v for v in victims if run[v].gpus_of(fl) >= need),
                      key=lambda v: (run[v].num_gpus, position[v]))
     for v in singles:
         free.release(run[v])
@@ -537,27 +571,124 @@ def _backfill(
     by_id: dict[JobId, JobView],
     run: dict[JobId, Placement],
     free: FreeGpus,
+    oracle: ThroughputOracle,
     now_s: float,
     opts: PlacementOptions,
+    releases: _Releases | None = None,
 ) -> None:
-    """Place lower-ranked jobs into GPUs that fragmented gangs could not use."""
+    """Place lower-ranked jobs into GPUs that fragmented gangs could not use.
+
+    With ``opts.mixed_gangs``, a job none of whose flavors has room gets a mixed gang at its
+    last candidate, i.e. at its turn in the ranking (:func:`_try_mixed`).
+    """
     flavors = free.flavors()
-    for jid, fl in candidates:
+    last: dict[JobId, int] = {}
+    releases = releases or _Releases(by_id.values(), now_s)
+    skipped = False  # a higher-ranked job was left waiting: no mixed gang may pass it
+    if opts.mixed_gangs:
+        last = {jid: i for i, (jid, _fl) in enumerate(candidates)}
+    for i, (jid, fl) in enumerate(candidates):
         if jid in run:
             continue
         if all(free.total_free(f) == 0 for f in flavors):
             break
         j = by_id.get(jid)
-        if j is None or free.total_free(fl) < j.spec.num_gpus:
+        if j is None:
             continue
-        p = j.placement
-        if j.running and p is not None and p.flavor == fl and free.can_take(p):
-            placed: Placement | None = p
-        else:
-            placed = free.find(fl, j.spec.num_gpus, _needs_locality(j, now_s, opts))
-        if placed is not None:
-            free.take(placed)
-            run[jid] = placed
+        if free.total_free(fl) >= j.spec.num_gpus:
+            p = j.placement
+            if j.running and p is not None and p.flavor == fl and free.can_take(p):
+                placed: Placement | None = p
+            else:
+                placed = free.find(fl, j.spec.num_gpus, _needs_locality(j, now_s, opts))
+            if placed is not None:
+                free.take(placed)
+                run[jid] = placed
+                continue
+        if last.get(jid) == i:
+            mixed = None if skipped else _try_mixed(j, free, oracle, now_s, opts, releases)
+            if mixed is not None:
+                free.take(mixed)
+                run[jid] = mixed
+            else:
+                skipped = True
+
+
+class _Releases:
+    """When running gangs are expected to finish, per flavor: ``[(end_s, gpus), ...]`` sorted,
+    built on first use in a round (mixed-gang decisions compare starting now with waiting)."""
+
+    def __init__(self, jobs: Iterable[JobView], now_s: float) -> None:
+        self._jobs = jobs
+        self._now = now_s
+        self._by_flavor: dict[str, list[tuple[float, int]]] | None = None
+
+    def wait_s(self, flavor: str, free_now: int, gpus: int) -> float:
+        """Seconds until ``gpus`` GPUs of ``flavor`` are expected free (inf if never)."""
+        if self._by_flavor is None:
+            by: dict[str, list[tuple[float, int]]] = {}
+            for j in self._jobs:
+                p = j.placement
+                if not j.running or p is None or j.progress_rate <= 0:
+                    continue
+                start = max(self._now, j.progress_from_s)
+                end = start + j.remaining_at(self._now) / j.progress_rate
+                for f, n in p.flavor_counts():
+                    by.setdefault(f, []).append((end - self._now, n))
+            for ends in by.values():
+                ends.sort()
+            self._by_flavor = by
+        if free_now >= gpus:
+            return 0.0
+        have = free_now
+        for after_s, n in self._by_flavor.get(flavor, ()):
+            have += n
+            if have >= gpus:
+                return after_s
+        return math.inf
+
+
+def _try_mixed(j: JobView, free: FreeGpus, oracle: ThroughputOracle, now_s: float,
+               opts: PlacementOptions, releases: _Releases) -> Placement | None:
+    """A mixed gang for ``j`` over its flavors, fastest per GPU first, or ``None``.
+
+    Only when no single flavor has enough free GPUs and the job may spread over servers. The
+    gang is taken when the planner's predicted speed is at least ``opts.mixed_min_speed`` of
+    the job's best flavor's *and* starting now on the mix is expected to finish it no later
+    than waiting for any one flavor (the wait estimated from the running gangs' expected
+    finishes, ignoring jobs queued ahead, which only makes waiting look better than it is).
+    A job too big for every flavor's whole capacity takes any mix. A running mixed gang whose
+    GPUs are still free keeps them.
+    """
+    g = j.spec.num_gpus
+    if g < 2 or _needs_locality(j, now_s, opts):
+        return None
+    p = j.placement
+    if j.running and p is not None and p.is_mixed and free.can_take(p):
+        return p
+    rates = oracle.rates(j.spec)
+    if len(rates) < 2 or any(free.total_free(r.flavor) >= g for r in rates):
+        return None
+    order = [r.flavor for r in sorted(rates, key=lambda r: -r.spread)]
+    placed = free.find_mixed(order, g)
+    if placed is None or not placed.is_mixed:
+        return None
+    speed = oracle.placement_rate(j.spec, placed)
+    if speed <= 0:
+        return None
+    if not any(free.capacity(r.flavor) >= g for r in rates):
+        return placed
+    if speed < opts.mixed_min_speed * oracle.best_rate(j.spec):
+        return None
+    left = j.remaining_at(now_s)
+    start_cost = opts.migration_cost_s if j.attained_gpu_s > 0 else 0.0
+    mixed_done_s = start_cost + left / speed
+    for r in rates:
+        if free.capacity(r.flavor) >= g:
+            wait = releases.wait_s(r.flavor, free.total_free(r.flavor), g)
+            if wait + start_cost + left / r.consolidated < mixed_done_s:
+                return None
+    return placed
 
 
 def _reason(

@@ -13,8 +13,12 @@ from tessera.model.jobs import JobSpec
 from tessera.sched.oracle import ThroughputOracle
 
 
-def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle) -> str | None:
-    """The reason ``job`` can never be placed on ``cluster``, or ``None`` if it can."""
+def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
+                  mixed_gangs: bool = False) -> str | None:
+    """The reason ``job`` can never be placed on ``cluster``, or ``None`` if it can.
+
+    With ``mixed_gangs`` a job that needs no locality may also be held by its flavors together.
+    """
     present = {f.short for f in cluster.flavors()}
     if job.flavors:
         try:
@@ -34,6 +38,9 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle) 
         )
     best_total = 0
     best_node = 0
+    all_flavors = sum(cluster.gpus_by_flavor().get(resolve_flavor(r.flavor), 0) for r in rates)
+    if mixed_gangs and not job.requires_locality and job.num_gpus <= all_flavors:
+        return None
     for r in rates:
         f = resolve_flavor(r.flavor)
         total = cluster.gpus_by_flavor().get(f, 0)
@@ -47,6 +54,8 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle) 
             f"needs {job.num_gpus} GPUs on one node (locality required); the largest node of an "
             f"allowed flavor has {best_node}"
         )
+    if mixed_gangs:
+        return (f"needs {job.num_gpus} GPUs; its allowed flavors have {all_flavors} together")
     return (
         f"needs {job.num_gpus} GPUs of one flavor; the largest allowed flavor pool has {best_total}"
     )

@@ -18,6 +18,9 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.profiles import ThroughputTable
+from tessera.perf.steptime import CostModel
+from tessera.sched.mixed import MixedRates
+from tessera.sched.snapshot import Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class ThroughputOracle:
         agnostic: bool = False,
         unprofiled_uniform: bool = False,
         split_large_gangs: bool = True,
+        cost_model: CostModel | None = None,
     ) -> None:
         """Args:
             table: measured throughputs.
@@ -54,6 +58,8 @@ class ThroughputOracle:
             split_large_gangs: a gang larger than every node of a flavor runs at the split
                 speed even when asked for the consolidated one (off for Gavel compatibility,
                 where every gang runs at its consolidated speed).
+            cost_model: the planner's cost model, used to predict mixed gangs of jobs that
+                name a profiled model; ``None`` uses the bundled Sia profiles when needed.
         """
         self.table = table
         self.agnostic = agnostic
@@ -68,6 +74,8 @@ class ThroughputOracle:
         self._twin: ThroughputOracle | None = None
         self._upgrades: dict[tuple[str, int, tuple[str, ...], str, bool],
                              tuple[str, float, float] | None] = {}
+        self._cost_model = cost_model
+        self._mixed: MixedRates | None = None
 
     def real_rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
         """True rates on every allowed cluster flavor where the job can run (rate > 0).
@@ -108,12 +116,13 @@ class ThroughputOracle:
         if self._twin is None:
             twin = ThroughputOracle.__new__(ThroughputOracle)
             for attr in ("table", "unprofiled_uniform", "cluster_flavors", "_reference",
-                         "_cache", "_types", "_max_node", "split_large_gangs"):
+                         "_cache", "_types", "_max_node", "split_large_gangs", "_cost_model"):
                 setattr(twin, attr, getattr(self, attr))
             twin.agnostic = True
             twin._view = {}
             twin._twin = None
             twin._upgrades = {}
+            twin._mixed = None
             self._twin = twin
         return self._twin
 
@@ -171,3 +180,40 @@ class ThroughputOracle:
             if r.flavor == flavor:
                 return r.consolidated if consolidated else r.spread
         return 0.0
+
+    def _mixed_rates(self) -> MixedRates:
+        if self._mixed is None:
+            if self.agnostic:
+                # Blind to speed differences: every flavor of the mix at the reference speed.
+                self._mixed = MixedRates(self._view_spread_rate, None)
+            else:
+                cm = self._cost_model
+                if cm is None:
+                    from tessera.plan.api import default_cost_model
+
+                    cm = default_cost_model()
+                self._mixed = MixedRates(lambda job, f: self.rate(job, f, False), cm)
+        return self._mixed
+
+    def _view_spread_rate(self, job: JobSpec, flavor: str) -> float:
+        for r in self.rates(job):
+            if r.flavor == flavor:
+                return r.spread
+        return 0.0
+
+    def mixed_rate(self, job: JobSpec, mix: tuple[tuple[str, int], ...]) -> float:
+        """Steps/s of ``job`` on a mixed gang with ``mix`` GPUs per flavor (the policy's view:
+        true speeds when aware, reference speeds when agnostic); see :mod:`tessera.sched.mixed`.
+        """
+        return self._mixed_rates().rate(job, mix)
+
+    def placement_rate(self, job: JobSpec, placement: Placement) -> float:
+        """Steps/s of ``job`` on ``placement``, homogeneous or mixed (the policy's view)."""
+        if placement.is_mixed:
+            return self.mixed_rate(job, placement.flavor_counts())
+        if self.agnostic:
+            for r in self.rates(job):
+                if r.flavor == placement.flavor:
+                    return r.consolidated if placement.consolidated else r.spread
+            return 0.0
+        return self.rate(job, placement.flavor, placement.consolidated)

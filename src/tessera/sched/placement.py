@@ -135,22 +135,34 @@ class FreeGpus:
             buckets[old + delta][node_id] = None
         self._free[node_id] = old + delta
 
+    def capacity(self, flavor: str) -> int:
+        """GPUs of ``flavor`` on the nodes that are up, free or not."""
+        cap = self._layout.capacity
+        return sum(cap[n] for n in self._by_flavor.get(flavor, ()))
+
     def take(self, placement: Placement) -> None:
         """Reserve a placement's GPUs; raises if that would over-allocate any node."""
         for node_id, count in placement.gpus_by_node:
             if self._free.get(node_id, 0) < count:
                 raise ValueError(f"over-allocation of {node_id} by {placement.describe()}")
-        total = self.total_free(placement.flavor)
-        for node_id, count in placement.gpus_by_node:
-            self._move(node_id, -count)
-        self._total[placement.flavor] = total - placement.num_gpus
+        self._shift(placement, -1)
 
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs back (a preemption being considered)."""
+        self._shift(placement, 1)
+
+    def _shift(self, placement: Placement, sign: int) -> None:
+        if placement.is_mixed:
+            totals = {f: self.total_free(f) for f, _c in placement.flavor_counts()}
+            for node_id, count in placement.gpus_by_node:
+                self._move(node_id, sign * count)
+            for f, c in placement.flavor_counts():
+                self._total[f] = totals[f] + sign * c
+            return
         total = self.total_free(placement.flavor)
         for node_id, count in placement.gpus_by_node:
-            self._move(node_id, count)
-        self._total[placement.flavor] = total + placement.num_gpus
+            self._move(node_id, sign * count)
+        self._total[placement.flavor] = total + sign * placement.num_gpus
 
     def can_take(self, placement: Placement) -> bool:
         return all(self._free.get(n, 0) >= c for n, c in placement.gpus_by_node)
@@ -166,6 +178,28 @@ class FreeGpus:
         if require_locality:
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])
+
+    def find_mixed(self, flavors: Sequence[str], gpus: int) -> Placement | None:
+        """Choose GPUs of several flavors for one gang, without reserving them.
+
+        Flavors are drawn in the order given (the caller lists the job's fastest first), and
+        within a flavor the nodes with most free GPUs first, so the gang spans as few servers
+        as it can. ``None`` if the flavors together lack ``gpus`` free GPUs.
+        """
+        if sum(self.total_free(f) for f in flavors) < gpus:
+            return None
+        free = self._free
+        parts: list[tuple[str, str, int]] = []
+        need = gpus
+        for f in flavors:
+            for n in sorted((n for n in self._by_flavor.get(f, ()) if free[n] > 0),
+                            key=lambda n: -free[n]):
+                c = min(free[n], need)
+                parts.append((n, f, c))
+                need -= c
+                if need == 0:
+                    return Placement.mixed(tuple(parts))
+        return None
 
     def _spread(self, flavor: str, gpus: int, nodes: Sequence[str]) -> Placement | None:
         by_rack: dict[str, list[str]] = defaultdict(list)

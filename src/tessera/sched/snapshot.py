@@ -14,29 +14,76 @@ from typing import Any
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.jobs import JobId, JobSpec, JobState
 
+MIX_SEPARATOR = "+"
+"""Joins the flavors of a mixed gang's name: ``A100-40GB+V100-16GB``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a gang runs: GPUs taken on each node, and its flavor.
+    """Where a gang runs: GPUs taken on each node, and their flavor.
+
+    A gang is normally *homogeneous*: every GPU of one flavor. A *mixed* gang (Sia/Cannikin
+    style) holds GPUs of several flavors and trains data-parallel with a planned, uneven split
+    of its batch (:mod:`tessera.sched.mixed` predicts its speed). Servers hold one flavor each,
+    so a mixed gang always spans several nodes.
 
     Attributes:
-        flavor: short name of the flavor of every GPU in the gang.
+        flavor: short name of the flavor of every GPU; for a mixed gang, its flavors joined by
+            ``+`` in sorted order (a name for display and grouping, never a catalog flavor).
         gpus_by_node: ``((node_id, gpu_count), ...)``, most GPUs first.
+        node_flavors: for a mixed gang, the flavor of each ``gpus_by_node`` entry; empty for
+            a homogeneous gang.
     """
 
     flavor: str
     gpus_by_node: tuple[tuple[str, int], ...]
+    node_flavors: tuple[str, ...] = ()
+
+    @classmethod
+    def mixed(cls, parts: tuple[tuple[str, str, int], ...]) -> Placement:
+        """A gang from ``((node_id, flavor, gpus), ...)``; homogeneous if one flavor is used."""
+        flavors = sorted({f for _n, f, _c in parts})
+        by_node = tuple((n, c) for n, _f, c in parts)
+        if len(flavors) == 1:
+            return cls(flavors[0], by_node)
+        return cls(MIX_SEPARATOR.join(flavors), by_node, tuple(f for _n, f, _c in parts))
 
     @property
     def num_gpus(self) -> int:
         return sum(c for _n, c in self.gpus_by_node)
 
     @property
+    def is_mixed(self) -> bool:
+        """True when the gang holds GPUs of more than one flavor."""
+        return bool(self.node_flavors)
+
+    @property
     def consolidated(self) -> bool:
         """True when the whole gang sits on one node."""
         return len(self.gpus_by_node) == 1
 
+    def flavor_counts(self) -> tuple[tuple[str, int], ...]:
+        """``((flavor, gpus), ...)`` sorted by flavor; one entry for a homogeneous gang."""
+        if not self.node_flavors:
+            return ((self.flavor, self.num_gpus),)
+        counts: dict[str, int] = {}
+        for (_n, c), f in zip(self.gpus_by_node, self.node_flavors, strict=True):
+            counts[f] = counts.get(f, 0) + c
+        return tuple(sorted(counts.items()))
+
+    def gpus_of(self, flavor: str) -> int:
+        """GPUs of ``flavor`` in the gang."""
+        if not self.node_flavors:
+            return self.num_gpus if flavor == self.flavor else 0
+        return sum(c for (_n, c), f in zip(self.gpus_by_node, self.node_flavors, strict=True)
+                   if f == flavor)
+
     def describe(self) -> str:
+        if self.node_flavors:
+            nodes = "+".join(f"{n}:{c}×{f}" for (n, c), f in
+                             zip(self.gpus_by_node, self.node_flavors, strict=True))
+            mix = ", ".join(f"{c}×{f}" for f, c in self.flavor_counts())
+            return f"{self.num_gpus} GPUs mixed ({mix}) on {nodes}"
         nodes = "+".join(f"{n}:{c}" for n, c in self.gpus_by_node)
         return f"{self.num_gpus}×{self.flavor} on {nodes}"
 

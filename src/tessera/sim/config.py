@@ -113,6 +113,10 @@ class SimConfig(BaseModel):
             preempted or migrated job spends ``checkpoint_s + restore_s`` holding its new GPUs
             before it makes progress again.
         locality_wait_s: how long a multi-GPU gang waits for one node before it may be split.
+        mixed_gangs: let a job that no single flavor can hold start on GPUs of several of its
+            flavors, at the planner's predicted speed (Sia/Cannikin style; off by default).
+        mixed_min_speed: accept a mixed gang only at this fraction of the job's speed on its
+            best flavor or more.
         failures / validation / quotas: failure model, pre-run validation of big gangs, and
             tenant quotas (all off by default).
         compat: ``gavel`` reproduces Gavel's simulator (``docs/gavel-compat.md``): no cost Gavel
@@ -133,6 +137,8 @@ class SimConfig(BaseModel):
     checkpoint_s: float = Field(30.0, ge=0)
     restore_s: float = Field(30.0, ge=0)
     locality_wait_s: float = Field(0.0, ge=0)
+    mixed_gangs: bool = False
+    mixed_min_speed: float = Field(0.5, gt=0, le=1)
     failures: FailureConfig = FailureConfig()
     validation: ValidationConfig = ValidationConfig()
     quotas: QuotaConfig = QuotaConfig()
@@ -154,6 +160,7 @@ class SimConfig(BaseModel):
                     "failures": FailureConfig(),
                     "validation": ValidationConfig(),
                     "quotas": QuotaConfig(),
+                    "mixed_gangs": False,
                 }
             )
         return self

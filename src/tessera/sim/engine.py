@@ -90,6 +90,8 @@ class Simulator:
         self.opts = PlacementOptions(
             locality_wait_s=self.cfg.locality_wait_s,
             migration_cost_s=self.cfg.checkpoint_s + self.cfg.restore_s,
+            mixed_gangs=self.cfg.mixed_gangs,
+            mixed_min_speed=self.cfg.mixed_min_speed,
         )
         self.progress = progress
         fcfg = self.cfg.failures
@@ -261,7 +263,7 @@ class Simulator:
     # -- job transitions ------------------------------------------------------------------------
 
     def _arrive(self, job: SimJob, t: float) -> None:
-        reason = infeasibility(job.spec, self.cluster, self.truth)
+        reason = infeasibility(job.spec, self.cluster, self.truth, self.cfg.mixed_gangs)
         if reason is not None:
             job.rejected = reason
             job.state = JobState.CANCELLED
@@ -372,6 +374,9 @@ class Simulator:
         if job.idx in self.validating:
             self._add("validation_gpu_h", held / 3600)
             return
+        if p.is_mixed:
+            self._add("mixed_gpu_h", held / 3600)
+            return
         if not p.consolidated:
             self._add("split_gpu_h", held / 3600)
             cons = self.truth.rate(job.spec, p.flavor, True)
@@ -400,7 +405,7 @@ class Simulator:
                 self.free[node_id] += k
 
     def _start(self, job: SimJob, p: Placement, t: float) -> None:
-        rate = self.truth.rate(job.spec, p.flavor, p.consolidated)
+        rate = self.truth.placement_rate(job.spec, p)
         job.state = JobState.RUNNING
         job.placement = p
         job.rate = rate

@@ -89,10 +89,11 @@ class SimJob:
             return
         if self.state is JobState.RUNNING and self.placement is not None:
             g = self.spec.num_gpus
-            fl = self.placement.flavor
             self.attained_gpu_s += g * dt
-            self.run_s[fl] = self.run_s.get(fl, 0.0) + dt
-            self.busy_gpu_s[fl] = self.busy_gpu_s.get(fl, 0.0) + g * dt
+            # A mixed gang's time counts on each of its flavors by its share of the gang.
+            for fl, n in self.placement.flavor_counts():
+                self.run_s[fl] = self.run_s.get(fl, 0.0) + (dt if n == g else dt * n / g)
+                self.busy_gpu_s[fl] = self.busy_gpu_s.get(fl, 0.0) + n * dt
             start = max(self.last_update_s, self.progress_from_s)
             if now_s > start:
                 self.remaining = max(self.remaining - self.rate * (now_s - start), 0.0)
