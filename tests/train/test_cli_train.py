@@ -8,12 +8,17 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from tessera.errors import SpecError, UnknownFlavorError
+
+if TYPE_CHECKING:
+    from tessera.train.config import TrainConfig
+    from tessera.train.launcher import TrainResult
 
 CLI_FILE = Path(__file__).resolve().parents[2] / "src" / "tessera" / "cli" / "train.py"
 
@@ -59,14 +64,66 @@ def app() -> typer.Typer:
         (["cnn", "--devices", "A100:2", "--speeds", "3,x"], SpecError, "--speeds"),
         (["cnn", "--devices", "A100:2", "--fail-at", "5"], SpecError, "STEP:RANK"),
         (["cnn", "--devices", "T4:3", "--global-batch", "2"], SpecError, "global batch"),
+        (["cnn", "--devices", "A100:1", "--plan-model", "resnet"], SpecError,
+         "unknown planner model 'resnet' (--plan-model); choose one of: "),
+        (["cnn", "--devices", "A100:1", "--split", "equal", "--plan-model", "bert"], SpecError,
+         "only applies to split 'planned'"),
     ],
     ids=["unknown-example", "malformed-count", "empty-devices", "unknown-flavor", "bad-split",
-         "speed-change-fields", "speed-change-rank", "bad-speeds", "bad-fail-at", "tiny-batch"],
+         "speed-change-fields", "speed-change-rank", "bad-speeds", "bad-fail-at", "tiny-batch",
+         "unknown-plan-model", "plan-model-without-planned"],
 )
 def test_bad_input_fails_before_launch(app, args, error, fragment):
     result = CliRunner().invoke(app, ["train", *args])
     assert isinstance(result.exception, error)
     assert fragment in str(result.exception)
+
+
+def _fake_launch(cfg: TrainConfig, **_: object) -> TrainResult:
+    """A finished run without processes: two steps of 50 ms at the initial split."""
+    from tessera.train.launcher import TrainResult
+
+    split = list(cfg.initial_split())
+    log = tuple({"step": s, "split": split, "compute_s": [0.04] * cfg.world_size,
+                 "wall_s": 0.05, "loss": 1.0, "skipped": False, "attempt": 0,
+                 "rebalance": None} for s in range(2))
+    n = cfg.world_size
+    return TrainResult(cfg, Path("."), True, tuple(s.flavor.short for s in cfg.slots),
+                       ("fp32",) * n, (1.0,) * n, log, 0, tuple(split))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("args", "source", "lines"),
+    [
+        (["cnn", "--devices", "A100:1,T4:2"], "planner",
+         ["initial split [46, 1, 1] from the planner: planned as cifar10",
+          "start at the minimum batch (1)",
+          "measured step time 50.0 ms (960 samples/s); planner predicted 32.0 ms"]),
+        (["cnn", "--devices", "A100:1,T4:2", "--plan-model", "imagenet"], "planner",
+         ["from the planner: planned as imagenet", "for imagenet on real GPUs"]),
+        (["cnn", "--devices", "K80:1,V100:1"], "catalog",
+         ["initial split [10, 38] from the catalog: relative peak speeds (fp32 tflops), "
+          "because the planner has no cifar10 profile for K80"]),
+    ],
+    ids=["planner", "plan-model", "catalog-fallback"],
+)
+def test_output_names_the_initial_split_source(app, monkeypatch, args, source, lines):
+    pytest.importorskip("torch")
+    import tessera.train.launcher
+
+    monkeypatch.setattr(tessera.train.launcher, "launch", _fake_launch)
+    result = CliRunner().invoke(app, ["train", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    for line in lines:
+        assert line in result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["initial_split_source"] == source
+    assert summary["initial_split"] == summary["final_split"]
+    assert summary["step_time_s"] == pytest.approx(0.05)
+    if source == "catalog":
+        assert "planner predicted" not in result.output
+        assert summary["planner_step_time_s"] is None and "K80" in summary["initial_split_reason"]
 
 
 @pytest.mark.torch
@@ -88,6 +145,8 @@ def test_train_runs_and_ends_with_json_summary(tmp_path):
     assert summary["rebalances"] == len(summary["rebalance_events"])
     assert sum(summary["final_split"]) == 24
     assert summary["precisions"] == ["bf16", "fp16", "fp16"]
+    assert summary["initial_split_source"] == "planner" and summary["plan_model"] == "ncf"
+    assert "planner predicted" in proc.stdout
     assert "EMULATED" in proc.stdout
     assert sum(line.startswith("step ") for line in lines) == 8  # per-step times printed
     assert (tmp_path / "latest.pt").exists()

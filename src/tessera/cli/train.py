@@ -3,6 +3,11 @@
 One local process per device. With GPUs (one per rank), ranks run on them over NCCL; without,
 heterogeneity is emulated over gloo (see :mod:`tessera.train.emulation`) and the output says so.
 ``--split equal`` is plain equal-split data parallelism, so the gain of balancing is one flag away.
+
+With ``--split planned`` step 0 takes the data-parallel planner's split for the example's planner
+model (``--plan-model`` overrides it), or catalog speeds when the planner cannot plan; the output
+names the source and, for the planner, puts its predicted step time next to the measured one
+(see :mod:`tessera.train.prior`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tessera.errors import SpecError
+from tessera.train.prior import PLAN_MODELS
 
 if TYPE_CHECKING:
     from tessera.train.config import TrainConfig
@@ -53,7 +59,13 @@ def register(app: typer.Typer) -> None:
         ),
         split: str = typer.Option(
             "planned", "--split",
-            help="planned: speed-proportional start + online rebalancing; equal: plain DDP.",
+            help="planned: the planner's split at step 0 + online rebalancing; equal: plain DDP.",
+        ),
+        plan_model: str | None = typer.Option(
+            None, "--plan-model",
+            help="Planner model for the planned step-0 split (imagenet, cifar10, bert, "
+                 "deepspeech2, yolov3, ncf); default by example: "
+                 + ", ".join(f"{e}->{m}" for e, m in PLAN_MODELS.items()) + ".",
         ),
         steps: int = typer.Option(30, "--steps", help="Optimizer steps (same on every rank)."),
         global_batch: int = typer.Option(48, "--global-batch", help="Samples per step, all ranks."),
@@ -89,7 +101,7 @@ def register(app: typer.Typer) -> None:
         fail = _parse_fail_at(fail_at)
         cfg = TrainConfig(
             example=example, devices=devices, global_batch=global_batch, steps=steps,
-            split=split, seed=seed, speeds=_parse_speeds(speeds),
+            split=split, plan_model=plan_model, seed=seed, speeds=_parse_speeds(speeds),
             speed_changes=tuple(parse_speed_change(s) for s in speed_change),
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
             checkpoint_every=checkpoint_every, fail_at=FailAt(*fail) if fail else None,
@@ -117,6 +129,8 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
                    f"speed; relative speeds: {speeds}")
     typer.echo("precision per rank: " + ", ".join(
         f"{s.flavor.short} {s.precision}" for s in slots))
+    start = cfg.initial_split_info()
+    typer.echo(start.describe())
     result = launch(cfg, max_restarts=max_restarts)
     typer.echo("")
     typer.echo("rank  flavor       speed  mean compute ms  final batch")
@@ -127,5 +141,12 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
                f"{len(result.rebalances)} rebalance(s), final loss {result.final_loss:.4f}, "
                f"restarts {result.restarts}"
                + (" (heterogeneity emulated)" if result.emulated else ""))
+    if start.planner_step_s is not None and start.planner_samples_per_s is not None:
+        typer.echo(f"measured step time {1000 * result.mean_step_s:.1f} ms "
+                   f"({result.throughput_samples_per_s:.0f} samples/s); planner predicted "
+                   f"{1000 * start.planner_step_s:.1f} ms ({start.planner_samples_per_s:.0f} "
+                   f"samples/s) for {start.plan_model} on real GPUs"
+                   + ("; emulated times follow the emulation model, not the profile"
+                      if result.emulated else ""))
     if as_json:
         typer.echo(json.dumps(result.summary()))

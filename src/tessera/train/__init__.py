@@ -10,6 +10,7 @@ Modules, from the bottom up:
 * :mod:`~tessera.train.devices` -- device lists (``A100:1,T4:2``), relative speeds, precision;
 * :mod:`~tessera.train.balancer` -- the online split from measured step times (pure Python);
 * :mod:`~tessera.train.emulation` -- heterogeneity on a CPU-only machine;
+* :mod:`~tessera.train.prior` -- the split of step 0: the planner's, or catalog speeds;
 * :mod:`~tessera.train.config` -- one validated :class:`TrainConfig` per run;
 * :mod:`~tessera.train.examples` -- small models on deterministic synthetic data (torch);
 * :mod:`~tessera.train.ddp` -- the weighted gradient all-reduce (torch);

@@ -6,9 +6,9 @@ unchanged to every rank -- pickled to spawned processes, or as JSON for ``torchr
 
 Split modes:
 
-* ``planned`` -- start from a split proportional to the catalog's relative speeds (the prior a
-  planner would give; :mod:`tessera.plan` can supply a better one), then rebalance online from
-  measured step times;
+* ``planned`` -- start from the data-parallel planner's split for the example's planner model
+  (catalog relative speeds when it cannot plan; see :mod:`tessera.train.prior`), then
+  rebalance online from measured step times;
 * ``equal`` -- plain data parallelism: ``B/N`` samples per rank, never rebalanced (the baseline);
 * ``fixed`` -- an explicit split, never rebalanced (tests and reproductions).
 """
@@ -20,9 +20,16 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tessera.errors import SpecError
-from tessera.train.balancer import BalancerConfig, equal_split, proportional_split
+from tessera.train.balancer import BalancerConfig, equal_split
 from tessera.train.devices import DeviceSlot, parse_devices, relative_speeds
 from tessera.train.emulation import EmulationConfig, SpeedChange
+from tessera.train.prior import (
+    PLAN_MODELS,
+    InitialSplit,
+    SplitSource,
+    check_plan_model,
+    planned_split,
+)
 
 SPLIT_MODES = ("planned", "equal", "fixed")
 DTYPES = ("float32", "float64")
@@ -49,6 +56,8 @@ class TrainConfig:
         steps: optimizer steps to run (the same on every rank).
         split: ``planned``, ``equal`` or ``fixed`` (see the module docstring).
         fixed_split: the local batches for ``split="fixed"``.
+        plan_model: the planner model for the ``planned`` split's step 0; ``None`` takes the
+            example's (:data:`~tessera.train.prior.PLAN_MODELS`).
         seed: seeds the model initialisation and the synthetic data.
         dtype: parameter and data type on CPU (``float64`` for exactness tests).
         lr / momentum: SGD hyper-parameters.
@@ -69,6 +78,7 @@ class TrainConfig:
     steps: int = 30
     split: str = "planned"
     fixed_split: tuple[int, ...] | None = None
+    plan_model: str | None = None
     seed: int = 0
     dtype: str = "float32"
     lr: float = 0.05
@@ -109,6 +119,11 @@ class TrainConfig:
                     f"fixed split {list(self.fixed_split)} must be positive and sum to "
                     f"{self.global_batch}"
                 )
+        if self.plan_model is not None:
+            if self.split != "planned":
+                raise SpecError(f"a planner model only applies to split 'planned', not "
+                                f"{self.split!r}")
+            check_plan_model(self.plan_model)
         if self.speeds is not None and (len(self.speeds) != n or min(self.speeds) <= 0):
             raise SpecError(f"speeds needs {n} positive entries, got {list(self.speeds)}")
         for c in self.speed_changes:
@@ -138,17 +153,27 @@ class TrainConfig:
         """Relative speed per rank: the explicit ``speeds`` or the catalog's ratios."""
         return self.speeds if self.speeds is not None else relative_speeds(self.slots)
 
-    def initial_split(self) -> tuple[int, ...]:
-        """The local batches of step 0."""
+    @property
+    def planner_model(self) -> str:
+        """The planner model step 0 of a ``planned`` split is planned as."""
+        return self.plan_model or PLAN_MODELS[self.example]
+
+    def initial_split_info(self) -> InitialSplit:
+        """The local batches of step 0, with where they came from."""
         if self.split == "fixed":
             assert self.fixed_split is not None
-            return self.fixed_split
+            return InitialSplit(self.fixed_split, SplitSource.FIXED, "given explicitly")
         if self.split == "equal":
-            return equal_split(self.global_batch, self.world_size)
-        # The prior comes from the catalog, never from the emulated truth: with explicit
+            return InitialSplit(equal_split(self.global_batch, self.world_size),
+                                SplitSource.EQUAL, "plain data parallelism, B/N per rank")
+        # Planned from flavors and profiles only, never from the emulated truth: with explicit
         # ``speeds`` the balancer has to discover them from measurements.
-        return proportional_split(relative_speeds(self.slots), self.global_batch,
-                                  self.balancer.min_batch)
+        return planned_split(self.slots, self.global_batch, self.planner_model,
+                             self.balancer.min_batch)
+
+    def initial_split(self) -> tuple[int, ...]:
+        """The local batches of step 0."""
+        return self.initial_split_info().split
 
     def with_changes(self, **changes: Any) -> TrainConfig:
         """A copy with some fields replaced (validated again)."""

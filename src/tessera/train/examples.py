@@ -9,6 +9,10 @@ concatenated batch, and lets a resumed run see exactly the data the uninterrupte
 Labels come from a fixed random "teacher" (or a simple rule for sequences), so the loss falls and
 a broken gradient shows up as a loss that does not. Models avoid BatchNorm: its statistics depend
 on the local batch, which differs per rank in heterogeneous data parallelism; LayerNorm does not.
+
+The planner has no profile of these small models; for the first split of ``--split planned`` each
+is planned as the profiled model closest to it (``mlp`` as ``ncf``, ``cnn`` as ``cifar10``,
+``transformer`` as ``bert``): see :data:`tessera.train.prior.PLAN_MODELS` for why.
 """
 
 from __future__ import annotations

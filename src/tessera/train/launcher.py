@@ -81,6 +81,12 @@ class TrainResult:
         return self.config.global_batch * len(recs) / sum(r["wall_s"] for r in recs)
 
     @property
+    def mean_step_s(self) -> float:
+        """Mean wall time of one synchronous step, warm-up steps excluded."""
+        recs = self.measured_records()
+        return sum(r["wall_s"] for r in recs) / len(recs)
+
+    @property
     def final_loss(self) -> float:
         """Global-batch loss of the last step."""
         return float(self.log[-1]["loss"])
@@ -99,8 +105,10 @@ class TrainResult:
             "final_loss": self.final_loss,
             "restarts": self.restarts,
             "throughput_samples_per_s": self.throughput_samples_per_s,
+            "step_time_s": self.mean_step_s,
             "rebalances": len(self.rebalances),
             "rebalance_events": self.rebalances,
+            **self.config.initial_split_info().to_json(),
         }
 
     def mean_compute_s(self) -> list[float]:
