@@ -10,8 +10,10 @@ Rows:
 * ``equal-split DDP`` -- B/N per rank, never rebalanced: the slowest rank sets the pace.
 * ``hetero (online)`` -- starts from the same equal split (the catalog says all ranks are alike)
   and must discover the 3:1:1 speeds from measured step times.
-* ``hetero (catalog prior)`` -- a real flavor mix (1×A100 + 2×T4, emulated at the catalog's
-  fp16 tensor-core ratio) starting from the catalog prior, vs its own equal split.
+* ``hetero (planner prior)`` -- a real flavor mix (1×A100 + 2×T4, emulated at the catalog's
+  fp16 tensor-core ratio) starting from the data-parallel planner's split (``--split
+  planned``: the planner's answer for real GPUs, which may start very uneven), vs its own
+  equal split.
 * ``solo`` rows -- each speed alone (one rank, whole batch), the same harness: the sum of their
   throughputs is the bound ``X_max`` (no waiting, no communication).
 * a mid-run speed change -- rank 0 drops to 1/3 of its speed; reports how many steps until the
@@ -76,11 +78,11 @@ def main() -> None:
     model_bound = sum(args.global_batch / ((emu.overhead_s + emu.per_sample_s * args.global_batch)
                                            / s) for s in (3.0, 1.0, 1.0))
 
-    # 2. A flavor mix with the catalog as prior.
+    # 2. A flavor mix with the planner's split as prior.
     mix_equal = _run(TrainConfig(devices="A100:1,T4:2", split="equal", **base))
     mix = _run(TrainConfig(devices="A100:1,T4:2", split="planned", **base))
     rows.append(_row("A100+2×T4 equal-split DDP", mix_equal))
-    rows.append(_row("A100+2×T4 hetero (catalog prior)", mix))
+    rows.append(_row("A100+2×T4 hetero (planner prior)", mix))
 
     # 3. A speed change mid-run: rank 0 drops from 3 to 1.
     change_step = args.steps // 2

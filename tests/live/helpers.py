@@ -38,13 +38,13 @@ def write_config(state_dir: Path, queues: list[dict[str, object]] | None = None)
 
 def make_service(state_dir: Path, cluster: str = "v100:4,t4:4", policy: str = "fifo",
                  grace_s: float = 2.0, queues: list[dict[str, object]] | None = None,
-                 gpus_per_server: int = 4) -> LiveService:
+                 gpus_per_server: int = 4, mixed_gangs: bool = False) -> LiveService:
     """A started service with the local executor (stop it with ``svc.stop()``)."""
     write_config(state_dir, queues)
     svc = LiveService(
         Store(state_dir / "state.db"), LocalExecutor(state_dir / "runs", grace_s=grace_s),
         load_cluster(cluster, gpus_per_server), load_tenancy(state_dir), policy, state_dir,
-        ServiceOptions(period_s=0.5, poll_s=0.05, grace_s=grace_s))
+        ServiceOptions(period_s=0.5, poll_s=0.05, grace_s=grace_s, mixed_gangs=mixed_gangs))
     svc.start()
     return svc
 

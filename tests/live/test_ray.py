@@ -85,3 +85,30 @@ def test_cancel_stops_the_actors(ray_service: LiveService) -> None:
     wait_for(lambda: not svc.store.allocations(), 20, "the GPUs to be released")
     with pytest.raises(ValueError):
         ray.get_actor(f"tessera:{jid}:1:0", namespace="tessera")
+
+
+def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
+    from tessera.live.executors.ray import RayExecutor
+
+    state = tmp_path / "state"
+    write_config(state)
+    cluster = load_cluster("v100:2,t4:2", 2)
+    svc = LiveService(Store(state / "state.db"),
+                      RayExecutor(cluster, None, state / "runs", grace_s=1.0), cluster,
+                      load_tenancy(state), "fifo", state,
+                      ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0, mixed_gangs=True))
+    svc.start()
+    try:
+        out = tmp_path / "env"
+        out.mkdir()
+        jid = svc.submit(parse_request(
+            f"name: wide\nqueue: team-a\ngpus: 3\n"
+            f"command: [{sys.executable}, -c, \"{ENV_DUMP}\", {out}]"), ADMIN).job_id
+        wait_for(lambda: _final(svc, jid), 60, "the mixed gang")
+        rec = svc.store.get(jid)
+        assert rec is not None and rec.state.value == "succeeded"
+        envs = [json.loads((out / f"{r}.json").read_text()) for r in range(3)]
+        assert sorted(e["TESSERA_FLAVOR"] for e in envs) == ["T4", "V100-16GB", "V100-16GB"]
+        assert {e["TESSERA_GANG_FLAVORS"] for e in envs} == {"T4+V100-16GB"}
+    finally:
+        svc.stop()

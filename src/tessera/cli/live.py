@@ -64,6 +64,9 @@ def register(app: typer.Typer) -> None:
         executor: str = typer.Option("local", "--executor", help="ray or local."),
         grace_s: float = typer.Option(10.0, "--grace-s", help="Checkpoint grace on preemption."),
         period_s: float = typer.Option(1.0, "--period-s", help="Decision period."),
+        mixed_gangs: bool = typer.Option(False, "--mixed-gangs", help="Let a job that no "
+                                         "single flavor can hold start on GPUs of several "
+                                         "flavors (each rank gets its TESSERA_FLAVOR)."),
     ) -> None:
         """Run the scheduler service, its HTTP API and dashboard."""
         from tessera.live.server import ServeConfig
@@ -71,7 +74,8 @@ def register(app: typer.Typer) -> None:
         from tessera.live.service import ServiceOptions
 
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
-                          ServiceOptions(period_s=period_s, grace_s=grace_s))
+                          ServiceOptions(period_s=period_s, grace_s=grace_s,
+                                         mixed_gangs=mixed_gangs))
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command()

@@ -39,7 +39,7 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     if allocs:
         a = allocs[-1]
         lines.append(f"run {a.run} is {a.status} on {a.placement.describe()}")
-        rate = svc.oracle.rate(spec, a.placement.flavor, a.placement.consolidated)
+        rate = svc.oracle.placement_rate(spec, a.placement)
         lines.append(f"speed on {a.placement.flavor}: {rate:g} steps/s")
         out["placement"] = a.placement.describe()
         return out

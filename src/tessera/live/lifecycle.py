@@ -45,7 +45,9 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
     started = a.started_s if a.started_s is not None else now_s
     dur_s = max(now_s - started, 0.0)
     run_s = dict(rec.run_s_by_flavor)
-    run_s[a.placement.flavor] = run_s.get(a.placement.flavor, 0.0) + dur_s
+    g = a.placement.num_gpus
+    for f, n in a.placement.flavor_counts():  # a mixed gang: each flavor by its share
+        run_s[f] = run_s.get(f, 0.0) + (dur_s if n == g else dur_s * n / g)
     detail = st.detail or ("lost" if st.state == "lost" else f"exit {st.exit_code}")
     store.set_allocation(db, a.job_id, a.run, status="done", ended_s=now_s,
                          exit_code=st.exit_code, detail=detail)

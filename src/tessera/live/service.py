@@ -36,7 +36,7 @@ from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.core import Decision, decide
+from tessera.sched.core import Decision, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import make_policy
@@ -64,6 +64,9 @@ class ServiceOptions:
             queue leaves the API at least two thirds of the time.
         grace_s: how long a stopped run may take to checkpoint before it is killed.
         seed: seed of the ``rng`` handed to ``decide()``.
+        mixed_gangs: let a job that no single flavor can hold start on GPUs of several
+            flavors (each rank's ``TESSERA_FLAVOR`` says its own; see ``docs/scheduler.md``).
+        mixed_min_speed: the least predicted speed of a mix, as a fraction of the job's best.
     """
 
     period_s: float = 1.0
@@ -71,6 +74,13 @@ class ServiceOptions:
     min_round_gap_s: float = 0.02
     grace_s: float = 10.0
     seed: int = 0
+    mixed_gangs: bool = False
+    mixed_min_speed: float = 0.5
+
+    def placement(self) -> PlacementOptions:
+        """The decision core's placement options for these settings."""
+        return PlacementOptions(mixed_gangs=self.mixed_gangs,
+                                mixed_min_speed=self.mixed_min_speed)
 
 
 class LiveService:
@@ -137,7 +147,7 @@ class LiveService:
             raise Rejected(f"unknown queue {queue!r}; queues: {', '.join(self.tenancy.quotas)}")
         now = self.clock()
         job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now)
-        reason = infeasibility(job.spec, self.cluster, self.oracle)
+        reason = infeasibility(job.spec, self.cluster, self.oracle, self.opts.mixed_gangs)
         borrow = quota.borrowing_limit_gpus
         if reason is None and borrow is not None and req.gpus > quota.nominal_gpus + borrow:
             reason = (f"needs {req.gpus} GPUs; queue {queue!r} may hold at most "
@@ -221,7 +231,7 @@ class LiveService:
                               self.tenancy.quotas, self.oracle, self.policy_state)
         if not snap.jobs:
             return None
-        d = decide(snap, self.policy, self.oracle, self.rng)
+        d = decide(snap, self.policy, self.oracle, self.rng, self.opts.placement())
         self.policy_state = d.policy_state
         self.last_decision = d
         self.rounds += 1

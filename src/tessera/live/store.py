@@ -132,9 +132,13 @@ def _job(row: tuple[Any, ...], specs: dict[str, LiveJob]) -> JobRecord:
 
 
 def _alloc(row: tuple[Any, ...]) -> Allocation:
-    gpus = tuple((n, int(c)) for n, c in json.loads(row[3]))
-    return Allocation(row[0], row[1], Placement(row[2], gpus), row[4], row[5], row[6], row[7],
-                      row[8], row[9], row[10])
+    """An allocation row; a mixed gang's ``gpus_json`` lists ``[node, gpus, flavor]`` triples."""
+    entries = json.loads(row[3])
+    if entries and len(entries[0]) == 3:
+        p = Placement.mixed(tuple((n, f, int(c)) for n, c, f in entries))
+    else:
+        p = Placement(row[2], tuple((n, int(c)) for n, c in entries))
+    return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10])
 
 
 class Store:
@@ -265,7 +269,8 @@ class Store:
         db.execute(
             "INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s)"
             " VALUES (?, ?, ?, ?, 'planned', ?)",
-            (job_id, run, p.flavor, json.dumps(p.gpus_by_node), now_s))
+            (job_id, run, p.flavor, json.dumps(p.parts() if p.is_mixed else p.gpus_by_node),
+             now_s))
 
     def set_allocation(self, db: sqlite3.Connection, job_id: str, run: int, **cols: object) -> None:
         sets = ", ".join(f"{k}=?" for k in cols)

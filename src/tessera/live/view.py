@@ -46,7 +46,7 @@ def progress_steps(rec: JobRecord, oracle: ThroughputOracle, current: Allocation
     done = sum(s * oracle.rate(spec, f, True) for f, s in rec.run_s_by_flavor.items())
     if current is not None and current.started_s is not None:
         p = current.placement
-        done += (now_s - current.started_s) * oracle.rate(spec, p.flavor, p.consolidated)
+        done += (now_s - current.started_s) * oracle.placement_rate(spec, p)
     return done
 
 

@@ -71,6 +71,13 @@ class Placement:
             counts[f] = counts.get(f, 0) + c
         return tuple(sorted(counts.items()))
 
+    def parts(self) -> tuple[tuple[str, int, str], ...]:
+        """``((node_id, gpus, flavor), ...)`` in placement order, for homogeneous gangs too."""
+        if not self.node_flavors:
+            return tuple((n, c, self.flavor) for n, c in self.gpus_by_node)
+        return tuple((n, c, f) for (n, c), f in
+                     zip(self.gpus_by_node, self.node_flavors, strict=True))
+
     def gpus_of(self, flavor: str) -> int:
         """GPUs of ``flavor`` in the gang."""
         if not self.node_flavors:

@@ -88,7 +88,7 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
     world = spec.placement.num_gpus
     out: list[dict[str, str]] = []
     rank = 0
-    for node, count in spec.placement.gpus_by_node:
+    for node, count, flavor in spec.placement.parts():
         for local in range(count):
             env = dict(spec.env)
             env.update({
@@ -96,7 +96,8 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
                 "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
                 "LOCAL_WORLD_SIZE": str(count), "TESSERA_JOB_ID": spec.job_id,
                 "TESSERA_RUN": str(spec.run), "TESSERA_CHECKPOINT_DIR": spec.checkpoint_dir,
-                "TESSERA_FLAVOR": spec.placement.flavor, "TESSERA_NODE": node,
+                "TESSERA_FLAVOR": flavor, "TESSERA_NODE": node,
+                "TESSERA_GANG_FLAVORS": spec.placement.flavor,
             })
             if spec.local_batches is not None:
                 env["TESSERA_LOCAL_BATCH"] = str(spec.local_batches[rank])

@@ -120,26 +120,28 @@ class RayExecutor:
         self._actors: dict[tuple[str, int], list[Any]] = {}
 
     def launch(self, spec: LaunchSpec) -> None:
-        key = flavor_resource(spec.placement.flavor)
+        keys = [flavor_resource(f) for _n, _c, f in spec.placement.parts()]
         pg_name = f"tessera-pg:{spec.job_id}:{spec.run}"
         try:
             pg = get_placement_group(pg_name)
         except ValueError:
-            bundles = [{key: float(c)} for _n, c in spec.placement.gpus_by_node]
+            bundles = [{key: float(c)} for key, (_n, c) in
+                       zip(keys, spec.placement.gpus_by_node, strict=True)]
             strategy = "STRICT_PACK" if spec.requires_locality else "PACK"
             pg = placement_group(bundles, strategy=strategy, name=pg_name, lifetime="detached")
         ready, _ = ray.wait([pg.ready()], timeout=READY_TIMEOUT_S)
         if not ready:
             remove_placement_group(pg)
             raise RuntimeError(f"placement group for {spec.placement.describe()} not ready "
-                               f"after {READY_TIMEOUT_S:g} s (Ray lacks {key}?)")
+                               f"after {READY_TIMEOUT_S:g} s "
+                               f"(Ray lacks {', '.join(sorted(set(keys)))}?)")
         actors = []
         rank = 0
         for bundle, (_node, count) in enumerate(spec.placement.gpus_by_node):
             for _ in range(count):
                 actors.append(RankWorker.options(  # type: ignore[attr-defined]
                     name=_actor_name(spec.job_id, spec.run, rank), namespace=NAMESPACE,
-                    lifetime="detached", get_if_exists=True, resources={key: 1.0},
+                    lifetime="detached", get_if_exists=True, resources={keys[bundle]: 1.0},
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         pg, placement_group_bundle_index=bundle)).remote())
                 rank += 1

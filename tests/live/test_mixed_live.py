@@ -1,0 +1,61 @@
+"""The live service places a mixed gang: each rank learns its own flavor, the store keeps it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from tessera.live.api import create_app
+from tessera.live.spec import JobRequest, to_live_job
+from tessera.live.store import Store
+from tessera.sched.snapshot import Placement
+from tests.live.helpers import TEAM_A, auth, make_service, wait_for
+
+QUEUES: list[dict[str, object]] = [{"name": "team-a", "nominal_gpus": 8},
+                                   {"name": "team-b", "nominal_gpus": 0}]
+
+
+def test_a_gang_bigger_than_each_flavor_runs_mixed(tmp_path: Path) -> None:
+    out = tmp_path / "ranks.txt"
+    svc = make_service(tmp_path / "state", queues=QUEUES, mixed_gangs=True)
+    try:
+        with TestClient(create_app(svc)) as api:
+            job = {"name": "wide", "gpus": 8,
+                   "command": f'echo "$RANK $TESSERA_FLAVOR $TESSERA_GANG_FLAVORS" >> {out}'}
+            r = api.post("/api/jobs", json=job, headers=auth(TEAM_A))
+            assert r.status_code == 201, r.text
+            jid = r.json()["job_id"]
+            wait_for(lambda: api.get(f"/api/jobs/{jid}", headers=auth(TEAM_A)).json()["state"]
+                     == "succeeded", what="the mixed gang to finish")
+    finally:
+        svc.stop()
+    lines = sorted(out.read_text().split("\n")[:-1], key=lambda s: int(s.split()[0]))
+    flavors = [line.split()[1] for line in lines]
+    assert sorted(flavors) == ["T4"] * 4 + ["V100-16GB"] * 4
+    assert {line.split()[2] for line in lines} == {"T4+V100-16GB"}
+    alloc = Store(tmp_path / "state" / "state.db").allocations(("done",))[0]
+    assert alloc.placement.is_mixed
+    assert alloc.placement.flavor_counts() == (("T4", 4), ("V100-16GB", 4))
+
+
+def test_without_mixed_gangs_the_same_request_is_rejected(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "state", queues=QUEUES)
+    try:
+        with TestClient(create_app(svc)) as api:
+            r = api.post("/api/jobs", json={"name": "wide", "gpus": 8, "command": "true"},
+                         headers=auth(TEAM_A))
+            assert r.status_code == 422 and "of one flavor" in r.json()["detail"]
+    finally:
+        svc.stop()
+
+
+def test_store_round_trips_a_mixed_placement(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    p = Placement.mixed((("v-0", "V100-16GB", 4), ("t-0", "T4", 2)))
+    job = to_live_job(JobRequest(name="x", gpus=6, command="true"), "j1", "team-a", 0.0)
+    store.add_job(job, 0.0)
+    with store.tx() as db:
+        store.add_allocation(db, "j1", 1, p, 0.0)
+    got = store.allocations(("planned",))[0].placement
+    assert got == p
