@@ -28,8 +28,9 @@ def test_help_lists_every_command() -> None:
     [(["simulate", "-t", "/no/such/trace"], "no trace file"),
      (["simulate", "-t", "philly", "-p", "fofo"], "unknown policy"),
      (["simulate", "-t", "philly", "-c", "zz:4"], "unknown GPU flavor"),
+     (["simulate", "-t", "philly", "--throughputs", "nope"], "built-in tables: gavel, sia"),
      (["simulate", "--no-such-flag"], "No such option")],
-    ids=["missing-trace", "bad-policy", "bad-flavor", "usage"],
+    ids=["missing-trace", "bad-policy", "bad-flavor", "bad-throughputs", "usage"],
 )
 def test_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:
     out = _tessera(*args)

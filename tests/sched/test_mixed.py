@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -114,6 +115,22 @@ def test_cost_model_route_for_jobs_that_name_a_profiled_model() -> None:
     assert pred.source == "planner cost model (imagenet)"
     # Same silicon on both sides: the planner predicts the anchor's own measured speed.
     assert pred.steps_per_s == pytest.approx(o.rate(job, V100, False), rel=1e-6)
+
+
+def test_cost_model_route_never_beats_the_measured_bound() -> None:
+    from tessera.perf.sia_table import sia_throughputs
+    from tessera.workload import load_trace
+
+    c = make_cluster().node("a100-40gb", gpus=4).node("v100", gpus=4).node("t4", gpus=4).build()
+    o = ThroughputOracle(sia_throughputs(), c)
+    golden = Path(__file__).resolve().parents[1] / "data" / "workload" / "sia_small.csv"
+    job = load_trace(golden, throughputs=sia_throughputs()).jobs[0]  # cifar10 on 6 GPUs
+    mixes = [(("A100-40GB", 4), ("V100-16GB", 2)), (("A100-40GB", 2), ("T4", 4)),
+             (("T4", 2), ("V100-16GB", 4))]
+    for mix in mixes:
+        pred = o._mixed_rates().predict(job, mix)
+        assert pred.source == "planner cost model (cifar10)"
+        assert 0 < pred.steps_per_s <= pred.bound_steps_per_s
 
 
 def test_a_mix_that_is_not_the_gang_is_an_error() -> None:

@@ -22,6 +22,14 @@ def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+def _sia_covers(flavors: list[str]) -> bool:
+    from tessera.model.gpus import resolve_flavor
+    from tessera.perf.sia_table import sia_throughputs
+
+    table = sia_throughputs()
+    return all(table.covers(resolve_flavor(f)) for f in flavors)
+
+
 def run_simulation(
     trace: str,
     cluster_text: str,
@@ -32,7 +40,7 @@ def run_simulation(
     out: Path | None,
     as_json: bool,
     workers: int,
-    throughputs: Path | None,
+    throughputs: str | Path | None,
     on_error: str,
     limit: int | None,
     plots: bool,
@@ -43,7 +51,7 @@ def run_simulation(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tessera.model.cluster import load_cluster
-    from tessera.perf.profiles import default_throughputs, load_gavel_throughputs
+    from tessera.perf.tables import load_throughputs
     from tessera.report.tables import comparison_table
     from tessera.sched.policy import make_policy
     from tessera.sim.batch import RunSpec, run_policies
@@ -53,7 +61,7 @@ def run_simulation(
     err = Console(stderr=True)
     for p in policies:
         make_policy(p)  # fail fast on a bad name, before loading anything big
-    table = load_gavel_throughputs(throughputs) if throughputs else default_throughputs()
+    table = load_throughputs(throughputs)
     cluster = load_cluster(cluster_text, gpus_per_server)
     loaded = read_trace(trace, format=trace_format, on_error=on_error,  # type: ignore[arg-type]
                         limit=limit, throughputs=table)
@@ -78,7 +86,8 @@ def run_simulation(
         idle = [f.short for f in cluster.flavors() if not table.covers(f)]
         if idle:
             err.print(f"  [yellow]warning[/] no throughput profile for {', '.join(idle)} in "
-                      f"{table.source}: no job of this trace can run there")
+                      f"{table.source}: no job of this trace can run there"
+                      + ("; --throughputs sia covers them" if _sia_covers(idle) else ""))
         eff = config.effective()
         err.print(f"[bold]mode[/] {eff.mode}, restore {eff.checkpoint_s + eff.restore_s:.0f} s, "
                   f"failure rate {eff.failures.job_failure_rate:.0%}, seed {eff.seed}"
@@ -197,8 +206,9 @@ def register(app: typer.Typer) -> None:
         limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
         on_error: str = typer.Option("raise", help="raise | skip malformed trace rows "
                                      "(skipped rows are counted and listed)."),
-        throughputs: Path | None = typer.Option(None, help="Gavel throughputs JSON "
-                                                "(default: the bundled one)."),
+        throughputs: str = typer.Option("gavel", help="Throughput table: gavel (K80/P100/"
+                                        "V100), sia (T4/V100/A100/RTX, for modern-mixed), "
+                                        "or a Gavel-layout JSON file."),
         out: Path | None = typer.Option(None, help="Output folder (default runs/<time>)."),
         workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),

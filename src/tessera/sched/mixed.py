@@ -22,7 +22,9 @@ all-reduce, dropping GPUs that would slow it. Its prediction is a ratio against 
 on N GPUs of the *anchor* flavor (the flavor of the mix with most GPUs, fastest on ties), and
 the ratio scales the job's measured anchor speed: ``rate = r_anchor(N) · P(mix) / P(N·anchor)``.
 The answer therefore agrees with the homogeneous speeds wherever both exist, and adds what only
-the cost model knows (fixed costs, the all-reduce, devices not worth using).
+the cost model knows (fixed costs, the all-reduce, devices not worth using). Where the cost
+model's relative speeds disagree with the measured ones, the answer is capped at the
+sum-of-throughputs bound of the measured speeds: a mix is never faster than its parts.
 
 :class:`MixedRates` caches both by (job type, gang size, mix).
 """
@@ -173,7 +175,9 @@ class MixedRates:
             return None
         if not (math.isfinite(t_mix) and t_mix > 0):
             return None
-        return MixedPrediction(rates[anchor] * t_anchor / t_mix, bound,
+        # The cost model's relative speeds may disagree with the measured ones; a mix is never
+        # faster than its parts working alone at their measured speeds.
+        return MixedPrediction(min(rates[anchor] * t_anchor / t_mix, bound), bound,
                                f"planner cost model ({model})")
 
 

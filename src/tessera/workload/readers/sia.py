@@ -9,9 +9,11 @@ file carries **no duration**. Tessera needs a job type it has profiles for and a
 and derives both by documented rules (the result is an *approximation* of Sia's workload, noted
 as such in ``Workload.notes``):
 
-* **job type** -- the closest profiled family (:data:`SIA_FAMILY`: cifar10 → ResNet-18, imagenet
-  and yolov3 → ResNet-50, bert → Transformer, deepspeech2 → LM), at the profiled batch size
-  nearest (in log scale) to the per-GPU batch ``batch_size / num_replicas``.
+* **job type** -- the application itself when the throughput table profiles it (the Sia table,
+  ``--throughputs sia``: ``imagenet (batch size 40)``), else the closest Gavel family
+  (:data:`SIA_FAMILY`: cifar10 → ResNet-18, imagenet and yolov3 → ResNet-50, bert →
+  Transformer, deepspeech2 → LM); either way at the profiled batch size nearest (in log
+  scale) to the per-GPU batch ``batch_size / num_replicas``.
 * **duration** -- Sia's generator assigned applications by the real job's GPU time: < 1 GPU-h →
   cifar10, < 10 → deepspeech2/bert, < 100 → yolov3, else imagenet, with every job between
   1 GPU-minute and 1000 GPU-hours. A job gets the geometric middle of its application's class
@@ -82,7 +84,7 @@ def sia_job_type(
     ``families`` is ``_family_batches(table)``, passed in to avoid recomputing it per row.
     """
     families = families if families is not None else _family_batches(table)
-    choices = families.get(SIA_FAMILY[application])
+    choices = families.get(application) or families.get(SIA_FAMILY[application])
     if not choices:
         raise RowError("application", f"no profiled {SIA_FAMILY[application]} job types")
     target = math.log(max(per_gpu_batch, 1.0))
