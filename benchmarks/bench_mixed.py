@@ -9,7 +9,11 @@ same seeds, in one process, so the ratios are not skewed by a noisy machine:
   4-GPU servers -- each flavor's pool is small, so big gangs often find no single flavor free;
 * ``gavel-36``: the same generator at 1 job/h on ``v100:12,p100:12,k80:12`` (4-GPU servers);
 * ``big-gangs``: ``small-pools`` with every 8-GPU job made a 12-GPU job -- more GPUs than any
-  one flavor has, so without mixing those jobs are rejected at submission.
+  one flavor has, so without mixing those jobs are rejected at submission;
+* ``sia-modern``: Sia's own setting -- the Sia workloads ``sia-philly-1..8`` (160 jobs each,
+  real submit times) on ``modern-mixed`` (16 A100 + 24 V100 + 24 T4) with the Sia throughput
+  table; here a mix is predicted by the planner's cost model (the jobs name their
+  application). Needs ``../shared/data/traces/sia_workloads`` (skipped when absent).
 
 Printed: mean average JCT (hours) over the seeds with mixing off and on, their ratio
 (on / off, < 1 means mixing helps), how many seeds improved, GPU-hours spent on mixed gangs,
@@ -28,9 +32,12 @@ from dataclasses import dataclass, replace
 
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import Workload
+from tessera.perf.profiles import ThroughputTable, default_throughputs
+from tessera.perf.sia_table import sia_throughputs
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
-from tessera.workload import generate_gavel_like
+from tessera.workload import generate_gavel_like, load_trace
+from tessera.workload.known import find_data
 
 POLICIES = ("fifo", "las", "hetero_srpt")
 
@@ -41,16 +48,20 @@ class Setting:
     cluster: str
     jobs_per_hour: float
     grow_8_to: int | None = None
+    sia_traces: int = 0
 
 
 SETTINGS = (
     Setting("small-pools", "v100:8,p100:8,k80:8", 0.5),
     Setting("gavel-36", "v100:12,p100:12,k80:12", 1.0),
     Setting("big-gangs", "v100:8,p100:8,k80:8", 0.5, grow_8_to=12),
+    Setting("sia-modern", "modern-mixed", 0.0, sia_traces=8),
 )
 
 
 def _workload(s: Setting, seed: int, n_jobs: int) -> Workload:
+    if s.sia_traces:
+        return load_trace(f"sia-philly-{seed + 1}", throughputs=sia_throughputs())
     w = generate_gavel_like(n_jobs, s.jobs_per_hour, seed)
     if s.grow_8_to is None:
         return w
@@ -63,6 +74,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds, 100 jobs")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--settings", default=",".join(x.name for x in SETTINGS),
+                    help="comma-separated settings to run")
     ap.add_argument("--min-speed", type=float, default=0.5,
                     help="mixed_min_speed (fraction of the best flavor's speed)")
     args = ap.parse_args()
@@ -71,18 +84,29 @@ def main() -> None:
     print(f"{'setting':12s} {'policy':12s} {'off h':>8s} {'on h':>8s} {'on/off':>7s} "
           f"{'better':>7s} {'mixed GPU-h':>11s} {'rejected off/on':>16s}")
     t0 = time.perf_counter()
+    wanted = set(args.settings.split(","))
     for s in SETTINGS:
+        if s.name not in wanted:
+            continue
+        table: ThroughputTable = default_throughputs()
+        runs = seeds
+        if s.sia_traces:
+            if find_data("traces/sia_workloads/philly/workload-1.csv") is None:
+                print(f"{s.name:12s} skipped: the Sia workloads are not present")
+                continue
+            table = sia_throughputs()
+            runs = range(min(s.sia_traces, 2) if args.quick else s.sia_traces)
         cluster = load_cluster(s.cluster, 4)
         for pol in POLICIES:
             off: list[float] = []
             on: list[float] = []
             mixed_h = 0.0
             rej = [0, 0]
-            for seed in seeds:
+            for seed in runs:
                 w = _workload(s, seed, n_jobs)
                 for k, cfg in enumerate((SimConfig(seed=seed), SimConfig(
                         seed=seed, mixed_gangs=True, mixed_min_speed=args.min_speed))):
-                    r = simulate(w, cluster, pol, cfg)
+                    r = simulate(w, cluster, pol, cfg, table)
                     (off if k == 0 else on).append(r.summary.avg_jct_s / 3600)
                     rej[k] += r.summary.rejected
                     if k:
