@@ -7,8 +7,9 @@ These glue the cost model (:class:`tessera.perf.steptime.CostModel`) to the spli
 * :func:`nodes_for` lays a flavor → count mapping out on servers (one flavor per server,
   ``gpus_per_node`` GPUs each, the catalog's default links);
 * :func:`plan_data_parallel` plans one job;
-* :func:`predict_mixed_throughput` is the one-number answer the simulator asks for when a job is
-  given GPUs of several flavors.
+* :func:`predict_mixed_throughput` is the one-number answer (samples/s) for a job given GPUs of
+  several flavors; the scheduler's mixed gangs (:mod:`tessera.sched.mixed`) plan with the same
+  :func:`~tessera.plan.dp.split_batch`, on the job's own servers.
 """
 
 from __future__ import annotations
@@ -120,8 +121,7 @@ def predict_mixed_throughput(
 ) -> float:
     """Samples per second of ``model`` trained data-parallel on a mix of flavors.
 
-    The simulator calls this when a job is allocated GPUs of several flavors. The split is the
-    planner's (balanced, capped, devices dropped when they slow the job).
+    The split is the planner's (balanced, capped, devices dropped when they slow the job).
 
     Args:
         model: a model the cost model knows.
