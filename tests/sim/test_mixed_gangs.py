@@ -72,6 +72,15 @@ def test_compat_gavel_turns_mixed_gangs_off() -> None:
     assert not SimConfig(mixed_gangs=True, compat="gavel").effective().mixed_gangs
 
 
+@pytest.mark.parametrize("policy", ["fifo", "las", "srtf", "hetero_srpt", "hetero_gittins",
+                                    "max_min_fairness", "finish_time_fairness"])
+def test_every_policy_runs_a_gang_only_a_mix_can_hold(policy: str) -> None:
+    w = make_workload(make_job("small", 2, steps=500, job_type=R50),
+                      make_job("big", 8, steps=5000, submit_s=1, job_type=R50))
+    r = simulate(w, _cluster(), policy, SimConfig(mixed_gangs=True))
+    assert r.summary.succeeded == 2, [j.outcome for j in r.jobs]
+
+
 def test_cli_simulate_with_mixed_gangs(tmp_path: Path) -> None:
     trace = tmp_path / "t.tsv"
     write_gavel_tsv(make_workload(make_job("big", 8, steps=5000, job_type=R50)), trace)

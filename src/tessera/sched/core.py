@@ -612,6 +612,16 @@ def _backfill(
                 run[jid] = mixed
             else:
                 skipped = True
+    if opts.mixed_gangs and not skipped:
+        # A job bigger than every flavor may be left out of the ranking by a policy that only
+        # ranks what one flavor can hold: it gets its mix last, in submission order.
+        for jid, j in by_id.items():
+            if jid not in run and jid not in last and not j.running:
+                mixed = _try_mixed(j, free, oracle, now_s, opts, releases)
+                if mixed is None:
+                    break
+                free.take(mixed)
+                run[jid] = mixed
 
 
 class _Releases:
