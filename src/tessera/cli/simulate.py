@@ -123,6 +123,9 @@ def run_simulation(
         from tessera.report.tables import wait_split_table
 
         con.print(wait_split_table(results))
+        if config.mixed_gangs:
+            con.print("mixed gangs (GPU-hours held by jobs spanning flavors): " + ", ".join(
+                f"{r.policy} {r.extras.get('mixed_gpu_h', 0.0):.1f}" for r in results))
         err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
     return results
 
