@@ -146,6 +146,17 @@ def _stop(procs: Sequence[mp.process.BaseProcess]) -> None:
             p.join()
 
 
+def _rank0_finishes(rank0: mp.process.BaseProcess, run_dir: Path) -> bool:
+    """Give a rank 0 that is still running a moment to write the result (it may be past the
+    last step, saving the final checkpoint, when a peer dies in teardown)."""
+    deadline = time.monotonic() + STOP_GRACE_S
+    while rank0.exitcode is None and time.monotonic() < deadline:
+        if (run_dir / RESULT_NAME).exists():
+            return True
+        time.sleep(POLL_S)
+    return (run_dir / RESULT_NAME).exists()
+
+
 def _run_group(cfg: TrainConfig, run_dir: Path, restart_count: int,
                timeout_s: float | None) -> list[tuple[int, int]]:
     """Run all ranks once; return ``(rank, exit status)`` of ranks seen failing first."""
@@ -164,6 +175,11 @@ def _run_group(cfg: TrainConfig, run_dir: Path, restart_count: int,
             codes = [p.exitcode for p in procs]
             failed = [(r, c) for r, c in enumerate(codes) if c is not None and c != 0]
             if failed:
+                if (run_dir / RESULT_NAME).exists() or _rank0_finishes(procs[0], run_dir):
+                    # Rank 0 wrote the result, so every step's all-reduce completed on every
+                    # rank: a peer that died afterwards (gloo aborts a rank whose socket is
+                    # reset while it tears down) cannot have changed the outcome.
+                    return []
                 return failed
             if all(c == 0 for c in codes):
                 return []

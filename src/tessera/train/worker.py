@@ -183,6 +183,10 @@ def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,
                                 timeout=PROCESS_GROUP_TIMEOUT)
     try:
         train_loop(cfg, rank, world_size, Path(run_dir), restart_count)
+        if distributed:
+            # Leave together: a rank that closed its sockets while a peer still read the last
+            # all-reduce would reset the peer's connection.
+            dist.barrier()
     finally:
         if distributed:
             dist.destroy_process_group()
