@@ -183,6 +183,9 @@ def register(app: typer.Typer) -> None:
         compat_solver: str = typer.Option("auto", help="LP solver under --compat gavel: "
                                           "auto | ecos | highs-ipm | highs."),
         mode: str = typer.Option("auto", help="rounds | events | auto (policy's choice)."),
+        fill_between_rounds: bool = typer.Option(False, "--fill-between-rounds", help="In "
+                                                 "rounds mode, let waiting jobs take idle GPUs "
+                                                 "between rounds (nobody is moved)."),
         round_s: float = typer.Option(360.0, help="Round length in rounds mode (s)."),
         checkpoint_s: float = typer.Option(30.0, help="Checkpoint time on preemption (s)."),
         restore_s: float = typer.Option(30.0, help="Restore time on resume or migration (s)."),
@@ -227,6 +230,7 @@ def register(app: typer.Typer) -> None:
             "mode": mode, "round_s": round_s, "checkpoint_s": checkpoint_s,
             "restore_s": restore_s, "locality_wait_s": locality_wait_s, "seed": seed,
             "mixed_gangs": mixed_gangs, "mixed_min_speed": mixed_min_speed,
+            "fill_between_rounds": fill_between_rounds,
             "compat": compat, "compat_solver": compat_solver,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,

@@ -220,7 +220,7 @@ def decide(
     lap("order")
     if policy.round_based:
         run = place_rounds(ranking.candidates, by_id, admitted, free, ctx_oracle,
-                            policy.preemptive, free_known, now, opts)
+                            policy.preemptive and not opts.fill_only, free_known, now, opts)
     else:
         run = place_events(ranking.candidates, by_id, admitted, free, ctx_oracle, True,
                             free_known, now, opts)

@@ -48,6 +48,8 @@ class PlacementOptions:
         mixed_min_speed: a mixed gang is accepted only if its predicted speed is at least
             this fraction of the job's speed on its best flavor (a job too big for any one
             flavor's whole capacity takes any mix).
+        fill_only: keep every running gang where it is and only place waiting jobs into free
+            GPUs, in the policy's order (a round-based policy's step between two rounds).
     """
 
     locality_wait_s: float = 0.0
@@ -57,6 +59,7 @@ class PlacementOptions:
     largest_node_gpus: int | None = None
     mixed_gangs: bool = False
     mixed_min_speed: float = 0.5
+    fill_only: bool = False
 
 
 def needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:

@@ -117,6 +117,9 @@ class SimConfig(BaseModel):
             flavors, at the planner's predicted speed (Sia/Cannikin style; off by default).
         mixed_min_speed: accept a mixed gang only at this fraction of the job's speed on its
             best flavor or more.
+        fill_between_rounds: in rounds mode, on an arrival or completion between two rounds,
+            place waiting jobs into idle GPUs in the policy's order without stopping or moving
+            anyone (work-conserving rounds; Gavel leaves those GPUs idle until the next round).
         failures / validation / quotas: failure model, pre-run validation of big gangs, and
             tenant quotas (all off by default).
         compat: ``gavel`` reproduces Gavel's simulator (``docs/gavel-compat.md``): no cost Gavel
@@ -139,6 +142,7 @@ class SimConfig(BaseModel):
     locality_wait_s: float = Field(0.0, ge=0)
     mixed_gangs: bool = False
     mixed_min_speed: float = Field(0.5, gt=0, le=1)
+    fill_between_rounds: bool = False
     failures: FailureConfig = FailureConfig()
     validation: ValidationConfig = ValidationConfig()
     quotas: QuotaConfig = QuotaConfig()
@@ -161,6 +165,7 @@ class SimConfig(BaseModel):
                     "validation": ValidationConfig(),
                     "quotas": QuotaConfig(),
                     "mixed_gangs": False,
+                    "fill_between_rounds": False,
                 }
             )
         return self

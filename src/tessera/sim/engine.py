@@ -93,6 +93,7 @@ class Simulator:
             mixed_gangs=self.cfg.mixed_gangs,
             mixed_min_speed=self.cfg.mixed_min_speed,
         )
+        self.fill_opts = replace(self.opts, fill_only=True)
         self.progress = progress
         fcfg = self.cfg.failures
         self.jobs = [
@@ -192,6 +193,8 @@ class Simulator:
                 elif changed and not self.round_pending and self.active:
                     self._push(t, _ROUND)
                     self.round_pending = True
+                elif changed and self.cfg.fill_between_rounds and self._can_fill():
+                    self._fill(t)
             elif changed and self._worth_deciding():
                 self._decide(t)
             if self.progress is not None and changed:
@@ -470,6 +473,24 @@ class Simulator:
                 self._push(at, _WAKEUP)
         elif d.wakeup_s is None:
             self.wakeup_at = None
+
+    def _can_fill(self) -> bool:
+        return len(self.running) < len(self.active) and any(v > 0 for v in self.free.values())
+
+    def _fill(self, t: float) -> None:
+        """Between two rounds: place waiting jobs into idle GPUs, in the policy's order, without
+        touching running jobs. The policy's memory is left as the last round set it."""
+        snap = Snapshot(now_s=t, cluster=self.cluster,
+                        jobs=tuple(j.to_view() for j in self.active.values()),
+                        policy_state=self.policy_state, round_s=self.cfg.round_s,
+                        free_gpus=dict(self.free), quotas=self.quotas)
+        state = self.policy_state
+        t0 = time.perf_counter()
+        d = decide(snap, self.policy, self.oracle, self.rng, self.fill_opts)
+        self.c.decide_s += time.perf_counter() - t0
+        self.c.decisions += 1
+        self.policy_state = state
+        self._apply(d, t)
 
     def _apply(self, d: Decision, t: float) -> None:
         by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.active.values()}
