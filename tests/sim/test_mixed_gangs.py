@@ -65,6 +65,7 @@ def test_same_seed_same_result_with_mixed_gangs() -> None:
     w = generate_gavel_like(60, 2.0, 3)
     cfg = SimConfig(mixed_gangs=True)
     a, b = simulate(w, c, "las", cfg), simulate(w, c, "las", cfg)
+    assert a.extras["mixed_gpu_h"] > 0  # mixed gangs did run
     assert a.jobs == b.jobs and a.summary == b.summary
 
 

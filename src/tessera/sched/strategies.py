@@ -71,7 +71,6 @@ def needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:
     return g > 1 and now_s - j.pending_since_s < opts.locality_wait_s
 
 
-
 def place_rounds(
     candidates: tuple[tuple[JobId, str], ...],
     by_id: dict[JobId, JobView],
@@ -317,7 +316,7 @@ def backfill(
     """
     flavors = free.flavors()
     last: dict[JobId, int] = {}
-    releases = releases or Releases(by_id.values(), now_s)
+    releases = releases or Releases(by_id.values(), now_s)  # lazy: costs nothing unused
     skipped = False  # a higher-ranked job was left waiting: no mixed gang may pass it
     if opts.mixed_gangs:
         last = {jid: i for i, (jid, _fl) in enumerate(candidates)}

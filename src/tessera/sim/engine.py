@@ -224,10 +224,10 @@ class Simulator:
             extras=self.extras,
         )
 
-    def _timed_decide(self, snap: Snapshot) -> Decision:
+    def _timed_decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
         """Call the decision core, keep its memory, and account its time and phases."""
         t0 = time.perf_counter()
-        d = decide(snap, self.policy, self.oracle, self.rng, self.opts)
+        d = decide(snap, self.policy, self.oracle, self.rng, opts or self.opts)
         self.c.decide_s += time.perf_counter() - t0
         self.c.decisions += 1
         for name, ms in d.phase_ms:
@@ -455,16 +455,7 @@ class Simulator:
     def _decide(self, t: float) -> None:
         if not self.active:
             return
-        snap = Snapshot(
-            now_s=t,
-            cluster=self.cluster,
-            jobs=tuple(j.to_view() for j in self.active.values()),
-            policy_state=self.policy_state,
-            round_s=self.cfg.round_s if self.rounds else None,
-            free_gpus=dict(self.free),
-            quotas=self.quotas,
-        )
-        d = self._timed_decide(snap)
+        d = self._timed_decide(self._snapshot(t))
         self._apply(d, t)
         if d.wakeup_s is not None and not self.rounds:
             at = max(d.wakeup_s, t + 1e-3)
@@ -480,17 +471,22 @@ class Simulator:
     def _fill(self, t: float) -> None:
         """Between two rounds: place waiting jobs into idle GPUs, in the policy's order, without
         touching running jobs. The policy's memory is left as the last round set it."""
-        snap = Snapshot(now_s=t, cluster=self.cluster,
-                        jobs=tuple(j.to_view() for j in self.active.values()),
-                        policy_state=self.policy_state, round_s=self.cfg.round_s,
-                        free_gpus=dict(self.free), quotas=self.quotas)
         state = self.policy_state
-        t0 = time.perf_counter()
-        d = decide(snap, self.policy, self.oracle, self.rng, self.fill_opts)
-        self.c.decide_s += time.perf_counter() - t0
-        self.c.decisions += 1
+        d = self._timed_decide(self._snapshot(t), self.fill_opts)
         self.policy_state = state
         self._apply(d, t)
+
+    def _snapshot(self, t: float) -> Snapshot:
+        """What ``decide()`` sees at ``t``: active jobs' views and the driver's free GPUs."""
+        return Snapshot(
+            now_s=t,
+            cluster=self.cluster,
+            jobs=tuple(j.to_view() for j in self.active.values()),
+            policy_state=self.policy_state,
+            round_s=self.cfg.round_s if self.rounds else None,
+            free_gpus=dict(self.free),
+            quotas=self.quotas,
+        )
 
     def _apply(self, d: Decision, t: float) -> None:
         by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.active.values()}
