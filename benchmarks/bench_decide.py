@@ -22,6 +22,7 @@ import time
 from tessera.model.cluster import parse_compact
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.context import DecisionContext
 from tessera.sched.core import decide
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import make_policy
@@ -60,7 +61,7 @@ def main() -> None:
             times, phases = [], {}
             for r in range(args.repeats):
                 t0 = time.perf_counter()
-                d = decide(snap, policy, oracle, random.Random(r))
+                d = decide(snap, policy, DecisionContext(oracle, random.Random(r)))
                 times.append((time.perf_counter() - t0) * 1e3)
                 phases = dict(d.phase_ms)
             ph = " ".join(f"{k}={v:.1f}" for k, v in phases.items())

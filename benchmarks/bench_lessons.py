@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.model.cluster import load_cluster
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace
@@ -43,8 +44,8 @@ def main() -> None:
         "failures 30 %": SimConfig(failures=fail),
         "failures 30 % + validation ≥8": SimConfig(
             failures=fail, validation=ValidationConfig(min_gpus=8, validation_s=600)),
-        "locality wait 0": SimConfig(locality_wait_s=0),
-        "locality wait 2 h": SimConfig(locality_wait_s=7200),
+        "locality wait 0": SimConfig(scheduler=SchedulerSettings(locality_wait_s=0)),
+        "locality wait 2 h": SimConfig(scheduler=SchedulerSettings(locality_wait_s=7200)),
     }
     t = Table("run", "wall s", "÷ plain", "events", "avg queue s", "quota h", "capacity h",
               "fragmentation h", "GPU-h lost", "validation GPU-h", "split GPU-h",

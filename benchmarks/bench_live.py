@@ -38,6 +38,7 @@ from tessera.live.tenancy import CONFIG_NAME, Principal, hash_token, load_tenanc
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.model.jobs import JobId, JobSpec, Workload
 from tessera.perf.profiles import ThroughputTable
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 
@@ -172,7 +173,8 @@ def bench_sim_parity(root: Path, n: int, seed: int) -> list[tuple[str, str]]:
                           float(s), r.job.spec.submit_time_s - first)  # type: ignore[union-attr]
                   for r, (_a, s, _g) in zip(recs, plan, strict=True))
     res = simulate(Workload("live-parity", specs), cluster, "fifo",
-                   SimConfig(mode="events", checkpoint_s=0, restore_s=0, sample_every_s=1.0),
+                   SimConfig(scheduler=SchedulerSettings(mode="events", checkpoint_s=0,
+                                                         restore_s=0), sample_every_s=1.0),
                    table=_sleep_table(cluster, "sleep"))
     sim_jct = {j.job_id: j.jct_s for j in res.jobs}
     errs = []

@@ -34,6 +34,7 @@ from tessera.model.cluster import load_cluster
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.perf.sia_table import sia_throughputs
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import generate_gavel_like, load_trace
@@ -104,8 +105,9 @@ def main() -> None:
             rej = [0, 0]
             for seed in runs:
                 w = _workload(s, seed, n_jobs)
-                for k, cfg in enumerate((SimConfig(seed=seed), SimConfig(
-                        seed=seed, mixed_gangs=True, mixed_min_speed=args.min_speed))):
+                mixed = SchedulerSettings(mixed_gangs=True, mixed_min_speed=args.min_speed)
+                for k, cfg in enumerate((SimConfig(seed=seed),
+                                         SimConfig(scheduler=mixed, seed=seed))):
                     r = simulate(w, cluster, pol, cfg, table)
                     (off if k == 0 else on).append(r.summary.avg_jct_s / 3600)
                     rej[k] += r.summary.rejected

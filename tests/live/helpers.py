@@ -13,6 +13,7 @@ from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import CONFIG_NAME, hash_token, load_tenancy
 from tessera.model.cluster import load_cluster
+from tessera.sched.settings import SchedulerSettings
 
 ADMIN = "admin-token-for-tests"
 TEAM_A = "team-a-token"
@@ -44,7 +45,8 @@ def make_service(state_dir: Path, cluster: str = "v100:4,t4:4", policy: str = "f
     svc = LiveService(
         Store(state_dir / "state.db"), LocalExecutor(state_dir / "runs", grace_s=grace_s),
         load_cluster(cluster, gpus_per_server), load_tenancy(state_dir), policy, state_dir,
-        ServiceOptions(period_s=0.5, poll_s=0.05, grace_s=grace_s, mixed_gangs=mixed_gangs))
+        ServiceOptions(scheduler=SchedulerSettings(mixed_gangs=mixed_gangs), period_s=0.5,
+                       poll_s=0.05, grace_s=grace_s))
     svc.start()
     return svc
 

@@ -17,6 +17,7 @@ from tessera.live.spec import parse_request
 from tessera.live.store import Store
 from tessera.live.tenancy import Principal, load_tenancy
 from tessera.model.cluster import load_cluster
+from tessera.sched.settings import SchedulerSettings
 from tests.live.helpers import wait_for, write_config
 
 pytestmark = pytest.mark.ray
@@ -96,7 +97,8 @@ def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
     svc = LiveService(Store(state / "state.db"),
                       RayExecutor(cluster, None, state / "runs", grace_s=1.0), cluster,
                       load_tenancy(state), "fifo", state,
-                      ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0, mixed_gangs=True))
+                      ServiceOptions(scheduler=SchedulerSettings(mixed_gangs=True), period_s=0.5,
+                                     poll_s=0.1, grace_s=1.0))
     svc.start()
     try:
         out = tmp_path / "env"

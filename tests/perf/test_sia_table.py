@@ -12,6 +12,7 @@ from tessera.perf.profiles import default_throughputs
 from tessera.perf.sia import load_sia_profile
 from tessera.perf.sia_table import _interpolate, sia_job_type, sia_throughputs
 from tessera.perf.tables import load_throughputs
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace
@@ -103,5 +104,6 @@ def test_modern_mixed_uses_every_flavor_with_the_sia_table() -> None:
     # The 6-GPU cifar10 job fits no flavor (4 GPUs each) alone: it runs only as a mixed gang,
     # whose speed the planner's cost model predicts (the job names a profiled application).
     assert simulate(wl, cluster, "las", SimConfig(), tb).summary.rejected == 1
-    mixed = simulate(wl, cluster, "las", SimConfig(mixed_gangs=True), tb)
+    mixed = simulate(wl, cluster, "las", SimConfig(
+        scheduler=SchedulerSettings(mixed_gangs=True)), tb)
     assert mixed.summary.succeeded == len(wl) and mixed.extras["mixed_gpu_h"] > 0

@@ -8,6 +8,7 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.context import DecisionContext
 from tessera.sched.core import PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
@@ -19,8 +20,8 @@ from tests.builders import RECO, RESNET, make_cluster, make_job, snapshot, view
 def _run(cluster, *views, policy="fifo", **kw):  # type: ignore[no-untyped-def]
     oracle = ThroughputOracle(default_throughputs(), cluster)
     opts = kw.pop("options", None)
-    return decide(snapshot(cluster, *views, **kw), make_policy(policy), oracle,
-                  random.Random(0), opts)
+    return decide(snapshot(cluster, *views, **kw), make_policy(policy),
+                  DecisionContext(oracle, random.Random(0)), opts)
 
 
 def test_fifo_places_in_order_and_explains_the_rest() -> None:

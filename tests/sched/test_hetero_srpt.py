@@ -9,10 +9,12 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.context import DecisionContext
 from tessera.sched.core import decide
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policies.hetero_srpt import _gittins_remaining, _prior_quantiles
 from tessera.sched.policy import make_policy
+from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
@@ -24,8 +26,8 @@ A3C = "A3C"  # V100 7.18 steps/s, K80 3.44: 2.1x faster on the V100
 
 def _decide(cluster, *views, policy="hetero_srpt", round_s=360.0):  # type: ignore[no-untyped-def]
     oracle = ThroughputOracle(default_throughputs(), cluster)
-    return decide(snapshot(cluster, *views, round_s=round_s), make_policy(policy), oracle,
-                  random.Random(0))
+    return decide(snapshot(cluster, *views, round_s=round_s), make_policy(policy),
+                  DecisionContext(oracle, random.Random(0)))
 
 
 def _two_jobs():  # type: ignore[no-untyped-def]
@@ -58,7 +60,8 @@ def test_srtf_by_pair_gets_the_two_job_example_wrong() -> None:
 def test_matching_lowers_the_simulated_sum_of_jcts() -> None:
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     a, b = _two_jobs()
-    cfg = SimConfig(mode="rounds", round_s=60.0, checkpoint_s=0.0, restore_s=0.0)
+    cfg = SimConfig(
+        scheduler=SchedulerSettings(mode="rounds", round_s=60.0, checkpoint_s=0.0, restore_s=0.0))
     ours = simulate(make_workload(a, b), c, "hetero_srpt", cfg).summary.avg_jct_s
     base = simulate(make_workload(a, b), c, "srtf", cfg).summary.avg_jct_s
     assert ours < base

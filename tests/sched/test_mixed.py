@@ -12,6 +12,7 @@ import pytest
 from tessera.errors import SpecError
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.context import DecisionContext
 from tessera.sched.core import PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.mixed import MixedRates, local_batch_of
@@ -30,8 +31,8 @@ def _oracle(cluster):  # type: ignore[no-untyped-def]
 
 
 def _decide(cluster, *views, policy="fifo", options=MIXED, now_s=0.0):  # type: ignore[no-untyped-def]
-    return decide(snapshot(cluster, *views, now_s=now_s), make_policy(policy), _oracle(cluster),
-                  random.Random(0), options)
+    return decide(snapshot(cluster, *views, now_s=now_s), make_policy(policy),
+                  DecisionContext(_oracle(cluster), random.Random(0)), options)
 
 
 # -- the placement value -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload
@@ -14,7 +15,7 @@ from tests.builders import RESNET, make_cluster, make_job, make_workload
 T = default_throughputs()
 V100 = T.throughput(RESNET, "v100")
 K80 = T.throughput(RESNET, "k80")
-NO_COST = SimConfig(checkpoint_s=0, restore_s=0, mode="events")
+NO_COST = SimConfig(scheduler=SchedulerSettings(checkpoint_s=0, restore_s=0, mode="events"))
 
 
 def test_single_job_runs_at_profiled_speed() -> None:
@@ -38,7 +39,7 @@ def test_preemption_costs_checkpoint_and_restore() -> None:
     c = make_cluster().node("v100", gpus=1).build()
     w = make_workload(make_job("long", steps=V100 * 1000), make_job("short", steps=V100 * 10,
                                                                     submit_s=100))
-    cfg = SimConfig(checkpoint_s=20, restore_s=30, mode="events")
+    cfg = SimConfig(scheduler=SchedulerSettings(checkpoint_s=20, restore_s=30, mode="events"))
     r = simulate(w, c, "srtf", cfg)
     jct = {j.job_id: j.jct_s for j in r.jobs}
     assert jct["short"] == pytest.approx(10.0)
@@ -67,9 +68,9 @@ def test_impossible_job_is_rejected_with_reason() -> None:
 def test_failures_retry_within_budget_and_lose_work() -> None:
     c = make_cluster().node("v100", gpus=1).build()
     jobs = [make_job(f"j{i}", steps=V100 * 3600, submit_s=i, max_retries=1) for i in range(20)]
-    cfg = SimConfig(mode="events", failures=FailureConfig(job_failure_rate=1.0,
-                                                          repeat_probability=1.0,
-                                                          checkpoint_interval_s=600))
+    cfg = SimConfig(scheduler=SchedulerSettings(mode="events"),
+                    failures=FailureConfig(job_failure_rate=1.0, repeat_probability=1.0,
+                                           checkpoint_interval_s=600))
     r = simulate(make_workload(*jobs), c, "fifo", cfg)
     assert r.summary.failed == 20  # every run fails, one retry each, then final failure
     assert all(j.failures == 2 for j in r.jobs)
@@ -79,8 +80,8 @@ def test_failures_retry_within_budget_and_lose_work() -> None:
 def test_failures_that_recover() -> None:
     c = make_cluster().node("v100", gpus=1).build()
     jobs = [make_job(f"j{i}", steps=V100 * 3600, submit_s=i, max_retries=3) for i in range(20)]
-    cfg = SimConfig(mode="events", failures=FailureConfig(job_failure_rate=1.0,
-                                                          repeat_probability=0.0))
+    cfg = SimConfig(scheduler=SchedulerSettings(mode="events"),
+                    failures=FailureConfig(job_failure_rate=1.0, repeat_probability=0.0))
     r = simulate(make_workload(*jobs), c, "fifo", cfg)
     assert r.summary.succeeded == 20 and all(j.failures == 1 for j in r.jobs)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, SimConfig, ValidationConfig
 from tessera.sim.engine import simulate
 from tessera.sim.failures import AttemptFailure, FailureModel
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 T = default_throughputs()
-NO_COST = SimConfig(checkpoint_s=0, restore_s=0, mode="events")
+NO_COST = SimConfig(scheduler=SchedulerSettings(checkpoint_s=0, restore_s=0, mode="events"))
 
 
 def _early(**kw: object) -> FailureConfig:

@@ -8,9 +8,11 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.context import DecisionContext
 from tessera.sched.core import PlacementOptions, decide
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import make_policy
+from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
@@ -23,7 +25,8 @@ def test_a_job_arriving_mid_round_starts_at_once_into_idle_gpus(policy: str) -> 
     w = make_workload(make_job("first", 1, steps=1e6), make_job("late", 1, steps=100,
                                                                submit_s=100))
     waited = simulate(w, c, policy, SimConfig())
-    filled = simulate(w, c, policy, SimConfig(fill_between_rounds=True))
+    filled = simulate(w, c, policy, SimConfig(
+        scheduler=SchedulerSettings(fill_between_rounds=True)))
     late = {r.job_id: r for r in filled.jobs}["late"]
     assert late.queue_delay_s == pytest.approx(0.0)
     assert {r.job_id: r for r in waited.jobs}["late"].queue_delay_s == pytest.approx(260.0)
@@ -37,6 +40,6 @@ def test_fill_only_never_stops_or_moves_a_running_job() -> None:
                    Placement("V100-16GB", (("v100-16gb-0000", 1),)), progress_rate=1.0)
     new = view(make_job("new", 1, steps=10, submit_s=5))
     oracle = ThroughputOracle(default_throughputs(), c)
-    d = decide(snapshot(c, running, new, now_s=10), make_policy("hetero_srpt"), oracle,
-               random.Random(0), PlacementOptions(fill_only=True))
+    d = decide(snapshot(c, running, new, now_s=10), make_policy("hetero_srpt"),
+               DecisionContext(oracle, random.Random(0)), PlacementOptions(fill_only=True))
     assert "old" in d.placements and not d.preempted and "new" not in d.placements

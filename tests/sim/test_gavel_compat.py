@@ -160,5 +160,5 @@ def test_policy_state_is_gavel_state_and_deficits_accumulate() -> None:
     pol = make_policy("max_min_fairness")
     sim = Simulator(w, c, pol, GAVEL, T)
     r = sim.run()
-    assert isinstance(sim.policy_state, GavelState)
+    assert isinstance(sim.world.policy_state, GavelState)
     assert r.summary.succeeded == 2 and not math.isnan(r.summary.avg_jct_s)

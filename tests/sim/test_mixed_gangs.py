@@ -11,6 +11,7 @@ import pytest
 
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload.readers.gavel_tsv import write_gavel_tsv
@@ -28,7 +29,7 @@ def test_a_gang_bigger_than_every_flavor_runs_only_as_a_mix() -> None:
     w = make_workload(make_job("big", 8, steps=5000, job_type=R50))
     off = simulate(w, c, "fifo")
     assert off.jobs[0].outcome == "rejected" and "of one flavor" in off.jobs[0].reason
-    on = simulate(w, c, "fifo", SimConfig(mixed_gangs=True))
+    on = simulate(w, c, "fifo", SimConfig(scheduler=SchedulerSettings(mixed_gangs=True)))
     rec = on.jobs[0]
     speed = ThroughputOracle(default_throughputs(), c).mixed_rate(
         w.jobs[0], (("P100", 4), ("V100-16GB", 4)))
@@ -49,7 +50,8 @@ def test_a_mix_moves_to_one_flavor_once_it_frees_up() -> None:
         make_job("short", 4, steps=100_000, job_type=t, flavors=("v100",)),
         make_job("long", 8, steps=400_000, submit_s=1, job_type=t),
     )
-    r = simulate(w, c, "hetero_srpt", SimConfig(mixed_gangs=True, mixed_min_speed=0.1))
+    r = simulate(w, c, "hetero_srpt", SimConfig(
+        scheduler=SchedulerSettings(mixed_gangs=True, mixed_min_speed=0.1)))
     long = next(j for j in r.jobs if j.job_id == "long")
     assert long.outcome == "succeeded" and long.migrations == 1
     assert "K80=" in long.gpu_s_by_flavor and r.extras["mixed_gpu_h"] > 0
@@ -63,14 +65,15 @@ def test_same_seed_same_result_with_mixed_gangs() -> None:
     c = make_cluster().node("v100", gpus=4, count=2).node("p100", gpus=4, count=2).node(
         "k80", gpus=4, count=2).build()
     w = generate_gavel_like(60, 2.0, 3)
-    cfg = SimConfig(mixed_gangs=True)
+    cfg = SimConfig(scheduler=SchedulerSettings(mixed_gangs=True))
     a, b = simulate(w, c, "las", cfg), simulate(w, c, "las", cfg)
     assert a.extras["mixed_gpu_h"] > 0  # mixed gangs did run
     assert a.jobs == b.jobs and a.summary == b.summary
 
 
 def test_compat_gavel_turns_mixed_gangs_off() -> None:
-    assert not SimConfig(mixed_gangs=True, compat="gavel").effective().mixed_gangs
+    cfg = SimConfig(scheduler=SchedulerSettings(mixed_gangs=True), compat="gavel")
+    assert not cfg.effective().scheduler.mixed_gangs
 
 
 @pytest.mark.parametrize("policy", ["fifo", "las", "srtf", "hetero_srpt", "hetero_gittins",
@@ -78,7 +81,7 @@ def test_compat_gavel_turns_mixed_gangs_off() -> None:
 def test_every_policy_runs_a_gang_only_a_mix_can_hold(policy: str) -> None:
     w = make_workload(make_job("small", 2, steps=500, job_type=R50),
                       make_job("big", 8, steps=5000, submit_s=1, job_type=R50))
-    r = simulate(w, _cluster(), policy, SimConfig(mixed_gangs=True))
+    r = simulate(w, _cluster(), policy, SimConfig(scheduler=SchedulerSettings(mixed_gangs=True)))
     assert r.summary.succeeded == 2, [j.outcome for j in r.jobs]
 
 

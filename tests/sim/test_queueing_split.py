@@ -6,13 +6,14 @@ import pytest
 
 from tessera.perf.profiles import default_throughputs
 from tessera.report.tables import comparison_table, wait_split_table
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import QueueQuotaConfig, QuotaConfig, SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 T = default_throughputs()
 V100 = T.throughput(RESNET, "v100")
-NO_COST = SimConfig(checkpoint_s=0, restore_s=0, mode="events")
+NO_COST = SimConfig(scheduler=SchedulerSettings(checkpoint_s=0, restore_s=0, mode="events"))
 
 
 def _rec(result: object) -> dict[str, object]:
@@ -86,7 +87,8 @@ def test_locality_gang_waits_for_fragmentation_while_gpus_are_free() -> None:
 ])
 def test_locality_wait_threshold(wait_s: float, start_s: float, frag_s: float) -> None:
     c, w = _fragmenting_workload(locality=False)
-    cfg = NO_COST.model_copy(update={"locality_wait_s": wait_s})
+    cfg = NO_COST.model_copy(update={"scheduler": NO_COST.scheduler.model_copy(
+        update={"locality_wait_s": wait_s})})
     r = simulate(w, c, "fifo", cfg)  # type: ignore[arg-type]
     d = _rec(r)["d"]
     assert d.first_start_s == pytest.approx(start_s)  # type: ignore[attr-defined]

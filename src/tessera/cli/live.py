@@ -13,6 +13,9 @@ from typing import Any
 
 import typer
 
+from tessera.cli.settings_flags import settings_flags
+from tessera.sched.settings import SchedulerSettings
+
 _SERVER = typer.Option(None, "--server", envvar="TESSERA_SERVER",
                        help="Service URL (default http://127.0.0.1:8470).")
 _TOKEN = typer.Option(None, "--token", envvar="TESSERA_TOKEN", help="Bearer token.")
@@ -53,6 +56,7 @@ def register(app: typer.Typer) -> None:
     """Add the live-service commands to ``app``."""
 
     @app.command()
+    @settings_flags(SchedulerSettings)
     def serve(
         state: Path = _STATE,
         ray_address: str = typer.Option(None, "--ray-address", help="Existing Ray cluster."),
@@ -63,19 +67,22 @@ def register(app: typer.Typer) -> None:
         policy: str = typer.Option(None, "--policy", help="Scheduling policy (default fifo)."),
         executor: str = typer.Option("local", "--executor", help="ray or local."),
         grace_s: float = typer.Option(10.0, "--grace-s", help="Checkpoint grace on preemption."),
-        period_s: float = typer.Option(1.0, "--period-s", help="Decision period."),
-        mixed_gangs: bool = typer.Option(False, "--mixed-gangs", help="Let a job that no "
-                                         "single flavor can hold start on GPUs of several "
-                                         "flavors (each rank gets its TESSERA_FLAVOR)."),
+        period_s: float = typer.Option(1.0, "--period-s", help="In events mode, decide at "
+                                       "least this often even when nothing happened (s)."),
+        settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
-        """Run the scheduler service, its HTTP API and dashboard."""
+        """Run the scheduler service, its HTTP API and dashboard.
+
+        The Scheduler options are the same settings `tessera simulate` runs with; with
+        --mixed-gangs each rank gets its own TESSERA_FLAVOR.
+        """
         from tessera.live.server import ServeConfig
         from tessera.live.server import serve as run_serve
         from tessera.live.service import ServiceOptions
 
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
-                          ServiceOptions(period_s=period_s, grace_s=grace_s,
-                                         mixed_gangs=mixed_gangs))
+                          ServiceOptions(scheduler=settings, period_s=period_s,
+                                         grace_s=grace_s))
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command()

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tessera.cli.settings_flags import settings_flags
+from tessera.sched.settings import SchedulerSettings
+
 if TYPE_CHECKING:
     from tessera.sim.metrics import SimResult
 
@@ -36,6 +39,7 @@ def run_simulation(
     policies: list[str],
     *,
     gpus_per_server: int,
+    scheduler: SchedulerSettings,
     config_updates: dict[str, object],
     out: Path | None,
     as_json: bool,
@@ -75,7 +79,8 @@ def run_simulation(
     plain = {k: v for k, v in config_updates.items()
              if not k.startswith(("failure_", "validation_", "quota_"))}
     config = SimConfig.model_validate(
-        {**plain, "failures": failures, "validation": validation, "quotas": quotas})
+        {**plain, "scheduler": scheduler, "failures": failures, "validation": validation,
+         "quotas": quotas})
     if not as_json:
         err.print(f"[bold]trace[/] {workload.name}: {len(workload)} jobs ({loaded.format})")
         for note in workload.notes:
@@ -89,11 +94,12 @@ def run_simulation(
                       f"{table.source}: no job of this trace can run there"
                       + ("; --throughputs sia covers them" if _sia_covers(idle) else ""))
         eff = config.effective()
-        err.print(f"[bold]mode[/] {eff.mode}, restore {eff.checkpoint_s + eff.restore_s:.0f} s, "
+        es = eff.scheduler
+        err.print(f"[bold]mode[/] {es.mode}, restore {es.migration_cost_s:.0f} s, "
                   f"failure rate {eff.failures.job_failure_rate:.0%}, seed {eff.seed}"
                   + (f", compat {eff.compat}" if eff.compat else "")
-                  + (f", mixed gangs (≥ {eff.mixed_min_speed:.0%} of best speed)"
-                     if eff.mixed_gangs else ""))
+                  + (f", mixed gangs (≥ {es.mixed_min_speed:.0%} of best speed)"
+                     if es.mixed_gangs else ""))
     spec = RunSpec(workload, cluster, config, table)
     with Progress(
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
@@ -123,7 +129,7 @@ def run_simulation(
         from tessera.report.tables import wait_split_table
 
         con.print(wait_split_table(results))
-        if config.mixed_gangs:
+        if config.scheduler.mixed_gangs:
             con.print("mixed gangs (GPU-hours held by jobs spanning flavors): " + ", ".join(
                 f"{r.policy} {r.extras.get('mixed_gpu_h', 0.0):.1f}" for r in results))
         err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
@@ -165,6 +171,7 @@ def register(app: typer.Typer) -> None:
     """Add the simulation commands to the CLI."""
 
     @app.command(rich_help_panel="Simulation")
+    @settings_flags(SchedulerSettings)
     def simulate(
         trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
                                   "(`tessera traces` lists them)."),
@@ -182,22 +189,7 @@ def register(app: typer.Typer) -> None:
                                           "no failures, 360 s rounds, Gavel's mechanism."),
         compat_solver: str = typer.Option("auto", help="LP solver under --compat gavel: "
                                           "auto | ecos | highs-ipm | highs."),
-        mode: str = typer.Option("auto", help="rounds | events | auto (policy's choice)."),
-        fill_between_rounds: bool = typer.Option(False, "--fill-between-rounds", help="In "
-                                                 "rounds mode, let waiting jobs take idle GPUs "
-                                                 "between rounds (nobody is moved)."),
-        round_s: float = typer.Option(360.0, help="Round length in rounds mode (s)."),
-        checkpoint_s: float = typer.Option(30.0, help="Checkpoint time on preemption (s)."),
-        restore_s: float = typer.Option(30.0, help="Restore time on resume or migration (s)."),
         failure_rate: float = typer.Option(0.0, help="Share of jobs that fail (Philly ≈ 0.3)."),
-        locality_wait_s: float = typer.Option(0.0, help="Wait this long for one node before "
-                                              "splitting a gang across nodes (s)."),
-        mixed_gangs: bool = typer.Option(False, "--mixed-gangs", help="Let a job that no "
-                                         "single flavor can hold start on GPUs of several "
-                                         "flavors, at the planner's predicted speed."),
-        mixed_min_speed: float = typer.Option(0.5, help="With --mixed-gangs: the least "
-                                              "speed of a mix, as a fraction of the job's "
-                                              "speed on its best flavor."),
         quota_per_queue: str = typer.Option("none", help="Tenant quotas: none | equal | demand "
                                             "(divide the cluster among the trace's queues, "
                                             "Philly's VCs, equally or by GPU-time)."),
@@ -219,19 +211,18 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
         plots: bool = typer.Option(True, help="Write PNG plots and the HTML report."),
+        settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
+
+        The Scheduler options are the same settings `tessera serve` runs with.
 
         Example: tessera simulate -t philly -c v100:64,p100:64,k80:64 -p fifo,las,hetero_srpt
         """
         pols = _split(policy)
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
-            "mode": mode, "round_s": round_s, "checkpoint_s": checkpoint_s,
-            "restore_s": restore_s, "locality_wait_s": locality_wait_s, "seed": seed,
-            "mixed_gangs": mixed_gangs, "mixed_min_speed": mixed_min_speed,
-            "fill_between_rounds": fill_between_rounds,
-            "compat": compat, "compat_solver": compat_solver,
+            "seed": seed, "compat": compat, "compat_solver": compat_solver,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,
             "validation_min_gpus": validate_min_gpus, "validation_validation_s": validation_s,
@@ -240,8 +231,8 @@ def register(app: typer.Typer) -> None:
             else quota_borrowing_gpus,
         }
         run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
-                       config_updates=updates, out=out, as_json=json_out, workers=n,
-                       throughputs=throughputs, on_error=on_error, limit=limit, plots=plots,
+                       scheduler=settings, config_updates=updates, out=out, as_json=json_out,
+                       workers=n, throughputs=throughputs, on_error=on_error, limit=limit, plots=plots,
                        trace_format=trace_format)
 
     @app.command(rich_help_panel="Simulation")
@@ -254,8 +245,8 @@ def register(app: typer.Typer) -> None:
         pols = _split(DEMO_POLICIES)
         updates: dict[str, object] = {"seed": 0}
         run_simulation("philly", DEMO_CLUSTER, pols, gpus_per_server=8,
-                       config_updates=updates, out=out, as_json=json_out,
-                       workers=min(len(pols), os.cpu_count() or 1), throughputs=None,
+                       scheduler=SchedulerSettings(), config_updates=updates, out=out,
+                       as_json=json_out, workers=min(len(pols), os.cpu_count() or 1), throughputs=None,
                        on_error="raise", limit=None, plots=True)
 
     @app.command(rich_help_panel="Simulation")

@@ -25,6 +25,7 @@ import numpy as np
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable
+from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 
@@ -101,7 +102,8 @@ def locality_sweep(
     """One simulation per threshold; failures off, default checkpoint/restore costs."""
     rows = []
     for th in thresholds_s:
-        r = simulate(workload, cluster, policy, SimConfig(locality_wait_s=th, seed=seed), table)
+        r = simulate(workload, cluster, policy, SimConfig(
+            scheduler=SchedulerSettings(locality_wait_s=th), seed=seed), table)
         s, x = r.summary, r.extras
         busy_h = s.utilization * cluster.total_gpus * s.makespan_s / 3600
         slow_h = x.get("split_slowdown_gpu_h", 0.0)

@@ -6,17 +6,21 @@ for the job, plus two what-if rounds over pure snapshots --
 * **now**: the running gangs as they are, and this job as the only one waiting: does it fit
   in what is free right now (so only higher-ranked jobs stand in its way)?
 * **empty cluster**: this job alone: where would it go once the cluster drains?
+
+The what-if rounds run on API threads, so each runs on its own fork of the service's decision
+context (a fresh oracle and random stream): they never touch the loop's caches or its random
+stream, and they place with the service's own settings (locality wait, mixed gangs).
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.view import build_snapshot, queue_usage
 from tessera.model.jobs import JobState
+from tessera.sched.context import DecisionContext
 from tessera.sched.core import decide
 from tessera.sched.policy import make_policy
 from tessera.sched.snapshot import Snapshot
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     """A JSON-able explanation of one job (see the module docstring)."""
     spec = rec.job.spec
+    ctx = svc.ctx.fork()
     out: dict[str, Any] = {"job_id": rec.job_id, "name": rec.job.name, "state": rec.state.value,
                            "queue": rec.queue, "gpus": spec.num_gpus,
                            "flavors": list(spec.flavors) or ["any"], "lines": []}
@@ -39,7 +44,7 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     if allocs:
         a = allocs[-1]
         lines.append(f"run {a.run} is {a.status} on {a.placement.describe()}")
-        rate = svc.oracle.placement_rate(spec, a.placement)
+        rate = ctx.oracle.placement_rate(spec, a.placement)
         lines.append(f"speed on {a.placement.flavor}: {rate:g} steps/s")
         out["placement"] = a.placement.describe()
         return out
@@ -52,15 +57,15 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
         borrow = "unlimited" if q.borrowing_limit_gpus is None else q.borrowing_limit_gpus
         lines.append(f"queue {q.name}: {used.get(q.name, 0)} of {q.nominal_gpus} nominal GPUs in "
                      f"use, borrowing limit {borrow}")
-    rates = svc.oracle.real_rates(spec)
+    rates = ctx.oracle.real_rates(spec)
     lines.append("allowed flavors here: " + (", ".join(
         f"{r.flavor} ({r.consolidated:g} steps/s)" for r in rates) or "none"))
     running = [r for r in svc.store.jobs(active_only=True)
                if r.state in (JobState.ADMITTED, JobState.RUNNING)]
     pending_me = replace(rec, state=JobState.PENDING)
     snap = build_snapshot(now, svc.cluster, [*running, pending_me], holding,
-                          svc.tenancy.quotas, svc.oracle, None)
-    now_place = _where(snap, svc, rec.job_id)
+                          svc.tenancy.quotas, ctx.oracle, None)
+    now_place = _where(snap, svc, ctx, rec.job_id)
     out["would_fit_now"] = now_place
     if now_place:
         lines.append(f"fits in the GPUs free now: {now_place}; it starts when no higher-ranked "
@@ -69,12 +74,12 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
         lines.append("does not fit in the GPUs free now")
     alone = Snapshot(now_s=now, cluster=svc.cluster, jobs=tuple(
         v for v in snap.jobs if v.job_id == rec.job_id))
-    out["would_go_when_empty"] = _where(alone, svc, rec.job_id)
+    out["would_go_when_empty"] = _where(alone, svc, ctx, rec.job_id)
     lines.append(f"on an empty cluster it would run on {out['would_go_when_empty'] or 'nothing'}")
     return out
 
 
-def _where(snap: Snapshot, svc: LiveService, job_id: str) -> str | None:
-    d = decide(snap, make_policy("fifo"), svc.oracle, random.Random(0))
+def _where(snap: Snapshot, svc: LiveService, ctx: DecisionContext, job_id: str) -> str | None:
+    d = decide(snap, make_policy("fifo"), ctx, svc.placement)
     p = d.placements.get(job_id)  # type: ignore[call-overload]
     return p.describe() if p is not None else None

@@ -4,7 +4,7 @@ One background thread owns the executor and runs this loop::
 
     wait for a poke (submission, cancel) or ``poll_s``
     1. observe   -- ask the executor about every run that holds GPUs; record exits
-    2. decide    -- when something changed, or every ``period_s``: snapshot → decide()
+    2. decide    -- when the scheduler's cadence says so: snapshot → decide()
     3. journal   -- write the decision (allocations, transitions, events) in one transaction
     4. act       -- launch planned runs, signal stopping ones
 
@@ -12,6 +12,15 @@ Step 3 before step 4 is the durability rule: a run is launched only after its al
 exists, and the executor names it by ``(job_id, run)``, so after a crash the restarted service
 finds the row, asks the executor, and either adopts the run or launches it -- never twice
 (see :mod:`tessera.live.reconcile`). API threads only write the store and poke the loop.
+
+The cadence is the simulator's, from the same :class:`~tessera.sched.settings.SchedulerSettings`:
+
+* **events** (event-driven policies, or ``mode="events"``): decide when something changed (a
+  submission, a cancel, an exit), when the policy asked to be woken, and every ``period_s``;
+* **rounds** (round-based policies such as Gavel's, or ``mode="rounds"``): a full round every
+  ``round_s`` while jobs are active; the first round after an idle spell starts at once; with
+  ``fill_between_rounds`` a change between rounds lets waiting jobs take idle GPUs (nobody is
+  moved), otherwise idle GPUs wait for the next round -- exactly as the round driver simulates.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tessera.errors import SpecError
@@ -36,10 +45,12 @@ from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.core import Decision, PlacementOptions, decide
+from tessera.sched.context import DecisionContext
+from tessera.sched.core import Decision, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import make_policy
+from tessera.sched.settings import SchedulerSettings
 
 log = logging.getLogger("tessera.live")
 
@@ -54,33 +65,27 @@ class Forbidden(SpecError):
 
 @dataclass(frozen=True, slots=True)
 class ServiceOptions:
-    """Timing knobs.
+    """The live service's settings: the scheduler's own, plus the wall-clock loop's.
 
     Attributes:
-        period_s: a decision round at least this often, even when nothing happened.
+        scheduler: cadence, round length, locality wait, costs, mixed gangs, fill -- the same
+            settings object the simulator runs with.
+        period_s: in events cadence, a decision round at least this often, even when nothing
+            happened.
         poll_s: how often running runs are checked for exits.
         min_round_gap_s: least time between two rounds triggered by pokes; the gap also grows
             to twice the last round's own duration, so a burst of submissions against a long
             queue leaves the API at least two thirds of the time.
         grace_s: how long a stopped run may take to checkpoint before it is killed.
-        seed: seed of the ``rng`` handed to ``decide()``.
-        mixed_gangs: let a job that no single flavor can hold start on GPUs of several
-            flavors (each rank's ``TESSERA_FLAVOR`` says its own; see ``docs/scheduler.md``).
-        mixed_min_speed: the least predicted speed of a mix, as a fraction of the job's best.
+        seed: seed of the random stream handed to ``decide()``.
     """
 
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     period_s: float = 1.0
     poll_s: float = 0.05
     min_round_gap_s: float = 0.02
     grace_s: float = 10.0
     seed: int = 0
-    mixed_gangs: bool = False
-    mixed_min_speed: float = 0.5
-
-    def placement(self) -> PlacementOptions:
-        """The decision core's placement options for these settings."""
-        return PlacementOptions(mixed_gangs=self.mixed_gangs,
-                                mixed_min_speed=self.mixed_min_speed)
 
 
 class LiveService:
@@ -98,9 +103,13 @@ class LiveService:
                                        agnostic=self.policy.agnostic, unprofiled_uniform=True)
         self.state_dir = state_dir
         self.opts = options or ServiceOptions()
+        self.settings = self.opts.scheduler
         self.clock = clock
-        self.rng = random.Random(self.opts.seed)
+        self.ctx = DecisionContext(self.oracle, random.Random(self.opts.seed))
+        self.uses_rounds = self.settings.uses_rounds(self.policy)
+        self.placement = self.settings.placement()
         self.policy_state: object = None
+        self.idle = True
         self.last_decision: Decision | None = None
         self.rounds = 0
         self._wake = threading.Event()
@@ -147,7 +156,7 @@ class LiveService:
             raise Rejected(f"unknown queue {queue!r}; queues: {', '.join(self.tenancy.quotas)}")
         now = self.clock()
         job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now)
-        reason = infeasibility(job.spec, self.cluster, self.oracle, self.opts.mixed_gangs)
+        reason = infeasibility(job.spec, self.cluster, self.oracle, self.settings.mixed_gangs)
         borrow = quota.borrowing_limit_gpus
         if reason is None and borrow is not None and req.gpus > quota.nominal_gpus + borrow:
             reason = (f"needs {req.gpus} GPUs; queue {queue!r} may hold at most "
@@ -171,7 +180,7 @@ class LiveService:
     # -- the loop ------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        next_round = 0.0
+        next_round: float | None = 0.0
         earliest = 0.0
         observed = 0.0
         last_act = 0.0
@@ -187,7 +196,11 @@ class LiveService:
                     dirty |= self.observe(now)
                     observed = now
                 acted = False
-                if (dirty and now >= earliest) or now >= next_round:
+                if self.uses_rounds:
+                    acted, next_round = self._round_cadence(now, dirty, next_round)
+                    dirty &= not acted
+                elif (dirty and now >= earliest) or (next_round is not None and
+                                                      now >= next_round):
                     acted = True
                     t0 = time.perf_counter()
                     wake = self.round(now)
@@ -203,6 +216,21 @@ class LiveService:
             except Exception:  # keep scheduling; the error is in the log
                 log.exception("scheduling loop iteration failed")
                 time.sleep(self.opts.poll_s)
+
+    def _round_cadence(self, now: float, dirty: bool,
+                       next_round: float | None) -> tuple[bool, float | None]:
+        """Rounds cadence (see the module docstring); returns (acted, next round's time).
+
+        ``next_round`` is ``None`` while idle: the last round found no active job, so the
+        next change starts a round at once, as the round driver does in the simulator.
+        """
+        if (next_round is not None and now >= next_round) or (dirty and next_round is None):
+            self.round(now)
+            return True, None if self.idle else now + self.settings.round_s
+        if dirty and self.settings.fill_between_rounds:
+            self.round(now, fill_only=True)
+            return True, next_round
+        return False, next_round
 
     def observe(self, now_s: float) -> bool:
         """1. Record runs that ended; returns whether anything changed."""
@@ -222,17 +250,29 @@ class LiveService:
             changed = True
         return changed
 
-    def round(self, now_s: float) -> float | None:
-        """2–3. Decide and journal; returns the policy's wake-up time, if any."""
+    def round(self, now_s: float, fill_only: bool = False) -> float | None:
+        """2–3. Decide and journal; returns the policy's wake-up time, if any.
+
+        :attr:`idle` tells afterwards whether there was no active job to decide about.
+
+        ``fill_only``: a step between two rounds -- waiting jobs take idle GPUs in the
+        policy's order, running gangs stay put, and the policy's memory is left as the last
+        full round set it.
+        """
         records = self.store.jobs(active_only=True)
-        if not records:
+        self.idle = not records
+        if self.idle:
             return None
         snap = build_snapshot(now_s, self.cluster, records, self.store.allocations(HOLDING),
-                              self.tenancy.quotas, self.oracle, self.policy_state)
-        if not snap.jobs:
+                              self.tenancy.quotas, self.oracle, self.policy_state,
+                              self.settings.round_s if self.uses_rounds else None)
+        self.idle = not snap.jobs
+        if self.idle:
             return None
-        d = decide(snap, self.policy, self.oracle, self.rng, self.opts.placement())
-        self.policy_state = d.policy_state
+        opts = replace(self.placement, fill_only=True) if fill_only else self.placement
+        d = decide(snap, self.policy, self.ctx, opts)
+        if not fill_only:
+            self.policy_state = d.policy_state
         self.last_decision = d
         self.rounds += 1
         self._journal(d, now_s)

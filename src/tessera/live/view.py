@@ -58,6 +58,7 @@ def build_snapshot(
     quotas: dict[str, QueueQuota],
     oracle: ThroughputOracle,
     policy_state: object,
+    round_s: float | None = None,
 ) -> Snapshot:
     """The snapshot ``decide()`` sees (see the module docstring for the mapping)."""
     current = {a.job_id: a for a in holding if a.status in ("planned", "running")}
@@ -85,7 +86,7 @@ def build_snapshot(
             attempts=rec.attempts,
         ))
     return Snapshot(now_s=now_s, cluster=cluster_minus(cluster, draining), jobs=tuple(views),
-                    quotas=quotas, policy_state=policy_state)
+                    quotas=quotas, policy_state=policy_state, round_s=round_s)
 
 
 def queue_usage(holding: list[Allocation], queue_of: dict[str, str]) -> dict[str, int]:

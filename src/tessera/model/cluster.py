@@ -114,7 +114,10 @@ class ClusterSpec:
 
     name: str
     nodes: tuple[Node, ...]
-    _memo: dict[str, object] = field(
+    _by_flavor: dict[GpuFlavor, int] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+    _max_node: dict[str, int] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
 
@@ -125,44 +128,26 @@ class ClusterSpec:
         dup = [i for i, c in ids.items() if c > 1]
         if dup:
             raise SpecError(f"cluster {self.name!r}: duplicate node ids {dup[:5]}")
+        # Derived once, at construction; the cluster never changes afterwards.
+        for n in self.nodes:
+            self._by_flavor[n.flavor] = self._by_flavor.get(n.flavor, 0) + n.gpus
+            for key in ("*", n.flavor.short):
+                self._max_node[key] = max(self._max_node.get(key, 0), n.gpus)
 
     @property
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 
     def gpus_by_flavor(self) -> dict[GpuFlavor, int]:
-        """GPU count per flavor, in the order flavors first appear (computed once)."""
-        memo = self._memo.get("by_flavor")
-        if memo is None:
-            out: dict[GpuFlavor, int] = {}
-            for n in self.nodes:
-                out[n.flavor] = out.get(n.flavor, 0) + n.gpus
-            self._memo["by_flavor"] = memo = out
-        assert isinstance(memo, dict)
-        return dict(memo)
+        """GPU count per flavor, in the order flavors first appear."""
+        return dict(self._by_flavor)
 
     def flavors(self) -> tuple[GpuFlavor, ...]:
-        return tuple(self.gpus_by_flavor())
+        return tuple(self._by_flavor)
 
     def max_gpus_per_node(self, flavor: GpuFlavor | None = None) -> int:
-        key = f"max_node:{flavor.short if flavor else '*'}"
-        memo = self._memo.get(key)
-        if memo is None:
-            memo = max(
-                (n.gpus for n in self.nodes if flavor is None or n.flavor.short == flavor.short),
-                default=0,
-            )
-            self._memo[key] = memo
-        assert isinstance(memo, int)
-        return memo
-
-    def memo(self, key: str) -> object | None:
-        """A value derived from this (immutable) cluster and cached on it, or ``None``."""
-        return self._memo.get(key)
-
-    def remember(self, key: str, value: object) -> None:
-        """Cache a value derived from this cluster (the cluster itself never changes)."""
-        self._memo[key] = value
+        """The most GPUs on one node (of ``flavor``, or of any flavor); 0 if none."""
+        return self._max_node.get(flavor.short if flavor else "*", 0)
 
     def describe(self) -> str:
         """One line such as ``gavel-108: 36×V100-16GB, 36×P100, 36×K80 (108 GPUs, 108 nodes)``."""

@@ -1,9 +1,12 @@
-"""One scheduling round: ``decide(snapshot, policy, oracle, rng) -> Decision``.
+"""One scheduling round: ``decide(snapshot, policy, ctx, options) -> Decision``.
 
 The round is a pure function: it reads an immutable :class:`~tessera.sched.snapshot.Snapshot`
 and returns a new :class:`Decision`; no I/O, no clock reads (the phase timings are diagnostics
-and never influence the result), randomness only through the injected ``rng``. The simulator
-and the live service both call it, so the policy that was simulated is the policy that runs.
+and never influence the result). Whatever keeps state -- the oracle's caches, the random stream,
+the LP solver, the node layout -- comes in the driver's
+:class:`~tessera.sched.context.DecisionContext`. The simulator's drivers and the live service
+all call it the same way and never tell it who they are, so the policy that was simulated is
+the policy that runs.
 
 Phases, each timed:
 
@@ -24,13 +27,13 @@ Phases, each timed:
 from __future__ import annotations
 
 import enum
-import random
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tessera.model.jobs import JobId, JobState
+from tessera.sched.context import DecisionContext
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import BlockInfo, FreeGpus
 from tessera.sched.policy import Policy, PolicyContext, Ranking
@@ -149,11 +152,20 @@ def _admit(snapshot: Snapshot) -> tuple[list[JobView], dict[JobId, PendingReason
 def decide(
     snapshot: Snapshot,
     policy: Policy,
-    oracle: ThroughputOracle,
-    rng: random.Random,
+    ctx: DecisionContext,
     options: PlacementOptions | None = None,
 ) -> Decision:
-    """Run one scheduling round over ``snapshot`` (see the module docstring for the phases)."""
+    """Run one scheduling round over ``snapshot`` (see the module docstring for the phases).
+
+    Args:
+        snapshot: the cluster and its jobs now (immutable).
+        policy: the ranking policy.
+        ctx: the driver's oracle, random stream, solver and layout cache
+            (:class:`~tessera.sched.context.DecisionContext`); the only inputs that keep state.
+        options: placement rules (locality wait, migration cost, mixed gangs, fill only).
+    """
+    oracle = ctx.oracle
+    rng = ctx.rng
     opts = options or PlacementOptions()
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
         opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
@@ -174,8 +186,8 @@ def decide(
 
     # 2-3. Ordering and placement (an agnostic policy sees the agnostic twin of the oracle).
     ctx_oracle = oracle.as_agnostic() if policy.agnostic else oracle
-    free = FreeGpus.of_snapshot(snapshot)
-    free_known = snapshot.free_gpus is not None
+    layout = ctx.layout(snapshot.cluster)
+    free = FreeGpus.of_snapshot(snapshot, layout)
     if not policy.round_based:
         # Event-driven: rank the waiting jobs alone first. If they all fit in the free GPUs
         # (the common case) the running jobs' order cannot matter, and the round costs
@@ -184,10 +196,6 @@ def decide(
         waiting = [j for j in admitted if j.state is not JobState.RUNNING]
         ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), ctx_oracle, rng))
         lap("order")
-        if not free_known:
-            for j in admitted:
-                if j.state is JobState.RUNNING and j.placement is not None:
-                    free.take(j.placement)
         by_wait = {j.spec.job_id: j for j in waiting}
         new: dict[JobId, Placement] = {}
         backfill(ranking.candidates, by_wait, new, free, ctx_oracle, now, opts,
@@ -213,17 +221,17 @@ def decide(
                 notes=ranking.notes,
                 phase_ms=tuple(timings.items()),
             )
-        free = FreeGpus.of_snapshot(snapshot)
+        free = FreeGpus.of_snapshot(snapshot, layout)
     by_id = {j.spec.job_id: j for j in admitted}
     running = [j for j in admitted if j.state is JobState.RUNNING]
     ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
     lap("order")
     if policy.round_based:
         run = place_rounds(ranking.candidates, by_id, admitted, free, ctx_oracle,
-                            policy.preemptive and not opts.fill_only, free_known, now, opts)
+                            policy.preemptive and not opts.fill_only, now, opts)
     else:
-        run = place_events(ranking.candidates, by_id, admitted, free, ctx_oracle, True,
-                            free_known, now, opts)
+        run = place_events(ranking.candidates, by_id, admitted, free, ctx_oracle, True, now,
+                            opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
             upgrade(admitted, moved, free, ctx_oracle, now, opts)

@@ -47,6 +47,7 @@ class ThroughputOracle:
         unprofiled_uniform: bool = False,
         split_large_gangs: bool = True,
         cost_model: CostModel | None = None,
+        truth: ThroughputOracle | None = None,
     ) -> None:
         """Args:
             table: measured throughputs.
@@ -60,8 +61,12 @@ class ThroughputOracle:
                 where every gang runs at its consolidated speed).
             cost_model: the planner's cost model, used to predict mixed gangs of jobs that
                 name a profiled model; ``None`` uses the bundled Sia profiles when needed.
+            truth: an oracle over the same table and cluster whose true rates this one shares
+                (how :meth:`as_agnostic` builds its twin).
         """
         self.table = table
+        self._cluster = cluster
+        self._truth = truth
         self.agnostic = agnostic
         self.unprofiled_uniform = unprofiled_uniform
         self.split_large_gangs = split_large_gangs
@@ -77,11 +82,18 @@ class ThroughputOracle:
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
 
+    @property
+    def cluster(self) -> ClusterSpec:
+        """The inventory this oracle answers for."""
+        return self._cluster
+
     def real_rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
         """True rates on every allowed cluster flavor where the job can run (rate > 0).
 
         Order: the job's own preference order when it gives one, else the cluster's order.
         """
+        if self._truth is not None:
+            return self._truth.real_rates(job)
         key = (job.job_type, job.num_gpus, job.flavors)
         hit = self._cache.get(key)
         if hit is not None:
@@ -110,20 +122,18 @@ class ThroughputOracle:
         return rates
 
     def as_agnostic(self) -> ThroughputOracle:
-        """The heterogeneity-agnostic twin (same table and cluster), created once."""
+        """The heterogeneity-agnostic twin (same table and cluster), created once.
+
+        The twin shares this oracle's true rates (and their cache) and keeps its own caches of
+        what an agnostic policy sees."""
         if self.agnostic:
             return self
         if self._twin is None:
-            twin = ThroughputOracle.__new__(ThroughputOracle)
-            for attr in ("table", "unprofiled_uniform", "cluster_flavors", "_reference",
-                         "_cache", "_types", "_max_node", "split_large_gangs", "_cost_model"):
-                setattr(twin, attr, getattr(self, attr))
-            twin.agnostic = True
-            twin._view = {}
-            twin._twin = None
-            twin._upgrades = {}
-            twin._mixed = None
-            self._twin = twin
+            self._twin = ThroughputOracle(
+                self.table, self._cluster, agnostic=True,
+                unprofiled_uniform=self.unprofiled_uniform,
+                split_large_gangs=self.split_large_gangs, cost_model=self._cost_model,
+                truth=self)
         return self._twin
 
     def _known_types(self) -> frozenset[str]:

@@ -33,7 +33,7 @@ class BlockInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class _Layout:
+class Layout:
     """The static shape of a set of nodes, computed once per cluster."""
 
     capacity: Mapping[str, int]
@@ -43,7 +43,7 @@ class _Layout:
     size: Mapping[str, int]
 
     @classmethod
-    def of(cls, nodes: tuple[Node, ...]) -> _Layout:
+    def of(cls, nodes: tuple[Node, ...]) -> Layout:
         by_flavor: dict[str, list[str]] = defaultdict(list)
         size: dict[str, int] = {}
         for n in nodes:
@@ -73,9 +73,9 @@ class FreeGpus:
         self,
         nodes: tuple[Node, ...],
         free: Mapping[str, int] | None = None,
-        layout: _Layout | None = None,
+        layout: Layout | None = None,
     ) -> None:
-        lay = layout or _Layout.of(nodes)
+        lay = layout or Layout.of(nodes)
         self._layout = lay
         self._rack = lay.rack
         self._flavor = lay.flavor
@@ -92,15 +92,25 @@ class FreeGpus:
         self._buckets: dict[str, list[dict[str, None]]] = {}
 
     @classmethod
-    def of_snapshot(cls, snapshot: Snapshot) -> FreeGpus:
-        """Free GPUs of a snapshot, reusing the cluster's cached layout when all nodes are up."""
+    def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
+        """Free GPUs of a snapshot: the driver's counts when it keeps them, otherwise every
+        up node's GPUs minus those the snapshot's running gangs hold.
+
+        Args:
+            layout: the cluster's layout, when the caller has it cached (ignored while some
+                nodes are down).
+        """
+        free = snapshot.free_gpus
+        if free is None:
+            used: dict[str, int] = {}
+            for j in snapshot.jobs:
+                if j.running and j.placement is not None:
+                    for n, c in j.placement.gpus_by_node:
+                        used[n] = used.get(n, 0) + c
+            free = {n.node_id: n.gpus - used.get(n.node_id, 0) for n in snapshot.up_nodes()}
         if snapshot.down_nodes:
-            return cls(snapshot.up_nodes(), snapshot.free_gpus)
-        layout = snapshot.cluster.memo("placement_layout")
-        if not isinstance(layout, _Layout):
-            layout = _Layout.of(snapshot.cluster.nodes)
-            snapshot.cluster.remember("placement_layout", layout)
-        return cls(snapshot.cluster.nodes, snapshot.free_gpus, layout)
+            return cls(snapshot.up_nodes(), free)
+        return cls(snapshot.cluster.nodes, free, layout)
 
     def _bucketed(self, flavor: str) -> list[dict[str, None]]:
         buckets = self._buckets.get(flavor)

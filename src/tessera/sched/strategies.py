@@ -78,7 +78,6 @@ def place_rounds(
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
-    free_known: bool,
     now: float,
     opts: PlacementOptions,
 ) -> dict[JobId, Placement]:
@@ -88,10 +87,9 @@ def place_rounds(
     each flavor has GPUs left (by count); (c) selected running jobs keep their GPUs; (d) the
     rest are placed largest gang first; (e) what fragmented gangs could not use is backfilled.
     """
-    if free_known:
-        for j in admitted:  # the driver's free counts exclude running gangs: give them back
-            if j.running and j.placement is not None:
-                free.release(j.placement)
+    for j in admitted:  # the free counts exclude running gangs: give their GPUs back
+        if j.running and j.placement is not None:
+            free.release(j.placement)
     run: dict[JobId, Placement] = {}
     if not preemptive:
         for j in admitted:
@@ -141,7 +139,6 @@ def place_events(
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
-    free_known: bool,
     now: float,
     opts: PlacementOptions,
 ) -> dict[JobId, Placement]:
@@ -157,8 +154,6 @@ def place_events(
     run: dict[JobId, Placement] = {}
     for j in admitted:
         if j.state is JobState.RUNNING and j.placement is not None:
-            if not free_known:
-                free.take(j.placement)
             run[j.spec.job_id] = j.placement
     if len(run) == len(by_id):
         return run

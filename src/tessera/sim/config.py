@@ -1,10 +1,17 @@
-"""Simulation settings, validated once; ``compat="gavel"`` reproduces Gavel's assumptions."""
+"""Simulation settings, validated once; ``compat="gavel"`` reproduces Gavel's assumptions.
+
+The scheduler's own behaviour is a :class:`~tessera.sched.settings.SchedulerSettings` shared with
+the live service; this module adds what only a simulation has (failures, validation, quotas,
+Gavel compatibility, the seed).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tessera.sched.settings import SchedulerSettings
 
 if TYPE_CHECKING:
     from tessera.model.jobs import Workload
@@ -102,47 +109,31 @@ class QuotaConfig(BaseModel):
 
 
 class SimConfig(BaseModel):
-    """How the simulator runs.
+    """How the simulator runs: the scheduler's settings plus what only a simulation has.
 
     Attributes:
-        mode: ``rounds`` (decisions every ``round_s``, time-sharing like Gavel), ``events``
-            (decisions on arrivals, completions and policy wake-ups), or ``auto`` (the
-            policy's own preference).
-        round_s: round length in rounds mode.
-        checkpoint_s / restore_s: cost of stopping a running job and of resuming one; a
-            preempted or migrated job spends ``checkpoint_s + restore_s`` holding its new GPUs
-            before it makes progress again.
-        locality_wait_s: how long a multi-GPU gang waits for one node before it may be split.
-        mixed_gangs: let a job that no single flavor can hold start on GPUs of several of its
-            flavors, at the planner's predicted speed (Sia/Cannikin style; off by default).
-        mixed_min_speed: accept a mixed gang only at this fraction of the job's speed on its
-            best flavor or more.
-        fill_between_rounds: in rounds mode, on an arrival or completion between two rounds,
-            place waiting jobs into idle GPUs in the policy's order without stopping or moving
-            anyone (work-conserving rounds; Gavel leaves those GPUs idle until the next round).
+        scheduler: the scheduler's behaviour (cadence, round length, costs, locality wait,
+            mixed gangs, fill), the same object the live service runs with
+            (:class:`~tessera.sched.settings.SchedulerSettings`).
         failures / validation / quotas: failure model, pre-run validation of big gangs, and
             tenant quotas (all off by default).
-        compat: ``gavel`` reproduces Gavel's simulator (``docs/gavel-compat.md``): no cost Gavel
-            does not model (preemption, restore, failures, placement), 360 s rounds timed and
-            advanced as Gavel does (``int(rate·360)`` steps, a round ends at its latest finish,
-            arrivals join at boundaries), and ``fifo``, ``max_min_fairness`` and
+        compat: ``gavel`` reproduces Gavel's simulator (``docs/gavel-compat.md``) with its own
+            driver (:mod:`tessera.sim.drivers.gavel`): no cost Gavel does not model
+            (preemption, restore, failures, placement), 360 s rounds timed and advanced as
+            Gavel does (``int(rate·360)`` steps, a round ends at its latest finish, arrivals
+            join at boundaries), and ``fifo``, ``max_min_fairness`` and
             ``finish_time_fairness`` (and their ``-agnostic`` twins) replaced by Gavel's own
             mechanism and policy math.
         compat_solver: the optimiser of Gavel's policies under ``compat``: ``ecos`` (Gavel's
             own, needs the ``gavel-compat`` extra), ``highs-ipm`` (interior point, no
             crossover), ``highs`` (simplex vertex), or ``auto`` (``ecos`` when installed).
         seed: the only source of randomness.
+        max_sim_time_s: stop the simulation at this virtual time (jobs left count unfinished).
+        sample_every_s: period of the utilisation and queue-length samples.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    mode: Literal["auto", "rounds", "events"] = "auto"
-    round_s: float = Field(360.0, gt=0)
-    checkpoint_s: float = Field(30.0, ge=0)
-    restore_s: float = Field(30.0, ge=0)
-    locality_wait_s: float = Field(0.0, ge=0)
-    mixed_gangs: bool = False
-    mixed_min_speed: float = Field(0.5, gt=0, le=1)
-    fill_between_rounds: bool = False
+    scheduler: SchedulerSettings = SchedulerSettings()
     failures: FailureConfig = FailureConfig()
     validation: ValidationConfig = ValidationConfig()
     quotas: QuotaConfig = QuotaConfig()
@@ -157,15 +148,17 @@ class SimConfig(BaseModel):
         if self.compat == "gavel":
             return self.model_copy(
                 update={
-                    "mode": "rounds",
-                    "round_s": 360.0,
-                    "checkpoint_s": 0.0,
-                    "restore_s": 0.0,
+                    "scheduler": self.scheduler.model_copy(update={
+                        "mode": "rounds",
+                        "round_s": 360.0,
+                        "checkpoint_s": 0.0,
+                        "restore_s": 0.0,
+                        "mixed_gangs": False,
+                        "fill_between_rounds": False,
+                    }),
                     "failures": FailureConfig(),
                     "validation": ValidationConfig(),
                     "quotas": QuotaConfig(),
-                    "mixed_gangs": False,
-                    "fill_between_rounds": False,
                 }
             )
         return self

@@ -1,0 +1,179 @@
+"""The event and round drivers: one heap of timed events, two rules for when to decide.
+
+Events are plain tuples ``(time_s, kind, seq, kind, job, epoch)`` on a ``heapq``: cheaper than
+event objects or SimPy processes (3.4× in our design benchmark), deterministic because ``seq``
+breaks ties in insertion order, and at equal times completions come before failures, retries,
+rounds and wake-ups (the ``kind`` order). A job's ``epoch`` increases whenever it stops or moves,
+so completion and failure events of an old run are recognised as stale and dropped instead of
+being searched for and removed.
+
+* :class:`EventDriver` decides on every arrival, completion, failure and policy wake-up, and
+  again when a gang's locality wait runs out;
+* :class:`RoundDriver` decides every ``round_s`` seconds while jobs are active (Gavel's
+  time-sharing rounds); jobs that finish mid-round leave their GPUs idle until the next round,
+  unless ``fill_between_rounds`` lets waiting jobs take them (nobody is moved).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from abc import abstractmethod
+
+from tessera.model.jobs import JobState
+from tessera.sim.drivers.base import Driver
+from tessera.sim.world import COMPLETE, EPS_S, RETRY, SimWorld
+
+ROUND, WAKEUP = 4, 5
+
+
+class _HeapDriver(Driver):
+    """The shared loop: pop simultaneous events, admit arrivals, then :meth:`react`."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int, int, int, int]] = []
+        self.seq = 0
+
+    def push(self, t: float, kind: int, job: int = -1, epoch: int = 0) -> None:
+        """Schedule an event (the world's sink for completions, failures and retries)."""
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, kind, job, epoch))
+
+    def run(self, world: SimWorld) -> None:
+        world.schedule = self.push
+        jobs = world.jobs
+        n = len(jobs)
+        ptr = 0
+        done = 0
+        horizon = world.cfg.max_sim_time_s
+        heap = self.heap
+        advance = self.uses_rounds()
+        while ptr < n or heap:
+            t_arr = jobs[ptr].spec.submit_time_s if ptr < n else math.inf
+            t_evt = heap[0][0] if heap else math.inf
+            t = min(t_arr, t_evt)
+            if horizon is not None and t > horizon:
+                break
+            world.tick(t, advance)
+            changed = False
+            round_now = False
+            while heap and heap[0][0] <= t + EPS_S:
+                _, _, _, kind, idx, epoch = heapq.heappop(heap)
+                world.c.events += 1
+                if kind == ROUND:
+                    round_now = True
+                elif kind == WAKEUP:
+                    changed = True
+                else:
+                    job = jobs[idx]
+                    if kind == RETRY:
+                        world.retry(job, t)
+                        changed = True
+                    elif job.epoch == epoch and job.state is JobState.RUNNING:
+                        if kind == COMPLETE:
+                            done += world.complete(job, t)
+                        else:
+                            done += world.fail(job, t)
+                        changed = True
+            while ptr < n and jobs[ptr].spec.submit_time_s <= t + EPS_S:
+                world.arrive(jobs[ptr], t)
+                done += jobs[ptr].rejected is not None
+                ptr += 1
+                world.c.events += 1
+                changed = True
+            self.react(world, t, round_now, changed)
+            if world.progress is not None and changed:
+                world.progress(done, n)
+
+    @abstractmethod
+    def react(self, world: SimWorld, t: float, round_now: bool, changed: bool) -> None:
+        """Decide what to do at ``t`` after its events (``round_now``: a round is due)."""
+
+
+class EventDriver(_HeapDriver):
+    """Decide when something changed and a decision could matter (see the module docstring)."""
+
+    name = "events"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakeup_at: float | None = None
+        self.locality_wakeups: set[float] = set()
+
+    def uses_rounds(self) -> bool:
+        return False
+
+    def react(self, world: SimWorld, t: float, round_now: bool, changed: bool) -> None:
+        if changed and self._worth_deciding(world):
+            self._decide(world, t)
+
+    def _worth_deciding(self, world: SimWorld) -> bool:
+        """Skip a round that cannot change anything: nobody waits and nobody can be displaced."""
+        if len(world.running) < len(world.active):
+            return True
+        return world.policy.preemptive and self.wakeup_at is not None
+
+    def _decide(self, world: SimWorld, t: float) -> None:
+        if not world.active:
+            return
+        d = world.decide(world.snapshot(t))
+        fragmented = world.apply(d, t)
+        wait_s = world.sched.locality_wait_s
+        if 0 < wait_s < math.inf:
+            for job in fragmented:
+                if not job.spec.requires_locality:
+                    self._locality_wakeup(job.pending_since_s + wait_s, t)
+        if d.wakeup_s is not None:
+            at = max(d.wakeup_s, t + 1e-3)
+            if self.wakeup_at is None or at < self.wakeup_at - EPS_S or self.wakeup_at <= t:
+                self.wakeup_at = at
+                self.push(at, WAKEUP)
+        else:
+            self.wakeup_at = None
+
+    def _locality_wakeup(self, at: float, now: float) -> None:
+        """Decide again when a gang's locality wait runs out (it may then be split)."""
+        if at > now + EPS_S and at not in self.locality_wakeups:
+            self.locality_wakeups.add(at)
+            self.push(at, WAKEUP)
+
+
+class RoundDriver(_HeapDriver):
+    """Decide every ``round_s`` while jobs are active (see the module docstring)."""
+
+    name = "rounds"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.round_pending = False
+
+    def uses_rounds(self) -> bool:
+        return True
+
+    def react(self, world: SimWorld, t: float, round_now: bool, changed: bool) -> None:
+        if round_now:
+            self.round_pending = False
+            if world.active:
+                world.apply(world.decide(world.snapshot(t)), t)
+                self.push(t + world.sched.round_s, ROUND)
+                self.round_pending = True
+        elif changed and not self.round_pending and world.active:
+            self.push(t, ROUND)  # idle until now: the first round starts at once
+            self.round_pending = True
+        elif changed and world.sched.fill_between_rounds and self._can_fill(world):
+            self._fill(world, t)
+
+    @staticmethod
+    def _can_fill(world: SimWorld) -> bool:
+        return len(world.running) < len(world.active) and any(
+            v > 0 for v in world.free.values())
+
+    @staticmethod
+    def _fill(world: SimWorld, t: float) -> None:
+        """Between two rounds: place waiting jobs into idle GPUs, in the policy's order,
+        without touching running jobs. The policy's memory stays as the last round set it."""
+        state = world.policy_state
+        d = world.decide(world.snapshot(t), world.fill_opts)
+        world.policy_state = state
+        world.apply(d, t)
+

@@ -1,0 +1,454 @@
+"""The simulated cluster: jobs, free GPUs and the books, changed only through job transitions.
+
+A :class:`SimWorld` is what every simulation driver shares (:mod:`tessera.sim.drivers`). It
+holds the jobs' mutable records, the free GPUs per node, the samples and counters, and offers
+the transitions a driver may apply -- a job arrives, starts, is preempted, moves, completes,
+fails, retries, is validated. Every state change goes through the lifecycle table
+(:func:`tessera.model.jobs.transition`), so a simulated job walks the same states as a live one:
+
+* a placed job is first admitted, then runs (PENDING → ADMITTED → RUNNING);
+* a preempted job is checkpointed and requeued (RUNNING → PREEMPTED → PENDING), and so is a
+  job whose pre-run validation passed (the validation run is stopped by the scheduler) and a
+  job whose Gavel lease ends with the round;
+* a moved (migrated) job stays RUNNING: only its placement changes.
+
+A driver owns the clock and decides *when* to ask the decision core; the world owns *what*
+happens to a job when it does. Drivers never reach into each other, and the decision core
+never learns which driver called it.
+
+Costs: a preempted or migrated job holds its next GPUs ``checkpoint_s + restore_s`` before it
+progresses again; a failure loses the work since the last periodic checkpoint.
+
+Philly's lessons (all off by default, ``docs/lessons.md``): tenant quotas go into every
+snapshot (fair-share delay); failures may follow the early/late model of
+:mod:`tessera.sim.failures`; and with pre-run validation a big gang's attempt first runs as a
+1-GPU job for ``validation_s`` -- the world swaps the job's spec for a 1-GPU copy, the decision
+core places it like any job, and when it passes the world restores the real spec and returns
+the job to the queue for its gang. Early failures then strike the single GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from tessera.model.cluster import ClusterSpec
+from tessera.model.jobs import JobId, JobSpec, JobState, Workload, transition
+from tessera.sched.context import DecisionContext
+from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
+from tessera.sched.feasibility import infeasibility
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.policy import Policy
+from tessera.sched.snapshot import Placement, Snapshot
+from tessera.sim.config import SimConfig
+from tessera.sim.failures import FailureModel
+from tessera.sim.metrics import Sample, SimResult, summarize
+from tessera.sim.state import SimJob
+
+EPS_S = 1e-9
+"""Events closer than this are simultaneous."""
+
+ProgressFn = Callable[[int, int], None]
+EventSink = Callable[[float, int, int, int], None]
+"""``schedule(time_s, kind, job_index, epoch)``: how the world asks its driver for a future
+completion, failure or retry (:data:`COMPLETE`, :data:`FAIL`, :data:`RETRY`)."""
+
+COMPLETE, FAIL, RETRY = 0, 1, 2
+
+
+def move(job: SimJob, new: JobState) -> None:
+    """Change ``job``'s state through the lifecycle table (raises on an illegal change)."""
+    job.state = transition(job.state, new)
+
+
+@dataclass(slots=True)
+class Counters:
+    """What a run did: events handled, decisions taken and their wall time."""
+
+    events: int = 0
+    decisions: int = 0
+    decide_s: float = 0.0
+
+
+class SimWorld:
+    """The simulated cluster of one run (see the module docstring).
+
+    Args:
+        workload: jobs in submission order.
+        cluster: the inventory.
+        policy: the policy the decision core runs (already swapped for its Gavel twin by the
+            Gavel driver, when that driver runs).
+        config: the run's effective settings (``SimConfig.effective()``).
+        oracle: true speeds; also the decision context's oracle.
+        rounds: whether the driver decides in rounds (a round's snapshot carries its length).
+        progress: called as ``progress(jobs_done, jobs_total)`` as the run advances.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: ClusterSpec,
+        policy: Policy,
+        config: SimConfig,
+        oracle: ThroughputOracle,
+        rounds: bool,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.cfg = config
+        self.sched = config.scheduler
+        self.workload = workload
+        self.cluster = cluster
+        self.policy = policy
+        self.truth = oracle
+        self.ctx = DecisionContext(oracle, random.Random(config.seed))
+        self.rounds = rounds
+        self.fail_rng = random.Random(config.seed + 7919)
+        self.opts = self.sched.placement()
+        self.fill_opts = replace(self.opts, fill_only=True)
+        self.progress = progress
+        self.schedule: EventSink = _no_events
+        fcfg = config.failures
+        self.jobs = [
+            SimJob(s, i, s.max_retries if s.max_retries else fcfg.default_max_retries)
+            for i, s in enumerate(workload.jobs)
+        ]
+        flaky_rng = random.Random(config.seed + 104729)
+        for j in self.jobs:
+            j.flaky = flaky_rng.random() < fcfg.job_failure_rate
+        self.active: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self.policy_state: object = None
+        self.samples: list[Sample] = []
+        self.next_sample_s = 0.0
+        self.active_integral = 0.0
+        self.active_cum: dict[int, float] = {}
+        self.last_t = 0.0
+        self.c = Counters()
+        self.phase_ms: dict[str, float] = {}
+        self.free: dict[str, int] = {n.node_id: n.gpus for n in cluster.nodes}
+        self.quotas = (config.quotas.resolve(workload, cluster.total_gpus)
+                       if config.quotas.enabled else {})
+        self.fmodel = (FailureModel(fcfg, config.seed)
+                       if fcfg.time_model == "early-late" else None)
+        # Jobs in their validation phase: idx -> (real spec, real remaining, real startup_s).
+        self.validating: dict[int, tuple[JobSpec, float, float]] = {}
+        self.extras: dict[str, float] = {}
+        self.notes: list[str] = []
+
+    # -- the books ---------------------------------------------------------------------------
+
+    def tick(self, t: float, advance_running: bool) -> None:
+        """Record samples and the active-job integral up to ``t``.
+
+        With ``advance_running`` (rounds: every round reconsiders running jobs) running jobs
+        are also brought up to date. Without it they are not: a running job's view
+        extrapolates its progress (``JobView.remaining_at``), and its books are settled when
+        it stops, so an event costs nothing per running job.
+        """
+        if t > self.last_t:
+            self.active_integral += len(self.active) * (t - self.last_t)
+        if advance_running:
+            for j in self.running.values():
+                j.advance(t)
+        while t >= self.next_sample_s and t > self.last_t:
+            busy = sum(j.spec.num_gpus for j in self.running.values())
+            self.samples.append(
+                Sample(self.next_sample_s, busy, len(self.active) - len(self.running),
+                       len(self.running))
+            )
+            self.next_sample_s += self.cfg.sample_every_s
+        self.last_t = max(self.last_t, t)
+
+    def add(self, key: str, value: float) -> None:
+        """Add ``value`` to the run's extra metric ``key``."""
+        self.extras[key] = self.extras.get(key, 0.0) + value
+
+    def close_ftf(self, job: SimJob) -> None:
+        """Settle ``job``'s contention (active jobs while it was active), for finish-time
+        fairness."""
+        start = self.active_cum.pop(job.idx, self.active_integral)
+        job.contention_s += self.active_integral - start
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def snapshot(self, t: float, free_gpus: bool = True) -> Snapshot:
+        """What ``decide()`` sees at ``t``: the active jobs' views, and the free GPUs per node
+        when the world books them (``free_gpus``; otherwise the core derives them from the
+        running gangs)."""
+        return Snapshot(
+            now_s=t,
+            cluster=self.cluster,
+            jobs=tuple(j.to_view() for j in self.active.values()),
+            policy_state=self.policy_state,
+            round_s=self.sched.round_s if self.rounds else None,
+            free_gpus=dict(self.free) if free_gpus else None,
+            quotas=self.quotas,
+        )
+
+    def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
+        """Call the decision core, keep its memory, and account its time and phases."""
+        t0 = time.perf_counter()
+        d = decide(snap, self.policy, self.ctx, opts or self.opts)
+        self.c.decide_s += time.perf_counter() - t0
+        self.c.decisions += 1
+        for name, ms in d.phase_ms:
+            self.phase_ms[name] = self.phase_ms.get(name, 0.0) + ms
+        self.policy_state = d.policy_state
+        return d
+
+    def apply(self, d: Decision, t: float) -> list[SimJob]:
+        """Carry out a decision at ``t``: stop the preempted, start or move the started, and
+        record why the rest wait. Returns the jobs left waiting for locality-fragmented GPUs
+        (a driver may want to decide again when their locality wait runs out)."""
+        by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.active.values()}
+        penalty = self.sched.migration_cost_s
+        for jid in d.preempted:
+            job = by_id[jid]
+            self.stop(job, t)
+            move(job, JobState.PREEMPTED)
+            move(job, JobState.PENDING)
+            job.preemptions += 1
+            job.pending_since_s = t
+            job.startup_s = penalty
+        for jid in d.started:
+            job = by_id[jid]
+            if job.state is JobState.RUNNING:
+                self.stop(job, t)
+                job.migrations += 1
+                job.startup_s = penalty
+            self.start(job, d.placements[jid], t)
+            job.set_wait(None, t)
+        fragmented: list[SimJob] = []
+        for jid, reason in d.pending.items():
+            job = by_id[jid]
+            if job.wait_kind is not reason.kind:
+                job.set_wait(reason.kind, t)
+            if reason.kind is PendingKind.FRAGMENTATION:
+                fragmented.append(job)
+        return fragmented
+
+    # -- job transitions ------------------------------------------------------------------------
+
+    def arrive(self, job: SimJob, t: float) -> None:
+        """``job`` is submitted at ``t``: rejected if it can never run here, else active."""
+        reason = infeasibility(job.spec, self.cluster, self.truth, self.sched.mixed_gangs)
+        if reason is not None:
+            job.rejected = reason
+            move(job, JobState.CANCELLED)
+            job.finish_s = t
+            return
+        if not self.active:
+            self.next_sample_s = max(self.next_sample_s, t - t % self.cfg.sample_every_s)
+        self.active[job.idx] = job
+        self.active_cum[job.idx] = self.active_integral
+        job.last_update_s = t
+        job.pending_since_s = t
+        self._begin_validation(job)
+
+    def complete(self, job: SimJob, t: float) -> int:
+        """``job``'s run finished its work at ``t``; returns 1 if the job is done for good."""
+        if job.idx in self.validating:
+            return self._validated(job, t)
+        job.remaining = 0.0
+        self.stop(job, t)
+        move(job, JobState.SUCCEEDED)
+        job.finish_s = t
+        job.set_wait(None, t)
+        del self.active[job.idx]
+        self.close_ftf(job)
+        return 1
+
+    def fail(self, job: SimJob, t: float) -> int:
+        """``job``'s run crashed at ``t``; returns 1 if it has no retries left."""
+        fcfg = self.cfg.failures
+        job.advance(t)  # (events mode settles a run's progress only when it stops: do it first)
+        progressed_s = max(t - job.progress_from_s, 0.0)
+        lost_s = progressed_s % fcfg.checkpoint_interval_s
+        startup_s = max(min(t, job.progress_from_s) - job.run_started_s, 0.0)
+        job.remaining = min(job.remaining + lost_s * job.rate, job.spec.total_steps)
+        job.lost_gpu_s += (lost_s + startup_s) * job.spec.num_gpus
+        self.stop(job, t)
+        if self.cfg.validation.min_gpus:
+            key = "validation" if job.idx in self.validating else "gang"
+            self.add(f"failures_in_{key}", 1.0)
+            self.add(f"failure_gpu_h_in_{key}", (lost_s + startup_s) * job.spec.num_gpus / 3600)
+            self._end_validation(job)
+        move(job, JobState.FAILED)
+        job.attempts += 1
+        del self.active[job.idx]
+        self.close_ftf(job)
+        job.set_wait(None, t)
+        if job.attempts <= job.max_retries:
+            self.schedule(t + fcfg.retry_delay_s, RETRY, job.idx, job.epoch)
+            return 0
+        job.finish_s = t
+        return 1
+
+    def retry(self, job: SimJob, t: float) -> None:
+        """A failed job with retries left rejoins the queue at ``t``."""
+        move(job, JobState.PENDING)
+        job.pending_since_s = t
+        job.last_update_s = t
+        job.startup_s = self.sched.restore_s
+        job.view = None
+        self.active[job.idx] = job
+        self.active = dict(sorted(self.active.items()))
+        self.active_cum[job.idx] = self.active_integral
+        self._begin_validation(job)
+
+    def stop(self, job: SimJob, t: float) -> None:
+        """Settle ``job``'s run up to ``t`` and give its GPUs back (its state is the caller's)."""
+        job.advance(t)
+        if job.state is JobState.RUNNING:
+            self._account_run(job, t)
+        placement = job.placement
+        job.epoch += 1
+        job.placement = None
+        job.rate = 0.0
+        job.last_run_end_s = t
+        job.view = None
+        if self.running.pop(job.idx, None) is not None and placement is not None:
+            for node_id, k in placement.gpus_by_node:
+                self.free[node_id] += k
+
+    def start(self, job: SimJob, p: Placement, t: float) -> None:
+        """Run ``job`` on ``p`` from ``t``: admit and start it (or move it, if it runs), book
+        its GPUs, and schedule its completion and any failure."""
+        rate = self.truth.placement_rate(job.spec, p)
+        if job.state is JobState.PENDING:
+            move(job, JobState.ADMITTED)
+        if job.state is not JobState.RUNNING:
+            move(job, JobState.RUNNING)
+        job.placement = p
+        job.rate = rate
+        job.run_started_s = t
+        job.progress_from_s = t + job.startup_s
+        job.startup_s = 0.0
+        job.last_update_s = t
+        job.epoch += 1
+        job.view = None
+        if job.first_start_s is None:
+            job.first_start_s = t
+        self.running[job.idx] = job
+        for node_id, k in p.gpus_by_node:
+            self.free[node_id] -= k
+        if rate <= 0:
+            return
+        finish = job.progress_from_s + job.remaining / rate
+        self.schedule(finish, COMPLETE, job.idx, job.epoch)
+        if job.flaky:
+            self._schedule_failure(job, finish)
+
+    def _schedule_failure(self, job: SimJob, finish: float) -> None:
+        fcfg = self.cfg.failures
+        if self.fmodel is not None:
+            f = self.fmodel.draw(job.idx, job.attempts)
+            if f is None:
+                return
+            saved = self.validating.get(job.idx)
+            if saved is not None:
+                # A late failure strikes the real run, not the short validation; an early one
+                # strikes here only if the real run would have lasted long enough to meet it.
+                best = max((r.consolidated for r in self.truth.real_rates(saved[0])),
+                           default=0.0)
+                if not f.early or best <= 0 or f.after_s(saved[1] / best) is None:
+                    return
+            after = f.after_s(finish - job.progress_from_s)
+            if after is not None:
+                self.schedule(job.progress_from_s + after, FAIL, job.idx, job.epoch)
+            return
+        if job.attempts == 0 or self.fail_rng.random() < fcfg.repeat_probability:
+            at = job.progress_from_s + self.fail_rng.random() * (finish - job.progress_from_s)
+            self.schedule(at, FAIL, job.idx, job.epoch)
+
+    # -- pre-run validation (a driver phase: the decision core sees a 1-GPU job) ---------------
+
+    def _begin_validation(self, job: SimJob) -> None:
+        """Turn a big gang's next attempt into a 1-GPU validation run of ``validation_s``."""
+        vcfg = self.cfg.validation
+        spec = job.spec
+        if not vcfg.min_gpus or spec.num_gpus < vcfg.min_gpus:
+            return
+        vspec = replace(spec, num_gpus=1, requires_locality=False, total_steps=1.0)
+        rate = max((r.consolidated for r in self.truth.real_rates(vspec)), default=0.0)
+        if rate <= 0:
+            return
+        steps = rate * vcfg.validation_s
+        self.validating[job.idx] = (spec, job.remaining, job.startup_s)
+        job.spec = replace(vspec, total_steps=steps)
+        job.remaining = steps
+        job.startup_s = 0.0
+        job.view = None
+
+    def _end_validation(self, job: SimJob) -> None:
+        """Give the job back its real spec and work (validation passed, failed or cut short)."""
+        saved = self.validating.pop(job.idx, None)
+        if saved is None:
+            return
+        job.spec, job.remaining, job.startup_s = saved
+        job.view = None
+
+    def _validated(self, job: SimJob, t: float) -> int:
+        """Validation passed: the scheduler stops the 1-GPU run and requeues the real gang."""
+        self.stop(job, t)
+        self._end_validation(job)
+        self.add("validations_passed", 1.0)
+        move(job, JobState.PREEMPTED)
+        move(job, JobState.PENDING)
+        job.pending_since_s = t
+        job.set_wait(None, t)
+        return 0
+
+    def _account_run(self, job: SimJob, t: float) -> None:
+        """Book a run that ends at ``t``: validation GPU-time, and split gangs' slowdown."""
+        p = job.placement
+        if p is None:
+            return
+        held = max(t - job.run_started_s, 0.0) * p.num_gpus
+        if job.idx in self.validating:
+            self.add("validation_gpu_h", held / 3600)
+            return
+        if p.is_mixed:
+            self.add("mixed_gpu_h", held / 3600)
+            return
+        if not p.consolidated:
+            self.add("split_gpu_h", held / 3600)
+            cons = self.truth.rate(job.spec, p.flavor, True)
+            progressed = max(t - max(job.progress_from_s, job.run_started_s), 0.0)
+            if cons > 0 and job.rate < cons:
+                self.add("split_slowdown_gpu_h",
+                         progressed * p.num_gpus * (1 - job.rate / cons) / 3600)
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def finish(self, wall0_s: float) -> SimResult:
+        """Settle every open book at the last event and summarise the run."""
+        self.tick(self.last_t, self.rounds)
+        for j in self.running.values():
+            j.advance(self.last_t)
+            self._account_run(j, self.last_t)
+        for idx in list(self.validating):
+            self._end_validation(self.jobs[idx])
+        for j in self.active.values():
+            j.set_wait(None, self.last_t)
+        for j in self.active.values():
+            self.close_ftf(j)
+        iso = [
+            j.spec.total_steps / r if (r := max(
+                (x.consolidated for x in self.truth.real_rates(j.spec)), default=0.0)) > 0
+            else math.inf
+            for j in self.jobs
+        ]
+        return summarize(
+            self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs, iso,
+            self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,
+            decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
+            extras=self.extras,
+        )
+
+
+def _no_events(t: float, kind: int, job: int, epoch: int) -> None:
+    raise RuntimeError("this driver schedules no future events")
