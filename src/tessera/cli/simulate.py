@@ -232,8 +232,8 @@ def register(app: typer.Typer) -> None:
         }
         run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
                        scheduler=settings, config_updates=updates, out=out, as_json=json_out,
-                       workers=n, throughputs=throughputs, on_error=on_error, limit=limit, plots=plots,
-                       trace_format=trace_format)
+                       workers=n, throughputs=throughputs, on_error=on_error, limit=limit,
+                       plots=plots, trace_format=trace_format)
 
     @app.command(rich_help_panel="Simulation")
     def demo(
@@ -246,8 +246,8 @@ def register(app: typer.Typer) -> None:
         updates: dict[str, object] = {"seed": 0}
         run_simulation("philly", DEMO_CLUSTER, pols, gpus_per_server=8,
                        scheduler=SchedulerSettings(), config_updates=updates, out=out,
-                       as_json=json_out, workers=min(len(pols), os.cpu_count() or 1), throughputs=None,
-                       on_error="raise", limit=None, plots=True)
+                       as_json=json_out, workers=min(len(pols), os.cpu_count() or 1),
+                       throughputs=None, on_error="raise", limit=None, plots=True)
 
     @app.command(rich_help_panel="Simulation")
     def traces() -> None:
