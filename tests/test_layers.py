@@ -30,6 +30,7 @@ counts: module level, inside functions (lazy imports), and under ``if TYPE_CHECK
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -91,7 +92,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return [(line, name) for line, name in out if name.split(".")[0] == "tessera"]
 
 
-def _edges() -> list[tuple[str, str, str]]:
+@functools.cache
+def _edges() -> tuple[tuple[str, str, str], ...]:
     """``(importing package, imported package, "file:line module")`` across packages."""
     edges = []
     for path in _modules():
@@ -100,7 +102,7 @@ def _edges() -> list[tuple[str, str, str]]:
             dst = _package(name)
             if dst != src:
                 edges.append((src, dst, f"{path.relative_to(SRC)}:{line} imports {name}"))
-    return edges
+    return tuple(edges)
 
 
 def test_every_package_has_a_layer() -> None:
