@@ -1,12 +1,15 @@
 """Tessera: scheduling, planning, GPU sharing and simulation for DL on mixed-GPU clusters.
 
-The package is layered (imports point down only):
+The package is layered (imports point down only; ``tests/test_layers.py`` enforces it):
 
-* ``model`` / ``workload`` -- typed domain objects, trace readers and generators;
+* ``errors`` / ``registry`` -- exceptions and the plugin registry, under everything;
+* ``model`` -- typed domain objects;
 * ``perf`` -- every number about speed, memory and communication;
+* ``workload`` -- trace readers and generators;
 * ``sched`` / ``plan`` / ``share`` -- pure decisions over a snapshot;
-* ``sim`` / ``live`` -- the two clocks that drive those decisions;
-* ``cli`` / ``report`` -- what people see.
+* ``sim`` / ``live`` / ``train`` -- the clocks and processes that drive those decisions;
+* ``report`` / ``analyze`` / ``lessons`` -- tables, plots and studies of their results;
+* ``cli`` -- what people type.
 
 ``import tessera`` stays light: solver, Ray and torch imports live inside the subpackages
 that need them.

@@ -1,6 +1,6 @@
 """Kill the service at random points of a 50-job workload: every job runs exactly once.
 
-The service runs as a real process (``python -m tessera.live serve``). It is killed with
+The service runs as a real process (``python -m tessera.cli serve``). It is killed with
 SIGKILL at random moments, and made to exit hard at the three crash points between "written to
 the store" and "acted on" (:mod:`tessera.live.faults`); after each death it is restarted on the
 same state directory. Each job's command appends its id to one file, so the file shows how many
@@ -38,7 +38,7 @@ def _start(state: Path, port: int, crash: str | None) -> subprocess.Popen[bytes]
     if crash and crash != "sigkill":
         env["TESSERA_LIVE_CRASH"] = crash
     return subprocess.Popen(
-        [sys.executable, "-m", "tessera.live", "serve", "--state", str(state), "--port",
+        [sys.executable, "-m", "tessera.cli", "serve", "--state", str(state), "--port",
          str(port), "--cluster", "v100:4,t4:4", "--executor", "local", "--grace-s", "2",
          "--period-s", "0.5"],
         env=env, stdout=subprocess.DEVNULL, stderr=open(state / "serve.log", "ab"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -182,9 +181,8 @@ def test_hybrid_bad_input(cm: CostModel) -> None:
 
 
 @pytest.mark.slow
-def test_sixty_four_devices_hundred_layers_plan_in_seconds(cm: CostModel) -> None:
+def test_sixty_four_devices_hundred_layers_plan(cm: CostModel) -> None:
+    """The plan covers all 100 layers (the seconds target is in benchmarks/bench_plan.py)."""
     groups = [group(cm, f, 16) for f in ("A100-40GB", "V100", "T4", "RTX-2080Ti")]
-    start = time.perf_counter()
     plan = plan_pipeline(gpt(98, 4096, 32, 2048), groups, PipelineConfig(1, 64, recompute=True))
-    assert time.perf_counter() - start < 10.0
     assert plan.stages[-1].end_layer == 100

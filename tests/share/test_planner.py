@@ -132,16 +132,13 @@ def test_service_validation(rate: float, slo: float) -> None:
         Service("x", "resnet50", rate, slo)
 
 
-def test_heuristic_plans_1000_services_quickly() -> None:
-    import time
-
+def test_heuristic_plans_1000_services() -> None:
+    """Every service meets its rate at scale (the 1 s target is in benchmarks/bench_share.py)."""
     models = TABLE.models()
     svcs = tuple(
         Service(f"s{i}", models[i % len(models)], 20.0 + (i * 37) % 2900, 150.0 + (i * 13) % 400)
         for i in range(1000)
     )
-    t0 = time.perf_counter()
     plan = plan_heuristic(svcs, TABLE, A100, BatchingRule())
-    assert time.perf_counter() - t0 < 2.0  # 1 s target; slack for shared CI cores
     assert all(c.meets_rate for c in plan.capacities())
     assert plan.lower_bound <= plan.gpus_used

@@ -114,10 +114,3 @@ def compare(
             Comparison(f, Outcome.REPRODUCED if ok else Outcome.DIFFERS, measured, diff, f.why_not)
         )
     return tuple(out)
-
-
-def figures_for(trace_format: str) -> tuple[PublishedFigure, ...]:
-    """The reference figures about one trace format."""
-    from tessera.analyze.reference import FIGURES
-
-    return tuple(f for f in FIGURES if trace_format in f.formats)

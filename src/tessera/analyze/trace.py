@@ -68,7 +68,3 @@ class Trace:
     summary: pl.DataFrame | None = None
     capacity: pl.DataFrame | None = None
     notes: tuple[str, ...] = field(default=())
-
-    def has_job_column(self, column: str) -> bool:
-        """Whether the jobs frame exists and has ``column``."""
-        return self.jobs is not None and column in self.jobs.columns

@@ -196,10 +196,10 @@ def cosim_cmd(
     from tessera.model.cluster import load_cluster
     from tessera.perf.profiles import default_throughputs
     from tessera.sched.policy import make_policy
-    from tessera.share.cosim import cosim_to_json, cosimulate
     from tessera.share.profiles import load_parvagpu_profiles
     from tessera.share.spec import load_services
     from tessera.sim.config import SimConfig
+    from tessera.sim.cosim import cosim_to_json, cosimulate
     from tessera.workload import read_trace
 
     make_policy(policy)  # fail fast on a bad name

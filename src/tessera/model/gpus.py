@@ -20,7 +20,6 @@ profile exists, to rank flavors and to size models -- never in place of a measur
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tessera.errors import UnknownFlavorError
@@ -114,15 +113,6 @@ def resolve_flavor(name: str) -> GpuFlavor:
         known = ", ".join(f.short for f in CATALOG)
         raise UnknownFlavorError(f"unknown GPU flavor {name!r}; known flavors: {known}")
     return flavor
-
-
-def resolve_flavors(names: Iterable[str]) -> tuple[GpuFlavor, ...]:
-    """Resolve several names, keeping their order and dropping repeats."""
-    seen: dict[str, GpuFlavor] = {}
-    for n in names:
-        f = resolve_flavor(n)
-        seen.setdefault(f.name, f)
-    return tuple(seen.values())
 
 
 def all_flavors() -> tuple[GpuFlavor, ...]:

@@ -26,7 +26,6 @@ read by passing ``root``.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -207,14 +206,3 @@ def _read_rows(
         bsz.append(b)
         step.append(st)
         sync.append(sy)
-
-
-def all_profiles(
-    models: Iterable[str] | None = None, root: str | Path | None = None
-) -> tuple[SiaProfile, ...]:
-    """Every (model, flavor) profile available, for reports and tests."""
-    out: list[SiaProfile] = []
-    for m in models if models is not None else sia_models(root):
-        for fl in sia_flavors(m, root):
-            out.append(load_sia_profile(m, fl, root))
-    return tuple(out)

@@ -105,10 +105,6 @@ class Emulator:
         cfg = self.config
         return (cfg.overhead_s + cfg.per_sample_s * batch) / self.speed(step, rank)
 
-    def best_throughput_samples_per_s(self, rank: int, batch: int) -> float:
-        """A rank's standalone rate at local batch ``batch``, at its base speed."""
-        return batch / self.nominal_step_s(-1, rank, batch)
-
     def pad(self, step: int, rank: int, batch: int, started_s: float) -> float:
         """Sleep until the nominal time since ``started_s`` (a perf_counter value) has passed.
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import shutil
 import socket
 import tempfile
 import time
@@ -238,8 +237,3 @@ def launch(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = None,
         speeds=tuple(raw["speeds"]), log=tuple(raw["log"]), restarts=int(raw["restarts"]),
         final_split=tuple(raw["final_split"]),
     )
-
-
-def remove_run_dir(result: TrainResult) -> None:
-    """Delete a run's directory (results and default checkpoints)."""
-    shutil.rmtree(result.run_dir, ignore_errors=True)

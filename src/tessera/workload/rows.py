@@ -160,12 +160,6 @@ def candidate_types(table: ThroughputTable, num_gpus: int) -> tuple[str, ...]:
     return table.job_types() if num_gpus == 1 else table.distributable_types()
 
 
-def assign_job_type(table: ThroughputTable, job_id: str, num_gpus: int) -> str:
-    """The documented rule: a stable hash of the job id picks among the valid types."""
-    candidates = candidate_types(table, num_gpus)
-    return candidates[stable_index(job_id, len(candidates))]
-
-
 class StepConverter:
     """Throughput on the reference flavor per (job type, gang size), looked up once each."""
 

@@ -162,7 +162,7 @@ def _sniff(path: Path, header: list[str] | None) -> bool:
     return header is not None and {"name", "num_gpu", "gpu_milli"} <= set(header)
 
 
-FGD = register_reader(
+register_reader(
     TraceReader("fgd", read_fgd, _sniff),
     "Alibaba FGD 2023 pod list: fractional GPUs (gpu_milli), GPU-type constraints (gpu_spec).",
 )

@@ -157,7 +157,7 @@ def _sniff(path: Path, header: list[str] | None) -> bool:
     return first.count("\t") == len(COLUMNS) - 1
 
 
-GAVEL_TSV = register_reader(
+register_reader(
     TraceReader("gavel", read_gavel_tsv, _sniff),
     "Gavel's 10-column tab-separated trace (job_type ... arrival_time), read as Gavel does.",
 )

@@ -90,7 +90,7 @@ def _sniff(path: Path, header: list[str] | None) -> bool:
     return header is not None and set(REQUIRED) <= set(header)
 
 
-ITP = register_reader(
+register_reader(
     TraceReader("itp", read_itp, _sniff, multi_file=True),
     "Microsoft ITP (ElasticFlow) jobs: job_id, submission_time, duration, num_gpu; a directory "
     "of clusterNN.csv is one workload.",

@@ -81,7 +81,7 @@ def _sniff(path: Path, header: list[str] | None) -> bool:
     return header is not None and {"timestamp", "duration", "num_gpus", "cluster"} <= set(header)
 
 
-PHILLY = register_reader(
+register_reader(
     TraceReader("philly", read_philly, _sniff),
     "Philly job table (Pollux-derived CSV: timestamp, duration, num_gpus, gpu_time, cluster).",
 )

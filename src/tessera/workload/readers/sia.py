@@ -131,7 +131,7 @@ def _sniff(path: Path, header: list[str] | None) -> bool:
     return header is not None and {"application", "num_replicas", "batch_size"} <= set(header)
 
 
-SIA = register_reader(
+register_reader(
     TraceReader("sia", read_sia, _sniff),
     "Sia SOSP'23 workload (name, time, application, num_replicas, batch_size); "
     "types and durations approximated.",

@@ -11,11 +11,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tessera.cli.share import register
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec, load_cluster, make_nodes
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
-from tessera.share.cosim import (
+from tessera.share.mig import mig_gpu
+from tessera.share.profiles import BatchingRule, Service, load_parvagpu_profiles
+from tessera.share.segments import SloUnreachableError
+from tessera.sim.cosim import (
     cosim_to_json,
     cosimulate,
     profiled_mig_gpu,
@@ -23,12 +27,7 @@ from tessera.share.cosim import (
     reserve_gpus,
     whole_gpu_gpus,
 )
-from tessera.share.mig import mig_gpu
-from tessera.share.profiles import BatchingRule, Service, load_parvagpu_profiles
-from tessera.share.segments import SloUnreachableError
 from tessera.workload import read_trace
-
-from .test_cli import register
 
 SERVICES = (
     Service("ranker", "resnet50", 900.0, 80.0),
