@@ -29,6 +29,7 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PlacementOptions, decide
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import AGNOSTIC_SUFFIX, Policy, list_policies, make_policy
@@ -38,8 +39,8 @@ from tests.builders import RECO, RESNET, make_cluster
 
 def _decide(snap: Snapshot, policy: Policy, oracle: ThroughputOracle, seed: int,
             opts: PlacementOptions | None = None) -> Decision:
-    """The one call site of ``decide`` in this module (its signature is changing)."""
-    return decide(snap, policy, oracle, random.Random(seed), opts)
+    """The one call site of ``decide`` in this module."""
+    return decide(snap, policy, DecisionContext(oracle, random.Random(seed)), opts)
 
 
 _NAMES = [n for n, _ in list_policies()]
