@@ -360,10 +360,6 @@ PRESETS = {
 }
 
 
-def preset_names() -> tuple[str, ...]:
-    return tuple(PRESETS)
-
-
 def load_cluster(text: str, gpus_per_server: int = 1) -> ClusterSpec:
     """Resolve a preset name, a YAML path or a compact string into a cluster.
 

@@ -61,9 +61,6 @@ VALID_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.CANCELLED: frozenset(),
 }
 
-FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.CANCELLED})
-
-
 class InvalidTransition(SpecError):
     """A state change the lifecycle table does not allow."""
 

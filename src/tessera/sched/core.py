@@ -26,7 +26,6 @@ Phases, each timed:
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,8 +34,9 @@ from typing import Any
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.context import DecisionContext
 from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.placement import BlockInfo, FreeGpus
+from tessera.sched.placement import FreeGpus
 from tessera.sched.policy import Policy, PolicyContext, Ranking
+from tessera.sched.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
 from tessera.sched.snapshot import JobView, Placement, Snapshot
 from tessera.sched.strategies import (
     PlacementOptions,
@@ -50,48 +50,6 @@ from tessera.sched.strategies import (
 
 __all__ = ["Decision", "PendingKind", "PendingReason", "PlacementOptions", "decide"]
 
-_NONE_FREE = BlockInfo(0, 0)
-
-
-class PendingKind(enum.IntEnum):
-    """Why a job waits, from worst to best outlook (after Kueue's ordered fit modes)."""
-
-    NO_FIT = 0
-    """It can never run here (rejected)."""
-    QUOTA = 1
-    """Its queue is at quota (fair-share delay)."""
-    CAPACITY = 2
-    """Not enough free GPUs of an allowed flavor: higher-ranked jobs hold them."""
-    FRAGMENTATION = 3
-    """Enough GPUs are free, but not with the locality the gang needs."""
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReason:
-    """A reason a person can act on; the message is built only when shown."""
-
-    kind: PendingKind
-    detail: tuple[Any, ...] = ()
-
-    def __str__(self) -> str:
-        d = self.detail
-        if self.kind is PendingKind.QUOTA:
-            return (
-                f"queue {d[0]!r} at quota: uses {d[1]} of {d[2]} GPUs (+{d[3]} borrowable); "
-                f"needs {d[4]}"
-            )
-        if self.kind is PendingKind.FRAGMENTATION:
-            return (
-                f"needs {d[0]}×{d[1]} together; {d[2]} are free but the largest free block on "
-                f"one node is {d[3]}"
-            )
-        if self.kind is PendingKind.CAPACITY:
-            free = ", ".join(f"{f} {n}" for f, n in d[2]) or "none"
-            return (
-                f"needs {d[0]} GPUs of {'/'.join(d[1]) or 'any flavor'}; free now: {free}; "
-                f"ranked #{d[3]} by the policy"
-            )
-        return str(d[0]) if d else "cannot run on this cluster"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +100,8 @@ def _admit(snapshot: Snapshot) -> tuple[list[JobView], dict[JobId, PendingReason
             admitted.append(j)
         else:
             held[j.job_id] = PendingReason(
-                PendingKind.QUOTA,
-                (q.name, used, q.nominal_gpus, borrow if borrow is not None else "∞",
-                 j.spec.num_gpus),
-            )
+                PendingKind.QUOTA, QuotaHeld(q.name, used, q.nominal_gpus, borrow,
+                                             j.spec.num_gpus))
     return admitted, held
 
 
@@ -297,36 +253,11 @@ class _Placements(Mapping[JobId, Placement]):
         return len(self._full())
 
 
+
 def _reasons(
     jobs: list[JobView], ranking: Ranking, oracle: ThroughputOracle, free: FreeGpus,
     now: float, opts: PlacementOptions,
 ) -> dict[JobId, PendingReason]:
     """A reason for every job in ``jobs`` (all of them left waiting)."""
-    rank_pos: dict[JobId, int] = {}
-    for jid, _fl in ranking.candidates:
-        rank_pos.setdefault(jid, len(rank_pos) + 1)
-    infos = {f: free.info(f) for f in free.flavors()}
-    return {
-        j.spec.job_id: _reason(j, oracle, infos, rank_pos.get(j.spec.job_id, 0),
-                               needs_locality(j, now, opts))
-        for j in jobs
-    }
-
-
-def _reason(
-    j: JobView, oracle: ThroughputOracle, infos: dict[str, BlockInfo], pos: int, local: bool
-) -> PendingReason:
-    rates = oracle.real_rates(j.spec)
-    if not rates:
-        return PendingReason(PendingKind.NO_FIT, ("no allowed flavor can run this job",))
-    g = j.spec.num_gpus
-    flavors = tuple(r.flavor for r in rates)
-    if local:
-        for fl in flavors:
-            info = infos.get(fl, _NONE_FREE)
-            if info.total_free >= g > info.largest_block:
-                return PendingReason(
-                    PendingKind.FRAGMENTATION, (g, fl, info.total_free, info.largest_block)
-                )
-    free_now = tuple((fl, infos.get(fl, _NONE_FREE).total_free) for fl in flavors)
-    return PendingReason(PendingKind.CAPACITY, (g, flavors, free_now, pos))
+    local = {j.spec.job_id: needs_locality(j, now, opts) for j in jobs}
+    return pending_reasons(jobs, ranking.candidates, oracle, free, local)

@@ -213,13 +213,14 @@ class SimWorld:
             job.preemptions += 1
             job.pending_since_s = t
             job.startup_s = penalty
-        for jid in d.started:
-            job = by_id[jid]
+        started = [by_id[jid] for jid in d.started]
+        for job in started:  # movers leave first, so no node is held twice even for a moment
             if job.state is JobState.RUNNING:
                 self.stop(job, t)
                 job.migrations += 1
                 job.startup_s = penalty
-            self.start(job, d.placements[jid], t)
+        for job in started:
+            self.start(job, d.placements[job.spec.job_id], t)
             job.set_wait(None, t)
         fragmented: list[SimJob] = []
         for jid, reason in d.pending.items():
