@@ -86,11 +86,12 @@ class LpSolver:
 
     def __init__(self) -> None:
         self._h: Any = None
-        self._loaded_rows = 0
+        self._dual_strategy = 1
 
     def _highs(self) -> Any:
         if self._h is None:
             self._h = _quiet_highs()
+            self._dual_strategy = int(self._h.getOptionValue("simplex_strategy")[1])
         return self._h
 
     def solve(
@@ -166,8 +167,32 @@ class LpSolver:
         lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
         h.setOptionValue("solver", "ipm" if method == "ipm" else "choose")
         h.setOptionValue("run_crossover", "off" if method == "ipm" else "on")
+        h.setOptionValue("simplex_strategy", self._dual_strategy)
         h.passModel(lp)
-        self._loaded_rows = lp.num_row_
+
+    def start_from(self, basic_cols: np.ndarray, tight_rows: np.ndarray) -> None:
+        """Give the loaded model a starting basis and solve it with the *primal* simplex.
+
+        ``basic_cols`` are the columns in the basis (the others sit at their lower bound);
+        ``tight_rows`` are rows held at their lower bound (the others are basic). A good guess
+        (say, each job on one flavor, exactly meeting its need) leaves primal simplex a few
+        hundred pivots instead of one per row. Later :meth:`run` calls keep the basis; call
+        :meth:`use_dual` to go back to the dual simplex for bound changes.
+        """
+        import highspy
+
+        h = self._highs()
+        status = highspy.HighsBasisStatus
+        basis = highspy.HighsBasis()
+        basis.col_status = [status.kBasic if b else status.kLower for b in basic_cols]
+        basis.row_status = [status.kLower if t else status.kBasic for t in tight_rows]
+        basis.valid = True
+        h.setBasis(basis)
+        h.setOptionValue("simplex_strategy", 4)  # primal
+
+    def use_dual(self) -> None:
+        """Back to HiGHS' default (dual) simplex, keeping the model and its basis."""
+        self._highs().setOptionValue("simplex_strategy", self._dual_strategy)
 
     def set_row_lower(self, rows: np.ndarray, lower: np.ndarray) -> None:
         """Change the lower bounds of ``rows`` of the loaded model (upper bounds become +inf);

@@ -98,7 +98,7 @@ def ranked_entries(
     for k in flavor_cols:
         rows = ids[listed[:, k]]
         keys = np.lexsort((rows, -share[rows, k], -deficit[rows, k], -priority[rows, k]))
-        out.extend((int(i), k) for i in rows[keys])
+        out.extend(zip(rows[keys].tolist(), [k] * len(rows), strict=True))
     return out
 
 
