@@ -20,8 +20,8 @@ import statistics
 import time
 
 import numpy as np
-from bench_decide import build
 
+from bench_decide import build
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.gavel import RoundState
 from tessera.sched.lp import LpSolver
@@ -32,8 +32,8 @@ from tessera.sched.policy import PolicyContext, make_policy
 def objective(name: str, ctx: PolicyContext, state: RoundState) -> str:
     """The quality of the shares: min normalised rate (max-min) or worst ρ (FTF)."""
     snap, x = ctx.snapshot, state.shares.x
-    from tessera.sched.policies.gavel_lp import _agnostic_share, build_problem
     from tessera.sched.gavel import Backend
+    from tessera.sched.policies.gavel_lp import _agnostic_share, build_problem
 
     p = build_problem(ctx)
     x_iso, _ = _agnostic_share(p, Backend(LpSolver()))

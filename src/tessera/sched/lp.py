@@ -87,6 +87,8 @@ class LpSolver:
     def __init__(self) -> None:
         self._h: Any = None
         self._dual_strategy = 1
+        #: Counts :meth:`load` calls: a caller that warm-starts checks it still owns the model.
+        self.loads = 0
 
     def _highs(self) -> Any:
         if self._h is None:
@@ -169,6 +171,7 @@ class LpSolver:
         h.setOptionValue("run_crossover", "off" if method == "ipm" else "on")
         h.setOptionValue("simplex_strategy", self._dual_strategy)
         h.passModel(lp)
+        self.loads += 1
 
     def start_from(self, basic_cols: np.ndarray, tight_rows: np.ndarray) -> None:
         """Give the loaded model a starting basis and solve it with the *primal* simplex.

@@ -182,7 +182,7 @@ class _Prober:
         self.rate_rows = np.arange(base.shape[0], self.mat.shape[0])
         self.tput = p.tput
         self.n_base = base.shape[0]
-        self.loaded = False
+        self.loaded = -1  # the solver's load count when our model went in; -1: not ours
         self.notes: tuple[str, ...] = ()
 
     def __call__(self, rho: float, method: LpMethod = "choose", cold: bool = False
@@ -192,19 +192,20 @@ class _Prober:
             return None
         n = len(self.v)
         lp = self.backend.lp
-        if cold or not self.search.warm_start or not self.loaded:
+        if cold or not self.search.warm_start or self.loaded != lp.loads:
             lp.load(
                 np.zeros(n), self.mat, np.concatenate([np.full(self.n_base, -INF), need]),
                 self.upper, np.zeros(n), np.full(n, self.v.x_upper), maximize=False,
                 method=method,
             )
-            self.loaded = self.search.warm_start and not cold
-            if self.loaded:
+            warm = self.search.warm_start and not cold
+            self.loaded = lp.loads if warm else -1
+            if warm:
                 self._crash(need)
         else:
             lp.set_row_lower(self.rate_rows, need)
         out = lp.run()
-        if self.loaded:
+        if self.loaded == lp.loads:
             lp.use_dual()
         if out.x is None:
             if out.status != "infeasible":
