@@ -23,7 +23,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -33,14 +33,35 @@ from tessera.registry import Registry
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.snapshot import Snapshot
 
+if TYPE_CHECKING:  # the solver module pulls in numpy/scipy; keep ``import tessera`` light
+    from tessera.sched.lp import LpSolver
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """What a policy may read: the snapshot, the throughput oracle and a seeded RNG."""
+    """What a policy may read.
+
+    Attributes:
+        snapshot: the cluster and its active jobs.
+        oracle: how fast each job runs on each flavor.
+        rng: a seeded RNG (the only randomness a policy may use).
+        solver: the LP solver the allocation policies must use. The core passes the decision
+            context's solver (one per driver, reused round after round, never shared between
+            drivers); ``None`` means "make a fresh solver for this call" (tests, one-off calls).
+    """
 
     snapshot: Snapshot
     oracle: ThroughputOracle
     rng: random.Random
+    solver: LpSolver | None = None
+
+    def lp(self) -> LpSolver:
+        """The solver to use: :attr:`solver`, or a fresh one when none was given."""
+        if self.solver is not None:
+            return self.solver
+        from tessera.sched.lp import LpSolver
+
+        return LpSolver()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +75,16 @@ class Ranking:
         notes: per-job explanations (e.g. the job's target share per flavor).
         wakeup_s: the next time the policy wants to be asked again even if nothing happens
             (e.g. a Tiresias job crossing a queue threshold); ``None`` for no wish.
+        fallbacks: every time the policy did not get the answer it asked for and used another
+            one, in words (``"max-min fairness LP: ECOS returned no solution; solved with HiGHS
+            IPM instead"``). Never silent: the driver copies these into the run's notes.
     """
 
     candidates: tuple[tuple[JobId, str], ...]
     state: Any = None
     notes: Mapping[JobId, str] = field(default_factory=dict)
     wakeup_s: float | None = None
+    fallbacks: tuple[str, ...] = ()
 
 
 class PolicyConfig(BaseModel):

@@ -37,7 +37,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,9 +44,28 @@ from pydantic import Field
 
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId
-from tessera.sched.policies.gavel_solvers import GavelSolver, max_min_share, min_max_rho
+from tessera.sched.gavel import (
+    Backend,
+    FifoMemory,
+    FtfMemory,
+    GavelState,
+    JobAccount,
+    RhoInputs,
+    RhoSearch,
+    ShareProblem,
+    Shares,
+    SolverName,
+    credit_round,
+    max_min_shares,
+    min_max_rho,
+    priorities,
+    ranked_entries,
+    resolve_solver,
+)
 from tessera.sched.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
+
+__all__ = ["GavelState", "gavel_boundary", "gavel_compat_policy", "has_gavel_twin"]
 
 #: Gavel's round (``--time_per_iteration``); jobs are seeded with half of it per flavor.
 ROUND_S = 360.0
@@ -55,6 +73,9 @@ ROUND_S = 360.0
 RESET_INTERVAL_S = 1920.0
 #: Gavel's worker-type order for heterogeneity-aware policies.
 PERF_ORDER = ("v100", "p100", "k80")
+#: Gavel's ρ bisection settings on HiGHS: cold probes, 1e-7, a last solve with the method.
+GAVEL_RHO = RhoSearch(tolerance=1e-7, start_hi=None, give_up_hi=1e12, warm_start=False,
+                      polish=True, gavel_form=True)
 
 
 def gavel_type(flavor_short: str) -> str:
@@ -67,36 +88,9 @@ def gavel_type(flavor_short: str) -> str:
 
 class GavelCompatConfig(PolicyConfig):
     seed: int = Field(0, description="Gavel's --seed (FIFO RNG: seed; type shuffler: seed+5)")
-    solver: GavelSolver = Field("auto", description="ecos | highs | highs-ipm | auto")
+    solver: SolverName = Field("auto", description="ecos | highs | highs-ipm | auto")
     round_s: float = Field(ROUND_S, gt=0, description="Gavel's --time_per_iteration")
     reset_interval_s: float = Field(RESET_INTERVAL_S, ge=0)
-
-
-@dataclass(frozen=True, slots=True)
-class GavelState:
-    """Gavel's scheduler state between rounds (the compat policy's memory).
-
-    Attributes:
-        allocation: the last computed shares ``{job: {flavor: X}}``; ``None`` before the first.
-        deficits: ``{flavor: {job: seconds}}`` accumulated at each reset.
-        job_time: ``{job: {flavor: seconds}}`` received since the last reset, seed included.
-        worker_time: ``{flavor: seconds}`` since the last reset, seeds included.
-        last_reset_s: when the counters were last reset (0 also means "gate open").
-        need_update: an arrival, completion or failed micro-task since the last recompute.
-        known: the active jobs at the previous call (a change is an event).
-        shuffle_rng: state of Gavel's ``_worker_type_shuffler`` (``Random(seed+5)``).
-        memory: the policy object's own state (FIFO's assignment, FTF's ``C``).
-    """
-
-    allocation: Mapping[JobId, Mapping[str, float]] | None
-    deficits: Mapping[str, Mapping[JobId, float]]
-    job_time: Mapping[JobId, Mapping[str, float]]
-    worker_time: Mapping[str, float]
-    last_reset_s: float
-    need_update: bool
-    known: tuple[JobId, ...]
-    shuffle_rng: Any
-    memory: Any = None
 
 
 def gavel_boundary(
@@ -109,7 +103,7 @@ def gavel_boundary(
 
     Args:
         state: the policy state returned last round (left alone unless it is a
-            :class:`GavelState`).
+            :class:`~tessera.sched.gavel.GavelState`).
         credits: ``(job, flavor, execution_s)`` per successful micro-task of the round that just
             ended, completed jobs included (Gavel's ``_done_callback`` adds the time before it
             removes the job).
@@ -119,32 +113,7 @@ def gavel_boundary(
     """
     if not isinstance(state, GavelState):
         return state
-    job_time = {j: dict(v) for j, v in state.job_time.items()}
-    worker_time = dict(state.worker_time)
-    for jid, fl, s in credits:
-        if jid in job_time:
-            job_time[jid][fl] = job_time[jid].get(fl, 0.0) + s
-        worker_time[fl] = worker_time.get(fl, 0.0) + s
-    return replace(
-        state,
-        job_time=job_time,
-        worker_time=worker_time,
-        need_update=state.need_update or event,
-        last_reset_s=0.0 if drained else state.last_reset_s,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Problem:
-    """One recompute's inputs, in Gavel's order (jobs by id, flavors alphabetical)."""
-
-    jobs: tuple[JobView, ...]
-    flavors: tuple[str, ...]
-    tput: np.ndarray
-    scale: np.ndarray
-    weight: np.ndarray
-    capacity: np.ndarray
-    now_s: float
+    return credit_round(state, credits, event, drained)
 
 
 class GavelCompatPolicy(Policy):
@@ -155,9 +124,15 @@ class GavelCompatPolicy(Policy):
     Config = GavelCompatConfig
     #: Gavel refuses priority-0 entries for policies whose name starts with "FIFO".
     refuses_zero_priority: ClassVar[bool] = False
+    #: Whether :meth:`allocate` solves an optimisation (FIFO does not).
+    uses_solver: ClassVar[bool] = True
 
-    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
-        """Gavel's ``_compute_allocation``: shares for every job of ``p`` and the new memory."""
+    def allocate(
+        self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
+        backend: Backend,
+    ) -> tuple[np.ndarray, Any, tuple[str, ...]]:
+        """Gavel's ``_compute_allocation``: ``(X, new memory, fallbacks)`` for the jobs of
+        ``p`` (``views`` in the same order)."""
         raise NotImplementedError
 
     # -- the mechanism ------------------------------------------------------------------------
@@ -170,8 +145,8 @@ class GavelCompatPolicy(Policy):
     def _initial(self) -> GavelState:
         cfg = self._cfg()
         return GavelState(
-            allocation=None, deficits={}, job_time={}, worker_time={}, last_reset_s=0.0,
-            need_update=True, known=(), shuffle_rng=random.Random(cfg.seed + 5).getstate(),
+            flavors=(), accounts={}, worker_time_s=(), shares=None, last_reset_s=0.0,
+            need_update=True, shuffle_rng=random.Random(cfg.seed + 5).getstate(),
         )
 
     def rank(self, ctx: PolicyContext) -> Ranking:
@@ -186,56 +161,40 @@ class GavelCompatPolicy(Policy):
         flavors = tuple(cap)
         jobs = snap.jobs
         ids = tuple(j.job_id for j in jobs)
-        thr = {j.job_id: _real_rates(ctx, j) for j in jobs}
+        thr_maps = [_real_rates(ctx, j) for j in jobs]
+        thr = np.array([[t.get(f, 0.0) for f in flavors] for t in thr_maps]).reshape(
+            len(ids), len(flavors))
 
         # Membership: new jobs get the 180 s seed and zero deficits; finished ones vanish.
-        job_time = {
-            jid: dict(st.job_time[jid]) if jid in st.job_time else dict.fromkeys(flavors, half)
-            for jid in ids
-        }
-        deficits = {
-            f: {jid: st.deficits.get(f, {}).get(jid, 0.0) for jid in ids} for f in flavors
-        }
-        worker_time = {f: st.worker_time.get(f, 0.0) for f in flavors}
+        job_time, deficit, worker_time = st.arrays(ids, flavors, half)
         need_update = st.need_update or ids != st.known
-        allocation = st.allocation
-        memory = st.memory
-        last_reset = st.last_reset_s
+        shares, memory, last_reset = st.shares, st.memory, st.last_reset_s
+        fallbacks: tuple[str, ...] = ()
 
         # _update_priorities: the gated reset and recompute.
         elapsed = now - last_reset
         if need_update and (elapsed >= cfg.reset_interval_s or last_reset == 0):
-            for f in flavors:
-                worker_time[f] = 0.0
-                for jid in ids:
-                    received = job_time[jid].get(f, half) - half
-                    should = 0.0
-                    if allocation is not None and jid in allocation:
-                        should = allocation[jid].get(f, 0.0) * elapsed
-                    deficits[f][jid] += should - received
-                    job_time[jid][f] = half
-                    worker_time[f] += half
+            old = shares.aligned(ids, flavors)[0] if shares is not None else np.zeros_like(thr)
+            received = np.where(np.isnan(job_time), half, job_time) - half
+            deficit = deficit + (old * elapsed - received)
+            job_time = np.full_like(job_time, half)
+            seeded = 0.0
+            for _ in ids:
+                seeded += half
+            worker_time = np.full(len(flavors), seeded)
             last_reset = now
-            allocation, memory = self.allocate(_problem(jobs, flavors, cap, thr, now), memory)
+            p = _problem(jobs, flavors, cap, thr_maps)
+            backend = (Backend(ctx.lp(), resolve_solver(cfg.solver)) if self.uses_solver
+                       else Backend(ctx.lp()))
+            x, memory, fallbacks = self.allocate(p, jobs, now, memory, backend)
+            shares = Shares(p.jobs, p.flavors, x)
             need_update = False
 
-        # Priorities.
-        prio: dict[str, dict[JobId, float]] = {}
-        for f in flavors:
-            prio[f] = {}
-            wt = worker_time[f]
-            for jid in ids:
-                if allocation is None or jid not in allocation:
-                    prio[f][jid] = 0.0
-                    continue
-                a = allocation[jid].get(f, 0.0)
-                frac = 0.0 if wt == 0.0 else job_time[jid].get(f, 0.0) / wt
-                if a == 0.0 or thr[jid].get(f, 0.0) == 0.0:
-                    prio[f][jid] = 0.0
-                elif frac > 0.0:
-                    prio[f][jid] = a / frac
-                else:
-                    prio[f][jid] = a * 1e9
+        # Priorities: share / (job time / flavor time).
+        a = shares.aligned(ids, flavors)[0] if shares is not None else np.zeros_like(thr)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(worker_time == 0.0, 0.0, np.nan_to_num(job_time) / worker_time)
+        prio = priorities(a, frac, thr != 0.0)
 
         # Type order (a fresh shuffle every call for the agnostic policies).
         order = _perf_order(flavors)
@@ -245,47 +204,50 @@ class GavelCompatPolicy(Policy):
             shuffler.shuffle(order)
 
         # _schedule_jobs_on_workers_helper: one greedy pass over the concatenated lists.
-        queue: list[tuple[JobId, str, float]] = []
-        for f in order:
-            entries = [
-                (jid, f, prio[f][jid], deficits[f][jid],
-                 allocation[jid].get(f, 0.0) if allocation and jid in allocation else 0.0)
-                for jid in ids
-            ]
-            entries.sort(key=lambda e: (e[2], e[3], e[4]), reverse=True)
-            queue.extend((e[0], e[1], e[2]) for e in entries)
-        left = dict(cap)
-        scale = {j.job_id: j.spec.num_gpus for j in jobs}
-        picked: list[tuple[JobId, str]] = []
-        chosen: set[JobId] = set()
-        for jid, f, pr in queue:
-            if left[f] == 0 or jid in chosen or thr[jid].get(f, 0.0) <= 0:
+        col = {f: k for k, f in enumerate(flavors)}
+        queue = ranked_entries(prio, deficit, a, np.ones(a.shape, dtype=bool),
+                               [col[f] for f in order])
+        left = [cap[f] for f in flavors]
+        scale = [j.spec.num_gpus for j in jobs]
+        picked: list[tuple[int, int]] = []
+        chosen: set[int] = set()
+        for m, k in queue:
+            if left[k] == 0 or m in chosen or thr[m, k] <= 0:
                 continue
-            if self.refuses_zero_priority and pr <= 0.0:
+            if self.refuses_zero_priority and prio[m, k] <= 0.0:
                 continue
-            if scale[jid] > left[f]:
+            if scale[m] > left[k]:
                 continue
-            left[f] -= scale[jid]
-            chosen.add(jid)
-            picked.append((jid, f))
+            left[k] -= scale[m]
+            chosen.add(m)
+            picked.append((m, k))
         # A picked job without a share is not given workers: its GPUs idle this round.
-        run = [(jid, f) for jid, f in picked if allocation is not None and jid in allocation]
-        run.sort(key=lambda c: -scale[c[0]])
+        run = [(ids[m], flavors[k]) for m, k in picked if shares is not None and ids[m] in shares]
+        gang = {jid: scale[m] for m, jid in enumerate(ids)}
+        run.sort(key=lambda c: -gang[c[0]])
 
         new_state = GavelState(
-            allocation=allocation, deficits=deficits, job_time=job_time,
-            worker_time=worker_time, last_reset_s=last_reset, need_update=need_update,
-            known=ids, shuffle_rng=shuffler.getstate(), memory=memory,
+            flavors=flavors,
+            accounts={jid: JobAccount(tuple(job_time[i].tolist()), tuple(deficit[i].tolist()))
+                      for i, jid in enumerate(ids)},
+            worker_time_s=tuple(worker_time.tolist()), shares=shares, last_reset_s=last_reset,
+            need_update=need_update, shuffle_rng=shuffler.getstate(), memory=memory,
         )
-        notes = {}
-        if allocation:
-            for jid in ids:
-                sh = allocation.get(jid)
-                if sh:
-                    notes[jid] = "Gavel share " + ", ".join(
-                        f"{gavel_type(f)} {x:.2f}" for f, x in sh.items() if x > 1e-6
-                    )
-        return Ranking(tuple(run), state=new_state, notes=notes)
+        return Ranking(tuple(run), state=new_state, notes=_notes(shares, ids),
+                       fallbacks=fallbacks)
+
+
+def _notes(shares: Shares | None, ids: Sequence[JobId]) -> dict[JobId, str]:
+    notes: dict[JobId, str] = {}
+    if shares is None or not shares.jobs:
+        return notes
+    for jid in ids:
+        sh = shares.of(jid)
+        if sh:
+            notes[jid] = "Gavel share " + ", ".join(
+                f"{gavel_type(f)} {x:.2f}" for f, x in sh.items() if x > 1e-6
+            )
+    return notes
 
 
 def _real_rates(ctx: PolicyContext, j: JobView) -> dict[str, float]:
@@ -306,47 +268,37 @@ def _problem(
     jobs: Sequence[JobView],
     flavors: Sequence[str],
     cap: Mapping[str, int],
-    thr: Mapping[JobId, Mapping[str, float]],
-    now: float,
-) -> _Problem:
+    thr: Sequence[Mapping[str, float]],
+) -> ShareProblem:
+    """Gavel's order: jobs by id (the snapshot's), flavors alphabetical by Gavel's names."""
     cols = tuple(sorted(flavors, key=gavel_type))
-    return _Problem(
-        jobs=tuple(jobs),
+    return ShareProblem(
+        jobs=tuple(j.job_id for j in jobs),
         flavors=cols,
-        tput=np.array([[thr[j.job_id].get(f, 0.0) for f in cols] for j in jobs],
+        tput=np.array([[t.get(f, 0.0) for f in cols] for t in thr],
                       dtype=float).reshape(len(jobs), len(cols)),
         scale=np.array([j.spec.num_gpus for j in jobs], dtype=float),
         weight=np.array([j.spec.priority_weight for j in jobs], dtype=float),
         capacity=np.array([cap[f] for f in cols], dtype=float),
-        now_s=now,
     )
 
 
-def _unflatten(p: _Problem, x: np.ndarray) -> dict[JobId, dict[str, float]]:
-    return {
-        j.job_id: {f: float(x[i, k]) for k, f in enumerate(p.flavors)}
-        for i, j in enumerate(p.jobs)
-    }
-
-
 # -- the policies -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _FifoMemory:
-    assigned: Mapping[JobId, str]
-    rng: Any
 
 
 class GavelFifo(GavelCompatPolicy):
     """``fifo`` (agnostic twin: Gavel's base mode) and ``fifo_perf`` (aware)."""
 
     refuses_zero_priority = True
+    uses_solver = False
 
-    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
+    def allocate(
+        self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
+        backend: Backend,
+    ) -> tuple[np.ndarray, Any, tuple[str, ...]]:
         base = self.agnostic
         rng = random.Random()
-        if isinstance(memory, _FifoMemory):
+        if isinstance(memory, FifoMemory):
             rng.setstate(memory.rng)
             assigned = dict(memory.assigned) if base else {}
         else:
@@ -354,13 +306,13 @@ class GavelFifo(GavelCompatPolicy):
             assigned = {}
         names = {f: gavel_type(f) for f in p.flavors}
         available = {f: int(c) for f, c in zip(p.flavors, p.capacity, strict=True)}
-        row = {j.job_id: i for i, j in enumerate(p.jobs)}
-        sf = {j.job_id: j.spec.num_gpus for j in p.jobs}
+        row = {jid: i for i, jid in enumerate(p.jobs)}
+        sf = {j.job_id: j.spec.num_gpus for j in views}
 
         def tput(jid: JobId, f: str) -> float:
             return float(p.tput[row[jid], p.flavors.index(f)])
 
-        queue = [j.job_id for j in p.jobs if j.job_id not in assigned]
+        queue = [jid for jid in p.jobs if jid not in assigned]
         # Completed jobs hand their type to the queue head if it fits there (peek, not pop).
         for jid in sorted(assigned, key=_id_key):
             f = assigned[jid]
@@ -394,11 +346,9 @@ class GavelFifo(GavelCompatPolicy):
                 available[chosen] -= s
                 if available[chosen] == 0:
                     types.pop(cands[idx][0])
-        alloc = {
-            j.job_id: {f: 1.0 if assigned.get(j.job_id) == f else 0.0 for f in p.flavors}
-            for j in p.jobs
-        }
-        return alloc, _FifoMemory(assigned, rng.getstate())
+        x = np.array([[1.0 if assigned.get(jid) == f else 0.0 for f in p.flavors]
+                      for jid in p.jobs]).reshape(p.shape)
+        return x, FifoMemory(assigned, rng.getstate()), ()
 
 
 def _id_key(jid: JobId) -> tuple[int, int | str]:
@@ -409,32 +359,32 @@ def _id_key(jid: JobId) -> tuple[int, int | str]:
 class GavelMaxMinFairness(GavelCompatPolicy):
     """``max_min_fairness_perf`` (aware) and ``max_min_fairness`` (agnostic: throughputs 1)."""
 
-    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
+    def allocate(
+        self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
+        backend: Backend,
+    ) -> tuple[np.ndarray, Any, tuple[str, ...]]:
         if not p.jobs:
-            return {}, memory
+            return np.zeros(p.shape), memory, ()
         t = np.ones_like(p.tput) if self.agnostic else p.tput
         share = p.capacity / p.capacity.sum()
         prop = t @ share
         prop = np.where(prop > 0, prop, np.inf)
         coef = t * (p.scale / (p.weight * prop))[:, None]
-        x = max_min_share(coef, p.scale, p.capacity, self._cfg().solver)
-        return _unflatten(p, x), memory
-
-
-@dataclass(frozen=True, slots=True)
-class _FtfMemory:
-    cumulative: Mapping[JobId, float]
-    remaining_prev: Mapping[JobId, float]
-    iso_prev: Mapping[JobId, float]
+        s = max_min_shares(p, coef, backend, "Gavel max-min fairness LP", gavel_form=True)
+        assert s.x is not None
+        return s.x, memory, s.fallbacks
 
 
 class GavelFinishTimeFairness(GavelCompatPolicy):
     """``finish_time_fairness_perf`` (aware); agnostic: V100 throughput copied to every type."""
 
-    def allocate(self, p: _Problem, memory: Any) -> tuple[dict[JobId, dict[str, float]], Any]:
-        mem = memory if isinstance(memory, _FtfMemory) else _FtfMemory({}, {}, {})
+    def allocate(
+        self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
+        backend: Backend,
+    ) -> tuple[np.ndarray, Any, tuple[str, ...]]:
+        mem = memory if isinstance(memory, FtfMemory) else FtfMemory({}, {}, {})
         if not p.jobs:
-            return {}, _FtfMemory(dict(mem.cumulative), {}, {})
+            return np.zeros(p.shape), FtfMemory(dict(mem.cumulative), {}, {}), ()
         t_mat = p.tput
         if self.agnostic:
             names = [gavel_type(f) for f in p.flavors]
@@ -444,9 +394,9 @@ class GavelFinishTimeFairness(GavelCompatPolicy):
         x_iso = (p.capacity[None, :] / m) / p.scale[:, None]
         x_iso = x_iso / np.maximum(x_iso.sum(axis=1), 1.0)[:, None]
         iso = (t_mat * x_iso).sum(axis=1)
-        ids = [j.job_id for j in p.jobs]
-        remaining = np.array([j.remaining_steps for j in p.jobs], dtype=float)
-        since = np.array([p.now_s - j.spec.submit_time_s for j in p.jobs], dtype=float)
+        ids = p.jobs
+        remaining = np.array([j.remaining_steps for j in views], dtype=float)
+        since = np.array([now_s - j.spec.submit_time_s for j in views], dtype=float)
         cumulative = dict(mem.cumulative)
         for i, jid in enumerate(ids):
             c = cumulative.get(jid, 0.0)
@@ -456,15 +406,21 @@ class GavelFinishTimeFairness(GavelCompatPolicy):
         c_arr = np.array([cumulative[jid] for jid in ids])
         denom = c_arr + remaining / np.where(iso > 0, iso, math.inf)
         denom = np.where(denom > 0, denom, 1.0)
-        x = min_max_rho(t_mat, p.scale, p.capacity, since, remaining, denom, self._cfg().solver)
-        if x is None:
+        inputs = RhoInputs(since, remaining, denom, np.ones(m, dtype=bool))
+        problem = ShareProblem(p.jobs, p.flavors, t_mat, p.scale, p.weight, p.capacity)
+        found = min_max_rho(problem, inputs, backend, GAVEL_RHO,
+                            what="Gavel finish-time fairness LP")
+        fallbacks = found.fallbacks
+        x = found.x
+        if x is None:  # Gavel: "if x.value is None", the isolated allocation
             x = x_iso
-        new_mem = _FtfMemory(
+            fallbacks += ("Gavel finish-time fairness: no solution; used the isolated share",)
+        new_mem = FtfMemory(
             cumulative,
             {jid: float(remaining[i]) for i, jid in enumerate(ids)},
             {jid: float(iso[i]) for i, jid in enumerate(ids)},
         )
-        return _unflatten(p, x), new_mem
+        return x, new_mem, fallbacks
 
 
 _COMPAT: dict[str, type[GavelCompatPolicy]] = {
@@ -479,7 +435,7 @@ def has_gavel_twin(name: str) -> bool:
     return name in _COMPAT
 
 
-def gavel_compat_policy(policy: Policy, seed: int = 0, solver: GavelSolver = "auto") -> Policy:
+def gavel_compat_policy(policy: Policy, seed: int = 0, solver: SolverName = "auto") -> Policy:
     """The Gavel-compat twin of ``policy`` (same name and agnostic flag), or ``policy`` itself
     when Gavel has no such policy (it then only gets Gavel's round timing from the simulator).
 
