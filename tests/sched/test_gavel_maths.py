@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -245,3 +247,25 @@ def test_no_process_wide_solver() -> None:
     a.solve(np.array([1.0]), np.array([[1.0]]), np.array([-np.inf]), np.array([1.0]),
             np.array([0.0]), np.array([2.0]), maximize=True)
     assert a._highs() is not b._highs()
+
+
+def test_a_fallback_reaches_the_run_notes_and_the_report(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Solver fallbacks are never silent: the simulator counts them per message into
+    ``SimResult.notes``, and the HTML report lists them."""
+    from tessera.report.html import write_html_report
+    from tessera.sched.gavel import Solved
+    from tessera.sched.policies import gavel_lp
+    from tessera.sim.engine import simulate
+    from tests.builders import make_cluster, make_job, make_workload
+
+    monkeypatch.setattr(gavel_lp, "min_max_rho", lambda *a, **k: Solved(None, ("no ρ",)))
+    cluster = make_cluster().node("v100", gpus=2).build()
+    w = make_workload(make_job("a", steps=1000), make_job("b", steps=5000, submit_s=5))
+    r = simulate(w, cluster, "finish_time_fairness")
+    assert r.summary.succeeded == 2
+    assert r.notes and all(n.startswith("solver fallback in ") for n in r.notes)
+    assert any("used the isolated (equal) share" in n for n in r.notes)
+    assert r.as_dict()["notes"] == list(r.notes)
+    page = write_html_report([r], [], tmp_path / "report.html", "t").read_text()
+    assert "no ρ" in page

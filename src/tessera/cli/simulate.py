@@ -132,6 +132,9 @@ def run_simulation(
         if config.scheduler.mixed_gangs:
             con.print("mixed gangs (GPU-hours held by jobs spanning flavors): " + ", ".join(
                 f"{r.policy} {r.extras.get('mixed_gpu_h', 0.0):.1f}" for r in results))
+        for r in results:
+            for note in r.notes:
+                err.print(f"[yellow]note[/] {r.policy}: {note}")
         err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
     return results
 

@@ -53,6 +53,10 @@ def write_html_report(
         for p in images
     )
     ctx = "".join(f"<li>{html.escape(c)}</li>" for c in context)
+    notes = "".join(f"<li>{html.escape(r.policy)}: {html.escape(n)}</li>"
+                    for r in results for n in r.notes)
+    if notes:
+        waits += f"<h2>Notes</h2><ul>{notes}</ul>"
     path.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><ul>{ctx}</ul>"

@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tessera.sched.lp import LpSolver
 from tessera.sched.oracle import ThroughputOracle
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ class DecisionContext:
 
     oracle: ThroughputOracle
     rng: random.Random = field(default_factory=lambda: random.Random(0))
-    solver: object | None = None
+    solver: LpSolver = field(default_factory=LpSolver)
     _layout: tuple[ClusterSpec, Layout] | None = None
 
     def layout(self, cluster: ClusterSpec) -> Layout:

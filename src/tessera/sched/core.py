@@ -64,6 +64,9 @@ class Decision:
         policy_state: the policy's memory, to pass back in the next snapshot.
         wakeup_s: when the policy wants to be asked again even if nothing happens.
         notes: per-job explanations from the policy.
+        fallbacks: every time the policy did not get the answer it asked for (a solver that
+            failed and was replaced, a search that found nothing); drivers put them in the
+            run's notes.
         phase_ms: wall milliseconds spent in each phase (diagnostics only).
     """
 
@@ -74,6 +77,7 @@ class Decision:
     policy_state: Any = None
     wakeup_s: float | None = None
     notes: Mapping[JobId, str] = field(default_factory=dict)
+    fallbacks: tuple[str, ...] = ()
     phase_ms: tuple[tuple[str, float], ...] = ()
 
 
@@ -150,7 +154,8 @@ def decide(
         # O(waiting jobs). Only when someone is left over and the policy may preempt do we
         # rank everyone to choose victims.
         waiting = [j for j in admitted if j.state is not JobState.RUNNING]
-        ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), ctx_oracle, rng))
+        ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), ctx_oracle, rng,
+                                             ctx.solver))
         lap("order")
         by_wait = {j.spec.job_id: j for j in waiting}
         new: dict[JobId, Placement] = {}
@@ -175,12 +180,13 @@ def decide(
                 policy_state=ranking.state,
                 wakeup_s=ranking.wakeup_s,
                 notes=ranking.notes,
+                fallbacks=ranking.fallbacks,
                 phase_ms=tuple(timings.items()),
             )
         free = FreeGpus.of_snapshot(snapshot, layout)
     by_id = {j.spec.job_id: j for j in admitted}
     running = [j for j in admitted if j.state is JobState.RUNNING]
-    ranking = policy.rank(PolicyContext(view, ctx_oracle, rng))
+    ranking = policy.rank(PolicyContext(view, ctx_oracle, rng, ctx.solver))
     lap("order")
     if policy.round_based:
         run = place_rounds(ranking.candidates, by_id, admitted, free, ctx_oracle,
@@ -217,6 +223,7 @@ def decide(
         policy_state=ranking.state,
         wakeup_s=ranking.wakeup_s,
         notes=ranking.notes,
+        fallbacks=ranking.fallbacks,
         phase_ms=tuple(timings.items()),
     )
 

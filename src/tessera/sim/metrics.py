@@ -117,6 +117,10 @@ class SimResult:
     ``failures_in_validation`` / ``failures_in_gang`` and their ``failure_gpu_h_in_*``,
     ``split_gpu_h`` (GPU-hours held by gangs split across nodes) and ``split_slowdown_gpu_h``
     (the part of those a consolidated gang would not have needed)."""
+    notes: tuple[str, ...] = ()
+    """What a reader of the results should know about the run: each solver fallback of the
+    policy (a solver that failed and was replaced, a search that found nothing) with how many
+    rounds it happened in."""
 
     def as_dict(self) -> dict[str, object]:
         """The flat metrics for ``--json`` (one entry of ``results``)."""
@@ -140,6 +144,7 @@ class SimResult:
             "wait_capacity_s_mean": s.wait_capacity_h * 3600 / max(s.jobs, 1),
             "wait_fragmentation_s_mean": s.wait_fragmentation_h * 3600 / max(s.jobs, 1),
             **{k: v for k, v in sorted(self.extras.items())},
+            "notes": list(self.notes),
         }
 
 
@@ -172,6 +177,7 @@ def summarize(
     decide_s: float,
     phase_ms: Mapping[str, float],
     extras: Mapping[str, float] | None = None,
+    notes: tuple[str, ...] = (),
 ) -> SimResult:
     """Turn the simulator's job states into records and a :class:`Summary`."""
     total_gpus = cluster.total_gpus
@@ -206,6 +212,7 @@ def summarize(
         jobs=tuple(records), samples=tuple(samples), wall_s=wall_s, events=events,
         decisions=decisions, decide_s=decide_s, phase_ms=dict(phase_ms),
         extras=dict(extras or {}),
+        notes=notes,
     )
 
 

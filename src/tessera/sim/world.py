@@ -136,7 +136,7 @@ class SimWorld:
         # Jobs in their validation phase: idx -> (real spec, real remaining, real startup_s).
         self.validating: dict[int, tuple[JobSpec, float, float]] = {}
         self.extras: dict[str, float] = {}
-        self.notes: list[str] = []
+        self.fallbacks: dict[str, int] = {}
 
     # -- the books ---------------------------------------------------------------------------
 
@@ -197,6 +197,8 @@ class SimWorld:
         for name, ms in d.phase_ms:
             self.phase_ms[name] = self.phase_ms.get(name, 0.0) + ms
         self.policy_state = d.policy_state
+        for why in d.fallbacks:
+            self.fallbacks[why] = self.fallbacks.get(why, 0) + 1
         return d
 
     def apply(self, d: Decision, t: float) -> list[SimJob]:
@@ -448,6 +450,8 @@ class SimWorld:
             self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,
             decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
             extras=self.extras,
+            notes=tuple(f"solver fallback in {n} round{'s' * (n > 1)}: {why}"
+                        for why, n in self.fallbacks.items()),
         )
 
 
