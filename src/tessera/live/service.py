@@ -154,8 +154,8 @@ class LiveService:
         quota = self.tenancy.quotas.get(queue)
         if quota is None:
             raise Rejected(f"unknown queue {queue!r}; queues: {', '.join(self.tenancy.quotas)}")
-        now = self.clock()
-        job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now)
+        now_s = self.clock()
+        job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now_s)
         reason = infeasibility(job.spec, self.cluster, self.oracle, self.settings.mixed_gangs)
         borrow = quota.borrowing_limit_gpus
         if reason is None and borrow is not None and req.gpus > quota.nominal_gpus + borrow:
@@ -164,7 +164,7 @@ class LiveService:
                       "borrowable)")
         if reason is not None:
             raise Rejected(f"rejected: {reason}")
-        self.store.add_job(job, now)
+        self.store.add_job(job, now_s)
         self.poke()
         rec = self.store.get(job.spec.job_id)
         assert rec is not None
@@ -191,44 +191,44 @@ class LiveService:
             if self._stop.is_set():
                 break
             try:
-                now = self.clock()
-                if now - observed >= self.opts.poll_s:
-                    dirty |= self.observe(now)
-                    observed = now
+                now_s = self.clock()
+                if now_s - observed >= self.opts.poll_s:
+                    dirty |= self.observe(now_s)
+                    observed = now_s
                 acted = False
                 if self.uses_rounds:
-                    acted, next_round = self._round_cadence(now, dirty, next_round)
+                    acted, next_round = self._round_cadence(now_s, dirty, next_round)
                     dirty &= not acted
-                elif (dirty and now >= earliest) or (next_round is not None and
-                                                      now >= next_round):
+                elif (dirty and now_s >= earliest) or (next_round is not None and
+                                                      now_s >= next_round):
                     acted = True
                     t0 = time.perf_counter()
-                    wake = self.round(now)
+                    wake = self.round(now_s)
                     dirty = False
                     took_s = time.perf_counter() - t0
-                    earliest = now + max(self.opts.min_round_gap_s, 2 * took_s)
-                    next_round = now + self.opts.period_s
+                    earliest = now_s + max(self.opts.min_round_gap_s, 2 * took_s)
+                    next_round = now_s + self.opts.period_s
                     if wake is not None:
-                        next_round = min(next_round, max(wake, now + self.opts.poll_s))
-                if acted or now - last_act >= self.opts.poll_s:
+                        next_round = min(next_round, max(wake, now_s + self.opts.poll_s))
+                if acted or now_s - last_act >= self.opts.poll_s:
                     self.act(self.clock())
-                    last_act = now
+                    last_act = now_s
             except Exception:  # keep scheduling; the error is in the log
                 log.exception("scheduling loop iteration failed")
                 time.sleep(self.opts.poll_s)
 
-    def _round_cadence(self, now: float, dirty: bool,
+    def _round_cadence(self, now_s: float, dirty: bool,
                        next_round: float | None) -> tuple[bool, float | None]:
         """Rounds cadence (see the module docstring); returns (acted, next round's time).
 
         ``next_round`` is ``None`` while idle: the last round found no active job, so the
         next change starts a round at once, as the round driver does in the simulator.
         """
-        if (next_round is not None and now >= next_round) or (dirty and next_round is None):
-            self.round(now)
-            return True, None if self.idle else now + self.settings.round_s
+        if (next_round is not None and now_s >= next_round) or (dirty and next_round is None):
+            self.round(now_s)
+            return True, None if self.idle else now_s + self.settings.round_s
         if dirty and self.settings.fill_between_rounds:
-            self.round(now, fill_only=True)
+            self.round(now_s, fill_only=True)
             return True, next_round
         return False, next_round
 

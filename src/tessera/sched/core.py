@@ -129,7 +129,7 @@ def decide(
     opts = options or PlacementOptions()
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
         opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
-    now = snapshot.now_s
+    now_s = snapshot.now_s
     timings: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -159,10 +159,10 @@ def decide(
         lap("order")
         by_wait = {j.spec.job_id: j for j in waiting}
         new: dict[JobId, Placement] = {}
-        backfill(ranking.candidates, by_wait, new, free, ctx_oracle, now, opts,
-                  Releases(admitted, now))
+        backfill(ranking.candidates, by_wait, new, free, ctx_oracle, now_s, opts,
+                  Releases(admitted, now_s))
         if policy.preemptive and len(new) == len(waiting):
-            upgrade(admitted, new, free, ctx_oracle, now, opts)
+            upgrade(admitted, new, free, ctx_oracle, now_s, opts)
         lap("place")
         if len(new) >= len(waiting) or not policy.preemptive:
             lap("preempt")  # nothing to preempt: the waiting jobs fit, or the policy never does
@@ -170,7 +170,7 @@ def decide(
             if len(new) < len(waiting):
                 waits.update(_reasons(
                     [j for j in waiting if j.spec.job_id not in new], ranking, oracle, free,
-                    now, opts))
+                    now_s, opts))
             lap("explain")
             return Decision(
                 placements=_Placements(admitted, new),
@@ -190,13 +190,13 @@ def decide(
     lap("order")
     if policy.round_based:
         run = place_rounds(ranking.candidates, by_id, admitted, free, ctx_oracle,
-                            policy.preemptive and not opts.fill_only, now, opts)
+                            policy.preemptive and not opts.fill_only, now_s, opts)
     else:
-        run = place_events(ranking.candidates, by_id, admitted, free, ctx_oracle, True, now,
+        run = place_events(ranking.candidates, by_id, admitted, free, ctx_oracle, True, now_s,
                             opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
-            upgrade(admitted, moved, free, ctx_oracle, now, opts)
+            upgrade(admitted, moved, free, ctx_oracle, now_s, opts)
             run.update(moved)
     lap("place")
 
@@ -212,7 +212,7 @@ def decide(
     pending: dict[JobId, PendingReason] = dict(held)
     if len(run) < len(admitted):
         pending.update(_reasons([j for j in admitted if j.spec.job_id not in run], ranking,
-                                oracle, free, now, opts))
+                                oracle, free, now_s, opts))
     lap("explain")
 
     return Decision(
@@ -263,8 +263,8 @@ class _Placements(Mapping[JobId, Placement]):
 
 def _reasons(
     jobs: list[JobView], ranking: Ranking, oracle: ThroughputOracle, free: FreeGpus,
-    now: float, opts: PlacementOptions,
+    now_s: float, opts: PlacementOptions,
 ) -> dict[JobId, PendingReason]:
     """A reason for every job in ``jobs`` (all of them left waiting)."""
-    local = {j.spec.job_id: needs_locality(j, now, opts) for j in jobs}
+    local = {j.spec.job_id: needs_locality(j, now_s, opts) for j in jobs}
     return pending_reasons(jobs, ranking.candidates, oracle, free, local)

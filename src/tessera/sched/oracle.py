@@ -60,7 +60,8 @@ class ThroughputOracle:
                 speed even when asked for the consolidated one (off for Gavel compatibility,
                 where every gang runs at its consolidated speed).
             cost_model: the planner's cost model, used to predict mixed gangs of jobs that
-                name a profiled model; ``None`` uses the bundled Sia profiles when needed.
+                name a profiled model; ``None``: the oracle makes its own over the bundled Sia
+                profiles when it first needs one.
             truth: an oracle over the same table and cluster whose true rates this one shares
                 (how :meth:`as_agnostic` builds its twin).
         """
@@ -198,10 +199,8 @@ class ThroughputOracle:
                 self._mixed = MixedRates(self._view_spread_rate, None)
             else:
                 cm = self._cost_model
-                if cm is None:
-                    from tessera.plan.api import default_cost_model
-
-                    cm = default_cost_model()
+                if cm is None:  # this oracle's own, never a process-wide one
+                    cm = self._cost_model = CostModel()
                 self._mixed = MixedRates(lambda job, f: self.rate(job, f, False), cm)
         return self._mixed
 

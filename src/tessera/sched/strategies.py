@@ -78,7 +78,7 @@ def place_rounds(
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
-    now: float,
+    now_s: float,
     opts: PlacementOptions,
 ) -> dict[JobId, Placement]:
     """Round-based placement (Gavel-style time sharing): every job is reconsidered.
@@ -109,7 +109,7 @@ def place_rounds(
         if cand is None:
             continue
         g = cand.spec.num_gpus
-        local = needs_locality(cand, now, opts)
+        local = needs_locality(cand, now_s, opts)
         if g <= count.get(fl, 0) and (not local or g <= largest.get(fl, 0)):
             selected[jid] = fl
             count[fl] -= g
@@ -123,12 +123,12 @@ def place_rounds(
                   key=lambda jid: -by_id[jid].spec.num_gpus)
     for jid in rest:
         j = by_id[jid]
-        placed = free.find(selected[jid], j.spec.num_gpus, needs_locality(j, now, opts))
+        placed = free.find(selected[jid], j.spec.num_gpus, needs_locality(j, now_s, opts))
         if placed is not None:
             free.take(placed)
             run[jid] = placed
     if len(run) < len(by_id):
-        backfill(candidates, by_id, run, free, oracle, now, opts)
+        backfill(candidates, by_id, run, free, oracle, now_s, opts)
     return run
 
 
@@ -139,7 +139,7 @@ def place_events(
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
-    now: float,
+    now_s: float,
     opts: PlacementOptions,
 ) -> dict[JobId, Placement]:
     """Event-driven placement: running gangs stay put unless a higher-ranked job needs room.
@@ -157,7 +157,7 @@ def place_events(
             run[j.spec.job_id] = j.placement
     if len(run) == len(by_id):
         return run
-    backfill(candidates, by_id, run, free, oracle, now, opts)
+    backfill(candidates, by_id, run, free, oracle, now_s, opts)
     if not preemptive or len(run) == len(by_id):
         return run
     rank: dict[JobId, int] = {}
@@ -185,7 +185,7 @@ def place_events(
                     room += run[v].gpus_of(fl)
             if room < j.spec.num_gpus:
                 continue
-            placed, released = _make_room(j, fl, victims, run, free, now, opts)
+            placed, released = _make_room(j, fl, victims, run, free, now_s, opts)
             if placed is None:
                 continue
             free.take(placed)
@@ -196,7 +196,7 @@ def place_events(
                     del run[v]
             run[jid] = placed
             break
-    backfill(candidates, by_id, run, free, oracle, now, opts)
+    backfill(candidates, by_id, run, free, oracle, now_s, opts)
     return run
 
 
@@ -205,7 +205,7 @@ def upgrade(
     moves: dict[JobId, Placement],
     free: FreeGpus,
     oracle: ThroughputOracle,
-    now: float,
+    now_s: float,
     opts: PlacementOptions,
 ) -> None:
     """Move running gangs to faster free GPUs when the move pays for itself.
@@ -230,7 +230,7 @@ def upgrade(
         best_flavor, best_rate, cur_rate = target
         if free.total_free(best_flavor) + p.gpus_of(best_flavor) < j.spec.num_gpus:
             continue
-        left = j.remaining_at(now)
+        left = j.remaining_at(now_s)
         stay_s = left / cur_rate
         move_s = opts.migration_cost_s + left / best_rate
         if move_s < stay_s * (1.0 - opts.upgrade_min_gain):
@@ -238,12 +238,12 @@ def upgrade(
     for _gain, j, fl, old in sorted(options, key=lambda o: -o[0]):
         if old.is_mixed:  # its own GPUs of the target flavor may be part of the new gang
             free.release(old)
-            placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now, opts))
+            placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts))
             free.take(placed if placed is not None else old)
             if placed is not None:
                 moves[j.spec.job_id] = placed
             continue
-        placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now, opts))
+        placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts))
         if placed is not None and (placed.consolidated or not old.consolidated):
             free.take(placed)
             free.release(old)
@@ -263,7 +263,7 @@ def _mixed_upgrade(job: JobSpec, p: Placement, oracle: ThroughputOracle
 
 def _make_room(
     j: JobView, fl: str, victims: list[JobId], run: dict[JobId, Placement], free: FreeGpus,
-    now: float, opts: PlacementOptions,
+    now_s: float, opts: PlacementOptions,
 ) -> tuple[Placement | None, list[JobId]]:
     """Free room for ``j`` on ``fl`` by stopping as little as possible.
 
@@ -271,7 +271,7 @@ def _make_room(
     equals), so a one-GPU job never stops a 64-GPU gang when a one-GPU job would do. Otherwise,
     victims lowest-ranked first until ``j`` fits. Everything is undone if it never fits.
     """
-    local = needs_locality(j, now, opts)
+    local = needs_locality(j, now_s, opts)
     need = j.spec.num_gpus - free.total_free(fl)
     position = {v: i for i, v in enumerate(victims)}  # 0 = lowest-ranked
     singles = sorted((v for v in victims if run[v].gpus_of(fl) >= need),

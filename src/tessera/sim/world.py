@@ -140,27 +140,27 @@ class SimWorld:
 
     # -- the books ---------------------------------------------------------------------------
 
-    def tick(self, t: float, advance_running: bool) -> None:
-        """Record samples and the active-job integral up to ``t``.
+    def tick(self, t_s: float, advance_running: bool) -> None:
+        """Record samples and the active-job integral up to ``t_s``.
 
         With ``advance_running`` (rounds: every round reconsiders running jobs) running jobs
         are also brought up to date. Without it they are not: a running job's view
         extrapolates its progress (``JobView.remaining_at``), and its books are settled when
         it stops, so an event costs nothing per running job.
         """
-        if t > self.last_t:
-            self.active_integral += len(self.active) * (t - self.last_t)
+        if t_s > self.last_t:
+            self.active_integral += len(self.active) * (t_s - self.last_t)
         if advance_running:
             for j in self.running.values():
-                j.advance(t)
-        while t >= self.next_sample_s and t > self.last_t:
+                j.advance(t_s)
+        while t_s >= self.next_sample_s and t_s > self.last_t:
             busy = sum(j.spec.num_gpus for j in self.running.values())
             self.samples.append(
                 Sample(self.next_sample_s, busy, len(self.active) - len(self.running),
                        len(self.running))
             )
             self.next_sample_s += self.cfg.sample_every_s
-        self.last_t = max(self.last_t, t)
+        self.last_t = max(self.last_t, t_s)
 
     def add(self, key: str, value: float) -> None:
         """Add ``value`` to the run's extra metric ``key``."""
@@ -174,12 +174,12 @@ class SimWorld:
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def snapshot(self, t: float, free_gpus: bool = True) -> Snapshot:
-        """What ``decide()`` sees at ``t``: the active jobs' views, and the free GPUs per node
+    def snapshot(self, t_s: float, free_gpus: bool = True) -> Snapshot:
+        """What ``decide()`` sees at ``t_s``: the active jobs' views, and the free GPUs per node
         when the world books them (``free_gpus``; otherwise the core derives them from the
         running gangs)."""
         return Snapshot(
-            now_s=t,
+            now_s=t_s,
             cluster=self.cluster,
             jobs=tuple(j.to_view() for j in self.active.values()),
             policy_state=self.policy_state,
@@ -201,79 +201,79 @@ class SimWorld:
             self.fallbacks[why] = self.fallbacks.get(why, 0) + 1
         return d
 
-    def apply(self, d: Decision, t: float) -> list[SimJob]:
-        """Carry out a decision at ``t``: stop the preempted, start or move the started, and
+    def apply(self, d: Decision, t_s: float) -> list[SimJob]:
+        """Carry out a decision at ``t_s``: stop the preempted, start or move the started, and
         record why the rest wait. Returns the jobs left waiting for locality-fragmented GPUs
         (a driver may want to decide again when their locality wait runs out)."""
         by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.active.values()}
         penalty = self.sched.migration_cost_s
         for jid in d.preempted:
             job = by_id[jid]
-            self.stop(job, t)
+            self.stop(job, t_s)
             move(job, JobState.PREEMPTED)
             move(job, JobState.PENDING)
             job.preemptions += 1
-            job.pending_since_s = t
+            job.pending_since_s = t_s
             job.startup_s = penalty
         started = [by_id[jid] for jid in d.started]
         for job in started:  # movers leave first, so no node is held twice even for a moment
             if job.state is JobState.RUNNING:
-                self.stop(job, t)
+                self.stop(job, t_s)
                 job.migrations += 1
                 job.startup_s = penalty
         for job in started:
-            self.start(job, d.placements[job.spec.job_id], t)
-            job.set_wait(None, t)
+            self.start(job, d.placements[job.spec.job_id], t_s)
+            job.set_wait(None, t_s)
         fragmented: list[SimJob] = []
         for jid, reason in d.pending.items():
             job = by_id[jid]
             if job.wait_kind is not reason.kind:
-                job.set_wait(reason.kind, t)
+                job.set_wait(reason.kind, t_s)
             if reason.kind is PendingKind.FRAGMENTATION:
                 fragmented.append(job)
         return fragmented
 
     # -- job transitions ------------------------------------------------------------------------
 
-    def arrive(self, job: SimJob, t: float) -> None:
-        """``job`` is submitted at ``t``: rejected if it can never run here, else active."""
+    def arrive(self, job: SimJob, t_s: float) -> None:
+        """``job`` is submitted at ``t_s``: rejected if it can never run here, else active."""
         reason = infeasibility(job.spec, self.cluster, self.truth, self.sched.mixed_gangs)
         if reason is not None:
             job.rejected = reason
             move(job, JobState.CANCELLED)
-            job.finish_s = t
+            job.finish_s = t_s
             return
         if not self.active:
-            self.next_sample_s = max(self.next_sample_s, t - t % self.cfg.sample_every_s)
+            self.next_sample_s = max(self.next_sample_s, t_s - t_s % self.cfg.sample_every_s)
         self.active[job.idx] = job
         self.active_cum[job.idx] = self.active_integral
-        job.last_update_s = t
-        job.pending_since_s = t
+        job.last_update_s = t_s
+        job.pending_since_s = t_s
         self._begin_validation(job)
 
-    def complete(self, job: SimJob, t: float) -> int:
-        """``job``'s run finished its work at ``t``; returns 1 if the job is done for good."""
+    def complete(self, job: SimJob, t_s: float) -> int:
+        """``job``'s run finished its work at ``t_s``; returns 1 if the job is done for good."""
         if job.idx in self.validating:
-            return self._validated(job, t)
+            return self._validated(job, t_s)
         job.remaining = 0.0
-        self.stop(job, t)
+        self.stop(job, t_s)
         move(job, JobState.SUCCEEDED)
-        job.finish_s = t
-        job.set_wait(None, t)
+        job.finish_s = t_s
+        job.set_wait(None, t_s)
         del self.active[job.idx]
         self.close_ftf(job)
         return 1
 
-    def fail(self, job: SimJob, t: float) -> int:
-        """``job``'s run crashed at ``t``; returns 1 if it has no retries left."""
+    def fail(self, job: SimJob, t_s: float) -> int:
+        """``job``'s run crashed at ``t_s``; returns 1 if it has no retries left."""
         fcfg = self.cfg.failures
-        job.advance(t)  # (events mode settles a run's progress only when it stops: do it first)
-        progressed_s = max(t - job.progress_from_s, 0.0)
+        job.advance(t_s)  # (events mode settles a run's progress only when it stops: do it first)
+        progressed_s = max(t_s - job.progress_from_s, 0.0)
         lost_s = progressed_s % fcfg.checkpoint_interval_s
-        startup_s = max(min(t, job.progress_from_s) - job.run_started_s, 0.0)
+        startup_s = max(min(t_s, job.progress_from_s) - job.run_started_s, 0.0)
         job.remaining = min(job.remaining + lost_s * job.rate, job.spec.total_steps)
         job.lost_gpu_s += (lost_s + startup_s) * job.spec.num_gpus
-        self.stop(job, t)
+        self.stop(job, t_s)
         if self.cfg.validation.min_gpus:
             key = "validation" if job.idx in self.validating else "gang"
             self.add(f"failures_in_{key}", 1.0)
@@ -283,18 +283,18 @@ class SimWorld:
         job.attempts += 1
         del self.active[job.idx]
         self.close_ftf(job)
-        job.set_wait(None, t)
+        job.set_wait(None, t_s)
         if job.attempts <= job.max_retries:
-            self.schedule(t + fcfg.retry_delay_s, RETRY, job.idx, job.epoch)
+            self.schedule(t_s + fcfg.retry_delay_s, RETRY, job.idx, job.epoch)
             return 0
-        job.finish_s = t
+        job.finish_s = t_s
         return 1
 
-    def retry(self, job: SimJob, t: float) -> None:
-        """A failed job with retries left rejoins the queue at ``t``."""
+    def retry(self, job: SimJob, t_s: float) -> None:
+        """A failed job with retries left rejoins the queue at ``t_s``."""
         move(job, JobState.PENDING)
-        job.pending_since_s = t
-        job.last_update_s = t
+        job.pending_since_s = t_s
+        job.last_update_s = t_s
         job.startup_s = self.sched.restore_s
         job.view = None
         self.active[job.idx] = job
@@ -302,23 +302,23 @@ class SimWorld:
         self.active_cum[job.idx] = self.active_integral
         self._begin_validation(job)
 
-    def stop(self, job: SimJob, t: float) -> None:
-        """Settle ``job``'s run up to ``t`` and give its GPUs back (its state is the caller's)."""
-        job.advance(t)
+    def stop(self, job: SimJob, t_s: float) -> None:
+        """Settle ``job``'s run up to ``t_s`` and give its GPUs back (its state is the caller's)."""
+        job.advance(t_s)
         if job.state is JobState.RUNNING:
-            self._account_run(job, t)
+            self._account_run(job, t_s)
         placement = job.placement
         job.epoch += 1
         job.placement = None
         job.rate = 0.0
-        job.last_run_end_s = t
+        job.last_run_end_s = t_s
         job.view = None
         if self.running.pop(job.idx, None) is not None and placement is not None:
             for node_id, k in placement.gpus_by_node:
                 self.free[node_id] += k
 
-    def start(self, job: SimJob, p: Placement, t: float) -> None:
-        """Run ``job`` on ``p`` from ``t``: admit and start it (or move it, if it runs), book
+    def start(self, job: SimJob, p: Placement, t_s: float) -> None:
+        """Run ``job`` on ``p`` from ``t_s``: admit and start it (or move it, if it runs), book
         its GPUs, and schedule its completion and any failure."""
         rate = self.truth.placement_rate(job.spec, p)
         if job.state is JobState.PENDING:
@@ -327,14 +327,14 @@ class SimWorld:
             move(job, JobState.RUNNING)
         job.placement = p
         job.rate = rate
-        job.run_started_s = t
-        job.progress_from_s = t + job.startup_s
+        job.run_started_s = t_s
+        job.progress_from_s = t_s + job.startup_s
         job.startup_s = 0.0
-        job.last_update_s = t
+        job.last_update_s = t_s
         job.epoch += 1
         job.view = None
         if job.first_start_s is None:
-            job.first_start_s = t
+            job.first_start_s = t_s
         self.running[job.idx] = job
         for node_id, k in p.gpus_by_node:
             self.free[node_id] -= k
@@ -394,23 +394,23 @@ class SimWorld:
         job.spec, job.remaining, job.startup_s = saved
         job.view = None
 
-    def _validated(self, job: SimJob, t: float) -> int:
+    def _validated(self, job: SimJob, t_s: float) -> int:
         """Validation passed: the scheduler stops the 1-GPU run and requeues the real gang."""
-        self.stop(job, t)
+        self.stop(job, t_s)
         self._end_validation(job)
         self.add("validations_passed", 1.0)
         move(job, JobState.PREEMPTED)
         move(job, JobState.PENDING)
-        job.pending_since_s = t
-        job.set_wait(None, t)
+        job.pending_since_s = t_s
+        job.set_wait(None, t_s)
         return 0
 
-    def _account_run(self, job: SimJob, t: float) -> None:
-        """Book a run that ends at ``t``: validation GPU-time, and split gangs' slowdown."""
+    def _account_run(self, job: SimJob, t_s: float) -> None:
+        """Book a run that ends at ``t_s``: validation GPU-time, and split gangs' slowdown."""
         p = job.placement
         if p is None:
             return
-        held = max(t - job.run_started_s, 0.0) * p.num_gpus
+        held = max(t_s - job.run_started_s, 0.0) * p.num_gpus
         if job.idx in self.validating:
             self.add("validation_gpu_h", held / 3600)
             return
@@ -420,7 +420,7 @@ class SimWorld:
         if not p.consolidated:
             self.add("split_gpu_h", held / 3600)
             cons = self.truth.rate(job.spec, p.flavor, True)
-            progressed = max(t - max(job.progress_from_s, job.run_started_s), 0.0)
+            progressed = max(t_s - max(job.progress_from_s, job.run_started_s), 0.0)
             if cons > 0 and job.rate < cons:
                 self.add("split_slowdown_gpu_h",
                          progressed * p.num_gpus * (1 - job.rate / cons) / 3600)
@@ -455,5 +455,5 @@ class SimWorld:
         )
 
 
-def _no_events(t: float, kind: int, job: int, epoch: int) -> None:
+def _no_events(t_s: float, kind: int, job: int, epoch: int) -> None:
     raise RuntimeError("this driver schedules no future events")

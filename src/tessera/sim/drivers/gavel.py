@@ -51,7 +51,7 @@ class GavelDriver(Driver):
         round_s = world.sched.round_s
         ptr = 0
         done = 0
-        now = jobs[0].spec.submit_time_s if n else 0.0
+        now_s = jobs[0].spec.submit_time_s if n else 0.0
         round_start = 0.0
         round_end: float | None = None
         dispatched: list[Lease] = []
@@ -66,12 +66,12 @@ class GavelDriver(Driver):
                 if round_end is not None:
                     round_start = round_end
                 round_end = latest
-                now = latest
+                now_s = latest
             elif nxt is not None:
-                now = nxt
-            if horizon is not None and now > horizon:
+                now_s = nxt
+            if horizon is not None and now_s > horizon:
                 break
-            _tick(world, now, dispatched)
+            _tick(world, now_s, dispatched)
             event = False
             credits: list[tuple[JobId, str, float]] = []
             for finish, job, steps, fl in dispatched:
@@ -83,7 +83,7 @@ class GavelDriver(Driver):
                 if credited:
                     credits.append((job.spec.job_id, fl, finish - round_start))
             world.running.clear()
-            while ptr < n and jobs[ptr].spec.submit_time_s <= now:
+            while ptr < n and jobs[ptr].spec.submit_time_s <= now_s:
                 job = jobs[ptr]
                 world.arrive(job, job.spec.submit_time_s)
                 done += job.rejected is not None
@@ -93,7 +93,7 @@ class GavelDriver(Driver):
             if done >= n:
                 break
             world.policy_state = gavel_boundary(world.policy_state, credits, event, drained)
-            dispatched = _dispatch(world, now, round_s)
+            dispatched = _dispatch(world, now_s, round_s)
             if dispatched or event or ptr < n:
                 stalls = 0
             else:
@@ -104,7 +104,7 @@ class GavelDriver(Driver):
                 world.progress(done, n)
         # Leases still open at the horizon were credited by Gavel's books per round already.
         world.running.clear()
-        world.last_t = max(world.last_t, now)
+        world.last_t = max(world.last_t, now_s)
 
 
 def _end_lease(
@@ -153,24 +153,24 @@ def _retire(world: SimWorld, job: SimJob, finish: float) -> None:
     world.close_ftf(job)
 
 
-def _tick(world: SimWorld, now: float, dispatched: list[Lease]) -> None:
-    """Samples and the active-job integral up to ``now`` (progress is credited per round)."""
-    if now > world.last_t:
-        world.active_integral += len(world.active) * (now - world.last_t)
-    while now >= world.next_sample_s and now > world.last_t:
-        t = world.next_sample_s
-        live = [(f, j) for f, j, _s, _fl in dispatched if f > t]
+def _tick(world: SimWorld, now_s: float, dispatched: list[Lease]) -> None:
+    """Samples and the active-job integral up to ``now_s`` (progress is credited per round)."""
+    if now_s > world.last_t:
+        world.active_integral += len(world.active) * (now_s - world.last_t)
+    while now_s >= world.next_sample_s and now_s > world.last_t:
+        t_s = world.next_sample_s
+        live = [(f, j) for f, j, _s, _fl in dispatched if f > t_s]
         world.samples.append(
-            Sample(t, sum(j.spec.num_gpus for _f, j in live),
+            Sample(t_s, sum(j.spec.num_gpus for _f, j in live),
                    len(world.active) - len(dispatched), len(live))
         )
         world.next_sample_s += world.cfg.sample_every_s
-    world.last_t = max(world.last_t, now)
+    world.last_t = max(world.last_t, now_s)
 
 
-def _dispatch(world: SimWorld, now: float, round_s: float) -> list[Lease]:
-    """Ask the decision core for the round starting at ``now`` and lease the chosen GPUs."""
-    d = world.decide(world.snapshot(now, free_gpus=False))
+def _dispatch(world: SimWorld, now_s: float, round_s: float) -> list[Lease]:
+    """Ask the decision core for the round starting at ``now_s`` and lease the chosen GPUs."""
+    d = world.decide(world.snapshot(now_s, free_gpus=False))
     by_id = {j.spec.job_id: j for j in world.active.values()}
     out: list[Lease] = []
     for jid, p in d.placements.items():
@@ -179,15 +179,15 @@ def _dispatch(world: SimWorld, now: float, round_s: float) -> list[Lease]:
         if rate <= 0:
             continue
         steps = float(min(int(rate * round_s), job.remaining))
-        finish = now + steps / rate
+        finish = now_s + steps / rate
         move(job, JobState.ADMITTED)
         move(job, JobState.RUNNING)
         job.placement = p
         job.rate = rate
         job.view = None
         if job.first_start_s is None:
-            job.first_start_s = now
-        busy = finish - now
+            job.first_start_s = now_s
+        busy = finish - now_s
         g = job.spec.num_gpus
         job.attained_gpu_s += g * busy
         job.run_s[p.flavor] = job.run_s.get(p.flavor, 0.0) + busy

@@ -34,10 +34,10 @@ class _HeapDriver(Driver):
         self.heap: list[tuple[float, int, int, int, int, int]] = []
         self.seq = 0
 
-    def push(self, t: float, kind: int, job: int = -1, epoch: int = 0) -> None:
+    def push(self, t_s: float, kind: int, job: int = -1, epoch: int = 0) -> None:
         """Schedule an event (the world's sink for completions, failures and retries)."""
         self.seq += 1
-        heapq.heappush(self.heap, (t, kind, self.seq, kind, job, epoch))
+        heapq.heappush(self.heap, (t_s, kind, self.seq, kind, job, epoch))
 
     def run(self, world: SimWorld) -> None:
         world.schedule = self.push
@@ -51,13 +51,13 @@ class _HeapDriver(Driver):
         while ptr < n or heap:
             t_arr = jobs[ptr].spec.submit_time_s if ptr < n else math.inf
             t_evt = heap[0][0] if heap else math.inf
-            t = min(t_arr, t_evt)
-            if horizon is not None and t > horizon:
+            t_s = min(t_arr, t_evt)
+            if horizon is not None and t_s > horizon:
                 break
-            world.tick(t, advance)
+            world.tick(t_s, advance)
             changed = False
             round_now = False
-            while heap and heap[0][0] <= t + EPS_S:
+            while heap and heap[0][0] <= t_s + EPS_S:
                 _, _, _, kind, idx, epoch = heapq.heappop(heap)
                 world.c.events += 1
                 if kind == ROUND:
@@ -67,27 +67,27 @@ class _HeapDriver(Driver):
                 else:
                     job = jobs[idx]
                     if kind == RETRY:
-                        world.retry(job, t)
+                        world.retry(job, t_s)
                         changed = True
                     elif job.epoch == epoch and job.state is JobState.RUNNING:
                         if kind == COMPLETE:
-                            done += world.complete(job, t)
+                            done += world.complete(job, t_s)
                         else:
-                            done += world.fail(job, t)
+                            done += world.fail(job, t_s)
                         changed = True
-            while ptr < n and jobs[ptr].spec.submit_time_s <= t + EPS_S:
-                world.arrive(jobs[ptr], t)
+            while ptr < n and jobs[ptr].spec.submit_time_s <= t_s + EPS_S:
+                world.arrive(jobs[ptr], t_s)
                 done += jobs[ptr].rejected is not None
                 ptr += 1
                 world.c.events += 1
                 changed = True
-            self.react(world, t, round_now, changed)
+            self.react(world, t_s, round_now, changed)
             if world.progress is not None and changed:
                 world.progress(done, n)
 
     @abstractmethod
-    def react(self, world: SimWorld, t: float, round_now: bool, changed: bool) -> None:
-        """Decide what to do at ``t`` after its events (``round_now``: a round is due)."""
+    def react(self, world: SimWorld, t_s: float, round_now: bool, changed: bool) -> None:
+        """Decide what to do at ``t_s`` after its events (``round_now``: a round is due)."""
 
 
 class EventDriver(_HeapDriver):
@@ -103,9 +103,9 @@ class EventDriver(_HeapDriver):
     def uses_rounds(self) -> bool:
         return False
 
-    def react(self, world: SimWorld, t: float, round_now: bool, changed: bool) -> None:
+    def react(self, world: SimWorld, t_s: float, round_now: bool, changed: bool) -> None:
         if changed and self._worth_deciding(world):
-            self._decide(world, t)
+            self._decide(world, t_s)
 
     def _worth_deciding(self, world: SimWorld) -> bool:
         """Skip a round that cannot change anything: nobody waits and nobody can be displaced."""
@@ -113,27 +113,27 @@ class EventDriver(_HeapDriver):
             return True
         return world.policy.preemptive and self.wakeup_at is not None
 
-    def _decide(self, world: SimWorld, t: float) -> None:
+    def _decide(self, world: SimWorld, t_s: float) -> None:
         if not world.active:
             return
-        d = world.decide(world.snapshot(t))
-        fragmented = world.apply(d, t)
+        d = world.decide(world.snapshot(t_s))
+        fragmented = world.apply(d, t_s)
         wait_s = world.sched.locality_wait_s
         if 0 < wait_s < math.inf:
             for job in fragmented:
                 if not job.spec.requires_locality:
-                    self._locality_wakeup(job.pending_since_s + wait_s, t)
+                    self._locality_wakeup(job.pending_since_s + wait_s, t_s)
         if d.wakeup_s is not None:
-            at = max(d.wakeup_s, t + 1e-3)
-            if self.wakeup_at is None or at < self.wakeup_at - EPS_S or self.wakeup_at <= t:
+            at = max(d.wakeup_s, t_s + 1e-3)
+            if self.wakeup_at is None or at < self.wakeup_at - EPS_S or self.wakeup_at <= t_s:
                 self.wakeup_at = at
                 self.push(at, WAKEUP)
         else:
             self.wakeup_at = None
 
-    def _locality_wakeup(self, at: float, now: float) -> None:
+    def _locality_wakeup(self, at: float, now_s: float) -> None:
         """Decide again when a gang's locality wait runs out (it may then be split)."""
-        if at > now + EPS_S and at not in self.locality_wakeups:
+        if at > now_s + EPS_S and at not in self.locality_wakeups:
             self.locality_wakeups.add(at)
             self.push(at, WAKEUP)
 
@@ -150,18 +150,18 @@ class RoundDriver(_HeapDriver):
     def uses_rounds(self) -> bool:
         return True
 
-    def react(self, world: SimWorld, t: float, round_now: bool, changed: bool) -> None:
+    def react(self, world: SimWorld, t_s: float, round_now: bool, changed: bool) -> None:
         if round_now:
             self.round_pending = False
             if world.active:
-                world.apply(world.decide(world.snapshot(t)), t)
-                self.push(t + world.sched.round_s, ROUND)
+                world.apply(world.decide(world.snapshot(t_s)), t_s)
+                self.push(t_s + world.sched.round_s, ROUND)
                 self.round_pending = True
         elif changed and not self.round_pending and world.active:
-            self.push(t, ROUND)  # idle until now: the first round starts at once
+            self.push(t_s, ROUND)  # idle until now: the first round starts at once
             self.round_pending = True
         elif changed and world.sched.fill_between_rounds and self._can_fill(world):
-            self._fill(world, t)
+            self._fill(world, t_s)
 
     @staticmethod
     def _can_fill(world: SimWorld) -> bool:
@@ -169,11 +169,11 @@ class RoundDriver(_HeapDriver):
             v > 0 for v in world.free.values())
 
     @staticmethod
-    def _fill(world: SimWorld, t: float) -> None:
+    def _fill(world: SimWorld, t_s: float) -> None:
         """Between two rounds: place waiting jobs into idle GPUs, in the policy's order,
         without touching running jobs. The policy's memory stays as the last round set it."""
         state = world.policy_state
-        d = world.decide(world.snapshot(t), world.fill_opts)
+        d = world.decide(world.snapshot(t_s), world.fill_opts)
         world.policy_state = state
-        world.apply(d, t)
+        world.apply(d, t_s)
 
