@@ -39,15 +39,18 @@ def write_config(state_dir: Path, queues: list[dict[str, object]] | None = None)
 
 def make_service(state_dir: Path, cluster: str = "v100:4,t4:4", policy: str = "fifo",
                  grace_s: float = 2.0, queues: list[dict[str, object]] | None = None,
-                 gpus_per_server: int = 4, mixed_gangs: bool = False) -> LiveService:
-    """A started service with the local executor (stop it with ``svc.stop()``)."""
+                 gpus_per_server: int = 4, mixed_gangs: bool = False,
+                 settings: SchedulerSettings | None = None, start: bool = True) -> LiveService:
+    """A service with the local executor, started unless ``start`` is false (stop a started
+    one with ``svc.stop()``)."""
     write_config(state_dir, queues)
     svc = LiveService(
         Store(state_dir / "state.db"), LocalExecutor(state_dir / "runs", grace_s=grace_s),
         load_cluster(cluster, gpus_per_server), load_tenancy(state_dir), policy, state_dir,
-        ServiceOptions(scheduler=SchedulerSettings(mixed_gangs=mixed_gangs), period_s=0.5,
-                       poll_s=0.05, grace_s=grace_s))
-    svc.start()
+        ServiceOptions(scheduler=settings or SchedulerSettings(mixed_gangs=mixed_gangs),
+                       period_s=0.5, poll_s=0.05, grace_s=grace_s))
+    if start:
+        svc.start()
     return svc
 
 

@@ -6,7 +6,8 @@ have changed it meanwhile, e.g. a cancel) and walks the lifecycle table:
 * a run **exits 0** → SUCCEEDED (a job that says it is done is done, even if it was asked to
   stop: it may have finished inside its grace period);
 * a run that was **asked to stop for preemption** exits non-zero → PREEMPTED → PENDING (it
-  resumes later from its checkpoint directory; no retry is charged);
+  resumes later from its checkpoint directory; no retry is charged); a run **asked to stop for
+  a move** does the same and, its next run being planned already, goes on to ADMITTED;
 * any other non-zero exit, or a **lost** run (runner or actor vanished) → FAILED, and back to
   PENDING while ``attempts <= max_retries``; otherwise FAILED is final.
 """
@@ -63,12 +64,19 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
     if st.state == "exited" and st.exit_code == 0:
         store.transition(db, a.job_id, JobState.SUCCEEDED, now_s, f"run {a.run} exited 0",
                          final=1, finish_s=now_s, reason="")
+        withdraw_planned(store, db, a.job_id, now_s, "the job finished")
         return "succeeded"
-    if a.stop_reason == "preempt" and st.stopped:
+    if a.stop_reason in ("preempt", "move") and st.stopped:
         store.transition(db, a.job_id, JobState.PREEMPTED, now_s, f"run {a.run}: {detail}")
         store.transition(db, a.job_id, JobState.PENDING, now_s, "requeued with its checkpoint",
                          pending_since_s=now_s)
-        return "preempted"
+        nxt = store.allocations(("planned",), job_id=a.job_id)
+        if not nxt:
+            return "preempted"
+        store.transition(db, a.job_id, JobState.ADMITTED, now_s,
+                         f"run {nxt[0].run} on {nxt[0].placement.describe()}", reason="")
+        return "moved"
+    withdraw_planned(store, db, a.job_id, now_s, f"run {a.run} ended: {detail}")
     attempts = rec.attempts + 1
     store.transition(db, a.job_id, JobState.FAILED, now_s, f"run {a.run}: {detail}",
                      attempts=attempts)
@@ -80,6 +88,17 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
     store.update_job(db, a.job_id, final=1, finish_s=now_s,
                      reason=f"failed after {attempts} run(s): {detail}")
     return "failed"
+
+
+def withdraw_planned(store: Store, db: sqlite3.Connection, job_id: str, now_s: float,
+                     why: str) -> int:
+    """Withdraw the job's planned runs that were never launched; returns how many."""
+    planned = store.allocations(("planned",), job_id=job_id)
+    for a in planned:
+        store.set_allocation(db, job_id, a.run, status="done", ended_s=now_s,
+                             detail=f"withdrawn before launch: {why}")
+        store.event(db, now_s, job_id, "withdrawn", f"run {a.run}: {why}")
+    return len(planned)
 
 
 def cancel_job(store: Store, db: sqlite3.Connection, job_id: str, now_s: float,

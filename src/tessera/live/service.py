@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import random
 import secrets
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -233,7 +234,7 @@ class LiveService:
         return False, next_round
 
     def observe(self, now_s: float) -> bool:
-        """1. Record runs that ended; returns whether anything changed."""
+        """1. Record runs that ended; returns whether any of that is news for the policy."""
         changed = False
         for a in self.store.allocations(("running", "stopping")):
             st = self.executor.status(a.job_id, a.run)
@@ -247,7 +248,9 @@ class LiveService:
             self.executor.release(a.job_id, a.run)
             self._signalled.discard((a.job_id, a.run))
             log.info("job %s run %s: %s", a.job_id, a.run, what)
-            changed = True
+            # A run the scheduler stopped (preempted or moving) is no news: the decision that
+            # stopped it already gave its GPUs away; the simulator decides nothing then either.
+            changed |= what not in ("preempted", "moved")
         return changed
 
     def round(self, now_s: float, fill_only: bool = False) -> float | None:
@@ -282,38 +285,69 @@ class LiveService:
     def _journal(self, d: Decision, now_s: float) -> None:
         with self.store.tx() as db:
             for jid in d.preempted:
-                self._request_stop(db, jid, now_s, "preempted by the policy")
+                self._request_stop(db, jid, now_s, "preempted by the policy", "preempt")
             for jid in d.started:
                 rec = self.store.get(jid)
                 if rec is None or rec.final:
                     continue
-                if rec.state in (JobState.RUNNING, JobState.ADMITTED):
-                    self._request_stop(db, jid, now_s, "moving to " + d.placements[jid].describe())
-                    continue
-                if rec.state is not JobState.PENDING:
-                    continue
-                run = rec.runs + 1
                 p = d.placements[jid]
+                if rec.state in (JobState.RUNNING, JobState.ADMITTED):
+                    # A move: the current run stops and the next one is planned now; it
+                    # launches as soon as the GPUs it needs have drained.
+                    self._request_stop(db, jid, now_s, "moving to " + p.describe(), "move")
+                    rec = self.store.get(jid)
+                    assert rec is not None
+                run = rec.runs + 1
                 self.store.add_allocation(db, jid, run, p, now_s)
-                self.store.transition(db, jid, JobState.ADMITTED, now_s,
-                                      f"run {run} on {p.describe()}", runs=run, reason="")
+                if rec.state is JobState.PENDING:
+                    self.store.transition(db, jid, JobState.ADMITTED, now_s,
+                                          f"run {run} on {p.describe()}", runs=run, reason="")
+                else:  # still RUNNING while its old run drains; ADMITTED once that run ends
+                    self.store.update_job(db, jid, runs=run)
+                    self.store.event(db, now_s, jid, "move-planned",
+                                     f"run {run} on {p.describe()}")
             if d.started or d.preempted:
                 self.store.event(db, now_s, None, "decision",
                                  f"{self.policy.display_name}: started {len(d.started)}, "
                                  f"preempted {len(d.preempted)}, pending {len(d.pending)}")
         self.store.set_reasons({jid: str(r) for jid, r in d.pending.items()})
 
-    def _request_stop(self, db: object, job_id: JobId, now_s: float, why: str) -> None:
-        for a in self.store.allocations(("planned", "running"), job_id=job_id):
-            self.store.set_allocation(db, job_id, a.run, status="stopping",  # type: ignore[arg-type]
-                                      stop_reason="preempt")
-            self.store.event(db, now_s, job_id, "stop-requested",  # type: ignore[arg-type]
-                             f"run {a.run}: {why}")
+    def _request_stop(self, db: sqlite3.Connection, job_id: JobId, now_s: float, why: str,
+                      reason: str) -> None:
+        """Ask the job's run to stop (``reason``: preempt or move); a planned run that was
+        never launched is withdrawn instead, and an admitted job goes back to PENDING."""
+        if lifecycle.withdraw_planned(self.store, db, job_id, now_s, why):
+            rec = self.store.get(job_id)
+            if rec is not None and rec.state is JobState.ADMITTED:
+                self.store.transition(db, job_id, JobState.PENDING, now_s,
+                                      f"plan withdrawn: {why}", pending_since_s=now_s)
+        for a in self.store.allocations(("running",), job_id=job_id):
+            self.store.set_allocation(db, job_id, a.run, status="stopping", stop_reason=reason)
+            self.store.event(db, now_s, job_id, "stop-requested", f"run {a.run}: {why}")
 
     def act(self, now_s: float) -> None:
-        """4. Launch planned runs and signal stopping ones (both idempotent)."""
+        """4. Launch planned runs and signal stopping ones (both idempotent).
+
+        A planned run launches only once every GPU it needs is free of other runs: a run
+        planned onto GPUs that a preempted or moving run still drains waits for that run to
+        exit, so no GPU ever runs two jobs, not even inside a grace period.
+        """
+        capacity = {n.node_id: n.gpus for n in self.cluster.nodes}
+        used: dict[str, int] = {}
+        draining: set[str] = set()
+        for a in self.store.allocations(("running", "stopping")):
+            for node, count in a.placement.gpus_by_node:
+                used[node] = used.get(node, 0) + count
+            if a.status == "stopping":
+                draining.add(a.job_id)
         for a in self.store.allocations(("planned",)):
+            if a.job_id in draining or any(
+                    used.get(node, 0) + count > capacity.get(node, 0)
+                    for node, count in a.placement.gpus_by_node):
+                continue
             self._launch(a)
+            for node, count in a.placement.gpus_by_node:
+                used[node] = used.get(node, 0) + count
         for a in self.store.allocations(("stopping",)):
             if (a.job_id, a.run) not in self._signalled and \
                     self.executor.stop(a.job_id, a.run, self.opts.grace_s):

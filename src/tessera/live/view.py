@@ -5,9 +5,10 @@ The store knows more states than the core needs. The mapping:
 * PENDING → a pending :class:`JobView`;
 * ADMITTED (launch planned, not yet confirmed) and RUNNING → a running view with the
   allocation's placement: the gang holds those GPUs;
-* a run that is *stopping* (preempted or cancelled, still inside its grace period) still holds
-  its GPUs, but its job may not be placed again yet: the job is left out and its GPUs are taken
-  out of the cluster handed to ``decide()``, so nobody else is placed on them either.
+* a run that is *stopping* (preempted, moving or cancelled, still inside its grace period)
+  still holds its GPUs, but its job may not be placed again yet: the job is left out, and the
+  GPUs are not free in the snapshot (:func:`free_gpus`), so nobody else is placed on them; a
+  moving job's next run, planned already, holds its new GPUs the same way.
 
 Progress is measured in the oracle's steps: seconds run on each flavor times the job's rate
 there (1 step/s for unprofiled commands), so ``remaining_steps`` shrinks as a job runs and
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import replace
 
 from tessera.live.store import Allocation, JobRecord
 from tessera.model.cluster import ClusterSpec
@@ -27,16 +27,19 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.snapshot import JobView, QueueQuota, Snapshot
 
 
-def cluster_minus(cluster: ClusterSpec, held: Iterable[Allocation]) -> ClusterSpec:
-    """The cluster with the GPUs of ``held`` allocations removed from their nodes."""
+def free_gpus(cluster: ClusterSpec, holding: Iterable[Allocation]) -> dict[str, int]:
+    """Free GPUs per node: capacity minus every GPU a run holds or is planned to take.
+
+    A run planned onto GPUs that a preempted run is still draining (inside its grace period)
+    and the draining run claim the same GPUs for a while; a node's free count is therefore
+    clamped at zero rather than counted twice (the decision that planned the new run already
+    gave it those GPUs).
+    """
     used: dict[str, int] = defaultdict(int)
-    for a in held:
+    for a in holding:
         for node, count in a.placement.gpus_by_node:
             used[node] += count
-    if not used:
-        return cluster
-    nodes = tuple(replace(n, gpus=max(n.gpus - used.get(n.node_id, 0), 0)) for n in cluster.nodes)
-    return ClusterSpec(cluster.name, nodes)
+    return {n.node_id: max(n.gpus - used.get(n.node_id, 0), 0) for n in cluster.nodes}
 
 
 def progress_steps(rec: JobRecord, oracle: ThroughputOracle, current: Allocation | None,
@@ -76,17 +79,25 @@ def build_snapshot(
         else:
             continue
         remaining = max(spec.total_steps - progress_steps(rec, oracle, alloc, now_s), 1e-3)
+        run_s = dict(rec.run_s_by_flavor)
+        ran_s, rate, since_s = 0.0, 0.0, 0.0
+        if state is JobState.RUNNING and alloc is not None and alloc.started_s is not None:
+            # The current run counts up to now, as the simulator's views do.
+            ran_s = max(now_s - alloc.started_s, 0.0)
+            rate, since_s = oracle.placement_rate(spec, alloc.placement), alloc.started_s
+            g = alloc.placement.num_gpus
+            for f, n in alloc.placement.flavor_counts():
+                run_s[f] = run_s.get(f, 0.0) + (ran_s if n == g else ran_s * n / g)
         views.append(JobView(
             spec=spec, state=state, remaining_steps=remaining, placement=placement,
-            attained_gpu_s=rec.attained_gpu_s + (
-                (now_s - alloc.started_s) * spec.num_gpus
-                if alloc is not None and alloc.started_s is not None else 0.0),
-            run_s_by_flavor=tuple(sorted(rec.run_s_by_flavor.items())),
+            attained_gpu_s=rec.attained_gpu_s + ran_s * spec.num_gpus,
+            run_s_by_flavor=tuple(sorted(run_s.items())),
             pending_since_s=rec.pending_since_s, last_run_end_s=rec.last_run_end_s,
-            attempts=rec.attempts,
+            attempts=rec.attempts, as_of_s=now_s, progress_rate=rate, progress_from_s=since_s,
         ))
-    return Snapshot(now_s=now_s, cluster=cluster_minus(cluster, draining), jobs=tuple(views),
-                    quotas=quotas, policy_state=policy_state, round_s=round_s)
+    return Snapshot(now_s=now_s, cluster=cluster, jobs=tuple(views), quotas=quotas,
+                    policy_state=policy_state, round_s=round_s,
+                    free_gpus=free_gpus(cluster, holding))
 
 
 def queue_usage(holding: list[Allocation], queue_of: dict[str, str]) -> dict[str, int]:
