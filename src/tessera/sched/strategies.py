@@ -6,7 +6,8 @@
 * :func:`place_events` -- event-driven: running gangs stay put, lower-ranked ones are stopped
   only to make room for a higher-ranked job (:func:`_make_room`);
 * :func:`backfill` -- lower-ranked jobs fill what fragmented gangs left, and, with mixed gangs
-  on, a job no flavor can hold may start on several flavors (:func:`_try_mixed`);
+  on, a job no flavor can hold may start on several flavors
+  (:func:`~tessera.sched.mixed_placement.try_mixed`);
 * :func:`upgrade` -- a running gang moves to a faster free flavor when the move pays.
 
 All of them work on one :class:`~tessera.sched.placement.FreeGpus` scratch copy and never
@@ -15,60 +16,15 @@ touch the snapshot.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
-from dataclasses import dataclass
-
-from tessera.model.jobs import JobId, JobSpec, JobState
+from tessera.model.jobs import JobId, JobState
+from tessera.sched.mixed_placement import Releases, mixed_upgrade, try_mixed
+from tessera.sched.options import PlacementOptions, needs_locality
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import FreeGpus
 from tessera.sched.snapshot import JobView, Placement
 
-
-@dataclass(frozen=True, slots=True)
-class PlacementOptions:
-    """Placement knobs.
-
-    Attributes:
-        locality_wait_s: a multi-GPU gang waits this long for a single-node placement before it
-            accepts being split across nodes (Philly's relaxed-locality guideline). 0 splits at
-            once when needed; ``inf`` never splits. Jobs with ``requires_locality`` never split.
-        migration_cost_s: what moving a running gang costs (checkpoint + restore); the
-            simulator sets it from its own costs.
-        upgrade_min_gain: an event-driven preemptive policy moves a running gang to a faster
-            free flavor when that finishes it at least this fraction sooner, cost included.
-        largest_node_gpus: filled in by ``decide`` from the cluster: a gang larger than every
-            node can never sit on one, so it never waits for locality.
-        max_preemption_attempts: in event-driven rounds, how many waiting jobs (highest
-            ranked first) may try to make room by preemption; bounds a round's cost under
-            heavy load, as Kueue bounds the heads it considers per cycle.
-        mixed_gangs: a job that no single flavor can hold right now may start on GPUs of
-            several of its flavors (Sia/Cannikin style), at the speed the planner predicts
-            (:mod:`tessera.sched.mixed`). Never for jobs that need locality.
-        mixed_min_speed: a mixed gang is accepted only if its predicted speed is at least
-            this fraction of the job's speed on its best flavor (a job too big for any one
-            flavor's whole capacity takes any mix).
-        fill_only: keep every running gang where it is and only place waiting jobs into free
-            GPUs, in the policy's order (a round-based policy's step between two rounds).
-    """
-
-    locality_wait_s: float = 0.0
-    max_preemption_attempts: int = 64
-    migration_cost_s: float = 60.0
-    upgrade_min_gain: float = 0.2
-    largest_node_gpus: int | None = None
-    mixed_gangs: bool = False
-    mixed_min_speed: float = 0.5
-    fill_only: bool = False
-
-
-def needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:
-    if j.spec.requires_locality:
-        return True
-    g = j.spec.num_gpus
-    if opts.largest_node_gpus is not None and g > opts.largest_node_gpus:
-        return False
-    return g > 1 and now_s - j.pending_since_s < opts.locality_wait_s
+__all__ = ["PlacementOptions", "Releases", "backfill", "needs_locality", "place_events",
+           "place_rounds", "upgrade"]
 
 
 def place_rounds(
@@ -223,7 +179,7 @@ def upgrade(
             continue
         if j.spec.job_id in moves:
             continue
-        target = (_mixed_upgrade(j.spec, p, oracle) if p.is_mixed
+        target = (mixed_upgrade(j.spec, p, oracle) if p.is_mixed
                   else oracle.faster_than(j.spec, p.flavor, p.consolidated))
         if target is None:
             continue
@@ -248,17 +204,6 @@ def upgrade(
             free.take(placed)
             free.release(old)
             moves[j.spec.job_id] = placed
-
-
-def _mixed_upgrade(job: JobSpec, p: Placement, oracle: ThroughputOracle
-                   ) -> tuple[str, float, float] | None:
-    """``(best flavor, its rate, the mixed gang's rate)`` if one flavor alone would be faster."""
-    rates = oracle.rates(job)
-    if not rates:
-        return None
-    best = max(rates, key=lambda r: r.consolidated)
-    cur = oracle.placement_rate(job, p)
-    return (best.flavor, best.consolidated, cur) if best.consolidated > cur > 0 else None
 
 
 def _make_room(
@@ -307,7 +252,8 @@ def backfill(
     """Place lower-ranked jobs into GPUs that fragmented gangs could not use.
 
     With ``opts.mixed_gangs``, a job none of whose flavors has room gets a mixed gang at its
-    last candidate, i.e. at its turn in the ranking (:func:`_try_mixed`).
+    last candidate, i.e. at its turn in the ranking
+    (:func:`~tessera.sched.mixed_placement.try_mixed`).
     """
     flavors = free.flavors()
     last: dict[JobId, int] = {}
@@ -334,7 +280,7 @@ def backfill(
                 run[jid] = placed
                 continue
         if last.get(jid) == i:
-            mixed = None if skipped else _try_mixed(j, free, oracle, now_s, opts, releases)
+            mixed = None if skipped else try_mixed(j, free, oracle, now_s, opts, releases)
             if mixed is not None:
                 free.take(mixed)
                 run[jid] = mixed
@@ -345,85 +291,8 @@ def backfill(
         # ranks what one flavor can hold: it gets its mix last, in submission order.
         for jid, j in by_id.items():
             if jid not in run and jid not in last and not j.running:
-                mixed = _try_mixed(j, free, oracle, now_s, opts, releases)
+                mixed = try_mixed(j, free, oracle, now_s, opts, releases)
                 if mixed is None:
                     break
                 free.take(mixed)
                 run[jid] = mixed
-
-
-class Releases:
-    """When running gangs are expected to finish, per flavor: ``[(end_s, gpus), ...]`` sorted,
-    built on first use in a round (mixed-gang decisions compare starting now with waiting)."""
-
-    def __init__(self, jobs: Iterable[JobView], now_s: float) -> None:
-        self._jobs = jobs
-        self._now = now_s
-        self._by_flavor: dict[str, list[tuple[float, int]]] | None = None
-
-    def wait_s(self, flavor: str, free_now: int, gpus: int) -> float:
-        """Seconds until ``gpus`` GPUs of ``flavor`` are expected free (inf if never)."""
-        if self._by_flavor is None:
-            by: dict[str, list[tuple[float, int]]] = {}
-            for j in self._jobs:
-                p = j.placement
-                if not j.running or p is None or j.progress_rate <= 0:
-                    continue
-                start = max(self._now, j.progress_from_s)
-                end = start + j.remaining_at(self._now) / j.progress_rate
-                for f, n in p.flavor_counts():
-                    by.setdefault(f, []).append((end - self._now, n))
-            for ends in by.values():
-                ends.sort()
-            self._by_flavor = by
-        if free_now >= gpus:
-            return 0.0
-        have = free_now
-        for after_s, n in self._by_flavor.get(flavor, ()):
-            have += n
-            if have >= gpus:
-                return after_s
-        return math.inf
-
-
-def _try_mixed(j: JobView, free: FreeGpus, oracle: ThroughputOracle, now_s: float,
-               opts: PlacementOptions, releases: Releases) -> Placement | None:
-    """A mixed gang for ``j`` over its flavors, fastest per GPU first, or ``None``.
-
-    Only when no single flavor has enough free GPUs and the job may spread over servers. The
-    gang is taken when the planner's predicted speed is at least ``opts.mixed_min_speed`` of
-    the job's best flavor's *and* starting now on the mix is expected to finish it no later
-    than waiting for any one flavor (the wait estimated from the running gangs' expected
-    finishes, ignoring jobs queued ahead, which only makes waiting look better than it is).
-    A job too big for every flavor's whole capacity takes any mix. A running mixed gang whose
-    GPUs are still free keeps them.
-    """
-    g = j.spec.num_gpus
-    if g < 2 or needs_locality(j, now_s, opts):
-        return None
-    p = j.placement
-    if j.running and p is not None and p.is_mixed and free.can_take(p):
-        return p
-    rates = oracle.rates(j.spec)
-    if len(rates) < 2 or any(free.total_free(r.flavor) >= g for r in rates):
-        return None
-    order = [r.flavor for r in sorted(rates, key=lambda r: -r.spread)]
-    placed = free.find_mixed(order, g)
-    if placed is None or not placed.is_mixed:
-        return None
-    speed = oracle.placement_rate(j.spec, placed)
-    if speed <= 0:
-        return None
-    if not any(free.capacity(r.flavor) >= g for r in rates):
-        return placed
-    if speed < opts.mixed_min_speed * oracle.best_rate(j.spec):
-        return None
-    left = j.remaining_at(now_s)
-    start_cost = opts.migration_cost_s if j.attained_gpu_s > 0 else 0.0
-    mixed_done_s = start_cost + left / speed
-    for r in rates:
-        if free.capacity(r.flavor) >= g:
-            wait = releases.wait_s(r.flavor, free.total_free(r.flavor), g)
-            if wait + start_cost + left / r.consolidated < mixed_done_s:
-                return None
-    return placed
