@@ -109,6 +109,19 @@ def _admit(snapshot: Snapshot) -> tuple[list[JobView], dict[JobId, PendingReason
     return admitted, held
 
 
+class _Laps:
+    """Wall milliseconds per phase of one round (diagnostics only; never read by decisions)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        tick = time.perf_counter()
+        self.ms[name] = self.ms.get(name, 0.0) + (tick - self._t) * 1e3
+        self._t = tick
+
+
 def decide(
     snapshot: Snapshot,
     policy: Policy,
@@ -124,83 +137,93 @@ def decide(
             (:class:`~tessera.sched.context.DecisionContext`); the only inputs that keep state.
         options: placement rules (locality wait, migration cost, mixed gangs, fill only).
     """
-    oracle = ctx.oracle
-    rng = ctx.rng
     opts = options or PlacementOptions()
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
         opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
-    now_s = snapshot.now_s
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal t
-        tick = time.perf_counter()
-        timings[name] = timings.get(name, 0.0) + (tick - t) * 1e3
-        t = tick
+    lap = _Laps()
 
     # 1. Admission.
     admitted, held = _admit(snapshot)
     view = replace(snapshot, jobs=tuple(admitted)) if held else snapshot
     lap("admit")
 
-    # 2-3. Ordering and placement (an agnostic policy sees the agnostic twin of the oracle).
-    ctx_oracle = oracle.as_agnostic() if policy.agnostic else oracle
-    layout = ctx.layout(snapshot.cluster)
-    free = FreeGpus.of_snapshot(snapshot, layout)
+    # 2-5. Ordering, placement, preemption, reasons.
     if not policy.round_based:
-        # Event-driven: rank the waiting jobs alone first. If they all fit in the free GPUs
-        # (the common case) the running jobs' order cannot matter, and the round costs
-        # O(waiting jobs). Only when someone is left over and the policy may preempt do we
-        # rank everyone to choose victims.
-        waiting = [j for j in admitted if j.state is not JobState.RUNNING]
-        ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), ctx_oracle, rng,
-                                             ctx.solver))
-        lap("order")
-        by_wait = {j.spec.job_id: j for j in waiting}
-        new: dict[JobId, Placement] = {}
-        backfill(ranking.candidates, by_wait, new, free, ctx_oracle, now_s, opts,
-                  Releases(admitted, now_s))
-        if policy.preemptive and len(new) == len(waiting):
-            upgrade(admitted, new, free, ctx_oracle, now_s, opts)
-        lap("place")
-        if len(new) >= len(waiting) or not policy.preemptive:
-            lap("preempt")  # nothing to preempt: the waiting jobs fit, or the policy never does
-            waits = dict(held)
-            if len(new) < len(waiting):
-                waits.update(_reasons(
-                    [j for j in waiting if j.spec.job_id not in new], ranking, oracle, free,
-                    now_s, opts))
-            lap("explain")
-            return Decision(
-                placements=_Placements(admitted, new),
-                started=tuple(new),
-                preempted=(),
-                pending=waits,
-                policy_state=ranking.state,
-                wakeup_s=ranking.wakeup_s,
-                notes=ranking.notes,
-                fallbacks=ranking.fallbacks,
-                phase_ms=tuple(timings.items()),
-            )
-        free = FreeGpus.of_snapshot(snapshot, layout)
+        d = _waiting_first(view, admitted, held, policy, ctx, opts, lap)
+        if d is not None:
+            return d
+    return _full_round(view, admitted, held, policy, ctx, opts, lap)
+
+
+def _waiting_first(
+    view: Snapshot, admitted: list[JobView], held: dict[JobId, PendingReason], policy: Policy,
+    ctx: DecisionContext, opts: PlacementOptions, lap: _Laps,
+) -> Decision | None:
+    """An event-driven round that ranks the waiting jobs alone, or ``None`` when it cannot.
+
+    If the waiting jobs all fit in the free GPUs (the common case), the running jobs' order
+    cannot matter and the round costs O(waiting jobs); the same holds when the policy never
+    preempts. Otherwise (someone is left over and the policy may preempt) everyone must be
+    ranked to choose victims: ``None`` sends the caller to :func:`_full_round`.
+    """
+    now_s = view.now_s
+    oracle = ctx.oracle.as_agnostic() if policy.agnostic else ctx.oracle
+    free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
+    waiting = [j for j in admitted if j.state is not JobState.RUNNING]
+    ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), oracle, ctx.rng,
+                                        ctx.solver))
+    lap("order")
+    by_wait = {j.spec.job_id: j for j in waiting}
+    new: dict[JobId, Placement] = {}
+    backfill(ranking.candidates, by_wait, new, free, oracle, now_s, opts,
+             Releases(admitted, now_s))
+    if policy.preemptive and len(new) == len(waiting):
+        upgrade(admitted, new, free, oracle, now_s, opts)
+    lap("place")
+    if len(new) < len(waiting) and policy.preemptive:
+        return None
+    lap("preempt")  # nothing to preempt: the waiting jobs fit, or the policy never does
+    waits = dict(held)
+    if len(new) < len(waiting):
+        waits.update(_reasons([j for j in waiting if j.spec.job_id not in new], ranking,
+                              ctx.oracle, free, now_s, opts))
+    lap("explain")
+    return Decision(
+        placements=_Placements(admitted, new),
+        started=tuple(new),
+        preempted=(),
+        pending=waits,
+        policy_state=ranking.state,
+        wakeup_s=ranking.wakeup_s,
+        notes=ranking.notes,
+        fallbacks=ranking.fallbacks,
+        phase_ms=tuple(lap.ms.items()),
+    )
+
+
+def _full_round(
+    view: Snapshot, admitted: list[JobView], held: dict[JobId, PendingReason], policy: Policy,
+    ctx: DecisionContext, opts: PlacementOptions, lap: _Laps,
+) -> Decision:
+    """Rank every admitted job and place them with the policy's strategy (rounds or events)."""
+    now_s = view.now_s
+    oracle = ctx.oracle.as_agnostic() if policy.agnostic else ctx.oracle
+    free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
     by_id = {j.spec.job_id: j for j in admitted}
     running = [j for j in admitted if j.state is JobState.RUNNING]
-    ranking = policy.rank(PolicyContext(view, ctx_oracle, rng, ctx.solver))
+    ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver))
     lap("order")
     if policy.round_based:
-        run = place_rounds(ranking.candidates, by_id, admitted, free, ctx_oracle,
-                            policy.preemptive and not opts.fill_only, now_s, opts)
+        run = place_rounds(ranking.candidates, by_id, admitted, free, oracle,
+                           policy.preemptive and not opts.fill_only, now_s, opts)
     else:
-        run = place_events(ranking.candidates, by_id, admitted, free, ctx_oracle, True, now_s,
-                            opts)
+        run = place_events(ranking.candidates, by_id, admitted, free, oracle, True, now_s, opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
-            upgrade(admitted, moved, free, ctx_oracle, now_s, opts)
+            upgrade(admitted, moved, free, oracle, now_s, opts)
             run.update(moved)
     lap("place")
 
-    # 4. Preemption and starts.
     preempted = tuple(j.spec.job_id for j in running if j.spec.job_id not in run)
     started = tuple(
         jid for jid, p in run.items()
@@ -208,13 +231,11 @@ def decide(
     )
     lap("preempt")
 
-    # 5. Reasons for everything left pending.
     pending: dict[JobId, PendingReason] = dict(held)
     if len(run) < len(admitted):
         pending.update(_reasons([j for j in admitted if j.spec.job_id not in run], ranking,
-                                oracle, free, now_s, opts))
+                                ctx.oracle, free, now_s, opts))
     lap("explain")
-
     return Decision(
         placements=run,
         started=started,
@@ -224,7 +245,7 @@ def decide(
         wakeup_s=ranking.wakeup_s,
         notes=ranking.notes,
         fallbacks=ranking.fallbacks,
-        phase_ms=tuple(timings.items()),
+        phase_ms=tuple(lap.ms.items()),
     )
 
 
