@@ -11,6 +11,8 @@ from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core import PendingKind
 from tessera.sched.snapshot import JobView, Placement
 
+_RUNNING = JobState.RUNNING
+
 
 class SimJob:
     """Mutable simulation state of one job."""
@@ -84,19 +86,32 @@ class SimJob:
 
     def advance(self, now_s: float) -> None:
         """Account for time passing up to ``now_s`` (progress only while running)."""
-        dt = now_s - self.last_update_s
+        last = self.last_update_s
+        dt = now_s - last
         if dt <= 0:
             return
-        if self.state is JobState.RUNNING and self.placement is not None:
+        p = self.placement
+        if p is not None and self.state is _RUNNING:
             g = self.spec.num_gpus
             self.attained_gpu_s += g * dt
-            # A mixed gang's time counts on each of its flavors by its share of the gang.
-            for fl, n in self.placement.flavor_counts():
-                self.run_s[fl] = self.run_s.get(fl, 0.0) + (dt if n == g else dt * n / g)
-                self.busy_gpu_s[fl] = self.busy_gpu_s.get(fl, 0.0) + n * dt
-            start = max(self.last_update_s, self.progress_from_s)
+            run_s = self.run_s
+            busy = self.busy_gpu_s
+            if p.is_mixed:
+                # A mixed gang's time counts on each of its flavors by its share of the gang.
+                for fl, n in p.flavor_counts():
+                    run_s[fl] = run_s.get(fl, 0.0) + (dt if n == g else dt * n / g)
+                    busy[fl] = busy.get(fl, 0.0) + n * dt
+            else:
+                fl = p.flavor
+                n = p.num_gpus
+                run_s[fl] = run_s.get(fl, 0.0) + (dt if n == g else dt * n / g)
+                busy[fl] = busy.get(fl, 0.0) + n * dt
+            # (same arithmetic as max(); the order of operations is part of the results)
+            pf = self.progress_from_s
+            start = pf if pf > last else last
             if now_s > start:
-                self.remaining = max(self.remaining - self.rate * (now_s - start), 0.0)
+                left = self.remaining - self.rate * (now_s - start)
+                self.remaining = 0.0 if left < 0.0 else left
             self.view = None  # (a view extrapolates from last_update_s; rebuild from here)
         self.last_update_s = now_s
 
