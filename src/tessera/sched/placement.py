@@ -135,6 +135,10 @@ class FreeGpus:
             buckets[old + delta][node_id] = None
         self._free[node_id] = old + delta
 
+    def free_on(self, node_id: str) -> int:
+        """Free GPUs on one node (0 for a node that is down or unknown)."""
+        return self._free.get(node_id, 0)
+
     def capacity(self, flavor: str) -> int:
         """GPUs of ``flavor`` on the nodes that are up, free or not."""
         cap = self._layout.capacity

@@ -49,12 +49,14 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from tessera.model.cluster import ClusterSpec
+from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.lp import INF, SolverError, solve_lp
 from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.placement import FreeGpus
+from tessera.sched.placement import _Layout as _PlacementLayout
 from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView, Snapshot
+from tessera.sched.snapshot import JobView, Placement, Snapshot
 
 _RUNNING = JobState.RUNNING
 
@@ -73,10 +75,10 @@ class _Nodes:
     """GPUs per flavor."""
     node_max: dict[str, int]
     """The largest node of each flavor."""
-    free: dict[str, int]
-    """GPUs per node (all free): copied by each round's placement replay."""
-    rack: dict[str, str]
     by_flavor: dict[str, tuple[str, ...]]
+    nodes: tuple[Node, ...]
+    placement: _PlacementLayout
+    """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
     oracle: ThroughputOracle | None = None
     rates: dict[tuple[str, int, tuple[str, ...]], _Usable] = field(default_factory=dict)
 
@@ -84,18 +86,16 @@ class _Nodes:
     def of(cls, snap: Snapshot) -> _Nodes:
         cap: dict[str, int] = {}
         node_max: dict[str, int] = {}
-        free: dict[str, int] = {}
-        rack: dict[str, str] = {}
         by_flavor: dict[str, list[str]] = {}
-        for n in snap.up_nodes():
+        nodes = snap.up_nodes()
+        for n in nodes:
             f = n.flavor.short
             cap[f] = cap.get(f, 0) + n.gpus
             node_max[f] = max(node_max.get(f, 0), n.gpus)
-            free[n.node_id] = n.gpus
-            rack[n.node_id] = n.rack
             by_flavor.setdefault(f, []).append(n.node_id)
-        return cls(snap.cluster, snap.down_nodes, cap, node_max, free, rack,
-                   {f: tuple(ns) for f, ns in by_flavor.items()})
+        return cls(snap.cluster, snap.down_nodes, cap, node_max,
+                   {f: tuple(ns) for f, ns in by_flavor.items()}, nodes,
+                   _PlacementLayout.of(nodes))
 
     def rates_for(
         self, oracle: ThroughputOracle
@@ -262,13 +262,13 @@ class HeteroSrpt(Policy):
         prio: dict[JobId, float],
         ctx: PolicyContext,
     ) -> set[JobId]:
-        """Mimic the core's placement; clear one node for a gang that would otherwise be split.
+        """Replay the core's placement (:class:`FreeGpus`: kept jobs, then new gangs largest
+        first, best fit, else spread); clear one node for a gang that would otherwise be split.
 
         Returns the running jobs to stop this round (they are re-placed next round).
         """
         layout = self._nodes_of(snap)
-        free = dict(layout.free)
-        rack = layout.rack
+        free = FreeGpus(layout.nodes, None, layout.placement)
         by_flavor = layout.by_flavor
         node_max = layout.node_max
         occupants: dict[str, list[JobView]] = {}
@@ -277,29 +277,28 @@ class HeteroSrpt(Policy):
             fl = order[0]
             p = j.placement
             if j.running and p is not None and p.flavor == fl:
-                for node, c in p.gpus_by_node:
-                    free[node] -= c
-                    if p.consolidated:
-                        occupants.setdefault(node, []).append(j)
+                free.take(p)
+                if p.consolidated:
+                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
             else:
                 new.append((j, fl))
         new.sort(key=lambda e: -e[0].spec.num_gpus)
         displaced: set[JobId] = set()
         for j, fl in new:
             g = j.spec.num_gpus
-            nodes = by_flavor.get(fl, ())
             if g <= node_max.get(fl, 0):
-                best: str | None = None
-                best_free = 1 << 30
-                for nid in nodes:
-                    if g <= free[nid] < best_free:
-                        best, best_free = nid, free[nid]
-                if best is None and g > 1 and self._split_hurts(ctx, j, fl):
-                    best = self._clear(nodes, free, occupants, g, prio[j.job_id], displaced)
-                if best is not None:
-                    free[best] -= g
+                placed = free.find(fl, g, True)
+                if placed is None and g > 1 and self._split_hurts(ctx, j, fl):
+                    node = self._clear(by_flavor.get(fl, ()), free, occupants, g,
+                                       prio[j.job_id], displaced)
+                    if node is not None:
+                        placed = Placement(fl, ((node, g),))
+                if placed is not None:
+                    free.take(placed)
                     continue
-            self._spread(nodes, free, rack, g)
+            placed = free.find(fl, g, False)
+            if placed is not None:
+                free.take(placed)
         return displaced
 
     @staticmethod
@@ -312,19 +311,20 @@ class HeteroSrpt(Policy):
     @staticmethod
     def _clear(
         nodes: Sequence[str],
-        free: dict[str, int],
+        free: FreeGpus,
         occupants: dict[str, list[JobView]],
         g: int,
         prio: float,
         displaced: set[JobId],
     ) -> str | None:
-        """The node where stopping the fewest GPUs of lower-priority small jobs frees ``g``."""
+        """The node where stopping the fewest GPUs of lower-priority small jobs frees ``g``
+        (those jobs' GPUs are released in ``free``)."""
         best = None
         best_cost = (1 << 30, 1 << 30)
         for n in nodes:
             movable = [o for o in occupants.get(n, ()) if o.job_id not in displaced
                        and o.spec.num_gpus < g]
-            need = g - free[n]
+            need = g - free.free_on(n)
             if need <= 0 or sum(o.spec.num_gpus for o in movable) < need:
                 continue
             movable.sort(key=lambda o: o.spec.num_gpus)
@@ -339,32 +339,15 @@ class HeteroSrpt(Policy):
             return None
         movable = sorted((o for o in occupants.get(best, ()) if o.job_id not in displaced
                           and o.spec.num_gpus < g), key=lambda o: o.spec.num_gpus)
-        need = g - free[best]
+        need = g - free.free_on(best)
         for o in movable:
             if need <= 0:
                 break
+            assert o.placement is not None
             displaced.add(o.job_id)
-            free[best] += o.spec.num_gpus
+            free.release(o.placement)
             need -= o.spec.num_gpus
         return best
-
-    @staticmethod
-    def _spread(nodes: Sequence[str], free: dict[str, int], rack: dict[str, str], g: int) -> None:
-        by_rack: dict[str, list[str]] = {}
-        for n in nodes:
-            if free[n] > 0:
-                by_rack.setdefault(rack[n], []).append(n)
-        fits = [ns for ns in by_rack.values() if sum(free[n] for n in ns) >= g]
-        pool = (min(fits, key=lambda ns: sum(free[n] for n in ns)) if fits
-                else [n for ns in by_rack.values() for n in ns])
-        if sum(free[n] for n in pool) < g:
-            return
-        for n in sorted(pool, key=lambda n: -free[n]):
-            c = min(free[n], g)
-            free[n] -= c
-            g -= c
-            if g == 0:
-                return
 
     @staticmethod
     def _match(
