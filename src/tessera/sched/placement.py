@@ -16,9 +16,11 @@ Rules, in order:
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tessera.model.cluster import Node
 from tessera.sched.snapshot import Placement, Snapshot
@@ -57,6 +59,24 @@ class _Layout:
             by_flavor={f: tuple(ids) for f, ids in by_flavor.items()},
             size=size,
         )
+
+
+_GETTERS: dict[int, tuple[tuple[str, ...], Callable[[Mapping[str, int]], Any]]] = {}
+
+
+def _sum_over(free: Mapping[str, int], nodes: tuple[str, ...]) -> int:
+    """``sum(free[n] for n in nodes)``, with the lookups done in C: a round sums every node
+    of a flavor once, and clusters have hundreds of nodes. The getter is kept per node tuple
+    (a layout's, which lives as long as its cluster; the table is emptied past 64 entries)."""
+    if len(nodes) < 2:
+        return free[nodes[0]] if nodes else 0
+    hit = _GETTERS.get(id(nodes))
+    if hit is None or hit[0] is not nodes:
+        if len(_GETTERS) >= 64:
+            _GETTERS.clear()
+        hit = (nodes, operator.itemgetter(*nodes))
+        _GETTERS[id(nodes)] = hit
+    return sum(hit[1](free))
 
 
 class FreeGpus:
@@ -106,8 +126,9 @@ class FreeGpus:
         buckets = self._buckets.get(flavor)
         if buckets is None:
             buckets = [{} for _ in range(self._size.get(flavor, 0) + 1)]
+            free = self._free
             for i in self._by_flavor.get(flavor, ()):
-                buckets[self._free[i]][i] = None
+                buckets[free[i]][i] = None
             self._buckets[flavor] = buckets
         return buckets
 
@@ -117,8 +138,7 @@ class FreeGpus:
     def total_free(self, flavor: str) -> int:
         t = self._total.get(flavor)
         if t is None:
-            free = self._free
-            t = sum(free[n] for n in self._by_flavor.get(flavor, ()))
+            t = _sum_over(self._free, self._by_flavor.get(flavor, ()))
             self._total[flavor] = t
         return t
 
