@@ -7,6 +7,8 @@ cheap).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core import PendingKind
 from tessera.sched.snapshot import JobView, Placement
@@ -114,6 +116,49 @@ class SimJob:
                 self.remaining = 0.0 if left < 0.0 else left
             self.view = None  # (a view extrapolates from last_update_s; rebuild from here)
         self.last_update_s = now_s
+
+    def advance_each(self, times: Sequence[float]) -> None:
+        """``advance(t)`` for each ``t`` of ``times`` in order, with the same result bit for bit,
+        in one call: a driver that advances every running job at every event can instead
+        collect the event times and let each job catch up when it is next looked at.
+        """
+        p = self.placement
+        if p is None or self.state is not _RUNNING or p.is_mixed:
+            for t in times:
+                self.advance(t)
+            return
+        last = self.last_update_s
+        g = self.spec.num_gpus
+        fl = p.flavor
+        n = p.num_gpus
+        whole = n == g
+        pf = self.progress_from_s
+        rate = self.rate
+        attained = self.attained_gpu_s
+        remaining = self.remaining
+        run_s = self.run_s.get(fl, 0.0)
+        busy = self.busy_gpu_s.get(fl, 0.0)
+        moved = False
+        for t in times:
+            dt = t - last
+            if dt <= 0:
+                continue
+            attained += g * dt
+            run_s = run_s + (dt if whole else dt * n / g)
+            busy = busy + n * dt
+            start = pf if pf > last else last
+            if t > start:
+                left = remaining - rate * (t - start)
+                remaining = 0.0 if left < 0.0 else left
+            last = t
+            moved = True
+        if moved:
+            self.attained_gpu_s = attained
+            self.remaining = remaining
+            self.run_s[fl] = run_s
+            self.busy_gpu_s[fl] = busy
+            self.last_update_s = last
+            self.view = None
 
     def set_wait(self, kind: PendingKind | None, now_s: float) -> None:
         """Record why the job waits from ``now_s`` on (None: it runs)."""
