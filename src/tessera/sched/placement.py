@@ -166,8 +166,9 @@ class FreeGpus:
 
     def take(self, placement: Placement) -> None:
         """Reserve a placement's GPUs; raises if that would over-allocate any node."""
+        free = self._free
         for node_id, count in placement.gpus_by_node:
-            if self._free.get(node_id, 0) < count:
+            if free.get(node_id, 0) < count:
                 raise ValueError(f"over-allocation of {node_id} by {placement.describe()}")
         self._shift(placement, -1)
 
@@ -183,13 +184,27 @@ class FreeGpus:
             for f, c in placement.flavor_counts():
                 self._total[f] = totals[f] + sign * c
             return
-        total = self.total_free(placement.flavor)
+        # (a round releases and takes every running gang: _move inlined)
+        flavor = placement.flavor
+        total = self._total.get(flavor)
+        if total is None:
+            total = self.total_free(flavor)
+        free = self._free
+        all_buckets = self._buckets
+        node_flavor = self._flavor
         for node_id, count in placement.gpus_by_node:
-            self._move(node_id, sign * count)
-        self._total[placement.flavor] = total + sign * placement.num_gpus
+            old = free[node_id]
+            new = old + sign * count
+            buckets = all_buckets.get(node_flavor[node_id])
+            if buckets is not None:
+                del buckets[old][node_id]
+                buckets[new][node_id] = None
+            free[node_id] = new
+        self._total[flavor] = total + sign * placement.num_gpus
 
     def can_take(self, placement: Placement) -> bool:
-        return all(self._free.get(n, 0) >= c for n, c in placement.gpus_by_node)
+        free = self._free
+        return all(free.get(n, 0) >= c for n, c in placement.gpus_by_node)
 
     def find(self, flavor: str, gpus: int, require_locality: bool) -> Placement | None:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
