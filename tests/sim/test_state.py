@@ -79,3 +79,16 @@ def test_placement_derived_values_are_fixed_at_construction() -> None:
     assert back == mixed and back.flavor_counts() == mixed.flavor_counts()
     with pytest.raises(AttributeError):
         one.num_gpus = 5  # type: ignore[misc]
+
+
+def test_to_view_copies_each_field_to_its_namesake() -> None:
+    j = _running(2, Placement("V100-16GB", (("v", 2),)), 1e6, 0.5, 3.0)
+    j.remaining, j.attained_gpu_s, j.pending_since_s = 11.0, 12.0, 13.0
+    j.last_run_end_s, j.attempts, j.last_update_s = 14.0, 15, 16.0
+    v = j.to_view()
+    assert (v.spec, v.state, v.placement) == (j.spec, JobState.RUNNING, j.placement)
+    assert (v.remaining_steps, v.attained_gpu_s) == (11.0, 12.0)
+    assert v.run_s_by_flavor == (("K80", 12.5),)
+    assert (v.pending_since_s, v.last_run_end_s, v.attempts) == (13.0, 14.0, 15)
+    assert (v.as_of_s, v.progress_rate, v.progress_from_s) == (16.0, 0.5, 3.0)
+    assert j.to_view() is v
