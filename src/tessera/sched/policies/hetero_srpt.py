@@ -206,8 +206,10 @@ class HeteroSrpt(Policy):
         rest = []
         for _p, j, cost, order in jobs:
             g = j.spec.num_gpus
-            fl = next((f for f in order if left.get(f, 0) >= g), None)
-            if fl is None:
+            for fl in order:
+                if left.get(fl, 0) >= g:
+                    break
+            else:
                 rest.append((j, order))
                 continue
             left[fl] -= g
@@ -224,10 +226,10 @@ class HeteroSrpt(Policy):
         for j, _cost, order in selected:
             jid = j.spec.job_id
             if jid not in displaced:
-                cands.extend((jid, f) for f in order)
+                cands += [(jid, f) for f in order]
         for j, order in rest:
             jid = j.spec.job_id
-            cands.extend((jid, f) for f in order)
+            cands += [(jid, f) for f in order]
         return Ranking(tuple(cands))
 
     def _nodes_of(self, snap: Snapshot) -> _Nodes:
@@ -246,8 +248,10 @@ class HeteroSrpt(Policy):
         out = []
         for j, cost, order in selected:
             g = j.spec.num_gpus
-            fl = next((f for f in order if left.get(f, 0) >= g), None)
-            if fl is None:
+            for fl in order:
+                if left.get(fl, 0) >= g:
+                    break
+            else:
                 out.append((j, cost, order))
                 continue
             left[fl] -= g
@@ -353,7 +357,7 @@ class HeteroSrpt(Policy):
     def _match(
         selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int]
     ) -> list[tuple[JobView, dict[str, float], list[str]]]:
-        if all(order[0] == min(cost, key=lambda f: cost[f]) for _j, cost, order in selected):
+        if all(order[0] == min(cost, key=cost.__getitem__) for _j, cost, order in selected):
             return selected
         flavors = list(cap)
         col = {f: i for i, f in enumerate(flavors)}
