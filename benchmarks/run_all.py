@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 QUICK = {
     "bench_sim.py": ["--limit", "20000"],
     "bench_decide.py": ["--sizes", "64,512,2048"],
+    "bench_full_philly.py": ["--limit", "20000"],
     "bench_mixed.py": ["--quick"],
 }
 

@@ -38,6 +38,32 @@ class Placement:
     flavor: str
     gpus_by_node: tuple[tuple[str, int], ...]
     node_flavors: tuple[str, ...] = ()
+    # Derived once at construction (the simulator asks for them on every advance of a running
+    # job); not compared, hashed or shown, so equality stays that of the three fields above.
+    num_gpus: int = field(init=False, compare=False, repr=False)
+    """GPUs in the gang."""
+    consolidated: bool = field(init=False, compare=False, repr=False)
+    """True when the whole gang sits on one node."""
+    is_mixed: bool = field(init=False, compare=False, repr=False)
+    """True when the gang holds GPUs of more than one flavor."""
+    _flavor_counts: tuple[tuple[str, int], ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        n = 0
+        for _n, c in self.gpus_by_node:
+            n += c
+        set_ = object.__setattr__
+        set_(self, "num_gpus", n)
+        set_(self, "consolidated", len(self.gpus_by_node) == 1)
+        set_(self, "is_mixed", bool(self.node_flavors))
+        if not self.node_flavors:
+            counts: tuple[tuple[str, int], ...] = ((self.flavor, n),)
+        else:
+            by: dict[str, int] = {}
+            for (_n, c), f in zip(self.gpus_by_node, self.node_flavors, strict=True):
+                by[f] = by.get(f, 0) + c
+            counts = tuple(sorted(by.items()))
+        set_(self, "_flavor_counts", counts)
 
     @classmethod
     def mixed(cls, parts: tuple[tuple[str, str, int], ...]) -> Placement:
@@ -48,28 +74,9 @@ class Placement:
             return cls(flavors[0], by_node)
         return cls(MIX_SEPARATOR.join(flavors), by_node, tuple(f for _n, f, _c in parts))
 
-    @property
-    def num_gpus(self) -> int:
-        return sum(c for _n, c in self.gpus_by_node)
-
-    @property
-    def is_mixed(self) -> bool:
-        """True when the gang holds GPUs of more than one flavor."""
-        return bool(self.node_flavors)
-
-    @property
-    def consolidated(self) -> bool:
-        """True when the whole gang sits on one node."""
-        return len(self.gpus_by_node) == 1
-
     def flavor_counts(self) -> tuple[tuple[str, int], ...]:
         """``((flavor, gpus), ...)`` sorted by flavor; one entry for a homogeneous gang."""
-        if not self.node_flavors:
-            return ((self.flavor, self.num_gpus),)
-        counts: dict[str, int] = {}
-        for (_n, c), f in zip(self.gpus_by_node, self.node_flavors, strict=True):
-            counts[f] = counts.get(f, 0) + c
-        return tuple(sorted(counts.items()))
+        return self._flavor_counts
 
     def parts(self) -> tuple[tuple[str, int, str], ...]:
         """``((node_id, gpus, flavor), ...)`` in placement order, for homogeneous gangs too."""

@@ -7,9 +7,13 @@ cheap).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core import PendingKind
 from tessera.sched.snapshot import JobView, Placement
+
+_RUNNING = JobState.RUNNING
 
 
 class SimJob:
@@ -84,21 +88,77 @@ class SimJob:
 
     def advance(self, now_s: float) -> None:
         """Account for time passing up to ``now_s`` (progress only while running)."""
-        dt = now_s - self.last_update_s
+        last = self.last_update_s
+        dt = now_s - last
         if dt <= 0:
             return
-        if self.state is JobState.RUNNING and self.placement is not None:
+        p = self.placement
+        if p is not None and self.state is _RUNNING:
             g = self.spec.num_gpus
             self.attained_gpu_s += g * dt
-            # A mixed gang's time counts on each of its flavors by its share of the gang.
-            for fl, n in self.placement.flavor_counts():
-                self.run_s[fl] = self.run_s.get(fl, 0.0) + (dt if n == g else dt * n / g)
-                self.busy_gpu_s[fl] = self.busy_gpu_s.get(fl, 0.0) + n * dt
-            start = max(self.last_update_s, self.progress_from_s)
+            run_s = self.run_s
+            busy = self.busy_gpu_s
+            if p.is_mixed:
+                # A mixed gang's time counts on each of its flavors by its share of the gang.
+                for fl, n in p.flavor_counts():
+                    run_s[fl] = run_s.get(fl, 0.0) + (dt if n == g else dt * n / g)
+                    busy[fl] = busy.get(fl, 0.0) + n * dt
+            else:
+                fl = p.flavor
+                n = p.num_gpus
+                run_s[fl] = run_s.get(fl, 0.0) + (dt if n == g else dt * n / g)
+                busy[fl] = busy.get(fl, 0.0) + n * dt
+            # (same arithmetic as max(); the order of operations is part of the results)
+            pf = self.progress_from_s
+            start = pf if pf > last else last
             if now_s > start:
-                self.remaining = max(self.remaining - self.rate * (now_s - start), 0.0)
+                left = self.remaining - self.rate * (now_s - start)
+                self.remaining = 0.0 if left < 0.0 else left
             self.view = None  # (a view extrapolates from last_update_s; rebuild from here)
         self.last_update_s = now_s
+
+    def advance_each(self, times: Sequence[float]) -> None:
+        """``advance(t)`` for each ``t`` of ``times`` in order, with the same result bit for bit,
+        in one call: a driver that advances every running job at every event can instead
+        collect the event times and let each job catch up when it is next looked at.
+        """
+        p = self.placement
+        if p is None or self.state is not _RUNNING or p.is_mixed:
+            for t in times:
+                self.advance(t)
+            return
+        last = self.last_update_s
+        g = self.spec.num_gpus
+        fl = p.flavor
+        n = p.num_gpus
+        whole = n == g
+        pf = self.progress_from_s
+        rate = self.rate
+        attained = self.attained_gpu_s
+        remaining = self.remaining
+        run_s = self.run_s.get(fl, 0.0)
+        busy = self.busy_gpu_s.get(fl, 0.0)
+        moved = False
+        for t in times:
+            dt = t - last
+            if dt <= 0:
+                continue
+            attained += g * dt
+            run_s = run_s + (dt if whole else dt * n / g)
+            busy = busy + n * dt
+            start = pf if pf > last else last
+            if t > start:
+                left = remaining - rate * (t - start)
+                remaining = 0.0 if left < 0.0 else left
+            last = t
+            moved = True
+        if moved:
+            self.attained_gpu_s = attained
+            self.remaining = remaining
+            self.run_s[fl] = run_s
+            self.busy_gpu_s[fl] = busy
+            self.last_update_s = last
+            self.view = None
 
     def set_wait(self, kind: PendingKind | None, now_s: float) -> None:
         """Record why the job waits from ``now_s`` on (None: it runs)."""
@@ -109,19 +169,12 @@ class SimJob:
         self.wait_since_s = now_s
 
     def to_view(self) -> JobView:
-        if self.view is None:
-            self.view = JobView(
-                spec=self.spec,
-                state=self.state,
-                remaining_steps=self.remaining,
-                placement=self.placement,
-                attained_gpu_s=self.attained_gpu_s,
-                run_s_by_flavor=tuple(self.run_s.items()),
-                pending_since_s=self.pending_since_s,
-                last_run_end_s=self.last_run_end_s,
-                attempts=self.attempts,
-                as_of_s=self.last_update_s,
-                progress_rate=self.rate,
-                progress_from_s=self.progress_from_s,
+        view = self.view
+        if view is None:
+            # (positional: JobView's fields in order; cheaper than keywords, built every round)
+            view = self.view = JobView(
+                self.spec, self.state, self.remaining, self.placement, self.attained_gpu_s,
+                tuple(self.run_s.items()), self.pending_since_s, self.last_run_end_s,
+                self.attempts, self.last_update_s, self.rate, self.progress_from_s,
             )
-        return self.view
+        return view

@@ -42,15 +42,84 @@ so the defragmentation step is skipped. Pure: no I/O, no clock, no randomness.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from tessera.model.jobs import JobId
+from tessera.model.cluster import ClusterSpec, Node
+from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.lp import INF, SolverError, solve_lp
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.placement import FreeGpus
+from tessera.sched.placement import _Layout as _PlacementLayout
 from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView, Snapshot
+from tessera.sched.snapshot import JobView, Placement, Snapshot
+
+_RUNNING = JobState.RUNNING
+
+_Usable = tuple[tuple[tuple[str, float], ...], float, float]
+"""A job's usable flavors with their rates, its best rate and ``gpus ** gang_exponent``."""
+
+
+@dataclass(slots=True)
+class _Nodes:
+    """What a round needs of the up nodes, computed once per cluster and set of down nodes
+    (a round used to walk every node twice), plus each job kind's usable rates."""
+
+    cluster: ClusterSpec
+    down: frozenset[str]
+    cap: dict[str, int]
+    """GPUs per flavor."""
+    node_max: dict[str, int]
+    """The largest node of each flavor."""
+    by_flavor: dict[str, tuple[str, ...]]
+    nodes: tuple[Node, ...]
+    placement: _PlacementLayout
+    """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
+    oracle: ThroughputOracle | None = None
+    rates: dict[tuple[str, int, tuple[str, ...]], _Usable] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> _Nodes:
+        cap: dict[str, int] = {}
+        node_max: dict[str, int] = {}
+        by_flavor: dict[str, list[str]] = {}
+        nodes = snap.up_nodes()
+        for n in nodes:
+            f = n.flavor.short
+            cap[f] = cap.get(f, 0) + n.gpus
+            node_max[f] = max(node_max.get(f, 0), n.gpus)
+            by_flavor.setdefault(f, []).append(n.node_id)
+        return cls(snap.cluster, snap.down_nodes, cap, node_max,
+                   {f: tuple(ns) for f, ns in by_flavor.items()}, nodes,
+                   _PlacementLayout.of(nodes))
+
+    def rates_for(
+        self, oracle: ThroughputOracle
+    ) -> dict[tuple[str, int, tuple[str, ...]], _Usable]:
+        """The usable-rates cache, valid for ``oracle`` (one per simulation in practice)."""
+        if self.oracle is not oracle:
+            self.oracle = oracle
+            self.rates = {}
+        return self.rates
+
+    def usable(self, ctx: PolicyContext, spec: JobSpec, gang_exponent: float) -> _Usable:
+        """The flavors with room for the gang by count, at its consolidated speed if it fits
+        on one node of the flavor, else its spread speed."""
+        g = spec.num_gpus
+        cap = self.cap
+        rates: dict[str, float] = {}
+        for r in ctx.oracle.rates(spec):
+            if r.flavor not in cap or g > cap[r.flavor]:
+                continue
+            rate = r.consolidated if g <= self.node_max[r.flavor] else r.spread
+            if rate > 0:
+                rates[r.flavor] = rate
+        top = max(rates.values()) if rates else 0.0
+        return tuple(rates.items()), top, g ** gang_exponent
 
 
 class HeteroSrptConfig(PolicyConfig):
@@ -82,6 +151,12 @@ class HeteroSrpt(Policy):
     round_based = True
     Config = HeteroSrptConfig
 
+    def __init__(
+        self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""
+    ) -> None:
+        super().__init__(config, agnostic, name)
+        self._nodes: _Nodes | None = None
+
     def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
         """Remaining seconds on the job's fastest flavor: oracle knowledge (SRTF's bound)."""
         return j.remaining_at(now_s) / best_rate
@@ -91,66 +166,78 @@ class HeteroSrpt(Policy):
         assert isinstance(cfg, HeteroSrptConfig)
         snap = ctx.snapshot
         now = snap.now_s
-        cap: dict[str, int] = {}
-        node_max: dict[str, int] = {}
-        for n in snap.up_nodes():
-            f = n.flavor.short
-            cap[f] = cap.get(f, 0) + n.gpus
-            node_max[f] = max(node_max.get(f, 0), n.gpus)
+        nodes = self._nodes_of(snap)
+        cap = nodes.cap
+        rates_of = nodes.rates_for(ctx.oracle)
+        remaining_best_s = self._remaining_best_s
+        restart_s = cfg.restart_s
+        aging_s = cfg.aging_s
+        starvation = cfg.starvation_factor
         jobs = []
         for j in snap.jobs:
-            g = j.spec.num_gpus
-            rates: dict[str, float] = {}
-            for r in ctx.oracle.rates(j.spec):
-                if r.flavor not in cap or g > cap[r.flavor]:
-                    continue
-                rate = r.consolidated if g <= node_max[r.flavor] else r.spread
-                if rate > 0:
-                    rates[r.flavor] = rate
+            spec = j.spec
+            key = (spec.job_type, spec.num_gpus, spec.flavors)
+            usable = rates_of.get(key)
+            if usable is None:
+                usable = rates_of[key] = nodes.usable(ctx, spec, cfg.gang_exponent)
+            rates, top, g_pow = usable
             if not rates:
                 continue
-            top = max(rates.values())
-            tau = self._remaining_best_s(j, top, snap.now_s)
-            cur = j.placement.flavor if j.running and j.placement is not None else None
-            cost = {f: tau * top / rate + (0.0 if f == cur else cfg.restart_s)
-                    for f, rate in rates.items()}
+            tau = remaining_best_s(j, top, now)
+            p = j.placement
+            cur = p.flavor if p is not None and j.state is _RUNNING else None
+            cost = {f: tau * top / rate + (0.0 if f == cur else restart_s) for f, rate in rates}
             best = min(cost.values())
-            prio = 1.0 / (best * g ** cfg.gang_exponent)
-            ran = sum(t for _f, t in j.run_s_by_flavor)
-            waited = max(now - j.spec.submit_time_s - ran, 0.0)
-            if cfg.aging_s is not None:
-                prio *= 1.0 + waited / cfg.aging_s
-            starving = cfg.starvation_factor is not None and waited > cfg.starvation_factor * best
-            if starving:
+            prio = 1.0 / (best * g_pow)
+            run_s = j.run_s_by_flavor
+            ran = run_s[0][1] if len(run_s) == 1 else sum(t for _f, t in run_s)
+            waited = now - spec.submit_time_s - ran
+            if waited < 0.0:  # (max(waited, 0.0), without the call)
+                waited = 0.0
+            if aging_s is not None:
+                prio *= 1.0 + waited / aging_s
+            if starvation is not None and waited > starvation * best:
                 prio = 1e30 * (1.0 + waited)
-            order = sorted(cost, key=lambda f: cost[f])
+            order = sorted(cost, key=cost.__getitem__)
             jobs.append((prio, j, cost, order))
-        jobs.sort(key=lambda e: (-e[0], e[1].spec.submit_time_s, e[1].job_id))
+        jobs.sort(key=lambda e: (-e[0], e[1].spec.submit_time_s, e[1].spec.job_id))
         left = dict(cap)
         selected: list[tuple[JobView, dict[str, float], list[str]]] = []
         rest = []
         for _p, j, cost, order in jobs:
             g = j.spec.num_gpus
-            fl = next((f for f in order if left.get(f, 0) >= g), None)
-            if fl is None:
+            for fl in order:
+                if left.get(fl, 0) >= g:
+                    break
+            else:
                 rest.append((j, order))
                 continue
             left[fl] -= g
-            selected.append((j, cost, [fl] + [f for f in order if f != fl]))
+            selected.append((j, cost, order if order[0] == fl else
+                             [fl] + [f for f in order if f != fl]))
         if cfg.match and selected:
             selected = self._match(selected, cap)
         selected = self._finalize(selected, cap)
-        prio_of = {j.job_id: p for p, j, *_ in jobs}
         displaced: set[JobId] = set()
         if cfg.defrag and snap.round_s is not None:
+            prio_of = {j.spec.job_id: p for p, j, *_ in jobs}
             displaced = self._plan(snap, selected, prio_of, ctx)
         cands: list[tuple[JobId, str]] = []
         for j, _cost, order in selected:
-            if j.job_id not in displaced:
-                cands.extend((j.job_id, f) for f in order)
+            jid = j.spec.job_id
+            if jid not in displaced:
+                cands += [(jid, f) for f in order]
         for j, order in rest:
-            cands.extend((j.job_id, f) for f in order)
+            jid = j.spec.job_id
+            cands += [(jid, f) for f in order]
         return Ranking(tuple(cands))
+
+    def _nodes_of(self, snap: Snapshot) -> _Nodes:
+        """The up nodes' static layout, rebuilt only when the cluster or its down nodes change."""
+        nodes = self._nodes
+        if nodes is None or nodes.cluster is not snap.cluster or nodes.down != snap.down_nodes:
+            nodes = self._nodes = _Nodes.of(snap)
+        return nodes
 
     @staticmethod
     def _finalize(
@@ -161,12 +248,15 @@ class HeteroSrpt(Policy):
         out = []
         for j, cost, order in selected:
             g = j.spec.num_gpus
-            fl = next((f for f in order if left.get(f, 0) >= g), None)
-            if fl is None:
+            for fl in order:
+                if left.get(fl, 0) >= g:
+                    break
+            else:
                 out.append((j, cost, order))
                 continue
             left[fl] -= g
-            out.append((j, cost, [fl] + [f for f in order if f != fl]))
+            out.append((j, cost, order if order[0] == fl else
+                        [fl] + [f for f in order if f != fl]))
         return out
 
     def _plan(
@@ -176,47 +266,43 @@ class HeteroSrpt(Policy):
         prio: dict[JobId, float],
         ctx: PolicyContext,
     ) -> set[JobId]:
-        """Mimic the core's placement; clear one node for a gang that would otherwise be split.
+        """Replay the core's placement (:class:`FreeGpus`: kept jobs, then new gangs largest
+        first, best fit, else spread); clear one node for a gang that would otherwise be split.
 
         Returns the running jobs to stop this round (they are re-placed next round).
         """
-        free: dict[str, int] = {}
-        rack: dict[str, str] = {}
-        by_flavor: dict[str, list[str]] = {}
-        for n in snap.up_nodes():
-            free[n.node_id] = n.gpus
-            rack[n.node_id] = n.rack
-            by_flavor.setdefault(n.flavor.short, []).append(n.node_id)
-        node_max = {f: max(free[n] for n in ns) for f, ns in by_flavor.items()}
+        layout = self._nodes_of(snap)
+        free = FreeGpus(layout.nodes, None, layout.placement)
+        by_flavor = layout.by_flavor
+        node_max = layout.node_max
         occupants: dict[str, list[JobView]] = {}
         new: list[tuple[JobView, str]] = []
         for j, _cost, order in selected:
             fl = order[0]
             p = j.placement
             if j.running and p is not None and p.flavor == fl:
-                for node, c in p.gpus_by_node:
-                    free[node] -= c
-                    if p.consolidated:
-                        occupants.setdefault(node, []).append(j)
+                free.take(p)
+                if p.consolidated:
+                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
             else:
                 new.append((j, fl))
         new.sort(key=lambda e: -e[0].spec.num_gpus)
         displaced: set[JobId] = set()
         for j, fl in new:
             g = j.spec.num_gpus
-            nodes = by_flavor.get(fl, [])
             if g <= node_max.get(fl, 0):
-                best: str | None = None
-                best_free = 1 << 30
-                for nid in nodes:
-                    if g <= free[nid] < best_free:
-                        best, best_free = nid, free[nid]
-                if best is None and g > 1 and self._split_hurts(ctx, j, fl):
-                    best = self._clear(nodes, free, occupants, g, prio[j.job_id], displaced)
-                if best is not None:
-                    free[best] -= g
+                placed = free.find(fl, g, True)
+                if placed is None and g > 1 and self._split_hurts(ctx, j, fl):
+                    node = self._clear(by_flavor.get(fl, ()), free, occupants, g,
+                                       prio[j.job_id], displaced)
+                    if node is not None:
+                        placed = Placement(fl, ((node, g),))
+                if placed is not None:
+                    free.take(placed)
                     continue
-            self._spread(nodes, free, rack, g)
+            placed = free.find(fl, g, False)
+            if placed is not None:
+                free.take(placed)
         return displaced
 
     @staticmethod
@@ -228,20 +314,21 @@ class HeteroSrpt(Policy):
 
     @staticmethod
     def _clear(
-        nodes: list[str],
-        free: dict[str, int],
+        nodes: Sequence[str],
+        free: FreeGpus,
         occupants: dict[str, list[JobView]],
         g: int,
         prio: float,
         displaced: set[JobId],
     ) -> str | None:
-        """The node where stopping the fewest GPUs of lower-priority small jobs frees ``g``."""
+        """The node where stopping the fewest GPUs of lower-priority small jobs frees ``g``
+        (those jobs' GPUs are released in ``free``)."""
         best = None
         best_cost = (1 << 30, 1 << 30)
         for n in nodes:
             movable = [o for o in occupants.get(n, ()) if o.job_id not in displaced
                        and o.spec.num_gpus < g]
-            need = g - free[n]
+            need = g - free.free_on(n)
             if need <= 0 or sum(o.spec.num_gpus for o in movable) < need:
                 continue
             movable.sort(key=lambda o: o.spec.num_gpus)
@@ -256,38 +343,21 @@ class HeteroSrpt(Policy):
             return None
         movable = sorted((o for o in occupants.get(best, ()) if o.job_id not in displaced
                           and o.spec.num_gpus < g), key=lambda o: o.spec.num_gpus)
-        need = g - free[best]
+        need = g - free.free_on(best)
         for o in movable:
             if need <= 0:
                 break
+            assert o.placement is not None
             displaced.add(o.job_id)
-            free[best] += o.spec.num_gpus
+            free.release(o.placement)
             need -= o.spec.num_gpus
         return best
-
-    @staticmethod
-    def _spread(nodes: list[str], free: dict[str, int], rack: dict[str, str], g: int) -> None:
-        by_rack: dict[str, list[str]] = {}
-        for n in nodes:
-            if free[n] > 0:
-                by_rack.setdefault(rack[n], []).append(n)
-        fits = [ns for ns in by_rack.values() if sum(free[n] for n in ns) >= g]
-        pool = (min(fits, key=lambda ns: sum(free[n] for n in ns)) if fits
-                else [n for ns in by_rack.values() for n in ns])
-        if sum(free[n] for n in pool) < g:
-            return
-        for n in sorted(pool, key=lambda n: -free[n]):
-            c = min(free[n], g)
-            free[n] -= c
-            g -= c
-            if g == 0:
-                return
 
     @staticmethod
     def _match(
         selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int]
     ) -> list[tuple[JobView, dict[str, float], list[str]]]:
-        if all(order[0] == min(cost, key=lambda f: cost[f]) for _j, cost, order in selected):
+        if all(order[0] == min(cost, key=cost.__getitem__) for _j, cost, order in selected):
             return selected
         flavors = list(cap)
         col = {f: i for i, f in enumerate(flavors)}

@@ -1,0 +1,64 @@
+"""The four default policies on the full Philly job table (82,247 jobs), ``philly`` preset.
+
+Prints, per policy: wall seconds of the simulation, decision rounds, seconds spent inside
+``decide`` and the average JCT (full precision, so two runs can be compared for identical
+results). Targets (issue 10, quiet 2-core machine): every policy but finish_time_fairness
+≤ 60 s, ``las`` ≤ 15 s.
+
+    .venv/bin/python benchmarks/bench_full_philly.py [--limit N] [--policies las,fifo]
+        [--with-ftf]
+
+Needs the public Philly table (``philly-full``: ../shared/data or $TESSERA_DATA_DIR); without
+it the benchmark says so and exits 0 (skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from tessera.errors import SpecError
+from tessera.model.cluster import load_cluster
+from tessera.sim.engine import simulate
+from tessera.workload import load_trace
+from tessera.workload.known import data_dirs
+
+DEFAULT_POLICIES = "fifo,las,max_min_fairness,hetero_srpt"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--policies", default=DEFAULT_POLICIES,
+                    help=f"comma-separated policies (default {DEFAULT_POLICIES})")
+    ap.add_argument("--with-ftf", action="store_true",
+                    help="also run finish_time_fairness (slow: an LP per round)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N jobs")
+    ap.add_argument("--cluster", default="philly")
+    args = ap.parse_args()
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.with_ftf and "finish_time_fairness" not in policies:
+        policies.append("finish_time_fairness")
+    t0 = time.perf_counter()
+    try:
+        workload = load_trace("philly-full", limit=args.limit)
+    except SpecError as e:
+        looked = ", ".join(str(d) for d in data_dirs())
+        print(f"SKIPPED: the full Philly table is not available ({e}); looked in {looked}. "
+              "Set TESSERA_DATA_DIR to a directory holding traces/philly/.")
+        return 0
+    load_s = time.perf_counter() - t0
+    cluster = load_cluster(args.cluster)
+    print(f"{workload.name}: {len(workload):,} jobs loaded in {load_s:.1f} s; "
+          f"{cluster.describe()}", flush=True)
+    print(f"{'policy':<22}{'wall s':>9}{'decisions':>11}{'decide s':>10}{'avg JCT s':>22}",
+          flush=True)
+    for policy in policies:
+        r = simulate(workload, cluster, policy)
+        print(f"{policy:<22}{r.wall_s:>9.1f}{r.decisions:>11,}{r.decide_s:>10.1f}"
+              f"{r.summary.avg_jct_s!r:>22}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

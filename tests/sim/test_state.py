@@ -1,0 +1,94 @@
+"""SimJob bookkeeping: advancing in one call per event or in one call for many events."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+
+from tessera.model.jobs import JobState
+from tessera.sched.snapshot import Placement
+from tessera.sim.state import SimJob
+from tests.builders import make_job
+
+
+def _running(gpus: int, placement: Placement, steps: float, rate: float,
+             progress_from_s: float) -> SimJob:
+    j = SimJob(make_job("j", gpus=gpus, steps=steps), 0, 0)
+    j.state = JobState.RUNNING
+    j.placement = placement
+    j.rate = rate
+    j.last_update_s = 0.0
+    j.progress_from_s = progress_from_s
+    j.run_s = {"K80": 12.5}
+    return j
+
+
+def _books(j: SimJob) -> tuple[object, ...]:
+    return (j.attained_gpu_s, j.remaining, dict(j.run_s), dict(j.busy_gpu_s), j.last_update_s,
+            j.view is None)
+
+
+@pytest.mark.parametrize("placement,gpus", [
+    (Placement("V100-16GB", (("v", 2),)), 2),
+    (Placement("V100-16GB", (("v", 1),)), 2),  # (a gang smaller than its spec: share n / g)
+    (Placement("V100-16GB+K80", (("v", 1), ("k", 2)), ("V100-16GB", "K80")), 3),
+])
+@pytest.mark.parametrize("steps", [1e9, 500.0])  # (the second runs out: remaining clamps at 0)
+def test_advance_each_matches_advancing_at_every_event_bit_for_bit(
+    placement: Placement, gpus: int, steps: float
+) -> None:
+    rng = random.Random(7)
+    times = sorted(rng.uniform(0, 5000) for _ in range(300))
+    times += [times[-1], times[10]]  # repeated and earlier times are no-ops in both
+    one = _running(gpus, placement, steps, 0.731, progress_from_s=times[20] + 0.1)
+    many = _running(gpus, placement, steps, 0.731, progress_from_s=times[20] + 0.1)
+    for t in times:
+        one.advance(t)
+    many.advance_each(times)
+    assert _books(one) == _books(many)
+    stopped = _running(gpus, placement, steps, 0.731, 0.0)
+    stopped.state = JobState.PENDING
+    stopped.advance_each(times)
+    assert stopped.attained_gpu_s == 0.0 and stopped.last_update_s == max(times)
+
+
+def test_advance_each_with_no_later_time_changes_nothing() -> None:
+    j = _running(1, Placement("V100-16GB", (("v", 1),)), 1e6, 1.0, 0.0)
+    j.last_update_s = 100.0
+    j.view = j.to_view()
+    j.advance_each([50.0, 100.0])
+    assert j.run_s == {"K80": 12.5} and j.busy_gpu_s == {} and j.view is not None
+
+
+def test_placement_derived_values_are_fixed_at_construction() -> None:
+    mixed = Placement("K80+V100-16GB", (("v", 3), ("k", 2), ("v2", 1)),
+                      ("V100-16GB", "K80", "V100-16GB"))
+    assert mixed.num_gpus == 6 and mixed.is_mixed and not mixed.consolidated
+    assert mixed.flavor_counts() == (("K80", 2), ("V100-16GB", 4))
+    assert mixed.gpus_of("V100-16GB") == 4
+    one = Placement("K80", (("k", 4),))
+    assert one.num_gpus == 4 and one.consolidated and not one.is_mixed
+    assert one.flavor_counts() == (("K80", 4),)
+    # Equality, hashing and repr see only the three real fields.
+    same = Placement("K80", (("k", 4),))
+    assert one == same and hash(one) == hash(same) and {one: 1}[same] == 1
+    assert repr(one) == "Placement(flavor='K80', gpus_by_node=(('k', 4),), node_flavors=())"
+    back = pickle.loads(pickle.dumps(mixed))
+    assert back == mixed and back.flavor_counts() == mixed.flavor_counts()
+    with pytest.raises(AttributeError):
+        one.num_gpus = 5  # type: ignore[misc]
+
+
+def test_to_view_copies_each_field_to_its_namesake() -> None:
+    j = _running(2, Placement("V100-16GB", (("v", 2),)), 1e6, 0.5, 3.0)
+    j.remaining, j.attained_gpu_s, j.pending_since_s = 11.0, 12.0, 13.0
+    j.last_run_end_s, j.attempts, j.last_update_s = 14.0, 15, 16.0
+    v = j.to_view()
+    assert (v.spec, v.state, v.placement) == (j.spec, JobState.RUNNING, j.placement)
+    assert (v.remaining_steps, v.attained_gpu_s) == (11.0, 12.0)
+    assert v.run_s_by_flavor == (("K80", 12.5),)
+    assert (v.pending_since_s, v.last_run_end_s, v.attempts) == (13.0, 14.0, 15)
+    assert (v.as_of_s, v.progress_rate, v.progress_from_s) == (16.0, 0.5, 3.0)
+    assert j.to_view() is v
