@@ -137,3 +137,21 @@ def test_same_inputs_same_ranking() -> None:
     a = _decide(c, *views)
     b = _decide(c, *views)
     assert a.placements == b.placements
+
+
+def test_a_failed_matching_lp_is_reported_not_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the completion-rate matching LP fails, the greedy order is kept and the ranking
+    says so in its fallbacks (the simulator counts them into the run's notes)."""
+    from tessera.sched.lp import LpSolver, SolverError
+    from tessera.sched.policies import hetero_srpt
+
+    def fail(*a: object, **k: object) -> None:
+        raise SolverError("hetero_srpt matching LP: HiGHS ended with Infeasible")
+
+    monkeypatch.setattr(hetero_srpt, "solve_lp", fail)
+    j = view(make_job("a", 1))
+    selected = [(j, {"V100-16GB": 2.0, "K80": 1.0}, ["V100-16GB", "K80"])]
+    out, why = hetero_srpt.HeteroSrpt._match(selected, {"V100-16GB": 1, "K80": 1}, LpSolver())
+    assert out == selected
+    assert why == ("hetero_srpt matching LP: HiGHS ended with Infeasible; kept the greedy "
+                   "flavor order",)

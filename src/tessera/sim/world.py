@@ -137,6 +137,10 @@ class SimWorld:
         self.validating: dict[int, tuple[JobSpec, float, float]] = {}
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
+        self.by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.jobs}
+        # Event times the running jobs have not been advanced through yet (rounds): a job
+        # catches up when it is next looked at, bit for bit as if advanced at each.
+        self._ticks: list[float] = []
 
     # -- the books ---------------------------------------------------------------------------
 
@@ -144,15 +148,16 @@ class SimWorld:
         """Record samples and the active-job integral up to ``t_s``.
 
         With ``advance_running`` (rounds: every round reconsiders running jobs) running jobs
-        are also brought up to date. Without it they are not: a running job's view
-        extrapolates its progress (``JobView.remaining_at``), and its books are settled when
-        it stops, so an event costs nothing per running job.
+        are also brought up to date at ``t_s`` -- lazily: the time is noted, and each running
+        job catches up through every noted time when it is next looked at (a snapshot, a stop,
+        the end), with the same arithmetic as advancing it at each event. Without it they are
+        not: a running job's view extrapolates its progress (``JobView.remaining_at``), and its
+        books are settled when it stops, so an event costs nothing per running job.
         """
         if t_s > self.last_t:
             self.active_integral += len(self.active) * (t_s - self.last_t)
-        if advance_running:
-            for j in self.running.values():
-                j.advance(t_s)
+            if advance_running and self.running:
+                self._ticks.append(t_s)
         while t_s >= self.next_sample_s and t_s > self.last_t:
             busy = sum(j.spec.num_gpus for j in self.running.values())
             self.samples.append(
@@ -161,6 +166,13 @@ class SimWorld:
             )
             self.next_sample_s += self.cfg.sample_every_s
         self.last_t = max(self.last_t, t_s)
+
+    def _catch_up(self) -> None:
+        """Advance every running job through the noted event times (see :meth:`tick`)."""
+        if self._ticks:
+            for j in self.running.values():
+                j.advance_each(self._ticks)
+            self._ticks.clear()
 
     def add(self, key: str, value: float) -> None:
         """Add ``value`` to the run's extra metric ``key``."""
@@ -178,6 +190,7 @@ class SimWorld:
         """What ``decide()`` sees at ``t_s``: the active jobs' views, and the free GPUs per node
         when the world books them (``free_gpus``; otherwise the core derives them from the
         running gangs)."""
+        self._catch_up()
         return Snapshot(
             now_s=t_s,
             cluster=self.cluster,
@@ -205,7 +218,7 @@ class SimWorld:
         """Carry out a decision at ``t_s``: stop the preempted, start or move the started, and
         record why the rest wait. Returns the jobs left waiting for locality-fragmented GPUs
         (a driver may want to decide again when their locality wait runs out)."""
-        by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.active.values()}
+        by_id = self.by_id
         penalty = self.sched.migration_cost_s
         for jid in d.preempted:
             job = by_id[jid]
@@ -267,7 +280,8 @@ class SimWorld:
     def fail(self, job: SimJob, t_s: float) -> int:
         """``job``'s run crashed at ``t_s``; returns 1 if it has no retries left."""
         fcfg = self.cfg.failures
-        job.advance(t_s)  # (events mode settles a run's progress only when it stops: do it first)
+        job.advance_each(self._ticks)  # (its progress is settled only when looked at: first)
+        job.advance(t_s)
         progressed_s = max(t_s - job.progress_from_s, 0.0)
         lost_s = progressed_s % fcfg.checkpoint_interval_s
         startup_s = max(min(t_s, job.progress_from_s) - job.run_started_s, 0.0)
@@ -304,6 +318,7 @@ class SimWorld:
 
     def stop(self, job: SimJob, t_s: float) -> None:
         """Settle ``job``'s run up to ``t_s`` and give its GPUs back (its state is the caller's)."""
+        job.advance_each(self._ticks)
         job.advance(t_s)
         if job.state is JobState.RUNNING:
             self._account_run(job, t_s)
@@ -430,6 +445,7 @@ class SimWorld:
     def finish(self, wall0_s: float) -> SimResult:
         """Settle every open book at the last event and summarise the run."""
         self.tick(self.last_t, self.rounds)
+        self._catch_up()
         for j in self.running.values():
             j.advance(self.last_t)
             self._account_run(j, self.last_t)

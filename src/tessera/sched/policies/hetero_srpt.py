@@ -51,10 +51,10 @@ from pydantic import Field
 
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.jobs import JobId, JobSpec, JobState
-from tessera.sched.lp import INF, SolverError, solve_lp
+from tessera.sched.lp import INF, LpSolver, SolverError, solve_lp
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import FreeGpus
-from tessera.sched.placement import _Layout as _PlacementLayout
+from tessera.sched.placement import Layout as _PlacementLayout
 from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView, Placement, Snapshot
 
@@ -215,8 +215,9 @@ class HeteroSrpt(Policy):
             left[fl] -= g
             selected.append((j, cost, order if order[0] == fl else
                              [fl] + [f for f in order if f != fl]))
+        fallbacks: tuple[str, ...] = ()
         if cfg.match and selected:
-            selected = self._match(selected, cap)
+            selected, fallbacks = self._match(selected, cap, ctx.lp())
         selected = self._finalize(selected, cap)
         displaced: set[JobId] = set()
         if cfg.defrag and snap.round_s is not None:
@@ -230,7 +231,7 @@ class HeteroSrpt(Policy):
         for j, order in rest:
             jid = j.spec.job_id
             cands += [(jid, f) for f in order]
-        return Ranking(tuple(cands))
+        return Ranking(tuple(cands), fallbacks=fallbacks)
 
     def _nodes_of(self, snap: Snapshot) -> _Nodes:
         """The up nodes' static layout, rebuilt only when the cluster or its down nodes change."""
@@ -355,10 +356,13 @@ class HeteroSrpt(Policy):
 
     @staticmethod
     def _match(
-        selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int]
-    ) -> list[tuple[JobView, dict[str, float], list[str]]]:
+        selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int],
+        solver: LpSolver,
+    ) -> tuple[list[tuple[JobView, dict[str, float], list[str]]], tuple[str, ...]]:
+        """Reorder each selected job's flavors by a completion-rate matching LP; returns the
+        selection and, when the LP failed and the greedy order was kept, why."""
         if all(order[0] == min(cost, key=cost.__getitem__) for _j, cost, order in selected):
-            return selected
+            return selected, ()
         flavors = list(cap)
         col = {f: i for i, f in enumerate(flavors)}
         rows, cols, vals = [], [], []
@@ -381,9 +385,9 @@ class HeteroSrpt(Policy):
         hi = np.concatenate([np.ones(mcount), np.array([float(cap[f]) for f in flavors])])
         try:
             x = solve_lp(np.array(vals), a, lo, hi, np.zeros(n), np.ones(n), maximize=True,
-                         what="hetero_srpt matching LP")
-        except SolverError:
-            return selected
+                         what="hetero_srpt matching LP", solver=solver)
+        except SolverError as e:
+            return selected, (f"{e}; kept the greedy flavor order",)
         share: list[dict[str, float]] = [{} for _ in selected]
         for k in range(n):
             share[rows[k]][flavors[cols[k]]] = x[k]
@@ -391,7 +395,7 @@ class HeteroSrpt(Policy):
         for m, (j, cost, order) in enumerate(selected):
             sh = share[m]
             out.append((j, cost, sorted(order, key=lambda f: (-round(sh.get(f, 0.0), 6), cost[f]))))
-        return out
+        return out, ()
 
 
 class HeteroGittinsConfig(HeteroSrptConfig):
