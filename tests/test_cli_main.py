@@ -29,8 +29,11 @@ def test_help_lists_every_command() -> None:
      (["simulate", "-t", "philly", "-p", "fofo"], "unknown policy"),
      (["simulate", "-t", "philly", "-c", "zz:4"], "unknown GPU flavor"),
      (["simulate", "-t", "philly", "--throughputs", "nope"], "built-in tables: gavel, sia"),
-     (["simulate", "--no-such-flag"], "No such option")],
-    ids=["missing-trace", "bad-policy", "bad-flavor", "bad-throughputs", "usage"],
+     (["simulate", "--no-such-flag"], "No such option"),
+     (["simulate", "-t", "philly", "--mode", "bogus"], "Invalid value for --mode"),
+     (["serve", "--round-s", "-1"], "Invalid value for --round-s")],
+    ids=["missing-trace", "bad-policy", "bad-flavor", "bad-throughputs", "usage",
+         "bad-scheduler-setting", "bad-serve-setting"],
 )
 def test_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:
     out = _tessera(*args)
@@ -44,3 +47,13 @@ def test_policies_lists_registered_policies() -> None:
     assert out.returncode == 0
     for name in ("fifo", "las", "max_min_fairness", "finish_time_fairness", "hetero_srpt"):
         assert name in out.stdout
+
+
+def test_simulate_and_serve_share_the_scheduler_flags() -> None:
+    """Both commands take every SchedulerSettings field as a flag, with the same help."""
+    from tessera.sched.settings import SchedulerSettings
+
+    sim, serve = _tessera("simulate", "--help"), _tessera("serve", "--help")
+    for name in SchedulerSettings.model_fields:
+        flag = "--" + name.replace("_", "-")
+        assert flag[:18] in sim.stdout and flag[:18] in serve.stdout, flag

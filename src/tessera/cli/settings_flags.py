@@ -22,19 +22,19 @@ from pydantic import BaseModel, ValidationError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _flag_type(annotation: Any) -> tuple[type, str]:
-    """The CLI type of a field, and a note on its choices for Literal fields."""
+def _flag_type(annotation: Any) -> type:
+    """The CLI type of a field (a Literal field is a string the model then validates)."""
     if typing.get_origin(annotation) is typing.Literal:
-        return str, ""
+        return str
     if annotation in (bool, int, float, str):
-        return annotation, ""
+        return annotation
     raise TypeError(f"no command-line flag for a field of type {annotation!r}")
 
 
 def _options(model: type[BaseModel], panel: str) -> list[inspect.Parameter]:
     params = []
     for name, field in model.model_fields.items():
-        kind, _ = _flag_type(field.annotation)
+        kind = _flag_type(field.annotation)
         flag = "--" + name.replace("_", "-")
         decls = [f"{flag}/--no-{name.replace('_', '-')}"] if kind is bool else [flag]
         option = typer.Option(field.default, *decls, help=field.description,

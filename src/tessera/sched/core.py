@@ -188,17 +188,7 @@ def _waiting_first(
         waits.update(_reasons([j for j in waiting if j.spec.job_id not in new], ranking,
                               ctx.oracle, free, now_s, opts))
     lap("explain")
-    return Decision(
-        placements=_Placements(admitted, new),
-        started=tuple(new),
-        preempted=(),
-        pending=waits,
-        policy_state=ranking.state,
-        wakeup_s=ranking.wakeup_s,
-        notes=ranking.notes,
-        fallbacks=ranking.fallbacks,
-        phase_ms=tuple(lap.ms.items()),
-    )
+    return _decision(ranking, _Placements(admitted, new), tuple(new), (), waits, lap)
 
 
 def _full_round(
@@ -236,8 +226,16 @@ def _full_round(
         pending.update(_reasons([j for j in admitted if j.spec.job_id not in run], ranking,
                                 ctx.oracle, free, now_s, opts))
     lap("explain")
+    return _decision(ranking, run, started, preempted, pending, lap)
+
+
+def _decision(
+    ranking: Ranking, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
+    preempted: tuple[JobId, ...], pending: dict[JobId, PendingReason], lap: _Laps,
+) -> Decision:
+    """The round's outcome, with the policy's memory, wish, notes and fallbacks."""
     return Decision(
-        placements=run,
+        placements=placements,
         started=started,
         preempted=preempted,
         pending=pending,

@@ -23,13 +23,11 @@ per *class* of identical jobs, the class size multiplying its capacity use. A tr
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
 
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
-from tessera.sched.gavel.solver import Backend, Solved
+from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
 from tessera.sched.lp import INF
 
 
@@ -108,17 +106,5 @@ def _ecos(p: ShareProblem, a: np.ndarray) -> np.ndarray | None:
     """Gavel's own cvxpy formulation, solved by ECOS; ``None`` when ECOS gives nothing."""
     import cvxpy as cp
 
-    m, n = p.shape
-    x = cp.Variable((m, n))
-    sfa = np.repeat(p.scale[:, None], n, axis=1)
-    cons = [x >= 0, cp.sum(cp.multiply(sfa, x), axis=0) <= p.capacity, cp.sum(x, axis=1) <= 1]
-    prob = cp.Problem(cp.Maximize(cp.min(cp.sum(cp.multiply(a, x), axis=1))), cons)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            prob.solve(solver="ECOS")
-        except cp.error.SolverError:
-            return None
-    if x.value is None:
-        return None
-    return np.clip(np.asarray(x.value, dtype=float), 0.0, 1.0)
+    x = cp.Variable(p.shape)
+    return solve_ecos(p, cp.Maximize(cp.min(cp.sum(cp.multiply(a, x), axis=1))), x)

@@ -26,14 +26,13 @@ bisection.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
-from tessera.sched.gavel.solver import Backend, Solved
+from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
 from tessera.sched.lp import INF, LpMethod
 
 
@@ -312,23 +311,12 @@ def _ecos(p: ShareProblem, inputs: RhoInputs) -> np.ndarray | None:
     """Gavel's cvxpy formulation (``inv_pos`` of the rate), solved by ECOS."""
     import cvxpy as cp
 
-    m, n = p.shape
+    m, _n = p.shape
     t, r, d = inputs.since_s, inputs.remaining, inputs.isolated_s
-    x = cp.Variable((m, n))
-    sfa = np.repeat(p.scale[:, None], n, axis=1)
+    x = cp.Variable(p.shape)
     fracs = [
         (t[i] + r[i] * cp.inv_pos(cp.sum(cp.multiply(p.tput[i], x[i])))) / d[i]
         for i in range(m)
     ]
     obj = fracs[0] if m == 1 else cp.maximum(*fracs)
-    cons = [x >= 0, cp.sum(cp.multiply(sfa, x), axis=0) <= p.capacity, cp.sum(x, axis=1) <= 1]
-    prob = cp.Problem(cp.Minimize(obj), cons)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            prob.solve(solver="ECOS")
-    except cp.error.SolverError:
-        return None
-    if x.value is None:
-        return None
-    return np.clip(np.asarray(x.value, dtype=float), 0.0, 1.0)
+    return solve_ecos(p, cp.Minimize(obj), x)

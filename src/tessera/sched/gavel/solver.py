@@ -19,11 +19,14 @@ silently.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from tessera.sched.lp import LpMethod, LpSolver, SolverError
+
+if TYPE_CHECKING:
+    from tessera.sched.gavel.problem import ShareProblem
 
 SolverName = Literal["auto", "ecos", "highs", "highs-ipm"]
 Method = Literal["ecos", "highs", "highs-ipm"]
@@ -87,3 +90,26 @@ class Solved:
     x: np.ndarray | None
     fallbacks: tuple[str, ...] = ()
     value: float = float("nan")
+
+
+def solve_ecos(p: ShareProblem, objective: Any, x: Any) -> np.ndarray | None:
+    """Solve Gavel's cvxpy form of a share problem with ECOS: ``objective`` over the shares
+    ``x`` (a ``cvxpy.Variable`` of ``p.shape``) under Gavel's base constraints -- shares are
+    non-negative, each flavor's scaled shares fit its capacity, each job's shares sum to at
+    most 1. Returns the shares clipped to [0, 1], or ``None`` when ECOS gives nothing."""
+    import warnings
+
+    import cvxpy as cp
+
+    n = p.shape[1]
+    sfa = np.repeat(p.scale[:, None], n, axis=1)
+    cons = [x >= 0, cp.sum(cp.multiply(sfa, x), axis=0) <= p.capacity, cp.sum(x, axis=1) <= 1]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cp.Problem(objective, cons).solve(solver="ECOS")
+    except cp.error.SolverError:
+        return None
+    if x.value is None:
+        return None
+    return np.clip(np.asarray(x.value, dtype=float), 0.0, 1.0)
