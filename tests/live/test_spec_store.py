@@ -33,7 +33,7 @@ def test_request_becomes_core_spec() -> None:
         "name: r\ncommand: python train.py\ngpus: 2\nflavors: [a100, v100]\n"
         "expected_duration_s: 30\nrequires_locality: true\nmax_retries: 2\n")
     job = to_live_job(req, "j-1", "team-a", 5.0)
-    assert job.spec.flavors == ("A100-80GB", "V100-16GB")
+    assert [f.short for f in job.spec.flavors] == ["A100-80GB", "V100-16GB"]
     assert job.spec.total_steps == 30
     assert job.argv == ("/bin/sh", "-c", "python train.py")
     assert job.spec.queue == "team-a" and job.spec.requires_locality

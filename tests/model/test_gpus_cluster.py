@@ -103,3 +103,21 @@ def test_yaml_cluster_errors(tmp_path: Path, body: str, match: str) -> None:
     p.write_text(body)
     with pytest.raises(SpecError, match=match):
         load_cluster(str(p))
+
+
+def test_flavor_identity_is_its_name() -> None:
+    """Equal and hashed by canonical name; a pickled flavor comes back as the catalog's own."""
+    import pickle
+
+    v100 = resolve_flavor("v100")
+    assert v100 == resolve_flavor("Tesla-V100-SXM2-16GB") and hash(v100) == hash(v100.name)
+    assert v100 != resolve_flavor("v100-32gb") and v100 != "V100-16GB"
+    assert pickle.loads(pickle.dumps(v100)) is v100
+    assert repr(v100) == "GpuFlavor('V100-16GB')"
+
+
+def test_cluster_flavor_lookup_by_short_name() -> None:
+    cluster = parse_compact("v100:2,t4:2")
+    assert cluster.flavor("T4") is resolve_flavor("t4")
+    with pytest.raises(KeyError, match="has no 'K80' GPUs"):
+        cluster.flavor("K80")

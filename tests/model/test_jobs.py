@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.errors import SpecError
+from tessera.errors import SpecError, UnknownFlavorError
 from tessera.model.jobs import (
     VALID_TRANSITIONS,
     InvalidTransition,
@@ -50,3 +50,11 @@ def test_workload_rejects_duplicates_disorder_and_empty() -> None:
         make_workload(make_job("a", submit_s=5), make_job("b", submit_s=1))
     with pytest.raises(SpecError, match="no jobs"):
         make_workload()
+
+
+def test_job_flavors_are_resolved_once_at_construction() -> None:
+    """Names become catalog flavors in the spec; an unknown name fails there, not in the core."""
+    job = make_job("x", flavors=("a100", "V100"))
+    assert [f.short for f in job.flavors] == ["A100-80GB", "V100-16GB"]
+    with pytest.raises(UnknownFlavorError, match="unknown GPU flavor 'V999'"):
+        make_job("y", flavors=("V999",))

@@ -189,7 +189,7 @@ def _check_invariants(scn: Scenario, d: Decision) -> None:
     for jid, p in d.placements.items():
         spec = by_id[jid].spec
         assert p.num_gpus == spec.num_gpus, (jid, p.describe())
-        allowed = {resolve_flavor(f).short for f in spec.flavors} or {
+        allowed = {f.short for f in spec.flavors} or {
             n.flavor.short for n in nodes.values()}
         for node_id, _k, flavor in p.parts():
             assert nodes[node_id].flavor.short == flavor, (jid, p.describe())

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import SpecError
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.context import DecisionContext
@@ -86,7 +87,7 @@ def _brute_force_steps_per_s(rates: dict[str, float], mix: tuple[tuple[str, int]
 def test_speed_from_per_flavor_rates_equals_brute_force(mix: tuple[tuple[str, int], ...]) -> None:
     rates = {V100: 3.0, P100: 2.0, K80: 0.7}
     job = make_job("a", 3, job_type="Toy (batch size 4)")
-    pred = MixedRates(lambda _j, f: rates[f]).predict(job, mix)
+    pred = MixedRates(lambda _j, f: rates[f], resolve_flavor).predict(job, mix)
     assert pred.steps_per_s == pytest.approx(_brute_force_steps_per_s(rates, mix, 4, 3))
     assert pred.steps_per_s <= pred.bound_steps_per_s + 1e-12
     assert pred.source == "per-flavor speeds"
@@ -136,7 +137,7 @@ def test_cost_model_route_never_beats_the_measured_bound() -> None:
 
 def test_a_mix_that_is_not_the_gang_is_an_error() -> None:
     with pytest.raises(SpecError, match="does not hold its 4 GPUs"):
-        MixedRates(lambda _j, _f: 1.0).predict(make_job("a", 4), ((V100, 3),))
+        MixedRates(lambda _j, _f: 1.0, resolve_flavor).predict(make_job("a", 4), ((V100, 3),))
 
 
 def test_local_batch_comes_from_the_job_type() -> None:

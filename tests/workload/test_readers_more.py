@@ -60,10 +60,10 @@ def test_fgd_golden(golden: Path) -> None:
     by_id = {j.job_id: j for j in wl.jobs}
     assert sorted(by_id) == ["pod-0", "pod-1", "pod-3", "pod-5"]
     assert by_id["pod-1"].extra["gpu_milli"] == "460"
-    assert by_id["pod-1"].flavors == ("Tesla-T4",)
+    assert [f.name for f in by_id["pod-1"].flavors] == ["Tesla-T4"]
     assert by_id["pod-1"].duration_hint_s == 898.0  # deletion - scheduled
-    assert by_id["pod-3"].flavors == ("Tesla-V100-SXM2-16GB", "Tesla-V100-SXM2-32GB")
-    assert by_id["pod-5"].flavors == ("Tesla-P100-PCIE-16GB",)  # G2 dropped, raw kept
+    assert [f.short for f in by_id["pod-3"].flavors] == ["V100-16GB", "V100-32GB"]
+    assert [f.short for f in by_id["pod-5"].flavors] == ["P100"]  # G2 dropped, raw kept
     assert by_id["pod-5"].extra["gpu_spec"] == "G2|P100"
     assert "gpu_milli" not in by_id["pod-0"].extra
     notes = " | ".join(wl.notes)

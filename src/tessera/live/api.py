@@ -44,7 +44,7 @@ def job_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
     s = rec.job.spec
     return {
         "job_id": rec.job_id, "name": rec.job.name, "queue": rec.queue, "state": rec.state.value,
-        "final": rec.final, "gpus": s.num_gpus, "flavors": list(s.flavors),
+        "final": rec.final, "gpus": s.num_gpus, "flavors": [f.short for f in s.flavors],
         "priority": s.priority_weight, "max_retries": s.max_retries, "attempts": rec.attempts,
         "runs": rec.runs, "command": list(rec.job.argv), "model": rec.job.model,
         "job_type": s.job_type, "requires_locality": s.requires_locality,

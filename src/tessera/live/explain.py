@@ -35,7 +35,7 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     ctx = svc.ctx.fork()
     out: dict[str, Any] = {"job_id": rec.job_id, "name": rec.job.name, "state": rec.state.value,
                            "queue": rec.queue, "gpus": spec.num_gpus,
-                           "flavors": list(spec.flavors) or ["any"], "lines": []}
+                           "flavors": [f.short for f in spec.flavors] or ["any"], "lines": []}
     lines: list[str] = out["lines"]
     allocs = svc.store.allocations(HOLDING, job_id=rec.job_id)
     if rec.final:

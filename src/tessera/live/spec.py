@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tessera.errors import SpecError, UnknownFlavorError
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.model.jobs import JobId, JobSpec
 
 #: Job type given to commands without a profiled model; the oracle runs them at 1 step/s.
@@ -100,7 +100,8 @@ class LiveJob:
         return json.dumps({
             "job_id": s.job_id, "job_type": s.job_type, "num_gpus": s.num_gpus,
             "total_steps": s.total_steps, "submit_time_s": s.submit_time_s,
-            "flavors": list(s.flavors), "priority_weight": s.priority_weight, "queue": s.queue,
+            "flavors": [f.short for f in s.flavors], "priority_weight": s.priority_weight,
+            "queue": s.queue,
             "max_retries": s.max_retries, "requires_locality": s.requires_locality,
             "name": self.name, "argv": list(self.argv), "checkpoint_dir": self.checkpoint_dir,
             "env": dict(self.env), "model": self.model,
@@ -112,7 +113,7 @@ class LiveJob:
         spec = JobSpec(
             job_id=JobId(d["job_id"]), job_type=d["job_type"], num_gpus=d["num_gpus"],
             total_steps=d["total_steps"], submit_time_s=d["submit_time_s"],
-            flavors=tuple(d["flavors"]), priority_weight=d["priority_weight"],
+            flavors=resolve_flavors(d["flavors"]), priority_weight=d["priority_weight"],
             queue=d["queue"], max_retries=d["max_retries"],
             requires_locality=d["requires_locality"],
         )
@@ -126,7 +127,7 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) 
     steps = req.total_steps or req.expected_duration_s or DEFAULT_EXPECTED_DURATION_S
     spec = JobSpec(
         job_id=JobId(job_id), job_type=req.job_type or UNPROFILED_JOB_TYPE, num_gpus=req.gpus,
-        total_steps=steps, submit_time_s=submit_time_s, flavors=tuple(req.flavors),
+        total_steps=steps, submit_time_s=submit_time_s, flavors=resolve_flavors(req.flavors),
         priority_weight=req.priority, queue=queue, max_retries=req.max_retries,
         requires_locality=req.requires_locality,
     )

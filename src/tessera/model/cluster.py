@@ -120,6 +120,9 @@ class ClusterSpec:
     _max_node: dict[str, int] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
+    _by_short: dict[str, GpuFlavor] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -131,6 +134,7 @@ class ClusterSpec:
         # Derived once, at construction; the cluster never changes afterwards.
         for n in self.nodes:
             self._by_flavor[n.flavor] = self._by_flavor.get(n.flavor, 0) + n.gpus
+            self._by_short[n.flavor.short] = n.flavor
             for key in ("*", n.flavor.short):
                 self._max_node[key] = max(self._max_node.get(key, 0), n.gpus)
 
@@ -144,6 +148,19 @@ class ClusterSpec:
 
     def flavors(self) -> tuple[GpuFlavor, ...]:
         return tuple(self._by_flavor)
+
+    def flavor(self, short: str) -> GpuFlavor:
+        """The cluster's flavor whose short name is ``short``.
+
+        Inside the decision core a flavor is keyed by its short name (rates, free GPUs,
+        placements); this is how the core reaches the catalog entry behind a key without
+        resolving names again. Raises KeyError for a flavor the cluster does not have.
+        """
+        try:
+            return self._by_short[short]
+        except KeyError:
+            raise KeyError(f"cluster {self.name!r} has no {short!r} GPUs "
+                           f"(it has {', '.join(self._by_short)})") from None
 
     def max_gpus_per_node(self, flavor: GpuFlavor | None = None) -> int:
         """The most GPUs on one node (of ``flavor``, or of any flavor); 0 if none."""

@@ -20,14 +20,20 @@ profile exists, to rank flavors and to size models -- never in place of a measur
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tessera.errors import UnknownFlavorError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class GpuFlavor:
     """One kind of GPU.
+
+    A flavor is resolved from its name once, where a name enters Tessera (a trace row, a job
+    spec, a cluster file); below that edge code holds the flavor itself. Flavors are equal when
+    their canonical names are, hash like their names (cheap dictionary keys), and unpickle as
+    the catalog's own object (Ray and multiprocessing ship them between processes).
 
     Attributes:
         name: canonical name, the ``nvidia.com/gpu.product`` label value.
@@ -59,6 +65,18 @@ class GpuFlavor:
 
     def __str__(self) -> str:
         return self.short
+
+    def __repr__(self) -> str:
+        return f"GpuFlavor({self.short!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GpuFlavor) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (resolve_flavor, (self.name,))
 
 
 CATALOG: tuple[GpuFlavor, ...] = (
@@ -113,6 +131,11 @@ def resolve_flavor(name: str) -> GpuFlavor:
         known = ", ".join(f.short for f in CATALOG)
         raise UnknownFlavorError(f"unknown GPU flavor {name!r}; known flavors: {known}")
     return flavor
+
+
+def resolve_flavors(names: Iterable[str | GpuFlavor]) -> tuple[GpuFlavor, ...]:
+    """Resolve each name (flavors pass through), keeping the order; raises UnknownFlavorError."""
+    return tuple(n if isinstance(n, GpuFlavor) else resolve_flavor(n) for n in names)
 
 
 def all_flavors() -> tuple[GpuFlavor, ...]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import NewType
 
 from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor, resolve_flavors
 
 JobId = NewType("JobId", str)
 
@@ -82,7 +83,9 @@ class JobSpec:
         num_gpus: gang size: GPUs used at once.
         total_steps: training steps to run.
         submit_time_s: when it arrives, seconds from the start of the workload.
-        flavors: acceptable GPU flavor names, most preferred first; empty = any flavor.
+        flavors: acceptable GPU flavors, most preferred first; empty = any flavor. Names given
+            here are resolved into catalog flavors once, at construction (an unknown name is
+            an UnknownFlavorError naming the known ones).
         priority_weight: weight in fair policies (Gavel uses 1, and 5 for high priority).
         queue: tenant queue (Kueue LocalQueue/ClusterQueue name).
         max_retries: how many times a failed run is retried before the job is FAILED for good.
@@ -96,7 +99,7 @@ class JobSpec:
     num_gpus: int
     total_steps: float
     submit_time_s: float
-    flavors: tuple[str, ...] = ()
+    flavors: tuple[GpuFlavor, ...] = ()
     priority_weight: float = 1.0
     queue: str = "default"
     max_retries: int = 0
@@ -106,6 +109,8 @@ class JobSpec:
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        if any(not isinstance(f, GpuFlavor) for f in self.flavors):
+            object.__setattr__(self, "flavors", resolve_flavors(self.flavors))
         if self.num_gpus < 1:
             raise SpecError(f"job {self.job_id}: num_gpus must be >= 1, got {self.num_gpus}")
         if not self.total_steps > 0:

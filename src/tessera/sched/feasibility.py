@@ -6,9 +6,7 @@ with the reason ("needs 9 GPUs on one node; the largest V100 node has 8").
 
 from __future__ import annotations
 
-from tessera.errors import UnknownFlavorError
 from tessera.model.cluster import ClusterSpec
-from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobSpec
 from tessera.sched.oracle import ThroughputOracle
 
@@ -21,10 +19,7 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
     """
     present = {f.short for f in cluster.flavors()}
     if job.flavors:
-        try:
-            wanted = [resolve_flavor(f).short for f in job.flavors]
-        except UnknownFlavorError as e:
-            return str(e)
+        wanted = [f.short for f in job.flavors]
         allowed = [f for f in wanted if f in present]
         if not allowed:
             return (
@@ -38,12 +33,13 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
         )
     best_total = 0
     best_node = 0
-    all_flavors = sum(cluster.gpus_by_flavor().get(resolve_flavor(r.flavor), 0) for r in rates)
+    by_flavor = cluster.gpus_by_flavor()
+    all_flavors = sum(by_flavor[cluster.flavor(r.flavor)] for r in rates)
     if mixed_gangs and not job.requires_locality and job.num_gpus <= all_flavors:
         return None
     for r in rates:
-        f = resolve_flavor(r.flavor)
-        total = cluster.gpus_by_flavor().get(f, 0)
+        f = cluster.flavor(r.flavor)
+        total = by_flavor[f]
         node = cluster.max_gpus_per_node(f)
         if job.num_gpus <= (node if job.requires_locality else total):
             return None

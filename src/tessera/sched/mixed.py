@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tessera.errors import NoProfileError, SpecError
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.steptime import CostModel, DeviceCost
 
@@ -104,13 +104,16 @@ class MixedRates:
 
     Args:
         spread_rate: the job's homogeneous speed per flavor (split across servers).
+        flavor_of: the catalog flavor behind a short name (the cluster's
+            :meth:`~tessera.model.cluster.ClusterSpec.flavor`).
         cost_model: the planner's cost model; ``None`` uses per-flavor speeds only.
         gpus_per_node: server size used to lay a mix out for the cost model.
     """
 
-    def __init__(self, spread_rate: SpreadRate, cost_model: CostModel | None = None,
-                 gpus_per_node: int = 8) -> None:
+    def __init__(self, spread_rate: SpreadRate, flavor_of: Callable[[str], GpuFlavor],
+                 cost_model: CostModel | None = None, gpus_per_node: int = 8) -> None:
         self._spread_rate = spread_rate
+        self._flavor_of = flavor_of
         self._cost_model = cost_model
         self._gpus_per_node = gpus_per_node
         self._cache: dict[tuple[str, int, str, Mix], MixedPrediction] = {}
@@ -150,7 +153,7 @@ class MixedRates:
         costs: list[DeviceCost] = []
         node_gpus: list[int] = []
         for f, n in mix:
-            costs += [DeviceCost(resolve_flavor(f), 0.0, 1.0 / (bs * rates[f]),
+            costs += [DeviceCost(self._flavor_of(f), 0.0, 1.0 / (bs * rates[f]),
                                  bs * job.num_gpus)] * n
             node_gpus.append(n)
         step_s = _split_step_s(costs, bs * job.num_gpus, 0.0, node_gpus)

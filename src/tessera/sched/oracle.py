@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tessera.errors import NoProfileError
 from tessera.model.cluster import ClusterSpec
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.profiles import ThroughputTable
 from tessera.perf.steptime import CostModel
@@ -73,12 +73,12 @@ class ThroughputOracle:
         self.split_large_gangs = split_large_gangs
         self.cluster_flavors = tuple(f.short for f in cluster.flavors())
         self._max_node = {f.short: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
-        self._reference = resolve_flavor(table.reference_flavor).short
-        self._cache: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
-        self._view: dict[tuple[str, int, tuple[str, ...]], tuple[FlavorRate, ...]] = {}
+        self._reference = table.reference_flavor
+        self._cache: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
+        self._view: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
         self._types: frozenset[str] | None = None
         self._twin: ThroughputOracle | None = None
-        self._upgrades: dict[tuple[str, int, tuple[str, ...], str, bool],
+        self._upgrades: dict[tuple[str, int, tuple[GpuFlavor, ...], str, bool],
                              tuple[str, float, float] | None] = {}
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
@@ -101,7 +101,7 @@ class ThroughputOracle:
             return hit
         allowed = self.cluster_flavors
         if job.flavors:
-            wanted = [resolve_flavor(f).short for f in job.flavors]
+            wanted = [f.short for f in job.flavors]
             allowed = tuple(f for f in wanted if f in self.cluster_flavors)
         out = []
         for f in allowed:
@@ -196,12 +196,13 @@ class ThroughputOracle:
         if self._mixed is None:
             if self.agnostic:
                 # Blind to speed differences: every flavor of the mix at the reference speed.
-                self._mixed = MixedRates(self._view_spread_rate, None)
+                self._mixed = MixedRates(self._view_spread_rate, self._cluster.flavor)
             else:
                 cm = self._cost_model
                 if cm is None:  # this oracle's own, never a process-wide one
                     cm = self._cost_model = CostModel()
-                self._mixed = MixedRates(lambda job, f: self.rate(job, f, False), cm)
+                self._mixed = MixedRates(lambda job, f: self.rate(job, f, False),
+                                         self._cluster.flavor, cm)
         return self._mixed
 
     def _view_spread_rate(self, job: JobSpec, flavor: str) -> float:

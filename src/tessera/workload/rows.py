@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from tessera.errors import TraceFormatError
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, Workload
 from tessera.perf.profiles import ThroughputTable
 
@@ -84,7 +85,7 @@ class JobRow:
     queue: str = "default"
     priority_weight: float = 1.0
     slo_factor: float | None = None
-    flavors: tuple[str, ...] = ()
+    flavors: tuple[GpuFlavor, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
     source: str | None = None
     """The file the row came from, when a workload is read from several files."""

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobId
 from tessera.sched.gavel import (
     Backend,
@@ -73,6 +73,8 @@ ROUND_S = 360.0
 RESET_INTERVAL_S = 1920.0
 #: Gavel's worker-type order for heterogeneity-aware policies.
 PERF_ORDER = ("v100", "p100", "k80")
+#: Our flavor behind each of Gavel's worker types (``V100-16GB`` for ``v100``).
+_GAVEL_TYPE_OF = {resolve_flavor(name).short: name for name in PERF_ORDER}
 #: Gavel's ρ bisection settings on HiGHS: cold probes, 1e-7, a last solve with the method.
 GAVEL_RHO = RhoSearch(tolerance=1e-7, start_hi=None, give_up_hi=1e12, warm_start=False,
                       polish=True, gavel_form=True)
@@ -80,10 +82,7 @@ GAVEL_RHO = RhoSearch(tolerance=1e-7, start_hi=None, give_up_hi=1e12, warm_start
 
 def gavel_type(flavor_short: str) -> str:
     """Gavel's worker-type name for one of our flavors (``V100-16GB`` → ``v100``)."""
-    for name in PERF_ORDER:
-        if resolve_flavor(name).short == flavor_short:
-            return name
-    return flavor_short.lower()
+    return _GAVEL_TYPE_OF.get(flavor_short, flavor_short.lower())
 
 
 class GavelCompatConfig(PolicyConfig):
@@ -197,7 +196,7 @@ class GavelCompatPolicy(Policy):
         prio = priorities(a, frac, thr != 0.0)
 
         # Type order (a fresh shuffle every call for the agnostic policies).
-        order = _perf_order(flavors)
+        order = _perf_order([snap.cluster.flavor(f) for f in flavors])
         shuffler = random.Random()
         shuffler.setstate(st.shuffle_rng)
         if self.agnostic:
@@ -255,13 +254,12 @@ def _real_rates(ctx: PolicyContext, j: JobView) -> dict[str, float]:
     return {r.flavor: r.consolidated for r in ctx.oracle.real_rates(j.spec)}
 
 
-def _perf_order(flavors: Sequence[str]) -> list[str]:
-    """``v100, p100, k80`` (those present), then any other flavor, fastest first."""
-    by_name = {gavel_type(f): f for f in flavors}
+def _perf_order(flavors: Sequence[GpuFlavor]) -> list[str]:
+    """``v100, p100, k80`` (those present), then any other flavor, fastest first (short names)."""
+    by_name = {gavel_type(f.short): f.short for f in flavors}
     order = [by_name[n] for n in PERF_ORDER if n in by_name]
-    rest = sorted((f for f in flavors if f not in order),
-                  key=lambda f: -resolve_flavor(f).fp32_tflops)
-    return order + rest
+    rest = sorted((f for f in flavors if f.short not in order), key=lambda f: -f.fp32_tflops)
+    return order + [f.short for f in rest]
 
 
 def _problem(

@@ -27,7 +27,6 @@ from types import MappingProxyType
 import numpy as np
 from pydantic import Field
 
-from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId
 from tessera.sched.gavel import (
     Backend,
@@ -146,11 +145,12 @@ class GavelAllocationPolicy(Policy):
         return tuple((ids[m], flavors[k]) for m, k in order)
 
     def _flavor_order(self, ctx: PolicyContext) -> list[str]:
-        flavors = list(dict.fromkeys(n.flavor.short for n in ctx.snapshot.up_nodes()))
+        present = list(dict.fromkeys(n.flavor for n in ctx.snapshot.up_nodes()))
         if self.agnostic:
+            flavors = [f.short for f in present]
             ctx.rng.shuffle(flavors)
             return flavors
-        return sorted(flavors, key=lambda f: -resolve_flavor(f).fp32_tflops)
+        return [f.short for f in sorted(present, key=lambda f: -f.fp32_tflops)]
 
 
 def _agnostic_share(p: ShareProblem, backend: Backend) -> tuple[np.ndarray, tuple[str, ...]]:

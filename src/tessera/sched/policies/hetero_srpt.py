@@ -50,6 +50,7 @@ import scipy.sparse as sp
 from pydantic import Field
 
 from tessera.model.cluster import ClusterSpec, Node
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.lp import INF, LpSolver, SolverError, solve_lp
 from tessera.sched.oracle import ThroughputOracle
@@ -80,7 +81,7 @@ class _Nodes:
     placement: _PlacementLayout
     """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
     oracle: ThroughputOracle | None = None
-    rates: dict[tuple[str, int, tuple[str, ...]], _Usable] = field(default_factory=dict)
+    rates: dict[tuple[str, int, tuple[GpuFlavor, ...]], _Usable] = field(default_factory=dict)
 
     @classmethod
     def of(cls, snap: Snapshot) -> _Nodes:
@@ -99,7 +100,7 @@ class _Nodes:
 
     def rates_for(
         self, oracle: ThroughputOracle
-    ) -> dict[tuple[str, int, tuple[str, ...]], _Usable]:
+    ) -> dict[tuple[str, int, tuple[GpuFlavor, ...]], _Usable]:
         """The usable-rates cache, valid for ``oracle`` (one per simulation in practice)."""
         if self.oracle is not oracle:
             self.oracle = oracle

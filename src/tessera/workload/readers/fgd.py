@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tessera.errors import UnknownFlavorError
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import Workload
 from tessera.workload.csvio import iter_csv
 from tessera.workload.registry import TraceReader, register_reader
@@ -68,8 +68,8 @@ UNDISCLOSED_MODELS: frozenset[str] = frozenset({"G1", "G2", "G3"})
 """Models Alibaba did not name; they have no catalog flavor."""
 
 
-def map_gpu_spec(spec: str) -> tuple[tuple[str, ...], bool]:
-    """Map a ``gpu_spec`` to catalog flavor names (ordered, no repeats).
+def map_gpu_spec(spec: str) -> tuple[tuple[GpuFlavor, ...], bool]:
+    """Map a ``gpu_spec`` to catalog flavors (ordered, no repeats).
 
     Returns:
         ``(flavors, had_undisclosed)``.
@@ -77,7 +77,7 @@ def map_gpu_spec(spec: str) -> tuple[tuple[str, ...], bool]:
     Raises:
         RowError: a model that is neither an FGD code nor a catalog flavor.
     """
-    out: list[str] = []
+    out: list[GpuFlavor] = []
     undisclosed = False
     for raw in spec.split("|"):
         model = raw.strip()
@@ -86,15 +86,13 @@ def map_gpu_spec(spec: str) -> tuple[tuple[str, ...], bool]:
         if model in UNDISCLOSED_MODELS:
             undisclosed = True
             continue
-        flavor = FGD_GPU_MODELS.get(model)
-        if flavor is None:
-            try:
-                flavor = resolve_flavor(model).name
-            except UnknownFlavorError:
-                known = ", ".join([*FGD_GPU_MODELS, *sorted(UNDISCLOSED_MODELS)])
-                raise RowError(
-                    "gpu_spec", f"unknown GPU model {model!r} (FGD models: {known})"
-                ) from None
+        try:
+            flavor = resolve_flavor(FGD_GPU_MODELS.get(model, model))
+        except UnknownFlavorError:
+            known = ", ".join([*FGD_GPU_MODELS, *sorted(UNDISCLOSED_MODELS)])
+            raise RowError(
+                "gpu_spec", f"unknown GPU model {model!r} (FGD models: {known})"
+            ) from None
         if flavor not in out:
             out.append(flavor)
     return tuple(out), undisclosed
@@ -115,7 +113,7 @@ def _parse_row(line: int, cols: dict[str, int], f: list[str], ctx: ReadContext) 
         return None
     scheduled = parse_float(sched_text, "scheduled_time", min_value=created)
     deleted = parse_float(f[cols["deletion_time"]], "deletion_time", min_value=scheduled)
-    flavors: tuple[str, ...] = ()
+    flavors: tuple[GpuFlavor, ...] = ()
     if "gpu_spec" in cols and f[cols["gpu_spec"]].strip():
         flavors, undisclosed = map_gpu_spec(f[cols["gpu_spec"]])
         if not flavors and undisclosed:
