@@ -197,8 +197,11 @@ def register(app: typer.Typer) -> None:
         namespace: str = typer.Option("default", "--namespace", help="LocalQueue namespace."),
     ) -> None:
         """Write Kueue ResourceFlavor, ClusterQueue and LocalQueue manifests (v1beta2)."""
-        from tessera.live.kueue import export_from_state
+        from tessera.live.kueue import export_from_state, write_manifests
 
-        paths = _run(lambda: export_from_state(state, out, cluster, gpus_per_server, namespace))
-        for p in paths:
+        exported = _run(lambda: export_from_state(state, cluster, gpus_per_server, namespace))
+        for queue, name in exported.renamed.items():
+            typer.echo(f"queue {queue!r} is exported as {name!r} (Kueue names are DNS-1123 "
+                       "labels of at most 63 characters)")
+        for p in _run(lambda: write_manifests(out, exported)):
             typer.echo(f"wrote {p}")

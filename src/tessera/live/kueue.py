@@ -11,27 +11,124 @@ Tessera's quotas count GPUs of any flavor; Kueue's are per flavor. The export sp
 nominal quota (and borrowing limit) across flavors in proportion to each flavor's share of the
 cluster (largest remainders, so the parts add up exactly). An unlimited borrowing limit is left
 out, which Kueue reads as unlimited.
+
+What Kubernetes and Kueue accept, and how the export keeps to it:
+
+* **Names.** Every object name is a DNS-1123 *label* (lower-case letters, digits and ``-``,
+  starting and ending with a letter or digit, at most 63 characters). Kubernetes asks only for a
+  DNS-1123 subdomain, but a LocalQueue's name goes into the ``kueue.x-k8s.io/queue-name`` label
+  of every job and Kueue copies a ClusterQueue's name into a pod label, and label values stop at
+  63 characters. A Tessera queue name that is not a label already (tenancy accepts 64 characters)
+  is mapped by :func:`k8s_name` and reported in :attr:`KueueExport.renamed`; two queues that map
+  to one name are an error naming both, never one object silently replacing the other.
+* **Namespace.** The LocalQueues' namespace must be a DNS-1123 label (:func:`check_namespace`).
+* **Fair-sharing weight.** A Kubernetes quantity, written as an integer or a canonical quantity
+  string (``"500m"``, ``"2n"``) by :func:`kueue_weight`. Quantities count in steps of 10⁻⁹ and
+  Kueue wants a positive weight above 10⁻⁹, so a weight that rounds to 1n or less is an error.
+* **YAML.** Kubernetes reads manifests with a YAML 1.1/1.2 reader for which a plain ``1e3`` is a
+  number and a plain ``y`` a boolean; every string that such a reader could take for anything
+  else is quoted (:class:`ManifestDumper`).
+
+The bundled schemas in ``tessera/data/kueue`` (Kueue v0.19.2's CRDs) are what the tests check
+the exported documents against.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.sched.snapshot import QueueQuota
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 COHORT = "tessera"
+
+LABEL_MAX = 63
+"""The longest DNS-1123 label (and label value) Kubernetes accepts."""
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_RULE = ("lower-case letters, digits and '-', starting and ending with a letter or digit, "
+               f"at most {LABEL_MAX} characters")
+
+_NANO = 10**9
+_QUANTITY_MAX = 2**63 - 1
+"""Kubernetes documents no quantity above 2⁶³−1 (larger ones are capped)."""
+
+
+def is_dns1123_label(text: str) -> bool:
+    """Whether ``text`` is a DNS-1123 label, as Kubernetes checks namespaces and label values."""
+    return len(text) <= LABEL_MAX and _DNS1123_LABEL.fullmatch(text) is not None
 
 
 def k8s_name(text: str) -> str:
-    """A DNS-1123 label: lower case, alphanumerics and '-'."""
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+    """The DNS-1123 label Tessera writes for ``text``; ``""`` when nothing usable is left.
+
+    Lower-cases, turns each run of other characters into ``-``, drops leading ``-``, keeps the
+    first 63 characters and then drops trailing ``-`` (cutting first could end on a dash).
+    A name that is already a label comes back unchanged.
+
+    >>> k8s_name("V100-16GB")
+    'v100-16gb'
+    >>> len(k8s_name("a" * 62 + "-b"))  # cut to 63 ends on the dash, which goes too
+    62
+    """
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).lstrip("-")[:LABEL_MAX].rstrip("-")
+
+
+def check_namespace(namespace: str) -> None:
+    """Refuse ``namespace`` unless Kubernetes accepts it as a namespace name (a DNS-1123 label).
+
+    Raises:
+        SpecError: naming the rule, and a valid spelling when :func:`k8s_name` finds one.
+    """
+    if is_dns1123_label(namespace):
+        return
+    hint = k8s_name(namespace)
+    suggestion = f" (did you mean {hint!r}?)" if hint else ""
+    raise SpecError(f"namespace {namespace!r} is not a valid Kubernetes namespace: use "
+                    f"{_LABEL_RULE}{suggestion}")
+
+
+def kueue_weight(weight: float) -> int | str:
+    """A fair-sharing weight as the Kubernetes quantity Kueue reads (``spec.fairSharing.weight``).
+
+    Kueue's schema takes an integer or a quantity string, never a YAML float, and its webhook a
+    weight of 0 or above 1n (10⁻⁹). The weight is rounded to the nearest 1n, the step of a
+    quantity, and written in canonical form: a whole number as an integer, otherwise the
+    largest of the suffixes ``m`` (10⁻³), ``u`` (10⁻⁶) and ``n`` (10⁻⁹) that keeps it whole.
+
+    >>> kueue_weight(2.0), kueue_weight(0.5), kueue_weight(1.25e-3), kueue_weight(3e-9)
+    (2, '500m', '1250u', '3n')
+
+    Raises:
+        SpecError: for a weight that is negative, not finite, so small that it rounds to 1n or
+            less, or above 2⁶³−1.
+    """
+    if not math.isfinite(weight) or weight < 0:
+        raise SpecError(f"fair-sharing weight {weight!r} must be a finite number >= 0")
+    if weight > _QUANTITY_MAX:
+        raise SpecError(f"fair-sharing weight {weight:g} is larger than a Kubernetes quantity "
+                        f"holds ({_QUANTITY_MAX})")
+    nano = int((Decimal(repr(weight)) * _NANO).to_integral_value(ROUND_HALF_UP))
+    if nano == 1 or (nano == 0 and weight > 0):
+        raise SpecError(f"fair-sharing weight {weight:g} rounds to {nano}n (Kubernetes quantities "
+                        "count in steps of 1n = 1e-9) and Kueue needs a weight above 1n")
+    if nano % _NANO == 0:
+        return nano // _NANO
+    for step, suffix in ((10**6, "m"), (10**3, "u")):
+        if nano % step == 0:
+            return f"{nano // step}{suffix}"
+    return f"{nano}n"
 
 
 def split_proportionally(total: int, weights: list[int]) -> list[int]:
@@ -47,17 +144,69 @@ def split_proportionally(total: int, weights: list[int]) -> list[int]:
     return parts
 
 
+def _kueue_names(names: list[str], what: str) -> dict[str, str]:
+    """Map each of ``names`` to its Kueue name, refusing empty results and collisions."""
+    taken: dict[str, str] = {}
+    for name in names:
+        k = k8s_name(name)
+        if not k:
+            raise SpecError(f"{what} {name!r} has no characters a Kubernetes name can use; "
+                            f"rename it ({_LABEL_RULE})")
+        if k in taken:
+            raise SpecError(
+                f"{what}s {taken[k]!r} and {name!r} would both be exported as {k!r} (Kueue names "
+                f"are DNS-1123 labels: {_LABEL_RULE}); rename one of them")
+        taken[k] = name
+    return {name: k for k, name in taken.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class KueueExport:
+    """The Kueue objects for one cluster and tenancy, as Kubernetes documents.
+
+    Attributes:
+        resource_flavors: one ResourceFlavor per GPU flavor, in the cluster's order.
+        cluster_queues: one ClusterQueue per queue.
+        local_queues: one LocalQueue per queue, in the chosen namespace.
+        renamed: Tessera queue name → its Kueue name, for the queues whose names had to change.
+    """
+
+    resource_flavors: list[dict[str, Any]]
+    cluster_queues: list[dict[str, Any]]
+    local_queues: list[dict[str, Any]]
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def files(self) -> dict[str, list[dict[str, Any]]]:
+        """The documents by file stem, in the order to apply them (flavors first)."""
+        return {"resource-flavors": self.resource_flavors, "cluster-queues": self.cluster_queues,
+                "local-queues": self.local_queues}
+
+
 def manifests(cluster: ClusterSpec, quotas: list[QueueQuota],
-              namespace: str = "default") -> dict[str, list[dict[str, Any]]]:
-    """The three manifest lists, keyed by file stem."""
+              namespace: str = "default") -> KueueExport:
+    """The Kueue objects for ``cluster`` and ``quotas``, LocalQueues in ``namespace``.
+
+    Raises:
+        SpecError: an invalid namespace, a cluster without GPUs, two queues (or flavors) with
+            the same Kueue name, or a fair-sharing weight Kueue cannot hold.
+    """
+    check_namespace(namespace)
     by_flavor = cluster.gpus_by_flavor()
+    if not by_flavor:
+        raise SpecError(f"cluster {cluster.name!r} has no GPUs: a ClusterQueue needs a flavor")
     flavors = list(by_flavor)
     counts = [by_flavor[f] for f in flavors]
+    flavor_names = _kueue_names([f.short for f in flavors], "flavor")
+    queue_names = _kueue_names([q.name for q in quotas], "queue")
     rf = [{"apiVersion": API_VERSION, "kind": "ResourceFlavor",
-           "metadata": {"name": k8s_name(f.short)},
-           "spec": {"nodeLabels": {"nvidia.com/gpu.product": f.name}}} for f in flavors]
+           "metadata": {"name": flavor_names[f.short]},
+           "spec": {"nodeLabels": {GPU_PRODUCT_LABEL: f.name}}} for f in flavors]
     cqs, lqs = [], []
     for q in quotas:
+        try:
+            weight = kueue_weight(q.weight)
+        except SpecError as e:
+            raise SpecError(f"queue {q.name!r}: {e}") from None
         nominal = split_proportionally(q.nominal_gpus, counts)
         borrow = (None if q.borrowing_limit_gpus is None
                   else split_proportionally(q.borrowing_limit_gpus, counts))
@@ -66,37 +215,82 @@ def manifests(cluster: ClusterSpec, quotas: list[QueueQuota],
             res: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": nominal[i]}
             if borrow is not None:
                 res["borrowingLimit"] = borrow[i]
-            entries.append({"name": k8s_name(f.short), "resources": [res]})
+            entries.append({"name": flavor_names[f.short], "resources": [res]})
+        name = queue_names[q.name]
         cqs.append({"apiVersion": API_VERSION, "kind": "ClusterQueue",
-                    "metadata": {"name": k8s_name(q.name)},
+                    "metadata": {"name": name},
                     "spec": {"cohortName": COHORT, "namespaceSelector": {},
                              "queueingStrategy": "BestEffortFIFO",
-                             "fairSharing": {"weight": str(q.weight)},
+                             "fairSharing": {"weight": weight},
                              "resourceGroups": [{"coveredResources": [GPU_RESOURCE],
                                                  "flavors": entries}]}})
         lqs.append({"apiVersion": API_VERSION, "kind": "LocalQueue",
-                    "metadata": {"name": k8s_name(q.name), "namespace": namespace},
-                    "spec": {"clusterQueue": k8s_name(q.name)}})
-    return {"resource-flavors": rf, "cluster-queues": cqs, "local-queues": lqs}
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"clusterQueue": name}})
+    renamed = {q: k for q, k in queue_names.items() if q != k}
+    return KueueExport(rf, cqs, lqs, renamed)
 
 
-def write_manifests(out_dir: Path, docs: dict[str, list[dict[str, Any]]]) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+# A plain scalar that a Kubernetes YAML reader (YAML 1.1 or 1.2) could resolve to a number,
+# boolean or null: anything starting like a number, the special floats, and the bool/null words.
+_NOT_PLAIN = re.compile(
+    r"[-+.]?[0-9].*|[-+]?\.(inf|nan)|y|n|yes|no|on|off|true|false|null|~", re.IGNORECASE)
+
+
+class ManifestDumper(yaml.SafeDumper):
+    """A YAML dumper whose strings stay strings for Kubernetes.
+
+    PyYAML quotes what *it* would read back as a non-string, but it follows YAML 1.1, where
+    ``1e3`` (no dot) is a string and ``y`` is not a boolean. Kubernetes' reader takes both for a
+    number and a boolean, so a queue named ``1e3`` would arrive as the number 1000. This dumper
+    single-quotes every string a plain scalar would make ambiguous.
+    """
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "'" if _NOT_PLAIN.fullmatch(data) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+ManifestDumper.add_representer(str, _represent_str)
+
+
+def dump_documents(items: list[dict[str, Any]]) -> str:
+    """``items`` as one multi-document YAML text that Kubernetes reads back unchanged."""
+    return yaml.dump_all(items, Dumper=ManifestDumper, sort_keys=False)
+
+
+def write_manifests(out_dir: Path, export: KueueExport) -> list[Path]:
+    """Write one YAML file per object kind into ``out_dir``; return their paths.
+
+    Raises:
+        SpecError: when the directory or a file cannot be written.
+    """
     paths = []
-    for stem, items in docs.items():
-        p = out_dir / f"{stem}.yaml"
-        p.write_text(yaml.safe_dump_all(items, sort_keys=False))
-        paths.append(p)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stem, items in export.files().items():
+            p = out_dir / f"{stem}.yaml"
+            p.write_text(dump_documents(items))
+            paths.append(p)
+    except OSError as e:
+        raise SpecError(f"cannot write the manifests to {out_dir}: {e.strerror or e}") from None
     return paths
 
 
-def export_from_state(state_dir: Path, out_dir: Path, cluster_text: str | None,
-                      gpus_per_server: int, namespace: str) -> list[Path]:
-    """Export the queues of a service's state dir and its (or the given) cluster."""
+def export_from_state(state_dir: Path, cluster_text: str | None, gpus_per_server: int,
+                      namespace: str) -> KueueExport:
+    """The Kueue objects for a service's state dir and its (or the given) cluster.
+
+    Raises:
+        SpecError: an invalid namespace (checked first), a missing or malformed tenancy config
+            or cluster, or anything :func:`manifests` refuses.
+    """
     from tessera.live.server import DEFAULT_CLUSTER
     from tessera.live.store import Store
     from tessera.live.tenancy import load_tenancy
 
+    check_namespace(namespace)
     tenancy = load_tenancy(state_dir)
     if cluster_text is None and (state_dir / "state.db").exists():
         store = Store(state_dir / "state.db")
@@ -104,4 +298,4 @@ def export_from_state(state_dir: Path, out_dir: Path, cluster_text: str | None,
         gpus_per_server = int(store.meta("gpus_per_server") or gpus_per_server)
         store.close()
     cluster = load_cluster(cluster_text or DEFAULT_CLUSTER, gpus_per_server)
-    return write_manifests(out_dir, manifests(cluster, list(tenancy.quotas.values()), namespace))
+    return manifests(cluster, list(tenancy.quotas.values()), namespace)
