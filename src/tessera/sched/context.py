@@ -8,7 +8,9 @@
   context (one simulation run, one live service, one ``explain`` request);
 * **rng** -- the only source of randomness, seeded by the driver;
 * **solver** -- the LP solver instance allocation policies use (never a process-wide one);
-* **layouts** -- the static node layout of the clusters the rounds see, built once.
+* **layouts** -- the static node layout of the clusters the rounds see, built once;
+* **stay_put** -- running gangs no upgrade can pay for during their current run
+  (:class:`StayPut`), so an event round does not re-examine them.
 
 A driver builds one context and hands it to every round; :meth:`DecisionContext.fork` gives
 an independent copy (``tessera explain`` answers on API threads with one, so it never touches
@@ -26,7 +28,48 @@ from tessera.sched.oracle import ThroughputOracle
 
 if TYPE_CHECKING:
     from tessera.model.cluster import ClusterSpec
+    from tessera.model.jobs import JobId
+    from tessera.sched.options import PlacementOptions
     from tessera.sched.placement import Layout
+    from tessera.sched.snapshot import Placement
+
+
+class StayPut:
+    """Running gangs that no move to faster GPUs can pay for before their run ends.
+
+    :func:`~tessera.sched.strategies.upgrade` moves a running gang when, after the migration
+    cost, it finishes ``upgrade_min_gain`` sooner. With ``L`` steps left, current rate ``c``
+    and target rate ``b`` that reads ``L · ((1 - gain)/c - 1/b) > migration_cost_s``: the
+    left side only shrinks while the gang runs (``L`` falls, the rates are fixed for a
+    placement), so a gang that fails it once fails it until it stops -- as does one with no
+    faster flavor at all. Remembering those gangs (by the placement object of their run)
+    skips them in later rounds with the same answer; a gang that only lacked free GPUs is
+    never remembered, as GPUs may free up. A new run is a new placement, so the memory
+    never outlives the run it describes. It is valid for one oracle view and one pair of
+    migration settings, and forgets everything when either changes.
+    """
+
+    __slots__ = ("_by_job", "_terms")
+
+    def __init__(self) -> None:
+        self._by_job: dict[JobId, Placement] = {}
+        self._terms: tuple[ThroughputOracle, float, float] | None = None
+
+    def under(self, oracle: ThroughputOracle, opts: PlacementOptions,
+              live_jobs: int) -> dict[JobId, Placement]:
+        """The remembered gangs for this oracle and these settings (``job -> placement``).
+
+        ``live_jobs`` (the jobs in the round) bounds the memory: finished jobs' entries are
+        dropped once they outnumber the live ones.
+        """
+        held = self._terms
+        if (held is None or held[0] is not oracle or held[1] != opts.migration_cost_s
+                or held[2] != opts.upgrade_min_gain):
+            self._by_job = {}
+            self._terms = (oracle, opts.migration_cost_s, opts.upgrade_min_gain)
+        elif len(self._by_job) > 2 * live_jobs + 1024:
+            self._by_job = {}
+        return self._by_job
 
 
 @dataclass(slots=True)
@@ -37,6 +80,7 @@ class DecisionContext:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     solver: LpSolver = field(default_factory=LpSolver)
     _layout: tuple[ClusterSpec, Layout] | None = None
+    stay_put: StayPut = field(default_factory=StayPut)
 
     def layout(self, cluster: ClusterSpec) -> Layout:
         """The placement layout of ``cluster``, built once per cluster object."""

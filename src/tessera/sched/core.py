@@ -169,7 +169,8 @@ def _waiting_first(
     now_s = view.now_s
     oracle = ctx.oracle.as_agnostic() if policy.agnostic else ctx.oracle
     free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
-    waiting = [j for j in admitted if j.state is not JobState.RUNNING]
+    running = JobState.RUNNING
+    waiting = [j for j in admitted if j.state is not running]
     ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), oracle, ctx.rng,
                                         ctx.solver))
     lap("order")
@@ -178,7 +179,8 @@ def _waiting_first(
     backfill(ranking.candidates, by_wait, new, free, oracle, now_s, opts,
              Releases(admitted, now_s))
     if policy.preemptive and len(new) == len(waiting):
-        upgrade(admitted, new, free, oracle, now_s, opts)
+        upgrade(admitted, new, free, oracle, now_s, opts,
+                ctx.stay_put.under(oracle, opts, len(admitted)))
     lap("place")
     if len(new) < len(waiting) and policy.preemptive:
         return None
@@ -210,7 +212,8 @@ def _full_round(
         run = place_events(ranking.candidates, by_id, admitted, free, oracle, True, now_s, opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
-            upgrade(admitted, moved, free, oracle, now_s, opts)
+            upgrade(admitted, moved, free, oracle, now_s, opts,
+                    ctx.stay_put.under(oracle, opts, len(admitted)))
             run.update(moved)
     lap("place")
 

@@ -163,6 +163,7 @@ def upgrade(
     oracle: ThroughputOracle,
     now_s: float,
     opts: PlacementOptions,
+    stay_put: dict[JobId, Placement] | None = None,
 ) -> None:
     """Move running gangs to faster free GPUs when the move pays for itself.
 
@@ -171,17 +172,23 @@ def upgrade(
     staying. The policy's own view of speed is used, so an agnostic policy never upgrades.
     Biggest gains first. Without this, a job preempted during a burst and resumed on a slow
     flavor would stay there after the burst, while fast GPUs idle.
+
+    ``stay_put`` (the context's :class:`~tessera.sched.context.StayPut` memory) names gangs
+    this run can never move; they are skipped, and gangs found so are added to it.
     """
+    never: dict[JobId, Placement] = {} if stay_put is None else stay_put
     options: list[tuple[float, JobView, str, Placement]] = []
-    for j in jobs:
+    # One C-speed pass drops the waiting jobs (no placement, never remembered) and the
+    # remembered gangs; this runs at every event, over every running job.
+    for j in [j for j in jobs if never.get(j.spec.job_id) is not j.placement]:
         p = j.placement
-        if j.state is not JobState.RUNNING or p is None:
-            continue
-        if j.spec.job_id in moves:
+        jid = j.spec.job_id
+        if p is None or j.state is not JobState.RUNNING or jid in moves:
             continue
         target = (mixed_upgrade(j.spec, p, oracle) if p.is_mixed
                   else oracle.faster_than(j.spec, p.flavor, p.consolidated))
         if target is None:
+            never[jid] = p
             continue
         best_flavor, best_rate, cur_rate = target
         if free.total_free(best_flavor) + p.gpus_of(best_flavor) < j.spec.num_gpus:
@@ -191,6 +198,8 @@ def upgrade(
         move_s = opts.migration_cost_s + left / best_rate
         if move_s < stay_s * (1.0 - opts.upgrade_min_gain):
             options.append((stay_s - move_s, j, best_flavor, p))
+        else:
+            never[jid] = p
     for _gain, j, fl, old in sorted(options, key=lambda o: -o[0]):
         if old.is_mixed:  # its own GPUs of the target flavor may be part of the new gang
             free.release(old)

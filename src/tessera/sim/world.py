@@ -194,7 +194,7 @@ class SimWorld:
         return Snapshot(
             now_s=t_s,
             cluster=self.cluster,
-            jobs=tuple(j.to_view() for j in self.active.values()),
+            jobs=tuple(map(SimJob.to_view, self.active.values())),
             policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
             free_gpus=dict(self.free) if free_gpus else None,
