@@ -67,10 +67,17 @@ def test_compact_form() -> None:
     assert c.max_gpus_per_node() == 4
 
 
+def test_compact_form_puts_the_rest_on_one_smaller_server() -> None:
+    c = parse_compact("v100:12,k80:4", gpus_per_server=8)
+    assert sorted((n.flavor.short, n.gpus) for n in c.nodes) == [
+        ("K80", 4), ("V100-16GB", 4), ("V100-16GB", 8)]
+    assert len({n.node_id for n in c.nodes}) == 3
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [("v100:4,k80", "expected flavor:count"), ("v100:x", "not an integer"), ("v100:0", "positive"),
-     ("v100:6", "do not fill"), ("zz:4", "unknown GPU flavor"), ("nonsense", "not a preset")],
+     ("zz:4", "unknown GPU flavor"), ("nonsense", "not a preset")],
 )
 def test_bad_cluster_specs(text: str, match: str) -> None:
     with pytest.raises((SpecError, UnknownFlavorError), match=match):

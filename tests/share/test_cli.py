@@ -82,7 +82,7 @@ def test_plan_text_shows_layout_and_attainment(app: typer.Typer, tmp_path: Path)
 
 def test_plan_parvagpu_scenario(app: typer.Typer) -> None:
     src = Path("/work/shared/data/mig/parvagpu_a100_80gb")
-    args = ["share", "plan", "--scenario", "2", "--json", "--sim-seconds", "1"]
+    args = ["share", "plan", "--scenario", "2", "--json", "--traffic-s", "1"]
     if src.exists():
         args += ["--parvagpu", str(src)]
     code, out, exc = _invoke(app, args)

@@ -212,7 +212,7 @@ services:
 def test_cli_cosim_json(app: typer.Typer, tmp_path: Path) -> None:
     args = ["share", "cosim", "--services", _services_file(tmp_path, OK_SERVICES),
             "--trace", "philly", "--limit", "30", "--cluster", CLUSTER,
-            "--gpus-per-server", "8", "--serve-seconds", "1", "--json"]
+            "--gpus-per-server", "8", "--traffic-s", "1", "--json"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, (res.output, res.exception)
     data = json.loads(res.output)
@@ -224,7 +224,7 @@ def test_cli_cosim_json(app: typer.Typer, tmp_path: Path) -> None:
 def test_cli_cosim_text(app: typer.Typer, tmp_path: Path) -> None:
     args = ["share", "cosim", "--services", _services_file(tmp_path, OK_SERVICES),
             "-t", "philly", "--limit", "20", "-c", CLUSTER, "--gpus-per-server", "8",
-            "--serve-seconds", "1", "--no-compare"]
+            "--traffic-s", "1", "--no-compare"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, (res.output, res.exception)
     assert "reserved" in res.output and "p99" in res.output and "avg JCT" in res.output

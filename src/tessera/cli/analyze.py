@@ -13,10 +13,12 @@ from pathlib import Path
 
 import typer
 
+from tessera.cli.options import JSON, RUN_OUT
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``analyze`` command to ``app``."""
-    app.command("analyze")(analyze)
+    app.command("analyze", epilog="Example: tessera analyze philly --out runs/philly")(analyze)
 
 
 def analyze(
@@ -28,10 +30,8 @@ def analyze(
     format: str | None = typer.Option(
         None, "--format", help="Skip detection: philly, itp, fgd, pai-2020, helios, gavel, ..."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the JSON summary, not tables."),
-    out: Path | None = typer.Option(
-        None, "--out", help="Output folder (default runs/analyze-<trace>-<timestamp>/)."
-    ),
+    as_json: bool = JSON,
+    out: Path | None = RUN_OUT,
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG figures."),
 ) -> None:
     """Characterise a GPU-cluster trace: sizes, durations, arrivals, tenants, inventory,

@@ -7,11 +7,24 @@ without pre-run validation. Both print a table and write a CSV and a PNG (``docs
 
 from __future__ import annotations
 
+import json
+import math
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+
+from tessera.cli.options import (
+    CLUSTER_HELP,
+    GPUS_PER_SERVER,
+    JSON,
+    LIMIT,
+    POLICY_HELP,
+    RUN_OUT,
+    SEED,
+)
 
 if TYPE_CHECKING:
     from tessera.model.cluster import ClusterSpec
@@ -34,29 +47,37 @@ def _load(trace: str, cluster: str, gpus_per_server: int, limit: int | None,
     return w, c
 
 
+def _echo_json(title: str, rows: list[dict[str, object]], paths: list[Path]) -> None:
+    """The study as one JSON object (non-finite numbers, such as a wait of never, as null)."""
+    def clean(v: object) -> object:
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    typer.echo(json.dumps({"title": title, "rows": [{k: clean(v) for k, v in r.items()}
+                                                    for r in rows],
+                           "files": [str(p) for p in paths]}, indent=2))
+
+
 def _out(out: Path | None, name: str) -> Path:
     return out or Path("runs") / f"lessons-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-@lessons_app.command("locality")
+@lessons_app.command("locality", epilog="Example: tessera lessons locality -t philly "
+                     "-c philly --thresholds 0,5m,30m,2h,never")
 def locality(
     trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
-    cluster: str = typer.Option("philly", "--cluster", "-c", help="Cluster preset, YAML or "
-                                "compact flavor:count list."),
-    gpus_per_server: int = typer.Option(8, help="GPUs per server for a compact cluster."),
-    thresholds: str = typer.Option("0,5m,30m,2h,never", help="Locality waits to compare "
-                                   "(seconds, 5m, 2h, never)."),
-    policy: str = typer.Option("fifo", "--policy", "-p", help="Scheduling policy."),
-    limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
+    cluster: str = typer.Option("philly", "--cluster", "-c", help=CLUSTER_HELP),
+    gpus_per_server: int = GPUS_PER_SERVER,
+    thresholds: str = typer.Option("0,5m,30m,2h,never", help="Locality waits to compare, "
+                                   "each with its unit: seconds (30), 5m, 2h, or never."),
+    policy: str = typer.Option("fifo", "--policy", "-p", help=POLICY_HELP),
+    limit: int | None = LIMIT,
     arrival_scale: float = typer.Option(1.0, help="Divide submission times by this (> 1 "
                                         "raises the load)."),
-    seed: int = typer.Option(0, help="Random seed."),
-    out: Path | None = typer.Option(None, help="Output folder (default runs/lessons-…)."),
+    seed: int = SEED,
+    out: Path | None = RUN_OUT,
+    as_json: bool = JSON,
 ) -> None:
-    """Queueing delay and GPU utilization against the locality wait before splitting a gang.
-
-    Example: tessera lessons locality -t philly -c philly --thresholds 0,5m,30m,2h,never
-    """
+    """Queueing delay and GPU utilization against the locality wait before splitting a gang."""
     from rich.console import Console
     from rich.table import Table
 
@@ -77,6 +98,10 @@ def locality(
              f"policy {policy}, seed {seed}")
     rows = locality_sweep(w, c, ths, policy=policy, seed=seed)
     paths = write_locality_outputs(rows, _out(out, "locality"), title)
+    if as_json:
+        _echo_json(title, [{"threshold": threshold_label(r.threshold_s), **asdict(r)}
+                           for r in rows], paths)
+        return
     t = Table("locality wait", "avg queue", "multi-GPU queue", "fragmentation", "capacity",
               "avg JCT", "multi-GPU JCT", "util", "useful util", "split GPU-h",
               "split slowdown GPU-h", "never started", title=title, header_style="bold")
@@ -93,12 +118,12 @@ def locality(
     con.print("wrote " + ", ".join(str(p) for p in paths))
 
 
-@lessons_app.command("failures")
+@lessons_app.command("failures", epilog="Example: tessera lessons failures -t philly "
+                     "-c philly --failure-rate 0.3")
 def failures(
     trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
-    cluster: str = typer.Option("philly", "--cluster", "-c", help="Cluster preset, YAML or "
-                                "compact flavor:count list."),
-    gpus_per_server: int = typer.Option(8, help="GPUs per server for a compact cluster."),
+    cluster: str = typer.Option("philly", "--cluster", "-c", help=CLUSTER_HELP),
+    gpus_per_server: int = GPUS_PER_SERVER,
     failure_rate: float = typer.Option(0.3, help="Share of jobs that fail (Philly ≈ 0.3)."),
     repeat_probability: float = typer.Option(0.5, help="Chance a retried job fails again."),
     early_share: float = typer.Option(0.6, help="Share of failures that strike early."),
@@ -107,16 +132,15 @@ def failures(
     min_gpus: str = typer.Option("2,8", help="Validate gangs of at least these sizes "
                                  "(one run each)."),
     checkpoint_interval_s: float = typer.Option(1800.0, help="Periodic checkpoint (s)."),
-    policy: str = typer.Option("fifo", "--policy", "-p", help="Scheduling policy."),
-    limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
-    arrival_scale: float = typer.Option(1.0, help="Divide submission times by this."),
-    seed: int = typer.Option(0, help="Random seed."),
-    out: Path | None = typer.Option(None, help="Output folder (default runs/lessons-…)."),
+    policy: str = typer.Option("fifo", "--policy", "-p", help=POLICY_HELP),
+    limit: int | None = LIMIT,
+    arrival_scale: float = typer.Option(1.0, help="Divide submission times by this (> 1 "
+                                        "raises the load)."),
+    seed: int = SEED,
+    out: Path | None = RUN_OUT,
+    as_json: bool = JSON,
 ) -> None:
-    """GPU-hours lost to failures with and without pre-run validation of big gangs.
-
-    Example: tessera lessons failures -t philly -c philly --failure-rate 0.3
-    """
+    """GPU-hours lost to failures with and without pre-run validation of big gangs."""
     from rich.console import Console
     from rich.table import Table
 
@@ -137,6 +161,9 @@ def failures(
         early_window_s=early_window_s, validation_s=validation_s,
         checkpoint_interval_s=checkpoint_interval_s, policy=policy, seed=seed)
     paths = write_failure_outputs(rows, _out(out, "failures"), title)
+    if as_json:
+        _echo_json(title, [asdict(r) for r in rows], paths)
+        return
     t = Table("run", "GPU-h lost", "on gangs", "in validation", "validation GPU-h",
               "GPU-h saved", "failures", "caught early", "failed jobs", "avg JCT",
               "JCT ÷ none", "multi-GPU JCT", title=title, header_style="bold")

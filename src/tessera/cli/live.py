@@ -1,26 +1,44 @@
 """``tessera serve`` and the client commands of the live service.
 
 Client commands talk to a running service: ``--server`` / ``TESSERA_SERVER`` (default
-``http://127.0.0.1:8470``) and ``--token`` / ``TESSERA_TOKEN``. ``--json`` prints the API's
-answer as JSON for scripts. Heavy imports (httpx, FastAPI, Ray) happen inside the commands.
+``http://127.0.0.1:8470``) and ``--token`` / ``TESSERA_TOKEN``: the admin token that the first
+``tessera serve`` printed, or a tenant token from ``tessera token-add``. ``--json`` prints the
+API's answer as JSON for scripts. A refused token or an unreachable service ends in one error
+line plus a hint on what to do. Heavy imports (httpx, FastAPI, Ray) happen inside the commands.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from tessera.cli.options import (
+    CLUSTER_HELP,
+    GPUS_PER_SERVER,
+    JSON,
+    POLICY_HELP,
+    SERVER,
+    STATE,
+    TOKEN,
+)
 from tessera.cli.settings_flags import settings_flags
+from tessera.model.jobs import JobState
 from tessera.sched.settings import SchedulerSettings
 
-_SERVER = typer.Option(None, "--server", envvar="TESSERA_SERVER",
-                       help="Service URL (default http://127.0.0.1:8470).")
-_TOKEN = typer.Option(None, "--token", envvar="TESSERA_TOKEN", help="Bearer token.")
-_JSON = typer.Option(False, "--json", help="Print the raw JSON answer.")
-_STATE = typer.Option(Path.home() / ".tessera", "--state", help="State directory.")
+JOB_ID = typer.Argument(..., metavar="JOB_ID", help="Job id, as `tessera submit` or "
+                        "`tessera jobs` shows it (j-…).")
+STATES = ", ".join(s.value for s in JobState)
+
+NO_TOKEN_HINT = ("pass --token TOKEN or set TESSERA_TOKEN: the first `tessera serve` printed "
+                 "the admin token once, and `tessera token-add NAME --queue QUEUE` makes "
+                 "tenant tokens")
+UNKNOWN_TOKEN_HINT = ("this service does not know the token from --token / TESSERA_TOKEN; a "
+                      "token from `tessera token-add` counts once the service restarts")
+UNREACHABLE_HINT = "is `tessera serve` running there? Point --server or TESSERA_SERVER at it"
 
 
 def _client(server: str | None, token: str | None) -> Any:
@@ -29,14 +47,28 @@ def _client(server: str | None, token: str | None) -> Any:
     return Client(server, token)
 
 
+def hint_for(error: Exception) -> str | None:
+    """What the user can do about an error from the service, if we know."""
+    from tessera.live.client import ApiError, ServiceUnreachable
+
+    if isinstance(error, ServiceUnreachable):
+        return UNREACHABLE_HINT
+    if isinstance(error, ApiError) and error.status == 401:
+        return UNKNOWN_TOKEN_HINT if "unknown" in str(error) else NO_TOKEN_HINT
+    return None
+
+
 def _run(fn: Any) -> Any:
-    """Call ``fn``; print a user error as one line and exit 2."""
+    """Call ``fn``; print a user error as one line (plus a hint when there is one), exit 2."""
     from tessera.errors import TesseraError
 
     try:
         return fn()
     except TesseraError as e:
         typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        hint = hint_for(e)
+        if hint:
+            typer.secho(f"hint: {hint}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -52,29 +84,44 @@ def _table(title: str, cols: list[str], rows: list[list[Any]]) -> None:
     Console(width=160).print(t)
 
 
+def _status(value: str | None) -> str | None:
+    if value is not None and value not in {s.value for s in JobState}:
+        raise typer.BadParameter(f"{value!r} is not a job state; use one of {STATES}")
+    return value
+
+
 def register(app: typer.Typer) -> None:
     """Add the live-service commands to ``app``."""
 
-    @app.command()
+    @app.command(epilog="Example: tessera serve -c v100:8,t4:8 -p fifo, then "
+                 "export TESSERA_TOKEN=<the admin token it prints> and tessera submit job.yaml")
     @settings_flags(SchedulerSettings)
     def serve(
-        state: Path = _STATE,
-        ray_address: str = typer.Option(None, "--ray-address", help="Existing Ray cluster."),
-        port: int = typer.Option(8470, "--port", help="HTTP port on 127.0.0.1."),
+        state: Path = STATE,
+        ray_address: str = typer.Option(None, "--ray-address", help="Address of an existing Ray "
+                                        "cluster (with --executor ray; default: start one)."),
+        port: int = typer.Option(8470, "--port", help="HTTP port for the API and dashboard."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-        cluster: str = typer.Option(None, "--cluster", help="Preset, YAML file or v100:4,t4:4."),
-        gpus_per_server: int = typer.Option(4, "--gpus-per-server"),
-        policy: str = typer.Option(None, "--policy", help="Scheduling policy (default fifo)."),
-        executor: str = typer.Option("local", "--executor", help="ray or local."),
-        grace_s: float = typer.Option(10.0, "--grace-s", help="Checkpoint grace on preemption."),
+        cluster: str = typer.Option(None, "--cluster", "-c", help=CLUSTER_HELP,
+                                    show_default="the one --state remembers, else v100:4,t4:4"),
+        gpus_per_server: int = GPUS_PER_SERVER,
+        policy: str = typer.Option(None, "--policy", "-p", help=POLICY_HELP,
+                                   show_default="the one --state remembers, else fifo"),
+        executor: str = typer.Option("local", "--executor", help="Where jobs run: local "
+                                     "(subprocesses on this machine) or ray."),
+        grace_s: float = typer.Option(10.0, "--grace-s", help="Time a stopped job gets to "
+                                      "checkpoint and exit before it is killed (s)."),
         period_s: float = typer.Option(1.0, "--period-s", help="In events mode, decide at "
                                        "least this often even when nothing happened (s)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Run the scheduler service, its HTTP API and dashboard.
 
-        The Scheduler options are the same settings `tessera simulate` runs with; with
-        --mixed-gangs each rank gets its own TESSERA_FLAVOR.
+        The first start prints the admin token once; clients pass it as --token or TESSERA_TOKEN.
+
+        The Scheduler options are the settings `tessera simulate` runs with.
+
+        With --mixed-gangs each rank gets its own TESSERA_FLAVOR.
         """
         from tessera.live.server import ServeConfig
         from tessera.live.server import serve as run_serve
@@ -85,9 +132,12 @@ def register(app: typer.Typer) -> None:
                                          grace_s=grace_s))
         _run(lambda: run_serve(cfg, host, port))
 
-    @app.command()
-    def submit(path: Path, server: str = _SERVER, token: str = _TOKEN,
-               as_json: bool = _JSON) -> None:
+    @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")
+    def submit(
+        path: Path = typer.Argument(..., metavar="PATH", help="Job YAML file (fields in "
+                                    "docs/live.md; examples/job-resnet.yaml is one)."),
+        server: str = SERVER, token: str = TOKEN, as_json: bool = JSON,
+    ) -> None:
         """Submit a job YAML (validated here first, then by the service)."""
         from tessera.live.spec import parse_request
 
@@ -105,11 +155,12 @@ def register(app: typer.Typer) -> None:
         typer.echo(json.dumps(job, indent=2) if as_json else
                    f"submitted {job['job_id']} ({job['name']}) to queue {job['queue']}")
 
-    @app.command("jobs")
-    def jobs_cmd(state: str = typer.Option(None, "--state", help="Only jobs in this state."),
-                 server: str = _SERVER, token: str = _TOKEN, as_json: bool = _JSON) -> None:
+    @app.command("jobs", epilog="Example: tessera jobs --status pending")
+    def jobs_cmd(status: str = typer.Option(None, "--status", callback=_status,
+                                            help=f"Only jobs in this state: {STATES}."),
+                 server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
         """List jobs (a tenant sees its own queue; the admin sees all)."""
-        rows = _run(lambda: _client(server, token).jobs(state))
+        rows = _run(lambda: _client(server, token).jobs(status))
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
@@ -117,42 +168,42 @@ def register(app: typer.Typer) -> None:
                [[j["job_id"], j["name"], j["queue"], j["state"], j["gpus"],
                  j["placement"] or j["reason"]] for j in rows])
 
-    @app.command()
-    def job(job_id: str, server: str = _SERVER, token: str = _TOKEN,
-            as_json: bool = _JSON) -> None:
-        """Show one job and its event history."""
+    @app.command(epilog="Example: tessera job j-1a2b3c4d5e")
+    def job(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,
+            as_json: bool = JSON) -> None:
+        """Show one job and its event history (local times; --json keeps the raw values)."""
+        from tessera.cli.job_text import job_lines
+
         j = _run(lambda: _client(server, token).job(job_id))
         if as_json:
             typer.echo(json.dumps(j, indent=2))
             return
-        for k in ("job_id", "name", "queue", "state", "gpus", "flavors", "placement", "reason",
-                  "attempts", "runs", "exit_code"):
-            typer.echo(f"{k:>10}: {j[k]}")
-        for e in j["events"]:
-            arrow = f"{e['from'] or ''} → {e['to']}" if e["to"] else e["kind"]
-            typer.echo(f"  {e['ts_s']:.3f}  {arrow}  {e['detail']}")
+        for line in job_lines(j, time.time()):
+            typer.echo(line)
 
-    @app.command()
-    def cancel(job_id: str, server: str = _SERVER, token: str = _TOKEN) -> None:
+    @app.command(epilog="Example: tessera cancel j-1a2b3c4d5e")
+    def cancel(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,
+               as_json: bool = JSON) -> None:
         """Cancel a job (a running gang is stopped with SIGTERM, then killed after grace)."""
         j = _run(lambda: _client(server, token).cancel(job_id))
-        typer.echo(f"cancelled {j['job_id']} (was {j['was']})")
+        typer.echo(json.dumps(j, indent=2) if as_json else
+                   f"cancelled {j['job_id']} (was {j['was']})")
 
-    @app.command()
-    def explain(job_id: str, server: str = _SERVER, token: str = _TOKEN,
-                as_json: bool = _JSON) -> None:
+    @app.command(epilog="Example: tessera explain j-1a2b3c4d5e")
+    def explain(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,
+                as_json: bool = JSON) -> None:
         """Why a job waits and where it would go."""
         e = _run(lambda: _client(server, token).explain(job_id))
         if as_json:
             typer.echo(json.dumps(e, indent=2))
             return
         typer.echo(f"{e['job_id']} ({e['name']}): {e['state']}, {e['gpus']} GPU(s) of "
-                   f"{'/'.join(e['flavors'])}")
+                   f"{'/'.join(e['flavors']) or 'any flavor'}")
         for line in e["lines"]:
             typer.echo(f"  - {line}")
 
-    @app.command()
-    def queues(server: str = _SERVER, token: str = _TOKEN, as_json: bool = _JSON) -> None:
+    @app.command(epilog="Example: tessera queues --json")
+    def queues(server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
         """Tenant queues: quota, GPUs in use, jobs waiting and running."""
         qs = _run(lambda: _client(server, token).queues())
         if as_json:
@@ -163,8 +214,8 @@ def register(app: typer.Typer) -> None:
                  q["borrowing_limit_gpus"] is not None else "∞", q["used_gpus"], q["pending"],
                  q["running"]] for q in qs])
 
-    @app.command("cluster")
-    def cluster_cmd(server: str = _SERVER, token: str = _TOKEN, as_json: bool = _JSON) -> None:
+    @app.command("cluster", epilog="Example: tessera cluster --json")
+    def cluster_cmd(server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
         """GPU flavors of the service's cluster and how many are in use."""
         c = _run(lambda: _client(server, token).cluster())
         if as_json:
@@ -174,27 +225,40 @@ def register(app: typer.Typer) -> None:
                ["flavor", "nodes", "GPUs", "in use"],
                [[f["flavor"], f["nodes"], f["total_gpus"], f["used_gpus"]] for f in c["flavors"]])
 
-    @app.command("token-add")
-    def token_add(name: str, queue: str = typer.Option(..., "--queue"),
-                  nominal_gpus: int = typer.Option(0, "--nominal-gpus",
-                                                   help="Quota if the queue is new."),
-                  state: Path = _STATE) -> None:
-        """Create a tenant token for QUEUE (printed once); restart the service to load it."""
+    @app.command("token-add", epilog="Example: tessera token-add ci --queue vision "
+                 "--nominal-gpus 4, then restart `tessera serve`")
+    def token_add(
+        name: str = typer.Argument(..., metavar="NAME", help="Who holds the token (a person "
+                                   "or a robot); recorded with what it does."),
+        queue: str = typer.Option(..., "--queue", help="Tenant queue the token submits to "
+                                  "and sees; created if new."),
+        nominal_gpus: int = typer.Option(0, "--nominal-gpus", min=0,
+                                         help="GPU quota of the queue if it is new."),
+        state: Path = STATE,
+    ) -> None:
+        """Create a tenant token NAME for the queue --queue and print it (once).
+
+        The running service loads new tokens when it restarts.
+        """
         from tessera.live.tenancy import add_token
 
         tok = _run(lambda: add_token(state, name, queue, nominal_gpus))
         typer.echo(tok)
 
-    export = typer.Typer(help="Export Tessera's tenancy for other systems.")
+    export = typer.Typer(help="Export Tessera's tenancy for other systems.",
+                         no_args_is_help=True)
     app.add_typer(export, name="export")
 
-    @export.command("kueue")
+    @export.command("kueue", epilog="Example: tessera export kueue --out kueue/ "
+                    "--namespace ml")
     def export_kueue(
-        out: Path = typer.Option(Path("kueue"), "--out", help="Directory for the manifests."),
-        state: Path = _STATE,
-        cluster: str = typer.Option(None, "--cluster", help="Default: the service's cluster."),
-        gpus_per_server: int = typer.Option(4, "--gpus-per-server"),
-        namespace: str = typer.Option("default", "--namespace", help="LocalQueue namespace."),
+        out: Path = typer.Option(Path("kueue"), "--out", help="Folder for the manifests."),
+        state: Path = STATE,
+        cluster: str = typer.Option(None, "--cluster", "-c", help=CLUSTER_HELP,
+                                    show_default="the one --state remembers, else v100:4,t4:4"),
+        gpus_per_server: int = GPUS_PER_SERVER,
+        namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace of "
+                                      "the LocalQueues."),
     ) -> None:
         """Write Kueue ResourceFlavor, ClusterQueue and LocalQueue manifests (v1beta2)."""
         from tessera.live.kueue import export_from_state, write_manifests

@@ -19,10 +19,20 @@ from typing import Any
 
 import typer
 
+from tessera.cli.options import (
+    DEVICES_HELP,
+    GLOBAL_BATCH_HELP,
+    GPUS_PER_SERVER,
+    JSON,
+    deprecated_alias,
+    prefer,
+)
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``plan`` command to ``app``."""
-    app.command("plan")(plan)
+    app.command("plan", epilog="Example: tessera plan --model imagenet "
+                "--devices A100:2,V100:4,T4:2 --global-batch 1024")(plan)
 
 
 def plan(
@@ -30,21 +40,22 @@ def plan(
                               "bert, cifar10, deepspeech2, ncf, yolov3) or, with --pipeline, "
                               "a layer-wise model (gpt, gpt-<layers>x<hidden>, bert-large, "
                               "resnet50)."),
-    devices: str = typer.Option(..., "--devices", help="GPUs as flavor:count[,flavor:count...]"
-                                ", e.g. A100:2,V100:4,T4:2."),
-    global_batch: int = typer.Option(..., "--global-batch", help="Samples per optimizer step."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Server size used to lay "
-                                      "each flavor's GPUs out."),
+    devices: str = typer.Option(..., "--devices", help=DEVICES_HELP),
+    global_batch: int = typer.Option(..., "--global-batch", help=GLOBAL_BATCH_HELP),
+    as_json: bool = JSON,
+    gpus_per_server: int = GPUS_PER_SERVER,
     max_micro_steps: int = typer.Option(8, "--max-micro-steps", help="Gradient-accumulation "
                                         "limit per device (1 = no accumulation)."),
     pipeline: bool = typer.Option(False, "--pipeline", help="Plan layer-split (pipeline x data)"
                                   " parallelism for a layer-wise model."),
+    old_gpus_per_node: int | None = deprecated_alias("--gpus-per-node", "--gpus-per-server"),
 ) -> None:
     """Plan a job on a mixed set of GPUs: per-device batches (or pipeline stages), predicted
     step time, throughput and efficiency."""
     from tessera.plan.api import parse_devices
 
+    gpus_per_node = prefer(gpus_per_server, old_gpus_per_node, "--gpus-per-node",
+                           "--gpus-per-server")
     counts = parse_devices(devices)
     if pipeline:
         _pipeline(model, counts, global_batch, gpus_per_node, as_json)

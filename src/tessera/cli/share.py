@@ -15,6 +15,21 @@ from pathlib import Path
 
 import typer
 
+from tessera.cli.options import (
+    CLUSTER_HELP,
+    GPU_HELP,
+    GPUS_PER_SERVER,
+    JSON,
+    LIMIT,
+    METHOD,
+    POLICY_HELP,
+    PRE_R510,
+    PROFILES,
+    SEED,
+    TRAFFIC_S,
+    deprecated_alias,
+    prefer,
+)
 from tessera.errors import SpecError
 
 share_app = typer.Typer(
@@ -23,25 +38,32 @@ share_app = typer.Typer(
 )
 
 
-@share_app.command("plan")
+@share_app.command("plan", epilog="Example: tessera share plan --services "
+                   "examples/services-a100.yaml --gpu A100-80GB --traffic-s 5")
 def plan_cmd(
     services: Path | None = typer.Option(None, "--services", help="Services YAML file."),
-    gpu: str | None = typer.Option(None, "--gpu", help="GPU model, e.g. A100-80GB."),
+    gpu: str | None = typer.Option(None, "--gpu", help=GPU_HELP, show_default="the services "
+                                   "file's gpu:, else A100-80GB"),
     parvagpu: Path | None = typer.Option(
         None, "--parvagpu", help="A ParvaGPU data folder (prof_data/, SLO/)."
     ),
     scenario: int | None = typer.Option(None, "--scenario", help="ParvaGPU SLO scenario (1-6)."),
-    profiles: Path | None = typer.Option(
-        None, "--profiles", help="ParvaGPU-format profile folder (default: bundled A100-80GB)."
-    ),
-    method: str = typer.Option("auto", "--method", help="auto, heuristic or ilp."),
-    time_limit_s: float = typer.Option(60.0, "--time-limit", help="ILP time limit (s)."),
-    sim_s: float = typer.Option(5.0, "--sim-seconds", help="Poisson traffic replayed (s)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the simulated traffic."),
-    pre_r510: bool = typer.Option(False, "--pre-r510", help="Driver older than R510."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    profiles: Path | None = PROFILES,
+    method: str = METHOD,
+    time_limit_s: float = typer.Option(60.0, "--time-limit-s", min=0.0,
+                                       help="Time limit of the ILP solver (s)."),
+    traffic_s: float = TRAFFIC_S,
+    seed: int = SEED,
+    pre_r510: bool = PRE_R510,
+    as_json: bool = JSON,
+    old_time_limit: float | None = deprecated_alias("--time-limit", "--time-limit-s"),
+    old_sim_seconds: float | None = deprecated_alias("--sim-seconds", "--traffic-s"),
 ) -> None:
-    """Plan services onto the fewest MIG-partitioned GPUs."""
+    """Plan inference services onto the fewest MIG-partitioned GPUs, then replay Poisson
+    traffic against the plan to predict SLO attainment.
+
+    Give --services FILE, or --scenario N (with --parvagpu DIR) for a ParvaGPU scenario.
+    """
     from tessera.share.mig import mig_gpu
     from tessera.share.packing import plan_services
     from tessera.share.plan import plan_to_json
@@ -53,8 +75,12 @@ def plan_cmd(
     from tessera.share.serving_sim import poisson_streams, simulate
     from tessera.share.spec import load_services
 
+    time_limit_s = prefer(time_limit_s, old_time_limit, "--time-limit", "--time-limit-s")
+    sim_s = prefer(traffic_s, old_sim_seconds, "--sim-seconds", "--traffic-s")
     if (services is None) == (scenario is None):
         raise SpecError("give either --services FILE or --scenario N (with optional --parvagpu)")
+    _folder(parvagpu, "--parvagpu")
+    _folder(profiles, "--profiles")
     if services is not None:
         spec = load_services(services)
         svcs, rule = spec.services, spec.rule
@@ -117,15 +143,15 @@ def plan_cmd(
             typer.echo(f"  {o.service:20} p99 {o.p99_ms:8.1f} ms / SLO {o.slo_ms:8.1f} ms  {flag}")
 
 
-@share_app.command("layouts")
+@share_app.command("layouts", epilog="Example: tessera share layouts --gpu H100-80GB --json")
 def layouts_cmd(
-    gpu: str = typer.Option(..., "--gpu", help="GPU model, e.g. H100-80GB."),
+    gpu: str = typer.Option(..., "--gpu", help=GPU_HELP),
     double_memory: bool = typer.Option(
         False, "--with-1g-double-mem", help="Include the double-memory 1g profile."
     ),
     all_layouts: bool = typer.Option(False, "--all", help="Every legal layout, not only maximal."),
-    pre_r510: bool = typer.Option(False, "--pre-r510", help="Driver older than R510."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    pre_r510: bool = PRE_R510,
+    as_json: bool = JSON,
 ) -> None:
     """List the legal MIG layouts of a GPU (maximal ones by default)."""
     from tessera.share.mig import BASE_KINDS, DOUBLE_MEMORY_KINDS, enumerate_layouts, mig_gpu
@@ -146,11 +172,12 @@ def layouts_cmd(
         typer.echo(f"  {lay!s:40} {lay.multiset():24} {sms:4d} SMs")
 
 
-@share_app.command("check")
+@share_app.command("check", epilog='Example: tessera share check "3g@4 2g@0 1g@2 1g@3" '
+                   "--gpu A100-80GB")
 def check_cmd(
     layout: str = typer.Argument(..., help='Placements, e.g. "3g@4 2g@0 1g@2 1g@3".'),
-    gpu: str = typer.Option(..., "--gpu", help="GPU model."),
-    pre_r510: bool = typer.Option(False, "--pre-r510", help="Driver older than R510."),
+    gpu: str = typer.Option(..., "--gpu", help=GPU_HELP),
+    pre_r510: bool = PRE_R510,
 ) -> None:
     """Check a MIG layout against the hardware rules and print its creation order."""
     from tessera.share.mig import creation_order, mig_gpu, parse_layout
@@ -164,35 +191,31 @@ def check_cmd(
         )
 
 
-@share_app.command("cosim")
+@share_app.command("cosim", epilog="Example: tessera share cosim --services "
+                   "examples/services-a100.yaml -t philly --limit 300 "
+                   "-c a100-80gb:16,v100:32,t4:16")
 def cosim_cmd(
     services: Path = typer.Option(..., "--services", help="Services YAML file."),
-    trace: str = typer.Option(..., "--trace", "-t", help="Training trace: file or known name."),
-    cluster: str = typer.Option(..., "--cluster", "-c", help="Preset, YAML file, or compact "
-                                "flavor:count list, e.g. a100-80gb:16,v100:32,t4:16."),
-    gpus_per_server: int = typer.Option(1, "--gpus-per-server", help="GPUs per server for a "
-                                        "compact cluster."),
-    policy: str = typer.Option("las", "--policy", "-p", help="Training scheduling policy."),
-    limit: int | None = typer.Option(None, "--limit", help="Use only the first N training jobs."),
+    trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
+                                "(`tessera traces` lists them)."),
+    cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
+    gpus_per_server: int = GPUS_PER_SERVER,
+    policy: str = typer.Option("las", "--policy", "-p", help=POLICY_HELP),
+    limit: int | None = LIMIT,
     requests: str = typer.Option("poisson", "--requests", help="Request streams: poisson, genai "
                                  "or dlrm (Alibaba trace shapes at each service's rate)."),
-    serve_s: float = typer.Option(10.0, "--serve-seconds", help="Request traffic replayed (s)."),
+    traffic_s: float = TRAFFIC_S,
     traces_dir: Path | None = typer.Option(None, "--traces-dir", help="Folder holding "
                                            "alibaba_genai_2026/ and alibaba_dlrm_2025/."),
-    profiles: Path | None = typer.Option(
-        None, "--profiles", help="ParvaGPU-format profile folder (default: bundled A100-80GB)."
-    ),
-    method: str = typer.Option("auto", "--method", help="Planner: auto, heuristic or ilp."),
+    profiles: Path | None = PROFILES,
+    method: str = METHOD,
     compare: bool = typer.Option(True, "--compare/--no-compare", help="Also run training on "
                                  "the full cluster to measure the reservation's JCT cost."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the simulations."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    seed: int = SEED,
+    as_json: bool = JSON,
+    old_serve_seconds: float | None = deprecated_alias("--serve-seconds", "--traffic-s"),
 ) -> None:
-    """Services on MIG slices, training on the rest: SLO attainment and training cost.
-
-    Example: tessera share cosim --services svc.yaml -t philly --limit 300
-    -c a100-80gb:16,v100:32,t4:16 --gpus-per-server 8
-    """
+    """Services on MIG slices, training on the rest: SLO attainment and training cost."""
     from tessera.model.cluster import load_cluster
     from tessera.perf.profiles import default_throughputs
     from tessera.sched.policy import make_policy
@@ -202,6 +225,9 @@ def cosim_cmd(
     from tessera.sim.cosim import cosim_to_json, cosimulate
     from tessera.workload import read_trace
 
+    serve_s = prefer(traffic_s, old_serve_seconds, "--serve-seconds", "--traffic-s")
+    _folder(profiles, "--profiles")
+    _folder(traces_dir, "--traces-dir")
     make_policy(policy)  # fail fast on a bad name
     spec = load_services(services)
     table = load_parvagpu_profiles(profiles)
@@ -252,6 +278,14 @@ def cosim_cmd(
         typer.echo(f"  reservation cost: avg JCT {inc * 100:+.1f} %")
     for note in r.notes:
         typer.echo(f"note: {note}")
+
+
+def _folder(path: Path | None, flag: str) -> None:
+    """Refuse a folder option that names nothing, before a reader says something vaguer."""
+    if path is not None and not path.exists():
+        raise SpecError(f"{flag}: no such folder: {path}")
+    if path is not None and not path.is_dir():
+        raise SpecError(f"{flag}: not a folder: {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tessera.cli.options import CLUSTER_HELP, GPUS_PER_SERVER, JSON, LIMIT, RUN_OUT, SEED
 from tessera.cli.settings_flags import settings_flags
 from tessera.sched.settings import SchedulerSettings
 
@@ -173,7 +174,8 @@ def _write_outputs(
 def register(app: typer.Typer) -> None:
     """Add the simulation commands to the CLI."""
 
-    @app.command(rich_help_panel="Simulation")
+    @app.command(rich_help_panel="Simulation", epilog="Example: tessera simulate -t philly "
+                 "-c v100:64,p100:64,k80:64 -p fifo,las,hetero_srpt")
     @settings_flags(SchedulerSettings)
     def simulate(
         trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
@@ -181,13 +183,12 @@ def register(app: typer.Typer) -> None:
         trace_format: str | None = typer.Option(None, "--format", help="Trace format when "
                                                 "detection is not enough (gavel, philly, "
                                                 "itp, fgd, sia)."),
-        cluster: str = typer.Option("gavel-108", "--cluster", "-c", help="Preset (gavel-108, "
-                                    "philly, pai-2020, modern-mixed), YAML file, or compact "
-                                    "flavor:count list like v100:12,p100:12,k80:12."),
+        cluster: str = typer.Option("gavel-108", "--cluster", "-c", help=CLUSTER_HELP),
         policy: str = typer.Option("fifo,las,max_min_fairness,hetero_srpt", "--policy", "-p",
-                                   help="Comma-separated policies (`tessera policies`); "
-                                   "add -agnostic for the heterogeneity-blind twin."),
-        gpus_per_server: int = typer.Option(1, help="GPUs per server for a compact cluster."),
+                                   help="Scheduling policies to compare, comma-separated "
+                                   "(`tessera policies` lists them); add -agnostic for the "
+                                   "heterogeneity-blind twin."),
+        gpus_per_server: int = GPUS_PER_SERVER,
         compat: str | None = typer.Option(None, help="`gavel`: no preemption/restore cost, "
                                           "no failures, 360 s rounds, Gavel's mechanism."),
         compat_solver: str = typer.Option("auto", help="LP solver under --compat gavel: "
@@ -202,25 +203,23 @@ def register(app: typer.Typer) -> None:
                                           "failures strikes in the first minutes)."),
         validate_min_gpus: int = typer.Option(0, help="Pre-run validation on 1 GPU before "
                                               "gangs of at least this many GPUs (0: off)."),
-        validation_s: float = typer.Option(300.0, help="Length of the validation run (s)."),
-        seed: int = typer.Option(0, help="Random seed; same seed, same result."),
-        limit: int | None = typer.Option(None, help="Use only the first N jobs of the trace."),
+        validation_s: float = typer.Option(300.0, help="Length of the 1-GPU validation run (s)."),
+        seed: int = SEED,
+        limit: int | None = LIMIT,
         on_error: str = typer.Option("raise", help="raise | skip malformed trace rows "
                                      "(skipped rows are counted and listed)."),
         throughputs: str = typer.Option("gavel", help="Throughput table: gavel (K80/P100/"
                                         "V100), sia (T4/V100/A100/RTX, for modern-mixed), "
                                         "or a Gavel-layout JSON file."),
-        out: Path | None = typer.Option(None, help="Output folder (default runs/<time>)."),
+        out: Path | None = RUN_OUT,
         workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+        json_out: bool = JSON,
         plots: bool = typer.Option(True, help="Write PNG plots and the HTML report."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
 
         The Scheduler options are the same settings `tessera serve` runs with.
-
-        Example: tessera simulate -t philly -c v100:64,p100:64,k80:64 -p fifo,las,hetero_srpt
         """
         pols = _split(policy)
         n = workers or min(len(pols), os.cpu_count() or 1)
@@ -238,10 +237,10 @@ def register(app: typer.Typer) -> None:
                        workers=n, throughputs=throughputs, on_error=on_error, limit=limit,
                        plots=plots, trace_format=trace_format)
 
-    @app.command(rich_help_panel="Simulation")
+    @app.command(rich_help_panel="Simulation", epilog="Example: tessera demo --out runs/demo")
     def demo(
-        out: Path | None = typer.Option(None, help="Output folder (default runs/<time>)."),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+        out: Path | None = RUN_OUT,
+        json_out: bool = JSON,
     ) -> None:
         """The main job: five policies on a week of the Philly trace (bundled) on a mixed
         V100/P100/K80 cluster, with the comparison table and an HTML report."""
@@ -252,28 +251,37 @@ def register(app: typer.Typer) -> None:
                        as_json=json_out, workers=min(len(pols), os.cpu_count() or 1),
                        throughputs=None, on_error="raise", limit=None, plots=True)
 
-    @app.command(rich_help_panel="Simulation")
-    def traces() -> None:
+    @app.command(rich_help_panel="Simulation", epilog="Example: tessera traces --json")
+    def traces(as_json: bool = JSON) -> None:
         """List bundled and known traces and whether their data is present."""
         from rich.console import Console
         from rich.table import Table
 
         from tessera.workload import list_known_traces
 
+        if as_json:
+            typer.echo(json.dumps([{"name": k.name, "jobs": k.num_jobs, "where": k.location,
+                                    "description": k.description}
+                                   for k in list_known_traces()], indent=2))
+            return
         t = Table("name", "jobs", "where", "description", header_style="bold")
         for k in list_known_traces():
             t.add_row(k.name, f"{k.num_jobs:,}" if k.num_jobs else "–", str(k.location),
                       k.description)
         Console().print(t)
 
-    @app.command(rich_help_panel="Simulation")
-    def policies() -> None:
+    @app.command(rich_help_panel="Simulation", epilog="Example: tessera policies --json")
+    def policies(as_json: bool = JSON) -> None:
         """List scheduling policies (append -agnostic for the heterogeneity-blind twin)."""
         from rich.console import Console
         from rich.table import Table
 
         from tessera.sched.policy import list_policies
 
+        if as_json:
+            typer.echo(json.dumps([{"policy": name, "summary": summary}
+                                   for name, summary in list_policies()], indent=2))
+            return
         t = Table("policy", "what it does", header_style="bold")
         for name, summary in list_policies():
             t.add_row(name, summary)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tessera.cli.options import DEVICES_HELP, GLOBAL_BATCH_HELP, SEED
 from tessera.errors import SpecError
 from tessera.train.prior import PLAN_MODELS
 
@@ -51,12 +52,11 @@ def _parse_fail_at(text: str | None) -> tuple[int, int] | None:
 def register(app: typer.Typer) -> None:
     """Add the ``train`` command to the Tessera CLI."""
 
-    @app.command("train")
+    @app.command("train", epilog="Example: tessera train cnn --devices A100:1,T4:2 "
+                 "--split planned --steps 40")
     def train(
         example: str = typer.Argument(..., help="Example to train: mlp, cnn or transformer."),
-        devices: str = typer.Option(
-            ..., "--devices", help="Devices, one rank each: FLAVOR:COUNT[,...], e.g. A100:1,T4:2."
-        ),
+        devices: str = typer.Option(..., "--devices", help=DEVICES_HELP),
         split: str = typer.Option(
             "planned", "--split",
             help="planned: the planner's split at step 0 + online rebalancing; equal: plain DDP.",
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
                  + ", ".join(f"{e}->{m}" for e, m in PLAN_MODELS.items()) + ".",
         ),
         steps: int = typer.Option(30, "--steps", help="Optimizer steps (same on every rank)."),
-        global_batch: int = typer.Option(48, "--global-batch", help="Samples per step, all ranks."),
+        global_batch: int = typer.Option(48, "--global-batch", help=GLOBAL_BATCH_HELP),
         speed_change: list[str] = typer.Option(
             [], "--speed-change",
             help="STEP:RANK:FACTOR: from STEP on, rank RANK's emulated speed is multiplied by "
@@ -80,17 +80,21 @@ def register(app: typer.Typer) -> None:
         checkpoint_dir: Path | None = typer.Option(
             None, "--checkpoint-dir", help="Checkpoint here; resume if a checkpoint exists."
         ),
-        checkpoint_every: int = typer.Option(5, "--checkpoint-every", help="0: only at the end."),
+        checkpoint_every: int = typer.Option(
+            5, "--checkpoint-every", min=0,
+            help="Checkpoint every N optimizer steps (0: only at the end)."),
         max_restarts: int = typer.Option(
             0, "--max-restarts", help="Restart all ranks from the last checkpoint after a failure."
         ),
         fail_at: str | None = typer.Option(
             None, "--fail-at", help="Fault injection STEP:RANK: that rank dies mid-step."
         ),
-        seed: int = typer.Option(0, "--seed"),
-        as_json: bool = typer.Option(False, "--json", help="End with a JSON summary line."),
+        seed: int = SEED,
+        as_json: bool = typer.Option(False, "--json", help="End the output with one JSON "
+                                     "summary line (for scripts)."),
     ) -> None:
-        """Train EXAMPLE on a mixed set of GPUs (emulated when this machine has none)."""
+        """Train EXAMPLE on a mixed set of GPUs, one rank per GPU (emulated when this machine
+        has none)."""
         from tessera.train.config import FailAt, TrainConfig
         from tessera.train.emulation import parse_speed_change
 

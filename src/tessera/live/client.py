@@ -20,6 +20,10 @@ class ApiError(TesseraError):
         self.status = status
 
 
+class ServiceUnreachable(TesseraError):
+    """No service answered at the client's URL (not started, wrong host or port)."""
+
+
 class Client:
     """Calls the API with a bearer token; every method returns decoded JSON."""
 
@@ -37,7 +41,7 @@ class Client:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
-            raise TesseraError(f"cannot reach {self.server}: {e}") from None
+            raise ServiceUnreachable(f"cannot reach {self.server}: {e}") from None
         if r.status_code >= 400:
             try:
                 detail = r.json().get("detail", r.text)
@@ -56,6 +60,7 @@ class Client:
         return self._call("POST", "/api/jobs", json=request)
 
     def jobs(self, state: str | None = None) -> list[dict[str, Any]]:
+        """Jobs visible to the token, optionally only those in ``state`` (``pending`` …)."""
         params = {"state": state} if state else {}
         return list(self._call("GET", "/api/jobs", params=params)["jobs"])
 

@@ -81,10 +81,15 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     svc, token = build_service(cfg)
     if token is not None:
-        print(f"admin token (shown once; stored hashed in {cfg.state_dir}): {token}", flush=True)
+        print(f"admin token (shown once; stored hashed in {cfg.state_dir}): {token}\n"
+              f"  clients: export TESSERA_TOKEN={token}  (or --token); "
+              "`tessera token-add` makes tenant tokens", flush=True)
     svc.start()
+    url = f"http://{host}:{port}"
     print(f"tessera serving {svc.cluster.describe()} with policy {svc.policy.display_name} "
-          f"({svc.executor.name} executor) on http://{host}:{port}/", flush=True)
+          f"({svc.executor.name} executor)\n"
+          f"  API:       {url}  (clients: --server or TESSERA_SERVER)\n"
+          f"  dashboard: {url}/dashboard#token={token or '<your token>'}", flush=True)
     try:
         uvicorn.run(create_app(svc), host=host, port=port, log_level="warning")
     finally:

@@ -218,8 +218,13 @@ def make_nodes(
 def parse_compact(text: str, gpus_per_server: int = 1, name: str | None = None) -> ClusterSpec:
     """Parse ``flavor:count[,flavor:count...]`` into a cluster of ``gpus_per_server``-GPU nodes.
 
+    A flavor whose count is not a multiple of ``gpus_per_server`` gets one smaller server for
+    the rest (the planner's ``nodes_for`` lays devices out the same way).
+
     >>> parse_compact("v100:4,k80:2", gpus_per_server=2).describe()
     'v100:4,k80:2: 4×V100-16GB, 2×K80 (6 GPUs, 3 nodes)'
+    >>> parse_compact("v100:12", gpus_per_server=8).describe()
+    'v100:12: 12×V100-16GB (12 GPUs, 2 nodes)'
     """
     if gpus_per_server < 1:
         raise SpecError("--gpus-per-server must be at least 1")
@@ -237,12 +242,11 @@ def parse_compact(text: str, gpus_per_server: int = 1, name: str | None = None) 
             raise SpecError(f"cluster {text!r}: GPU count {cnt!r} is not an integer") from None
         if count <= 0:
             raise SpecError(f"cluster {text!r}: GPU count for {fl!r} must be positive")
-        if count % gpus_per_server:
-            raise SpecError(
-                f"cluster {text!r}: {count} {fl} GPUs do not fill {gpus_per_server}-GPU servers"
-            )
         f = resolve_flavor(fl)
-        nodes += make_nodes(f, count // gpus_per_server, gpus_per_server)
+        full, rest = divmod(count, gpus_per_server)
+        nodes += make_nodes(f, full, gpus_per_server)
+        if rest:
+            nodes += make_nodes(f, 1, rest, start=full)
     return ClusterSpec(name or text, tuple(nodes))
 
 

@@ -1,0 +1,94 @@
+"""``tessera job ID`` in words: the API's job record made readable.
+
+The API answers with raw values (epoch seconds, ``None`` for "not yet", a list of flavor
+names); scripts want those and get them with ``--json``. A person wants local times,
+durations such as ``1h 02m``, and no ``None``: a field that does not apply is left out, and a
+waiting job says it is not placed. The functions here are pure (``now_s`` is a parameter), so
+tests can pin every line.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+LABEL_WIDTH = 10
+
+
+def local_time(ts_s: float) -> str:
+    """Epoch seconds → local ISO-8601 with the UTC offset, e.g. ``2026-12-01T14:32:09+01:00``."""
+    return datetime.fromtimestamp(ts_s).astimezone().isoformat(timespec="seconds")
+
+
+def human_span(seconds: float) -> str:
+    """A duration for people, two units at most: ``42s``, ``5m 07s``, ``1h 02m``, ``3d 04h``."""
+    s = max(round(seconds), 0)
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def flavors_text(flavors: list[str]) -> str:
+    """The flavors a job accepts: ``any``, ``T4``, or ``A100-80GB, V100 (in this order)``."""
+    if not flavors:
+        return "any"
+    if len(flavors) == 1:
+        return flavors[0]
+    return ", ".join(flavors) + " (in this order of preference)"
+
+
+def _times(job: dict[str, Any], now_s: float) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    submitted, started, finished = job["submitted_s"], job["started_s"], job["finished_s"]
+    if submitted is not None:
+        rows.append(("submitted", local_time(submitted)))
+    if started is not None:
+        waited = f" (waited {human_span(started - submitted)})" if submitted is not None else ""
+        rows.append(("started", local_time(started) + waited))
+    elif finished is None and submitted is not None:
+        rows.append(("waiting", human_span(now_s - submitted)))
+    if finished is not None:
+        ran = f" (ran {human_span(finished - started)})" if started is not None else ""
+        rows.append(("finished", local_time(finished) + ran))
+    elif started is not None:
+        rows.append(("running", human_span(now_s - started) + " since its first start"))
+    return rows
+
+
+def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
+    """The lines ``tessera job`` prints for one job of the API (with its ``events``)."""
+    rows: list[tuple[str, str]] = [
+        ("job", job["job_id"]), ("name", job["name"]), ("queue", job["queue"]),
+        ("state", job["state"]),
+        ("request", f"{job['gpus']} GPU(s) of {flavors_text(job['flavors'])}"),
+    ]
+    if job.get("placement"):
+        rows.append(("placement", job["placement"]))
+    elif not job.get("final"):
+        rows.append(("placement", "not placed"))
+    if job.get("reason"):
+        rows.append(("reason", job["reason"]))
+    if job.get("command"):
+        rows.append(("command", " ".join(job["command"])))
+    rows.append(("attempts", f"{job['attempts']} (retries allowed: {job['max_retries']}), "
+                             f"runs {job['runs']}"))
+    if job.get("exit_code") is not None:
+        rows.append(("exit code", str(job["exit_code"])))
+    rows += _times(job, now_s)
+    lines = [f"{label:>{LABEL_WIDTH}}: {value}" for label, value in rows]
+    events = job.get("events") or []
+    if events:
+        lines.append("events:")
+    for e in events:
+        what = (f"{e['from']} → {e['to']}" if e["from"] else f"→ {e['to']}") if e["to"] \
+            else e["kind"]
+        lines.append(f"  {local_time(e['ts_s'])}  {what}" + (f"  {e['detail']}"
+                                                             if e["detail"] else ""))
+    return lines

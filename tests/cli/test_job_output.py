@@ -1,0 +1,84 @@
+"""``tessera job`` in words: local ISO times, readable spans, no ``None``, flavors as text."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from tessera.cli.job_text import flavors_text, human_span, job_lines, local_time
+
+SUBMIT_S = 1796131929.650
+
+
+def _job(**changes: Any) -> dict[str, Any]:
+    job = {
+        "job_id": "j-1a2b3c4d5e", "name": "train", "queue": "team-a", "state": "succeeded",
+        "final": True, "gpus": 4, "flavors": ["A100-80GB", "V100"], "priority": 1.0,
+        "max_retries": 2, "attempts": 1, "runs": 1, "command": ["python", "train.py"],
+        "model": None, "job_type": None, "requires_locality": True,
+        "submitted_s": SUBMIT_S, "started_s": SUBMIT_S + 3.2, "finished_s": SUBMIT_S + 3723.0,
+        "reason": "", "exit_code": 0, "placement": None,
+        "events": [
+            {"ts_s": SUBMIT_S, "kind": "transition", "from": None, "to": "pending",
+             "detail": "submitted by a"},
+            {"ts_s": SUBMIT_S + 3.2, "kind": "transition", "from": "pending", "to": "admitted",
+             "detail": ""},
+            {"ts_s": SUBMIT_S + 4.0, "kind": "launch", "from": None, "to": None,
+             "detail": "run 1"},
+        ],
+    }
+    job.update(changes)
+    return job
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0s"), (42.4, "42s"), (307, "5m 07s"), (3723, "1h 02m"), (3 * 86400 + 4 * 3600, "3d 04h"),
+    (-5, "0s"),
+])
+def test_human_span(seconds: float, text: str) -> None:
+    assert human_span(seconds) == text
+
+
+def test_local_time_is_iso_8601_in_the_local_zone() -> None:
+    text = local_time(SUBMIT_S)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", text)
+    assert datetime.fromisoformat(text).timestamp() == pytest.approx(SUBMIT_S, abs=1)
+
+
+def test_flavors_as_text() -> None:
+    assert flavors_text([]) == "any"
+    assert flavors_text(["T4"]) == "T4"
+    assert flavors_text(["A100-80GB", "V100"]).startswith("A100-80GB, V100")
+
+
+def test_finished_job_has_no_raw_values() -> None:
+    text = "\n".join(job_lines(_job(), now_s=SUBMIT_S + 9999))
+    assert "None" not in text and "[" not in text and "1796131929" not in text
+    assert "placement" not in text  # finished and no longer placed: nothing to say
+    assert f"started: {local_time(SUBMIT_S + 3.2)} (waited 3s)" in text
+    assert f"finished: {local_time(SUBMIT_S + 3723.0)} (ran 1h 02m)" in text
+    assert "request: 4 GPU(s) of A100-80GB, V100" in text
+    assert "command: python train.py" in text and "exit code: 0" in text
+    assert f"{local_time(SUBMIT_S)}  → pending  submitted by a" in text
+    assert "pending → admitted" in text and "launch  run 1" in text
+
+
+def test_waiting_job_says_not_placed_and_how_long() -> None:
+    job = _job(state="pending", final=False, started_s=None, finished_s=None, exit_code=None,
+               reason="needs 4 GPUs of T4", flavors=[], events=[])
+    lines = job_lines(job, now_s=SUBMIT_S + 125)
+    text = "\n".join(lines)
+    assert "placement: not placed" in text and "reason: needs 4 GPUs of T4" in text
+    assert "waiting: 2m 05s" in text and "of any" in text
+    assert "exit code" not in text and "started" not in text and "events" not in text
+
+
+def test_running_job_shows_placement_and_run_time() -> None:
+    job = _job(state="running", final=False, finished_s=None, exit_code=None,
+               placement="4×A100-80GB on a100-80gb-0000:4")
+    text = "\n".join(job_lines(job, now_s=SUBMIT_S + 3.2 + 90))
+    assert "placement: 4×A100-80GB on a100-80gb-0000:4" in text
+    assert "running: 1m 30s since its first start" in text

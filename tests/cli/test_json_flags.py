@@ -1,0 +1,35 @@
+"""``--json`` on the commands that print a table: one JSON document on stdout, nothing else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tessera.cli import app
+
+runner = CliRunner()
+
+
+def test_traces_json() -> None:
+    r = runner.invoke(app, ["traces", "--json"])
+    assert r.exit_code == 0, r.output
+    names = {t["name"]: t for t in json.loads(r.stdout)}
+    assert names["philly"]["where"] is not None and "description" in names["philly"]
+
+
+def test_policies_json() -> None:
+    r = runner.invoke(app, ["policies", "--json"])
+    assert r.exit_code == 0, r.output
+    assert {"fifo", "hetero_srpt"} <= {p["policy"] for p in json.loads(r.stdout)}
+
+
+def test_lessons_locality_json(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["lessons", "locality", "-t", "philly", "-c", "p40:64", "--limit",
+                            "60", "--thresholds", "0,never", "--out", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [row["threshold"] for row in data["rows"]] == ["0", "never"]
+    assert data["rows"][1]["threshold_s"] is None  # never: JSON has no infinity
+    assert str(tmp_path / "locality.csv") in data["files"]
