@@ -186,6 +186,10 @@ def cosim_cmd(
     compare: bool = typer.Option(True, "--compare/--no-compare", help="Also run training on "
                                  "the full cluster to measure the reservation's JCT cost."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulations."),
+    throughputs: str = typer.Option("gavel", "--throughputs", help="Training throughput "
+                                    "table: gavel (K80/P100/V100: training never uses the "
+                                    "A100s) or sia (T4/V100/A100/RTX), or a Gavel-layout JSON "
+                                    "file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Services on MIG slices, training on the rest: SLO attainment and training cost.
@@ -194,7 +198,7 @@ def cosim_cmd(
     -c a100-80gb:16,v100:32,t4:16 --gpus-per-server 8
     """
     from tessera.model.cluster import load_cluster
-    from tessera.perf.profiles import default_throughputs
+    from tessera.perf.tables import load_throughputs
     from tessera.sched.policy import make_policy
     from tessera.share.profiles import load_parvagpu_profiles
     from tessera.share.spec import load_services
@@ -206,7 +210,7 @@ def cosim_cmd(
     spec = load_services(services)
     table = load_parvagpu_profiles(profiles)
     full = load_cluster(cluster, gpus_per_server)
-    tput = default_throughputs()
+    tput = load_throughputs(throughputs)
     workload = read_trace(trace, limit=limit, throughputs=tput).workload
     r = cosimulate(
         spec.services, spec.rule, table, full, workload, policy=policy, service_gpu=spec.gpu,

@@ -15,6 +15,9 @@ from tessera.cli.settings_flags import settings_flags
 from tessera.sched.settings import SchedulerSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tessera.report.settings import Setting
     from tessera.sim.metrics import SimResult
 
 DEMO_CLUSTER = "v100:256,p100:128,k80:64"
@@ -56,6 +59,8 @@ def run_simulation(
 
     from tessera.model.cluster import load_cluster
     from tessera.perf.tables import load_throughputs
+    from tessera.report.rho import rho_note
+    from tessera.report.settings import run_settings
     from tessera.report.tables import comparison_table
     from tessera.sched.policy import make_policy
     from tessera.sim.batch import RunSpec, run_policies
@@ -93,13 +98,16 @@ def run_simulation(
             err.print(f"  [yellow]warning[/] no throughput profile for {', '.join(idle)} in "
                       f"{table.source}: no job of this trace can run there"
                       + ("; --throughputs sia covers them" if _sia_covers(idle) else ""))
-        eff = config.effective()
-        es = eff.scheduler
-        err.print(f"[bold]mode[/] {es.mode}, restore {es.migration_cost_s:.0f} s, "
-                  f"failure rate {eff.failures.job_failure_rate:.0%}, seed {eff.seed}"
-                  + (f", compat {eff.compat}" if eff.compat else "")
-                  + (f", mixed gangs (≥ {es.mixed_min_speed:.0%} of best speed)"
-                     if es.mixed_gangs else ""))
+    settings = run_settings(config, policies, trace=workload.name, jobs=len(workload),
+                            cluster=cluster.describe(), throughputs=table.source)
+    if not as_json:
+        shown = [s for s in settings if s.name not in ("trace", "cluster")]
+        for s in shown:
+            if s.value not in ("off", "none"):
+                err.print(f"[bold]{s.name}[/] {s.value}")
+        off = [s.name for s in shown if s.value in ("off", "none")]
+        if off:
+            err.print(f"[bold]off[/] {', '.join(off)}")
     spec = RunSpec(workload, cluster, config, table)
     with Progress(
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
@@ -113,7 +121,7 @@ def run_simulation(
         results = run_policies(spec, policies, workers=workers, progress=progress)
     out_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     report = _write_outputs(results, cluster.total_gpus, out_dir, plots, workload.name,
-                            cluster.describe(), config)
+                            cluster.describe(), settings)
     if as_json:
         payload = {
             "results": {r.policy: r.as_dict() for r in results},
@@ -129,6 +137,9 @@ def run_simulation(
         from tessera.report.tables import wait_split_table
 
         con.print(wait_split_table(results))
+        note = rho_note(results)
+        if note:
+            con.print(note)
         if config.scheduler.mixed_gangs:
             con.print("mixed gangs (GPU-hours held by jobs spanning flavors): " + ", ".join(
                 f"{r.policy} {r.extras.get('mixed_gpu_h', 0.0):.1f}" for r in results))
@@ -147,7 +158,7 @@ def _json_default(o: object) -> object:
 
 def _write_outputs(
     results: list[SimResult], total_gpus: int, out: Path, plots: bool, trace: str,
-    cluster: str, config: object,
+    cluster: str, settings: Sequence[Setting],
 ) -> Path | None:
     from tessera.report.files import write_run_files
 
@@ -167,7 +178,7 @@ def _write_outputs(
         plot_rho(results, out / "ftf_rho.png"),
     ]
     return write_html_report(results, images, out / "report.html",
-                             title=f"Tessera: {trace}", context=[f"cluster: {cluster}"])
+                             title=f"Tessera: {trace}", settings=settings)
 
 
 def register(app: typer.Typer) -> None:
