@@ -82,9 +82,11 @@ def locality(
     from rich.table import Table
 
     from tessera.lessons.locality import (
+        LOCALITY_COLUMNS,
         locality_sweep,
         parse_thresholds,
         threshold_label,
+        why_rows_tie,
         write_locality_outputs,
     )
     from tessera.report.tables import human_duration
@@ -102,9 +104,9 @@ def locality(
         _echo_json(title, [{"threshold": threshold_label(r.threshold_s), **asdict(r)}
                            for r in rows], paths)
         return
-    t = Table("locality wait", "avg queue", "multi-GPU queue", "fragmentation", "capacity",
-              "avg JCT", "multi-GPU JCT", "util", "useful util", "split GPU-h",
-              "split slowdown GPU-h", "never started", title=title, header_style="bold")
+    t = Table(*(h for h, _m in LOCALITY_COLUMNS), title=title, header_style="bold",
+              caption="\n".join(f"{h}: {m}" for h, m in LOCALITY_COLUMNS),
+              caption_justify="left")
     for r in rows:
         t.add_row(threshold_label(r.threshold_s), human_duration(r.avg_queue_s),
                   human_duration(r.avg_queue_multi_s),
@@ -115,6 +117,9 @@ def locality(
                   f"{r.split_slowdown_gpu_h:,.0f}", str(r.never_started))
     con = Console(width=200)
     con.print(t)
+    tie = why_rows_tie(rows, w, c)
+    if tie:
+        con.print(tie)
     con.print("wrote " + ", ".join(str(p) for p in paths))
 
 

@@ -53,6 +53,10 @@ TOKEN = typer.Option(None, "--token", envvar="TESSERA_TOKEN", show_default=False
 STATE = typer.Option(Path.home() / ".tessera", "--state",
                      help="State directory of the live service (job store, tenancy, runs).")
 
+THROUGHPUTS = typer.Option("gavel", "--throughputs", help="Training throughput table: gavel "
+                           "(K80/P100/V100), sia (T4/V100/A100/RTX, for modern-mixed), or a "
+                           "Gavel-layout JSON file.")
+
 GPU_HELP = "MIG-capable GPU model, e.g. A100-80GB or H100-80GB (`share layouts` lists them)."
 PRE_R510 = typer.Option(False, "--pre-r510", help="Driver older than R510 (fewer layouts).")
 PROFILES = typer.Option(None, "--profiles", help="ParvaGPU-format profile folder (default: "

@@ -26,6 +26,7 @@ from tessera.cli.options import (
     PRE_R510,
     PROFILES,
     SEED,
+    THROUGHPUTS,
     TRAFFIC_S,
     deprecated_alias,
     prefer,
@@ -212,12 +213,13 @@ def cosim_cmd(
     compare: bool = typer.Option(True, "--compare/--no-compare", help="Also run training on "
                                  "the full cluster to measure the reservation's JCT cost."),
     seed: int = SEED,
+    throughputs: str = THROUGHPUTS,
     as_json: bool = JSON,
     old_serve_seconds: float | None = deprecated_alias("--serve-seconds", "--traffic-s"),
 ) -> None:
     """Services on MIG slices, training on the rest: SLO attainment and training cost."""
     from tessera.model.cluster import load_cluster
-    from tessera.perf.profiles import default_throughputs
+    from tessera.perf.tables import load_throughputs
     from tessera.sched.policy import make_policy
     from tessera.share.profiles import load_parvagpu_profiles
     from tessera.share.spec import load_services
@@ -232,7 +234,7 @@ def cosim_cmd(
     spec = load_services(services)
     table = load_parvagpu_profiles(profiles)
     full = load_cluster(cluster, gpus_per_server)
-    tput = default_throughputs()
+    tput = load_throughputs(throughputs)
     workload = read_trace(trace, limit=limit, throughputs=tput).workload
     r = cosimulate(
         spec.services, spec.rule, table, full, workload, policy=policy, service_gpu=spec.gpu,

@@ -11,11 +11,22 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tessera.cli.options import CLUSTER_HELP, GPUS_PER_SERVER, JSON, LIMIT, RUN_OUT, SEED
+from tessera.cli.options import (
+    CLUSTER_HELP,
+    GPUS_PER_SERVER,
+    JSON,
+    LIMIT,
+    RUN_OUT,
+    SEED,
+    THROUGHPUTS,
+)
 from tessera.cli.settings_flags import settings_flags
 from tessera.sched.settings import SchedulerSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tessera.report.settings import Setting
     from tessera.sim.metrics import SimResult
 
 DEMO_CLUSTER = "v100:256,p100:128,k80:64"
@@ -57,6 +68,8 @@ def run_simulation(
 
     from tessera.model.cluster import load_cluster
     from tessera.perf.tables import load_throughputs
+    from tessera.report.rho import rho_note
+    from tessera.report.settings import run_settings
     from tessera.report.tables import comparison_table
     from tessera.sched.policy import make_policy
     from tessera.sim.batch import RunSpec, run_policies
@@ -94,13 +107,16 @@ def run_simulation(
             err.print(f"  [yellow]warning[/] no throughput profile for {', '.join(idle)} in "
                       f"{table.source}: no job of this trace can run there"
                       + ("; --throughputs sia covers them" if _sia_covers(idle) else ""))
-        eff = config.effective()
-        es = eff.scheduler
-        err.print(f"[bold]mode[/] {es.mode}, restore {es.migration_cost_s:.0f} s, "
-                  f"failure rate {eff.failures.job_failure_rate:.0%}, seed {eff.seed}"
-                  + (f", compat {eff.compat}" if eff.compat else "")
-                  + (f", mixed gangs (≥ {es.mixed_min_speed:.0%} of best speed)"
-                     if es.mixed_gangs else ""))
+    settings = run_settings(config, policies, trace=workload.name, jobs=len(workload),
+                            cluster=cluster.describe(), throughputs=table.source)
+    if not as_json:
+        shown = [s for s in settings if s.name not in ("trace", "cluster")]
+        for s in shown:
+            if s.value not in ("off", "none"):
+                err.print(f"[bold]{s.name}[/] {s.value}")
+        off = [s.name for s in shown if s.value in ("off", "none")]
+        if off:
+            err.print(f"[bold]off[/] {', '.join(off)}")
     spec = RunSpec(workload, cluster, config, table)
     with Progress(
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
@@ -114,7 +130,7 @@ def run_simulation(
         results = run_policies(spec, policies, workers=workers, progress=progress)
     out_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     report = _write_outputs(results, cluster.total_gpus, out_dir, plots, workload.name,
-                            cluster.describe(), config)
+                            cluster.describe(), settings)
     if as_json:
         payload = {
             "results": {r.policy: r.as_dict() for r in results},
@@ -130,6 +146,9 @@ def run_simulation(
         from tessera.report.tables import wait_split_table
 
         con.print(wait_split_table(results))
+        note = rho_note(results)
+        if note:
+            con.print(note)
         if config.scheduler.mixed_gangs:
             con.print("mixed gangs (GPU-hours held by jobs spanning flavors): " + ", ".join(
                 f"{r.policy} {r.extras.get('mixed_gpu_h', 0.0):.1f}" for r in results))
@@ -148,7 +167,7 @@ def _json_default(o: object) -> object:
 
 def _write_outputs(
     results: list[SimResult], total_gpus: int, out: Path, plots: bool, trace: str,
-    cluster: str, config: object,
+    cluster: str, settings: Sequence[Setting],
 ) -> Path | None:
     from tessera.report.files import write_run_files
 
@@ -168,7 +187,7 @@ def _write_outputs(
         plot_rho(results, out / "ftf_rho.png"),
     ]
     return write_html_report(results, images, out / "report.html",
-                             title=f"Tessera: {trace}", context=[f"cluster: {cluster}"])
+                             title=f"Tessera: {trace}", settings=settings)
 
 
 def register(app: typer.Typer) -> None:
@@ -208,9 +227,7 @@ def register(app: typer.Typer) -> None:
         limit: int | None = LIMIT,
         on_error: str = typer.Option("raise", help="raise | skip malformed trace rows "
                                      "(skipped rows are counted and listed)."),
-        throughputs: str = typer.Option("gavel", help="Throughput table: gavel (K80/P100/"
-                                        "V100), sia (T4/V100/A100/RTX, for modern-mixed), "
-                                        "or a Gavel-layout JSON file."),
+        throughputs: str = THROUGHPUTS,
         out: Path | None = RUN_OUT,
         workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
         json_out: bool = JSON,

@@ -31,6 +31,25 @@ from tessera.sim.engine import simulate
 
 DEFAULT_THRESHOLDS_S: tuple[float, ...] = (0.0, 300.0, 1800.0, 7200.0, math.inf)
 
+#: The sweep's table, column by column: (header, what it measures). The CLI prints the
+#: meanings under the table.
+LOCALITY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("locality wait", "how long a gang waits for one server before it may be split"),
+    ("start wait", "mean first start − submission, jobs that started"),
+    ("multi-GPU start wait", "the same, gangs of 2 GPUs or more"),
+    ("fragmentation", "mean time per job pending with enough GPUs free, but not on one "
+     "server (every pending spell)"),
+    ("capacity", "mean time per job pending while other jobs held the GPUs"),
+    ("avg JCT", "mean completion time (finish − submission), jobs that succeeded"),
+    ("multi-GPU JCT", "the same, gangs of 2 GPUs or more"),
+    ("util", "GPU-time held by jobs ÷ (GPUs × makespan)"),
+    ("useful util", "the same, minus the split slowdown"),
+    ("split GPU-h", "GPU-hours held by gangs split across servers"),
+    ("split slowdown GPU-h", "the part of those that one server would have saved (split "
+     "gangs run at the profiles' unconsolidated speed)"),
+    ("never started", "jobs still waiting when the run ended"),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class LocalityRow:
@@ -125,6 +144,45 @@ def locality_sweep(
                               for j in r.jobs),
         ))
     return rows
+
+
+def _outcome(row: LocalityRow) -> tuple[object, ...]:
+    """Everything a run measured, without the threshold that set it up."""
+    return tuple(v for k, v in asdict(row).items() if k != "threshold_s")
+
+
+def why_rows_tie(rows: Sequence[LocalityRow], workload: Workload, cluster: ClusterSpec,
+                 ) -> str | None:
+    """Why every threshold gave the same result, in words; ``None`` when the runs differ.
+
+    A threshold matters only while a gang waits for one server with enough GPUs free. On a
+    lightly loaded cluster that never happens: every gang that fits in a server finds one at
+    once, and gangs larger than any server are split at once whatever the threshold (the
+    decision core never asks them for locality), so all runs are the same run.
+    """
+    if len(rows) < 2 or any(_outcome(r) != _outcome(rows[0]) for r in rows[1:]):
+        return None
+    first = rows[0]
+    text = f"All {len(rows)} thresholds give the same result"
+    if first.wait_fragmentation_s_mean > 0:
+        return text + "."
+    text += (": no gang ever waited for locality (fragmentation wait 0 in every run). At this "
+             f"load (GPUs held {100 * first.utilization:.1f} % of the time) every gang that "
+             "fits in one server finds a free one at once, so the wait never starts")
+    largest = cluster.max_gpus_per_node()
+    big = sorted({j.num_gpus for j in workload.jobs if j.num_gpus > largest})
+    if big:
+        n = sum(j.num_gpus > largest for j in workload.jobs)
+        sizes = ", ".join(str(g) for g in big)
+        gangs = "the gang" if n == 1 else f"the {n} gangs"
+        text += (f"; {gangs} larger than any server ({sizes} GPUs; servers hold at most "
+                 f"{largest}) {'is' if n == 1 else 'are'} split at once whatever the "
+                 "threshold")
+        if any(math.isinf(r.threshold_s) for r in rows) and first.split_gpu_h > 0:
+            # (with "never" no other gang is ever split, and every run is that run)
+            text += f": all {first.split_gpu_h:,.0f} split GPU-hours are theirs"
+    return text + (". To see the trade-off, load the cluster more: fewer GPUs (the Philly week "
+                   "on -c p40:512, 64 servers of 8) or a higher --arrival-scale.")
 
 
 def write_locality_outputs(rows: Sequence[LocalityRow], out: Path, title: str = "") -> list[Path]:

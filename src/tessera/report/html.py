@@ -1,65 +1,158 @@
-"""One self-contained HTML report: the comparison table and every plot, images inlined."""
+"""One self-contained HTML report: the run's settings, the comparison tables with what every
+column means, how to read ρ, the notes, and every plot with its caption, images inlined."""
 
 from __future__ import annotations
 
 import base64
 import html
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tessera.report.tables import _COLUMNS, WAIT_COLUMNS, _fmt
+from tessera.report.rho import SHORT_JOB_S, rho_by_length
+from tessera.report.settings import Setting, decides_in_rounds
+from tessera.report.tables import (
+    BEST_MARK,
+    COLUMNS,
+    MARKS,
+    RATIO_HEADER,
+    WAIT_COLUMNS,
+    Column,
+    best_avg_jct,
+    fmt,
+    human_duration,
+    jct_ratio,
+)
 from tessera.sim.metrics import SimResult
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}th,td{padding:4px 10px;border-bottom:1px solid #ddd}
 td{text-align:right}td:first-child{text-align:left}th{background:#f3f3f3}
-.best{font-weight:bold;color:#0a6}img{max-width:100%;margin:1em 0}code{background:#f3f3f3}
+table.settings td{text-align:left}dl{font-size:90%}dt{font-weight:bold;float:left;
+margin-right:.5em}dd{margin:0 0 .3em 0}
+.best{font-weight:bold;color:#0a6}img{max-width:100%;margin:1em 0 0}code{background:#f3f3f3}
+figcaption{font-size:90%;color:#555}
 """
+
+#: What each plot shows, by the stem of its file (plots not listed get no caption).
+CAPTIONS: dict[str, str] = {
+    "jct_cdf": "Share of jobs finished within a given time of their submission (log scale), "
+               "jobs that succeeded.",
+    "utilization_queue": "Share of GPUs held by jobs, and jobs waiting, every sample period; "
+                         "the time axis ends when the last job ends in any policy.",
+    "ftf_rho": "Distribution of finish-time fairness ρ (log scale); left of the dashed line "
+               "(ρ ≤ 1) a job finished no later than alone on its fastest flavor.",
+}
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _legend(columns: Sequence[Column], marks: Sequence[tuple[str, str]] = ()) -> str:
+    items = [(c.header, c.meaning) for c in columns] + list(marks)
+    return "<dl>" + "".join(f"<dt>{_e(h)}</dt><dd>{_e(m)}</dd>" for h, m in items) + "</dl>"
+
+
+def _comparison(results: Sequence[SimResult]) -> str:
+    best = best_avg_jct(results)
+    head = "".join(f"<th>{_e(c.header)}</th>" for c in COLUMNS)
+    rows = []
+    for r in results:
+        d = r.as_dict()
+        ratio = jct_ratio(r, best)
+        is_best = ratio == 1.0
+        name = r.policy + (f" {BEST_MARK}" if is_best else "")
+        cells = "".join(f"<td>{_e(fmt(d[c.key], c.kind))}</td>" for c in COLUMNS)
+        rows.append(f"<tr{' class=best' if is_best else ''}><td>{_e(name)}</td>{cells}"
+                    f"<td>{ratio:.2f}×</td></tr>")
+    return (f"<h2>Comparison</h2><table><tr><th>policy</th>{head}<th>{_e(RATIO_HEADER)}</th>"
+            f"</tr>{''.join(rows)}</table>{_legend(COLUMNS, MARKS)}")
+
+
+def _waits(results: Sequence[SimResult]) -> str:
+    head = "".join(f"<th>{_e(c.header)}</th>" for c in WAIT_COLUMNS)
+    rows = "".join(
+        f"<tr><td>{_e(r.policy)}</td>"
+        + "".join(f"<td>{_e(fmt(r.as_dict()[c.key], c.kind))}</td>" for c in WAIT_COLUMNS)
+        + "</tr>"
+        for r in results
+    )
+    jobs = results[0].summary.jobs if results else 0
+    gavel = (" Under <code>--compat gavel</code> (Gavel's own loop) time pending is not "
+             "recorded and shows 0." if any(r.config.compat for r in results) else "")
+    return (
+        "<h2>Time pending, by reason</h2><p><b>start wait</b> counts only the wait before a "
+        "job's first run; <b>pending</b> counts every spell, also after preemptions and "
+        "failures, so a preemptive policy can start every job at once (start wait 0) and still "
+        f"keep jobs pending for hours. Means over all {jobs:,} jobs; the four reasons add up to "
+        f"<b>pending</b>.{gavel}</p>"
+        f"<table><tr><th>policy</th>{head}</tr>{rows}</table>{_legend(WAIT_COLUMNS)}"
+    )
+
+
+def _rho(results: Sequence[SimResult]) -> str:
+    splits = rho_by_length(results)
+    rows = "".join(
+        f"<tr><td>{_e(s.policy)}</td><td>{fmt(s.p95_all, 'num')}</td>"
+        f"<td>{fmt(s.p95_short, 'num')}</td><td>{fmt(s.p95_long, 'num')}</td></tr>"
+        for s in splits
+    )
+    short = human_duration(SHORT_JOB_S)
+    counts = (f" ({splits[0].short_jobs:,} of {splits[0].jobs:,} jobs here are short)"
+              if splits else "")
+    rounds = [r.policy for r in results if decides_in_rounds(r.config, r.policy)]
+    cadence = (" Policies that decide in rounds (here: "
+               f"{', '.join(rounds)}, every {results[0].config.scheduler.round_s:g} s) make "
+               "a new job wait for the next round, which for a job of a few minutes is most of "
+               "its ρ." if rounds else "")
+    ftf = (" <code>finish_time_fairness</code> does not minimise this ρ: at each "
+           "reallocation it minimises the worst ρ of the jobs present, measured against an "
+           "equal time share of every flavor among them (Gavel, Themis), blind to the wait "
+           "before the next round. Compare it on the longer jobs."
+           if any(r.policy.startswith("finish_time_fairness") for r in results) else "")
+    return (
+        "<h2>Reading ρ</h2><p>Finish-time fairness ρ = JCT ÷ the job's <i>ideal time</i>: "
+        "how long it runs alone on its fastest flavor, or on a 1/N share of the cluster when "
+        "that share (N = average number of active jobs during its life) is smaller than its "
+        "gang. ρ = 1: as fast as alone; ρ = 3: three times as long. Every second of waiting "
+        f"counts, so a short job that waits at all gets a large ρ{counts}.{cadence}{ftf}</p>"
+        f"<table><tr><th>policy</th><th>ρ p95, all jobs</th><th>ρ p95, jobs under {short} alone"
+        f"</th><th>ρ p95, jobs of {short} or more</th></tr>{rows}</table>"
+    )
+
+
+def _settings(settings: Sequence[Setting]) -> str:
+    if not settings:
+        return ""
+    rows = "".join(f"<tr><td>{_e(s.name)}</td><td>{_e(s.value)}</td></tr>" for s in settings)
+    return f"<h2>Settings</h2><table class=settings>{rows}</table>"
+
+
+def _figure(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    caption = CAPTIONS.get(path.stem)
+    return (f'<figure><img alt="{_e(path.stem)}" src="data:image/png;base64,{data}">'
+            + (f"<figcaption>{_e(caption)}</figcaption>" if caption else "") + "</figure>")
 
 
 def write_html_report(
     results: Sequence[SimResult], images: Sequence[Path], path: Path, title: str,
-    context: Sequence[str] = (),
+    context: Sequence[str] = (), settings: Sequence[Setting] = (),
 ) -> Path:
-    """Write the report to ``path`` and return it."""
-    best = min((r.summary.avg_jct_s for r in results if math.isfinite(r.summary.avg_jct_s)),
-               default=math.nan)
-    head = "".join(f"<th>{html.escape(h)}</th>" for h, _k, _f in _COLUMNS)
-    rows = []
-    for r in results:
-        d = r.as_dict()
-        cls = ' class="best"' if r.summary.avg_jct_s == best else ""
-        cells = "".join(f"<td>{html.escape(_fmt(d[k], f))}</td>" for _h, k, f in _COLUMNS)
-        rows.append(f"<tr{cls}><td>{html.escape(r.policy)}</td>{cells}</tr>")
-    whead = "".join(f"<th>{html.escape(h)}</th>" for h, _k, _f in WAIT_COLUMNS)
-    wrows = "".join(
-        f"<tr><td>{html.escape(r.policy)}</td>"
-        + "".join(f"<td>{html.escape(_fmt(r.as_dict()[k], f))}</td>" for _h, k, f in WAIT_COLUMNS)
-        + "</tr>"
-        for r in results
+    """Write the report to ``path`` and return it: ``settings`` (what the run used, see
+    :func:`tessera.report.settings.run_settings`), then the tables with their legends, how to
+    read ρ, the runs' notes and the ``images``; ``context`` lines go under the title."""
+    ctx = "".join(f"<li>{_e(c)}</li>" for c in context)
+    notes = "".join(f"<li>{_e(r.policy)}: {_e(n)}</li>" for r in results for n in r.notes)
+    body = (
+        (f"<ul>{ctx}</ul>" if ctx else "") + _settings(settings) + _comparison(results)
+        + _waits(results) + _rho(results)
+        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
+        + "".join(_figure(p) for p in images)
     )
-    waits = (
-        "<h2>Queueing delay by reason</h2><p>Mean per job and total job-hours waiting: "
-        "<b>quota</b> (fair-share delay: the tenant queue is at its quota), <b>capacity</b> "
-        "(others hold the GPUs), <b>fragmentation</b> (enough GPUs are free, but not with the "
-        "locality the gang needs).</p>"
-        f"<table><tr><th>policy</th>{whead}</tr>{wrows}</table>"
-    )
-    imgs = "".join(
-        f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}">'
-        for p in images
-    )
-    ctx = "".join(f"<li>{html.escape(c)}</li>" for c in context)
-    notes = "".join(f"<li>{html.escape(r.policy)}: {html.escape(n)}</li>"
-                    for r in results for n in r.notes)
-    if notes:
-        waits += f"<h2>Notes</h2><ul>{notes}</ul>"
     path.write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><ul>{ctx}</ul>"
-        f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>{waits}{imgs}</body></html>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>{_e(title)}</h1>{body}</body></html>"
     )
     return path

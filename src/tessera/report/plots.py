@@ -52,14 +52,37 @@ def plot_jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
     return _cdf_plot(series, path, "job completion time (hours, log scale)", "JCT distribution")
 
 
+def first_submission_s(results: Sequence[SimResult]) -> float:
+    """The earliest submission of any job in ``results`` (time 0 of the time axes)."""
+    return min((j.submit_s for r in results for j in r.jobs), default=0.0)
+
+
+def time_axis_limit_h(results: Sequence[SimResult]) -> float:
+    """Where the time axis ends: hours from the first submission to the last moment any
+    policy had a job running or waiting -- the last job's end, or a later sample that still
+    shows work (a run stopped at its horizon with jobs left).
+
+    The samples alone would run further: a run's clock also passes the predicted completions
+    of runs that were stopped before them (preempted or moved gangs), and the idle samples it
+    takes on the way can reach far past the last finish (the Philly demo: ~1,980 h of samples
+    for a last finish at 706 h).
+    """
+    start = first_submission_s(results)
+    ends = [j.finish_s for r in results for j in r.jobs if j.finish_s is not None]
+    ends += [s.time_s for r in results for s in r.samples if s.busy_gpus or s.queued_jobs]
+    return max((e - start for e in ends), default=0.0) / 3600.0
+
+
 def plot_timeseries(results: Sequence[SimResult], total_gpus: int, path: Path) -> Path:
-    """GPU utilization and queue length over time, one line per policy."""
+    """GPU utilization and queue length over time, one line per policy, from the first
+    submission to the last job's end (:func:`time_axis_limit_h`)."""
     plt = _plt()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.4), sharex=True)
+    start = first_submission_s(results)
     for r in results:
         if not r.samples:
             continue
-        t = np.array([s.time_s for s in r.samples]) / 3600.0
+        t = (np.array([s.time_s for s in r.samples]) - start) / 3600.0
         busy = np.array([s.busy_gpus for s in r.samples]) / max(total_gpus, 1)
         queued = np.array([s.queued_jobs for s in r.samples])
         top.plot(t, 100 * busy, label=r.policy, lw=1)
@@ -69,6 +92,9 @@ def plot_timeseries(results: Sequence[SimResult], total_gpus: int, path: Path) -
     top.grid(alpha=0.3)
     bottom.set_ylabel("jobs waiting")
     bottom.set_xlabel("time since first submission (hours)")
+    limit = time_axis_limit_h(results)
+    if limit > 0:
+        bottom.set_xlim(0, limit)
     bottom.grid(alpha=0.3)
     top.legend(fontsize=8)
     fig.tight_layout()

@@ -1,30 +1,87 @@
-"""Side-by-side comparison of simulation results, as a rich table and as plain rows."""
+"""Side-by-side comparison of simulation results, as rich tables with a legend under each.
+
+Every column says what it measures in :class:`Column.meaning`; the terminal tables print these
+as their caption and the HTML report as its legend, so the two never drift apart. The exact
+definitions live in :mod:`tessera.sim.metrics`.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from rich.table import Table
 
 from tessera.sim.metrics import SimResult
 
-#: (header, getter, format) for each column of the comparison table.
-_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("avg JCT", "avg_jct_s", "dur"),
-    ("p50 JCT", "p50_jct_s", "dur"),
-    ("p99 JCT", "p99_jct_s", "dur"),
-    ("avg queue", "avg_queue_delay_s", "dur"),
-    ("makespan", "makespan_s", "dur"),
-    ("util", "utilization", "pct"),
-    ("FTF ρ p95", "ftf_rho_p95", "num"),
-    ("preempt", "preemptions", "int"),
-    ("done", "succeeded", "int"),
-    ("wall", "wall_s", "sec"),
+Kind = Literal["dur", "pct", "int", "sec", "num"]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a comparison table: its header, the ``SimResult.as_dict`` key it shows,
+    how the value is formatted (a duration, a percentage ...), and what it measures."""
+
+    header: str
+    key: str
+    kind: Kind
+    meaning: str
+
+
+#: The comparison table, one row per policy.
+COLUMNS: tuple[Column, ...] = (
+    Column("avg JCT", "avg_jct_s", "dur",
+           "mean job completion time (finish − submission), jobs that succeeded"),
+    Column("p50 JCT", "p50_jct_s", "dur", "median JCT"),
+    Column("p99 JCT", "p99_jct_s", "dur", "99th percentile of JCT"),
+    Column("start wait", "avg_queue_delay_s", "dur",
+           "mean wait before the first start (first start − submission), jobs that started; "
+           "waits after preemptions are in the next table"),
+    Column("makespan", "makespan_s", "dur", "last finish − first submission"),
+    Column("util", "utilization", "pct",
+           "GPU utilization: GPU-time held by jobs ÷ (GPUs × makespan)"),
+    Column("FTF ρ p95", "ftf_rho_p95", "num",
+           "95th percentile of finish-time fairness ρ = JCT ÷ ideal time (alone on its "
+           "fastest flavor, or on a 1/N share of the cluster if that is smaller than its "
+           "gang); 1 = as fast as alone, lower is fairer"),
+    Column("preempt", "preemptions", "int",
+           "preemptions, each charged a checkpoint and a restore"),
+    Column("done", "succeeded", "int", "jobs that succeeded"),
+    Column("wall", "wall_s", "sec", "real time the simulation of this policy took"),
+)
+
+#: Marks of the comparison table that are not columns of the metrics.
+RATIO_HEADER = "JCT ÷ best"
+BEST_MARK = "★"
+MARKS: tuple[tuple[str, str], ...] = (
+    (RATIO_HEADER, "avg JCT ÷ the lowest avg JCT among the policies compared"),
+    (BEST_MARK, "the policy with the lowest avg JCT"),
+)
+
+#: Where the time pending went, one row per policy (means over all jobs).
+WAIT_COLUMNS: tuple[Column, ...] = (
+    Column("start wait", "avg_queue_delay_s", "dur",
+           "mean first start − submission, jobs that started (as in the table above)"),
+    Column("pending", "pending_s_mean", "dur",
+           "mean time pending over all spells: before the first start and again after each "
+           "preemption or failure; the next four columns add up to it"),
+    Column("quota", "wait_quota_s_mean", "dur",
+           "fair-share delay: the job's tenant queue is at its quota"),
+    Column("capacity", "wait_capacity_s_mean", "dur",
+           "not enough free GPUs of an allowed flavor: other jobs hold them"),
+    Column("fragmentation", "wait_fragmentation_s_mean", "dur",
+           "enough GPUs are free, but not on one server as the gang needs"),
+    Column("awaiting decision", "wait_decision_s_mean", "dur",
+           "pending before the scheduler's next decision looked at the job: in rounds mode, "
+           "a job that arrives (or retries after a failure) between rounds waits for the next "
+           "round"),
+    Column("pending job-h", "pending_h", "num", "total job-hours pending (mean × jobs)"),
 )
 
 
-def human_duration(seconds: float) -> str:
+def human_duration(seconds: float | None) -> str:
     """``5400`` → ``1.5 h``; keeps three significant figures."""
     if seconds is None or not math.isfinite(seconds):
         return "–"
@@ -34,7 +91,8 @@ def human_duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def _fmt(value: object, kind: str) -> str:
+def fmt(value: object, kind: Kind) -> str:
+    """``value`` as a column of ``kind`` shows it (``–`` for a missing or infinite value)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     assert isinstance(value, int | float)
@@ -46,48 +104,66 @@ def _fmt(value: object, kind: str) -> str:
         return f"{int(value):,}"
     if kind == "sec":
         return f"{float(value):.1f} s"
-    return f"{float(value):.2f}"
+    return f"{float(value):,.2f}"
+
+
+def best_avg_jct(results: Sequence[SimResult]) -> float:
+    """The lowest finite average JCT among ``results`` (NaN when none finished a job)."""
+    return min((r.summary.avg_jct_s for r in results if math.isfinite(r.summary.avg_jct_s)),
+               default=math.nan)
+
+
+def jct_ratio(result: SimResult, best: float) -> float:
+    """``result``'s average JCT over ``best`` (NaN when either is missing)."""
+    return result.summary.avg_jct_s / best if best and math.isfinite(best) else math.nan
+
+
+def legend(columns: Sequence[Column], marks: Sequence[tuple[str, str]] = ()) -> str:
+    """One line per column (and per mark): ``header: meaning``."""
+    return "\n".join([f"{c.header}: {c.meaning}" for c in columns]
+                     + [f"{m}: {meaning}" for m, meaning in marks])
+
+
+def _table(title: str, caption: str) -> Table:
+    return Table(title=title or None, caption=caption, caption_justify="left",
+                 header_style="bold")
 
 
 def comparison_table(results: Sequence[SimResult], title: str = "") -> Table:
-    """One row per policy; the best average JCT is marked, ratios are against it."""
-    best = min((r.summary.avg_jct_s for r in results if math.isfinite(r.summary.avg_jct_s)),
-               default=math.nan)
-    table = Table(title=title or None, header_style="bold")
+    """One row per policy, its legend as the caption; the best average JCT is starred and
+    every policy's average JCT is also given as a ratio to it."""
+    best = best_avg_jct(results)
+    table = _table(title, legend(COLUMNS, MARKS))
     table.add_column("policy")
-    for header, _key, _kind in _COLUMNS:
-        table.add_column(header, justify="right")
-    table.add_column("JCT ÷ best", justify="right")
+    for c in COLUMNS:
+        table.add_column(c.header, justify="right")
+    table.add_column(RATIO_HEADER, justify="right")
     for r in results:
         d = r.as_dict()
-        ratio = r.summary.avg_jct_s / best if best and math.isfinite(best) else math.nan
-        name = r.policy + (" ★" if ratio == 1.0 else "")
-        table.add_row(name, *(_fmt(d[k], kind) for _h, k, kind in _COLUMNS), f"{ratio:.2f}×")
+        ratio = jct_ratio(r, best)
+        name = r.policy + (f" {BEST_MARK}" if ratio == 1.0 else "")
+        table.add_row(name, *(fmt(d[c.key], c.kind) for c in COLUMNS), f"{ratio:.2f}×")
     return table
 
 
-#: (header, key, format) of the queueing-delay split (the Philly study's causes of waiting).
-WAIT_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("avg queue", "avg_queue_delay_s", "dur"),
-    ("quota (fair-share)", "wait_quota_s_mean", "dur"),
-    ("capacity", "wait_capacity_s_mean", "dur"),
-    ("fragmentation", "wait_fragmentation_s_mean", "dur"),
-    ("quota h", "wait_quota_h", "num"),
-    ("capacity h", "wait_capacity_h", "num"),
-    ("fragmentation h", "wait_fragmentation_h", "num"),
-)
+def wait_caption(results: Sequence[SimResult]) -> str:
+    """What the waiting table's numbers are means of, and what it cannot show."""
+    jobs = results[0].summary.jobs if results else 0
+    text = f"Means over all {jobs:,} jobs.\n" + legend(WAIT_COLUMNS)
+    if any(r.config.compat == "gavel" for r in results):
+        text += "\nUnder --compat gavel (Gavel's own loop) time pending is not recorded: 0."
+    return text
 
 
 def wait_split_table(results: Sequence[SimResult], title: str = "") -> Table:
-    """Why jobs waited: mean per job and total job-hours, by reason (quota, capacity,
-    fragmentation). Waits after preemptions and failures count too, so the three can add up
-    to more than the queueing delay (first start − submission)."""
-    table = Table(title=title or "queueing delay by reason (mean per job; total job-hours)",
-                  header_style="bold")
+    """Why jobs waited: time pending per job over all its spells, split by reason. The first
+    column repeats the comparison's *start wait*, which counts only the spell before the
+    first run, so a preemptive policy can show 0 there and hours of pending."""
+    table = _table(title or "time pending, by reason (mean per job)", wait_caption(results))
     table.add_column("policy")
-    for header, _key, _kind in WAIT_COLUMNS:
-        table.add_column(header, justify="right")
+    for c in WAIT_COLUMNS:
+        table.add_column(c.header, justify="right")
     for r in results:
         d = r.as_dict()
-        table.add_row(r.policy, *(_fmt(d[k], kind) for _h, k, kind in WAIT_COLUMNS))
+        table.add_row(r.policy, *(fmt(d[c.key], c.kind) for c in WAIT_COLUMNS))
     return table

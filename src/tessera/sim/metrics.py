@@ -1,17 +1,31 @@
 """What a simulation produces: per-job records, time series and the summary people compare.
 
-Definitions (DESIGN.md vocabulary):
+Definitions (DESIGN.md vocabulary). Each names the jobs it averages over, because they differ:
 
 * **JCT** = completion − submission, over jobs that succeeded.
-* **Queueing delay** = first start − submission; the time a job spends waiting (including after
-  preemptions and failures) is also split by reason: *quota* (fair-share delay), *capacity*
-  (others hold the GPUs) and *fragmentation* (GPUs free, but not with the locality needed).
+* **Queueing delay** (the table's *start wait*) = first start − submission, averaged over jobs
+  that started. It is the wait *before the first run* only: a preemptive policy such as ``las``
+  starts every job at once (0 s) and makes it wait later, after preemptions.
+* **Time pending** = every spell a job spends waiting: before its first start and again after
+  each preemption, failure retry or validation run; averaged over *all* jobs. It is split by
+  reason, exactly: ``pending = quota + capacity + fragmentation + awaiting decision``.
+  *Quota* (fair-share delay: the tenant queue is at its quota), *capacity* (others hold the
+  GPUs) and *fragmentation* (GPUs free, but not with the locality needed) are the reasons the
+  decision core gives a waiting job; *awaiting decision* is the time before any decision looked
+  at it -- in rounds mode, a job that arrives (or retries after a failure) between rounds waits
+  for the next round (up to ``round_s``) with no reason yet. (Gavel's own loop,
+  ``compat="gavel"``, records neither.)
 * **Makespan** = last completion − first submission.
 * **GPU utilization** = busy GPU-seconds / (GPUs × makespan), overall and per flavor. A GPU is
   busy while a job holds it (restores included).
-* **Finish-time fairness ρ** = JCT / T_id, where T_id is the job's isolated duration on its
-  fastest flavor, stretched when its fair share (GPUs / average number of active jobs during
-  its life) is smaller than its gang: ``T_id = iso × max(1, g / (G / N_avg))``.
+* **Finish-time fairness ρ** = JCT / T_id, over jobs that succeeded, where the *ideal time*
+  T_id is the job's isolated duration on its fastest flavor, stretched when its fair share
+  (GPUs / average number of active jobs during its life) is smaller than its gang:
+  ``T_id = iso × max(1, g / (G / N_avg))``. ρ = 1: as fast as alone on the best GPUs;
+  ρ = 3: three times as long. Every second of waiting counts, so a job of a few minutes that
+  waits for the next round has a large ρ. This is *not* the ρ that ``finish_time_fairness``
+  minimises: the policy measures ρ against an equal time share of every flavor among the jobs
+  present at each reallocation (Gavel, Themis), which makes slower flavors look fair.
 * **GPU-hours lost to failures** = work since the last checkpoint plus restore time of failed
   runs, times the gang size.
 """
@@ -58,11 +72,14 @@ class JobRecord:
     wait_quota_s: float
     wait_capacity_s: float
     wait_fragmentation_s: float
+    wait_decision_s: float
+    pending_s: float
     preemptions: int
     migrations: int
     failures: int
     lost_gpu_h: float
     ftf_rho: float | None
+    ideal_s: float | None
     gpu_s_by_flavor: str
     reason: str = ""
 
@@ -81,6 +98,7 @@ class Summary:
     p95_jct_s: float
     p99_jct_s: float
     avg_queue_delay_s: float
+    """Mean first start − submission over jobs that started (the table's *start wait*)."""
     makespan_s: float
     utilization: float
     utilization_by_flavor: Mapping[str, float]
@@ -94,6 +112,9 @@ class Summary:
     wait_quota_h: float
     wait_capacity_h: float
     wait_fragmentation_h: float
+    wait_decision_h: float
+    pending_h: float
+    """Job-hours pending over all spells: the four ``wait_*_h`` add up to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +157,24 @@ class SimResult:
             "share_rho_above_1": s.share_rho_above_1, "preemptions": s.preemptions,
             "migrations": s.migrations, "gpu_hours_lost_to_failures": s.gpu_hours_lost_to_failures,
             "wait_quota_h": s.wait_quota_h, "wait_capacity_h": s.wait_capacity_h,
-            "wait_fragmentation_h": s.wait_fragmentation_h, "wall_s": self.wall_s,
+            "wait_fragmentation_h": s.wait_fragmentation_h,
+            "wait_decision_h": s.wait_decision_h, "pending_h": s.pending_h,
+            "wall_s": self.wall_s,
             "events": self.events, "events_per_s": self.events / max(self.wall_s, 1e-9),
             "decisions": self.decisions,
             "decide_ms_mean": 1e3 * self.decide_s / max(self.decisions, 1),
             "wait_quota_s_mean": s.wait_quota_h * 3600 / max(s.jobs, 1),
             "wait_capacity_s_mean": s.wait_capacity_h * 3600 / max(s.jobs, 1),
             "wait_fragmentation_s_mean": s.wait_fragmentation_h * 3600 / max(s.jobs, 1),
+            "wait_decision_s_mean": s.wait_decision_h * 3600 / max(s.jobs, 1),
+            "pending_s_mean": s.pending_h * 3600 / max(s.jobs, 1),
             **{k: v for k, v in sorted(self.extras.items())},
             "notes": list(self.notes),
         }
+
+
+_ROUNDING_S = 1e-6
+"""Differences of summed waits below this are float rounding, not time."""
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -185,11 +214,18 @@ def summarize(
     for j, iso in zip(jobs, iso_s, strict=True):
         out = _outcome(j)
         jct = j.finish_s - j.spec.submit_time_s if out == "succeeded" and j.finish_s else None
-        rho = None
+        rho = t_id = None
         if jct is not None and jct > 0 and math.isfinite(iso):
             n_avg = max(j.contention_s / jct, 1.0)
             t_id = iso * max(1.0, j.spec.num_gpus / (total_gpus / n_avg))
             rho = jct / t_id
+        waits = j.wait_by_kind
+        quota = waits.get(PendingKind.QUOTA, 0.0)
+        capacity = waits.get(PendingKind.CAPACITY, 0.0)
+        fragmentation = waits.get(PendingKind.FRAGMENTATION, 0.0)
+        explained = quota + capacity + fragmentation
+        pending = max(j.pending_s, explained)
+        undecided = pending - explained
         records.append(
             JobRecord(
                 job_id=j.spec.job_id, job_type=j.spec.job_type, num_gpus=j.spec.num_gpus,
@@ -197,11 +233,12 @@ def summarize(
                 first_start_s=j.first_start_s, finish_s=j.finish_s, jct_s=jct,
                 queue_delay_s=max(j.first_start_s - j.spec.submit_time_s, 0.0)
                 if j.first_start_s is not None else None,
-                wait_quota_s=j.wait_by_kind.get(PendingKind.QUOTA, 0.0),
-                wait_capacity_s=j.wait_by_kind.get(PendingKind.CAPACITY, 0.0),
-                wait_fragmentation_s=j.wait_by_kind.get(PendingKind.FRAGMENTATION, 0.0),
+                wait_quota_s=quota, wait_capacity_s=capacity,
+                wait_fragmentation_s=fragmentation,
+                wait_decision_s=undecided if undecided > _ROUNDING_S else 0.0,
+                pending_s=pending,
                 preemptions=j.preemptions, migrations=j.migrations, failures=j.attempts,
-                lost_gpu_h=j.lost_gpu_s / 3600.0, ftf_rho=rho,
+                lost_gpu_h=j.lost_gpu_s / 3600.0, ftf_rho=rho, ideal_s=t_id,
                 gpu_s_by_flavor=";".join(f"{f}={s:.0f}" for f, s in j.busy_gpu_s.items()),
                 reason=j.rejected or "",
             )
@@ -254,4 +291,6 @@ def _summary(
         wait_quota_h=sum(r.wait_quota_s for r in records) / 3600,
         wait_capacity_h=sum(r.wait_capacity_s for r in records) / 3600,
         wait_fragmentation_h=sum(r.wait_fragmentation_s for r in records) / 3600,
+        wait_decision_h=sum(r.wait_decision_s for r in records) / 3600,
+        pending_h=sum(r.pending_s for r in records) / 3600,
     )

@@ -35,6 +35,7 @@ class SimJob:
         "lost_gpu_s",
         "max_retries",
         "migrations",
+        "pending_s",
         "pending_since_s",
         "placement",
         "preemptions",
@@ -67,6 +68,9 @@ class SimJob:
         self.run_s: dict[str, float] = {}
         self.busy_gpu_s: dict[str, float] = {}
         self.pending_since_s = spec.submit_time_s
+        # Time pending over all pending spells (before the first start, after preemptions,
+        # retries and validation), booked when the job starts or the run ends.
+        self.pending_s = 0.0
         self.last_run_end_s: float | None = None
         self.attempts = 0
         self.preemptions = 0

@@ -337,6 +337,7 @@ class SimWorld:
         its GPUs, and schedule its completion and any failure."""
         rate = self.truth.placement_rate(job.spec, p)
         if job.state is JobState.PENDING:
+            job.pending_s += t_s - job.pending_since_s
             move(job, JobState.ADMITTED)
         if job.state is not JobState.RUNNING:
             move(job, JobState.RUNNING)
@@ -453,6 +454,8 @@ class SimWorld:
             self._end_validation(self.jobs[idx])
         for j in self.active.values():
             j.set_wait(None, self.last_t)
+            if j.state is JobState.PENDING:
+                j.pending_s += self.last_t - j.pending_since_s
         for j in self.active.values():
             self.close_ftf(j)
         iso = [
