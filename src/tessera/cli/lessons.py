@@ -40,7 +40,8 @@ def _out(out: Path | None, name: str) -> Path:
 
 @lessons_app.command("locality")
 def locality(
-    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
+    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or trace name, as "
+                              "for simulate (`tessera traces`; philly is the bundled week)."),
     cluster: str = typer.Option("philly", "--cluster", "-c", help="Cluster preset, YAML or "
                                 "compact flavor:count list."),
     gpus_per_server: int = typer.Option(8, help="GPUs per server for a compact cluster."),
@@ -95,7 +96,8 @@ def locality(
 
 @lessons_app.command("failures")
 def failures(
-    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
+    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or trace name, as "
+                              "for simulate (`tessera traces`; philly is the bundled week)."),
     cluster: str = typer.Option("philly", "--cluster", "-c", help="Cluster preset, YAML or "
                                 "compact flavor:count list."),
     gpus_per_server: int = typer.Option(8, help="GPUs per server for a compact cluster."),

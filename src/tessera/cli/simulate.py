@@ -1,4 +1,5 @@
-"""``tessera simulate``, ``tessera demo``, ``tessera traces`` and ``tessera policies``."""
+"""``tessera simulate``, ``tessera demo`` and ``tessera policies``; ``tessera traces`` is
+registered here from :mod:`tessera.cli.traces` so it keeps its place in ``--help``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tessera.cli.settings_flags import settings_flags
+from tessera.cli.traces import register as register_traces
 from tessera.sched.settings import SchedulerSettings
 
 if TYPE_CHECKING:
@@ -176,8 +178,9 @@ def register(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Simulation")
     @settings_flags(SchedulerSettings)
     def simulate(
-        trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
-                                  "(`tessera traces` lists them)."),
+        trace: str = typer.Option(..., "--trace", "-t", help="Trace file or trace name "
+                                  "(`tessera traces` lists the names and where their data "
+                                  "is; philly and sia-philly-1 are bundled)."),
         trace_format: str | None = typer.Option(None, "--format", help="Trace format when "
                                                 "detection is not enough (gavel, philly, "
                                                 "itp, fgd, sia)."),
@@ -252,19 +255,7 @@ def register(app: typer.Typer) -> None:
                        as_json=json_out, workers=min(len(pols), os.cpu_count() or 1),
                        throughputs=None, on_error="raise", limit=None, plots=True)
 
-    @app.command(rich_help_panel="Simulation")
-    def traces() -> None:
-        """List bundled and known traces and whether their data is present."""
-        from rich.console import Console
-        from rich.table import Table
-
-        from tessera.workload import list_known_traces
-
-        t = Table("name", "jobs", "where", "description", header_style="bold")
-        for k in list_known_traces():
-            t.add_row(k.name, f"{k.num_jobs:,}" if k.num_jobs else "–", str(k.location),
-                      k.description)
-        Console().print(t)
+    register_traces(app)
 
     @app.command(rich_help_panel="Simulation")
     def policies() -> None:
