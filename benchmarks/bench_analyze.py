@@ -6,7 +6,7 @@ trace's jobs per second. Run from the repository root:
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_analyze.py [--repeat 3]
 
-Needs ../shared/data (or $TESSERA_DATA). The machines are shared and noisy: compare the rows
+Needs ../shared/data (or $TESSERA_DATA_DIR). The machines are shared and noisy: compare the rows
 of one run with each other rather than with a fixed threshold.
 """
 
@@ -25,7 +25,7 @@ from tessera.analyze.html import write_html
 from tessera.analyze.plots import render_plots
 from tessera.analyze.report import analyze_trace
 
-TRACES = ("philly", "itp")
+TRACES = ("philly-full", "itp")
 
 
 def _time_once(name: str, out: Path) -> tuple[int, dict[str, float]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tessera.analyze.formats import detect_format, load_trace
-from tessera.errors import TesseraError, TraceFormatError
+from tessera.errors import SpecError, TesseraError, TraceFormatError
 
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 ITP_HEADER = "job_id,submission_time,duration,num_gpu\n"
@@ -160,5 +160,17 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
     empty = _write(tmp_path, "cluster01.csv", "")
     with pytest.raises(TraceFormatError, match="file is empty"):
         load_trace(empty, "itp")
-    with pytest.raises(TraceFormatError, match="no such file"):
+    with pytest.raises(SpecError, match=r"no trace file or folder .*nope\.csv"):
         load_trace(tmp_path / "nope.csv")
+
+
+def test_fgd_rows_out_of_creation_order_are_sorted_with_a_note(tmp_path: Path) -> None:
+    """FGD's resampled pod lists (gpushare100) are unsorted upstream; `simulate` reads them, so
+    `analyze` must too (the two share trace names)."""
+    path = _write(tmp_path, "openb_pod_list_x.csv", FGD_HEADER
+                  + "p0,1000,1024,1,500,,LS,Running,30,50,31\n"
+                  + "p1,1000,1024,1,1000,,LS,Running,10,40,12\n")
+    trace = load_trace(path)
+    assert trace.jobs is not None
+    assert trace.jobs["submit_time_s"].to_list() == [10.0, 30.0]
+    assert any("not in creation order" in n for n in trace.notes)

@@ -1,4 +1,4 @@
-"""Format detection from files and folders, and known trace names."""
+"""Format detection from files and folders, and trace names (the registry shared with simulate)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tessera.analyze.formats import FORMATS, KNOWN_TRACES, detect_format, load_trace
+from tessera.analyze.formats import FORMATS, detect_format, load_trace
+from tessera.workload.known import TRACES, bundled_path, list_known_traces
 
 DETECT = [
     ("philly", "philly"),
@@ -39,7 +40,21 @@ def test_detects_format(traces: Path, relative: str, expected: str) -> None:
     assert detect_format(traces / relative) == expected
 
 
-@pytest.mark.parametrize("name", list(KNOWN_TRACES))
+@pytest.mark.parametrize("name", [t.name for t in TRACES.values() if t.bundled])
+def test_every_bundled_trace_is_detected_and_loads_without_public_data(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Detection recognises each bundled file as the format its name gives it, and the name
+    loads with the public data out of reach."""
+    monkeypatch.setenv("TESSERA_DATA_DIR", str(tmp_path))
+    entry = TRACES[name]
+    assert detect_format(bundled_path(entry.path)) == entry.analyze_format
+    trace = load_trace(name)
+    assert trace.format == entry.analyze_format
+    assert any(f is not None and f.height > 0 for f in (trace.jobs, trace.nodes))
+
+
+@pytest.mark.parametrize("name", [k.name for k in list_known_traces()])
 def test_known_names_resolve_and_load(traces: Path, name: str) -> None:
     trace = load_trace(name)
     assert trace.format in FORMATS
@@ -49,7 +64,7 @@ def test_known_names_resolve_and_load(traces: Path, name: str) -> None:
 
 
 def test_canonical_job_columns(traces: Path) -> None:
-    philly = load_trace("philly").jobs
+    philly = load_trace("philly-full").jobs
     assert philly is not None
     assert {"submit_time_s", "submit_at", "duration_s", "num_gpus", "gpu_time_s", "tenant"} <= set(
         philly.columns

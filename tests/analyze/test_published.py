@@ -32,16 +32,16 @@ def _row(a: Analysis, quantity: str) -> Comparison:
 
 EXPECTED_DIFFERENCES = {
     # Acme's Philly row is computed on the full raw trace; the Pollux table is a filtered subset.
-    ("philly", "mean GPUs per GPU job"),
-    ("philly", "median runtime"),
-    ("philly", "mean runtime"),
+    ("philly-full", "mean GPUs per GPU job"),
+    ("philly-full", "median runtime"),
+    ("philly-full", "mean runtime"),
     # A third-party quote that does not match the file the NSDI'22 paper plotted.
     ("philly-runtime", "Philly median runtime as quoted"),
     ("philly-runtime", "Philly p90 runtime as quoted"),
     # Helios: the four cluster rows sum to 6,218 GPUs, the authors' total row says 6,220.
     ("helios", "GPUs"),
 }
-TRACES = ["philly", "philly-runtime", "philly-gavel", "itp", "fgd", "fgd-gpuspec33",
+TRACES = ["philly-full", "philly-runtime", "philly-gavel", "itp", "fgd", "fgd-gpuspec33",
           "pai-2020", "spot-2026", "helios", "sia"]
 
 
@@ -106,7 +106,7 @@ def test_pai_2020_inventory_by_type(traces: Path) -> None:
 
 
 def test_philly_sizes_and_runtime_percentiles_from_the_pollux_table(traces: Path) -> None:
-    jobs = _analysis(traces, "philly").jobs
+    jobs = _analysis(traces, "philly-full").jobs
     assert jobs is not None and jobs.duration is not None
     shares = {r.label: r.jobs_pct for r in jobs.sizes}
     assert shares["1"] == pytest.approx(93.17, abs=0.005)
@@ -136,7 +136,7 @@ def test_helios_per_cluster_rows_reaggregate_to_the_published_totals(traces: Pat
 
 
 def test_philly_occupancy_from_the_node_sequence(traces: Path) -> None:
-    occ = _analysis(traces, "philly").occupancy
+    occ = _analysis(traces, "philly-full").occupancy
     assert occ is not None
     assert occ.ratio_mean == pytest.approx(0.739, abs=0.0005)
     assert (occ.active_max, occ.total_max) == (450, 552)

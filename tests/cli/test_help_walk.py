@@ -40,8 +40,7 @@ PER_COMMAND_HELP = {
     ("--out", "export kueue"): "a folder of manifests, not a run folder",
     ("--plots", "analyze"): "analyze writes figures only; its HTML report is always written",
     ("--format", "analyze"): "analyze reads more trace formats than the simulator",
-    ("--trace", "lessons locality"): "trace options of lessons are reworked separately",
-    ("--trace", "lessons failures"): "trace options of lessons are reworked separately",
+    ("--out", "traces generate"): "one trace file, not a run folder",
 }
 
 # Time flags whose values carry their own units (0,5m,2h,never), so the name needs none.

@@ -16,7 +16,7 @@ def test_traces_json() -> None:
     r = runner.invoke(app, ["traces", "--json"])
     assert r.exit_code == 0, r.output
     names = {t["name"]: t for t in json.loads(r.stdout)}
-    assert names["philly"]["where"] is not None and "description" in names["philly"]
+    assert names["philly"]["data"] == "bundled" and "description" in names["philly"]
 
 
 def test_policies_json() -> None:

@@ -64,8 +64,8 @@ def test_all_rows_bad_in_skip_mode_is_still_an_error(tmp_path: Path) -> None:
 
 def test_known_traces_list() -> None:
     rows = {k.name: k for k in list_known_traces()}
-    assert rows["philly"].location == "bundled"
-    assert rows["philly"].num_jobs == len(load_trace("philly"))
+    assert rows["philly"].status == "bundled"
+    assert rows["philly"].num_rows == len(load_trace("philly"))
     assert {"philly-full", "itp", "fgd", "sia-philly-1"} <= set(rows)
 
 

@@ -2,8 +2,11 @@
 
 ``tessera analyze`` accepts three kinds of TRACE argument:
 
-* a **known name** such as ``philly`` or ``fgd`` — resolved under the shared data folder
-  (``$TESSERA_DATA``, else ``../shared/data`` next to the repository or the working directory);
+* a **trace name** such as ``philly`` or ``fgd`` — the registry ``simulate`` and ``lessons``
+  use too (:mod:`tessera.workload.known`), so a name means the same data in every command.
+  Bundled names always work; the others are looked up in the public data folder by the rule of
+  :mod:`tessera.workload.datadir` (``$TESSERA_DATA_DIR``, else ``shared/data`` nearby). A name
+  wins over a path of the same spelling (write ``./philly`` for the path);
 * a **folder** — recognised by a marker file (``philly_jobs_pollux.csv``, ``raw/cluster01.csv``,
   ``openb_pod_list_default.csv`` ...);
 * a **file** — recognised by its header line (or, for header-less files, by the shape of the
@@ -15,14 +18,14 @@ matches no format is a :class:`~tessera.errors.TraceFormatError` listing the for
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.analyze import benchmark_loaders, helios, loaders
 from tessera.analyze.trace import Trace
-from tessera.errors import TraceFormatError
+from tessera.errors import SpecError, TraceFormatError
+from tessera.workload.known import resolve_named, unknown_trace_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,8 @@ FORMATS: dict[str, TraceFormat] = {
     f.key: f
     for f in (
         TraceFormat("philly", "Philly job table (Pollux) + node sequence", loaders.philly),
+        TraceFormat("philly-slice", "a slice of the Philly table with job ids (the bundled "
+                    "week)", loaders.philly_slice),
         TraceFormat("philly-runtime", "Philly runtimes (Alibaba NSDI'22)", loaders.philly_runtime),
         TraceFormat("philly-gavel", "Philly (duration, GPUs) distribution (Gavel)",
                     loaders.philly_gavel),
@@ -58,25 +63,10 @@ FORMATS: dict[str, TraceFormat] = {
     )
 }
 
-KNOWN_TRACES: dict[str, tuple[str, str]] = {
-    # name: (path under <data>/traces, format)
-    "philly": ("philly", "philly"),
-    "philly-runtime": ("philly/philly_runtime_alibaba.csv", "philly-runtime"),
-    "philly-gavel": ("philly/philly_job_distribution_gavel.csv", "philly-gavel"),
-    "philly-nodes": ("philly/philly_node_sequence.csv", "philly-nodes"),
-    "itp": ("microsoft_itp_elasticflow/raw", "itp"),
-    "fgd": ("alibaba_gpu_2023", "fgd"),
-    "fgd-gpuspec33": ("alibaba_gpu_2023/openb_pod_list_gpuspec33.csv", "fgd"),
-    "pai-2020": ("alibaba_pai_2020/pai_machine_spec.csv", "pai-2020"),
-    "spot-2026": ("alibaba_spot_gpu_2026/node_info_df.csv", "spot-2026"),
-    "helios": ("helios", "helios"),
-    "sia": ("sia_workloads", "sia"),
-}
-"""Names ``tessera analyze`` resolves under ``<data>/traces`` (see :func:`data_root`)."""
-
 # Header line (exact, or a prefix ending in ",") -> format key.
 _HEADERS: tuple[tuple[str, str], ...] = (
     ("timestamp,duration,num_gpus,gpu_time,cluster", "philly"),
+    ("job_id,timestamp,duration,num_gpus,gpu_time,cluster", "philly-slice"),
     ("runtime", "philly-runtime"),
     ("duration_s,num_gpus", "philly-gavel"),
     ("time,active,total", "philly-nodes"),
@@ -101,15 +91,6 @@ _MARKERS: tuple[tuple[str, str], ...] = (
     ("*/workload-*.csv", "sia"),
     ("*.trace", "gavel"),
 )
-
-
-def data_root() -> Path | None:
-    """The shared data folder: ``$TESSERA_DATA``, else ``../shared/data`` near repo or cwd."""
-    env = os.environ.get("TESSERA_DATA")
-    candidates = [Path(env)] if env else []
-    repo = Path(__file__).resolve().parents[3]
-    candidates += [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
-    return next((c for c in candidates if (c / "traces").is_dir()), None)
 
 
 def _first_line(path: Path) -> str:
@@ -162,29 +143,29 @@ def detect_format(path: Path) -> str:
 
 
 def resolve(trace: str) -> tuple[Path, str | None]:
-    """Turn a TRACE argument into a path, and a format when it was a known name."""
-    path = Path(trace)
-    if path.exists() or trace not in KNOWN_TRACES:
-        return path, None
-    root = data_root()
-    if root is None:
-        raise TraceFormatError(
-            trace, None, None, "known trace name, but no shared data folder found; set "
-            "TESSERA_DATA to the folder holding traces/",
-        )
-    relative, key = KNOWN_TRACES[trace]
-    return root / "traces" / relative, key
+    """Turn a TRACE argument into a path, and the format when it was a trace name.
+
+    Raises:
+        SpecError: a trace name whose public data is not present (the message names the file
+            and every folder searched).
+    """
+    named = resolve_named(trace)
+    if named is not None:
+        return named[1], named[0].analyze_format
+    return Path(trace), None
 
 
 def load_trace(trace: str | Path, format: str | None = None) -> Trace:
-    """Load a trace given a path or known name, detecting its format unless one is given.
+    """Load a trace given a path or trace name, detecting its format unless one is given.
 
     Args:
-        trace: a file, a folder, or a name from :data:`KNOWN_TRACES`.
+        trace: a file, a folder, or a name from :data:`tessera.workload.known.TRACES`.
         format: a key of :data:`FORMATS` to skip detection.
 
     Raises:
-        TraceFormatError: unknown name/format, or any problem inside the file.
+        TraceFormatError: unknown format, or any problem inside the file.
+        SpecError: neither a path nor a trace name, or a trace name whose public data is not
+            present.
     """
     path, known = resolve(str(trace))
     if format is not None and format not in FORMATS:
@@ -192,7 +173,6 @@ def load_trace(trace: str | Path, format: str | None = None) -> Trace:
             str(path), None, None, f"unknown --format {format!r}; known: {', '.join(FORMATS)}"
         )
     if not path.exists():
-        hint = f"; known trace names: {', '.join(KNOWN_TRACES)}" if known is None else ""
-        raise TraceFormatError(str(path), None, None, f"no such file or folder{hint}")
+        raise SpecError(unknown_trace_message(str(trace)))
     key = format or known or detect_format(path)
     return FORMATS[key].load(path)

@@ -24,18 +24,23 @@ def register(app: typer.Typer) -> None:
 def analyze(
     trace: str = typer.Argument(
         ...,
-        help="A trace file or folder, or a known name: philly, philly-runtime, philly-gavel, "
-        "philly-nodes, itp, fgd, fgd-gpuspec33, pai-2020, spot-2026, helios, sia.",
+        help="A trace file or folder, or a trace name: the same names as `simulate -t` "
+        "(`tessera traces` lists them and where their data is; philly, sia-philly-1 and "
+        "pai-2020 are bundled, philly-full, itp, fgd, helios ... need the public data).",
     ),
     format: str | None = typer.Option(
-        None, "--format", help="Skip detection: philly, itp, fgd, pai-2020, helios, gavel, ..."
+        None, "--format", help="Skip detection: philly, philly-slice, itp, fgd, pai-2020, "
+        "helios, sia, gavel, ..."
     ),
     as_json: bool = JSON,
     out: Path | None = RUN_OUT,
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG figures."),
 ) -> None:
     """Characterise a GPU-cluster trace: sizes, durations, arrivals, tenants, inventory,
-    occupancy; compare with the published figures; write plots and an HTML report."""
+    occupancy; compare with the published figures; write plots and an HTML report.
+
+    Example: tessera analyze philly  (the bundled week; philly-full is the whole table)
+    """
     from tessera.analyze.formats import load_trace
     from tessera.analyze.html import write_html
     from tessera.analyze.plots import render_plots

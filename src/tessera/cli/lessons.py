@@ -24,6 +24,7 @@ from tessera.cli.options import (
     POLICY_HELP,
     RUN_OUT,
     SEED,
+    TRACE_HELP,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _out(out: Path | None, name: str) -> Path:
 @lessons_app.command("locality", epilog="Example: tessera lessons locality -t philly "
                      "-c philly --thresholds 0,5m,30m,2h,never")
 def locality(
-    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
+    trace: str = typer.Option("philly", "--trace", "-t", help=TRACE_HELP),
     cluster: str = typer.Option("philly", "--cluster", "-c", help=CLUSTER_HELP),
     gpus_per_server: int = GPUS_PER_SERVER,
     thresholds: str = typer.Option("0,5m,30m,2h,never", help="Locality waits to compare, "
@@ -126,7 +127,7 @@ def locality(
 @lessons_app.command("failures", epilog="Example: tessera lessons failures -t philly "
                      "-c philly --failure-rate 0.3")
 def failures(
-    trace: str = typer.Option("philly", "--trace", "-t", help="Trace file or known name."),
+    trace: str = typer.Option("philly", "--trace", "-t", help=TRACE_HELP),
     cluster: str = typer.Option("philly", "--cluster", "-c", help=CLUSTER_HELP),
     gpus_per_server: int = GPUS_PER_SERVER,
     failure_rate: float = typer.Option(0.3, help="Share of jobs that fail (Philly ≈ 0.3)."),

@@ -40,6 +40,8 @@ CLUSTER_HELP = ("Cluster: a preset (gavel-108, philly, pai-2020, modern-mixed), 
 POLICY_HELP = ("Scheduling policy (`tessera policies` lists them); add -agnostic for the "
                "heterogeneity-blind twin.")
 
+TRACE_HELP = ("Trace file or trace name (`tessera traces` lists the names and where their data "
+              "is; philly and sia-philly-1 are bundled).")
 SEED = typer.Option(0, "--seed", help="Random seed: the same seed gives the same result.")
 LIMIT = typer.Option(None, "--limit", min=1, help="Use only the first N jobs of the trace.")
 JSON = typer.Option(False, "--json", help="Print JSON on stdout (for scripts) instead of text.")

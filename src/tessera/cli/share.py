@@ -27,6 +27,7 @@ from tessera.cli.options import (
     PROFILES,
     SEED,
     THROUGHPUTS,
+    TRACE_HELP,
     TRAFFIC_S,
     deprecated_alias,
     prefer,
@@ -197,8 +198,7 @@ def check_cmd(
                    "-c a100-80gb:16,v100:32,t4:16")
 def cosim_cmd(
     services: Path = typer.Option(..., "--services", help="Services YAML file."),
-    trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
-                                "(`tessera traces` lists them)."),
+    trace: str = typer.Option(..., "--trace", "-t", help=TRACE_HELP),
     cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
     gpus_per_server: int = GPUS_PER_SERVER,
     policy: str = typer.Option("las", "--policy", "-p", help=POLICY_HELP),

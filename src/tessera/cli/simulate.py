@@ -1,4 +1,5 @@
-"""``tessera simulate``, ``tessera demo``, ``tessera traces`` and ``tessera policies``."""
+"""``tessera simulate``, ``tessera demo`` and ``tessera policies``; ``tessera traces`` is
+registered here from :mod:`tessera.cli.traces` so it keeps its place in ``--help``."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from tessera.cli.options import (
     RUN_OUT,
     SEED,
     THROUGHPUTS,
+    TRACE_HELP,
 )
 from tessera.cli.settings_flags import settings_flags
+from tessera.cli.traces import register as register_traces
 from tessera.sched.settings import SchedulerSettings
 
 if TYPE_CHECKING:
@@ -197,8 +200,7 @@ def register(app: typer.Typer) -> None:
                  "-c v100:64,p100:64,k80:64 -p fifo,las,hetero_srpt")
     @settings_flags(SchedulerSettings)
     def simulate(
-        trace: str = typer.Option(..., "--trace", "-t", help="Trace file or known name "
-                                  "(`tessera traces` lists them)."),
+        trace: str = typer.Option(..., "--trace", "-t", help=TRACE_HELP),
         trace_format: str | None = typer.Option(None, "--format", help="Trace format when "
                                                 "detection is not enough (gavel, philly, "
                                                 "itp, fgd, sia)."),
@@ -268,24 +270,7 @@ def register(app: typer.Typer) -> None:
                        as_json=json_out, workers=min(len(pols), os.cpu_count() or 1),
                        throughputs=None, on_error="raise", limit=None, plots=True)
 
-    @app.command(rich_help_panel="Simulation", epilog="Example: tessera traces --json")
-    def traces(as_json: bool = JSON) -> None:
-        """List bundled and known traces and whether their data is present."""
-        from rich.console import Console
-        from rich.table import Table
-
-        from tessera.workload import list_known_traces
-
-        if as_json:
-            typer.echo(json.dumps([{"name": k.name, "jobs": k.num_jobs, "where": k.location,
-                                    "description": k.description}
-                                   for k in list_known_traces()], indent=2))
-            return
-        t = Table("name", "jobs", "where", "description", header_style="bold")
-        for k in list_known_traces():
-            t.add_row(k.name, f"{k.num_jobs:,}" if k.num_jobs else "–", str(k.location),
-                      k.description)
-        Console().print(t)
+    register_traces(app)
 
     @app.command(rich_help_panel="Simulation", epilog="Example: tessera policies --json")
     def policies(as_json: bool = JSON) -> None:

@@ -275,13 +275,13 @@ def request_streams(
     if source not in REQUEST_SOURCES:
         raise SpecError(f"unknown request source {source!r}: use {', '.join(REQUEST_SOURCES)}")
     if traces_dir is None:
-        from tessera.workload.known import find_data
+        from tessera.workload.datadir import find_data, missing_data_message
 
         traces_dir = find_data("traces")
         if traces_dir is None:
             raise SpecError(
-                f"the {source} request trace needs shared/data/traces (set TESSERA_DATA_DIR "
-                "or pass --traces-dir)"
+                missing_data_message(f"the {source} request trace", "traces/")
+                + " or pass --traces-dir"
             )
     return shaped_streams(services, read_trace_times(source, traces_dir), duration_s, seed)
 

@@ -3,7 +3,9 @@
 Everything that enters Tessera as a job list passes through here and leaves as a validated,
 immutable :class:`~tessera.model.jobs.Workload`:
 
-* :func:`load_trace` -- any supported trace by path or known name (``philly`` is bundled);
+* :func:`load_trace` -- any supported trace by path or trace name (``philly`` is bundled; the
+  names are shared with ``tessera analyze``, :mod:`tessera.workload.known`; public data is found
+  by :mod:`tessera.workload.datadir`);
 * :func:`generate_gavel_like` -- Gavel's synthetic generator, seeded;
 * :func:`write_gavel_tsv` -- Gavel's 10-column trace, so Gavel can run Tessera's workloads;
 * :func:`list_known_traces` -- the named traces and whether their data is present.

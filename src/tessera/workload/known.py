@@ -1,185 +1,239 @@
-"""Traces known by name: the bundled Philly slice, and the public traces under ``shared/data``.
+"""Trace names: one registry that ``simulate``, ``lessons``, ``analyze`` and ``traces`` share.
 
-``load_trace("philly")`` always works: it reads a compact slice of the Philly table bundled with
-Tessera (``tessera/data/workloads/``, see its NOTICE). The other names point at the public
-traces, which are looked for in a data directory, first match wins:
+A name means the same data in every command. Each :class:`NamedTrace` says where its file is
+(bundled inside ``tessera/data``, or under the public data folder found by
+:mod:`tessera.workload.datadir`), whether it is a job list the simulator can replay, and which
+``tessera analyze`` format reads it.
 
-1. ``$TESSERA_DATA_DIR`` (a directory holding ``traces/``);
-2. ``shared/data`` next to the repository (``<repo>/../shared/data``);
-3. ``shared/data`` under the current directory or its parent.
+=======================  =========================================================  =========
+name                     data                                                       bundled
+=======================  =========================================================  =========
+``philly``               one week of the Philly job table, 3,322 jobs               yes
+``philly-full``          ``traces/philly/philly_jobs_pollux.csv`` (82,247 jobs)
+``itp``                  ``traces/microsoft_itp_elasticflow/raw/`` (10 clusters)
+``itp-clusterNN``        one ITP cluster, ``01`` .. ``10``
+``fgd``                  ``traces/alibaba_gpu_2023/openb_pod_list_default.csv``
+``fgd-<variant>``        ``openb_pod_list_<variant>.csv`` (``gpuspec33`` ...)
+``sia-philly-1``         Sia's first Philly-derived workload (160 jobs)             yes
+``sia-<set>-<n>``        ``traces/sia_workloads/<set>/workload-<n>.csv``
+``philly-runtime``       Philly runtimes (analyze only)
+``philly-gavel``         Gavel's Philly (duration, GPUs) distribution (analyze only)
+``philly-nodes``         Philly active/total nodes per minute (analyze only)
+``pai-2020``             Alibaba PAI 2020 machine table (analyze only)              yes
+``spot-2026``            Alibaba spot-GPU node inventory (analyze only)
+``helios``               SenseTime Helios summaries (analyze only)
+``sia``                  every Sia workload, one tenant per set (analyze only)
+=======================  =========================================================  =========
 
-A name whose file is missing raises a :class:`~tessera.errors.SpecError` saying where it looked.
-
-=====================  ===================================================================
-name                   trace
-=====================  ===================================================================
-``philly``             bundled Philly slice (see NOTICE); always available
-``philly-full``        ``traces/philly/philly_jobs_pollux.csv`` (82,247 jobs)
-``itp``                ``traces/microsoft_itp_elasticflow/raw/`` -- all 10 clusters
-``itp-clusterNN``      one ITP cluster (``01`` .. ``10``)
-``fgd``                ``traces/alibaba_gpu_2023/openb_pod_list_default.csv``
-``fgd-<variant>``      ``openb_pod_list_<variant>.csv`` (``gpuspec33``, ``gpushare100`` ...)
-``sia-<set>-<n>``      ``traces/sia_workloads/<set>/workload-<n>.csv`` (philly, saturn, newtrace)
-=====================  ===================================================================
+"Analyze only" names hold no job list to replay (runtimes, inventories, summaries, or several
+independent workloads); ``simulate`` rejects them with a message saying so.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from tessera.errors import SpecError
+from tessera.workload.datadir import find_data, missing_data_message
 
 BUNDLED_PHILLY = "philly_slice.csv"
-"""File name of the bundled Philly slice inside ``tessera/data/workloads``."""
-
-_FIXED: dict[str, tuple[str, str]] = {
-    "philly-full": ("traces/philly/philly_jobs_pollux.csv", "Philly job table, Pollux artifact"),
-    "itp": ("traces/microsoft_itp_elasticflow/raw", "Microsoft ITP, 10 clusters (ElasticFlow)"),
-    "fgd": ("traces/alibaba_gpu_2023/openb_pod_list_default.csv", "Alibaba FGD 2023 tasks"),
-}
-_FGD_VARIANTS = ("gpuspec05", "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "gpushare100")
-_SIA_SETS = {"philly": 8, "saturn": 10, "newtrace": 10}
+"""File name of the bundled Philly week inside ``tessera/data/workloads``."""
 
 
 @dataclass(frozen=True, slots=True)
-class KnownTrace:
-    """One row of ``tessera traces``.
+class NamedTrace:
+    """One trace name and where its data is.
 
     Attributes:
-        name: what to pass to ``load_trace``.
-        description: one line.
-        location: a file path, or ``"bundled"``; ``None`` when the data is not present.
-        num_jobs: job rows in the file (counted, not parsed); ``None`` when absent.
+        name: what the user types (``-t NAME``, ``tessera analyze NAME``).
+        description: one line for ``tessera traces``.
+        path: the file or folder, relative to ``tessera/data`` when ``bundled``, else to the
+            public data folder.
+        bundled: whether the data ships with the package (always available).
+        reader: the ``tessera.workload`` reader for a job list the simulator can replay;
+            ``None`` for data only ``tessera analyze`` reads.
+        analyze_format: the ``tessera analyze`` format key that reads it.
+        family: the row label of a numbered family in the short listing (``itp-cluster01..10``);
+            ``None`` for a name listed on its own.
     """
 
     name: str
     description: str
-    location: str | None
-    num_jobs: int | None
+    path: str
+    bundled: bool
+    reader: str | None
+    analyze_format: str
+    family: str | None = None
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands that accept this name."""
+        return ("simulate", "lessons", "analyze") if self.reader else ("analyze",)
+
+
+def _registry() -> tuple[NamedTrace, ...]:
+    philly = "traces/philly"
+    itp = "traces/microsoft_itp_elasticflow/raw"
+    fgd = "traces/alibaba_gpu_2023"
+    sia = "traces/sia_workloads"
+    out = [
+        NamedTrace("philly", "Philly, one week of the job table (3,322 jobs)",
+                   f"workloads/{BUNDLED_PHILLY}", True,
+                   "philly", "philly-slice"),
+        NamedTrace("philly-full", "Philly job table, Pollux artifact (82,247 jobs)",
+                   f"{philly}/philly_jobs_pollux.csv", False, "philly", "philly"),
+        NamedTrace("itp", "Microsoft ITP 2021, 10 clusters (ElasticFlow)", itp, False,
+                   "itp", "itp"),
+    ]
+    out += [
+        NamedTrace(f"itp-cluster{i:02d}", "Microsoft ITP, one cluster's jobs",
+                   f"{itp}/cluster{i:02d}.csv", False, "itp", "itp", "itp-cluster01..10")
+        for i in range(1, 11)
+    ]
+    out.append(NamedTrace("fgd", "Alibaba FGD 2023 GPU-sharing tasks",
+                          f"{fgd}/openb_pod_list_default.csv", False, "fgd", "fgd"))
+    out += [
+        NamedTrace(f"fgd-{v}", f"Alibaba FGD 2023 tasks, {v} resampling",
+                   f"{fgd}/openb_pod_list_{v}.csv", False, "fgd", "fgd")
+        for v in ("gpuspec05", "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "gpushare100")
+    ]
+    out.append(NamedTrace("sia-philly-1", "Sia SOSP'23 workload, philly set #1",
+                          "workloads/sia-philly-1.csv", True, "sia", "sia"))
+    for group, count, first in (("philly", 8, 2), ("saturn", 10, 1), ("newtrace", 10, 1)):
+        out += [
+            NamedTrace(f"sia-{group}-{n}", f"Sia SOSP'23 workloads, {group} set",
+                       f"{sia}/{group}/workload-{n}.csv", False, "sia", "sia",
+                       f"sia-{group}-{first}..{count}")
+            for n in range(first, count + 1)
+        ]
+    out += [
+        NamedTrace("philly-runtime", "Philly runtimes (Alibaba NSDI'22)",
+                   f"{philly}/philly_runtime_alibaba.csv", False, None, "philly-runtime"),
+        NamedTrace("philly-gavel", "Philly (duration, GPUs) distribution (Gavel)",
+                   f"{philly}/philly_job_distribution_gavel.csv", False, None, "philly-gavel"),
+        NamedTrace("philly-nodes", "Philly active/total nodes per minute",
+                   f"{philly}/philly_node_sequence.csv", False, None, "philly-nodes"),
+        NamedTrace("pai-2020", "Alibaba PAI 2020 machine table",
+                   "clusters/pai_machine_spec.csv", True, None, "pai-2020"),
+        NamedTrace("spot-2026", "Alibaba spot-GPU 2026 node inventory",
+                   "traces/alibaba_spot_gpu_2026/node_info_df.csv", False, None, "spot-2026"),
+        NamedTrace("helios", "SenseTime Helios cluster summaries", "traces/helios", False,
+                   None, "helios"),
+        NamedTrace("sia", "every Sia SOSP'23 workload (tenant = set)", sia, False, None, "sia"),
+    ]
+    return tuple(out)
+
+
+TRACES: dict[str, NamedTrace] = {t.name: t for t in _registry()}
+"""Every trace name, in listing order."""
+
+
+def job_trace_labels() -> list[str]:
+    """The names ``simulate`` and ``lessons`` accept, a numbered family as one label."""
+    labels = [t.family or t.name for t in TRACES.values() if t.reader is not None]
+    return list(dict.fromkeys(labels))
+
+
+def bundled_path(relative: str) -> Path:
+    """Path of a file bundled in ``tessera/data`` (inside the installed package)."""
+    return Path(str(resources.files("tessera.data").joinpath(relative)))
 
 
 def bundled_philly_path() -> Path:
-    """Path of the bundled Philly slice (inside the installed package)."""
-    ref = resources.files("tessera.data").joinpath(f"workloads/{BUNDLED_PHILLY}")
-    return Path(str(ref))
+    """Path of the bundled Philly week."""
+    return bundled_path(f"workloads/{BUNDLED_PHILLY}")
 
 
-def data_dirs() -> list[Path]:
-    """Candidate data directories, in search order."""
-    out: list[Path] = []
-    env = os.environ.get("TESSERA_DATA_DIR")
-    if env:
-        out.append(Path(env))
-    here = Path(__file__).resolve()
-    if len(here.parents) > 4:
-        out.append(here.parents[4] / "shared" / "data")  # <repo>/src/tessera/workload/known.py
-    cwd = Path.cwd()
-    out += [cwd / "shared" / "data", cwd.parent / "shared" / "data"]
-    return out
+def locate(trace: NamedTrace) -> Path | None:
+    """Where ``trace``'s data is on this machine, or ``None`` when it is not there."""
+    if trace.bundled:
+        return bundled_path(trace.path)
+    return find_data(trace.path)
 
 
-def find_data(relative: str) -> Path | None:
-    """The first existing ``<data dir>/<relative>``, or ``None``."""
-    for d in data_dirs():
-        p = d / relative
-        if p.exists():
-            return p
-    return None
-
-
-def _relative_for(name: str) -> tuple[str, str] | None:
-    if name in _FIXED:
-        return _FIXED[name]
-    m = re.fullmatch(r"itp-cluster(\d\d)", name)
-    if m and 1 <= int(m.group(1)) <= 10:
-        return (
-            f"traces/microsoft_itp_elasticflow/raw/cluster{m.group(1)}.csv",
-            f"Microsoft ITP cluster {m.group(1)}",
-        )
-    m = re.fullmatch(r"fgd-(\w+)", name)
-    if m and m.group(1) in _FGD_VARIANTS:
-        return (
-            f"traces/alibaba_gpu_2023/openb_pod_list_{m.group(1)}.csv",
-            f"Alibaba FGD 2023 tasks, {m.group(1)} resampling",
-        )
-    m = re.fullmatch(r"sia-(\w+)-(\d+)", name)
-    if m and m.group(1) in _SIA_SETS and 1 <= int(m.group(2)) <= _SIA_SETS[m.group(1)]:
-        return (
-            f"traces/sia_workloads/{m.group(1)}/workload-{m.group(2)}.csv",
-            f"Sia SOSP'23 workload, {m.group(1)} set #{m.group(2)}",
-        )
-    return None
-
-
-def known_names() -> list[str]:
-    """Every trace name ``load_trace`` accepts."""
-    names = ["philly", *_FIXED]
-    names += [f"itp-cluster{i:02d}" for i in range(1, 11)]
-    names += [f"fgd-{v}" for v in _FGD_VARIANTS]
-    names += [f"sia-{s}-{i}" for s, n in _SIA_SETS.items() for i in range(1, n + 1)]
-    return names
-
-
-def resolve_known(name: str) -> Path | None:
-    """The path for a known trace name; ``None`` if ``name`` is not a known name.
+def resolve_named(name: str) -> tuple[NamedTrace, Path] | None:
+    """The registry entry and data path for ``name``; ``None`` if ``name`` is not a trace name.
 
     Raises:
-        SpecError: the name is known but its data is not present.
+        SpecError: the name is known but its public data is not present (the message names
+            the file, every folder searched and ``TESSERA_DATA_DIR``).
     """
-    if name == "philly":
-        return bundled_philly_path()
-    rel = _relative_for(name)
-    if rel is None:
+    trace = TRACES.get(name)
+    if trace is None:
         return None
-    path = find_data(rel[0])
+    path = locate(trace)
     if path is None:
-        looked = ", ".join(str(d) for d in data_dirs())
-        raise SpecError(
-            f"trace {name!r} needs {rel[0]} in a data directory; looked in {looked} "
-            "(set TESSERA_DATA_DIR)"
-        )
-    return path
+        raise SpecError(missing_data_message(f"trace {name!r}", trace.path))
+    return trace, path
+
+
+def unknown_trace_message(text: str) -> str:
+    """The error text for a TRACE that is neither an existing path nor a trace name."""
+    bundled = ", ".join(t.name for t in TRACES.values() if t.bundled)
+    return (
+        f"no trace file or folder {text!r} and no trace by that name; `tessera traces` lists "
+        f"the names (bundled: {bundled})"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KnownTrace:
+    """One row of ``tessera traces``: a trace name and whether its data is on this machine.
+
+    Attributes:
+        trace: the registry entry.
+        path: where its data is, or ``None`` when the public data is not there.
+        num_rows: data rows in the file(s) of a job trace (before any filtering); ``None`` when
+            absent or not a job list.
+        label: the name column (a family label such as ``itp-cluster01..10``, or the name).
+    """
+
+    trace: NamedTrace
+    path: Path | None
+    num_rows: int | None
+    label: str
+
+    @property
+    def name(self) -> str:
+        """The trace name (the first of a family)."""
+        return self.trace.name
+
+    @property
+    def status(self) -> str:
+        """``bundled``, ``found`` (in the public data folder) or ``missing``."""
+        if self.trace.bundled:
+            return "bundled"
+        return "found" if self.path is not None else "missing"
 
 
 def _count_rows(path: Path) -> int:
-    files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
+    files = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
     total = 0
     for f in files:
         with f.open("rb") as fh:
-            lines = [ln for ln in fh.read().splitlines() if ln.strip()]
-        total += max(0, len(lines) - 1)  # minus the header
+            lines = sum(1 for line in fh if line.strip())
+        total += max(0, lines - 1)  # minus the header
     return total
 
 
-def list_known_traces() -> list[KnownTrace]:
-    """Every named trace with its description, location (or ``None``) and job-row count.
+def list_known_traces(expand: bool = False) -> list[KnownTrace]:
+    """Every trace name with its data location and, for job traces present, the row count.
 
-    Sia sets are listed once per set (their first workload) to keep the table short.
+    Args:
+        expand: one row per name; by default a numbered family (``itp-cluster01..10``) is one
+            row, described by its first member.
     """
-    out = [
-        KnownTrace(
-            "philly",
-            "Philly slice bundled with Tessera (see data/workloads/NOTICE.txt)",
-            "bundled",
-            _count_rows(bundled_philly_path()),
-        )
-    ]
-    names = [*_FIXED, "itp-cluster01", *(f"fgd-{v}" for v in _FGD_VARIANTS)]
-    names += [f"sia-{s}-1" for s in _SIA_SETS]
-    for name in names:
-        rel = _relative_for(name)
-        assert rel is not None
-        path = find_data(rel[0])
-        out.append(
-            KnownTrace(
-                name,
-                rel[1],
-                str(path) if path else None,
-                _count_rows(path) if path else None,
-            )
-        )
+    out: list[KnownTrace] = []
+    seen: set[str] = set()
+    for trace in TRACES.values():
+        if not expand and trace.family is not None:
+            if trace.family in seen:
+                continue
+            seen.add(trace.family)
+        path = locate(trace)
+        rows = _count_rows(path) if path is not None and trace.reader is not None else None
+        label = trace.name if expand or trace.family is None else trace.family
+        out.append(KnownTrace(trace, path, rows, label))
     return out

@@ -6,8 +6,9 @@
 
 How a path's format is found (unless ``format=`` says it):
 
-1. a known name (``philly``, ``itp``, ``fgd``, ``sia-philly-1`` ...; see
-   :mod:`tessera.workload.known`) resolves to its file first;
+1. a trace name (``philly``, ``itp``, ``fgd``, ``sia-philly-1`` ...; the registry in
+   :mod:`tessera.workload.known`, shared with ``tessera analyze``) resolves to its file and
+   reader first; names that hold no job list (``helios``, ``pai-2020`` ...) are refused;
 2. a directory is read as one workload only by a multi-file format (ITP's ``clusterNN.csv``);
 3. otherwise every registered reader's ``sniff`` looks at the file name, CSV header or shape
    (Gavel: ``.trace`` suffix or 10 tab-separated fields); exactly one must claim it.
@@ -28,7 +29,12 @@ from tessera.model.jobs import JobSpec, Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.workload import readers as _readers  # noqa: F401  (registers every reader)
 from tessera.workload.csvio import read_header
-from tessera.workload.known import known_names, resolve_known
+from tessera.workload.known import (
+    TRACES,
+    job_trace_labels,
+    resolve_named,
+    unknown_trace_message,
+)
 from tessera.workload.registry import READERS, TraceReader
 from tessera.workload.rows import OnError, ReadContext, SkippedRow
 
@@ -84,16 +90,24 @@ def read_trace(
 ) -> TraceLoad:
     """Like :func:`load_trace`, but also return the format used and every skipped row."""
     target = str(path_or_name)
-    path = resolve_known(target) if target in known_names() else None
-    name = target if path is not None else Path(target).stem
-    if path is None:
+    entry = TRACES.get(target)
+    if entry is not None and entry.reader is None:
+        raise SpecError(
+            f"trace {target!r} holds no job list to simulate (`tessera analyze {target}` reads "
+            f"it); job traces: {', '.join(job_trace_labels())}"
+        )
+    named = resolve_named(target)
+    if named is not None and named[0].reader is not None:
+        path = named[1]
+        name = target
+        default_reader: TraceReader | None = READERS.get(named[0].reader)
+    else:
         path = Path(target)
+        name = path.stem
         if not path.exists():
-            raise SpecError(
-                f"no trace file {target!r} and no trace by that name; known names include "
-                "philly, philly-full, itp, fgd, sia-philly-1 (see `tessera traces`)"
-            )
-    reader = READERS.get(format) if format is not None else detect_format(path)
+            raise SpecError(unknown_trace_message(target))
+        default_reader = None
+    reader = READERS.get(format) if format is not None else default_reader or detect_format(path)
     if path.is_dir() and not reader.multi_file:
         raise SpecError(f"{path} is a directory; format {reader.name!r} reads one file at a time")
     ctx = ReadContext(str(path), on_error, throughputs or default_throughputs())
@@ -114,8 +128,9 @@ def load_trace(
     """Read a trace into a validated :class:`Workload`.
 
     Args:
-        path_or_name: a file, an ITP directory, or a known name (``philly``, ``philly-full``,
-            ``itp``, ``itp-cluster04``, ``fgd``, ``fgd-gpuspec33``, ``sia-philly-1`` ...).
+        path_or_name: a file, an ITP directory, or a trace name (``philly``, ``philly-full``,
+            ``itp``, ``itp-cluster04``, ``fgd``, ``fgd-gpuspec33``, ``sia-philly-1`` ...; a
+            name wins over a path of the same spelling: write ``./philly`` for the path).
         format: a registered format name (``gavel``, ``philly``, ``itp``, ``fgd``, ``sia``);
             detected from the file when ``None``.
         on_error: ``"raise"`` (default) stops at the first malformed row with a
@@ -129,7 +144,8 @@ def load_trace(
 
     Raises:
         TraceFormatError: malformed input (file, line, field).
-        SpecError: unknown name or format, missing data, or an empty window.
+        SpecError: unknown name or format, missing public data (the message names the file
+            and every folder searched), a name with no job list, or an empty window.
     """
     return read_trace(
         path_or_name,
