@@ -8,8 +8,9 @@ max over repeats, and the objective reached (max-min: the minimum normalised rat
 fairness: the worst ρ), so a faster solve that answers worse would show.
 
 Target (issue 10): finish_time_fairness <= 200 ms per decision at 2,048 jobs (was ~1.4 s).
-The default (cold) search keeps the policy's results; ``finish_time_fairness+warm`` is the
-fast search (``warm_start=True``), side by side in the same run.
+Variants side by side in one run: ``finish_time_fairness`` (the default: warm search, then the
+``settle`` LP), ``+cold`` (``warm_start=False``: the old default search, plus the settle LP),
+``+vertex`` (warm, ``settle="none"``: the search alone, returning the solver's vertex).
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_gavel_policies.py [--sizes 256,1024,2048]
 """
@@ -56,15 +57,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="256,1024,2048")
     ap.add_argument("--policies", default="max_min_fairness,finish_time_fairness,"
-                    "finish_time_fairness+warm",
-                    help="policy names; +warm runs finish_time_fairness with warm_start=True")
+                    "finish_time_fairness+cold,finish_time_fairness+vertex",
+                    help="policy names; finish_time_fairness+cold / +vertex: see above")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{'policy':<22}{'jobs':>6}{'GPUs':>7}{'median ms':>11}{'max ms':>9}  objective")
     for name in args.policies.split(","):
         base, _, variant = name.partition("+")
-        policy = make_policy(base, {"warm_start": True} if variant == "warm" else None)
+        config = {"cold": {"warm_start": False}, "vertex": {"settle": "none"}}.get(variant)
+        policy = make_policy(base, config)
         for n in sizes:
             snap = build(n)
             oracle = ThroughputOracle(default_throughputs(), snap.cluster)

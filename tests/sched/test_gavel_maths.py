@@ -154,6 +154,45 @@ def test_finish_time_fairness_minimises_the_worst_rho(p: ShareProblem, data: st.
     assert ours <= best * (1 + 2 * tol) + 1e-9  # ... and we are within the tolerance
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=problems(), data=st.data(), warm=st.booleans())
+def test_settled_allocation_is_the_best_one_reaching_the_rho(
+    p: ShareProblem, data: st.DataObject, warm: bool
+) -> None:
+    """With settle weights the answer still reaches the search's ρ and maximises
+    ``Σ w_m · thr_m`` among allocations reaching it (checked against linprog), on the warm
+    and the cold search alike."""
+    m, j = p.shape
+    since = np.array(data.draw(st.lists(st.floats(0, 5e4), min_size=m, max_size=m)))
+    remaining = np.array(data.draw(st.lists(st.floats(1e2, 1e6), min_size=m, max_size=m)))
+    backend = Backend(LpSolver())
+    iso = max_min_shares(p, (p.tput > 0) * (p.scale / p.weight)[:, None], backend).x
+    assert iso is not None
+    thr_iso = (p.tput * iso).sum(axis=1)
+    live = thr_iso > 0
+    d = np.where(live, since + remaining / np.where(live, thr_iso, 1.0), 1.0)
+    inp = RhoInputs(since, remaining, d, live)
+    weight = np.where(live, 1.0 / remaining, 0.0)
+    got = min_max_rho(p, inp, backend, RhoSearch(tolerance=1e-4, warm_start=warm),
+                      settle=weight)
+    assert got.x is not None and _feasible(p, got.x) and got.value is not None
+    rho = got.value
+    assert inp.worst(got.x, p.tput) <= rho * (1 + 1e-6)
+    # linprog: max Σ w_i T_i·x_i  s.t. base rows, T_i·x_i >= need_i(ρ)
+    need = inp.need(rho)
+    assert need is not None
+    base, ub = _base_rows(p)
+    rate = np.zeros((m, m * j))
+    for i in range(m):
+        rate[i, i * j:(i + 1) * j] = p.tput[i]
+    bounds = [(0, 1 if p.tput.flat[k] > 0 else 0) for k in range(m * j)]
+    res = linprog(-(weight @ rate), A_ub=np.vstack([base, -rate]),
+                  b_ub=np.concatenate([ub, -need]), bounds=bounds, method="highs-ds")
+    assert res.status == 0
+    ours = float(weight @ (p.tput * got.x).sum(axis=1))
+    assert ours == pytest.approx(-res.fun, rel=1e-6, abs=1e-12)
+
+
 def test_gavel_rho_search_and_max_min_agree_between_cold_and_warm_paths() -> None:
     """The compat settings (cold probes, polish) and Tessera's (warm) find the same ρ."""
     rng = np.random.default_rng(3)

@@ -206,6 +206,17 @@ class LpSolver:
             np.full(n, INF),
         )
 
+    def set_objective(self, cost: np.ndarray, maximize: bool) -> None:
+        """Replace the loaded model's objective; the next :meth:`run` starts from the current
+        basis (still primal feasible: only the costs changed)."""
+        import highspy
+
+        h = self._highs()
+        n = len(cost)
+        h.changeColsCost(n, np.arange(n, dtype=np.int32), np.asarray(cost, dtype=np.float64))
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximize
+                               else highspy.ObjSense.kMinimize)
+
     def run(self) -> LpOutcome:
         """Solve the loaded model (warm-started if it was solved before)."""
         import highspy

@@ -23,6 +23,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from types import MappingProxyType
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -180,12 +181,33 @@ class MaxMinFairness(GavelAllocationPolicy):
 
 
 class FinishTimeConfig(GavelConfig):
+    """Finish-time fairness settings.
+
+    The bisection finds the smallest worst ρ every job can reach; many allocations reach it.
+    ``settle`` chooses among them with one more LP at that ρ (every job still meets it):
+
+    * ``progress`` (default) -- maximise ``Σ thr_m / R_m``, the rate at which jobs' remaining
+      work shrinks: capacity above the fairness floor goes where it finishes work soonest;
+    * ``throughput`` -- maximise ``Σ thr_m / thr_iso_m``, work done in units of each job's
+      isolated share (the shortest makespan);
+    * ``none`` -- keep the search's last feasible vertex, whichever one the solver's path
+      reached (the policy's behaviour before ``settle``; cold and warm searches then differ).
+
+    On the first 1,200 jobs of the Philly week on ``gavel-108``: average JCT 23.44 h (none,
+    cold) → 19.13 h (progress, cold) / 19.30 h (progress, warm) / 21.73 h (throughput, warm);
+    makespan 910 → 915 / 912 / 797 h.
+    """
+
     tolerance: float = Field(1e-3, gt=0, description="relative precision of the ρ bisection")
     warm_start: bool = Field(
-        False, description="search ρ with the model kept loaded in the solver (warm probes, a "
-        "class lower bound, a crash start): about 4-8x faster per round at 1,000-2,000 jobs, "
-        "but it lands on another vertex of the optimal face, which moved the average JCT of a "
-        "150-job Philly prefix by +5 %; off keeps the cold search's results")
+        True, description="search ρ with the model kept loaded in the solver (warm probes, a "
+        "class lower bound, a crash start): about 7x faster per round at 2,048 jobs; with "
+        "settle it reaches the same allocations as the cold search up to the bisection's "
+        "tolerance (average JCT within 1 % in the runs measured)")
+    settle: Literal["progress", "throughput", "none"] = Field(
+        "progress", description="which allocation to return among those reaching the best ρ: "
+        "progress (Σ thr/remaining), throughput (Σ thr/isolated thr) or none (the "
+        "solver's vertex)")
 
 
 @POLICIES.register(
@@ -211,8 +233,14 @@ class FinishTimeFairness(GavelAllocationPolicy):
         # Probe ρ = 1 rather than passing X_iso as known-feasible: when the optimum is ~1 the
         # LP's vertex, not the equal split, is what we return, and that choice moved the Gavel
         # week's average JCT by 8 % (the vertex puts jobs on their fast flavors).
+        weight = None
+        if cfg.settle == "progress":
+            weight = np.where(live, 1.0 / np.maximum(r, 1e-9), 0.0)
+        elif cfg.settle == "throughput":
+            weight = np.where(live, 1.0 / np.where(thr_iso > 0, thr_iso, 1.0), 0.0)
         found = min_max_rho(p, inputs, backend,
-                            RhoSearch(tolerance=cfg.tolerance, warm_start=cfg.warm_start))
+                            RhoSearch(tolerance=cfg.tolerance, warm_start=cfg.warm_start),
+                            settle=weight)
         if found.x is None:
             return x_iso, notes + found.fallbacks + (
                 "finish-time fairness: no ρ found; used the isolated (equal) share",)
