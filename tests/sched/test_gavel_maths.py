@@ -129,21 +129,28 @@ def _linprog_rho(p: ShareProblem, inp: RhoInputs) -> float:
     return hi
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(p=problems(), data=st.data())
-def test_finish_time_fairness_minimises_the_worst_rho(p: ShareProblem, data: st.DataObject
-                                                      ) -> None:
-    """Our worst ρ is within the search tolerance of the independent optimum."""
+def _rho_inputs(p: ShareProblem, data: st.DataObject, backend: Backend
+                ) -> tuple[RhoInputs, np.ndarray]:
+    """Drawn ``t`` and ``R``; ``D`` from the isolated (equal) share, as the policy computes it."""
     m = p.shape[0]
     since = np.array(data.draw(st.lists(st.floats(0, 5e4), min_size=m, max_size=m)))
     remaining = np.array(data.draw(st.lists(st.floats(1e2, 1e6), min_size=m, max_size=m)))
-    backend = Backend(LpSolver())
     iso = max_min_shares(p, (p.tput > 0) * (p.scale / p.weight)[:, None], backend).x
     assert iso is not None
     thr_iso = (p.tput * iso).sum(axis=1)
     live = thr_iso > 0
     d = np.where(live, since + remaining / np.where(live, thr_iso, 1.0), 1.0)
-    inp = RhoInputs(since, remaining, d, live)
+    return RhoInputs(since, remaining, d, live), iso
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=problems(), data=st.data())
+def test_finish_time_fairness_minimises_the_worst_rho(p: ShareProblem, data: st.DataObject
+                                                      ) -> None:
+    """Our worst ρ is within the search tolerance of the independent optimum."""
+    backend = Backend(LpSolver())
+    inp, iso = _rho_inputs(p, data, backend)
+    since, remaining, d, live = inp.since_s, inp.remaining, inp.isolated_s, inp.live
     tol = 1e-4
     got = min_max_rho(p, inp, backend, RhoSearch(tolerance=tol), known=(1.0, iso))
     assert got.x is not None and _feasible(p, got.x)
@@ -163,16 +170,9 @@ def test_settled_allocation_is_the_best_one_reaching_the_rho(
     ``Σ w_m · thr_m`` among allocations reaching it (checked against linprog), on the warm
     and the cold search alike."""
     m, j = p.shape
-    since = np.array(data.draw(st.lists(st.floats(0, 5e4), min_size=m, max_size=m)))
-    remaining = np.array(data.draw(st.lists(st.floats(1e2, 1e6), min_size=m, max_size=m)))
     backend = Backend(LpSolver())
-    iso = max_min_shares(p, (p.tput > 0) * (p.scale / p.weight)[:, None], backend).x
-    assert iso is not None
-    thr_iso = (p.tput * iso).sum(axis=1)
-    live = thr_iso > 0
-    d = np.where(live, since + remaining / np.where(live, thr_iso, 1.0), 1.0)
-    inp = RhoInputs(since, remaining, d, live)
-    weight = np.where(live, 1.0 / remaining, 0.0)
+    inp, _iso = _rho_inputs(p, data, backend)
+    weight = np.where(inp.live, 1.0 / inp.remaining, 0.0)
     got = min_max_rho(p, inp, backend, RhoSearch(tolerance=1e-4, warm_start=warm),
                       settle=weight)
     assert got.x is not None and _feasible(p, got.x) and got.value is not None
