@@ -27,7 +27,7 @@ from tessera.sched.gavel import (
     max_min_shares,
     min_max_rho,
 )
-from tessera.sched.lp import LpOutcome, LpSolver
+from tessera.sched.lp import LpModel, LpOutcome, LpSolver
 
 
 @st.composite
@@ -283,8 +283,8 @@ def test_no_process_wide_solver() -> None:
     """The solver is an object the caller owns; the module keeps none."""
     assert not hasattr(lp_module, "_SOLVER")
     a, b = LpSolver(), LpSolver()
-    a.solve(np.array([1.0]), np.array([[1.0]]), np.array([-np.inf]), np.array([1.0]),
-            np.array([0.0]), np.array([2.0]), maximize=True)
+    a.solve(LpModel(np.array([1.0]), np.array([[1.0]]), np.array([-np.inf]), np.array([1.0]),
+                    np.array([0.0]), np.array([2.0]), maximize=True))
     assert a._highs() is not b._highs()
 
 

@@ -39,6 +39,19 @@ class SolverError(TesseraError):
 
 
 @dataclass(frozen=True, slots=True)
+class LpModel:
+    """``opt cost·x  s.t.  row_lower <= A x <= row_upper,  col_lower <= x <= col_upper``."""
+
+    cost: np.ndarray
+    a: sp.spmatrix | sp.sparray
+    row_lower: np.ndarray
+    row_upper: np.ndarray
+    col_lower: np.ndarray
+    col_upper: np.ndarray
+    maximize: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LpOutcome:
     """How one solve ended.
 
@@ -96,20 +109,9 @@ class LpSolver:
             self._dual_strategy = int(self._h.getOptionValue("simplex_strategy")[1])
         return self._h
 
-    def solve(
-        self,
-        cost: np.ndarray,
-        a: sp.spmatrix | sp.sparray,
-        row_lower: np.ndarray,
-        row_upper: np.ndarray,
-        col_lower: np.ndarray,
-        col_upper: np.ndarray,
-        maximize: bool,
-        what: str = "allocation LP",
-        method: LpMethod = "choose",
-    ) -> np.ndarray:
-        """Solve ``opt cost·x  s.t.  row_lower <= A x <= row_upper, col_lower <= x <= col_upper``
-        from scratch.
+    def solve(self, model: LpModel, what: str = "allocation LP",
+              method: LpMethod = "choose") -> np.ndarray:
+        """Solve ``model`` from scratch.
 
         Returns:
             The optimal ``x``.
@@ -117,56 +119,37 @@ class LpSolver:
         Raises:
             SolverError: infeasible, unbounded or otherwise not optimal.
         """
-        out = self.attempt(cost, a, row_lower, row_upper, col_lower, col_upper, maximize, method)
+        out = self.attempt(model, method)
         if out.x is None:
             raise SolverError(f"{what}: HiGHS ended with {out.status}")
         return out.x
 
-    def attempt(
-        self,
-        cost: np.ndarray,
-        a: sp.spmatrix | sp.sparray,
-        row_lower: np.ndarray,
-        row_upper: np.ndarray,
-        col_lower: np.ndarray,
-        col_upper: np.ndarray,
-        maximize: bool,
-        method: LpMethod = "choose",
-    ) -> LpOutcome:
+    def attempt(self, model: LpModel, method: LpMethod = "choose") -> LpOutcome:
         """Like :meth:`solve` but reports a non-optimal end instead of raising."""
-        self.load(cost, a, row_lower, row_upper, col_lower, col_upper, maximize, method)
+        self.load(model, method)
         return self.run()
 
-    def load(
-        self,
-        cost: np.ndarray,
-        a: sp.spmatrix | sp.sparray,
-        row_lower: np.ndarray,
-        row_upper: np.ndarray,
-        col_lower: np.ndarray,
-        col_upper: np.ndarray,
-        maximize: bool,
-        method: LpMethod = "choose",
-    ) -> None:
+    def load(self, model: LpModel, method: LpMethod = "choose") -> None:
         """Replace the solver's model (and forget any basis) without solving it."""
         import highspy
 
-        csc = sp.csc_matrix(a)
+        csc = sp.csc_matrix(model.a)
         h = self._highs()
         h.clearModel()
         lp = highspy.HighsLp()
         lp.num_col_ = int(csc.shape[1])
         lp.num_row_ = int(csc.shape[0])
-        lp.col_cost_ = np.asarray(cost, dtype=np.float64)
-        lp.col_lower_ = np.asarray(col_lower, dtype=np.float64)
-        lp.col_upper_ = np.asarray(col_upper, dtype=np.float64)
-        lp.row_lower_ = np.asarray(row_lower, dtype=np.float64)
-        lp.row_upper_ = np.asarray(row_upper, dtype=np.float64)
+        lp.col_cost_ = np.asarray(model.cost, dtype=np.float64)
+        lp.col_lower_ = np.asarray(model.col_lower, dtype=np.float64)
+        lp.col_upper_ = np.asarray(model.col_upper, dtype=np.float64)
+        lp.row_lower_ = np.asarray(model.row_lower, dtype=np.float64)
+        lp.row_upper_ = np.asarray(model.row_upper, dtype=np.float64)
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_ = csc.indptr.astype(np.int32)
         lp.a_matrix_.index_ = csc.indices.astype(np.int32)
         lp.a_matrix_.value_ = csc.data.astype(np.float64)
-        lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
+        lp.sense_ = (highspy.ObjSense.kMaximize if model.maximize
+                     else highspy.ObjSense.kMinimize)
         h.setOptionValue("solver", "ipm" if method == "ipm" else "choose")
         h.setOptionValue("run_crossover", "off" if method == "ipm" else "on")
         h.setOptionValue("simplex_strategy", self._dual_strategy)
@@ -235,22 +218,12 @@ class LpSolver:
         return LpOutcome(h.modelStatusToString(status), None)
 
 
-def solve_lp(
-    cost: np.ndarray,
-    a: sp.spmatrix | sp.sparray,
-    row_lower: np.ndarray,
-    row_upper: np.ndarray,
-    col_lower: np.ndarray,
-    col_upper: np.ndarray,
-    maximize: bool,
-    what: str = "allocation LP",
-    method: LpMethod = "choose",
-    solver: LpSolver | None = None,
-) -> np.ndarray:
+def solve_lp(model: LpModel, what: str = "allocation LP", method: LpMethod = "choose",
+             solver: LpSolver | None = None) -> np.ndarray:
     """One-shot :meth:`LpSolver.solve` on ``solver`` (a fresh one when ``None``).
 
     Raises:
         SolverError: infeasible, unbounded or otherwise not optimal.
     """
     lp = solver if solver is not None else LpSolver()
-    return lp.solve(cost, a, row_lower, row_upper, col_lower, col_upper, maximize, what, method)
+    return lp.solve(model, what, method)

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
-from tessera.sched.lp import INF
+from tessera.sched.lp import INF, LpModel
 
 
 def max_min_shares(
@@ -95,9 +95,10 @@ def _lp(
     cost = np.zeros(n + 1)
     cost[-1] = 1.0
     sol = backend.lp.solve(
-        cost, mat, np.full(mat.shape[0], -INF), np.concatenate([upper, np.zeros(len(live))]),
-        np.zeros(n + 1), np.concatenate([np.full(n, v.x_upper), [INF]]),
-        maximize=True, what=what, method=backend.lp_method,
+        LpModel(cost, mat, np.full(mat.shape[0], -INF),
+                np.concatenate([upper, np.zeros(len(live))]), np.zeros(n + 1),
+                np.concatenate([np.full(n, v.x_upper), [INF]]), maximize=True),
+        what=what, method=backend.lp_method,
     )
     return v.scatter(sol), float(sol[-1])
 

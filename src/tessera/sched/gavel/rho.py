@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
-from tessera.sched.lp import INF, LpMethod
+from tessera.sched.lp import INF, LpMethod, LpModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,14 +204,9 @@ class _Prober:
         need = self.inputs.need(rho)
         if need is None:
             return None
-        n = len(self.v)
         lp = self.backend.lp
         if cold or not self.search.warm_start or self.loaded != lp.loads:
-            lp.load(
-                np.zeros(n), self.mat, np.concatenate([np.full(self.n_base, -INF), need]),
-                self.upper, np.zeros(n), np.full(n, self.v.x_upper), maximize=False,
-                method=method,
-            )
+            lp.load(self._model(need, np.zeros(len(self.v)), maximize=False), method)
             warm = self.search.warm_start and not cold
             self.loaded = lp.loads if warm else -1
             if warm:
@@ -228,6 +223,11 @@ class _Prober:
             return None
         return self.v.scatter(out.x)
 
+    def _model(self, need: np.ndarray, cost: np.ndarray, maximize: bool) -> LpModel:
+        """The base constraints with every job's rate row held to ``need``."""
+        n = len(self.v)
+        return LpModel(cost, self.mat, np.concatenate([np.full(self.n_base, -INF), need]),
+                       self.upper, np.zeros(n), np.full(n, self.v.x_upper), maximize)
 
     def settle(self, rho: float, weight: np.ndarray) -> np.ndarray | None:
         """Among the allocations reaching ``rho``, one maximising ``Σ_m weight_m · thr_m(X)``.
@@ -239,15 +239,13 @@ class _Prober:
         need = self.inputs.need(rho)
         if need is None:
             return None
-        n = len(self.v)
         lp = self.backend.lp
         cost = np.asarray(self.rate.T @ weight, dtype=np.float64).ravel()
         if self.loaded == lp.loads:
             lp.set_row_lower(self.rate_rows, need)
             lp.set_objective(cost, maximize=True)
         else:
-            lp.load(cost, self.mat, np.concatenate([np.full(self.n_base, -INF), need]),
-                    self.upper, np.zeros(n), np.full(n, self.v.x_upper), maximize=True)
+            lp.load(self._model(need, cost, maximize=True))
         self.loaded = -1  # the model now has an objective: a later probe reloads it
         out = lp.run()
         return None if out.x is None else self.v.scatter(out.x)
@@ -332,8 +330,8 @@ def _class_lower_bound(
             g = np.where(gap > 0, np.maximum(need - nxt[inverse, k], 0.0) / np.where(
                 gap > 0, gap, 1.0), 0.0)
             lower.append(np.bincount(inverse, g, c_count))
-        out = lp.attempt(np.zeros(n), mat, np.concatenate(lower), upper, np.zeros(n),
-                         np.full(n, INF), maximize=False)
+        out = lp.attempt(LpModel(np.zeros(n), mat, np.concatenate(lower), upper, np.zeros(n),
+                                 np.full(n, INF), maximize=False))
         return out.optimal
 
     while hi - lo > 0.25 * tol * hi:

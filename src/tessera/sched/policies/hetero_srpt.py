@@ -52,7 +52,7 @@ from pydantic import Field
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
-from tessera.sched.lp import INF, LpSolver, SolverError, solve_lp
+from tessera.sched.lp import INF, LpModel, LpSolver, SolverError, solve_lp
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import FreeGpus
 from tessera.sched.placement import Layout as _PlacementLayout
@@ -385,8 +385,8 @@ class HeteroSrpt(Policy):
         lo = np.concatenate([np.ones(mcount), np.full(len(flavors), -INF)])
         hi = np.concatenate([np.ones(mcount), np.array([float(cap[f]) for f in flavors])])
         try:
-            x = solve_lp(np.array(vals), a, lo, hi, np.zeros(n), np.ones(n), maximize=True,
-                         what="hetero_srpt matching LP", solver=solver)
+            x = solve_lp(LpModel(np.array(vals), a, lo, hi, np.zeros(n), np.ones(n),
+                                 maximize=True), what="hetero_srpt matching LP", solver=solver)
         except SolverError as e:
             return selected, (f"{e}; kept the greedy flavor order",)
         share: list[dict[str, float]] = [{} for _ in selected]
