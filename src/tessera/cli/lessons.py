@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tessera.cli.options import (
+    ARRIVAL_SCALE,
     CLUSTER_HELP,
     GPUS_PER_SERVER,
     JSON,
@@ -72,8 +73,7 @@ def locality(
                                    "each with its unit: seconds (30), 5m, 2h, or never."),
     policy: str = typer.Option("fifo", "--policy", "-p", help=POLICY_HELP),
     limit: int | None = LIMIT,
-    arrival_scale: float = typer.Option(1.0, help="Divide submission times by this (> 1 "
-                                        "raises the load)."),
+    arrival_scale: float = ARRIVAL_SCALE,
     seed: int = SEED,
     out: Path | None = RUN_OUT,
     as_json: bool = JSON,
@@ -140,8 +140,7 @@ def failures(
     checkpoint_interval_s: float = typer.Option(1800.0, help="Periodic checkpoint (s)."),
     policy: str = typer.Option("fifo", "--policy", "-p", help=POLICY_HELP),
     limit: int | None = LIMIT,
-    arrival_scale: float = typer.Option(1.0, help="Divide submission times by this (> 1 "
-                                        "raises the load)."),
+    arrival_scale: float = ARRIVAL_SCALE,
     seed: int = SEED,
     out: Path | None = RUN_OUT,
     as_json: bool = JSON,

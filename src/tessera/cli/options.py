@@ -43,6 +43,8 @@ POLICY_HELP = ("Scheduling policy (`tessera policies` lists them); add -agnostic
 TRACE_HELP = ("Trace file or trace name (`tessera traces` lists the names and where their data "
               "is; philly and sia-philly-1 are bundled).")
 SEED = typer.Option(0, "--seed", help="Random seed: the same seed gives the same result.")
+ARRIVAL_SCALE = typer.Option(1.0, "--arrival-scale", help="Divide submission times by this "
+                             "(> 1 raises the load).")
 LIMIT = typer.Option(None, "--limit", min=1, help="Use only the first N jobs of the trace.")
 JSON = typer.Option(False, "--json", help="Print JSON on stdout (for scripts) instead of text.")
 RUN_OUT = typer.Option(None, "--out", help="Output folder (default: a new folder under runs/).")
