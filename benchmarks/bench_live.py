@@ -31,6 +31,7 @@ from fastapi.testclient import TestClient
 from tessera.live.api import create_app
 from tessera.live.executors.base import free_port
 from tessera.live.executors.local import LocalExecutor
+from tessera.live.layout import default_work_dir
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.spec import parse_request
 from tessera.live.store import Store
@@ -51,8 +52,9 @@ def _service(state: Path, cluster: ClusterSpec) -> LiveService:
     (state / CONFIG_NAME).write_text(
         "queues:\n- {name: bench, nominal_gpus: 64}\n"
         f"tokens:\n- {{name: admin, sha256: {hash_token(TOKEN)}, queue: null}}\n")
-    svc = LiveService(Store(state / "state.db"), LocalExecutor(state / "runs", grace_s=1.0),
-                      cluster, load_tenancy(state), "fifo", state,
+    work = default_work_dir(state)
+    svc = LiveService(Store(state / "state.db"), LocalExecutor(work / "runs", grace_s=1.0),
+                      cluster, load_tenancy(state), "fifo", work,
                       ServiceOptions(period_s=1.0, poll_s=0.05, grace_s=1.0))
     svc.start()
     return svc

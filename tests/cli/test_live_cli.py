@@ -102,11 +102,10 @@ def test_job_prints_words_and_json_keeps_raw_values(app: typer.Typer, server: Se
 
 def test_serve_prints_token_api_and_dashboard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    import uvicorn
-
+    from tessera.live import server
     from tessera.live.server import ServeConfig, serve
 
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)  # start, print, and return
+    monkeypatch.setattr(server, "run_http", lambda *a, **k: None)  # start, print, and return
     serve(ServeConfig(tmp_path / "state", "v100:4,t4:4", 8), "127.0.0.1", 8499)
     out = capsys.readouterr().out
     token = re.search(r"admin token \(shown once; stored hashed in .*\): (\S+)", out)

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from tessera.live.executors.local import LocalExecutor
+from tessera.live.layout import default_work_dir
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import CONFIG_NAME, hash_token, load_tenancy
@@ -21,8 +22,10 @@ TEAM_B = "team-b-token"
 
 
 def write_config(state_dir: Path, queues: list[dict[str, object]] | None = None) -> None:
-    """A config with queues team-a and team-b (4 GPUs each, may borrow) and three tokens."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    """A config with queues team-a and team-b (4 GPUs each, may borrow) and three tokens, in a
+    private state dir (0700, the file 0600) as ``tessera serve`` insists on."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state_dir.chmod(0o700)
     cfg = {
         "queues": queues or [
             {"name": "team-a", "nominal_gpus": 4, "borrowing_limit_gpus": 4},
@@ -34,19 +37,24 @@ def write_config(state_dir: Path, queues: list[dict[str, object]] | None = None)
             {"name": "b", "sha256": hash_token(TEAM_B), "queue": "team-b"},
         ],
     }
-    (state_dir / CONFIG_NAME).write_text(yaml.safe_dump(cfg))
+    path = state_dir / CONFIG_NAME
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
 
 
 def make_service(state_dir: Path, cluster: str = "v100:4,t4:4", policy: str = "fifo",
                  grace_s: float = 2.0, queues: list[dict[str, object]] | None = None,
                  gpus_per_server: int = 4, mixed_gangs: bool = False,
-                 settings: SchedulerSettings | None = None, start: bool = True) -> LiveService:
+                 settings: SchedulerSettings | None = None, start: bool = True,
+                 work_dir: Path | None = None) -> LiveService:
     """A service with the local executor, started unless ``start`` is false (stop a started
-    one with ``svc.stop()``)."""
+    one with ``svc.stop()``); runs and checkpoints go under ``work_dir`` (default: the
+    state dir's sibling ``<state>-work``, as ``tessera serve`` lays it out)."""
     write_config(state_dir, queues)
+    work = work_dir or default_work_dir(state_dir)
     svc = LiveService(
-        Store(state_dir / "state.db"), LocalExecutor(state_dir / "runs", grace_s=grace_s),
-        load_cluster(cluster, gpus_per_server), load_tenancy(state_dir), policy, state_dir,
+        Store(state_dir / "state.db"), LocalExecutor(work / "runs", grace_s=grace_s),
+        load_cluster(cluster, gpus_per_server), load_tenancy(state_dir), policy, work,
         ServiceOptions(scheduler=settings or SchedulerSettings(mixed_gangs=mixed_gangs),
                        period_s=0.5, poll_s=0.05, grace_s=grace_s))
     if start:

@@ -122,8 +122,12 @@ def test_cancel_pending_and_running(api: TestClient, service: LiveService) -> No
 
 def test_queues_and_cluster(api: TestClient) -> None:
     api.post("/api/jobs", json={**SLEEP, "command": "sleep 3", "gpus": 2}, headers=auth(TEAM_B))
-    wait_for(lambda: api.get("/api/cluster", headers=auth(TEAM_A)).json()["flavors"][0][
+    wait_for(lambda: api.get("/api/cluster", headers=auth(ADMIN)).json()["flavors"][0][
         "used_gpus"] == 2, what="GPUs in use")
-    qs = {q["name"]: q for q in api.get("/api/queues", headers=auth(TEAM_A)).json()["queues"]}
+    qs = {q["name"]: q for q in api.get("/api/queues", headers=auth(ADMIN)).json()["queues"]}
     assert qs["team-b"]["used_gpus"] == 2 and qs["team-a"]["used_gpus"] == 0
     assert qs["team-a"]["nominal_gpus"] == 4
+    mine = api.get("/api/queues", headers=auth(TEAM_B)).json()["queues"]
+    assert [(q["name"], q["used_gpus"], q["running"]) for q in mine] == [("team-b", 2, 1)]
+    flavors = api.get("/api/cluster", headers=auth(TEAM_B)).json()["flavors"]
+    assert flavors[0]["queue_used_gpus"] == 2 and flavors[0]["total_gpus"] == 4

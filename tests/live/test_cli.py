@@ -58,9 +58,13 @@ def test_submit_list_show_explain_cancel(app: typer.Typer, server: ServerThread,
     assert _cli(app, server, TEAM_A, "cancel", waiting)[1].startswith(f"cancelled {waiting}")
     assert "was running" in _cli(app, server, TEAM_A, "cancel", big)[1]
     code, out = _cli(app, server, TEAM_A, "queues")
+    assert code == 0 and "team-a" in out and "team-b" not in out  # a tenant sees its own
+    code, out = _cli(app, server, ADMIN, "queues")
     assert code == 0 and "team-a" in out and "team-b" in out
     code, out = _cli(app, server, TEAM_A, "cluster")
-    assert code == 0 and "V100-16GB" in out and "T4" in out
+    assert code == 0 and "V100-16GB" in out and "T4" in out and "used by team-a" in out
+    code, out = _cli(app, server, ADMIN, "cluster")
+    assert code == 0 and "in use" in out
 
 
 @pytest.mark.parametrize(("token", "args", "message"), [
@@ -89,7 +93,7 @@ def test_bad_yaml_fails_before_sending(app: typer.Typer, tmp_path: Path) -> None
 
 def test_export_kueue(app: typer.Typer, service: LiveService, tmp_path: Path) -> None:
     out = tmp_path / "kueue"
-    r = runner.invoke(app, ["export", "kueue", "--state", str(service.state_dir),
+    r = runner.invoke(app, ["export", "kueue", "--state", str(service.store.path.parent),
                             "--cluster", "v100:4,t4:4", "--out", str(out), "--namespace", "ml"])
     assert r.exit_code == 0, r.output
     flavors = list(yaml.safe_load_all((out / "resource-flavors.yaml").read_text()))

@@ -40,7 +40,7 @@ def test_worker_killed_mid_run_is_retried(service: LiveService, tmp_path: Path) 
     out = tmp_path / "done.txt"
     jid = _submit(service, f"name: victim\nqueue: team-a\ngpus: 2\nmax_retries: 1\n"
                            f"command: sleep 2 && echo $RANK >> {out}")
-    ranks_file = service.state_dir / "runs" / jid / "1" / "ranks.json"
+    ranks_file = service.work_dir / "runs" / jid / "1" / "ranks.json"
     wait_for(ranks_file.exists, what="ranks to start")
     pids = json.loads(ranks_file.read_text())
     os.killpg(pids[1], signal.SIGKILL)  # rank 1 dies; the gang fails and is retried

@@ -33,12 +33,12 @@ ENV_DUMP = ("import json, os, sys; json.dump({k: v for k, v in os.environ.items(
 def ray_service(tmp_path: Path) -> Iterator[LiveService]:
     from tessera.live.executors.ray import RayExecutor
 
-    state = tmp_path / "state"
+    state, work = tmp_path / "state", tmp_path / "state-work"
     write_config(state)
     cluster = load_cluster("v100:2,t4:2", 2)
     svc = LiveService(Store(state / "state.db"),
-                      RayExecutor(cluster, None, state / "runs", grace_s=1.0), cluster,
-                      load_tenancy(state), "fifo", state,
+                      RayExecutor(cluster, None, work / "runs", grace_s=1.0), cluster,
+                      load_tenancy(state), "fifo", work,
                       ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0))
     svc.start()
     yield svc
@@ -94,12 +94,12 @@ def test_cancel_stops_the_actors(ray_service: LiveService) -> None:
 def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
     from tessera.live.executors.ray import RayExecutor
 
-    state = tmp_path / "state"
+    state, work = tmp_path / "state", tmp_path / "state-work"
     write_config(state)
     cluster = load_cluster("v100:2,t4:2", 2)
     svc = LiveService(Store(state / "state.db"),
-                      RayExecutor(cluster, None, state / "runs", grace_s=1.0), cluster,
-                      load_tenancy(state), "fifo", state,
+                      RayExecutor(cluster, None, work / "runs", grace_s=1.0), cluster,
+                      load_tenancy(state), "fifo", work,
                       ServiceOptions(scheduler=SchedulerSettings(mixed_gangs=True), period_s=0.5,
                                      poll_s=0.1, grace_s=1.0))
     svc.start()

@@ -116,7 +116,7 @@ def _replay(tmp_path: Path, policy: str, settings: SchedulerSettings,
     write_config(state, [{"name": "team-a", "nominal_gpus": 8, "borrowing_limit_gpus": None},
                          {"name": "team-b", "nominal_gpus": 0}])
     svc = LiveService(Store(state / "state.db"), ex, load_cluster(CLUSTER, 4),
-                      load_tenancy(state), policy, state,
+                      load_tenancy(state), policy, tmp_path / f"{policy}-work",
                       ServiceOptions(scheduler=settings), clock=clock)
     ids: list[str] = []
     nxt = 0

@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command(epilog="Example: tessera queues --json")
     def queues(server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
-        """Tenant queues: quota, GPUs in use, jobs waiting and running."""
+        """Tenant queues: quota, GPUs in use, jobs waiting and running (a tenant: its own)."""
         qs = _run(lambda: _client(server, token).queues())
         if as_json:
             typer.echo(json.dumps(qs, indent=2))
@@ -216,14 +216,16 @@ def register(app: typer.Typer) -> None:
 
     @app.command("cluster", epilog="Example: tessera cluster --json")
     def cluster_cmd(server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
-        """GPU flavors of the service's cluster and how many are in use."""
+        """GPU flavors of the cluster and how many are in use (for a tenant: by its queue)."""
         c = _run(lambda: _client(server, token).cluster())
         if as_json:
             typer.echo(json.dumps(c, indent=2))
             return
+        everyone = c.get("view") != "queue"  # a tenant sees only its own queue's GPUs
+        key = "used_gpus" if everyone else "queue_used_gpus"
         _table(f"{c['name']} ({c['policy']}, {c['executor']} executor)",
-               ["flavor", "nodes", "GPUs", "in use"],
-               [[f["flavor"], f["nodes"], f["total_gpus"], f["used_gpus"]] for f in c["flavors"]])
+               ["flavor", "nodes", "GPUs", "in use" if everyone else f"used by {c['queue']}"],
+               [[f["flavor"], f["nodes"], f["total_gpus"], f[key]] for f in c["flavors"]])
 
     @app.command("token-add", epilog="Example: tessera token-add ci --queue vision "
                  "--nominal-gpus 4, then restart `tessera serve`")

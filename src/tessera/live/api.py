@@ -2,61 +2,70 @@
 
 Every ``/api`` route needs ``Authorization: Bearer <token>``. A tenant token sees only its own
 queue's jobs: another tenant's job answers **404**, exactly like a job that does not exist, so
-ids cannot be probed. Errors are JSON ``{"detail": "..."}`` with one clear sentence:
+ids cannot be probed. What else each caller sees is in :mod:`tessera.live.visibility`. The
+schema pages (``/docs``, ``/redoc``, ``/openapi.json``) exist only with ``tessera serve
+--api-docs``; they describe the API, which is public, and hold no data.
+
+Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx status:
 
 =====  =========================================================================
- 400   the body is not valid JSON/YAML
+ 400   the body is not valid JSON/YAML, or nests too deeply
  401   missing or unknown token
  403   a tenant submitting to a queue that is not its own
- 404   no such job (or not yours)
+ 404   no such job (or not yours), no such page
+ 405   a method the path does not take
  409   cancelling a job that already finished
- 422   the request fails validation, names an unknown flavor or queue, or can never run
+ 413   the body is larger than ``limits.body_bytes``
+ 422   the request fails validation, exceeds a limit, names an unknown flavor or queue, a
+       checkpoint dir the service owns, or can never run; a query parameter out of range
 =====  =========================================================================
+
+A 500 means a bug: it is answered as JSON too, and the service log has the traceback.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tessera.errors import SpecError
 from tessera.live.explain import explain
+from tessera.live.layout import Layout
+from tessera.live.limits import BodyError, BodyLimit, parse_body
 from tessera.live.service import Forbidden
 from tessera.live.spec import validate_request
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.tenancy import Principal
-from tessera.live.view import queue_usage
+from tessera.live.visibility import cluster_json, job_json, queues_json
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
 
+__all__ = ["create_app", "job_json"]
+
+log = logging.getLogger("tessera.live.api")
 _bearer = HTTPBearer(auto_error=False)
 
 
-def job_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
-    """The public view of a job."""
-    s = rec.job.spec
-    return {
-        "job_id": rec.job_id, "name": rec.job.name, "queue": rec.queue, "state": rec.state.value,
-        "final": rec.final, "gpus": s.num_gpus, "flavors": [f.short for f in s.flavors],
-        "priority": s.priority_weight, "max_retries": s.max_retries, "attempts": rec.attempts,
-        "runs": rec.runs, "command": list(rec.job.argv), "model": rec.job.model,
-        "job_type": s.job_type, "requires_locality": s.requires_locality,
-        "submitted_s": s.submit_time_s, "started_s": rec.first_start_s,
-        "finished_s": rec.finish_s, "reason": rec.reason, "exit_code": rec.exit_code,
-        "placement": placement,
-    }
+def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
+    """Build the app around a started :class:`~tessera.live.service.LiveService`.
 
-
-def create_app(svc: LiveService) -> FastAPI:
-    """Build the app around a started :class:`~tessera.live.service.LiveService`."""
-    app = FastAPI(title="Tessera live scheduler", version="1")
+    Args:
+        svc: the service; its tenancy config gives the API's limits.
+        api_docs: serve ``/docs``, ``/redoc`` and ``/openapi.json`` (off by default).
+    """
+    limits = svc.tenancy.limits
+    layout = Layout(svc.store.path.parent, svc.work_dir)
+    docs = {"docs_url": "/docs", "redoc_url": "/redoc", "openapi_url": "/openapi.json"}
+    app = FastAPI(title="Tessera live scheduler", version="1",
+                  **(docs if api_docs else dict.fromkeys(docs)))
+    app.add_middleware(BodyLimit, max_bytes=limits.body_bytes)
 
     def principal(cred: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
         who = svc.tenancy.authenticate(cred.credentials if cred else None)
@@ -79,6 +88,18 @@ def create_app(svc: LiveService) -> FastAPI:
         code = 403 if isinstance(e, Forbidden) else 422
         return JSONResponse({"detail": str(e)}, status_code=code)
 
+    @app.exception_handler(RequestValidationError)
+    async def _bad_params(_req: Request, e: RequestValidationError) -> JSONResponse:
+        lines = [f"{'.'.join(str(x)[:64] for x in err['loc'])}: {err['msg']}"
+                 for err in e.errors()[:10]]
+        return JSONResponse({"detail": "; ".join(lines)}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _bug(req: Request, e: Exception) -> JSONResponse:
+        log.error("%s %s failed", req.method, req.url.path, exc_info=e)
+        return JSONResponse({"detail": f"internal error ({type(e).__name__}); the service "
+                             "log has the details"}, status_code=500)
+
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name}
@@ -88,17 +109,21 @@ def create_app(svc: LiveService) -> FastAPI:
         body = (await request.body()).decode("utf-8", errors="replace")
         ctype = request.headers.get("content-type", "application/json")
         try:
-            raw = yaml.safe_load(body) if "yaml" in ctype else json.loads(body)
-        except (json.JSONDecodeError, yaml.YAMLError) as e:
-            kind = "YAML" if "yaml" in ctype else "JSON"
-            raise HTTPException(400, f"request body is not valid {kind}: {e}") from None
-        rec = svc.submit(validate_request(raw), who)
-        return job_json(rec)
+            raw = parse_body(body, "yaml" if "yaml" in ctype else "json", limits)
+        except BodyError as e:
+            raise HTTPException(400, str(e)) from None
+        req = validate_request(raw, limits)
+        if req.checkpoint_dir is not None:
+            problem = layout.checkpoint_dir_problem(req.checkpoint_dir)
+            if problem is not None:
+                raise HTTPException(422, f"invalid job request: {problem}")
+        return job_json(svc.submit(req, who))
 
     @app.get("/api/jobs")
-    def list_jobs(state: str | None = None, limit: int | None = None,
+    def list_jobs(state: str | None = Query(None, max_length=32),
+                  limit: int | None = Query(None, ge=1, le=limits.list_limit_max),
                   who: Principal = Depends(principal)) -> dict[str, Any]:
-        recs = svc.store.jobs(queue=who.queue, limit=limit)
+        recs = svc.store.jobs(queue=who.queue, limit=limit or limits.list_limit_max)
         if state:
             recs = [r for r in recs if r.state.value == state]
         where = placements()
@@ -130,37 +155,12 @@ def create_app(svc: LiveService) -> FastAPI:
         return explain(svc, visible(job_id, who))
 
     @app.get("/api/queues")
-    def queues(_who: Principal = Depends(principal)) -> dict[str, Any]:
-        active = svc.store.jobs(active_only=True)
-        used = queue_usage(svc.store.allocations(HOLDING), {r.job_id: r.queue for r in active})
-        out = []
-        for q in svc.tenancy.quotas.values():
-            mine = [r for r in active if r.queue == q.name]
-            out.append({"name": q.name, "nominal_gpus": q.nominal_gpus,
-                        "borrowing_limit_gpus": q.borrowing_limit_gpus, "weight": q.weight,
-                        "used_gpus": used.get(q.name, 0),
-                        "pending": sum(r.state.value == "pending" for r in mine),
-                        "running": sum(r.state.value in ("admitted", "running") for r in mine)})
-        return {"queues": out}
+    def queues(who: Principal = Depends(principal)) -> dict[str, Any]:
+        return queues_json(svc, who)
 
     @app.get("/api/cluster")
-    def cluster(_who: Principal = Depends(principal)) -> dict[str, Any]:
-        used_by_node: dict[str, int] = {}
-        for a in svc.store.allocations(HOLDING):
-            for nid, c in a.placement.gpus_by_node:
-                used_by_node[nid] = used_by_node.get(nid, 0) + c
-        flavors: dict[str, dict[str, int]] = {}
-        nodes: list[dict[str, Any]] = []
-        for n in svc.cluster.nodes:
-            f = flavors.setdefault(n.flavor.short, {"total_gpus": 0, "used_gpus": 0, "nodes": 0})
-            f["total_gpus"] += n.gpus
-            f["used_gpus"] += used_by_node.get(n.node_id, 0)
-            f["nodes"] += 1
-            nodes.append({"node_id": n.node_id, "flavor": n.flavor.short, "gpus": n.gpus,
-                          "used_gpus": used_by_node.get(n.node_id, 0), "rack": n.rack})
-        return {"name": svc.cluster.name, "policy": svc.policy.display_name,
-                "executor": svc.executor.name, "counts": svc.store.count_jobs(),
-                "flavors": [{"flavor": k, **v} for k, v in flavors.items()], "nodes": nodes}
+    def cluster(who: Principal = Depends(principal)) -> dict[str, Any]:
+        return cluster_json(svc, who)
 
     @app.get("/", response_class=HTMLResponse)
     @app.get("/dashboard", response_class=HTMLResponse)

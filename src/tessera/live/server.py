@@ -1,23 +1,40 @@
 """Assemble and run the service: ``tessera serve``.
 
-:func:`build_service` wires the pieces from command-line choices (state directory, cluster,
-policy, executor); :func:`serve` adds uvicorn on a loopback address. The cluster and policy
-chosen on first start are remembered in the store, so a restart without flags resumes the
-same setup.
+:func:`build_service` wires the pieces from command-line choices (state directory, work root,
+cluster, policy, executor); :func:`serve` adds uvicorn on a loopback address. The cluster and
+policy chosen on first start are remembered in the store, so a restart without flags resumes
+the same setup.
+
+``serve`` starts in an order that makes every failure cheap and clear:
+
+1. bind the port (``port 8470 is in use …; choose --port``), before anything is printed;
+2. create or check the state dir and the work root (modes, owners, not nested);
+3. lock the state dir (``… is in use by another tessera serve (pid N)``);
+4. open the store; on first start create the admin token and **print it at once**, so a
+   failure after this point (a Ray cluster that does not answer) cannot lose it;
+5. start the executor, reconcile, and serve.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tessera.errors import SpecError
 from tessera.live.executors.base import Executor
+from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import ensure_config, load_tenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 DEFAULT_CLUSTER = "v100:4,t4:4"
 DEFAULT_PORT = 8470
@@ -34,63 +51,143 @@ class ServeConfig:
     executor: str = "local"
     ray_address: str | None = None
     options: ServiceOptions = field(default_factory=ServiceOptions)
+    work_dir: Path | None = None
+    api_docs: bool = False
+
+    @property
+    def layout(self) -> Layout:
+        """The state dir and the work root (``None`` work dir: ``<state dir>-work``)."""
+        return Layout.of(self.state_dir, self.work_dir)
 
 
-def build_service(cfg: ServeConfig) -> tuple[LiveService, str | None]:
+def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = None,
+                  ) -> tuple[LiveService, str | None]:
     """Create (or reopen) the state, the executor and the service.
+
+    Args:
+        cfg: what was asked for.
+        on_token: called with the admin token as soon as it exists (first start only), before
+            the executor is built.
 
     Returns:
         the service (not started) and the admin token if it was created just now.
+
+    Raises:
+        SpecError: an unsafe or overlapping layout, a bad cluster or config, or an executor
+            that cannot start (one line, whatever the executor raised).
     """
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(cfg.state_dir / "state.db")
-    cluster_text = cfg.cluster or store.meta("cluster") or DEFAULT_CLUSTER
-    gps = int(store.meta("gpus_per_server") or cfg.gpus_per_server) if not cfg.cluster \
-        else cfg.gpus_per_server
-    policy = cfg.policy or store.meta("policy") or "fifo"
-    cluster = load_cluster(cluster_text, gps)
-    store.set_meta("cluster", cluster_text)
-    store.set_meta("gpus_per_server", str(gps))
-    store.set_meta("policy", policy)
-    token = ensure_config(cfg.state_dir, cluster.total_gpus)
-    tenancy = load_tenancy(cfg.state_dir)
-    executor = make_executor(cfg, cluster)
-    svc = LiveService(store, executor, cluster, tenancy, policy, cfg.state_dir, cfg.options)
+    layout = cfg.layout
+    prepare(layout)
+    store = Store(layout.db_path)
+    try:
+        cluster_text = cfg.cluster or store.meta("cluster") or DEFAULT_CLUSTER
+        gps = int(store.meta("gpus_per_server") or cfg.gpus_per_server) if not cfg.cluster \
+            else cfg.gpus_per_server
+        policy = cfg.policy or store.meta("policy") or "fifo"
+        cluster = load_cluster(cluster_text, gps)
+        token = ensure_config(layout.state_dir, cluster.total_gpus)
+        if token is not None and on_token is not None:
+            on_token(token)
+        store.set_meta("cluster", cluster_text)
+        store.set_meta("gpus_per_server", str(gps))
+        store.set_meta("policy", policy)
+        tenancy = load_tenancy(layout.state_dir)
+        check_private(layout.state_dir)  # the files just created (state.db-wal too)
+        executor = make_executor(cfg, cluster)
+    except BaseException:
+        store.close()
+        raise
+    svc = LiveService(store, executor, cluster, tenancy, policy, layout.work_dir, cfg.options)
     return svc, token
 
 
 def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
-    if cfg.executor == "local":
-        from tessera.live.executors.local import LocalExecutor
+    """The executor ``cfg`` names, with its run directories under the work root.
 
-        return LocalExecutor(cfg.state_dir / "runs", grace_s=cfg.options.grace_s)
-    if cfg.executor == "ray":
+    Raises:
+        SpecError: an unknown executor, or one that fails to start (a Ray address that does
+            not answer, Ray not installed), as one line.
+    """
+    runs_dir = cfg.layout.runs_dir
+    if cfg.executor not in ("local", "ray"):
+        raise SpecError(f"unknown executor {cfg.executor!r}; use 'local' or 'ray'")
+    try:
+        if cfg.executor == "local":
+            from tessera.live.executors.local import LocalExecutor
+
+            return LocalExecutor(runs_dir, grace_s=cfg.options.grace_s)
         from tessera.live.executors.ray import RayExecutor
 
-        return RayExecutor(cluster, cfg.ray_address, cfg.state_dir / "runs",
-                           grace_s=cfg.options.grace_s)
-    raise SpecError(f"unknown executor {cfg.executor!r}; use 'local' or 'ray'")
+        return RayExecutor(cluster, cfg.ray_address, runs_dir, grace_s=cfg.options.grace_s)
+    except Exception as e:  # whatever Ray raises, the user gets one line, not a traceback
+        where = f" at {cfg.ray_address}" if cfg.ray_address else ""
+        raise SpecError(f"cannot start the {cfg.executor} executor{where}: "
+                        f"{type(e).__name__}: {e}") from None
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """Bind ``host:port`` now (uvicorn listens on this very socket later).
+
+    Raises:
+        SpecError: the port is taken, or the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise SpecError(f"port {port} is in use ({e.strerror}); choose --port") from None
+        raise SpecError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose --host "
+                        "or --port") from None
+    return sock
+
+
+def print_token(state_dir: Path) -> Callable[[str], None]:
+    def show(token: str) -> None:
+        print(f"admin token (shown once; stored hashed in {state_dir}): {token}\n"
+              f"  clients: export TESSERA_TOKEN={token}  (or --token); "
+              "`tessera token-add` makes tenant tokens", flush=True)
+    return show
 
 
 def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
-    """Run the service and its HTTP API until interrupted (SIGINT/SIGTERM)."""
-    import uvicorn
+    """Run the service and its HTTP API until interrupted (SIGINT/SIGTERM).
 
+    The start sequence is in the module docstring.
+    """
     from tessera.live.api import create_app
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    svc, token = build_service(cfg)
-    if token is not None:
-        print(f"admin token (shown once; stored hashed in {cfg.state_dir}): {token}\n"
-              f"  clients: export TESSERA_TOKEN={token}  (or --token); "
-              "`tessera token-add` makes tenant tokens", flush=True)
-    svc.start()
-    url = f"http://{host}:{port}"
-    print(f"tessera serving {svc.cluster.describe()} with policy {svc.policy.display_name} "
-          f"({svc.executor.name} executor)\n"
-          f"  API:       {url}  (clients: --server or TESSERA_SERVER)\n"
-          f"  dashboard: {url}/dashboard#token={token or '<your token>'}", flush=True)
+    sock = reserve_port(host, port)
     try:
-        uvicorn.run(create_app(svc), host=host, port=port, log_level="warning")
+        layout = cfg.layout
+        prepare(layout)
+        lock = StateLock(layout.state_dir)
+        lock.acquire()
+        try:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+            svc, token = build_service(cfg, print_token(layout.state_dir))
+            svc.start()
+            url = f"http://{host}:{port}"
+            print(f"tessera serving {svc.cluster.describe()} with policy "
+                  f"{svc.policy.display_name} ({svc.executor.name} executor)\n"
+                  f"  state:     {layout.state_dir} (private)  jobs' files: {layout.work_dir}\n"
+                  f"  API:       {url}  (clients: --server or TESSERA_SERVER)\n"
+                  f"  dashboard: {url}/dashboard#token={token or '<your token>'}", flush=True)
+            try:
+                run_http(create_app(svc, api_docs=cfg.api_docs), sock)
+            finally:
+                svc.stop()
+        finally:
+            lock.release()
     finally:
-        svc.stop()
+        sock.close()
+
+
+def run_http(app: FastAPI, sock: socket.socket) -> None:
+    """Serve ``app`` with uvicorn on the already-bound ``sock`` until interrupted."""
+    import uvicorn
+
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

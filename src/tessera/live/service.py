@@ -93,7 +93,7 @@ class LiveService:
     """Owns the loop thread; API handlers call :meth:`submit`, :meth:`cancel` and read the store."""
 
     def __init__(self, store: Store, executor: Executor, cluster: ClusterSpec, tenancy: Tenancy,
-                 policy: str, state_dir: Path, options: ServiceOptions | None = None,
+                 policy: str, work_dir: Path, options: ServiceOptions | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.executor = executor
@@ -102,7 +102,7 @@ class LiveService:
         self.policy = make_policy(policy)
         self.oracle = ThroughputOracle(default_throughputs(), cluster,
                                        agnostic=self.policy.agnostic, unprofiled_uniform=True)
-        self.state_dir = state_dir
+        self.work_dir = work_dir  # runs and default checkpoints; never the state dir
         self.opts = options or ServiceOptions()
         self.settings = self.opts.scheduler
         self.clock = clock
@@ -357,7 +357,7 @@ class LiveService:
         rec = self.store.get(a.job_id)
         assert rec is not None
         job = rec.job
-        ckpt = job.checkpoint_dir or str(self.state_dir / "checkpoints" / a.job_id)
+        ckpt = job.checkpoint_dir or str(self.work_dir / "checkpoints" / a.job_id)
         spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt,
                           requires_locality=job.spec.requires_locality)
         try:

@@ -16,19 +16,24 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
     expected_duration_s: 600    # optional hint for size-aware policies
 
 Unknown fields are errors (``extra="forbid"``), so a typo such as ``gpu: 4`` fails loudly
-instead of silently running on one GPU.
+instead of silently running on one GPU. Sizes are bounded (:class:`~tessera.live.limits.ApiLimits`,
+configurable), numbers must be finite, and what would break a launch is refused here: a NUL
+character in the command or a value, an ``env`` name that is not a shell variable name or that
+the service sets itself (``TESSERA_*`` and the rendezvous variables), a relative
+``checkpoint_dir``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tessera.errors import SpecError, UnknownFlavorError
+from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.model.jobs import JobId, JobSpec
 
@@ -36,6 +41,10 @@ from tessera.model.jobs import JobId, JobSpec
 UNPROFILED_JOB_TYPE = "command"
 #: Work assumed for a job that gives no hint (seconds at 1 step/s).
 DEFAULT_EXPECTED_DURATION_S = 3600.0
+#: Environment variables every rank gets from the service; a request may not set them.
+RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE"})
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class JobRequest(BaseModel):
@@ -48,14 +57,14 @@ class JobRequest(BaseModel):
     command: str | list[str]
     gpus: int = Field(1, ge=1, le=4096)
     flavors: list[str] = Field(default_factory=list)
-    priority: float = Field(1.0, gt=0)
+    priority: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
     max_retries: int = Field(0, ge=0, le=100)
     checkpoint_dir: str | None = None
     requires_locality: bool = False
     model: str | None = None
     job_type: str | None = None
-    expected_duration_s: float | None = Field(None, gt=0)
-    total_steps: float | None = Field(None, gt=0)
+    expected_duration_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
+    total_steps: float | None = Field(None, gt=0, le=1e15, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("command")
@@ -63,6 +72,27 @@ class JobRequest(BaseModel):
     def _non_empty(cls, v: str | list[str]) -> str | list[str]:
         if (isinstance(v, str) and not v.strip()) or (isinstance(v, list) and not v):
             raise ValueError("command must not be empty")
+        if any("\0" in a for a in ([v] if isinstance(v, str) else v)):
+            raise ValueError("command must not contain NUL characters")
+        return v
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or "\0" in v):
+            raise ValueError("checkpoint_dir must be an absolute path (starting with /)")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key[:64]!r} is not a variable name (letters, digits, _)")
+            if key in RESERVED_ENV or key.startswith("TESSERA_"):
+                raise ValueError(f"{key} is set by the service; it cannot be overridden")
+            if "\0" in value:
+                raise ValueError(f"the value of {key} contains a NUL character")
         return v
 
     @field_validator("flavors")
@@ -135,34 +165,51 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) 
                    req.model)
 
 
-def parse_request(text: str, fmt: str = "yaml") -> JobRequest:
+def parse_request(text: str, fmt: str = "yaml",
+                  limits: ApiLimits = DEFAULT_LIMITS) -> JobRequest:
     """Parse and validate a YAML or JSON job request.
 
     Raises:
-        SpecError: malformed text, or fields that fail validation (all of them listed).
+        SpecError: malformed or too deeply nested text, or fields that fail validation or
+            exceed ``limits`` (all of them listed).
     """
     try:
-        raw: Any = json.loads(text) if fmt == "json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise SpecError(f"job request is not valid {fmt.upper()}: {e}") from None
-    return validate_request(raw)
+        raw: Any = parse_body(text, fmt, limits)
+    except BodyError as e:
+        raise SpecError(str(e).replace("request body", "job request", 1)) from None
+    return validate_request(raw, limits)
 
 
-def validate_request(raw: Any) -> JobRequest:
+def validate_request(raw: Any, limits: ApiLimits = DEFAULT_LIMITS) -> JobRequest:
     """Validate already-parsed data; every failing field is named in the error."""
     if not isinstance(raw, dict):
         raise SpecError(f"job request must be a mapping of fields, got {type(raw).__name__}")
     try:
-        return JobRequest.model_validate(raw)
+        req = JobRequest.model_validate(raw)
     except ValidationError as e:
         raise SpecError("invalid job request: " + "; ".join(describe_errors(e))) from None
+    over = limits.violations(req)
+    if over:
+        raise SpecError("invalid job request: " + "; ".join(over))
+    return req
 
 
-def describe_errors(e: ValidationError) -> list[str]:
-    """One readable line per validation error, e.g. ``gpu: unknown field``."""
+def describe_errors(e: ValidationError, most: int = 10) -> list[str]:
+    """One readable line per validation error, e.g. ``gpu: unknown field``.
+
+    At most ``most`` lines, and field names cut at 64 characters, so an answer to a hostile
+    request (50,000 unknown fields, a megabyte-long key) stays short.
+    """
+    errors = e.errors(include_url=False, include_input=False)
     out = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "request"
+    for err in errors[:most]:
+        loc = ".".join(_short(str(x)) for x in err["loc"]) or "request"
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         out.append(f"{loc}: {msg}")
+    if len(errors) > most:
+        out.append(f"and {len(errors) - most} more")
     return out
+
+
+def _short(text: str, most: int = 64) -> str:
+    return text if len(text) <= most else text[:most] + "…"

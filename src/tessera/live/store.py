@@ -15,6 +15,10 @@ Every job state change goes through :meth:`Store.transition`, which checks the o
 table (:func:`tessera.model.jobs.transition`) and appends the event in the same transaction, so
 the log always accounts for every transition.
 
+The file holds every tenant's jobs and their ``env`` values, so it is created mode 0600 (SQLite
+gives its ``-wal`` and ``-shm`` files the same mode) in the private state dir
+(:mod:`tessera.live.layout`).
+
 WAL with ``synchronous=NORMAL`` survives a killed process (the case we test: SIGKILL); only an
 operating-system crash can lose the last few commits.
 """
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.live.layout import create_private_file
 from tessera.live.spec import LiveJob
 from tessera.model.jobs import JobState, transition
 from tessera.sched.snapshot import Placement, QueueQuota
@@ -146,6 +151,7 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(path)
         self.path = path
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -213,7 +219,8 @@ class Store:
     def jobs(self, active_only: bool = False, queue: str | None = None,
              limit: int | None = None) -> list[JobRecord]:
         """Jobs in submission order; ``active_only`` leaves out final ones."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[object] = []
         if active_only:
             where.append("final=0")
         if queue is not None:
@@ -224,13 +231,19 @@ class Store:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq"
         if limit is not None:
-            sql += f" DESC LIMIT {int(limit)}"
+            sql += " DESC LIMIT ?"
+            args.append(limit)
         rows = self._read(sql, tuple(args))
         out = [_job(r, self._specs) for r in rows]
         return out[::-1] if limit is not None else out
 
-    def count_jobs(self) -> dict[str, int]:
-        rows = self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+    def count_jobs(self, queue: str | None = None) -> dict[str, int]:
+        """Jobs per state, of one queue or of all."""
+        if queue is None:
+            rows = self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        else:
+            rows = self._read("SELECT state, COUNT(*) FROM jobs WHERE queue=? GROUP BY state",
+                              (queue,))
         return {str(k): int(v) for k, v in rows}
 
     def transition(self, db: sqlite3.Connection, job_id: str, new: JobState, now_s: float,

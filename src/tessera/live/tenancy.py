@@ -10,16 +10,22 @@ everything). Queues carry Kueue-style quotas that the decision core enforces::
     tokens:
       - {name: admin, sha256: 9f2c..., queue: null}       # null queue = admin
       - {name: vision-ci, sha256: 41ab..., queue: vision}
+    tenants_see_all: false   # true: tenants also see every queue's quota and use, and the
+                             # cluster's use (never other queues' jobs)
+    limits: {body_bytes: 1048576}   # optional: the API's ceilings (tessera.live.limits)
 
-Only SHA-256 hashes of tokens are stored, so the file can be read without leaking them; a new
-token is printed once, when it is made (on first start for the admin, or by
-:func:`add_token`).
+Only SHA-256 hashes of tokens are stored, so reading the file leaks no token; but whoever can
+*write* it can add a hash of their own and hold an admin token after the next restart, so the
+file is created 0600 in the private state dir (:mod:`tessera.live.layout`). A new token is
+printed once, when it is made (on first start for the admin, or by :func:`add_token`, which
+makes admin tokens too, offline, for an admin who lost theirs).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +34,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.errors import SpecError
+from tessera.live.layout import CONFIG_FILE, check_private
+from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
 from tessera.sched.snapshot import QueueQuota
 
-CONFIG_NAME = "tessera-live.yaml"
+CONFIG_NAME = CONFIG_FILE
 
 
 class _QueueEntry(BaseModel):
@@ -52,6 +60,8 @@ class _ConfigFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     queues: list[_QueueEntry] = Field(min_length=1)
     tokens: list[_TokenEntry] = Field(min_length=1)
+    tenants_see_all: bool = False
+    limits: ApiLimits = DEFAULT_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +81,21 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class Tenancy:
-    """The loaded config: quotas by queue and token hashes."""
+    """The loaded config: quotas by queue, token hashes, what tenants see, the API's limits.
+
+    Attributes:
+        tenants_see_all: tenants see every queue in ``/api/queues`` and the cluster's use in
+            ``/api/cluster`` (off: only their own queue and the cluster's capacity).
+    """
 
     quotas: dict[str, QueueQuota]
     tokens: dict[str, Principal]  # sha256 hex -> principal
+    tenants_see_all: bool = False
+    limits: ApiLimits = DEFAULT_LIMITS
+
+    def sees_all(self, who: Principal) -> bool:
+        """Whether ``who`` gets the cluster-wide views (queues, use, job counts)."""
+        return who.admin or self.tenants_see_all
 
     def authenticate(self, token: str | None) -> Principal | None:
         """The principal owning ``token``, or ``None`` (compared in constant time)."""
@@ -116,7 +137,7 @@ def load_tenancy(state_dir: Path) -> Tenancy:
         if t.queue is not None and t.queue not in quotas:
             raise SpecError(f"{path}: token {t.name!r} names unknown queue {t.queue!r}")
         tokens[t.sha256] = Principal(t.name, t.queue)
-    return Tenancy(quotas, tokens)
+    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
@@ -128,7 +149,7 @@ def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
     path = state_dir / CONFIG_NAME
     if path.exists():
         return None
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(24)
     cfg = {
         "queues": [{"name": "default", "nominal_gpus": total_gpus,
@@ -140,8 +161,19 @@ def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
 
 
 def add_token(state_dir: Path, name: str, queue: str | None, nominal_gpus: int = 0) -> str:
-    """Add a token for ``queue`` (creating the queue with ``nominal_gpus`` if new); returns it."""
+    """Add a token for ``queue`` (``None``: an admin token; a new queue gets ``nominal_gpus``).
+
+    Works offline, on the files: the running service loads the token when it restarts.
+
+    Returns:
+        the token, to print once (only its hash is stored).
+
+    Raises:
+        SpecError: a state dir or config that others could read or write, or an invalid one.
+    """
     path = state_dir / CONFIG_NAME
+    if state_dir.exists():
+        check_private(state_dir)
     load_tenancy(state_dir)  # validate first
     raw = yaml.safe_load(path.read_text())
     if queue is not None and all(q["name"] != queue for q in raw["queues"]):
@@ -155,7 +187,10 @@ def add_token(state_dir: Path, name: str, queue: str | None, nominal_gpus: int =
 
 
 def _write(path: Path, cfg: dict[str, object]) -> None:
+    """Replace ``path`` atomically by a file that is mode 0600 from its first byte."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    tmp.chmod(0o600)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(yaml.safe_dump(cfg, sort_keys=False))
     tmp.replace(path)

@@ -1,0 +1,100 @@
+"""What each caller may read: the JSON views of jobs, queues and the cluster.
+
+The rule (``docs/security.md`` has the whole table):
+
+* a **job** is visible to the admin and to the tenant of its queue; to anyone else it does
+  not exist (404, the same answer as an unknown id, so ids cannot be probed). No view ever
+  carries a job's ``env`` values, not even to its owner: they stay in the private store and
+  reach only the job;
+* **queues**: a tenant sees only its own queue; the admin sees all;
+* **the cluster**: a tenant sees its capacity (flavors, nodes, GPUs) and what *its own queue*
+  holds on each flavor (``queue_used_gpus``) and counts of its own queue's jobs
+  (``queue_counts``); the admin sees what every run holds (``used_gpus`` per flavor and per
+  node) and job counts across all queues (``counts``).
+
+``tenants_see_all: true`` in ``tessera-live.yaml`` gives tenants the admin's queue and cluster
+views (for a trusting team); jobs stay private to their queue either way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tessera.live.store import HOLDING, JobRecord
+from tessera.live.tenancy import Principal
+from tessera.live.view import queue_usage
+
+if TYPE_CHECKING:
+    from tessera.live.service import LiveService
+
+
+def job_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
+    """The public view of a job (no ``env``: see the module docstring)."""
+    s = rec.job.spec
+    return {
+        "job_id": rec.job_id, "name": rec.job.name, "queue": rec.queue, "state": rec.state.value,
+        "final": rec.final, "gpus": s.num_gpus, "flavors": [f.short for f in s.flavors],
+        "priority": s.priority_weight, "max_retries": s.max_retries, "attempts": rec.attempts,
+        "runs": rec.runs, "command": list(rec.job.argv), "model": rec.job.model,
+        "job_type": s.job_type, "requires_locality": s.requires_locality,
+        "submitted_s": s.submit_time_s, "started_s": rec.first_start_s,
+        "finished_s": rec.finish_s, "reason": rec.reason, "exit_code": rec.exit_code,
+        "placement": placement,
+    }
+
+
+def queues_json(svc: LiveService, who: Principal) -> dict[str, Any]:
+    """``/api/queues``: quota, GPUs held and job counts of the queues ``who`` may see."""
+    active = svc.store.jobs(active_only=True)
+    used = queue_usage(svc.store.allocations(HOLDING), {r.job_id: r.queue for r in active})
+    everyone = svc.tenancy.sees_all(who)
+    out = []
+    for q in svc.tenancy.quotas.values():
+        if not everyone and q.name != who.queue:
+            continue
+        mine = [r for r in active if r.queue == q.name]
+        out.append({"name": q.name, "nominal_gpus": q.nominal_gpus,
+                    "borrowing_limit_gpus": q.borrowing_limit_gpus, "weight": q.weight,
+                    "used_gpus": used.get(q.name, 0),
+                    "pending": sum(r.state.value == "pending" for r in mine),
+                    "running": sum(r.state.value in ("admitted", "running") for r in mine)})
+    return {"queues": out}
+
+
+def cluster_json(svc: LiveService, who: Principal) -> dict[str, Any]:
+    """``/api/cluster``: capacity for everyone; whose GPUs are used depends on ``who``."""
+    everyone = svc.tenancy.sees_all(who)
+    holding = svc.store.allocations(HOLDING)
+    if not everyone:
+        own = {r.job_id for r in svc.store.jobs(active_only=True, queue=who.queue)}
+        holding = [a for a in holding if a.job_id in own]
+    used_by_node: dict[str, int] = {}
+    used_by_flavor: dict[str, int] = {}
+    for a in holding:
+        for node_id, count, flavor in a.placement.parts():
+            used_by_node[node_id] = used_by_node.get(node_id, 0) + count
+            used_by_flavor[flavor] = used_by_flavor.get(flavor, 0) + count
+    used_key = "used_gpus" if everyone else "queue_used_gpus"
+    flavors: dict[str, dict[str, int]] = {}
+    nodes: list[dict[str, Any]] = []
+    for n in svc.cluster.nodes:
+        f = flavors.setdefault(n.flavor.short, {"total_gpus": 0, "nodes": 0})
+        f["total_gpus"] += n.gpus
+        f["nodes"] += 1
+        node: dict[str, Any] = {"node_id": n.node_id, "flavor": n.flavor.short, "gpus": n.gpus,
+                                "rack": n.rack}
+        if everyone:
+            node["used_gpus"] = used_by_node.get(n.node_id, 0)
+        nodes.append(node)
+    out: dict[str, Any] = {
+        "name": svc.cluster.name, "policy": svc.policy.display_name,
+        "executor": svc.executor.name, "view": "cluster" if everyone else "queue",
+        "flavors": [{"flavor": k, **v, used_key: used_by_flavor.get(k, 0)}
+                    for k, v in flavors.items()],
+        "nodes": nodes}
+    if everyone:
+        out["counts"] = svc.store.count_jobs()
+    else:
+        out["queue"] = who.queue
+        out["queue_counts"] = svc.store.count_jobs(queue=who.queue)
+    return out
