@@ -96,6 +96,12 @@ def test_dashboard_shows_flavors_queues_and_jobs(server: ServerThread,
     assert jobs[run["job_id"]][5] == "3×V100-16GB on v100-16gb-0000:3"
     assert jobs[wait["job_id"]][3] == "pending"
     assert jobs[wait["job_id"]][5].startswith("needs 2 GPUs of V100-16GB; free now: V100-16GB 1")
+    tenant = _Rows()
+    tenant.feed(_render(f"{server.url}/dashboard#token={TEAM_B}"))
+    # team-b sees the cluster's capacity, its own queue and jobs, nothing of team-a's
+    assert {r[0]: r[2] for r in tenant.tables["flavors"]} == {"V100-16GB": "0 / 4", "T4": "0 / 4"}
+    assert [r[0] for r in tenant.tables["queues"]] == ["team-b"]
+    assert list({r[0] for r in tenant.tables["jobs"]}) == [wait["job_id"]]
 
 
 @pytest.mark.browser

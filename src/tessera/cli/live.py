@@ -113,11 +113,23 @@ def register(app: typer.Typer) -> None:
                                       "checkpoint and exit before it is killed (s)."),
         period_s: float = typer.Option(1.0, "--period-s", help="In events mode, decide at "
                                        "least this often even when nothing happened (s)."),
+        work_dir: Path = typer.Option(None, "--work-dir", show_default="--state's path + "
+                                      "'-work', e.g. ~/.tessera-work",
+                                      help="Work root for the jobs' run folders and default "
+                                      "checkpoints; never inside --state, which only the "
+                                      "service may read."),
+        api_docs: bool = typer.Option(False, "--api-docs", help="Serve the API's schema "
+                                      "pages /docs, /redoc and /openapi.json (no token "
+                                      "needed; they hold no data)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Run the scheduler service, its HTTP API and dashboard.
 
         The first start prints the admin token once; clients pass it as --token or TESSERA_TOKEN.
+
+        --state must be the service user's alone (0700; files 0600): serve creates it so and
+        refuses one that others can read or write. Limits and tenant views are set in
+        tessera-live.yaml there (docs/security.md).
 
         The Scheduler options are the settings `tessera simulate` runs with.
 
@@ -129,7 +141,7 @@ def register(app: typer.Typer) -> None:
 
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
                           ServiceOptions(scheduler=settings, period_s=period_s,
-                                         grace_s=grace_s))
+                                         grace_s=grace_s), work_dir, api_docs)
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")
@@ -232,20 +244,31 @@ def register(app: typer.Typer) -> None:
     def token_add(
         name: str = typer.Argument(..., metavar="NAME", help="Who holds the token (a person "
                                    "or a robot); recorded with what it does."),
-        queue: str = typer.Option(..., "--queue", help="Tenant queue the token submits to "
-                                  "and sees; created if new."),
+        queue: str = typer.Option(None, "--queue", show_default=False,
+                                  help="Tenant queue the token submits to and sees; created "
+                                  "if new."),
+        admin: bool = typer.Option(False, "--admin", help="Make an admin token instead (sees "
+                                   "and cancels every job): how an admin who lost the token "
+                                   "gets a new one."),
         nominal_gpus: int = typer.Option(0, "--nominal-gpus", min=0,
                                          help="GPU quota of the queue if it is new."),
         state: Path = STATE,
     ) -> None:
-        """Create a tenant token NAME for the queue --queue and print it (once).
+        """Create a token NAME, for the queue --queue or --admin, and print it (once).
 
-        The running service loads new tokens when it restarts.
+        Works on the state dir's files, with or without a running service; the service
+        loads new tokens when it restarts. Only the token's hash is stored.
         """
+        from tessera.errors import SpecError
         from tessera.live.tenancy import add_token
 
-        tok = _run(lambda: add_token(state, name, queue, nominal_gpus))
-        typer.echo(tok)
+        def go() -> str:
+            if admin == (queue is not None):
+                raise SpecError("token-add needs exactly one of --queue QUEUE (a tenant token) "
+                                "and --admin")
+            return add_token(state, name, None if admin else queue, nominal_gpus)
+
+        typer.echo(_run(go))
 
     export = typer.Typer(help="Export Tessera's tenancy for other systems.",
                          no_args_is_help=True)

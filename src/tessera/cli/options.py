@@ -55,7 +55,8 @@ TOKEN = typer.Option(None, "--token", envvar="TESSERA_TOKEN", show_default=False
                      help="Bearer token: the admin token `tessera serve` printed on first "
                           "start, or a tenant token from `tessera token-add`.")
 STATE = typer.Option(Path.home() / ".tessera", "--state",
-                     help="State directory of the live service (job store, tenancy, runs).")
+                     help="State directory of the live service (job store, tenancy, token "
+                          "hashes; private to the service, 0700).")
 
 THROUGHPUTS = typer.Option("gavel", "--throughputs", help="Training throughput table: gavel "
                            "(K80/P100/V100), sia (T4/V100/A100/RTX, for modern-mixed), or a "
