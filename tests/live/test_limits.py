@@ -81,6 +81,21 @@ def test_values_that_would_break_a_run_are_refused(field: str, value: Any) -> No
         validate_request({**JOB, field: value})
 
 
+def test_sizes_are_checked_before_any_field_is_validated() -> None:
+    with pytest.raises(SpecError) as e:
+        validate_request({**JOB, "flavors": ["Z80"] * 17, "gpus": "many"})
+    assert str(e.value) == "invalid job request: flavors: 17 entries; at most 16"
+
+
+def test_a_yaml_body_has_its_own_smaller_ceiling(api: TestClient) -> None:
+    text = "name: x\ncommand: 'true'\nmodel: m\n" + "# padding\n" * 7000
+    r = api.post("/api/jobs", content=text.encode(), headers=YAML_H)
+    assert r.status_code == 413 and "limited to 65536 bytes" in r.json()["detail"]
+    assert "send JSON" in r.json()["detail"]
+    with pytest.raises(SpecError, match="limited to 65536 bytes"):
+        parse_request(text)
+
+
 def test_a_hostile_request_gets_a_short_answer() -> None:
     raw = {**JOB, **{f"{'k' * 10_000}{i}": 1 for i in range(50)}}
     with pytest.raises(SpecError) as e:
@@ -191,7 +206,7 @@ def test_default_limits_are_the_documented_ones() -> None:
     assert (DEFAULT_LIMITS.body_bytes, DEFAULT_LIMITS.nesting_depth,
             DEFAULT_LIMITS.list_limit_max) == (1_048_576, 32, 10_000)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
-    for name in ("body_bytes", "nesting_depth", "list_limit_max", "command_items",
+    for name in ("body_bytes", "yaml_bytes", "nesting_depth", "list_limit_max", "command_items",
                  "command_chars", "model_chars", "job_type_chars", "checkpoint_dir_chars",
                  "flavors", "env_entries", "env_key_chars", "env_value_chars"):
         value = getattr(DEFAULT_LIMITS, name)

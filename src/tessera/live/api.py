@@ -15,7 +15,7 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
  404   no such job (or not yours), no such page
  405   a method the path does not take
  409   cancelling a job that already finished
- 413   the body is larger than ``limits.body_bytes``
+ 413   the body is larger than ``limits.body_bytes`` (a YAML body: ``limits.yaml_bytes``)
  422   the request fails validation, exceeds a limit, names an unknown flavor or queue, a
        checkpoint dir the service owns, or can never run; a query parameter out of range
 =====  =========================================================================
@@ -33,11 +33,12 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from tessera.errors import SpecError
 from tessera.live.explain import explain
 from tessera.live.layout import Layout
-from tessera.live.limits import BodyError, BodyLimit, parse_body
+from tessera.live.limits import BodyError, BodyLimit, BodyTooLarge, parse_body
 from tessera.live.service import Forbidden
 from tessera.live.spec import validate_request
 from tessera.live.store import HOLDING, JobRecord
@@ -104,20 +105,25 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     def healthz() -> dict[str, Any]:
         return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name}
 
-    @app.post("/api/jobs", status_code=201)
-    async def submit(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
-        body = (await request.body()).decode("utf-8", errors="replace")
-        ctype = request.headers.get("content-type", "application/json")
+    def accept(body: bytes, ctype: str, who: Principal) -> dict[str, Any]:
+        """Parse, validate and store a submission (in a worker thread: parsing a large YAML
+        body takes long enough that it must not hold up the event loop)."""
         try:
-            raw = parse_body(body, "yaml" if "yaml" in ctype else "json", limits)
+            raw = parse_body(body.decode("utf-8", errors="replace"),
+                             "yaml" if "yaml" in ctype else "json", limits)
         except BodyError as e:
-            raise HTTPException(400, str(e)) from None
+            raise HTTPException(413 if isinstance(e, BodyTooLarge) else 400, str(e)) from None
         req = validate_request(raw, limits)
         if req.checkpoint_dir is not None:
             problem = layout.checkpoint_dir_problem(req.checkpoint_dir)
             if problem is not None:
                 raise HTTPException(422, f"invalid job request: {problem}")
         return job_json(svc.submit(req, who))
+
+    @app.post("/api/jobs", status_code=201)
+    async def submit(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
+        ctype = request.headers.get("content-type", "application/json")
+        return await run_in_threadpool(accept, await request.body(), ctype, who)
 
     @app.get("/api/jobs")
     def list_jobs(state: str | None = Query(None, max_length=32),

@@ -13,7 +13,7 @@ A request over a ceiling gets a 4xx answer that names the field and the limit:
  what           code   default
 ==============  =====  ===============================================================
  body           413    1 MiB, refused from ``Content-Length`` or while reading, never
-                       read past the limit
+                       read past the limit; a YAML body 64 KiB
  nesting        400    32 levels of JSON or YAML; YAML anchors and aliases are refused
  fields         422    see the attributes below
  ``?limit=``    422    1 .. 10,000 (also the most ``/api/jobs`` lists without it)
@@ -23,15 +23,12 @@ A request over a ceiling gets a 4xx answer that names the field and the limit:
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Annotated, Any
 
 import yaml
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
-
-if TYPE_CHECKING:
-    from tessera.live.spec import JobRequest
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -43,12 +40,18 @@ class BodyError(ValueError):
     """A request body that cannot be parsed within the limits (answered 400)."""
 
 
+class BodyTooLarge(BodyError):
+    """A body over a size limit of its format (answered 413)."""
+
+
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class ApiLimits:
     """The API's ceilings (see the module docstring for how to change them).
 
     Attributes:
         body_bytes: largest request body.
+        yaml_bytes: largest YAML body (YAML costs about ten times JSON's time to parse, and a
+            job file is a few hundred bytes).
         nesting_depth: deepest nesting of lists and mappings in a JSON or YAML body.
         list_limit_max: largest ``?limit=`` of ``/api/jobs``, and what it lists without one.
         command_items: most argv strings in ``command``.
@@ -63,6 +66,7 @@ class ApiLimits:
     """
 
     body_bytes: Annotated[int, Field(ge=1024)] = 1_048_576
+    yaml_bytes: Annotated[int, Field(ge=1024)] = 65_536
     nesting_depth: Annotated[int, Field(ge=4, le=100)] = 32
     list_limit_max: Annotated[int, Field(ge=1)] = 10_000
     command_items: Annotated[int, Field(ge=1)] = 256
@@ -75,28 +79,37 @@ class ApiLimits:
     env_key_chars: Annotated[int, Field(ge=1)] = 256
     env_value_chars: Annotated[int, Field(ge=0)] = 32_768
 
-    def violations(self, req: JobRequest) -> list[str]:
-        """One line per field of ``req`` that exceeds a ceiling (empty when it fits)."""
+    def violations(self, raw: Mapping[str, Any]) -> list[str]:
+        """One line per field of a parsed request that exceeds a ceiling (empty when it fits).
+
+        Checked on the raw mapping, before the fields are validated, so an oversized field
+        costs no validation work (a list of 200,000 flavors is refused before any is looked
+        up); fields of the wrong type are left to the validation that follows.
+        """
         out: list[str] = []
-        argv = [req.command] if isinstance(req.command, str) else req.command
-        if len(argv) > self.command_items:
-            out.append(f"command: {len(argv)} argv strings; at most {self.command_items}")
-        if sum(map(len, argv)) > self.command_chars:
-            out.append(f"command: longer than {self.command_chars} characters")
-        for name, value, most in (("model", req.model, self.model_chars),
-                                  ("job_type", req.job_type, self.job_type_chars),
-                                  ("checkpoint_dir", req.checkpoint_dir,
-                                   self.checkpoint_dir_chars)):
-            if value is not None and len(value) > most:
+        command = raw.get("command")
+        argv = [command] if isinstance(command, str) else command
+        if isinstance(argv, list):
+            if len(argv) > self.command_items:
+                out.append(f"command: {len(argv)} argv strings; at most {self.command_items}")
+            if sum(len(a) for a in argv if isinstance(a, str)) > self.command_chars:
+                out.append(f"command: longer than {self.command_chars} characters")
+        for name, most in (("model", self.model_chars), ("job_type", self.job_type_chars),
+                           ("checkpoint_dir", self.checkpoint_dir_chars)):
+            value = raw.get(name)
+            if isinstance(value, str) and len(value) > most:
                 out.append(f"{name}: longer than {most} characters")
-        if len(req.flavors) > self.flavors:
-            out.append(f"flavors: {len(req.flavors)} entries; at most {self.flavors}")
-        if len(req.env) > self.env_entries:
-            out.append(f"env: {len(req.env)} variables; at most {self.env_entries}")
-        if any(len(k) > self.env_key_chars for k in req.env):
-            out.append(f"env: a variable name longer than {self.env_key_chars} characters")
-        if any(len(v) > self.env_value_chars for v in req.env.values()):
-            out.append(f"env: a value longer than {self.env_value_chars} characters")
+        flavors = raw.get("flavors")
+        if isinstance(flavors, list) and len(flavors) > self.flavors:
+            out.append(f"flavors: {len(flavors)} entries; at most {self.flavors}")
+        env = raw.get("env")
+        if isinstance(env, dict):
+            if len(env) > self.env_entries:
+                out.append(f"env: {len(env)} variables; at most {self.env_entries}")
+            if any(isinstance(k, str) and len(k) > self.env_key_chars for k in env):
+                out.append(f"env: a variable name longer than {self.env_key_chars} characters")
+            if any(isinstance(v, str) and len(v) > self.env_value_chars for v in env.values()):
+                out.append(f"env: a value longer than {self.env_value_chars} characters")
         return out
 
 
@@ -121,14 +134,42 @@ def parse_body(text: str, fmt: str, limits: ApiLimits = DEFAULT_LIMITS) -> Any:
         if _depth(raw, limits.nesting_depth) > limits.nesting_depth:
             raise BodyError(f"request body nests deeper than {limits.nesting_depth} levels")
         return raw
-    loader = _BoundedLoader(text)
-    loader.max_depth = limits.nesting_depth
+    if len(text) > limits.yaml_bytes:
+        raise BodyTooLarge(f"a YAML request body is limited to {limits.yaml_bytes} bytes "
+                           "(limits.yaml_bytes in tessera-live.yaml); send JSON")
     try:
-        return loader.get_single_data()
+        _check_yaml_events(text, limits.nesting_depth)
+        return yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only
     except yaml.YAMLError as e:
-        raise BodyError(f"request body is not valid YAML: {e}") from None
-    finally:
-        loader.dispose()
+        why = " ".join(str(e).split())  # PyYAML's messages span lines
+        if "maximum nesting depth" in why:  # libyaml's own limit, met while looking ahead
+            why = f"nested deeper than {limits.nesting_depth} levels"
+        raise BodyError(f"request body is not valid YAML: {why}") from None
+
+
+#: libyaml's safe loader when PyYAML was built with it (about ten times faster), else PyYAML's.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _check_yaml_events(text: str, most: int) -> None:
+    """Walk the YAML event stream (no recursion, nothing built) before anything is loaded.
+
+    Raises:
+        BodyError: nesting deeper than ``most``, or an anchor or alias (a few bytes of aliases
+            can stand for an exponentially large document).
+    """
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise BodyError("request body is not valid YAML: anchors and aliases are not "
+                            "allowed in a job request")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > most:
+                raise BodyError(f"request body is not valid YAML: nested deeper than {most} "
+                                "levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _depth(value: Any, stop: int) -> int:
@@ -143,32 +184,6 @@ def _depth(value: Any, stop: int) -> int:
                 return deepest
             todo.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
     return deepest
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing aliases and nesting deeper than ``max_depth``.
-
-    PyYAML composes nodes recursively, so a document nested thousands deep would end in a
-    RecursionError; here it ends in a ``ComposerError`` at ``max_depth``.
-    """
-
-    max_depth = 32
-    _level = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise yaml.composer.ComposerError(
-                None, None, "anchors and aliases are not allowed in a job request",
-                event.start_mark)
-        self._level += 1
-        try:
-            if self._level > self.max_depth:
-                raise yaml.composer.ComposerError(
-                    None, None, f"nested deeper than {self.max_depth} levels", event.start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._level -= 1
 
 
 class BodyLimit:

@@ -184,14 +184,13 @@ def validate_request(raw: Any, limits: ApiLimits = DEFAULT_LIMITS) -> JobRequest
     """Validate already-parsed data; every failing field is named in the error."""
     if not isinstance(raw, dict):
         raise SpecError(f"job request must be a mapping of fields, got {type(raw).__name__}")
-    try:
-        req = JobRequest.model_validate(raw)
-    except ValidationError as e:
-        raise SpecError("invalid job request: " + "; ".join(describe_errors(e))) from None
-    over = limits.violations(req)
+    over = limits.violations(raw)
     if over:
         raise SpecError("invalid job request: " + "; ".join(over))
-    return req
+    try:
+        return JobRequest.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError("invalid job request: " + "; ".join(describe_errors(e))) from None
 
 
 def describe_errors(e: ValidationError, most: int = 10) -> list[str]:
