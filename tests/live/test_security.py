@@ -243,6 +243,12 @@ def test_state_and_work_root_must_be_apart(tmp_path: Path, state: str, work: str
     assert not (tmp_path / state / "state.db").exists()
 
 
+@pytest.mark.parametrize("state", ["/", "/tmp/.."])
+def test_the_root_cannot_be_the_state_dir(state: str) -> None:
+    with pytest.raises(UnsafeState, match="the state dir cannot be /"):
+        ServeConfig(Path(state)).layout  # noqa: B018 -- computing it is what refuses
+
+
 def test_an_old_state_dir_with_runs_inside_says_how_to_move_them(tmp_path: Path) -> None:
     state = _fresh_state(tmp_path)
     (state / "runs").mkdir()

@@ -48,8 +48,6 @@ from tessera.live.visibility import cluster_json, job_json, queues_json
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
 
-__all__ = ["create_app", "job_json"]
-
 log = logging.getLogger("tessera.live.api")
 _bearer = HTTPBearer(auto_error=False)
 

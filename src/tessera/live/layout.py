@@ -46,8 +46,15 @@ class UnsafeState(SpecError):
 
 
 def default_work_dir(state_dir: Path) -> Path:
-    """``~/.tessera`` -> ``~/.tessera-work``: beside the state dir, never inside it."""
-    absolute = state_dir.expanduser().absolute()
+    """``~/.tessera`` -> ``~/.tessera-work``: beside the state dir, never inside it.
+
+    Raises:
+        UnsafeState: for ``/``, which has no beside (and would hold the work root).
+    """
+    absolute = Path(os.path.normpath(state_dir.expanduser().absolute()))
+    if not absolute.name:
+        raise UnsafeState(f"the state dir cannot be {absolute}; give --state a directory of "
+                          "its own, e.g. ~/.tessera")
     return absolute.with_name(absolute.name + "-work")
 
 
