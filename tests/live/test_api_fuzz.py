@@ -179,3 +179,16 @@ def test_the_service_is_healthy_after_the_fuzzing(client: TestClient) -> None:
              what="the scheduling loop to decide again")
     for path in ("/api/queues", "/api/cluster", "/api/jobs?limit=5"):
         assert client.get(path, headers=auth(ADMIN)).status_code == 200
+
+
+def test_a_bug_is_still_answered_as_json(service: LiveService,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(queue: str | None = None) -> dict[str, int]:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(service.store, "count_jobs", broken)
+    with TestClient(create_app(service), raise_server_exceptions=False) as api:
+        r = api.get("/api/cluster", headers=auth(ADMIN))
+    assert r.status_code == 500
+    assert r.json() == {"detail": "internal error (RuntimeError); the service log has the "
+                                  "details"}

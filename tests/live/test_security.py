@@ -82,6 +82,15 @@ def test_a_tenant_sees_only_its_queue_and_the_clusters_capacity(api: TestClient,
     assert admin["counts"] == {"running": 1}
 
 
+@pytest.mark.parametrize("queue", ["team-a", "no-such-queue"])
+def test_a_tenant_cannot_submit_elsewhere_nor_learn_queue_names(api: TestClient,
+                                                                queue: str) -> None:
+    r = api.post("/api/jobs", json={"name": "x", "command": "true", "queue": queue},
+                 headers=auth(TEAM_B))
+    assert r.status_code == 403
+    assert r.json() == {"detail": "token 'b' may submit only to queue 'team-b'"}
+
+
 def test_tenants_see_all_opens_queues_and_use_but_not_jobs(tmp_path: Path) -> None:
     svc = make_service(tmp_path / "state")
     path = tmp_path / "state" / CONFIG_NAME
