@@ -55,7 +55,7 @@ def _spread_key(placement: str) -> tuple[int, int]:
     return (-len(placement), -min(int(c) for c in placement))
 
 
-def _interpolate(points: list[tuple[int, float]], b: int) -> float | None:
+def interpolate_step_time(points: list[tuple[int, float]], b: float) -> float | None:
     """Step time at local batch ``b`` from sorted ``(batch, time)`` points, linear between the
     measured neighbours; ``None`` outside the measured range (above it: out of memory)."""
     if not points or b < points[0][0] or b > points[-1][0]:
@@ -98,7 +98,7 @@ def build_sia_throughputs(root: str | Path | None = None,
                     continue
                 points = sorted((b, sum(ts) / len(ts)) for b, ts in by_b.items())
                 for b in grid:
-                    t = _interpolate(points, b)
+                    t = interpolate_step_time(points, b)
                     if t is not None and t > 0:
                         # N / step time: every GPU finishes one local step per iteration.
                         isolated[(short, len(p) == 1)][(sia_job_type(model, b), gpus)] = gpus / t
