@@ -45,6 +45,16 @@ SIA_SUFFIX_FLAVOR: dict[str, str] = {
     "quad": "RTX-6000",
 }
 
+#: GPUs per server of each profiled flavor in Sia's hardware (g4dn.12xlarge 4, ND40rs_v2 8,
+#: DGX-A100 8, RTX 2080Ti servers 8, Quadro RTX 6000 servers 4): how its placements were laid out.
+SIA_SERVER_GPUS: dict[str, int] = {
+    "T4": 4,
+    "V100-16GB": 8,
+    "A100-40GB": 8,
+    "RTX-2080Ti": 8,
+    "RTX-6000": 4,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class SiaProfile:

@@ -1,7 +1,8 @@
 """A throughput table from the Sia/Pollux profiles: T4, V100, A100 and RTX GPUs.
 
 Gavel's table (:mod:`tessera.perf.profiles`) covers K80, P100 and V100 only, so on a modern
-cluster (``modern-mixed``: A100 + V100 + T4, Sia's own mix) most GPUs would sit idle. The
+cluster (``sia-64``: Sia's T4 + RTX 2080 Ti + A100 setting; ``modern-mixed``: A100 + V100 + T4)
+most GPUs would sit idle. The
 Sia/Pollux profiles (:mod:`tessera.perf.sia`) measured six workloads on T4, V100, A100-40GB,
 RTX 2080Ti and Quadro RTX 6000, at many placements and local batches. This module turns them
 into the same :class:`~tessera.perf.profiles.ThroughputTable` the scheduler already reads:
