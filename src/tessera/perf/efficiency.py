@@ -123,9 +123,26 @@ class EfficiencyProfile:
             f"batches: {', '.join(map(str, self.batches))}"
         )
 
-    def rigid_steps(self, batch_samples: int) -> int:
-        """Steps a job that keeps ``batch_samples`` throughout needs to reach the target."""
-        return self.curve(batch_samples).iterations[-1]
+    def rigid_steps(self, batch_samples: int) -> float:
+        """Steps a job that keeps ``batch_samples`` throughout needs to reach the target.
+
+        Exactly the last ``iteration`` of the run at that batch when one was measured; between
+        two measured runs, the raw samples needed (steps × batch) are interpolated linearly in
+        the batch.
+
+        Raises:
+            SpecError: ``batch_samples`` is outside the measured range.
+        """
+        self.check_batch(batch_samples)
+        hi = bisect.bisect_left(self.batches, batch_samples)
+        upper = self.curves[hi]
+        if upper.batch_samples == batch_samples:
+            return float(upper.iterations[-1])
+        lower = self.curves[hi - 1]
+        s0 = lower.iterations[-1] * lower.batch_samples
+        s1 = upper.iterations[-1] * upper.batch_samples
+        w = (batch_samples - lower.batch_samples) / (upper.batch_samples - lower.batch_samples)
+        return (s0 + w * (s1 - s0)) / batch_samples
 
     def check_batch(self, batch_samples: float) -> None:
         """Raise SpecError unless ``batch_samples`` lies in the measured batch range."""

@@ -21,9 +21,11 @@ from the measured placement (:mod:`tessera.perf.sia`), interpolated linearly bet
 local batches and never extrapolated.
 
 The **best batch** for a configuration maximises goodput over the global batches between the
-initial and the largest profiled one. The candidates are every measured micro-batch at every
-accumulation count (``N × k × b``) plus the range's two ends, where the step-time
-interpolation is exact; between two measured batches goodput is smooth, so this is a fine grid.
+initial and the largest profiled one. The candidates are the batches ``N × k × b`` whose split
+uses a measured micro-batch ``b`` with ``k`` the fewest passes that fit, plus the range's two
+ends: where the step-time interpolation is exact; between two measured batches goodput is
+smooth, so this is a fine grid (a search, not a closed form: Pollux optimises the same
+function numerically).
 
 >>> est = best_batch("cifar10", "V100", (4,), progress_samples=0.0)
 >>> est.config.accumulation_steps, est.efficiency <= 1.0
@@ -220,7 +222,10 @@ def candidate_batches(times: StepTimes, placement: Placement, min_batch: float,
     out = {float(min_batch), float(max_batch)}
     k = 1
     while n * k * measured[0] <= max_batch:
-        out.update(float(n * k * b) for b in measured if min_batch <= n * k * b <= max_batch)
+        # Only splits that use k passes because k - 1 would not fit (the split batch_config
+        # makes), so each candidate's micro-batch is a measured one.
+        out.update(float(n * k * b) for b in measured
+                   if min_batch <= n * k * b <= max_batch and b * k > measured[-1] * (k - 1))
         k += 1
     return tuple(sorted(out))
 
