@@ -90,6 +90,15 @@ def test_large_batches_win_late_in_training() -> None:
     assert early.config.global_batch_samples < late.config.global_batch_samples
 
 
+def test_best_batch_stays_in_a_jobs_declared_range() -> None:
+    # In its first epoch cifar10 on 8 V100s prefers a small batch; a job that declared an
+    # initial batch of 2048 is searched from there up.
+    free = best_batch("cifar10", "V100", (8,), 0.0)
+    held = best_batch("cifar10", "V100", (8,), 0.0, min_batch=2048, max_batch=3000)
+    assert free.config.global_batch_samples < 2048
+    assert 2048 <= held.config.global_batch_samples <= 3000
+
+
 def test_best_batch_refuses_impossible_configurations() -> None:
     with pytest.raises(SpecError, match="8192 is outside the profiled range"):
         best_batch("cifar10", "V100", (8,), 0.0, max_batch=8192)

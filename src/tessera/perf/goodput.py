@@ -232,12 +232,14 @@ def candidate_batches(times: StepTimes, placement: Placement, min_batch: float,
 
 def best_batch(model: str, flavor: str | GpuFlavor, placement: Placement,
                progress_samples: float, max_batch: float | None = None,
-               root: str | Path | None = None) -> GoodputEstimate:
+               root: str | Path | None = None, min_batch: float | None = None,
+               ) -> GoodputEstimate:
     """The global batch with the highest goodput on this configuration, and its estimate.
 
-    ``max_batch`` caps the search (a job's declared maximum; default: the largest profiled
-    batch). The smallest batch is the initial one, or the smallest that gives every GPU its
-    smallest measured share when that is larger.
+    ``min_batch`` and ``max_batch`` bound the search (a job's declared initial and maximum
+    batch, ``ElasticRange``; default: the model's reference and largest profiled batch). The
+    smallest batch searched is also at least the one that gives every GPU its smallest
+    measured share.
 
     Raises:
         SpecError: no batch in range can be run on this many GPUs, or ``max_batch`` is outside
@@ -247,9 +249,11 @@ def best_batch(model: str, flavor: str | GpuFlavor, placement: Placement,
     times = load_step_times(model, flavor, root)
     eff = load_efficiency(model, root)
     top = eff.max_batch_samples if max_batch is None else max_batch
+    low = eff.initial_batch_samples if min_batch is None else min_batch
     eff.check_batch(top)
+    eff.check_batch(low)
     lo_local, _ = times.local_batch_range(placement)
-    bottom = max(eff.initial_batch_samples, sum(placement) * lo_local)
+    bottom = max(low, sum(placement) * lo_local)
     if bottom > top:
         raise SpecError(
             f"{model} on {sum(placement)} {times.flavor.short} GPUs needs a global batch of at "
