@@ -171,6 +171,23 @@ def test_sia_unknown_application(tmp_path: Path) -> None:
         read_trace(path, on_error="skip")
 
 
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [("x-0,1,cifar10,two,2048", "num_replicas"),
+     ("x-0,1,cifar10,0,2048", "num_replicas"),
+     ("x-0,-5,cifar10,4,2048", "time"),
+     ("x-0,1,cifar10,4,big", "batch_size"),
+     (",1,cifar10,4,2048", "name")],
+    ids=["replicas-not-int", "zero-replicas", "negative-time", "batch-not-int", "no-name"],
+)
+def test_sia_malformed_rows_name_their_field(tmp_path: Path, row: str, field: str) -> None:
+    path = tmp_path / "w.csv"
+    path.write_text(f"name,time,application,num_replicas,batch_size\n{row}\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (2, field)
+
+
 def test_sia_named_sets(shared: Callable[[str], Path]) -> None:
     shared("sia_workloads/philly/workload-1.csv")
     assert len(load_trace("sia-philly-1")) == 160

@@ -109,20 +109,6 @@ class EfficiencyProfile:
         """Statistical progress (samples at ``M0``'s efficiency) a job needs to finish."""
         return self.curves[0].progress_steps[-1] * self.initial_batch_samples
 
-    def curve(self, batch_samples: int) -> ValidationCurve:
-        """The curve measured at exactly ``batch_samples``.
-
-        Raises:
-            SpecError: no run was measured at that batch (the message lists the batches).
-        """
-        for c in self.curves:
-            if c.batch_samples == batch_samples:
-                return c
-        raise SpecError(
-            f"{self.model}: no validation curve at global batch {batch_samples}; measured "
-            f"batches: {', '.join(map(str, self.batches))}"
-        )
-
     def rigid_steps(self, batch_samples: int) -> float:
         """Steps a job that keeps ``batch_samples`` throughout needs to reach the target.
 
