@@ -188,6 +188,14 @@ def test_sia_malformed_rows_name_their_field(tmp_path: Path, row: str, field: st
     assert (info.value.line, info.value.field) == (2, field)
 
 
+def test_sia_unmeasured_gang_size_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\nx-0,1,cifar10,100,4096\n")
+    with pytest.raises(TraceFormatError, match="was never measured") as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (2, None)
+
+
 def test_sia_named_sets(shared: Callable[[str], Path]) -> None:
     shared("sia_workloads/philly/workload-1.csv")
     assert len(load_trace("sia-philly-1")) == 160

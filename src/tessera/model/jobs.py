@@ -94,8 +94,8 @@ class ElasticRange:
         initial_batch_samples: global batch it starts at (and runs at under rigid policies).
         max_batch_samples: largest global batch it may be run at.
         efficiency_model: the profile whose validation curves give its efficiency (``cifar10``).
-        target_samples: statistical progress it needs to finish, in samples at the initial
-            batch's efficiency.
+        target_samples: statistical progress it needs to finish, in samples at the efficiency
+            of the model's reference batch ``M0``.
     """
 
     min_gpus: int

@@ -15,7 +15,8 @@ carries **no duration**. Tessera derives the job type and the work by documented
   scale) to the per-GPU batch ``batch_size / num_replicas``.
 * **duration** -- the job's length in Sia's own model, run rigid and alone at the trace's
   ``num_replicas`` and ``batch_size`` on the table's reference flavor (V100): the steps the
-  application's validation curve at ``batch_size`` took to reach its target, times the measured
+  application's validation curve at ``batch_size`` took to reach its target (interpolated in
+  samples between the two measured batches around it), times the measured
   iteration time on that many GPUs packed on 8-GPU servers, with gradient accumulation when a
   GPU's share exceeds its largest measured local batch
   (:func:`tessera.workload.elastic.rigid_duration_s`). The step budget is then
@@ -118,8 +119,10 @@ def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
                 try:
                     durations[key] = rigid_duration_s(app, flavor, replicas, batch)
                     ranges[key] = elastic_or_rigid(app, replicas, batch, notes)
-                except (SpecError, NoProfileError) as err:
+                except SpecError as err:  # a batch outside the profiled range
                     raise RowError("batch_size", str(err)) from None
+                except NoProfileError as err:  # a flavor or placement never measured
+                    raise RowError(None, str(err)) from None
         except RowError as err:
             ctx.fail(line, err.field_name, err.message)
             continue
