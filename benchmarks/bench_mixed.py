@@ -10,9 +10,10 @@ same seeds, in one process, so the ratios are not skewed by a noisy machine:
 * ``gavel-36``: the same generator at 1 job/h on ``v100:12,p100:12,k80:12`` (4-GPU servers);
 * ``big-gangs``: ``small-pools`` with every 8-GPU job made a 12-GPU job -- more GPUs than any
   one flavor has, so without mixing those jobs are rejected at submission;
-* ``sia-modern``: Sia's own setting -- the Sia workloads ``sia-philly-1..8`` (160 jobs each,
-  real submit times) on ``modern-mixed`` (16 A100 + 24 V100 + 24 T4) with the Sia throughput
-  table; here a mix is predicted by the planner's cost model (the jobs name their
+* ``sia-modern``: the Sia workloads ``sia-philly-1..8`` (160 jobs each, real submit times)
+  on ``modern-mixed`` (16 A100 + 24 V100 + 24 T4, built from Sia's profiled hardware; Sia's
+  evaluated cluster is ``sia-64``, with RTX 2080 Ti servers for the V100s) with the Sia
+  throughput table; here a mix is predicted by the planner's cost model (the jobs name their
   application). Needs ``../shared/data/traces/sia_workloads`` (skipped when absent).
 
 Printed: mean average JCT (hours) over the seeds with mixing off and on, their ratio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def test_mig_capability_matches_hardware() -> None:
      ("philly", 2490, {"K80": 642, "P40": 1848}),
      ("pai-2020", 6742, {"K80": 2240, "P100": 1596, "V100-32GB": 1080, "T4": 994,
                          "V100-16GB": 832}),
-     ("modern-mixed", 64, {"A100-40GB": 16, "V100-16GB": 24, "T4": 24})],
+     ("modern-mixed", 64, {"A100-40GB": 16, "V100-16GB": 24, "T4": 24}),
+     ("sia-64", 64, {"T4": 24, "RTX-2080Ti": 24, "A100-40GB": 16})],
 )
 def test_presets(preset: str, gpus: int, by_flavor: dict[str, int]) -> None:
     c = load_cluster(preset)
@@ -59,6 +61,13 @@ def test_philly_preset_servers() -> None:
     c = load_cluster("philly")
     sizes = sorted(n.gpus for n in c.nodes)
     assert sizes.count(2) == 321 and sizes.count(8) == 231
+
+
+def test_sia_64_has_sias_heterogeneous_servers() -> None:
+    # Sia (SOSP'23) simulated setting: 6 T4 servers x 4, 3 RTX 2080 Ti x 8, 2 A100 x 8.
+    c = load_cluster("sia-64")
+    shapes = Counter((n.flavor.short, n.gpus) for n in c.nodes)
+    assert shapes == {("T4", 4): 6, ("RTX-2080Ti", 8): 3, ("A100-40GB", 8): 2}
 
 
 def test_compact_form() -> None:

@@ -10,7 +10,7 @@ from tessera.errors import NoProfileError, SpecError
 from tessera.model.cluster import load_cluster
 from tessera.perf.profiles import default_throughputs
 from tessera.perf.sia import load_sia_profile
-from tessera.perf.sia_table import _interpolate, sia_job_type, sia_throughputs
+from tessera.perf.sia_table import interpolate_step_time, sia_job_type, sia_throughputs
 from tessera.perf.tables import load_throughputs
 from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
@@ -47,10 +47,10 @@ def test_every_job_type_runs_on_the_reference_flavor() -> None:
 
 
 def test_other_flavors_are_interpolated_between_their_measured_batches() -> None:
-    assert _interpolate([(10, 1.0), (20, 2.0)], 15) == pytest.approx(1.5)
-    assert _interpolate([(10, 1.0), (20, 2.0)], 20) == pytest.approx(2.0)
-    assert _interpolate([(10, 1.0), (20, 2.0)], 21) is None
-    assert _interpolate([(10, 1.0), (20, 2.0)], 9) is None
+    assert interpolate_step_time([(10, 1.0), (20, 2.0)], 15) == pytest.approx(1.5)
+    assert interpolate_step_time([(10, 1.0), (20, 2.0)], 20) == pytest.approx(2.0)
+    assert interpolate_step_time([(10, 1.0), (20, 2.0)], 21) is None
+    assert interpolate_step_time([(10, 1.0), (20, 2.0)], 9) is None
     tb = sia_throughputs()
     a100 = {b for p, b in zip(*(lambda p: (p.placement, p.local_bsz))(
         load_sia_profile("bert", "A100-40GB")), strict=True) if p == "1"}

@@ -9,6 +9,7 @@ import pytest
 
 from tessera.errors import TraceFormatError
 from tessera.workload import load_trace, read_trace
+from tests.sia_hand import BUNDLED, last_iteration, rigid_duration_s, step_sync
 
 # -- ITP ---------------------------------------------------------------------------------------
 
@@ -125,8 +126,39 @@ def test_sia_golden(golden: Path) -> None:
         "ResNet-18 (batch size 256)", "ResNet-50 (batch size 128)", "Transformer (batch size 16)",
     ]
     assert [j.num_gpus for j in wl.jobs] == [6, 4, 1]
-    assert wl.jobs[2].duration_hint_s == pytest.approx(10**0.5 * 3600)
-    assert any("approximated" in n for n in wl.notes)
+    # bert at batch 12 on one V100: the 14,774 steps of its validation-12 curve, at the measured
+    # step time of local batch 12 on placement "1" (no accumulation, nothing to synchronise).
+    step, _sync = step_sync(BUNDLED, "bert", "azure", [1], 12)
+    assert last_iteration(BUNDLED, "bert", 12) == 14774
+    assert wl.jobs[2].duration_hint_s == pytest.approx(14774 * step)
+    assert wl.jobs[0].duration_hint_s == pytest.approx(
+        rigid_duration_s(BUNDLED, "cifar10", 6, 2048))
+    assert all(j.elastic is not None for j in wl.jobs)
+    assert any("validation curve" in n for n in wl.notes)
+
+
+def test_sia_unmeasured_batch_interpolates_samples_between_curves(golden: Path) -> None:
+    # imagenet at 512 lies between the 400 and 800 runs: samples needed (steps x batch) are
+    # interpolated linearly in the batch.
+    wl = load_trace(golden / "sia_small.csv")
+    s400 = last_iteration(BUNDLED, "imagenet", 400) * 400
+    s800 = last_iteration(BUNDLED, "imagenet", 800) * 800
+    steps = (s400 + (512 - 400) / 400 * (s800 - s400)) / 512
+    step, _sync = step_sync(BUNDLED, "imagenet", "azure", [4], 128)
+    assert wl.jobs[1].duration_hint_s == pytest.approx(steps * step)
+
+
+def test_sia_batch_outside_the_profiled_range_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\n"
+                    "ok-0,1,cifar10,4,2048\nx-1,2,cifar10,4,8192\n")
+    with pytest.raises(TraceFormatError, match="8192 is outside the profiled range 128-4096") \
+            as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (3, "batch_size")
+    got = read_trace(path, on_error="skip")
+    assert [j.job_id for j in got.workload.jobs] == ["ok-0"]
+    assert [s.field for s in got.skipped] == ["batch_size"]
 
 
 def test_sia_unknown_application(tmp_path: Path) -> None:
@@ -137,6 +169,31 @@ def test_sia_unknown_application(tmp_path: Path) -> None:
     assert (info.value.line, info.value.field) == (2, "application")
     with pytest.raises(TraceFormatError, match="no jobs after skipping 1"):
         read_trace(path, on_error="skip")
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [("x-0,1,cifar10,two,2048", "num_replicas"),
+     ("x-0,1,cifar10,0,2048", "num_replicas"),
+     ("x-0,-5,cifar10,4,2048", "time"),
+     ("x-0,1,cifar10,4,big", "batch_size"),
+     (",1,cifar10,4,2048", "name")],
+    ids=["replicas-not-int", "zero-replicas", "negative-time", "batch-not-int", "no-name"],
+)
+def test_sia_malformed_rows_name_their_field(tmp_path: Path, row: str, field: str) -> None:
+    path = tmp_path / "w.csv"
+    path.write_text(f"name,time,application,num_replicas,batch_size\n{row}\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (2, field)
+
+
+def test_sia_unmeasured_gang_size_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\nx-0,1,cifar10,100,4096\n")
+    with pytest.raises(TraceFormatError, match="was never measured") as info:
+        load_trace(path)
+    assert (info.value.line, info.value.field) == (2, None)
 
 
 def test_sia_named_sets(shared: Callable[[str], Path]) -> None:

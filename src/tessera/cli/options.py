@@ -35,8 +35,9 @@ GPUS_PER_SERVER = typer.Option(
          "keep their own server sizes.",
 )
 
-CLUSTER_HELP = ("Cluster: a preset (gavel-108, philly, pai-2020, modern-mixed), a YAML file, "
-                "or a flavor:count list such as v100:12,p100:12,k80:12.")
+CLUSTER_HELP = ("Cluster: a preset (gavel-108, philly, pai-2020, modern-mixed, sia-64 = Sia's "
+                "T4/RTX/A100 setting), a YAML file, or a flavor:count list such as "
+                "v100:12,p100:12,k80:12.")
 POLICY_HELP = ("Scheduling policy (`tessera policies` lists them); add -agnostic for the "
                "heterogeneity-blind twin.")
 
@@ -59,8 +60,8 @@ STATE = typer.Option(Path.home() / ".tessera", "--state",
                           "hashes; private to the service, 0700).")
 
 THROUGHPUTS = typer.Option("gavel", "--throughputs", help="Training throughput table: gavel "
-                           "(K80/P100/V100), sia (T4/V100/A100/RTX, for modern-mixed), or a "
-                           "Gavel-layout JSON file.")
+                           "(K80/P100/V100), sia (T4/V100/A100/RTX, for sia-64 and "
+                           "modern-mixed), or a Gavel-layout JSON file.")
 
 GPU_HELP = "MIG-capable GPU model, e.g. A100-80GB or H100-80GB (`share layouts` lists them)."
 PRE_R510 = typer.Option(False, "--pre-r510", help="Driver older than R510 (fewer layouts).")

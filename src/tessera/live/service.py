@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tessera.errors import SpecError
-from tessera.live import lifecycle
+from tessera.live import lifecycle, memory
 from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
 from tessera.live.spec import JobRequest, to_live_job
@@ -109,7 +109,7 @@ class LiveService:
         self.ctx = DecisionContext(self.oracle, random.Random(self.opts.seed))
         self.uses_rounds = self.settings.uses_rounds(self.policy)
         self.placement = self.settings.placement()
-        self.policy_state: object = None
+        self.policy_state: object = store.policy_memory(self.policy.display_name)
         self.idle = True
         self.last_decision: Decision | None = None
         self.rounds = 0
@@ -274,16 +274,20 @@ class LiveService:
             return None
         opts = replace(self.placement, fill_only=True) if fill_only else self.placement
         d = decide(snap, self.policy, self.ctx, opts)
+        remember = not fill_only and d.policy_state is not self.policy_state
         if not fill_only:
             self.policy_state = d.policy_state
         self.last_decision = d
         self.rounds += 1
-        self._journal(d, now_s)
+        self._journal(d, now_s, remember)
         crash_point("after-journal")
         return d.wakeup_s
 
-    def _journal(self, d: Decision, now_s: float) -> None:
+    def _journal(self, d: Decision, now_s: float, remember: bool = False) -> None:
+        """Write the decision; with ``remember``, the policy's new memory in the same commit."""
         with self.store.tx() as db:
+            if remember:
+                memory.save(db, self.policy.display_name, d.policy_state, now_s)
             for jid in d.preempted:
                 self._request_stop(db, jid, now_s, "preempted by the policy", "preempt")
             for jid in d.started:

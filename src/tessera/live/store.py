@@ -9,7 +9,8 @@ Tables:
   launch record: it is written *before* the executor is asked to launch, and the executor names
   what it starts after it, so a restarted service can ask "is run 3 of job j-ab12 alive?" and
   never start that run a second time;
-* ``events`` -- append-only log of every state transition and decision, with timestamps.
+* ``events`` -- append-only log of every state transition and decision, with timestamps;
+* ``policy_memory`` -- the policy's memory as of its last decision (:mod:`tessera.live.memory`).
 
 Every job state change goes through :meth:`Store.transition`, which checks the one lifecycle
 table (:func:`tessera.model.jobs.transition`) and appends the event in the same transaction, so
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.live import memory
 from tessera.live.layout import create_private_file
 from tessera.live.spec import LiveJob
 from tessera.model.jobs import JobState, transition
@@ -157,7 +159,7 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA + memory.SCHEMA)
         self._lock = threading.RLock()
         self._specs: dict[str, LiveJob] = {}
 
@@ -190,6 +192,11 @@ class Store:
     def set_meta(self, key: str, value: str) -> None:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def policy_memory(self, policy: str) -> object:
+        """The memory ``policy`` saved with its last decision (see :mod:`tessera.live.memory`)."""
+        with self._lock:
+            return memory.load(self._db, policy)
 
     def sync_queues(self, quotas: dict[str, QueueQuota]) -> None:
         with self.tx() as db:

@@ -2,7 +2,7 @@
 
 A cluster is described three ways, all producing the same :class:`ClusterSpec`:
 
-* a **preset** name (``gavel-108``, ``philly``, ``pai-2020``, ``modern-mixed``);
+* a **preset** name (``gavel-108``, ``philly``, ``pai-2020``, ``modern-mixed``, ``sia-64``);
 * a **compact** string for the command line, ``v100:12,p100:12,k80:12`` (flavor:GPU count),
   split into servers of ``gpus_per_server`` GPUs each;
 * a **YAML** file listing node groups::
@@ -362,8 +362,10 @@ def _gavel_108() -> ClusterSpec:
 
 
 def _modern_mixed() -> ClusterSpec:
-    """Sia's hardware mix (64 GPUs): 2 DGX-A100 (8×A100-40GB), 3 Azure ND40rs_v2 (8×V100),
-    6 AWS g4dn.12xlarge (4×T4, Ethernet between servers)."""
+    """A modern mixed cluster (64 GPUs) built from three of the server types Sia profiled: 2
+    DGX-A100 (8×A100-40GB), 3 Azure ND40rs_v2 (8×V100), 6 AWS g4dn.12xlarge (4×T4, Ethernet
+    between servers). Not the cluster Sia evaluates on (that is ``sia-64``, with RTX 2080 Ti
+    servers where this one has V100s)."""
     nodes = (
         make_nodes("A100-40GB", 2, 8, rack="dgx", cpu_cores=128, mem_gib=1024)
         + make_nodes("V100", 3, 8, rack="azure", cpu_cores=40, mem_gib=672)
@@ -373,11 +375,26 @@ def _modern_mixed() -> ClusterSpec:
     return ClusterSpec("modern-mixed", tuple(nodes))
 
 
+def _sia_64() -> ClusterSpec:
+    """Sia's simulated heterogeneous cluster (SOSP'23, 64 GPUs): 6 T4 servers × 4 GPUs
+    (g4dn.12xlarge), 3 RTX 2080 Ti servers × 8, 2 DGX-A100 × 8 (A100-40GB). The T4 and A100
+    servers are described as in ``modern-mixed``; Sia gives no host specification for its RTX
+    servers, so they get the catalog defaults (PCIe inside, InfiniBand between)."""
+    nodes = (
+        make_nodes("T4", 6, 4, rack="aws", cpu_cores=48, mem_gib=192,
+                   inter_link=Link.of(LinkKind.ETHERNET, 6.25))
+        + make_nodes("RTX-2080Ti", 3, 8, rack="rtx")
+        + make_nodes("A100-40GB", 2, 8, rack="dgx", cpu_cores=128, mem_gib=1024)
+    )
+    return ClusterSpec("sia-64", tuple(nodes))
+
+
 PRESETS = {
     "gavel-108": _gavel_108,
     "philly": _philly,
     "pai-2020": _pai_2020,
     "modern-mixed": _modern_mixed,
+    "sia-64": _sia_64,
 }
 
 

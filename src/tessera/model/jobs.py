@@ -1,7 +1,9 @@
 """Jobs: what a user asks for (``JobSpec``) and the lifecycle every job walks through.
 
 A training job asks for a *gang* of ``num_gpus`` GPUs that start together, of one of the flavors
-it accepts (in order of preference; empty means "any"). Its work is a number of training steps;
+it accepts (in order of preference; empty means "any"). An *elastic* job also declares an
+:class:`ElasticRange` (GPUs and global batch the scheduler may move it between); rigid policies
+treat it as rigid at ``num_gpus``. Its work is a number of training steps;
 how long that takes depends on where it runs, which only ``perf`` knows. Traces that give a
 duration instead are converted by the reader: steps = duration × throughput on the trace's
 reference flavor.
@@ -74,6 +76,51 @@ def transition(current: JobState, new: JobState) -> JobState:
 
 
 @dataclass(frozen=True, slots=True)
+class ElasticRange:
+    """What an *elastic* (adaptive) job lets the scheduler change: its GPU count and its batch.
+
+    A rigid job keeps ``JobSpec.num_gpus`` GPUs and its batch until it ends. An elastic job, as
+    in Pollux and Sia, may run on anywhere from ``min_gpus`` to ``max_gpus`` GPUs and at any
+    global batch from ``initial_batch_samples`` to ``max_batch_samples``; ``JobSpec.num_gpus`` is
+    the count it asks for at first, which rigid policies give it. Its work is then measured as
+    statistical progress: samples at the statistical efficiency of its model's reference batch
+    ``M0`` (Pollux's initial batch, :mod:`tessera.perf.efficiency`), ``target_samples`` of them,
+    so a job run at a larger batch processes more raw samples before it is done. The job's own
+    initial batch may be above ``M0`` (Sia's cifar10 jobs start at 2,048-4,096, ``M0`` = 128).
+
+    Attributes:
+        min_gpus: fewest GPUs it can run on.
+        max_gpus: most GPUs it can use.
+        initial_batch_samples: global batch it starts at (and runs at under rigid policies).
+        max_batch_samples: largest global batch it may be run at.
+        efficiency_model: the profile whose validation curves give its efficiency (``cifar10``).
+        target_samples: statistical progress it needs to finish, in samples at the efficiency
+            of the model's reference batch ``M0``.
+    """
+
+    min_gpus: int
+    max_gpus: int
+    initial_batch_samples: int
+    max_batch_samples: int
+    efficiency_model: str
+    target_samples: float
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_gpus <= self.max_gpus:
+            raise SpecError(
+                "elastic range: need 1 <= min_gpus <= max_gpus, got "
+                f"{self.min_gpus}-{self.max_gpus}"
+            )
+        if not 1 <= self.initial_batch_samples <= self.max_batch_samples:
+            raise SpecError(
+                "elastic range: need 1 <= initial batch <= max batch, got "
+                f"{self.initial_batch_samples}-{self.max_batch_samples}"
+            )
+        if not self.target_samples > 0:
+            raise SpecError(f"elastic range: target_samples must be > 0, got {self.target_samples}")
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """A training job as submitted.
 
@@ -92,6 +139,7 @@ class JobSpec:
         requires_locality: the gang must sit on one node (no cross-node split allowed).
         slo_factor: Gavel's SLO factor (deadline = factor × isolated duration), ``None`` if none.
         duration_hint_s: the trace's duration on its reference flavor, when it gave one.
+        elastic: the GPU and batch range of an elastic job; ``None`` for a rigid job.
     """
 
     job_id: JobId
@@ -106,6 +154,7 @@ class JobSpec:
     requires_locality: bool = False
     slo_factor: float | None = None
     duration_hint_s: float | None = None
+    elastic: ElasticRange | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +170,12 @@ class JobSpec:
             raise SpecError(f"job {self.job_id}: priority_weight must be > 0")
         if self.max_retries < 0:
             raise SpecError(f"job {self.job_id}: max_retries must be >= 0")
+        e = self.elastic
+        if e is not None and not e.min_gpus <= self.num_gpus <= e.max_gpus:
+            raise SpecError(
+                f"job {self.job_id}: asks for {self.num_gpus} GPUs, outside its elastic range "
+                f"{e.min_gpus}-{e.max_gpus}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

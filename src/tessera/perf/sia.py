@@ -45,6 +45,16 @@ SIA_SUFFIX_FLAVOR: dict[str, str] = {
     "quad": "RTX-6000",
 }
 
+#: GPUs per server of each profiled flavor in Sia's hardware (g4dn.12xlarge 4, ND40rs_v2 8,
+#: DGX-A100 8, RTX 2080Ti servers 8, Quadro RTX 6000 servers 4): how its placements were laid out.
+SIA_SERVER_GPUS: dict[str, int] = {
+    "T4": 4,
+    "V100-16GB": 8,
+    "A100-40GB": 8,
+    "RTX-2080Ti": 8,
+    "RTX-6000": 4,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class SiaProfile:
@@ -119,7 +129,7 @@ def _suffix_files(model_dir: Traversable) -> dict[str, Traversable]:
 
 def sia_flavors(model: str, root: str | Path | None = None) -> tuple[GpuFlavor, ...]:
     """The flavors measured for ``model`` (deduplicated, in catalog order of first suffix)."""
-    files = _suffix_files(_model_dir(model, root))
+    files = _suffix_files(model_dir(model, root))
     return _flavors_of(files)
 
 
@@ -132,7 +142,12 @@ def _flavors_of(files: dict[str, Traversable]) -> tuple[GpuFlavor, ...]:
     return tuple(seen.values())
 
 
-def _model_dir(model: str, root: str | Path | None) -> Traversable:
+def model_dir(model: str, root: str | Path | None = None) -> Traversable:
+    """The folder of ``model``'s files under ``root`` (bundled copy by default).
+
+    Raises:
+        NoProfileError: no such model; the message lists the profiled ones.
+    """
     base = _root(root)
     d = base.joinpath(model)
     if not d.is_dir():
@@ -157,7 +172,7 @@ def load_sia_profile(
 
 @lru_cache(maxsize=128)
 def _load_cached(model: str, flavor_name: str, root: str | None) -> SiaProfile:
-    files = _suffix_files(_model_dir(model, root))
+    files = _suffix_files(model_dir(model, root))
     picked = [
         (s, f) for s, f in sorted(files.items())
         if s in SIA_SUFFIX_FLAVOR and resolve_flavor(SIA_SUFFIX_FLAVOR[s]).name == flavor_name

@@ -1,7 +1,8 @@
 """A throughput table from the Sia/Pollux profiles: T4, V100, A100 and RTX GPUs.
 
 Gavel's table (:mod:`tessera.perf.profiles`) covers K80, P100 and V100 only, so on a modern
-cluster (``modern-mixed``: A100 + V100 + T4, Sia's own mix) most GPUs would sit idle. The
+cluster (``sia-64``: Sia's T4 + RTX 2080 Ti + A100 setting; ``modern-mixed``: A100 + V100 + T4)
+most GPUs would sit idle. The
 Sia/Pollux profiles (:mod:`tessera.perf.sia`) measured six workloads on T4, V100, A100-40GB,
 RTX 2080Ti and Quadro RTX 6000, at many placements and local batches. This module turns them
 into the same :class:`~tessera.perf.profiles.ThroughputTable` the scheduler already reads:
@@ -55,7 +56,7 @@ def _spread_key(placement: str) -> tuple[int, int]:
     return (-len(placement), -min(int(c) for c in placement))
 
 
-def _interpolate(points: list[tuple[int, float]], b: int) -> float | None:
+def interpolate_step_time(points: list[tuple[int, float]], b: float) -> float | None:
     """Step time at local batch ``b`` from sorted ``(batch, time)`` points, linear between the
     measured neighbours; ``None`` outside the measured range (above it: out of memory)."""
     if not points or b < points[0][0] or b > points[-1][0]:
@@ -98,7 +99,7 @@ def build_sia_throughputs(root: str | Path | None = None,
                     continue
                 points = sorted((b, sum(ts) / len(ts)) for b, ts in by_b.items())
                 for b in grid:
-                    t = _interpolate(points, b)
+                    t = interpolate_step_time(points, b)
                     if t is not None and t > 0:
                         # N / step time: every GPU finishes one local step per iteration.
                         isolated[(short, len(p) == 1)][(sia_job_type(model, b), gpus)] = gpus / t

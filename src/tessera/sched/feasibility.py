@@ -16,6 +16,8 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
     """The reason ``job`` can never be placed on ``cluster``, or ``None`` if it can.
 
     With ``mixed_gangs`` a job that needs no locality may also be held by its flavors together.
+    An elastic job whose *smallest* size cannot fit is named as such; until a policy resizes
+    jobs, an elastic job is also held to the count it asks for (``num_gpus``).
     """
     present = {f.short for f in cluster.flavors()}
     if job.flavors:
@@ -35,6 +37,14 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
     best_node = 0
     by_flavor = cluster.gpus_by_flavor()
     all_flavors = sum(by_flavor[cluster.flavor(r.flavor)] for r in rates)
+    if job.elastic is not None:
+        pools = [by_flavor[cluster.flavor(r.flavor)] for r in rates]
+        spread = mixed_gangs and not job.requires_locality
+        room = all_flavors if spread else max(pools)
+        if job.elastic.min_gpus > room:
+            where = "its allowed flavors have" if spread else "the largest allowed flavor pool has"
+            return (f"its elastic range needs at least {job.elastic.min_gpus} GPUs; {where} "
+                    f"{room}")
     if mixed_gangs and not job.requires_locality and job.num_gpus <= all_flavors:
         return None
     for r in rates:

@@ -35,7 +35,7 @@ from typing import Literal
 
 from tessera.errors import TraceFormatError
 from tessera.model.gpus import GpuFlavor
-from tessera.model.jobs import JobId, JobSpec, Workload
+from tessera.model.jobs import ElasticRange, JobId, JobSpec, Workload
 from tessera.perf.profiles import ThroughputTable
 
 OnError = Literal["raise", "skip"]
@@ -87,6 +87,8 @@ class JobRow:
     slo_factor: float | None = None
     flavors: tuple[GpuFlavor, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
+    elastic: ElasticRange | None = None
+    """The job's GPU and batch range when it is elastic (``JobSpec.elastic``)."""
     source: str | None = None
     """The file the row came from, when a workload is read from several files."""
 
@@ -227,6 +229,7 @@ def build_workload(
                 queue=r.queue,
                 slo_factor=r.slo_factor,
                 duration_hint_s=duration,
+                elastic=r.elastic,
                 extra=r.extra,
             )
         )

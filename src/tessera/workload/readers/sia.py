@@ -4,20 +4,28 @@ Columns: ``name`` (``<app>-<n>``), ``time`` (submit, s from workload start), ``a
 (bert | cifar10 | deepspeech2 | imagenet | yolov3), ``num_replicas`` (GPUs asked for at first),
 ``batch_size`` (initial global batch).
 
-Sia's simulator trains each application to a fixed quality target with its own models, so the
-file carries **no duration**. Tessera needs a job type it has profiles for and a step budget,
-and derives both by documented rules (the result is an *approximation* of Sia's workload, noted
-as such in ``Workload.notes``):
+Sia's simulator trains each application to a quality target with its own models, so the file
+carries **no duration**. Tessera derives the job type and the work by documented rules (noted in
+``Workload.notes``):
 
 * **job type** -- the application itself when the throughput table profiles it (the Sia table,
   ``--throughputs sia``: ``imagenet (batch size 40)``), else the closest Gavel family
   (:data:`SIA_FAMILY`: cifar10 → ResNet-18, imagenet and yolov3 → ResNet-50, bert →
   Transformer, deepspeech2 → LM); either way at the profiled batch size nearest (in log
   scale) to the per-GPU batch ``batch_size / num_replicas``.
-* **duration** -- Sia's generator assigned applications by the real job's GPU time: < 1 GPU-h →
-  cifar10, < 10 → deepspeech2/bert, < 100 → yolov3, else imagenet, with every job between
-  1 GPU-minute and 1000 GPU-hours. A job gets the geometric middle of its application's class
-  (:data:`SIA_GPU_HOURS`), spread over its replicas: ``duration_s = gpu_h × 3600 / replicas``.
+* **duration** -- the job's length in Sia's own model, run rigid and alone at the trace's
+  ``num_replicas`` and ``batch_size`` on the table's reference flavor (V100): the steps the
+  application's validation curve at ``batch_size`` took to reach its target (interpolated in
+  samples between the two measured batches around it), times the measured
+  iteration time on that many GPUs packed on 8-GPU servers, with gradient accumulation when a
+  GPU's share exceeds its largest measured local batch
+  (:func:`tessera.workload.elastic.rigid_duration_s`). The step budget is then
+  ``duration × table throughput`` as for every trace.
+* **elastic** -- the file has no column saying which jobs adapt: Sia's simulator treats every
+  job as adaptive under Sia and Pollux and runs it at ``num_replicas`` / ``batch_size`` under
+  its rigid baselines. So every job whose model has efficiency data gets an
+  :class:`~tessera.model.jobs.ElasticRange` (1 GPU up to the batch-limited maximum, batch from
+  ``batch_size`` to the largest profiled one; rigid policies ignore it).
 * ``application`` and ``batch_size`` are kept in ``JobSpec.extra``; queue is ``default``.
 """
 
@@ -28,9 +36,11 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from tessera.model.jobs import Workload
+from tessera.errors import NoProfileError, SpecError
+from tessera.model.jobs import ElasticRange, Workload
 from tessera.perf.profiles import ThroughputTable
 from tessera.workload.csvio import iter_csv
+from tessera.workload.elastic import elastic_or_rigid, rigid_duration_s
 from tessera.workload.registry import TraceReader, register_reader
 from tessera.workload.rows import (
     JobRow,
@@ -51,15 +61,6 @@ SIA_FAMILY: Mapping[str, str] = {
     "deepspeech2": "LM",
 }
 """Sia application → the Gavel-profiled model family closest to it."""
-
-SIA_GPU_HOURS: Mapping[str, float] = {
-    "cifar10": math.sqrt(1 / 60 * 1),
-    "deepspeech2": math.sqrt(1 * 10),
-    "bert": math.sqrt(1 * 10),
-    "yolov3": math.sqrt(10 * 100),
-    "imagenet": math.sqrt(100 * 1000),
-}
-"""Representative GPU-hours per application: the geometric middle of its GPU-time class."""
 
 _TYPE_RE = re.compile(r"^(?P<family>.+) \(batch size (?P<bs>\d+)\)$")
 
@@ -92,9 +93,13 @@ def sia_job_type(
 
 
 def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
-    """Read one Sia workload file (see the module docstring for the approximations)."""
+    """Read one Sia workload file (see the module docstring for the rules)."""
     rows: list[JobRow] = []
     families = _family_batches(ctx.throughputs)
+    flavor = ctx.throughputs.reference_flavor
+    durations: dict[tuple[str, int, int], float] = {}
+    ranges: dict[tuple[str, int, int], ElasticRange | None] = {}
+    notes: set[str] = set()
     for line, _index, cols, f in iter_csv(path, ctx, REQUIRED):
         try:
             job_id = f[cols["name"]].strip()
@@ -109,21 +114,33 @@ def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
             replicas = parse_int(f[cols["num_replicas"]], "num_replicas", min_value=1)
             batch = parse_int(f[cols["batch_size"]], "batch_size", min_value=1)
             job_type = sia_job_type(ctx.throughputs, app, batch / replicas, families)
+            key = (app, replicas, batch)
+            if key not in durations:
+                try:
+                    durations[key] = rigid_duration_s(app, flavor, replicas, batch)
+                    ranges[key] = elastic_or_rigid(app, replicas, batch, notes)
+                except SpecError as err:  # a batch outside the profiled range
+                    raise RowError("batch_size", str(err)) from None
+                except NoProfileError as err:  # a flavor or placement never measured
+                    raise RowError(None, str(err)) from None
         except RowError as err:
             ctx.fail(line, err.field_name, err.message)
             continue
         rows.append(
             JobRow(
                 line, job_id, submit, replicas,
-                duration_s=SIA_GPU_HOURS[app] * 3600.0 / replicas,
+                duration_s=durations[key],
                 job_type=job_type,
                 extra={"application": app, "batch_size": str(batch)},
+                elastic=ranges[key],
             )
         )
     ctx.notes.append(
-        "Sia workload: job types and durations approximated from application and GPU-time "
-        "class (no durations in the file; see tessera.workload.readers.sia)"
+        "Sia workload: durations from each application's validation curve and measured step "
+        f"times, rigid at the trace's GPU count and batch on {flavor}; every job with "
+        "efficiency data is elastic (see tessera.workload.readers.sia)"
     )
+    ctx.notes.extend(sorted(notes))
     return build_workload(rows, ctx, name)
 
 
@@ -134,5 +151,5 @@ def _sniff(path: Path, header: list[str] | None) -> bool:
 register_reader(
     TraceReader("sia", read_sia, _sniff),
     "Sia SOSP'23 workload (name, time, application, num_replicas, batch_size); "
-    "types and durations approximated.",
+    "durations from validation curves and profiles, jobs elastic.",
 )

@@ -1,0 +1,118 @@
+"""The policy's memory, kept across service restarts.
+
+A policy may remember things between two decisions: Gavel's LP policies the last allocation
+and each job's time on each flavor since it was computed (``RoundState``), Tiresias with
+starvation promotion the attained service at which a job was promoted. ``decide()`` returns
+that memory as :attr:`~tessera.sched.core.Decision.policy_state` and takes it back in the next
+snapshot; the simulator simply holds it. The live service must also survive a restart, so it
+writes the memory into the state database **in the same transaction as the decision that
+produced it**: after a crash the journal and the memory always belong to the same round.
+
+The memory is an arbitrary value of the policy's own types (frozen dataclasses, numpy arrays,
+read-only mappings), so it is stored with :mod:`pickle`. Loading a pickle runs code chosen by
+whoever wrote it; two rules keep that safe:
+
+* the state database lives in the service's private state directory (0700, files 0600; see
+  ``docs/security.md``), which no job and no tenant can write;
+* loading goes through :class:`_MemoryUnpickler`, which resolves only Tessera's own classes,
+  numpy's array reconstruction and a short list of standard-library value types, so even a
+  tampered row cannot name ``os.system`` or any other function.
+
+A memory that cannot be loaded (the service was upgraded and a class changed, or the policy
+was switched) is dropped with a warning: the policy starts afresh, as it did before this module
+existed, and the service keeps running.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import logging
+import pickle
+import sqlite3
+from types import MappingProxyType
+from typing import Any
+
+log = logging.getLogger("tessera.live")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS policy_memory (
+    policy TEXT PRIMARY KEY, saved_s REAL NOT NULL, state BLOB NOT NULL);
+"""
+
+#: What a stored memory may name besides Tessera's own classes: value types and numpy's
+#: array reconstruction (no function that touches files, processes or attributes).
+_ALLOWED = {
+    ("builtins", "frozenset"), ("builtins", "set"), ("builtins", "tuple"),
+    ("builtins", "dict"), ("builtins", "list"), ("builtins", "float"), ("builtins", "int"),
+    ("builtins", "complex"), ("builtins", "bytes"), ("builtins", "str"),
+    ("random", "Random"), ("collections", "OrderedDict"),
+    ("tessera.live.memory", "_mappingproxy"),
+    ("numpy", "dtype"), ("numpy", "ndarray"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+}
+
+
+def _mappingproxy(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(items)
+
+
+def _reduce_mappingproxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _mappingproxy, (dict(m),)
+
+
+class _MemoryUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only Tessera's classes and the value types above."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        if module.split(".", 1)[0] == "tessera":
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(f"a policy memory may not name {module}.{name}")
+
+
+def encode(state: object) -> bytes:
+    """The stored form of a policy's memory (read-only mappings included)."""
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = {**copyreg.dispatch_table,
+                              MappingProxyType: _reduce_mappingproxy}
+    pickler.dump(state)
+    return buf.getvalue()
+
+
+def decode(blob: bytes) -> object:
+    """The memory back from :func:`encode` (raises ``pickle.UnpicklingError`` if refused)."""
+    return _MemoryUnpickler(io.BytesIO(blob)).load()
+
+
+def save(db: sqlite3.Connection, policy: str, state: object, now_s: float) -> None:
+    """Write ``policy``'s memory inside the caller's transaction (``None`` clears it)."""
+    if state is None:
+        db.execute("DELETE FROM policy_memory WHERE policy=?", (policy,))
+        return
+    db.execute("INSERT OR REPLACE INTO policy_memory VALUES (?, ?, ?)",
+               (policy, now_s, encode(state)))
+
+
+def load(db: sqlite3.Connection, policy: str) -> object:
+    """``policy``'s last saved memory, or ``None`` (nothing saved, or unreadable: logged).
+
+    Only the memory of the same policy is returned: a service restarted with another
+    ``--policy`` starts that policy afresh.
+    """
+    row = db.execute("SELECT state, saved_s FROM policy_memory WHERE policy=?",
+                     (policy,)).fetchone()
+    if row is None:
+        return None
+    try:
+        return decode(row[0])
+    except Exception as e:  # an upgrade changed a class, or the row was tampered with
+        log.warning("dropping the saved memory of policy %s (saved at %.0f): %s; it starts "
+                    "afresh", policy, row[1], e)
+        return None
