@@ -11,6 +11,9 @@ everything). Queues carry Kueue-style quotas that the decision core enforces::
       - {name: admin, sha256: 9f2c..., queue: null}       # null queue = admin
       - {name: vision-ci, sha256: 41ab..., queue: vision}
 
+A queue may also say how its jobs run: ``run_as: USER`` (jobs run as that user; overrides
+``tessera serve --run-as``) and ``max_runtime_s`` (the default runtime limit of its jobs).
+
 Only SHA-256 hashes of tokens are stored, so the file can be read without leaking them; a new
 token is printed once, when it is made (on first start for the admin, or by
 :func:`add_token`).
@@ -21,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -39,6 +42,8 @@ class _QueueEntry(BaseModel):
     nominal_gpus: int = Field(ge=0)
     borrowing_limit_gpus: int | None = Field(None, ge=0)
     weight: float = Field(1.0, gt=0)
+    run_as: str | None = Field(None, min_length=1)
+    max_runtime_s: float | None = Field(None, gt=0)
 
 
 class _TokenEntry(BaseModel):
@@ -70,11 +75,21 @@ class Principal:
 
 
 @dataclass(frozen=True, slots=True)
+class JobDefaults:
+    """How a queue's jobs run: as which user (``None``: the service's choice) and with which
+    runtime limit when the job sets none (``None``: no limit)."""
+
+    run_as: str | None = None
+    max_runtime_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Tenancy:
-    """The loaded config: quotas by queue and token hashes."""
+    """The loaded config: quotas by queue, token hashes, and each queue's job defaults."""
 
     quotas: dict[str, QueueQuota]
     tokens: dict[str, Principal]  # sha256 hex -> principal
+    job_defaults: dict[str, JobDefaults] = field(default_factory=dict)
 
     def authenticate(self, token: str | None) -> Principal | None:
         """The principal owning ``token``, or ``None`` (compared in constant time)."""
@@ -116,7 +131,9 @@ def load_tenancy(state_dir: Path) -> Tenancy:
         if t.queue is not None and t.queue not in quotas:
             raise SpecError(f"{path}: token {t.name!r} names unknown queue {t.queue!r}")
         tokens[t.sha256] = Principal(t.name, t.queue)
-    return Tenancy(quotas, tokens)
+    defaults = {q.name: JobDefaults(q.run_as, q.max_runtime_s) for q in cfg.queues
+                if q.run_as is not None or q.max_runtime_s is not None}
+    return Tenancy(quotas, tokens, defaults)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
