@@ -113,6 +113,10 @@ def register(app: typer.Typer) -> None:
                                       "checkpoint and exit before it is killed (s)."),
         period_s: float = typer.Option(1.0, "--period-s", help="In events mode, decide at "
                                        "least this often even when nothing happened (s)."),
+        run_as: str = typer.Option(None, "--run-as", metavar="USER", help="Run every job as "
+                                   "this user (the service must run as root); a queue's "
+                                   "run_as in tessera-live.yaml overrides it.",
+                                   show_default="the service's own user"),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Run the scheduler service, its HTTP API and dashboard.
@@ -129,7 +133,7 @@ def register(app: typer.Typer) -> None:
 
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
                           ServiceOptions(scheduler=settings, period_s=period_s,
-                                         grace_s=grace_s))
+                                         grace_s=grace_s), run_as=run_as)
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")

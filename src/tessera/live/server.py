@@ -9,11 +9,11 @@ same setup.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tessera.errors import SpecError
-from tessera.live.executors.base import Executor
+from tessera.live.executors.base import Executor, check_run_as
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import ensure_config, load_tenancy
@@ -34,6 +34,7 @@ class ServeConfig:
     executor: str = "local"
     ray_address: str | None = None
     options: ServiceOptions = field(default_factory=ServiceOptions)
+    run_as: str | None = None
 
 
 def build_service(cfg: ServeConfig) -> tuple[LiveService, str | None]:
@@ -54,8 +55,12 @@ def build_service(cfg: ServeConfig) -> tuple[LiveService, str | None]:
     store.set_meta("policy", policy)
     token = ensure_config(cfg.state_dir, cluster.total_gpus)
     tenancy = load_tenancy(cfg.state_dir)
+    check_run_as(cfg.run_as)
+    for queue, defaults in tenancy.job_defaults.items():
+        check_run_as(defaults.run_as, f"queue {queue}: run_as")
     executor = make_executor(cfg, cluster)
-    svc = LiveService(store, executor, cluster, tenancy, policy, cfg.state_dir, cfg.options)
+    options = replace(cfg.options, run_as=cfg.run_as) if cfg.run_as else cfg.options
+    svc = LiveService(store, executor, cluster, tenancy, policy, cfg.state_dir, options)
     return svc, token
 
 
