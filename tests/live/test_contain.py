@@ -56,15 +56,15 @@ def _tree(root_pid: int) -> dict[int, int]:
     return contain.descendants({root_pid: start}, contain.proc_table())
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _sleeps(procs: dict[int, int]) -> list[int]:
-    out = []
-    for pid in procs:
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\x00300"):
-                out.append(pid)
-        except OSError:
-            pass
-    return out
+    return [pid for pid in procs if _cmdline(pid).startswith(b"sleep\x00300")]
 
 
 def _two_run_job(tmp_path: Path, background: str) -> tuple[str, Path, Path]:
@@ -119,18 +119,17 @@ def test_processes_left_by_a_killed_guardian_are_swept_after_a_restart(tmp_path:
     jid = _submit(svc, command=cmd, max_retries=1)
     run_dir = svc.state_dir / "runs" / jid / "1"
     wait_for((run_dir / "ranks.json").exists, what="run 1's ranks")
-    runner, guardian = int((run_dir / "marker").read_text()), json.loads(
-        (run_dir / "ranks.json").read_text())[0]
+    runner = int((run_dir / "marker").read_text())
     wait_for(lambda: set(_sleeps(_tree(runner))) <= set(contain.recorded([str(run_dir)]))
              and len(_sleeps(_tree(runner))) == 2, what="run 1's sleeps to be recorded")
     run1 = _tree(runner)
     procs_file.write_text(json.dumps(list(run1.items())))
     svc.stop()
-    for pid in (runner, guardian):
-        os.kill(pid, signal.SIGSTOP)
-    for pid in (runner, guardian):
-        os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: len(_alive(run1)) == 2, what="the orphaned sleeps alone")
+    keepers = [runner, *(p for p in run1 if b"contain.py" in _cmdline(p))]  # runner, guardian
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in keepers:
+            os.kill(pid, sig)
+    wait_for(lambda: set(_alive(run1)) == set(_sleeps(run1)), what="the orphaned sleeps alone")
     svc = make_service(tmp_path / "state")
     try:
         wait_for(lambda: _final(svc, jid), what="the retry to finish")

@@ -27,6 +27,7 @@ import pwd
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
 from tessera.errors import SpecError
@@ -154,6 +155,28 @@ def check_run_as(user: str | None, what: str = "--run-as") -> None:
     if os.geteuid() != 0 and uid != os.geteuid():
         raise SpecError(f"{what} {user}: only a service running as root can run jobs as "
                         f"another user (this one runs as uid {os.geteuid()})")
+
+
+def prepare_checkpoint_dir(path: str, user: str | None, checkpoints_root: Path) -> None:
+    """Create a run's checkpoint directory so that the user its ranks run as can write it.
+
+    Without ``user`` the directory is simply created. With one, only the service's default
+    directory (``<checkpoints_root>/<job id>``) is created here and handed to ``user``, and the
+    way to it opened for search (``--x``: no listing); a ``checkpoint_dir`` the job named
+    elsewhere is left for the job's own user to create (the guardian does it after dropping
+    privileges), so a job can never make root create or hand over a directory of its choosing.
+    """
+    ckpt = Path(path)
+    if user is None:
+        ckpt.mkdir(parents=True, exist_ok=True)
+        return
+    if ckpt.parent != checkpoints_root:
+        return
+    pw = pwd.getpwnam(user)
+    ckpt.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chown(ckpt, pw.pw_uid, pw.pw_gid)
+    for up in (checkpoints_root, checkpoints_root.parent):
+        up.chmod(up.stat().st_mode | 0o111)
 
 
 def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict[str, str]]:

@@ -21,7 +21,10 @@ left from those records (and from their descendants) before the job's next run s
 attempt of a job starts while a process of an earlier attempt is alive, even after a restart.
 
 The guardian is this file run as a script, ``python -I -S contain.py``, reading one JSON spec
-on stdin (:func:`start_guardian` writes it)::
+on stdin (:func:`start_guardian` writes it). It is two processes: a *relay* that dies with its
+launcher and passes stop signals on, and below it the guardian proper, whose parent-death
+signal is the relay's death (Ray SIGKILLs a dying worker's direct children, which would
+otherwise take the guardian down before it could clean up). The spec::
 
     {"argv": [...], "env": {...}, "user": null | "name", "max_runtime_s": null | 3600,
      "grace_s": 10, "status": "<path>", "record": "<path>", "parent": <pid of the launcher>}
@@ -188,10 +191,17 @@ def sweep(run_dirs: list[str], timeout_s: float = 5.0) -> dict[int, int]:
     Returns:
         the processes still alive after ``timeout_s`` (empty when all are gone).
     """
-    alive = {p: s for p, s in recorded(run_dirs).items() if start_time(p) == s}
-    if not alive:
-        return {}
-    killed = kill_tree(alive, include_roots=True)
+    return kill_and_wait({p: s for p, s in recorded(run_dirs).items() if start_time(p) == s},
+                         timeout_s)
+
+
+def kill_and_wait(roots: dict[int, int], timeout_s: float = 5.0) -> dict[int, int]:
+    """Kill ``roots`` and all their descendants; wait up to ``timeout_s`` for them to be gone.
+
+    Returns:
+        the processes still alive after ``timeout_s`` (zombies count as gone).
+    """
+    killed = kill_tree(roots, include_roots=True) if roots else {}
     deadline = time.monotonic() + timeout_s
     while True:
         left = {p: s for p, s in killed.items() if start_time(p) == s}
@@ -260,14 +270,38 @@ def _child_setup(checkpoint_dir: str | None) -> None:
             os.makedirs(checkpoint_dir, exist_ok=True)
 
 
-def guard(spec: dict[str, Any]) -> int:
-    """Run one rank's command contained (see the module docstring); returns a wait status."""
+def relay(spec: dict[str, Any]) -> int:
+    """The guardian's outer process: dies with the launcher, runs :func:`guard` in a child.
+
+    Ray kills a dying worker's direct children with SIGKILL; this process is that child, so the
+    guardian proper, one level down, survives it and is told by its parent-death signal to
+    kill the tree. SIGTERM and SIGINT are passed on; returns the guardian's status.
+    """
+    die_with_parent(signal.SIGKILL)
+    if os.getppid() != spec["parent"]:  # the launcher died before the signal was armed
+        return -signal.SIGKILL
+    record(str(spec["record"]), {os.getpid(): start_time(os.getpid()) or 0})
+    parent = os.getpid()
+    child = os.fork()
+    if child == 0:
+        _exit_like(guard(spec, parent))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, _f: os.kill(child, s))
+    try:
+        return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    except ChildProcessError:
+        return -signal.SIGKILL
+
+
+def guard(spec: dict[str, Any], parent: int) -> int:
+    """Run one rank's command contained (see the module docstring); returns its exit code
+    (negative: the signal that killed it). ``parent``: the relay whose death means "kill"."""
     status_path, record_path = str(spec["status"]), str(spec["record"])
     me = {os.getpid(): start_time(os.getpid()) or 0}
     record(record_path, me)
     become_subreaper()
     die_with_parent(signal.SIGHUP)
-    if os.getppid() != spec["parent"]:  # the launcher died before PDEATHSIG was armed
+    if os.getppid() != parent:  # the relay died before PDEATHSIG was armed
         _write_status(status_path, -signal.SIGKILL, "launcher died before the start", False)
         return -signal.SIGKILL
     wake_r, wake_w = os.pipe()
@@ -288,9 +322,9 @@ def guard(spec: dict[str, Any]) -> int:
         return EXEC_FAILED_RC
     record(record_path, {child.pid: start_time(child.pid) or 0})
     grace_s = float(spec.get("grace_s") or 10.0)
-    limit = spec.get("max_runtime_s")
+    limit = float(spec["max_runtime_s"]) if spec.get("max_runtime_s") else None
     now = time.monotonic()
-    runtime_end = now + float(limit) if limit else None
+    runtime_end = now + limit if limit else None
     kill_at: float | None = None
     timed_out = False
     next_scan = now + 0.05
@@ -317,7 +351,7 @@ def guard(spec: dict[str, Any]) -> int:
         ends = [t for t in (runtime_end if kill_at is None else None, kill_at, next_scan) if t]
         ready, _, _ = select.select([wake_r], [], [], max(min(ends) - now, 0.0))
         sigs = os.read(wake_r, 256) if ready else b""
-        if os.getppid() != spec["parent"]:  # the launcher died: the run is lost, kill it all
+        if os.getppid() != parent:  # the launcher died: the run is lost, kill it all
             kill_tree(me)
             kill_at = float("inf")
         elif stop or ((signal.SIGTERM in sigs or signal.SIGINT in sigs) and kill_at is None):
@@ -353,4 +387,4 @@ def _exit_like(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _exit_like(guard(json.loads(sys.stdin.buffer.read())))
+    _exit_like(relay(json.loads(sys.stdin.buffer.read())))

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from tessera.live.executors.base import (
     base_env,
     free_port,
     launch_env,
+    prepare_checkpoint_dir,
     rank_envs,
 )
 
@@ -96,27 +96,11 @@ class LocalExecutor:
         tmp = d / "launch.json.tmp"
         tmp.write_text(json.dumps(launch))
         tmp.replace(d / "launch.json")
-        self._prepare_checkpoint_dir(spec)
+        prepare_checkpoint_dir(spec.checkpoint_dir, spec.run_as, self.checkpoints_dir)
         with open(d / "runner.log", "ab") as log:
             self._children[(spec.job_id, spec.run)] = subprocess.Popen(
                 [sys.executable, "-S", str(RUNNER), str(d)], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=base_env())
-
-    def _prepare_checkpoint_dir(self, spec: LaunchSpec) -> None:
-        """Create the checkpoint directory for the user the job runs as (see the module
-        docstring): the default one is made here and handed over, with a way in through the
-        state directory (search permission only, no listing); another is left to the job."""
-        ckpt = Path(spec.checkpoint_dir)
-        if spec.run_as is None:
-            ckpt.mkdir(parents=True, exist_ok=True)
-            return
-        if ckpt != self.checkpoints_dir / spec.job_id:
-            return
-        pw = pwd.getpwnam(spec.run_as)
-        ckpt.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chown(ckpt, pw.pw_uid, pw.pw_gid)
-        for up in (self.checkpoints_dir, self.checkpoints_dir.parent):
-            up.chmod(up.stat().st_mode | 0o111)
 
     def status(self, job_id: str, run: int) -> RunStatus:
         d = self.run_dir(job_id, run)
