@@ -20,40 +20,23 @@ file beside the run's logs. If the guardian itself is SIGKILLed, :func:`sweep` f
 left from those records (and from their descendants) before the job's next run starts, so no
 attempt of a job starts while a process of an earlier attempt is alive, even after a restart.
 
-The guardian is this file run as a script, ``python -I -S contain.py``, reading one JSON spec
-on stdin (:func:`start_guardian` writes it). It is two processes: a *relay* that dies with its
-launcher and passes stop signals on, and below it the guardian proper, whose parent-death
-signal is the relay's death (Ray SIGKILLs a dying worker's direct children, which would
-otherwise take the guardian down before it could clean up). The spec::
-
-    {"argv": [...], "env": {...}, "user": null | "name", "max_runtime_s": null | 3600,
-     "grace_s": 10, "status": "<path>", "record": "<path>", "parent": <pid of the launcher>}
-
-It runs the command in its own process group with the spec's environment (as ``user`` when
-given, with that user's groups), forwards SIGTERM to the whole tree and kills it after
-``grace_s``, does the same once the command has run ``max_runtime_s``, kills whatever is left
-when the command exits, and writes ``status`` (``{"rc", "detail", "timed_out"}``). It then exits
-the way its command did (same code, or same signal), so its parent sees the command's status.
-A command that cannot start exits 127 with ``detail`` saying why (``exec failed: ...``).
+The guardian is :mod:`~tessera.live.executors.guardian`, started by :func:`start_guardian`;
+this module holds the tools it, the local runner and the Ray rank actor share.
 """
 
 import contextlib
 import ctypes
 import json
 import os
-import pwd
-import resource
-import select
 import signal
 import subprocess
 import sys
 import time
 from typing import Any
 
-GUARDIAN = os.path.abspath(__file__)
+GUARDIAN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guardian.py")
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-SCAN_S = 0.5
 EXEC_FAILED_RC = 127
 
 
@@ -113,6 +96,25 @@ def descendants(roots: dict[int, int], table: dict[int, tuple[int, int, str]]
             if kid not in found and kid not in roots and table[kid][2] not in "ZX":
                 found[kid] = table[kid][1]
                 todo.append(kid)
+    return found
+
+
+def tree(root: int) -> dict[int, int]:
+    """Live descendants of ``root`` read from ``/proc/<pid>/task/<tid>/children``: cheap (only
+    the tree is read) but may miss a process forked during the walk; :func:`kill_tree` uses
+    the full table instead."""
+    found: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    for kid in map(int, f.read().split()):
+                        start = start_time(kid)
+                        if start is not None and kid not in found:
+                            found[kid] = start
+                            todo.append(kid)
     return found
 
 
@@ -223,7 +225,7 @@ def start_guardian(spec: dict[str, Any], log: int) -> "subprocess.Popen[bytes]":
     Raises:
         OSError / ValueError: the guardian itself could not be started.
     """
-    proc = subprocess.Popen([sys.executable, "-I", "-S", GUARDIAN], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-E", "-S", GUARDIAN], stdin=subprocess.PIPE,
                             stdout=log, stderr=subprocess.STDOUT, process_group=0,
                             env={"PATH": "/usr/bin:/bin"})
     assert proc.stdin is not None
@@ -244,147 +246,8 @@ def read_status(path: str) -> dict[str, object]:
         return {}
 
 
-def _write_status(path: str, rc: int, detail: str, timed_out: bool) -> None:
+def write_status(path: str, rc: int, detail: str, timed_out: bool) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"rc": rc, "detail": detail, "timed_out": timed_out}, f)
     os.replace(tmp, path)
-
-
-def _credentials(user: str | None) -> tuple[int | None, int | None, list[int] | None]:
-    """(uid, gid, groups) that run the command as ``user``; all ``None``: stay as we are."""
-    if not user:
-        return None, None, None
-    pw = pwd.getpwnam(user)
-    if pw.pw_uid == os.geteuid():
-        return None, None, None
-    return pw.pw_uid, pw.pw_gid, os.getgrouplist(user, pw.pw_gid)
-
-
-def _child_setup(checkpoint_dir: str | None) -> None:
-    """In the command's process, after its user was set: die with the guardian, and create a
-    checkpoint directory the job named (with the job's own permissions)."""
-    die_with_parent(signal.SIGKILL)
-    if checkpoint_dir:
-        with contextlib.suppress(OSError):
-            os.makedirs(checkpoint_dir, exist_ok=True)
-
-
-def relay(spec: dict[str, Any]) -> int:
-    """The guardian's outer process: dies with the launcher, runs :func:`guard` in a child.
-
-    Ray kills a dying worker's direct children with SIGKILL; this process is that child, so the
-    guardian proper, one level down, survives it and is told by its parent-death signal to
-    kill the tree. SIGTERM and SIGINT are passed on; returns the guardian's status.
-    """
-    die_with_parent(signal.SIGKILL)
-    if os.getppid() != spec["parent"]:  # the launcher died before the signal was armed
-        return -signal.SIGKILL
-    record(str(spec["record"]), {os.getpid(): start_time(os.getpid()) or 0})
-    parent = os.getpid()
-    child = os.fork()
-    if child == 0:
-        _exit_like(guard(spec, parent))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda s, _f: os.kill(child, s))
-    try:
-        return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
-    except ChildProcessError:
-        return -signal.SIGKILL
-
-
-def guard(spec: dict[str, Any], parent: int) -> int:
-    """Run one rank's command contained (see the module docstring); returns its exit code
-    (negative: the signal that killed it). ``parent``: the relay whose death means "kill"."""
-    status_path, record_path = str(spec["status"]), str(spec["record"])
-    me = {os.getpid(): start_time(os.getpid()) or 0}
-    record(record_path, me)
-    become_subreaper()
-    die_with_parent(signal.SIGHUP)
-    if os.getppid() != parent:  # the relay died before PDEATHSIG was armed
-        _write_status(status_path, -signal.SIGKILL, "launcher died before the start", False)
-        return -signal.SIGKILL
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(sig, lambda *_: None)
-    env = {str(k): str(v) for k, v in dict(spec["env"]).items()}
-    user = spec.get("user")
-    try:
-        uid, gid, groups = _credentials(str(user) if user else None)
-        child = subprocess.Popen(
-            [str(a) for a in spec["argv"]], env=env, stdin=subprocess.DEVNULL, process_group=0,
-            user=uid, group=gid, extra_groups=groups,
-            preexec_fn=lambda: _child_setup(env.get("TESSERA_CHECKPOINT_DIR") if user else None))
-    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
-        _write_status(status_path, EXEC_FAILED_RC, exec_failure(e), False)
-        return EXEC_FAILED_RC
-    record(record_path, {child.pid: start_time(child.pid) or 0})
-    grace_s = float(spec.get("grace_s") or 10.0)
-    limit = float(spec["max_runtime_s"]) if spec.get("max_runtime_s") else None
-    now = time.monotonic()
-    runtime_end = now + limit if limit else None
-    kill_at: float | None = None
-    timed_out = False
-    next_scan = now + 0.05
-    seen: dict[int, int] = {child.pid: 0}
-    code: int | None = None
-    while code is None:
-        with contextlib.suppress(ChildProcessError):
-            while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
-                if reaped[0] == child.pid:
-                    code = os.waitstatus_to_exitcode(reaped[1])
-        if code is not None:
-            break
-        now = time.monotonic()
-        stop = runtime_end is not None and now >= runtime_end and kill_at is None
-        timed_out |= stop
-        if kill_at is not None and now >= kill_at:
-            kill_tree(me)
-            kill_at = float("inf")
-        if now >= next_scan:
-            new = {p: s for p, s in descendants(me, proc_table()).items() if p not in seen}
-            record(record_path, new)
-            seen.update(new)
-            next_scan = now + SCAN_S
-        ends = [t for t in (runtime_end if kill_at is None else None, kill_at, next_scan) if t]
-        ready, _, _ = select.select([wake_r], [], [], max(min(ends) - now, 0.0))
-        sigs = os.read(wake_r, 256) if ready else b""
-        if os.getppid() != parent:  # the launcher died: the run is lost, kill it all
-            kill_tree(me)
-            kill_at = float("inf")
-        elif stop or ((signal.SIGTERM in sigs or signal.SIGINT in sigs) and kill_at is None):
-            signal_tree(me, signal.SIGTERM)
-            kill_at = time.monotonic() + grace_s
-    kill_tree(me)
-    _reap_all(5.0)
-    detail = f"exceeded max_runtime_s={limit:g}" if timed_out else ""
-    _write_status(status_path, code, detail, timed_out)
-    return code
-
-
-def _reap_all(timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                time.sleep(0.01)
-        except ChildProcessError:
-            return
-
-
-def _exit_like(code: int) -> None:
-    """Exit with ``code``, or die of signal ``-code`` (without a core dump)."""
-    if code >= 0:
-        sys.exit(code)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    signal.set_wakeup_fd(-1)
-    with contextlib.suppress(OSError, ValueError):
-        signal.signal(-code, signal.SIG_DFL)
-    os.kill(os.getpid(), -code)
-    sys.exit(128 - code)
-
-
-if __name__ == "__main__":
-    _exit_like(relay(json.loads(sys.stdin.buffer.read())))

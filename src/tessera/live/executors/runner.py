@@ -8,7 +8,7 @@ user to run as, the runtime limit), then:
    that crashed just after starting one, then restarted and started another) exactly one runs
    the command; the other exits at once;
 2. becomes a **child subreaper** and starts every rank under a guardian
-   (:mod:`~tessera.live.executors.contain`), each in its own process group, logging to
+   (:mod:`~tessera.live.executors.guardian`), each in its own process group, logging to
    ``rank-<i>.log``. A guardian keeps its rank's whole process tree below it, records it in
    ``rank-<i>.pids``, kills it when the rank's command ends, when its runtime limit passes, or
    when this runner dies (even by SIGKILL);
@@ -63,9 +63,8 @@ def _start_rank(run_dir: str, i: int, launch: dict[str, object], env: dict[str, 
                 "status": os.path.join(run_dir, f"rank-{i}.status"),
                 "record": os.path.join(run_dir, f"rank-{i}.pids")}, log.fileno()).pid
         except (OSError, ValueError) as e:
-            with open(os.path.join(run_dir, f"rank-{i}.status"), "w") as f:
-                json.dump({"rc": contain.EXEC_FAILED_RC, "detail": contain.exec_failure(e),
-                           "timed_out": False}, f)
+            contain.write_status(os.path.join(run_dir, f"rank-{i}.status"),
+                                 contain.EXEC_FAILED_RC, contain.exec_failure(e), False)
             return -1
 
 
