@@ -125,17 +125,24 @@ def _uid_of_job(svc: LiveService, queue: str, **fields: object) -> tuple[str, Pa
 
 
 @needs_root
-def test_serve_run_as_runs_jobs_as_that_user(private_root: Path) -> None:
+def test_serve_run_as_runs_jobs_as_that_user_away_from_the_store(private_root: Path) -> None:
     state = private_root / "state"
     write_config(state, QUEUES)
     svc, _token = build_service(ServeConfig(state, cluster="v100:4", run_as="nobody"))
     svc.start()
     try:
+        probe = ('cd "$TESSERA_CHECKPOINT_DIR/../.."; out="$TESSERA_CHECKPOINT_DIR/seen"; '
+                 ': > "$out"; cat state.db > /dev/null 2>&1 && echo store >> "$out"; '
+                 'cat tessera-live.yaml > /dev/null 2>&1 && echo config >> "$out"; '
+                 'ls runs/ > /dev/null 2>&1 && echo runs >> "$out"; '
+                 'ls . > /dev/null 2>&1 && echo listing >> "$out"; true')
+        jid = _run(svc, command=probe)
         uid, ckpt = _uid_of_job(svc, "team-a")
     finally:
         _shutdown(svc)
     assert int(uid) == pwd.getpwnam("nobody").pw_uid
     assert ckpt.stat().st_uid == pwd.getpwnam("nobody").pw_uid
+    assert (state / "checkpoints" / jid / "seen").read_text() == ""  # nothing else reachable
 
 
 @needs_root

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tessera.errors import SpecError
-from tessera.live.executors.base import Executor, check_run_as
+from tessera.live.executors.base import Executor, check_run_as, restrict_state_dir
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import ensure_config, load_tenancy
@@ -58,6 +58,8 @@ def build_service(cfg: ServeConfig) -> tuple[LiveService, str | None]:
     check_run_as(cfg.run_as)
     for queue, defaults in tenancy.job_defaults.items():
         check_run_as(defaults.run_as, f"queue {queue}: run_as")
+    if cfg.run_as or any(d.run_as for d in tenancy.job_defaults.values()):
+        restrict_state_dir(cfg.state_dir)
     executor = make_executor(cfg, cluster)
     options = replace(cfg.options, run_as=cfg.run_as) if cfg.run_as else cfg.options
     svc = LiveService(store, executor, cluster, tenancy, policy, cfg.state_dir, options)

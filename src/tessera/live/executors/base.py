@@ -157,6 +157,24 @@ def check_run_as(user: str | None, what: str = "--run-as") -> None:
                         f"another user (this one runs as uid {os.geteuid()})")
 
 
+def restrict_state_dir(state_dir: Path) -> None:
+    """Close the state directory to the users jobs run as, except the way to their checkpoints.
+
+    A job learns the state directory from its default ``TESSERA_CHECKPOINT_DIR``
+    (``<state>/checkpoints/<job id>``). So the state directory and ``checkpoints/`` become
+    ``rwx--x--x`` (others may pass through, not list), every file directly in the state
+    directory (the SQLite store, the config with token hashes) owner-only, and ``runs/`` (logs
+    and control files of every run) owner-only.
+    """
+    state_dir.chmod(0o711)
+    for f in state_dir.iterdir():
+        if f.is_file():
+            f.chmod(0o600)
+    for sub, mode in (("checkpoints", 0o711), ("runs", 0o700)):
+        (state_dir / sub).mkdir(exist_ok=True)
+        (state_dir / sub).chmod(mode)
+
+
 def prepare_checkpoint_dir(path: str, user: str | None, checkpoints_root: Path) -> None:
     """Create a run's checkpoint directory so that the user its ranks run as can write it.
 
