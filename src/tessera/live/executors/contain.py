@@ -122,8 +122,16 @@ def send(pid: int, start: int, sig: int) -> bool:
     """Signal ``pid`` only if it is still the process that started at ``start``."""
     try:
         fd = os.pidfd_open(pid)
-    except OSError:
+    except ProcessLookupError:
         return False
+    except OSError:  # a kernel without pidfds (before 5.3): check, then kill
+        if start_time(pid) != start:
+            return False
+        try:
+            os.kill(pid, sig)
+            return True
+        except OSError:
+            return False
     try:
         if start_time(pid) != start:
             return False
