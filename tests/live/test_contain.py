@@ -147,9 +147,9 @@ def test_leftover_children_die_when_the_command_ends(service: LiveService) -> No
     rec = service.store.get(jid)
     assert rec is not None and rec.state.value == "succeeded"
     run_dir = service.state_dir / "runs" / jid / "1"
-    left = {p: s for p, s in contain.recorded([str(run_dir)]).items()
-            if contain.start_time(p) == s}
-    assert left == {}
+    runner = int((run_dir / "marker").read_text())
+    wait_for(lambda: contain.start_time(runner) is None, what="the runner to exit")
+    assert _alive(contain.recorded([str(run_dir)])) == []
 
 
 def test_missing_binary_fails_with_the_reason_and_uses_retries(service: LiveService) -> None:
@@ -167,3 +167,16 @@ def test_nul_byte_in_env_fails_with_the_reason(service: LiveService) -> None:
     wait_for(lambda: _final(service, jid), what="the job to fail")
     rec = service.store.get(jid)
     assert rec is not None and "exec failed: embedded null byte" in rec.reason
+
+
+def test_cancel_stops_every_process_of_the_run(service: LiveService) -> None:
+    jid = _submit(service, command="setsid sleep 300 & sleep 300 & wait")
+    run_dir = service.state_dir / "runs" / jid / "1"
+    wait_for(lambda: len(_sleeps(contain.recorded([str(run_dir)]))) == 2,
+             what="both sleeps to be recorded")
+    service.cancel(jid, ADMIN)
+    wait_for(lambda: (run_dir / "exit.json").exists(), what="the run to end")
+    runner = int((run_dir / "marker").read_text())
+    wait_for(lambda: contain.start_time(runner) is None, what="the runner to exit")
+    assert _alive(contain.recorded([str(run_dir)])) == []
+    assert json.loads((run_dir / "exit.json").read_text())["stopped"] is True

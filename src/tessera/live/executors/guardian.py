@@ -85,6 +85,7 @@ def guard(spec: dict[str, Any], parent: int) -> int:
     """Run one rank's command contained (see the module docstring); returns its exit code
     (negative: the signal that killed it). ``parent``: the relay whose death means "kill"."""
     status_path, record_path = str(spec["status"]), str(spec["record"])
+    os.setpgid(0, 0)  # a signal to the relay's group (a crash, a Ray kill) must leave us be
     me = {os.getpid(): contain.start_time(os.getpid()) or 0}
     contain.record(record_path, me)
     contain.become_subreaper()
