@@ -50,10 +50,7 @@ def _final(svc: LiveService, job_id: str) -> bool:
 
 def _tree(root_pid: int) -> dict[int, int]:
     """The live processes below ``root_pid`` (``pid -> start time``)."""
-    start = contain.start_time(root_pid)
-    if start is None:
-        return {}
-    return contain.descendants({root_pid: start}, contain.proc_table())
+    return contain.tree(root_pid)
 
 
 def _cmdline(pid: int) -> bytes:

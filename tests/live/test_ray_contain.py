@@ -47,8 +47,7 @@ def _worker() -> Any:
 
 def _tree(pid: int) -> dict[int, int]:
     start = contain.start_time(pid)
-    return {} if start is None else {pid: start, **contain.descendants(
-        {pid: start}, contain.proc_table())}
+    return {} if start is None else {pid: start, **contain.tree(pid)}
 
 
 def _alive(procs: dict[int, int]) -> list[int]:

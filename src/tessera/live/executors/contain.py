@@ -6,7 +6,8 @@ gives three tools to keep such a tree together; a *guardian* process combines th
 
 * **child subreaper** (``prctl(PR_SET_CHILD_SUBREAPER)``): an orphaned descendant is re-parented
   to the nearest subreaper ancestor instead of PID 1, so every process the command ever started
-  stays below the guardian in the ``ppid`` tree (``/proc/<pid>/stat``), however it detaches;
+  stays below the guardian in the process tree (``/proc/<pid>/task/<tid>/children``), however
+  it detaches;
 * **parent-death signal** (``prctl(PR_SET_PDEATHSIG)``): the guardian is told when the process
   that started it (the local runner, or a Ray rank actor) dies, even by SIGKILL, and then kills
   its tree before it exits;
@@ -56,17 +57,6 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     _prctl(_PR_SET_PDEATHSIG, sig)
 
 
-def proc_table() -> dict[int, tuple[int, int, str]]:
-    """Every live process: ``pid -> (ppid, start time in clock ticks, state letter)``."""
-    out: dict[int, tuple[int, int, str]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st is not None:
-                out[int(name)] = st
-    return out
-
-
 def _stat(pid: int) -> tuple[int, int, str] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -83,26 +73,13 @@ def start_time(pid: int) -> int | None:
     return None if st is None or st[2] in "ZX" else st[1]
 
 
-def descendants(roots: dict[int, int], table: dict[int, tuple[int, int, str]]
-                ) -> dict[int, int]:
-    """Live descendants of the live ``roots`` (``pid -> start time``), roots excluded."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _start, _state) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    todo = [p for p, start in roots.items() if p in table and table[p][1] == start]
-    found: dict[int, int] = {}
-    while todo:
-        for kid in children.get(todo.pop(), []):
-            if kid not in found and kid not in roots and table[kid][2] not in "ZX":
-                found[kid] = table[kid][1]
-                todo.append(kid)
-    return found
-
-
 def tree(root: int) -> dict[int, int]:
-    """Live descendants of ``root`` read from ``/proc/<pid>/task/<tid>/children``: cheap (only
-    the tree is read) but may miss a process forked during the walk; :func:`kill_tree` uses
-    the full table instead."""
+    """Live descendants of ``root`` (``pid -> start time``), read from each process's
+    ``/proc/<pid>/task/<tid>/children``, so the cost is the tree's size, not the machine's.
+
+    A process forked during the walk may be missed; :func:`kill_tree` therefore freezes what
+    it found and walks again until nothing new appears.
+    """
     found: dict[int, int] = {}
     todo = [root]
     while todo:
@@ -143,9 +120,18 @@ def send(pid: int, start: int, sig: int) -> bool:
         os.close(fd)
 
 
+def below(roots: dict[int, int]) -> dict[int, int]:
+    """Live descendants of those ``roots`` (``pid -> start time``) that are still alive."""
+    found: dict[int, int] = {}
+    for pid, start in roots.items():
+        if start_time(pid) == start:
+            found.update(tree(pid))
+    return {p: s for p, s in found.items() if p not in roots}
+
+
 def signal_tree(roots: dict[int, int], sig: int, include_roots: bool = False) -> None:
     """Send ``sig`` to every live descendant of ``roots`` (and to the roots if asked)."""
-    targets = descendants(roots, proc_table())
+    targets = below(roots)
     if include_roots:
         targets.update(roots)
     for pid, start in targets.items():
@@ -162,8 +148,7 @@ def kill_tree(roots: dict[int, int], include_roots: bool = False) -> dict[int, i
     for pid, start in frozen.items():
         send(pid, start, signal.SIGSTOP)
     while True:
-        new = {p: s for p, s in descendants({**roots, **frozen}, proc_table()).items()
-               if p not in frozen}
+        new = {p: s for p, s in below({**roots, **frozen}).items() if p not in frozen}
         if not new:
             break
         for pid, start in new.items():
