@@ -58,6 +58,33 @@ def _child_setup(checkpoint_dir: str | None) -> None:
             os.makedirs(checkpoint_dir, exist_ok=True)
 
 
+def _wake_on_signals() -> int:
+    """A pipe that receives a byte (the signal's number) for each SIGTERM, SIGINT, SIGHUP and
+    SIGCHLD, so one ``select`` waits for signals and deadlines alike; returns its read end."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, lambda *_: None)
+    return wake_r
+
+
+def _start_command(spec: dict[str, Any]) -> "subprocess.Popen[bytes]":
+    """Start the rank's command in its own process group, as the spec's user if it names one.
+
+    Raises:
+        OSError, ValueError, KeyError, SubprocessError: it could not start (the caller says
+            ``exec failed: ...``).
+    """
+    env = {str(k): str(v) for k, v in dict(spec["env"]).items()}
+    user = str(spec["user"]) if spec.get("user") else None
+    uid, gid, groups = _credentials(user)
+    ckpt = env.get("TESSERA_CHECKPOINT_DIR") if user else None
+    return subprocess.Popen([str(a) for a in spec["argv"]], env=env, stdin=subprocess.DEVNULL,
+                            process_group=0, user=uid, group=gid, extra_groups=groups,
+                            preexec_fn=lambda: _child_setup(ckpt))
+
+
 def relay(spec: dict[str, Any]) -> int:
     """The guardian's outer process: dies with the launcher, runs :func:`guard` in a child.
 
@@ -93,19 +120,9 @@ def guard(spec: dict[str, Any], parent: int) -> int:
     if os.getppid() != parent:  # the relay died before PDEATHSIG was armed
         contain.write_status(status_path, -signal.SIGKILL, "launcher died before the start", False)
         return -signal.SIGKILL
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(sig, lambda *_: None)
-    env = {str(k): str(v) for k, v in dict(spec["env"]).items()}
-    user = spec.get("user")
+    wake_r = _wake_on_signals()
     try:
-        uid, gid, groups = _credentials(str(user) if user else None)
-        child = subprocess.Popen(
-            [str(a) for a in spec["argv"]], env=env, stdin=subprocess.DEVNULL, process_group=0,
-            user=uid, group=gid, extra_groups=groups,
-            preexec_fn=lambda: _child_setup(env.get("TESSERA_CHECKPOINT_DIR") if user else None))
+        child = _start_command(spec)
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         contain.write_status(status_path, contain.EXEC_FAILED_RC, contain.exec_failure(e), False)
         return contain.EXEC_FAILED_RC
