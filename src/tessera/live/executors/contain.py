@@ -159,6 +159,18 @@ def kill_tree(roots: dict[int, int], include_roots: bool = False) -> dict[int, i
     return frozen
 
 
+def reap_children(timeout_s: float) -> None:
+    """Reap every child (a subreaper inherits orphans to reap) until none is left, or for at
+    most ``timeout_s``: a process stuck in the kernel must not hang its guardian forever."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                time.sleep(0.01)
+        except ChildProcessError:
+            return
+
+
 def record(path: str, procs: dict[int, int]) -> None:
     """Append ``pid start`` lines to the record file ``path``."""
     if procs:

@@ -164,20 +164,10 @@ def guard(spec: dict[str, Any], parent: int) -> int:
             contain.signal_tree(me, signal.SIGTERM)
             kill_at = time.monotonic() + grace_s
     contain.kill_tree(me)
-    _reap_all(5.0)
+    contain.reap_children(5.0)
     detail = f"exceeded max_runtime_s={limit:g}" if timed_out else ""
     contain.write_status(status_path, code, detail, timed_out)
     return code
-
-
-def _reap_all(timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                time.sleep(0.01)
-        except ChildProcessError:
-            return
 
 
 def _exit_like(code: int) -> None:

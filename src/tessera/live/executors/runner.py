@@ -121,9 +121,7 @@ def main(run_dir: str) -> int:
                 stop_gang()
     signal.setitimer(signal.ITIMER_REAL, 0)
     contain.kill_tree(me)
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, 0):
-            pass
+    contain.reap_children(5.0)
     ranks = [codes.get(i, -1) for i in range(len(pids))]
     first = cause[0] if cause else next((i for i, c in enumerate(ranks) if c != 0), None)
     rc = ranks[first] if first is not None else 0
