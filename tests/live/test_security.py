@@ -182,7 +182,7 @@ def test_state_is_private_after_start(built: tuple[LiveService, Layout]) -> None
     assert files == ["state.db", "state.db-shm", "state.db-wal", "tessera-live.yaml"]
     assert {p.name: _mode(p) for p in layout.state_dir.iterdir()} == dict.fromkeys(files, 0o600)
     assert layout.work_dir == default_work_dir(layout.state_dir)
-    assert _mode(layout.work_dir) == 0o711 and _mode(layout.runs_dir) == 0o711
+    assert _mode(layout.work_dir) == 0o711 and _mode(layout.runs_dir) == 0o700
 
 
 def test_a_jobs_files_are_outside_the_state_dir(built: tuple[LiveService, Layout],

@@ -121,6 +121,10 @@ def register(app: typer.Typer) -> None:
         api_docs: bool = typer.Option(False, "--api-docs", help="Serve the API's schema "
                                       "pages /docs, /redoc and /openapi.json (no token "
                                       "needed; they hold no data)."),
+        run_as: str = typer.Option(None, "--run-as", metavar="USER", help="Run every job as "
+                                   "this user (the service must run as root); a queue's "
+                                   "run_as in tessera-live.yaml overrides it.",
+                                   show_default="the service's own user"),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Run the scheduler service, its HTTP API and dashboard.
@@ -141,7 +145,8 @@ def register(app: typer.Typer) -> None:
 
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
                           ServiceOptions(scheduler=settings, period_s=period_s,
-                                         grace_s=grace_s), work_dir, api_docs)
+                                         grace_s=grace_s), work_dir, api_docs,
+                          run_as=run_as)
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")

@@ -13,8 +13,9 @@ Two directory trees, never one inside the other:
 * the **work root** (``--work-dir``, default: ``<state dir>-work`` beside it, e.g.
   ``~/.tessera-work``) holds ``runs/<job>/<run>/`` (the executor's launch and exit files, the
   ranks' logs) and ``checkpoints/<job>/``, the default ``TESSERA_CHECKPOINT_DIR``. Jobs know
-  these paths, so nothing in it is trusted. It is created ``0711``: other local users may pass
-  through to a path they know but not list the job ids.
+  these paths, so nothing in it is trusted. It is created ``0711``: other local users (a job's
+  ``--run-as`` user among them) may pass through to a path they know but not list the job
+  ids; ``runs/`` is ``0700``, since launch records hold the jobs' ``env`` values.
 
 The layout does not make jobs unable to reach the state dir by itself: a job that runs as the
 service user can open any file the service can. That needs a different user for jobs
@@ -39,6 +40,9 @@ PRIVATE_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", CONFIG_FILE, LOCK_
 WORK_SUBDIRS = ("runs", "checkpoints")
 STATE_DIR_MODE = 0o700
 WORK_DIR_MODE = 0o711
+#: ``runs/`` holds every run's launch record (with the job's ``env`` values) and logs: only the
+#: service (and the runner it starts) may enter it.
+RUNS_DIR_MODE = 0o700
 
 
 class UnsafeState(SpecError):
@@ -136,6 +140,7 @@ def prepare(layout: Layout) -> None:
         _make_dir(layout.work_dir / sub, WORK_DIR_MODE)
     for d in (layout.work_dir, layout.runs_dir, layout.checkpoints_dir):
         _check_not_shared(d)
+    layout.runs_dir.chmod(RUNS_DIR_MODE)  # also one an older Tessera made 0711 or 0755
 
 
 def check_private(state_dir: Path) -> None:

@@ -8,8 +8,11 @@ have changed it meanwhile, e.g. a cancel) and walks the lifecycle table:
 * a run that was **asked to stop for preemption** exits non-zero → PREEMPTED → PENDING (it
   resumes later from its checkpoint directory; no retry is charged); a run **asked to stop for
   a move** does the same and, its next run being planned already, goes on to ADMITTED;
-* any other non-zero exit, or a **lost** run (runner or actor vanished) → FAILED, and back to
-  PENDING while ``attempts <= max_retries``; otherwise FAILED is final.
+* a run stopped for **exceeding its max_runtime_s** exits non-zero → FAILED, final at once: a
+  runtime limit is a verdict on the job, not a mishap (Slurm's TIMEOUT), so it is not retried;
+* any other non-zero exit, a **lost** run (runner or actor vanished) or a command that could
+  not start (``exec failed: ...``) → FAILED, and back to PENDING while
+  ``attempts <= max_retries``; otherwise FAILED is final.
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
     attempts = rec.attempts + 1
     store.transition(db, a.job_id, JobState.FAILED, now_s, f"run {a.run}: {detail}",
                      attempts=attempts)
+    if st.timed_out:
+        store.update_job(db, a.job_id, final=1, finish_s=now_s,
+                         reason=f"{detail} (a runtime limit is not retried)")
+        return "timed out"
     if attempts <= rec.job.spec.max_retries:
         store.transition(db, a.job_id, JobState.PENDING, now_s,
                          f"retry {attempts} of {rec.job.spec.max_retries}",

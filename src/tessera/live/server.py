@@ -21,12 +21,12 @@ import errno
 import logging
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tessera.errors import SpecError
-from tessera.live.executors.base import Executor
+from tessera.live.executors.base import Executor, check_run_as
 from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
@@ -53,6 +53,7 @@ class ServeConfig:
     options: ServiceOptions = field(default_factory=ServiceOptions)
     work_dir: Path | None = None
     api_docs: bool = False
+    run_as: str | None = None
 
     @property
     def layout(self) -> Layout:
@@ -76,6 +77,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
         SpecError: an unsafe or overlapping layout, a bad cluster or config, or an executor
             that cannot start (one line, whatever the executor raised).
     """
+    check_run_as(cfg.run_as)
     layout = cfg.layout
     prepare(layout)
     store = Store(layout.db_path)
@@ -92,12 +94,15 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
         store.set_meta("gpus_per_server", str(gps))
         store.set_meta("policy", policy)
         tenancy = load_tenancy(layout.state_dir)
+        for queue, defaults in tenancy.job_defaults.items():
+            check_run_as(defaults.run_as, f"queue {queue}: run_as")
         check_private(layout.state_dir)  # the files just created (state.db-wal too)
         executor = make_executor(cfg, cluster)
     except BaseException:
         store.close()
         raise
-    svc = LiveService(store, executor, cluster, tenancy, policy, layout.work_dir, cfg.options)
+    options = replace(cfg.options, run_as=cfg.run_as) if cfg.run_as else cfg.options
+    svc = LiveService(store, executor, cluster, tenancy, policy, layout.work_dir, options)
     return svc, token
 
 
@@ -115,7 +120,8 @@ def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
         if cfg.executor == "local":
             from tessera.live.executors.local import LocalExecutor
 
-            return LocalExecutor(runs_dir, grace_s=cfg.options.grace_s)
+            return LocalExecutor(runs_dir, grace_s=cfg.options.grace_s,
+                                 checkpoints_dir=cfg.layout.checkpoints_dir)
         from tessera.live.executors.ray import RayExecutor
 
         return RayExecutor(cluster, cfg.ray_address, runs_dir, grace_s=cfg.options.grace_s)

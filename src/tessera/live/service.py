@@ -41,7 +41,7 @@ from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
 from tessera.live.spec import JobRequest, to_live_job
 from tessera.live.store import HOLDING, Allocation, JobRecord, Store
-from tessera.live.tenancy import Principal, Tenancy
+from tessera.live.tenancy import JobDefaults, Principal, Tenancy
 from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
@@ -79,6 +79,8 @@ class ServiceOptions:
             queue leaves the API at least two thirds of the time.
         grace_s: how long a stopped run may take to checkpoint before it is killed.
         seed: seed of the random stream handed to ``decide()``.
+        run_as: the user jobs run as (``tessera serve --run-as``) unless their queue names one;
+            ``None`` = the service's own user.
     """
 
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -87,6 +89,7 @@ class ServiceOptions:
     min_round_gap_s: float = 0.02
     grace_s: float = 10.0
     seed: int = 0
+    run_as: str | None = None
 
 
 class LiveService:
@@ -166,9 +169,9 @@ class LiveService:
         if reason is not None:
             raise Rejected(f"rejected: {reason}")
         self.store.add_job(job, now_s)
-        self.poke()
-        rec = self.store.get(job.spec.job_id)
+        rec = self.store.get(job.spec.job_id)  # read before the loop may admit it
         assert rec is not None
+        self.poke()
         return rec
 
     def cancel(self, job_id: str, who: Principal) -> JobState:
@@ -362,8 +365,12 @@ class LiveService:
         assert rec is not None
         job = rec.job
         ckpt = job.checkpoint_dir or str(self.work_dir / "checkpoints" / a.job_id)
+        queue = self.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
         spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt,
-                          requires_locality=job.spec.requires_locality)
+                          requires_locality=job.spec.requires_locality,
+                          run_as=queue.run_as or self.opts.run_as,
+                          max_runtime_s=job.max_runtime_s or queue.max_runtime_s,
+                          grace_s=self.opts.grace_s)
         try:
             self.executor.launch(spec)
         except Exception as e:  # any launch failure is the run's failure

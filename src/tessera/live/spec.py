@@ -14,6 +14,7 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
     requires_locality: true     # the gang must sit on one node
     job_type: ResNet-50 (batch size 64)   # optional: a profiled model, for speed-aware policies
     expected_duration_s: 600    # optional hint for size-aware policies
+    max_runtime_s: 7200         # optional: a run still going after this is stopped and fails
 
 Unknown fields are errors (``extra="forbid"``), so a typo such as ``gpu: 4`` fails loudly
 instead of silently running on one GPU. Sizes are bounded (:class:`~tessera.live.limits.ApiLimits`,
@@ -65,6 +66,7 @@ class JobRequest(BaseModel):
     job_type: str | None = None
     expected_duration_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
     total_steps: float | None = Field(None, gt=0, le=1e15, allow_inf_nan=False)
+    max_runtime_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("command")
@@ -116,6 +118,7 @@ class LiveJob:
             the executor creates under the state directory.
         env: extra environment variables for every rank.
         model: free-form model name, shown in listings.
+        max_runtime_s: each run's runtime limit (``None``: the queue's default, if any).
     """
 
     spec: JobSpec
@@ -124,6 +127,7 @@ class LiveJob:
     checkpoint_dir: str | None
     env: tuple[tuple[str, str], ...]
     model: str | None
+    max_runtime_s: float | None = None
 
     def to_json(self) -> str:
         s = self.spec
@@ -134,7 +138,7 @@ class LiveJob:
             "queue": s.queue,
             "max_retries": s.max_retries, "requires_locality": s.requires_locality,
             "name": self.name, "argv": list(self.argv), "checkpoint_dir": self.checkpoint_dir,
-            "env": dict(self.env), "model": self.model,
+            "env": dict(self.env), "model": self.model, "max_runtime_s": self.max_runtime_s,
         })
 
     @classmethod
@@ -148,7 +152,7 @@ class LiveJob:
             requires_locality=d["requires_locality"],
         )
         return cls(spec, d["name"], tuple(d["argv"]), d["checkpoint_dir"],
-                   tuple(sorted(d["env"].items())), d["model"])
+                   tuple(sorted(d["env"].items())), d["model"], d.get("max_runtime_s"))
 
 
 def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) -> LiveJob:
@@ -162,7 +166,7 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) 
         requires_locality=req.requires_locality,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
-                   req.model)
+                   req.model, req.max_runtime_s)
 
 
 def parse_request(text: str, fmt: str = "yaml",

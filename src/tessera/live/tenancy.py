@@ -19,6 +19,9 @@ Only SHA-256 hashes of tokens are stored, so reading the file leaks no token; bu
 file is created 0600 in the private state dir (:mod:`tessera.live.layout`). A new token is
 printed once, when it is made (on first start for the admin, or by :func:`add_token`, which
 makes admin tokens too, offline, for an admin who lost theirs).
+
+A queue may also say how its jobs run: ``run_as: USER`` (jobs run as that user; overrides
+``tessera serve --run-as``) and ``max_runtime_s`` (the default runtime limit of its jobs).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import hashlib
 import hmac
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -47,6 +50,8 @@ class _QueueEntry(BaseModel):
     nominal_gpus: int = Field(ge=0)
     borrowing_limit_gpus: int | None = Field(None, ge=0)
     weight: float = Field(1.0, gt=0)
+    run_as: str | None = Field(None, min_length=1)
+    max_runtime_s: float | None = Field(None, gt=0)
 
 
 class _TokenEntry(BaseModel):
@@ -80,18 +85,30 @@ class Principal:
 
 
 @dataclass(frozen=True, slots=True)
+class JobDefaults:
+    """How a queue's jobs run: as which user (``None``: the service's choice) and with which
+    runtime limit when the job sets none (``None``: no limit)."""
+
+    run_as: str | None = None
+    max_runtime_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Tenancy:
-    """The loaded config: quotas by queue, token hashes, what tenants see, the API's limits.
+    """The loaded config: quotas by queue, token hashes, what tenants see, the API's limits,
+    and each queue's job defaults.
 
     Attributes:
         tenants_see_all: tenants see every queue in ``/api/queues`` and the cluster's use in
             ``/api/cluster`` (off: only their own queue and the cluster's capacity).
+        job_defaults: how each queue's jobs run (user, runtime limit), where the queue says.
     """
 
     quotas: dict[str, QueueQuota]
     tokens: dict[str, Principal]  # sha256 hex -> principal
     tenants_see_all: bool = False
     limits: ApiLimits = DEFAULT_LIMITS
+    job_defaults: dict[str, JobDefaults] = field(default_factory=dict)
 
     def sees_all(self, who: Principal) -> bool:
         """Whether ``who`` gets the cluster-wide views (queues, use, job counts)."""
@@ -137,7 +154,9 @@ def load_tenancy(state_dir: Path) -> Tenancy:
         if t.queue is not None and t.queue not in quotas:
             raise SpecError(f"{path}: token {t.name!r} names unknown queue {t.queue!r}")
         tokens[t.sha256] = Principal(t.name, t.queue)
-    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits)
+    defaults = {q.name: JobDefaults(q.run_as, q.max_runtime_s) for q in cfg.queues
+                if q.run_as is not None or q.max_runtime_s is not None}
+    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:

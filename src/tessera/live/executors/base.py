@@ -9,20 +9,40 @@ An executor is asked four things, always about one *run* ``(job_id, run)``:
 * ``stop`` -- ask it to checkpoint and exit (SIGTERM), killing it after a grace period;
 * ``release`` -- forget it and free what it held (Ray placement groups, actors).
 
-The environment every rank sees follows ``torch.distributed``'s rendezvous convention
-(``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) plus Tessera's own
-``TESSERA_*`` variables, so a ``torchrun``-style script runs unchanged.
+The environment every rank sees is built from three layers, later ones winning, and never
+from the service's own environment (which may hold tokens or cloud credentials):
+
+1. a minimal **base** (:func:`base_env`): ``PATH``, ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``
+   and the locale/timezone/temp variables in :data:`PASSED_THROUGH`;
+2. the job's own ``env``;
+3. the **rendezvous** variables of ``torch.distributed`` (``MASTER_ADDR``, ``MASTER_PORT``,
+   ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) plus Tessera's ``TESSERA_*``
+   variables (:func:`rank_envs`), so a ``torchrun``-style script runs unchanged.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import socket
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
+from tessera.errors import SpecError
 from tessera.sched.snapshot import Placement
 
 RunState = Literal["absent", "running", "exited", "lost"]
+
+#: Directories on every rank's ``PATH``, after the service's own Python's ``bin`` directory.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: Variables a rank inherits from the service when they are set there: locale, time zone and
+#: temporary directory -- nothing that could carry a secret.
+PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+#: Read by the launcher (local runner or Ray rank actor), not passed on to the command: the user
+#: to run the command as.
+RUN_AS_VAR = "TESSERA_RUN_AS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +57,11 @@ class LaunchSpec:
         checkpoint_dir: the same directory on every run, so a resumed job finds its checkpoint.
         local_batches: per-rank batch sizes for heterogeneous allocations, or ``None``.
         requires_locality: the gang must sit on one node (Ray: a STRICT_PACK placement group).
+        run_as: run every rank as this user (the service must be root), or ``None`` for the
+            service's own user.
+        max_runtime_s: a run still going after this long is stopped (SIGTERM, then SIGKILL
+            after ``grace_s``) and fails for good; ``None`` = no limit.
+        grace_s: how long a stopped rank may take to checkpoint before it is killed.
     """
 
     job_id: str
@@ -47,6 +72,9 @@ class LaunchSpec:
     checkpoint_dir: str
     local_batches: tuple[int, ...] | None = None
     requires_locality: bool = False
+    run_as: str | None = None
+    max_runtime_s: float | None = None
+    grace_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +85,16 @@ class RunStatus:
         state: absent | running | exited | lost.
         exit_code: the first non-zero rank status (negative: killed by that signal), or 0.
         stopped: the run exited after a stop request (preemption or cancel).
-        detail: a human-readable note (which rank failed, why it was lost).
+        detail: a human-readable note (which rank failed, why it was lost, why it could not
+            start).
+        timed_out: the run was stopped because it exceeded its ``max_runtime_s``.
     """
 
     state: RunState
     exit_code: int | None = None
     stopped: bool = False
     detail: str = ""
+    timed_out: bool = False
 
 
 class Executor(Protocol):
@@ -83,14 +114,85 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def base_env(user: str | None = None) -> dict[str, str]:
+    """The minimal environment a rank starts from (layer 1 in the module docstring).
+
+    ``PATH`` puts this Python's ``bin`` directory first, so ``python`` in a job is the
+    interpreter the service runs with; ``HOME``, ``USER``, ``LOGNAME`` and ``SHELL`` are those
+    of ``user`` (default: the user this process runs as).
+
+    Raises:
+        KeyError: ``user`` does not exist.
+    """
+    pw = pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())
+    env = {"PATH": f"{os.path.dirname(sys.executable)}:{DEFAULT_PATH}", "HOME": pw.pw_dir,
+           "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": pw.pw_shell or "/bin/sh"}
+    env.update({k: os.environ[k] for k in PASSED_THROUGH if k in os.environ})
+    return env
+
+
+def launch_env(rank_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """What a launcher runs a rank with: the full environment (base below the rank's own
+    variables, :data:`RUN_AS_VAR` removed) and the user to run it as (``None``: unchanged)."""
+    user = rank_env.get(RUN_AS_VAR)
+    env = base_env(user)
+    env.update((k, v) for k, v in rank_env.items() if k != RUN_AS_VAR)
+    return env, user
+
+
+def check_run_as(user: str | None, what: str = "--run-as") -> None:
+    """Refuse a run-as user that does not exist, or one a non-root service cannot become.
+
+    Raises:
+        SpecError: one line naming ``what`` (the flag or the queue that asked for ``user``).
+    """
+    if user is None:
+        return
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise SpecError(f"{what} {user}: no such user on this machine") from None
+    if os.geteuid() != 0 and uid != os.geteuid():
+        raise SpecError(f"{what} {user}: only a service running as root can run jobs as "
+                        f"another user (this one runs as uid {os.geteuid()})")
+
+
+def prepare_checkpoint_dir(path: str, user: str | None, checkpoints_root: Path) -> None:
+    """Create a run's checkpoint directory so that the user its ranks run as can write it.
+
+    Without ``user`` the directory is simply created. With one, only the service's default
+    directory (``<checkpoints_root>/<job id>``) is created here and handed to ``user``, and the
+    way to it opened for search (``--x``: no listing); a ``checkpoint_dir`` the job named
+    elsewhere is left for the job's own user to create (the guardian does it after dropping
+    privileges), so a job can never make root create or hand over a directory of its choosing.
+    """
+    ckpt = Path(path)
+    if user is None:
+        ckpt.mkdir(parents=True, exist_ok=True)
+        return
+    if ckpt.parent != checkpoints_root:
+        return
+    pw = pwd.getpwnam(user)
+    ckpt.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chown(ckpt, pw.pw_uid, pw.pw_gid)
+    for up in (checkpoints_root, checkpoints_root.parent):
+        up.chmod(up.stat().st_mode | 0o111)
+
+
 def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict[str, str]]:
-    """The environment of each rank, in rank order (node by node, as placed)."""
+    """The job's and the rendezvous variables of each rank, in rank order (node by node, as
+    placed); the launcher adds :func:`base_env` below them and removes :data:`RUN_AS_VAR`.
+
+    ``TESSERA_GRACE_S`` tells the job how long it has after SIGTERM, and
+    ``TESSERA_MAX_RUNTIME_S`` (set only with a limit) how long its run may last.
+    """
     world = spec.placement.num_gpus
     out: list[dict[str, str]] = []
     rank = 0
+    reserved = (RUN_AS_VAR, "TESSERA_MAX_RUNTIME_S", "TESSERA_GRACE_S")
     for node, count, flavor in spec.placement.parts():
         for local in range(count):
-            env = dict(spec.env)
+            env = {k: v for k, v in spec.env if k not in reserved}
             env.update({
                 "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
                 "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
@@ -98,7 +200,12 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
                 "TESSERA_RUN": str(spec.run), "TESSERA_CHECKPOINT_DIR": spec.checkpoint_dir,
                 "TESSERA_FLAVOR": flavor, "TESSERA_NODE": node,
                 "TESSERA_GANG_FLAVORS": spec.placement.flavor,
+                "TESSERA_GRACE_S": f"{spec.grace_s:g}",
             })
+            if spec.max_runtime_s is not None:
+                env["TESSERA_MAX_RUNTIME_S"] = f"{spec.max_runtime_s:g}"
+            if spec.run_as is not None:
+                env[RUN_AS_VAR] = spec.run_as
             if spec.local_batches is not None:
                 env["TESSERA_LOCAL_BATCH"] = str(spec.local_batches[rank])
             out.append(env)

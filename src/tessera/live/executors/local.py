@@ -5,8 +5,25 @@ to know, in files written atomically:
 
 * ``launch.json`` -- what to run (written by the service before the runner starts);
 * ``marker`` -- the runner's pid, created with ``link`` so only one runner ever claims a run;
-* ``ranks.json`` -- the ranks' pids (tests kill one to simulate a worker crash);
+* ``ranks.json`` -- the pids of the ranks' guardians (tests kill one to simulate a worker
+  crash); ``rank-<i>.status`` -- what each guardian saw its command do;
+* ``runner.pids``, ``rank-<i>.pids`` -- every process of the run (pid and start time), recorded
+  as the runner and the guardians see them (:mod:`~tessera.live.executors.contain`);
 * ``exit.json`` -- the exit status, written by the runner when the last rank ended.
+
+**No attempt starts beside an earlier one.** Before it starts run ``n`` of a job, ``launch``
+kills every recorded process of the job's runs ``1..n-1`` that is still alive, with its
+descendants, and waits until they are gone (:func:`~tessera.live.executors.contain.sweep`).
+The guardians already kill their trees when a runner dies; the sweep covers a guardian that
+was itself killed, and works from the files alone, so it holds across service restarts.
+
+**Users.** With ``run_as``, the runner and the guardians stay with the service's user (root)
+and only the command runs as that user. The default checkpoint directory
+(``<state>/checkpoints/<job id>``) is created by the service and given to that user; a
+``checkpoint_dir`` the job names elsewhere is created by the job's user itself, so a job can
+never make root create or hand over a directory of its choosing. The run directory stays the
+service's: logs are opened by the runner and handed to the ranks as open files, and the
+control files (marker, exit status) cannot be forged by the job.
 
 So ``status`` is read from the files, not from the service's memory: exit file → exited;
 marker whose pid is alive and is our runner → running; marker without a live runner and
@@ -22,11 +39,23 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from tessera.live.executors.base import LaunchSpec, RunStatus, free_port, rank_envs
+from tessera.live.executors import contain
+from tessera.live.executors.base import (
+    LaunchSpec,
+    RunStatus,
+    base_env,
+    free_port,
+    launch_env,
+    prepare_checkpoint_dir,
+    rank_envs,
+)
 
 RUNNER = Path(__file__).with_name("runner.py")
+#: How long ``launch`` waits for an earlier run's killed processes to disappear.
+SWEEP_TIMEOUT_S = 5.0
 
 
 class LocalExecutor:
@@ -34,30 +63,44 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, runs_dir: Path, grace_s: float = 10.0) -> None:
+    def __init__(self, runs_dir: Path, grace_s: float = 10.0,
+                 checkpoints_dir: Path | None = None) -> None:
         self.runs_dir = runs_dir
         self.grace_s = grace_s
+        self.checkpoints_dir = checkpoints_dir or runs_dir.parent / "checkpoints"
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
 
     def run_dir(self, job_id: str, run: int) -> Path:
         return self.runs_dir / job_id / str(run)
 
     def launch(self, spec: LaunchSpec) -> None:
-        """Start the run unless some runner already claimed it (idempotent)."""
+        """Start the run unless some runner already claimed it (idempotent).
+
+        Raises:
+            RuntimeError: processes of an earlier run of the job survived being killed.
+        """
         d = self.run_dir(spec.job_id, spec.run)
         d.mkdir(parents=True, exist_ok=True)
         if (d / "marker").exists() or (d / "exit.json").exists():
             return
-        launch = {"argv": list(spec.argv), "grace_s": self.grace_s,
-                  "ranks": rank_envs(spec, "127.0.0.1", free_port())}
+        earlier = [str(p) for p in d.parent.iterdir() if p.name.isdigit() and
+                   int(p.name) < spec.run]
+        left = contain.sweep(earlier, SWEEP_TIMEOUT_S)
+        if left:
+            raise RuntimeError(f"processes {sorted(left)} of an earlier run of {spec.job_id} "
+                               f"are still alive {SWEEP_TIMEOUT_S:g} s after SIGKILL")
+        ranks = [launch_env(e)[0] for e in rank_envs(replace(spec, grace_s=self.grace_s),
+                                                      "127.0.0.1", free_port())]
+        launch = {"argv": list(spec.argv), "grace_s": self.grace_s, "ranks": ranks,
+                  "user": spec.run_as, "max_runtime_s": spec.max_runtime_s}
         tmp = d / "launch.json.tmp"
         tmp.write_text(json.dumps(launch))
         tmp.replace(d / "launch.json")
-        Path(spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        prepare_checkpoint_dir(spec.checkpoint_dir, spec.run_as, self.checkpoints_dir)
         with open(d / "runner.log", "ab") as log:
             self._children[(spec.job_id, spec.run)] = subprocess.Popen(
                 [sys.executable, "-S", str(RUNNER), str(d)], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=base_env())
 
     def status(self, job_id: str, run: int) -> RunStatus:
         d = self.run_dir(job_id, run)
@@ -124,8 +167,8 @@ def _read_exit(d: Path) -> RunStatus | None:
     ranks = data.get("ranks", [])
     rc = int(data["rc"])
     bad = [i for i, c in enumerate(ranks) if c == rc != 0]
-    detail = f"rank {bad[0]} exited with {rc}" if bad else ""
-    return RunStatus("exited", int(data["rc"]), bool(data["stopped"]), detail)
+    detail = data.get("detail") or (f"rank {bad[0]} exited with {rc}" if bad else "")
+    return RunStatus("exited", rc, bool(data["stopped"]), detail, bool(data.get("timed_out")))
 
 
 def _marker_pid(d: Path) -> int | None:

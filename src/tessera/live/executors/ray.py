@@ -37,7 +37,15 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from tessera.live.executors.base import LaunchSpec, RunStatus, free_port, rank_envs
+from tessera.live.executors import contain
+from tessera.live.executors.base import (
+    LaunchSpec,
+    RunStatus,
+    free_port,
+    launch_env,
+    prepare_checkpoint_dir,
+    rank_envs,
+)
 from tessera.model.cluster import ClusterSpec
 
 NAMESPACE = "tessera"
@@ -56,10 +64,23 @@ def flavor_resources(cluster: ClusterSpec) -> dict[str, float]:
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class RankWorker:
-    """One rank: runs the command once, reports its exit, forwards stop signals."""
+    """One rank: runs the command once, contained, reports its exit, forwards stop signals.
+
+    The command runs under a guardian (:mod:`~tessera.live.executors.contain`), exactly as under
+    the local runner: its whole process tree stays below the guardian, the guardian kills the
+    tree when this actor's process dies (even by SIGKILL, e.g. ``ray.kill``), when the command
+    ends, or when the run exceeds ``TESSERA_MAX_RUNTIME_S``; its pids are recorded next to the
+    rank's log. Before starting, the actor kills what earlier runs of the job left on this node
+    (their records), so no attempt starts beside an earlier one. The environment is
+    :func:`~tessera.live.executors.base.launch_env` of what the executor passes: a clean base,
+    never the Ray worker's own environment; ``TESSERA_RUN_AS`` names the user to run as.
+    """
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self.start_ticks = 0
+        self.status_path = ""
+        self.failed = ""  # why the guardian itself could not start
         self.port: int | None = None
         self.stopped = False
 
@@ -69,33 +90,62 @@ class RankWorker:
         return ray.util.get_node_ip_address(), self.port
 
     def start(self, argv: list[str], env: dict[str, str], log_path: str) -> int:
-        if self.proc is None:
-            with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log,
-                                             stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        """Start the command once (later calls return the same pid); ``-1``: it could not."""
+        if self.proc is not None or self.failed:
+            return self.proc.pid if self.proc is not None else -1
+        full_env, user = launch_env(env)
+        log = Path(log_path)
+        run_dir, rank = log.parent, env.get("RANK", "0")
+        self.status_path = str(run_dir / f"rank-{rank}.status")
+        run = int(env.get("TESSERA_RUN", "1"))
+        contain.sweep([str(d) for d in run_dir.parent.glob("*")
+                       if d.name.isdigit() and int(d.name) < run])
+        try:
+            prepare_checkpoint_dir(env.get("TESSERA_CHECKPOINT_DIR", ""), user,
+                                   run_dir.parent.parent.parent / "checkpoints")
+            with open(log, "ab") as out:
+                self.proc = contain.start_guardian({
+                    "argv": argv, "env": full_env, "user": user,
+                    "max_runtime_s": env.get("TESSERA_MAX_RUNTIME_S"),
+                    "grace_s": env.get("TESSERA_GRACE_S", "10"), "status": self.status_path,
+                    "record": str(run_dir / f"rank-{rank}.pids")}, out.fileno())
+        except (OSError, ValueError, KeyError) as e:
+            self.failed = contain.exec_failure(e)
+            return -1
+        self.start_ticks = contain.start_time(self.proc.pid) or 0
         return self.proc.pid
 
     def poll(self) -> tuple[str, int | None, bool]:
+        if self.failed:
+            return "exited", contain.EXEC_FAILED_RC, False
         if self.proc is None:
             return "absent", None, False
         rc = self.proc.poll()
         return ("running", None, False) if rc is None else ("exited", rc, self.stopped)
 
+    def outcome(self) -> tuple[str, bool]:
+        """Why the command ended, as its guardian saw it: ``(detail, timed_out)``; ``detail``
+        is ``exec failed: ...`` for a command that could not start, ``exceeded
+        max_runtime_s=...`` for one stopped at its limit, else empty."""
+        if self.failed:
+            return self.failed, False
+        got = contain.read_status(self.status_path) if self.status_path else {}
+        return str(got.get("detail", "")), bool(got.get("timed_out"))
+
     def stop(self, grace_s: float) -> None:
+        """SIGTERM the whole tree (through the guardian); kill it after ``grace_s``."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.stopped = True
-        self._signal(signal.SIGTERM)
-        threading.Timer(grace_s, self._signal, (signal.SIGKILL,)).start()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGTERM)
+        threading.Timer(grace_s, self.kill).start()
 
     def kill(self) -> None:
-        self._signal(signal.SIGKILL)
-
-    def _signal(self, sig: int) -> None:
+        """Kill the guardian and every process of the command; return once they are gone."""
         if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+            contain.kill_and_wait({self.proc.pid: self.start_ticks})
+            self.proc.poll()
 
 
 def _actor_name(job_id: str, run: int, rank: int) -> str:

@@ -1,37 +1,43 @@
 """The process that owns one run of a job on the local executor (standard library only).
 
-``python -S runner.py RUN_DIR`` reads ``RUN_DIR/launch.json`` (argv and per-rank environments),
-then:
+``python -S runner.py RUN_DIR`` reads ``RUN_DIR/launch.json`` (argv, per-rank environments, the
+user to run as, the runtime limit), then:
 
 1. **claims the run**: writes its pid to a private file and hard-links it to ``RUN_DIR/marker``.
    ``link`` fails if the marker exists, so of two runners started for the same run (a service
    that crashed just after starting one, then restarted and started another) exactly one runs
    the command; the other exits at once;
-2. starts every rank in its own process group, logging to ``rank-<i>.log``; a rank dies with
-   its runner (``PR_SET_PDEATHSIG``);
-3. on SIGTERM forwards SIGTERM to the ranks and kills them after the grace period; if one rank
-   fails, stops the others the same way (a gang lives and dies together);
-4. writes ``RUN_DIR/exit.json`` atomically (``{"rc": ..., "stopped": ..., "ranks": [...]}``);
-   ``rc`` is the status of the rank that failed first (the cause), else 0.
+2. becomes a **child subreaper** and starts every rank under a guardian
+   (:mod:`~tessera.live.executors.guardian`), each in its own process group, logging to
+   ``rank-<i>.log``. A guardian keeps its rank's whole process tree below it, records it in
+   ``rank-<i>.pids``, kills it when the rank's command ends, when its runtime limit passes, or
+   when this runner dies (even by SIGKILL);
+3. on SIGTERM forwards SIGTERM to the guardians (each stops its whole tree) and kills every
+   descendant after the grace period; if one rank fails, stops the others the same way (a gang
+   lives and dies together);
+4. when the last rank ended, kills whatever is left below it (a guardian killed by SIGKILL
+   leaves its orphans to this subreaper) and writes ``RUN_DIR/exit.json`` atomically
+   (``{"rc", "stopped", "ranks", "detail", "timed_out"}``); ``rc`` is the status of the rank
+   that failed first (the cause), else 0, and ``detail`` is that rank's guardian's word on it
+   (``exec failed: ...``, ``exceeded max_runtime_s=...``).
 
 The runner lives in its own session, so it outlives a killed service; the restarted service
 reads the marker and the exit file to adopt it.
 """
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
-import subprocess
 import sys
 
-_PR_SET_PDEATHSIG = 1
+try:
+    from tessera.live.executors import contain
+except ImportError:  # run as ``python -S runner.py``: its own directory is sys.path[0]
+    import contain  # type: ignore[no-redef]
 
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+#: Extra time past the grace period before the runner kills what its guardians did not.
+BACKSTOP_S = 2.0
 
 
 def _claim(run_dir: str) -> bool:
@@ -47,29 +53,44 @@ def _claim(run_dir: str) -> bool:
         os.unlink(tmp)
 
 
+def _start_rank(run_dir: str, i: int, launch: dict[str, object], env: dict[str, str]) -> int:
+    """Start rank ``i`` under its guardian; returns its pid, or ``-1`` if it could not start."""
+    with open(os.path.join(run_dir, f"rank-{i}.log"), "ab") as log:
+        try:
+            return contain.start_guardian({
+                "argv": launch["argv"], "env": env, "user": launch.get("user"),
+                "max_runtime_s": launch.get("max_runtime_s"), "grace_s": launch["grace_s"],
+                "status": os.path.join(run_dir, f"rank-{i}.status"),
+                "record": os.path.join(run_dir, f"rank-{i}.pids")}, log.fileno()).pid
+        except (OSError, ValueError) as e:
+            contain.write_status(os.path.join(run_dir, f"rank-{i}.status"),
+                                 contain.EXEC_FAILED_RC, contain.exec_failure(e), False)
+            return -1
+
+
 def main(run_dir: str) -> int:
     with open(os.path.join(run_dir, "launch.json")) as f:
         launch = json.load(f)
     if not _claim(run_dir):
         return 0
+    me = {os.getpid(): contain.start_time(os.getpid()) or 0}
+    contain.record(os.path.join(run_dir, "runner.pids"), me)
+    contain.become_subreaper()
     grace_s = float(launch["grace_s"])
-    procs: list[subprocess.Popen[bytes]] = []
-    stopping = {"requested": False, "escalated": False}
-
-    def kill_all(sig: int) -> None:
-        for p in procs:
-            if p.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, sig)
+    pids: list[int] = []
+    stopping = {"requested": False, "signalled": False}
 
     def on_alarm(_signum: int, _frame: object) -> None:
-        stopping["escalated"] = True
-        kill_all(signal.SIGKILL)
+        contain.kill_tree(me)
 
     def stop_gang() -> None:
-        if not stopping["escalated"]:
-            kill_all(signal.SIGTERM)
-            signal.setitimer(signal.ITIMER_REAL, max(grace_s, 0.01))
+        if not stopping["signalled"]:
+            stopping["signalled"] = True
+            for pid in pids:
+                if pid > 0:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+            signal.setitimer(signal.ITIMER_REAL, max(grace_s, 0.01) + BACKSTOP_S)
 
     def on_term(_signum: int, _frame: object) -> None:
         stopping["requested"] = True
@@ -77,36 +98,39 @@ def main(run_dir: str) -> int:
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
-    for i, env in enumerate(launch["ranks"]):
-        log = open(os.path.join(run_dir, f"rank-{i}.log"), "wb")  # noqa: SIM115
-        procs.append(subprocess.Popen(
-            launch["argv"], env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, process_group=0, preexec_fn=_die_with_parent))
-        log.close()
-    with open(os.path.join(run_dir, "ranks.json"), "w") as f:
-        json.dump([p.pid for p in procs], f)
-    if stopping["requested"]:
-        stop_gang()
     codes: dict[int, int] = {}
-    cause: list[int] = []  # the rank whose failure brought the gang down, if any
-    while len(codes) < len(procs):
+    for i, env in enumerate(launch["ranks"]):  # each already holds base_env (launch_env)
+        pids.append(_start_rank(run_dir, i, launch, env))
+        if pids[-1] < 0:
+            codes[i] = contain.EXEC_FAILED_RC
+    with open(os.path.join(run_dir, "ranks.json"), "w") as f:
+        json.dump(pids, f)
+    cause: list[int] = [i for i in codes][:1]  # the rank whose failure brought the gang down
+    if stopping["requested"] or cause:
+        stop_gang()
+    while len(codes) < len(pids):
         try:
-            pid, status = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, 0)  # guardians, and orphans this subreaper inherited
         except ChildProcessError:
             break
-        for i, p in enumerate(procs):
-            if p.pid == pid:
-                p.returncode = os.waitstatus_to_exitcode(status)
-                codes[i] = p.returncode
-                if p.returncode != 0 and not stopping["requested"] and not cause:
-                    cause.append(i)
-                    stop_gang()
+        if pid in pids:
+            i = pids.index(pid)
+            codes[i] = os.waitstatus_to_exitcode(status)
+            if codes[i] != 0 and not stopping["requested"] and not cause:
+                cause.append(i)
+                stop_gang()
     signal.setitimer(signal.ITIMER_REAL, 0)
-    ranks = [codes.get(i, -1) for i in range(len(procs))]
-    rc = ranks[cause[0]] if cause else next((c for c in ranks if c != 0), 0)
+    contain.kill_tree(me)
+    contain.reap_children(5.0)
+    ranks = [codes.get(i, -1) for i in range(len(pids))]
+    first = cause[0] if cause else next((i for i, c in enumerate(ranks) if c != 0), None)
+    rc = ranks[first] if first is not None else 0
+    why = contain.read_status(os.path.join(run_dir, f"rank-{first}.status")) \
+        if first is not None else {}
     tmp = os.path.join(run_dir, "exit.json.tmp")
     with open(tmp, "w") as f:
-        json.dump({"rc": rc, "stopped": stopping["requested"], "ranks": ranks}, f)
+        json.dump({"rc": rc, "stopped": stopping["requested"], "ranks": ranks,
+                   "detail": why.get("detail", ""), "timed_out": bool(why.get("timed_out"))}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(run_dir, "exit.json"))
