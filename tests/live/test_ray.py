@@ -29,6 +29,9 @@ ENV_DUMP = ("import json, os, sys; json.dump({k: v for k, v in os.environ.items(
             "open(sys.argv[1] + '/' + os.environ['RANK'] + '.json', 'w'))")
 
 
+from tessera.live.executors.ray_cluster import EmbeddedHead  # noqa: E402
+
+
 @pytest.fixture
 def ray_service(tmp_path: Path) -> Iterator[LiveService]:
     from tessera.live.executors.ray import RayExecutor
@@ -43,6 +46,7 @@ def ray_service(tmp_path: Path) -> Iterator[LiveService]:
     svc.start()
     yield svc
     svc.stop()
+    EmbeddedHead(state).stop()
 
 
 def _final(svc: LiveService, jid: str) -> bool:
@@ -54,7 +58,8 @@ def test_gang_gets_rendezvous_env_and_failures_retry(ray_service: LiveService,
                                                      tmp_path: Path) -> None:
     svc = ray_service
     resources = ray.cluster_resources()
-    assert resources["gpu_flavor:V100-16GB"] == 2 and resources["gpu_flavor:T4"] == 2
+    assert resources["GPU"] == 4
+    assert resources["accelerator_type:V100"] == resources["accelerator_type:T4"] == 1
     out = tmp_path / "env"
     out.mkdir()
     ok = svc.submit(parse_request(
@@ -117,3 +122,4 @@ def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
         assert {e["TESSERA_GANG_FLAVORS"] for e in envs} == {"T4+V100-16GB"}
     finally:
         svc.stop()
+        EmbeddedHead(state).stop()

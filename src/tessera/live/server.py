@@ -34,6 +34,8 @@ class ServeConfig:
     executor: str = "local"
     ray_address: str | None = None
     options: ServiceOptions = field(default_factory=ServiceOptions)
+    ray_token_file: Path | None = None
+    ray_flavor_resource: str = "accelerator_type"
 
 
 def build_service(cfg: ServeConfig) -> tuple[LiveService, str | None]:
@@ -42,6 +44,7 @@ def build_service(cfg: ServeConfig) -> tuple[LiveService, str | None]:
     Returns:
         the service (not started) and the admin token if it was created just now.
     """
+    connect_ray(cfg)  # before any state is written: a wrong address changes nothing
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     store = Store(cfg.state_dir / "state.db")
     cluster_text = cfg.cluster or store.meta("cluster") or DEFAULT_CLUSTER
@@ -59,6 +62,18 @@ def build_service(cfg: ServeConfig) -> tuple[LiveService, str | None]:
     return svc, token
 
 
+def connect_ray(cfg: ServeConfig) -> None:
+    """With ``--ray-address``, connect now (token from ``--ray-token-file``) or fail in one
+    line (:class:`SpecError`); the executor then reuses the connection."""
+    if cfg.executor != "ray" or cfg.ray_address is None:
+        return
+    from tessera.live.executors.ray import NAMESPACE
+    from tessera.live.executors.ray_cluster import connect, use_token_file
+
+    use_token_file(cfg.ray_token_file)
+    connect(cfg.ray_address, NAMESPACE)
+
+
 def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
     if cfg.executor == "local":
         from tessera.live.executors.local import LocalExecutor
@@ -66,9 +81,16 @@ def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
         return LocalExecutor(cfg.state_dir / "runs", grace_s=cfg.options.grace_s)
     if cfg.executor == "ray":
         from tessera.live.executors.ray import RayExecutor
+        from tessera.live.executors.ray_cluster import FlavorResource
 
+        if cfg.ray_flavor_resource not in ("accelerator_type", "gpu_flavor"):
+            raise SpecError(f"unknown --ray-flavor-resource {cfg.ray_flavor_resource!r}; use "
+                            "'accelerator_type' or 'gpu_flavor'")
+        kind: FlavorResource = "gpu_flavor" if cfg.ray_flavor_resource == "gpu_flavor" \
+            else "accelerator_type"
         return RayExecutor(cluster, cfg.ray_address, cfg.state_dir / "runs",
-                           grace_s=cfg.options.grace_s)
+                           grace_s=cfg.options.grace_s, flavor_resource=kind,
+                           state_dir=cfg.state_dir)
     raise SpecError(f"unknown executor {cfg.executor!r}; use 'local' or 'ray'")
 
 

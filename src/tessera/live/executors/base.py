@@ -1,11 +1,14 @@
 """The executor protocol and what every executor hands a job's ranks.
 
-An executor is asked four things, always about one *run* ``(job_id, run)``:
+An executor is asked five things, always about one *run* ``(job_id, run)``:
 
 * ``launch`` -- start it; **idempotent**: launching a run that was already started (perhaps by
-  a previous service process that crashed) starts nothing new;
-* ``status`` -- is it absent (never started), running, exited (with its status) or lost
+  a previous service process that crashed) starts nothing new. It must not block: an executor
+  that needs time (Ray reserving a placement group) reports ``starting`` until the run runs;
+* ``status`` -- is it absent (never started), starting, unplaceable (the executor cannot place
+  it; ``detail`` says what no node offers), running, exited (with its status) or lost
   (started, then vanished without an exit status);
+* ``read_log`` -- a piece of one rank's output, wherever that rank ran;
 * ``stop`` -- ask it to checkpoint and exit (SIGTERM), killing it after a grace period;
 * ``release`` -- forget it and free what it held (Ray placement groups, actors).
 
@@ -22,7 +25,7 @@ from typing import Literal, Protocol
 
 from tessera.sched.snapshot import Placement
 
-RunState = Literal["absent", "running", "exited", "lost"]
+RunState = Literal["absent", "starting", "unplaceable", "running", "exited", "lost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,7 @@ class RunStatus:
     """What an executor knows about a run.
 
     Attributes:
-        state: absent | running | exited | lost.
+        state: absent | starting | unplaceable | running | exited | lost.
         exit_code: the first non-zero rank status (negative: killed by that signal), or 0.
         stopped: the run exited after a stop request (preemption or cancel).
         detail: a human-readable note (which rank failed, why it was lost).
@@ -64,6 +67,38 @@ class RunStatus:
     exit_code: int | None = None
     stopped: bool = False
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """A piece of one rank's output.
+
+    Attributes:
+        text: the bytes from ``offset`` on, decoded (invalid UTF-8 replaced).
+        next_offset: where the next read continues (``offset`` + bytes returned).
+        size_bytes: the log's length when read.
+        skipped_bytes: bytes before the returned text that are no longer kept (a finished Ray
+            rank keeps only the tail of its log).
+    """
+
+    text: str
+    next_offset: int
+    size_bytes: int
+    skipped_bytes: int = 0
+
+
+def read_log_file(path: str | None, offset: int, limit_bytes: int) -> LogChunk | None:
+    """Read up to ``limit_bytes`` of the file at ``path`` from ``offset`` (``None``: no file)."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(min(offset, size))
+            data = f.read(limit_bytes)
+    except FileNotFoundError:
+        return None
+    return LogChunk(data.decode(errors="replace"), min(offset, size) + len(data), size)
 
 
 class Executor(Protocol):
@@ -79,6 +114,10 @@ class Executor(Protocol):
         """Signal the run; ``False`` when it is still starting and must be asked again."""
 
     def release(self, job_id: str, run: int) -> None: ...
+
+    def read_log(self, job_id: str, run: int, rank: int, offset: int,
+                 limit_bytes: int) -> LogChunk | None:
+        """Rank ``rank``'s output from byte ``offset``; ``None`` when there is none."""
 
     def close(self) -> None: ...
 

@@ -24,7 +24,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tessera.live.executors.base import LaunchSpec, RunStatus, free_port, rank_envs
+from tessera.live.executors.base import (
+    LaunchSpec,
+    LogChunk,
+    RunStatus,
+    free_port,
+    rank_envs,
+    read_log_file,
+)
 
 RUNNER = Path(__file__).with_name("runner.py")
 
@@ -100,6 +107,12 @@ class LocalExecutor:
 
     def release(self, job_id: str, run: int) -> None:
         self._forget(job_id, run)
+
+    def read_log(self, job_id: str, run: int, rank: int, offset: int,
+                 limit_bytes: int) -> LogChunk | None:
+        """The rank's log file in the run directory."""
+        return read_log_file(str(self.run_dir(job_id, run) / f"rank-{rank}.log"), offset,
+                             limit_bytes)
 
     def close(self) -> None:
         """Forget the runners (they keep running; a restarted service adopts them)."""
