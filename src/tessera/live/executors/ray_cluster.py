@@ -249,10 +249,11 @@ class EmbeddedHead:
         return len(pids)
 
 
-def head_port_flags() -> list[str]:
-    """Free ports for the per-node services whose defaults collide between two heads."""
-    return ["--ray-client-server-port", str(free_port()),
-            "--dashboard-agent-listen-port", str(free_port()),
+def head_port_flags(head: bool = True) -> list[str]:
+    """Free ports for the per-node services whose defaults collide between two nodes on one
+    machine (the Ray client server runs on heads only)."""
+    client = ["--ray-client-server-port", str(free_port())] if head else []
+    return [*client, "--dashboard-agent-listen-port", str(free_port()),
             "--dashboard-agent-grpc-port", str(free_port()),
             "--runtime-env-agent-port", str(free_port()),
             "--metrics-export-port", str(free_port())]
