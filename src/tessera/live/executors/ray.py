@@ -3,9 +3,9 @@
 For run ``r`` of job ``j`` on ``g`` GPUs:
 
 1. ``launch`` writes a run record to Ray's KV and creates a **placement group**
-   ``tessera-pg:j:r`` with one bundle per node of the placement, ``{"GPU": n, <flavor mark>}``
-   (the flavor marks are in :mod:`~tessera.live.executors.ray_cluster`); STRICT_PACK when the
-   job requires locality, else PACK. It returns at once: the scheduling loop never waits.
+   ``tessera-pg:j:r``, one bundle ``{"GPU": n, <flavor mark>}`` per node of the placement
+   (marks: :mod:`~tessera.live.executors.ray_cluster`), STRICT_PACK for jobs that require
+   locality, else PACK, and returns at once.
 2. ``status`` moves the launch on without blocking, one step per call while the run is
    ``starting``: the group is placed → ``g`` **actors** ``tessera:j:r:<rank>`` (detached, one
    ``GPU`` each, so Ray sets ``CUDA_VISIBLE_DEVICES`` and the rank's process inherits it) →
@@ -21,8 +21,7 @@ For run ``r`` of job ``j`` on ``g`` GPUs:
    record's tail once the actor is gone), so no shared filesystem is needed.
 
 Every name is derived from ``(job, run)``, so ``launch`` is idempotent: after a restart it finds
-the placement group and actors that exist and only creates what is missing, and an actor starts
-its command at most once.
+what exists and creates only what is missing; an actor starts its command at most once.
 """
 
 from __future__ import annotations
@@ -77,13 +76,9 @@ from tessera.live.executors.ray_records import (
 from tessera.model.cluster import ClusterSpec
 
 PLACE_TIMEOUT_S = 30.0
+NODES_TTL_S = 2.0
 EXIT_POLL_S = 0.2
 log = logging.getLogger("tessera.live")
-
-
-def _read_from(path: str | None, offset: int, limit: int) -> tuple[str, int, int] | None:
-    chunk = read_log_file(path, offset, limit)
-    return None if chunk is None else (chunk.text, chunk.next_offset, chunk.size_bytes)
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -150,9 +145,9 @@ class RankWorker:
 
         threading.Thread(target=wait, daemon=True).start()
 
-    def read_log(self, offset: int, limit: int) -> tuple[str, int, int] | None:
-        """Up to ``limit`` bytes of this rank's log from ``offset``: (text, next, size)."""
-        return _read_from(getattr(self, "log_path", None), offset, limit)
+    def read_log(self, offset: int, limit: int) -> LogChunk | None:
+        """Up to ``limit`` bytes of this rank's log from ``offset``."""
+        return read_log_file(getattr(self, "log_path", None), offset, limit)
 
 
 def _actor_name(job_id: str, run: int, rank: int) -> str:
@@ -210,6 +205,8 @@ class RayExecutor:
         self.address = address
         self._actors: dict[tuple[str, int], list[Any]] = {}
         self._launching: dict[tuple[str, int], _Launch] = {}
+        self._nodes: list[dict[str, float]] = []
+        self._nodes_at_s = float("-inf")
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -238,8 +235,7 @@ class RayExecutor:
         if not ln.actors:
             ready, _ = ray.wait([ln.pg.ready()], timeout=0)
             if not ready:
-                why = unplaceable_reason(ln.bundles, [n["Resources"] for n in ray.nodes()
-                                                      if n.get("Alive")])
+                why = unplaceable_reason(ln.bundles, self._node_totals())
                 if why is None and time.monotonic() - ln.since_s > self.place_timeout_s:
                     why = (f"placement group {spec.placement.describe()} not placed after "
                            f"{self.place_timeout_s:g} s: {ln.bundles} exceed what Ray has free")
@@ -275,6 +271,14 @@ class RayExecutor:
             self.stop(*key, 0.0)
             return RunStatus("lost", detail=f"a rank could not start: {e}".splitlines()[0])
         return RunStatus("running")
+
+    def _node_totals(self) -> list[dict[str, float]]:
+        """Alive nodes' total resources, asked of Ray at most every :data:`NODES_TTL_S`."""
+        now_s = time.monotonic()
+        if now_s - self._nodes_at_s > NODES_TTL_S:
+            self._nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+            self._nodes_at_s = now_s
+        return self._nodes
 
     def _create_actors(self, ln: _Launch) -> list[Any]:
         actors = []
@@ -346,7 +350,7 @@ class RayExecutor:
             with contextlib.suppress(ray.exceptions.RayError):
                 got = ray.get(actors[rank].read_log.remote(offset, limit_bytes), timeout=10)
                 if got is not None:
-                    return LogChunk(*got)
+                    return got
         return log_from_record(job_id, run, rank, offset, limit_bytes)
 
     # -- stopping ------------------------------------------------------------------------------
@@ -380,11 +384,8 @@ class RayExecutor:
             remove_placement_group(get_placement_group(f"tessera-pg:{job_id}:{run}"))
 
     def close(self) -> None:
-        """Disconnect; detached actors keep running and are adopted on the next start.
-
-        The embedded head is stopped too when no rank actor is left on it; otherwise it keeps
-        the runs going (a restarted service re-attaches to it) and the log says so.
-        """
+        """Disconnect; detached actors keep running and are adopted on the next start. The
+        embedded head stops too when no rank actor is left on it, else it keeps the runs."""
         self._actors.clear()
         alive = [n for n in ray.util.list_named_actors() if n.startswith("tessera:")] \
             if ray.is_initialized() else []
