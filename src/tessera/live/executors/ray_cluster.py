@@ -153,11 +153,13 @@ def present_token_if_any() -> bool:
 
 
 def _reread_ray_config() -> None:
-    """Ray reads ``RAY_AUTH_*`` into a cached config; reread it after changing them (as Ray's
-    own ``_enable_token_auth`` does)."""
-    from ray._raylet import Config  # type: ignore[attr-defined]
+    """Ray caches ``RAY_AUTH_*`` in its config and the token in a loader; reread both after
+    changing them (as Ray's own ``_enable_token_auth`` does), so a process that connected to
+    one cluster can present another's token."""
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def probe(address: str, timeout_s: float = CONNECT_PROBE_S) -> None:
@@ -179,7 +181,8 @@ def connect(address: str, namespace: str) -> None:
     import ray
 
     probe(address)
-    present_token_if_any()
+    if not present_token_if_any():
+        _reread_ray_config()
     try:
         ray.init(address=address, namespace=namespace, log_to_driver=False,
                  logging_level=logging.WARNING)
