@@ -192,10 +192,9 @@ class RayExecutor:
         self.kind: FlavorResource = flavor_resource
         self.place_timeout_s = place_timeout_s
         self.head: EmbeddedHead | None = None
-        if flavor_resource == "accelerator_type" and shared_accelerator_types(cluster):
+        if flavor_resource == "accelerator_type" and (shared := shared_accelerator_types(cluster)):
             log.warning("accelerator types shared by several flavors: %s; Ray cannot tell "
-                        "them apart (use --ray-flavor-resource gpu_flavor)",
-                        "; ".join(shared_accelerator_types(cluster)))
+                        "them apart (use --ray-flavor-resource gpu_flavor)", "; ".join(shared))
         if not ray.is_initialized():
             if address is None:
                 self.head = EmbeddedHead(state_dir or runs_dir.parent)
@@ -203,6 +202,7 @@ class RayExecutor:
                                            pretend_resources(cluster, flavor_resource))
             connect(address, NAMESPACE)
         self.address = address
+        self.runs_lost_with_cluster = self.head is not None and self.head.restarted
         self._actors: dict[tuple[str, int], list[Any]] = {}
         self._launching: dict[tuple[str, int], _Launch] = {}
         self._nodes: list[dict[str, float]] = []

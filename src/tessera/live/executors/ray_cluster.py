@@ -206,6 +206,7 @@ class EmbeddedHead:
 
     def __init__(self, state_dir: Path) -> None:
         self.record = state_dir / "ray-head.json"
+        self.restarted = False  # set by ensure: a head was remembered but had to start anew
         digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:10]
         # Ray's unix sockets live under the temp dir; keep the path short (108-byte limit).
         self.temp_dir = Path("/tmp") / f"tessera-ray-{digest}"
@@ -224,6 +225,7 @@ class EmbeddedHead:
                 probe(known, timeout_s=1.0)
                 return known
             self.stop()
+            self.restarted = True
         port = free_port()
         address = f"127.0.0.1:{port}"
         argv = [sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start",
