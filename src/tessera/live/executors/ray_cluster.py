@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -177,22 +178,39 @@ def probe(address: str, timeout_s: float = CONNECT_PROBE_S) -> None:
 
 
 def connect(address: str, namespace: str) -> None:
-    """``ray.init`` against a running cluster, or one clear :class:`SpecError`."""
+    """``ray.init`` against a running cluster, or one clear :class:`SpecError`.
+
+    Ray's C++ client logs a warning per retry straight to file descriptor 2 (twenty lines for a
+    refused token); they are held back while connecting and only their gist is reported.
+    """
     import ray
 
     probe(address)
     if not present_token_if_any():
         _reread_ray_config()
-    try:
-        ray.init(address=address, namespace=namespace, log_to_driver=False,
-                 logging_level=logging.WARNING)
-    except Exception as e:  # Ray raises ConnectionError, RuntimeError, AuthenticationError
-        ray.shutdown()
-        auth = "token" in str(e).lower() or isinstance(e, ConnectionError)
-        hint = (" (if the head uses token auth, pass --ray-token-file with its "
-                "~/.ray/auth_token or set RAY_AUTH_TOKEN)") if auth else ""
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SpecError(f"cannot connect to Ray at {address}: {first}{hint}") from None
+    with tempfile.TemporaryFile() as held:
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            ray.init(address=address, namespace=namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)
+            return
+        except Exception as e:  # ConnectionError, RuntimeError, AuthenticationError
+            ray.shutdown()
+            error = e
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        said = held.read().decode(errors="replace") + str(error)
+    if "InvalidAuthToken" in said or "Unauthenticated" in said:
+        why = ("the head refused this process's auth token (pass --ray-token-file with the "
+               "head's ~/.ray/auth_token, or set RAY_AUTH_TOKEN)")
+    else:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else \
+            type(error).__name__
+        why = f"{first} (if the head uses token auth, pass --ray-token-file)"
+    raise SpecError(f"cannot connect to Ray at {address}: {why}")
 
 
 class EmbeddedHead:
