@@ -12,8 +12,8 @@ command's own flags where it has them (``--limit``, ``--no-plots``, ``--out``, `
   with exit status 2 and the documented one-line message.
 * With the public data, the commands that need it succeed.
 
-Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain`` and ``logs`` need a running live service
-(covered by ``tests/live``); ``train`` starts PyTorch workers for tens of seconds, so it runs
+Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain`` and ``logs`` need a running live
+service (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of seconds, so it runs
 only in the slow suite.
 """
 

@@ -150,6 +150,10 @@ class RankWorker:
         return read_log_file(getattr(self, "log_path", None), offset, limit)
 
 
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+
+
 def _actor_name(job_id: str, run: int, rank: int) -> str:
     return f"tessera:{job_id}:{run}:{rank}"
 
@@ -171,13 +175,9 @@ class _Launch:
 class RayExecutor:
     """Runs gangs on a Ray cluster: an existing one at ``address``, else the embedded head.
 
-    Args:
-        cluster: the GPUs the scheduler places on (an embedded head pretends to hold them).
-        address: ``HOST:PORT`` of a running head; ``None`` starts (or re-attaches to) the
-            embedded head of ``state_dir``.
-        runs_dir: kept for symmetry with the local executor (logs live on the ranks' nodes).
-        flavor_resource: how a rank asks for its flavor (see ``ray_cluster``).
-        state_dir: where the embedded head is remembered (default: ``runs_dir``'s parent).
+    ``address``: ``HOST:PORT`` of a running head, or ``None`` for the embedded head of
+    ``state_dir`` (default ``runs_dir``'s parent), which pretends to hold ``cluster``'s GPUs.
+    ``flavor_resource``: how a rank asks for its flavor (:mod:`ray_cluster`).
     """
 
     name = "ray"
@@ -253,7 +253,7 @@ class RayExecutor:
                 ip, port = ray.get(ln.rendezvous)
             except ray.exceptions.RayError as e:
                 self.release(*key)
-                return RunStatus("lost", detail=f"rank 0's actor failed: {type(e).__name__}")
+                return RunStatus("lost", detail=f"rank 0's actor failed: {_first_line(e)}")
             Path(spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             for rank, (actor, env) in enumerate(zip(ln.actors, rank_envs(spec, ip, port),
                                                     strict=True)):
@@ -269,7 +269,7 @@ class RayExecutor:
             ray.get(ln.started)
         except ray.exceptions.RayError as e:
             self.stop(*key, 0.0)
-            return RunStatus("lost", detail=f"a rank could not start: {e}".splitlines()[0])
+            return RunStatus("lost", detail=f"a rank could not start: {_first_line(e)}")
         return RunStatus("running")
 
     def _node_totals(self) -> list[dict[str, float]]:
