@@ -83,3 +83,26 @@ def test_serve_with_an_unreachable_ray_exits_2_before_writing_state(tmp_path: Pa
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: cannot connect to Ray at 127.0.0.1:")
     assert not state.exists()
+
+
+def test_a_silent_embedded_head_with_live_processes_is_never_stopped(tmp_path: Path) -> None:
+    """A remembered head that does not answer but still has processes (a loaded machine, not a
+    dead head) must not be replaced: replacing it would kill every run on it."""
+    import json
+    import subprocess
+    import sys
+
+    from tessera.live.executors.ray_cluster import EmbeddedHead
+
+    head = EmbeddedHead(tmp_path)
+    head.record.write_text(json.dumps({"address": f"127.0.0.1:{free_port()}",
+                                       "temp_dir": str(head.temp_dir)}))
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                 str(head.temp_dir)])
+    try:
+        with pytest.raises(SpecError, match="runs but does not answer"):
+            head.ensure(1, 1, {})
+        assert stand_in.poll() is None and head.record.exists()
+    finally:
+        stand_in.kill()
+        stand_in.wait()

@@ -239,9 +239,11 @@ class EmbeddedHead:
         """The head's address, starting it first when none answers."""
         known = self.address()
         if known is not None:
-            with contextlib.suppress(SpecError):
-                probe(known, timeout_s=1.0)
+            if self._answers(known):
                 return known
+            if cluster_pids(str(self.temp_dir)):  # alive but silent: never kill its runs
+                raise SpecError(f"the embedded Ray head at {known} ({self.temp_dir}) runs but "
+                                "does not answer; try again, or stop its processes first")
             self.stop()
             self.restarted = True
         port = free_port()
@@ -263,6 +265,18 @@ class EmbeddedHead:
                             f"{tail.strip().splitlines()[-1] if tail.strip() else ''}")
         self.record.write_text(json.dumps({"address": address, "temp_dir": str(self.temp_dir)}))
         return address
+
+    @staticmethod
+    def _answers(address: str, tries: int = 3) -> bool:
+        """Whether the head answers, asked patiently (a busy machine is not a dead head)."""
+        for i in range(tries):
+            try:
+                probe(address, timeout_s=CONNECT_PROBE_S)
+                return True
+            except SpecError:
+                if i + 1 < tries:
+                    time.sleep(1.0)
+        return False
 
     def stop(self, grace_s: float = 5.0) -> int:
         """End this head's processes; returns how many were signalled."""
