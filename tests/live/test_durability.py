@@ -32,14 +32,15 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 CRASHES = ["after-journal:2", "before-exit-recorded:1", "sigkill", "after-launch:2", "sigkill"]
 
 
-def _start(state: Path, port: int, crash: str | None) -> subprocess.Popen[bytes]:
+def _start(state: Path, port: int, crash: str | None,
+           executor: tuple[str, ...] = ("--executor", "local")) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("TESSERA_LIVE_CRASH", None)
     if crash and crash != "sigkill":
         env["TESSERA_LIVE_CRASH"] = crash
     return subprocess.Popen(
         [sys.executable, "-m", "tessera.cli", "serve", "--state", str(state), "--port",
-         str(port), "--cluster", "v100:4,t4:4", "--executor", "local", "--grace-s", "2",
+         str(port), "--cluster", "v100:4,t4:4", *executor, "--grace-s", "2",
          "--period-s", "0.5"],
         env=env, stdout=subprocess.DEVNULL, stderr=open(state / "serve.log", "ab"))
 
@@ -60,6 +61,13 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 20) -> 
 
 @pytest.mark.slow
 def test_sigkill_during_workload_runs_every_job_exactly_once(tmp_path: Path) -> None:
+    run_workload(tmp_path, ("--executor", "local"), finish_s=90, up_s=20)
+
+
+def run_workload(tmp_path: Path, executor: tuple[str, ...], finish_s: float,
+                 up_s: float) -> None:
+    """50 jobs, the service killed six times (module docstring); ``finish_s``: how long the
+    jobs may take after the submissions, ``up_s``: how long one start may take."""
     seed = int(time.time())
     rng = random.Random(seed)
     state = tmp_path / "state"
@@ -67,8 +75,8 @@ def test_sigkill_during_workload_runs_every_job_exactly_once(tmp_path: Path) -> 
     out = tmp_path / "ran.txt"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = _start(state, port, None)
-    assert _wait_up(url, proc)
+    proc = _start(state, port, None, executor)
+    assert _wait_up(url, proc, up_s)
     ids = []
     with httpx.Client(base_url=url, headers=auth(ADMIN), timeout=10) as c:
         for i in range(50):
@@ -79,25 +87,25 @@ def test_sigkill_during_workload_runs_every_job_exactly_once(tmp_path: Path) -> 
                                           "queue": "team-a" if i % 2 else "team-b"})
             assert r.status_code == 201, r.text
             ids.append(r.json()["job_id"])
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + finish_s
     proc.send_signal(signal.SIGKILL)  # first death: right after the submissions
     proc.wait()
     for crash in CRASHES:
         t0 = time.monotonic()
-        proc = _start(state, port, crash)
-        _wait_up(url, proc)
+        proc = _start(state, port, crash, executor)
+        _wait_up(url, proc, up_s)
         print(f"{crash}: up after {time.monotonic() - t0:.2f} s")
         if crash == "sigkill":
             time.sleep(rng.uniform(0.2, 1.5))
             proc.send_signal(signal.SIGKILL)
         try:
-            proc.wait(timeout=6)  # a crash point exits on its own
+            proc.wait(timeout=6 + up_s / 4)  # a crash point exits on its own
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)  # the point was never reached: kill anyway
             proc.wait()
         print(f"{crash}: died after {time.monotonic() - t0:.2f} s")
-    proc = _start(state, port, None)
-    assert _wait_up(url, proc)
+    proc = _start(state, port, None, executor)
+    assert _wait_up(url, proc, up_s)
     try:
         while time.monotonic() < deadline:
             jobs = httpx.get(url + "/api/jobs", headers=auth(ADMIN), timeout=5).json()["jobs"]

@@ -29,6 +29,9 @@ ENV_DUMP = ("import json, os, sys; json.dump({k: v for k, v in os.environ.items(
             "open(sys.argv[1] + '/' + os.environ['RANK'] + '.json', 'w'))")
 
 
+from tessera.live.executors.ray_cluster import EmbeddedHead  # noqa: E402
+
+
 @pytest.fixture
 def ray_service(tmp_path: Path) -> Iterator[LiveService]:
     from tessera.live.executors.ray import RayExecutor
@@ -43,6 +46,7 @@ def ray_service(tmp_path: Path) -> Iterator[LiveService]:
     svc.start()
     yield svc
     svc.stop()
+    EmbeddedHead(state).stop()
 
 
 def _final(svc: LiveService, jid: str) -> bool:
@@ -54,7 +58,8 @@ def test_gang_gets_rendezvous_env_and_failures_retry(ray_service: LiveService,
                                                      tmp_path: Path) -> None:
     svc = ray_service
     resources = ray.cluster_resources()
-    assert resources["gpu_flavor:V100-16GB"] == 2 and resources["gpu_flavor:T4"] == 2
+    assert resources["GPU"] == 4
+    assert resources["accelerator_type:V100"] == resources["accelerator_type:T4"] == 1
     out = tmp_path / "env"
     out.mkdir()
     ok = svc.submit(parse_request(
@@ -117,3 +122,49 @@ def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
         assert {e["TESSERA_GANG_FLAVORS"] for e in envs} == {"T4+V100-16GB"}
     finally:
         svc.stop()
+        EmbeddedHead(state).stop()
+
+
+def test_a_flavor_no_node_offers_waits_and_others_run_and_keep_their_logs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head offering only V100s: a T4 job is unplaceable (pending, reason, no retry) while a
+    V100 job runs; the V100 job's output is read through its actor, then from its exit record
+    once the actor is gone."""
+    from tessera.live.executors.ray import RayExecutor
+    from tests.live.ray_nodes import RayNodes
+
+    nodes = RayNodes()
+    state = tmp_path / "state"
+    write_config(state)
+    cluster = load_cluster("v100:2,t4:2", 2)
+    try:
+        nodes.add_head(2, {"accelerator_type:V100": 1.0})
+        from tessera.live.executors.ray_cluster import use_token_file
+
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")  # restored afterwards
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(nodes.token_file))
+        use_token_file(nodes.token_file)
+        ex = RayExecutor(cluster, nodes.address, state / "runs", grace_s=1.0)
+        svc = LiveService(Store(state / "state.db"), ex, cluster, load_tenancy(state), "fifo",
+                          state, ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0))
+        svc.start()
+        try:
+            t4 = svc.submit(parse_request("name: t4\nqueue: team-a\nflavors: [t4]\n"
+                                          "command: 'true'"), ADMIN).job_id
+            v100 = svc.submit(parse_request(
+                "name: v\nqueue: team-b\nflavors: [v100]\n"
+                "command: echo hello from $RANK on $CUDA_VISIBLE_DEVICES"), ADMIN).job_id
+            wait_for(lambda: _final(svc, v100), 120, "the V100 job")
+            wait_for(lambda: "no Ray node offers accelerator_type:T4" in
+                     (svc.store.get(t4).reason or ""), 60, "the T4 job's reason")  # type: ignore
+            rec = svc.store.get(t4)
+            assert rec is not None and rec.state.value == "pending" and rec.attempts == 0
+            wait_for(lambda: not svc.store.allocations(), 30, "the V100 run's release")
+            with pytest.raises(ValueError):  # the actor is gone: the log comes from the record
+                ray.get_actor(f"tessera:{v100}:1:0", namespace="tessera")
+            chunk = ex.read_log(v100, 1, 0, 0, 4096)
+            assert chunk is not None and chunk.text.startswith("hello from 0 on ")
+        finally:
+            svc.stop()
+    finally:
+        nodes.stop()

@@ -112,11 +112,16 @@ def test_the_admin_token_is_printed_before_the_executor_can_fail(
 
 def test_a_failing_ray_address_is_one_line_and_the_token_survives(
         app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The address answered the connection check, then the executor failed to start: the
+    admin token printed before it is not lost. (An address that does not answer at all is
+    refused before anything is written: tests/live/test_ray_cluster.py.)"""
+    from tessera.live import server
     from tessera.live.executors import ray
 
     def unreachable(*_a: object, **_k: object) -> None:
         raise ConnectionError("could not connect")
 
+    monkeypatch.setattr(server, "connect_ray", lambda _cfg: None)
     monkeypatch.setattr(ray.RayExecutor, "__init__", unreachable)
     r = runner.invoke(app, ["serve", "--state", str(tmp_path / "state"), "--port",
                             str(_free_port()), "--executor", "ray", "--ray-address",

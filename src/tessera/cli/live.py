@@ -98,8 +98,15 @@ def register(app: typer.Typer) -> None:
     @settings_flags(SchedulerSettings)
     def serve(
         state: Path = STATE,
-        ray_address: str = typer.Option(None, "--ray-address", help="Address of an existing Ray "
-                                        "cluster (with --executor ray; default: start one)."),
+        ray_address: str = typer.Option(None, "--ray-address", help="HOST:PORT of an existing "
+                                        "Ray head (with --executor ray; default: start one)."),
+        ray_token_file: Path = typer.Option(None, "--ray-token-file", help="The Ray head's "
+                                            "auth token file (its ~/.ray/auth_token), when "
+                                            "this host has not got the same one."),
+        ray_flavor_resource: str = typer.Option(
+            "accelerator_type", "--ray-flavor-resource", help="How ranks ask Ray for their "
+            "flavor: accelerator_type (the accelerator_type:<T> resources Ray's GPU detection "
+            "publishes) or gpu_flavor (gpu_flavor:<flavor> resources the nodes declare)."),
         port: int = typer.Option(8470, "--port", help="HTTP port for the API and dashboard."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
         cluster: str = typer.Option(None, "--cluster", "-c", help=CLUSTER_HELP,
@@ -146,7 +153,8 @@ def register(app: typer.Typer) -> None:
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
-                          run_as=run_as)
+                          run_as=run_as, ray_token_file=ray_token_file,
+                          ray_flavor_resource=ray_flavor_resource)
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")

@@ -14,7 +14,7 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
  403   a tenant submitting to a queue that is not its own
  404   no such job (or not yours), no such page
  405   a method the path does not take
- 409   cancelling a job that already finished
+ 409   cancelling a job that already finished; logs of a rank that does not exist
  413   the body is larger than ``limits.body_bytes`` (a YAML body: ``limits.yaml_bytes``)
  422   the request fails validation, exceeds a limit, names an unknown flavor or queue, a
        checkpoint dir the service owns, or can never run; a query parameter out of range
@@ -166,9 +166,51 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     def cluster(who: Principal = Depends(principal)) -> dict[str, Any]:
         return cluster_json(svc, who)
 
+    add_log_route(app, svc, principal, visible)
+
     @app.get("/", response_class=HTMLResponse)
     @app.get("/dashboard", response_class=HTMLResponse)
     def dashboard() -> str:
         return resources.files("tessera.web").joinpath("dashboard.html").read_text()
 
     return app
+
+
+# -- rank output (``tessera logs``) -----------------------------------------------------------
+
+LOG_LIMIT_BYTES = 65536
+
+
+def add_log_route(app: FastAPI, svc: LiveService, principal: Any, visible: Any) -> None:
+    """``GET /api/jobs/{id}/logs?rank=&run=&offset=``: a piece of one rank's output.
+
+    The executor reads it where the rank ran (the local run directory, or the rank's Ray
+    actor on its own node), so no shared filesystem is needed. Visible to the job's own
+    tenant and the admin only (404 otherwise, like every job route). ``run`` defaults to the
+    job's latest launched run; the answer's ``next_offset`` continues the read (``--follow``).
+    """
+
+    @app.get("/api/jobs/{job_id}/logs")
+    def job_logs(job_id: str, rank: int = 0, run: int | None = None, offset: int = 0,
+                 limit: int = LOG_LIMIT_BYTES,
+                 who: Principal = Depends(principal)) -> dict[str, Any]:
+        rec = visible(job_id, who)
+        runs = [run] if run is not None else list(range(rec.runs, 0, -1))
+        for r in runs:
+            a = svc.store.allocation(job_id, r)
+            if a is None or (a.started_s is None and a.status != "running"):
+                continue
+            if not 0 <= rank < a.placement.num_gpus:
+                raise HTTPException(409, f"run {r} of {job_id} has ranks 0..."
+                                         f"{a.placement.num_gpus - 1}, not {rank}")
+            chunk = svc.executor.read_log(job_id, r, rank, max(offset, 0),
+                                          min(max(limit, 1), LOG_LIMIT_BYTES))
+            return {"job_id": job_id, "run": r, "rank": rank, "ranks": a.placement.num_gpus,
+                    "running": a.status in ("running", "stopping"), "final": rec.final,
+                    "text": chunk.text if chunk else "",
+                    "next_offset": chunk.next_offset if chunk else offset,
+                    "size_bytes": chunk.size_bytes if chunk else 0,
+                    "skipped_bytes": chunk.skipped_bytes if chunk else 0}
+        return {"job_id": job_id, "run": None, "rank": rank, "ranks": 0, "running": False,
+                "final": rec.final, "text": "", "next_offset": 0, "size_bytes": 0,
+                "skipped_bytes": 0}

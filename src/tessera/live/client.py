@@ -78,3 +78,11 @@ class Client:
 
     def cluster(self) -> dict[str, Any]:
         return self._call("GET", "/api/cluster")
+
+    def logs(self, job_id: str, rank: int = 0, run: int | None = None,
+             offset: int = 0) -> dict[str, Any]:
+        """A piece of rank ``rank``'s output from byte ``offset`` (latest run by default)."""
+        params: dict[str, int] = {"rank": rank, "offset": offset}
+        if run is not None:
+            params["run"] = run
+        return self._call("GET", f"/api/jobs/{job_id}/logs", params=params)

@@ -5,13 +5,19 @@ For every allocation that holds GPUs, ask the executor about its run ``(job_id, 
 =============  ===============  ==================================================
 stored status  executor says    action
 =============  ===============  ==================================================
-planned        absent           launch it (the crash came before the launch)
+planned        absent,          launch it (the crash came before the launch, or the
+               starting         launch was under way: launching is idempotent)
 planned        running          adopt: mark it running (crash after the launch)
 planned        exited / lost    adopt, then record the exit
 running        running          adopt (nothing to do; the loop keeps polling it)
 running        exited / lost    record the exit (the loop's first observe does it)
 stopping       any              re-send the stop; record the exit when it comes
 =============  ===============  ==================================================
+
+One exception: an executor whose cluster died with the service (``runs_lost_with_cluster``:
+the embedded Ray head was gone and had to be started afresh) reports every run ``absent``
+through no fault of the jobs; those runs are recorded as **preempted** -- requeued with their
+checkpoints, no retry charged -- instead of lost.
 
 Launching is idempotent in the executor (a run already claimed is not started again), so even
 "planned + absent" when the executor is merely slow to report cannot run a job twice.
@@ -22,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tessera.live import lifecycle
+from tessera.live.executors.base import RunStatus
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
@@ -34,21 +41,43 @@ def reconcile(svc: LiveService) -> dict[str, int]:
     counts = {"adopted": 0, "to_launch": 0, "ended": 0}
     for a in store.allocations(("planned",)):
         st = ex.status(a.job_id, a.run)
-        if st.state == "absent":
+        if st.state in ("absent", "starting", "unplaceable"):
             counts["to_launch"] += 1
             continue
         with store.tx() as db:
             lifecycle.mark_running(store, db, a, now, f"run {a.run} adopted after restart")
         counts["adopted"] += 1
+    lost_with_cluster = bool(getattr(ex, "runs_lost_with_cluster", False))
     for a in store.allocations(("running", "stopping")):
         st = ex.status(a.job_id, a.run)
         if st.state == "running":
             counts["adopted"] += 1
-        else:
-            counts["ended"] += 1
+            continue
+        counts["ended"] += 1
+        if lost_with_cluster and st.state == "absent":
+            _requeue(svc, a.job_id, a.run, now)
     with store.tx() as db:
         store.event(db, now, None, "service-started",
                     f"executor {ex.name}; adopted {counts['adopted']}, "
                     f"launching {counts['to_launch']}, ended while down {counts['ended']}")
     svc.observe(now)
     return counts
+
+
+def _requeue(svc: LiveService, job_id: str, run: int, now_s: float) -> None:
+    """Record a run its executor lost together with the service as preempted (no retry)."""
+    store = svc.store
+    with store.tx() as db:
+        store.set_allocation(db, job_id, run, status="stopping",
+                             stop_reason=None if _final(svc, job_id) else "preempt")
+        a = store.allocation(job_id, run)
+        assert a is not None
+        lifecycle.finish_run(store, db, a, RunStatus(
+            "exited", None, True, "the embedded Ray head was gone after the restart; "
+            "requeued without a retry"), now_s)
+    svc.executor.release(job_id, run)
+
+
+def _final(svc: LiveService, job_id: str) -> bool:
+    rec = svc.store.get(job_id)
+    return rec is None or rec.final

@@ -8,11 +8,13 @@ the same setup.
 ``serve`` starts in an order that makes every failure cheap and clear:
 
 1. bind the port (``port 8470 is in use …; choose --port``), before anything is printed;
-2. create or check the state dir and the work root (modes, owners, not nested);
-3. lock the state dir (``… is in use by another tessera serve (pid N)``);
-4. open the store; on first start create the admin token and **print it at once**, so a
+2. with ``--ray-address``, connect to that Ray cluster (one line when it does not answer or
+   refuses the token), before anything is written;
+3. create or check the state dir and the work root (modes, owners, not nested);
+4. lock the state dir (``… is in use by another tessera serve (pid N)``);
+5. open the store; on first start create the admin token and **print it at once**, so a
    failure after this point (a Ray cluster that does not answer) cannot lose it;
-5. start the executor, reconcile, and serve.
+6. start the executor (the embedded Ray head without ``--ray-address``), reconcile, serve.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class ServeConfig:
     work_dir: Path | None = None
     api_docs: bool = False
     run_as: str | None = None
+    ray_token_file: Path | None = None
+    ray_flavor_resource: str = "accelerator_type"
 
     @property
     def layout(self) -> Layout:
@@ -77,6 +81,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
         SpecError: an unsafe or overlapping layout, a bad cluster or config, or an executor
             that cannot start (one line, whatever the executor raised).
     """
+    connect_ray(cfg)  # before any state is written: a wrong address changes nothing
     check_run_as(cfg.run_as)
     layout = cfg.layout
     prepare(layout)
@@ -106,6 +111,22 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
     return svc, token
 
 
+def connect_ray(cfg: ServeConfig) -> None:
+    """With ``--ray-address``, connect now (token from ``--ray-token-file``) or fail in one
+    line (:class:`SpecError`); the executor then reuses the connection."""
+    if cfg.executor != "ray" or cfg.ray_address is None:
+        return
+    import ray
+
+    if ray.is_initialized():  # serve() connected already
+        return
+    from tessera.live.executors.ray import NAMESPACE
+    from tessera.live.executors.ray_cluster import connect, use_token_file
+
+    use_token_file(cfg.ray_token_file)
+    connect(cfg.ray_address, NAMESPACE)
+
+
 def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
     """The executor ``cfg`` names, with its run directories under the work root.
 
@@ -123,8 +144,17 @@ def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
             return LocalExecutor(runs_dir, grace_s=cfg.options.grace_s,
                                  checkpoints_dir=cfg.layout.checkpoints_dir)
         from tessera.live.executors.ray import RayExecutor
+        from tessera.live.executors.ray_cluster import FlavorResource
 
-        return RayExecutor(cluster, cfg.ray_address, runs_dir, grace_s=cfg.options.grace_s)
+        if cfg.ray_flavor_resource not in ("accelerator_type", "gpu_flavor"):
+            raise SpecError(f"unknown --ray-flavor-resource {cfg.ray_flavor_resource!r}; use "
+                            "'accelerator_type' or 'gpu_flavor'")
+        kind: FlavorResource = "gpu_flavor" if cfg.ray_flavor_resource == "gpu_flavor" \
+            else "accelerator_type"
+        return RayExecutor(cluster, cfg.ray_address, runs_dir, grace_s=cfg.options.grace_s,
+                           flavor_resource=kind, state_dir=cfg.layout.state_dir)
+    except SpecError:
+        raise
     except Exception as e:  # whatever Ray raises, the user gets one line, not a traceback
         where = f" at {cfg.ray_address}" if cfg.ray_address else ""
         raise SpecError(f"cannot start the {cfg.executor} executor{where}: "
@@ -168,6 +198,7 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
 
     sock = reserve_port(host, port)
     try:
+        connect_ray(cfg)  # before any state is written: a wrong address changes nothing
         layout = cfg.layout
         prepare(layout)
         lock = StateLock(layout.state_dir)

@@ -120,6 +120,8 @@ class LiveService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._signalled: set[tuple[str, int]] = set()
+        self._launching: set[tuple[str, int]] = set()
+        self._backoff: dict[str, tuple[float, float]] = {}  # job → (not before, last delay)
         self.store.sync_queues(tenancy.quotas)
 
     # -- lifecycle of the service itself -----------------------------------------------------
@@ -133,7 +135,8 @@ class LiveService:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the loop; runs keep going and are adopted on the next start."""
+        """Stop the loop; runs keep going (local runners, Ray's detached actors and embedded
+        head all outlive the service) and the next start adopts them: never a failure."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -241,7 +244,7 @@ class LiveService:
         changed = False
         for a in self.store.allocations(("running", "stopping")):
             st = self.executor.status(a.job_id, a.run)
-            if st.state == "running":
+            if st.state in ("running", "starting"):
                 continue
             if st.state == "absent" and a.status == "running":
                 st = type(st)("lost", detail="executor has no record of this run")
@@ -265,7 +268,8 @@ class LiveService:
         policy's order, running gangs stay put, and the policy's memory is left as the last
         full round set it.
         """
-        records = self.store.jobs(active_only=True)
+        records = [r for r in self.store.jobs(active_only=True)
+                   if self._backoff.get(r.job_id, (0.0, 0.0))[0] <= now_s]
         self.idle = not records
         if self.idle:
             return None
@@ -337,8 +341,15 @@ class LiveService:
 
         A planned run launches only once every GPU it needs is free of other runs: a run
         planned onto GPUs that a preempted or moving run still drains waits for that run to
-        exit, so no GPU ever runs two jobs, not even inside a grace period.
+        exit, so no GPU ever runs two jobs, not even inside a grace period. A launch never
+        blocks: a run still starting stays ``planned`` until :meth:`_confirm` sees it run.
         """
+        for key in sorted(self._launching):
+            cur = self.store.allocation(*key)
+            if cur is None or cur.status != "planned":  # cancelled or withdrawn meanwhile
+                self._launching.discard(key)
+                if cur is None or cur.status == "done":
+                    self.executor.release(*key)
         capacity = {n.node_id: n.gpus for n in self.cluster.nodes}
         used: dict[str, int] = {}
         draining: set[str] = set()
@@ -348,17 +359,26 @@ class LiveService:
             if a.status == "stopping":
                 draining.add(a.job_id)
         for a in self.store.allocations(("planned",)):
-            if a.job_id in draining or any(
+            if (a.job_id, a.run) in self._launching:
+                self._confirm(a, now_s)
+            elif a.job_id in draining or any(
                     used.get(node, 0) + count > capacity.get(node, 0)
                     for node, count in a.placement.gpus_by_node):
                 continue
-            self._launch(a)
+            else:
+                self._launch(a)
             for node, count in a.placement.gpus_by_node:
                 used[node] = used.get(node, 0) + count
         for a in self.store.allocations(("stopping",)):
             if (a.job_id, a.run) not in self._signalled and \
                     self.executor.stop(a.job_id, a.run, self.opts.grace_s):
                 self._signalled.add((a.job_id, a.run))
+
+    def _confirm(self, a: Allocation, now_s: float) -> None:
+        """How a launched run is doing (see :func:`tessera.live.launches.confirm`)."""
+        from tessera.live.launches import confirm
+
+        confirm(self, a, now_s)
 
     def _launch(self, a: Allocation) -> None:
         rec = self.store.get(a.job_id)
@@ -386,5 +406,4 @@ class LiveService:
                                      self.clock())
             return
         crash_point("after-launch")
-        with self.store.tx() as db:
-            lifecycle.mark_running(self.store, db, a, self.clock(), f"run {a.run} launched")
+        self._confirm(a, self.clock())

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tessera.errors import SpecError
 from tessera.train.balancer import OnlineBalancer, Rebalance
 from tessera.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from tessera.train.config import TrainConfig, from_json
@@ -46,11 +47,60 @@ RESULT_NAME = "result.json"
 PROCESS_GROUP_TIMEOUT = timedelta(seconds=120)
 
 
+def local_device_index(visible_gpus: int, local_rank: int, local_world_size: int) -> int | None:
+    """The CUDA device this rank uses, or ``None`` when this node cannot give it one.
+
+    Ranks are counted per node (``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``), never against the
+    whole gang: a two-node gang of 4 + 4 ranks needs 4 GPUs per node, not 8. A rank that sees
+    exactly one GPU was isolated by its launcher (Ray sets ``CUDA_VISIBLE_DEVICES`` per rank
+    actor) and uses it whatever its local rank; otherwise local rank ``i`` uses device ``i``.
+    """
+    if visible_gpus == 1:
+        return 0
+    if visible_gpus >= local_world_size and 0 <= local_rank < visible_gpus:
+        return local_rank
+    return None
+
+
+def _local_ranks(cfg: TrainConfig) -> tuple[int, int]:
+    """(``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) from the environment; one node by default."""
+    rank = int(os.environ.get("RANK", "0"))
+    return (int(os.environ.get("LOCAL_RANK", rank)),
+            int(os.environ.get("LOCAL_WORLD_SIZE", cfg.world_size)))
+
+
 def use_emulation(cfg: TrainConfig) -> bool:
-    """Emulate when asked to, or when there are not enough GPUs for one rank each."""
+    """Emulate when asked to, or when this node has no GPU for this rank."""
     if cfg.emulate is not None:
         return cfg.emulate
-    return not (torch.cuda.is_available() and torch.cuda.device_count() >= cfg.world_size)
+    if not torch.cuda.is_available():
+        return True
+    return local_device_index(torch.cuda.device_count(), *_local_ranks(cfg)) is None
+
+
+def launched_split(cfg: TrainConfig, world_size: int) -> tuple[int, ...] | None:
+    """The per-rank batches the service planned (``TESSERA_LOCAL_BATCH`` on every rank).
+
+    Each rank knows only its own; they are all-gathered so every rank's balancer starts from
+    the same split. ``None`` when the launch carried none.
+
+    Raises:
+        SpecError: the batches do not add up to the configured global batch.
+    """
+    mine = os.environ.get("TESSERA_LOCAL_BATCH")
+    if mine is None:
+        return None
+    local = torch.tensor([int(mine)], dtype=torch.int64)
+    if world_size > 1:
+        parts = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
+        dist.all_gather(parts, local)
+        split = tuple(int(p.item()) for p in parts)
+    else:
+        split = (int(mine),)
+    if sum(split) != cfg.global_batch:
+        raise SpecError(f"TESSERA_LOCAL_BATCH across ranks {split} sums to {sum(split)}, "
+                        f"not the global batch {cfg.global_batch}")
+    return split
 
 
 def _dtype(cfg: TrainConfig) -> torch.dtype:
@@ -90,13 +140,15 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
     emulate = use_emulation(cfg)
     device = torch.device("cpu")
     if not emulate:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        index = local_device_index(torch.cuda.device_count(), *_local_ranks(cfg))
+        device = torch.device("cuda", index or 0)
         torch.cuda.set_device(device)
     precision = cfg.slots[rank].precision
     example = get_example(cfg.example)
     model = build_model(example, cfg.seed, _dtype(cfg)).to(device)
     optimizer = make_optimizer(model, cfg)
-    balancer = OnlineBalancer(cfg.global_batch, cfg.initial_split(), cfg.balancer)
+    balancer = OnlineBalancer(cfg.global_batch,
+                              launched_split(cfg, world_size) or cfg.initial_split(), cfg.balancer)
     scaler = LossScaler(enabled=device.type == "cuda" and precision is Precision.FP16)
     log: list[dict[str, Any]] = []
     ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else run_dir / "checkpoints"

@@ -1,11 +1,14 @@
 """The executor protocol and what every executor hands a job's ranks.
 
-An executor is asked four things, always about one *run* ``(job_id, run)``:
+An executor is asked five things, always about one *run* ``(job_id, run)``:
 
 * ``launch`` -- start it; **idempotent**: launching a run that was already started (perhaps by
-  a previous service process that crashed) starts nothing new;
-* ``status`` -- is it absent (never started), running, exited (with its status) or lost
+  a previous service process that crashed) starts nothing new. It must not block: an executor
+  that needs time (Ray reserving a placement group) reports ``starting`` until the run runs;
+* ``status`` -- is it absent (never started), starting, unplaceable (the executor cannot place
+  it; ``detail`` says what no node offers), running, exited (with its status) or lost
   (started, then vanished without an exit status);
+* ``read_log`` -- a piece of one rank's output, wherever that rank ran;
 * ``stop`` -- ask it to checkpoint and exit (SIGTERM), killing it after a grace period;
 * ``release`` -- forget it and free what it held (Ray placement groups, actors).
 
@@ -33,16 +36,22 @@ from typing import Literal, Protocol
 from tessera.errors import SpecError
 from tessera.sched.snapshot import Placement
 
-RunState = Literal["absent", "running", "exited", "lost"]
+RunState = Literal["absent", "starting", "unplaceable", "running", "exited", "lost"]
 
 #: Directories on every rank's ``PATH``, after the service's own Python's ``bin`` directory.
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: Variables a rank inherits from the service when they are set there: locale, time zone and
 #: temporary directory -- nothing that could carry a secret.
-PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+#: ``CUDA_VISIBLE_DEVICES`` too: the GPUs the launcher itself was given (Ray sets it in each rank
+#: actor from the rank's ``num_gpus``), which the rank must keep to use its own GPU and no other.
+PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "CUDA_VISIBLE_DEVICES")
 #: Read by the launcher (local runner or Ray rank actor), not passed on to the command: the user
 #: to run the command as.
 RUN_AS_VAR = "TESSERA_RUN_AS"
+#: Read by the Ray rank actor, not passed on: the service's checkpoints root (a default
+#: checkpoint directory under it is created for the run-as user; see prepare_checkpoint_dir).
+CHECKPOINTS_ROOT_VAR = "TESSERA_CHECKPOINTS_ROOT"
+LAUNCHER_VARS = (RUN_AS_VAR, CHECKPOINTS_ROOT_VAR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +91,7 @@ class RunStatus:
     """What an executor knows about a run.
 
     Attributes:
-        state: absent | running | exited | lost.
+        state: absent | starting | unplaceable | running | exited | lost.
         exit_code: the first non-zero rank status (negative: killed by that signal), or 0.
         stopped: the run exited after a stop request (preemption or cancel).
         detail: a human-readable note (which rank failed, why it was lost, why it could not
@@ -95,6 +104,38 @@ class RunStatus:
     stopped: bool = False
     detail: str = ""
     timed_out: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """A piece of one rank's output.
+
+    Attributes:
+        text: the bytes from ``offset`` on, decoded (invalid UTF-8 replaced).
+        next_offset: where the next read continues (``offset`` + bytes returned).
+        size_bytes: the log's length when read.
+        skipped_bytes: bytes before the returned text that are no longer kept (a finished Ray
+            rank keeps only the tail of its log).
+    """
+
+    text: str
+    next_offset: int
+    size_bytes: int
+    skipped_bytes: int = 0
+
+
+def read_log_file(path: str | None, offset: int, limit_bytes: int) -> LogChunk | None:
+    """Read up to ``limit_bytes`` of the file at ``path`` from ``offset`` (``None``: no file)."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(min(offset, size))
+            data = f.read(limit_bytes)
+    except FileNotFoundError:
+        return None
+    return LogChunk(data.decode(errors="replace"), min(offset, size) + len(data), size)
 
 
 class Executor(Protocol):
@@ -110,6 +151,10 @@ class Executor(Protocol):
         """Signal the run; ``False`` when it is still starting and must be asked again."""
 
     def release(self, job_id: str, run: int) -> None: ...
+
+    def read_log(self, job_id: str, run: int, rank: int, offset: int,
+                 limit_bytes: int) -> LogChunk | None:
+        """Rank ``rank``'s output from byte ``offset``; ``None`` when there is none."""
 
     def close(self) -> None: ...
 
@@ -133,10 +178,10 @@ def base_env(user: str | None = None) -> dict[str, str]:
 
 def launch_env(rank_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
     """What a launcher runs a rank with: the full environment (base below the rank's own
-    variables, :data:`RUN_AS_VAR` removed) and the user to run it as (``None``: unchanged)."""
+    variables, :data:`LAUNCHER_VARS` removed) and the user to run it as (``None``: unchanged)."""
     user = rank_env.get(RUN_AS_VAR)
     env = base_env(user)
-    env.update((k, v) for k, v in rank_env.items() if k != RUN_AS_VAR)
+    env.update((k, v) for k, v in rank_env.items() if k not in LAUNCHER_VARS)
     return env, user
 
 
@@ -181,7 +226,7 @@ def prepare_checkpoint_dir(path: str, user: str | None, checkpoints_root: Path) 
 
 def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict[str, str]]:
     """The job's and the rendezvous variables of each rank, in rank order (node by node, as
-    placed); the launcher adds :func:`base_env` below them and removes :data:`RUN_AS_VAR`.
+    placed); the launcher adds :func:`base_env` below them and removes :data:`LAUNCHER_VARS`.
 
     ``TESSERA_GRACE_S`` tells the job how long it has after SIGTERM, and
     ``TESSERA_MAX_RUNTIME_S`` (set only with a limit) how long its run may last.

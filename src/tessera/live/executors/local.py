@@ -45,12 +45,14 @@ from pathlib import Path
 from tessera.live.executors import contain
 from tessera.live.executors.base import (
     LaunchSpec,
+    LogChunk,
     RunStatus,
     base_env,
     free_port,
     launch_env,
     prepare_checkpoint_dir,
     rank_envs,
+    read_log_file,
 )
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -143,6 +145,12 @@ class LocalExecutor:
 
     def release(self, job_id: str, run: int) -> None:
         self._forget(job_id, run)
+
+    def read_log(self, job_id: str, run: int, rank: int, offset: int,
+                 limit_bytes: int) -> LogChunk | None:
+        """The rank's log file in the run directory."""
+        return read_log_file(str(self.run_dir(job_id, run) / f"rank-{rank}.log"), offset,
+                             limit_bytes)
 
     def close(self) -> None:
         """Forget the runners (they keep running; a restarted service adopts them)."""

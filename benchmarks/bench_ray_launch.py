@@ -1,0 +1,136 @@
+"""Ray executor benchmark: launch throughput and submit → running latency on embedded Ray.
+
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_ray_launch.py [--jobs N]``
+
+1. **Launch throughput**: ``N`` one-GPU ``sleep 1`` jobs submitted at once to a service whose
+   embedded Ray pretends to hold 128 GPUs (every job fits at once, so only launching limits
+   them). Printed: gangs launched per second (the executor's ``launch`` returned: the
+   scheduling loop is free again), gangs running per second (every rank's command started),
+   and jobs finished per second.
+2. **Submit → running**: one-GPU jobs submitted one at a time to an idle cluster; the gap
+   between the ``submitted`` and ``running`` events, median and max.
+
+The same script runs against an older tree (``PYTHONPATH=<old>/src``) for the before figures:
+it only uses ``LiveService`` and ``RayExecutor(cluster, None, runs_dir, grace_s=…)``. Ray
+starts one worker process per rank actor, so on a small shared machine the running rate is
+bound by process start-up, not by Tessera; read the order of magnitude.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tessera.live.executors.ray import RayExecutor
+from tessera.live.service import LiveService, ServiceOptions
+from tessera.live.spec import parse_request
+from tessera.live.store import Store
+from tessera.live.tenancy import CONFIG_NAME, Principal, hash_token, load_tenancy
+from tessera.model.cluster import load_cluster
+
+ADMIN = Principal("admin", None)
+
+
+def _service(state: Path, cluster_text: str) -> LiveService:
+    state.mkdir(parents=True)
+    (state / CONFIG_NAME).write_text(
+        "queues:\n- {name: bench, nominal_gpus: 256}\n"
+        f"tokens:\n- {{name: admin, sha256: {hash_token('t')}, queue: null}}\n")
+    cluster = load_cluster(cluster_text, 8)
+    svc = LiveService(Store(state / "state.db"),
+                      RayExecutor(cluster, None, state / "runs", grace_s=1.0), cluster,
+                      load_tenancy(state), "fifo", state,
+                      ServiceOptions(period_s=0.5, poll_s=0.05, grace_s=1.0))
+    svc.start()
+    return svc
+
+
+def _event_s(svc: LiveService, jid: str, to_state: str) -> float | None:
+    return next((e.ts_s for e in svc.store.events(jid) if e.to_state == to_state), None)
+
+
+def _wait(pred: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def bench_throughput(root: Path, jobs: int) -> None:
+    svc = _service(root / "tput", "v100:64,t4:64")
+    launched: list[float] = []
+    real_launch = svc.executor.launch
+
+    def timed_launch(spec: Any) -> None:
+        real_launch(spec)
+        launched.append(time.time())
+
+    svc.executor.launch = timed_launch  # type: ignore[method-assign]
+    try:
+        t0 = time.time()
+        ids = [svc.submit(parse_request(f"name: b{i}\nqueue: bench\ncommand: sleep 1"),
+                          ADMIN).job_id for i in range(jobs)]
+        finished = _wait(lambda: all(r.final for r in svc.store.jobs()), 60 + 10 * jobs)
+        t_end = time.time()
+        running = sorted(t for j in ids if (t := _event_s(svc, j, "running")) is not None)
+        print(f"{jobs} one-GPU `sleep 1` gangs, submitted at once (128 pretend GPUs):")
+        if launched:
+            print(f"  launched:  {len(launched)} in {launched[-1] - t0:.2f} s = "
+                  f"{len(launched) / max(launched[-1] - t0, 1e-9):.1f} gangs/s")
+        if running:
+            print(f"  running:   {len(running)} in {running[-1] - t0:.2f} s = "
+                  f"{len(running) / max(running[-1] - t0, 1e-9):.1f} gangs/s")
+        ok = sum(r.state.value == "succeeded" for r in svc.store.jobs())
+        print(f"  finished:  {ok} succeeded in {t_end - t0:.2f} s = {ok / (t_end - t0):.2f} "
+              f"jobs/s{'' if finished else ' (timed out)'}")
+    finally:
+        svc.stop()
+
+
+def bench_latency(root: Path, samples: int) -> None:
+    svc = _service(root / "lat", "v100:4,t4:4")
+    gaps: list[float] = []
+    try:
+        for i in range(samples):
+            jid = svc.submit(parse_request(f"name: l{i}\nqueue: bench\ncommand: sleep 30"),
+                             ADMIN).job_id
+            if _wait(lambda j=jid: _event_s(svc, j, "running") is not None, 120):
+                sub = svc.store.get(jid)
+                run_s = _event_s(svc, jid, "running")
+                assert sub is not None and run_s is not None
+                gaps.append(run_s - sub.job.spec.submit_time_s)
+            svc.cancel(jid, ADMIN)
+            _wait(lambda: not svc.store.allocations(), 60)
+        if gaps:
+            print(f"submit → running, {len(gaps)} one-GPU jobs on an idle cluster: median "
+                  f"{1000 * statistics.median(gaps):.0f} ms, max {1000 * max(gaps):.0f} ms")
+    finally:
+        svc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=60)
+    parser.add_argument("--samples", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tsr-bench-", dir="/tmp") as tmp:
+        try:
+            bench_latency(Path(tmp), args.samples)
+            bench_throughput(Path(tmp), args.jobs)
+        finally:
+            with contextlib.suppress(ImportError):
+                from tessera.live.executors.ray_cluster import EmbeddedHead
+
+                for d in ("lat", "tput"):
+                    EmbeddedHead(Path(tmp) / d).stop()
+
+
+if __name__ == "__main__":
+    main()
