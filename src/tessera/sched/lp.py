@@ -100,8 +100,20 @@ class LpSolver:
     def __init__(self) -> None:
         self._h: Any = None
         self._dual_strategy = 1
+        self._scratch: LpSolver | None = None
         #: Counts :meth:`load` calls: a caller that warm-starts checks it still owns the model.
         self.loads = 0
+
+    def scratch(self) -> LpSolver:
+        """A second solver owned by this one, for small side problems.
+
+        A policy that keeps a large model loaded for warm starts (finish-time fairness' ρ
+        search) solves its side problems (a ~100-row relaxation) here, so they do not evict
+        that model and its basis. Created on first use; it lives as long as this solver.
+        """
+        if self._scratch is None:
+            self._scratch = LpSolver()
+        return self._scratch
 
     def _highs(self) -> Any:
         if self._h is None:
