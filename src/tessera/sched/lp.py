@@ -100,20 +100,8 @@ class LpSolver:
     def __init__(self) -> None:
         self._h: Any = None
         self._dual_strategy = 1
-        self._scratch: LpSolver | None = None
         #: Counts :meth:`load` calls: a caller that warm-starts checks it still owns the model.
         self.loads = 0
-
-    def scratch(self) -> LpSolver:
-        """A second solver owned by this one, for small side problems.
-
-        A policy that keeps a large model loaded for warm starts (finish-time fairness' ρ
-        search) solves its side problems (a ~100-row relaxation) here, so they do not evict
-        that model and its basis. Created on first use; it lives as long as this solver.
-        """
-        if self._scratch is None:
-            self._scratch = LpSolver()
-        return self._scratch
 
     def _highs(self) -> Any:
         if self._h is None:
@@ -187,6 +175,16 @@ class LpSolver:
         basis.valid = True
         h.setBasis(basis)
         h.setOptionValue("simplex_strategy", 4)  # primal
+
+    def basis(self) -> Any:
+        """The loaded model's current basis (opaque), for :meth:`restore_basis` after the
+        same model is loaded again (say, once a side problem has been solved in between)."""
+        return self._highs().getBasis()
+
+    def restore_basis(self, basis: Any) -> None:
+        """Start the next :meth:`run` of the loaded model from ``basis`` (from :meth:`basis`
+        on a model with the same rows and columns; bounds and costs may differ)."""
+        self._highs().setBasis(basis)
 
     def use_dual(self) -> None:
         """Back to HiGHS' default (dual) simplex, keeping the model and its basis."""

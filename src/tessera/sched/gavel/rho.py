@@ -149,12 +149,12 @@ def min_max_rho(
         hi = min(hi, inputs.worst(best, p.tput))
     settled = False  # ``best`` is already the settling LP's answer at the final ρ
     if search.warm_start and hi - lo > search.tolerance * hi:
-        # Aim first just above a cheap lower bound (solved on the scratch solver, so the
-        # loaded model keeps its basis): often one full solve then closes the gap. With settle
-        # weights that solve *is* the settling LP at the aim -- feasible, it is the answer
-        # (the gap is then within the tolerance), and the feasibility probe is skipped.
-        lo = max(lo, _class_lower_bound(p, inputs, backend.lp.scratch(), lo, hi,
-                                        search.tolerance))
+        # Aim first just above a cheap lower bound: often one full solve then closes the gap.
+        # With settle weights that solve *is* the settling LP at the aim -- feasible, it is
+        # the answer (the gap is then within the tolerance), and the feasibility probe is
+        # skipped; it starts from the last probe's basis, kept across the bound's LPs.
+        probe.keep_basis()
+        lo = max(lo, _class_lower_bound(p, inputs, backend.lp, lo, hi, search.tolerance))
         aim = min(lo * (1.0 + 0.5 * search.tolerance), hi)
         if aim < hi:
             x = probe(aim) if settle is None else probe.settle(aim, settle)
@@ -211,6 +211,7 @@ class _Prober:
         self.n_base = base.shape[0]
         self.loaded = -1  # the solver's load count when our model went in; -1: not ours
         self.objective = False  # the loaded model carries a settling objective
+        self.kept: object = None  # a warm probe's basis, kept by :meth:`keep_basis`
         self.notes: tuple[str, ...] = ()
 
     def __call__(self, rho: float, method: LpMethod = "choose", cold: bool = False
@@ -246,6 +247,12 @@ class _Prober:
         return LpModel(cost, self.mat, np.concatenate([np.full(self.n_base, -INF), need]),
                        self.upper, np.zeros(n), np.full(n, self.v.x_upper), maximize)
 
+    def keep_basis(self) -> None:
+        """Remember the loaded model's basis, so :meth:`settle` can start from it even if
+        side problems are solved on the same solver in between."""
+        if self.search.warm_start and self.loaded == self.backend.lp.loads:
+            self.kept = self.backend.lp.basis()
+
     def settle(self, rho: float, weight: np.ndarray) -> np.ndarray | None:
         """Among the allocations reaching ``rho``, one maximising ``Σ_m weight_m · thr_m(X)``;
         ``None`` when nothing reaches ``rho`` (so it doubles as a probe).
@@ -253,7 +260,8 @@ class _Prober:
         With the probes' model still loaded, only the rate rows' bounds and the objective
         change and the solve starts from the last basis (about 6x cheaper than a fresh solve
         with the objective at 2,048 jobs; a crash start is worse still, since the objective
-        moves hundreds of jobs off their need); otherwise the model is loaded afresh.
+        moves hundreds of jobs off their need). Otherwise the model is loaded afresh, from
+        the basis :meth:`keep_basis` kept if there is one.
         """
         need = self.inputs.need(rho)
         if need is None:
@@ -263,10 +271,13 @@ class _Prober:
         if self.loaded == lp.loads:
             lp.set_row_lower(self.rate_rows, need)
             lp.set_objective(cost, maximize=True)
-            self.objective = True
         else:
             lp.load(self._model(need, cost, maximize=True))
-            self.loaded = -1  # loaded without the probes' warm settings: a probe reloads
+            if self.kept is not None:
+                lp.restore_basis(self.kept)
+                self.kept = None
+            self.loaded = lp.loads if self.search.warm_start else -1
+        self.objective = True
         out = lp.run()
         if out.x is None:
             if out.status != "infeasible":
