@@ -25,8 +25,9 @@ The warm search first bisects a ~100-row relaxation (one row per class of identi
 a lower bound ``lo`` and aims just above it, at ``lo·(1 + tolerance/2)``: if that is feasible
 the bracket is closed at once. With ``settle`` weights the aim is probed by the settling LP
 itself (an infeasible settling LP is an infeasible probe), so the usual case costs one probe
-at ``start_hi``, the relaxation, and one settling solve from the probe's basis -- 2,048 jobs:
-two large LPs instead of three, about 0.3 → 0.15 s per decision.
+at ``start_hi``, the relaxation, and one settling solve from the probe's basis (kept across
+the relaxation's LPs) -- at 2,048 jobs two large LPs instead of three, about 270 → 170 ms of
+CPU per decision (``docs/scheduler.md``).
 ``--compat gavel`` keeps Gavel's settings: cold probes, 1e-7, and a final re-solve at ``hi``
 with the chosen HiGHS method.
 
