@@ -22,7 +22,7 @@ from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace
-from tessera.workload.known import data_dirs
+from tessera.workload.datadir import data_dirs
 
 DEFAULT_POLICIES = "fifo,las,max_min_fairness,hetero_srpt"
 

@@ -12,7 +12,7 @@ from tessera.perf.profiles import default_throughputs
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import decide
 from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policies.hetero_srpt import _gittins_remaining, _prior_quantiles
+from tessera.sched.policies.hetero_gittins import _gittins_remaining, _prior_quantiles
 from tessera.sched.policy import make_policy
 from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import Placement

@@ -176,6 +176,16 @@ class LpSolver:
         h.setBasis(basis)
         h.setOptionValue("simplex_strategy", 4)  # primal
 
+    def basis(self) -> Any:
+        """The loaded model's current basis (opaque), for :meth:`restore_basis` after the
+        same model is loaded again (say, once a side problem has been solved in between)."""
+        return self._highs().getBasis()
+
+    def restore_basis(self, basis: Any) -> None:
+        """Start the next :meth:`run` of the loaded model from ``basis`` (from :meth:`basis`
+        on a model with the same rows and columns; bounds and costs may differ)."""
+        self._highs().setBasis(basis)
+
     def use_dual(self) -> None:
         """Back to HiGHS' default (dual) simplex, keeping the model and its basis."""
         self._highs().setOptionValue("simplex_strategy", self._dual_strategy)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tessera.model.cluster import ClusterSpec, Node
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 
 MIX_SEPARATOR = "+"
@@ -214,3 +215,14 @@ class Snapshot:
         if not self.down_nodes:
             return self.cluster.nodes
         return tuple(n for n in self.cluster.nodes if n.node_id not in self.down_nodes)
+
+    def up_flavors(self) -> tuple[GpuFlavor, ...]:
+        """The up nodes' flavors, each once, in the order the nodes list them.
+
+        With every node up this is the cluster's own list, computed once when the cluster was
+        built; a round-based policy asks every round, and walking 552 nodes (Philly) for it
+        was a sixth of ``max_min_fairness``'s time on the full table.
+        """
+        if not self.down_nodes:
+            return self.cluster.flavors()
+        return tuple(dict.fromkeys(n.flavor for n in self.up_nodes()))

@@ -18,6 +18,10 @@ is a *model* with documented knobs, not a fit (``docs/lessons.md``):
 Each (job, attempt) draws from its own stream, seeded from the simulation seed, the job index
 and the attempt number, so two simulations that schedule differently (say with and without
 pre-run validation) see exactly the same failures.
+
+The default ``uniform`` model is simpler: attempt 0 of a flaky job fails (later attempts with
+``repeat_probability``) at a uniform time within its run, drawn from one stream for the whole
+simulation. :class:`FailureTimes` answers "when does this run fail?" under either model.
 """
 
 from __future__ import annotations
@@ -64,3 +68,46 @@ class FailureModel:
         if rng.random() < self.cfg.early_share:
             return AttemptFailure(True, offset_s=rng.random() * self.cfg.early_window_s)
         return AttemptFailure(False, fraction=rng.random())
+
+
+class FailureTimes:
+    """When a flaky job's run fails, under the configured time model.
+
+    Args:
+        cfg: the failure settings (``time_model``: ``uniform`` or ``early-late``).
+        seed: the simulation seed (the uniform model's stream is ``seed + 7919``).
+    """
+
+    def __init__(self, cfg: FailureConfig, seed: int) -> None:
+        self.cfg = cfg
+        self._rng = random.Random(seed + 7919)
+        self._model = FailureModel(cfg, seed) if cfg.time_model == "early-late" else None
+
+    def fail_at_s(
+        self, job_idx: int, attempt: int, progress_from_s: float, finish_s: float,
+        real_run_s: float | None,
+    ) -> float | None:
+        """The time a run fails, or ``None`` if it completes.
+
+        Args:
+            job_idx, attempt: which job and which of its attempts (``attempt`` failures so far).
+            progress_from_s: when the run starts progressing (after any restore).
+            finish_s: when the run would complete.
+            real_run_s: for a run that is a pre-run validation, the length of the real run it
+                stands for; ``None`` otherwise. Under ``early-late`` a late failure strikes the
+                real run, not the validation, and an early one strikes the validation only if
+                the real run would have lasted long enough to meet it.
+        """
+        run_s = finish_s - progress_from_s
+        if self._model is not None:
+            f = self._model.draw(job_idx, attempt)
+            if f is None:
+                return None
+            if real_run_s is not None and (
+                    not f.early or real_run_s <= 0 or f.after_s(real_run_s) is None):
+                return None
+            after = f.after_s(run_s)
+            return None if after is None else progress_from_s + after
+        if attempt == 0 or self._rng.random() < self.cfg.repeat_probability:
+            return progress_from_s + self._rng.random() * run_s
+        return None

@@ -41,6 +41,7 @@ import numpy as np
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState, Workload
 from tessera.sched.core import PendingKind
+from tessera.sched.oracle import ThroughputOracle
 from tessera.sim.config import SimConfig
 from tessera.sim.state import SimJob
 
@@ -175,6 +176,43 @@ class SimResult:
 
 _ROUNDING_S = 1e-6
 """Differences of summed waits below this are float rounding, not time."""
+
+
+@dataclass(slots=True)
+class Counters:
+    """What a run did: events handled, decisions taken and their wall time."""
+
+    events: int = 0
+    decisions: int = 0
+    decide_s: float = 0.0
+
+
+def run_gpu_hours(
+    job: SimJob, t_s: float, truth: ThroughputOracle, validating: bool
+) -> list[tuple[str, float]]:
+    """The extra GPU-hour books of ``job``'s run ending at ``t_s``, as ``(metric, GPU-h)``.
+
+    A validation run's GPU time goes to ``validation_gpu_h``, a mixed gang's to
+    ``mixed_gpu_h``; a gang split across servers books its time in ``split_gpu_h`` and what
+    the split cost against the consolidated speed (``truth``) in ``split_slowdown_gpu_h``.
+    A consolidated single-flavor run books nothing extra.
+    """
+    p = job.placement
+    if p is None:
+        return []
+    held_h = max(t_s - job.run_started_s, 0.0) * p.num_gpus / 3600
+    if validating:
+        return [("validation_gpu_h", held_h)]
+    if p.is_mixed:
+        return [("mixed_gpu_h", held_h)]
+    if p.consolidated:
+        return []
+    out = [("split_gpu_h", held_h)]
+    cons = truth.rate(job.spec, p.flavor, True)
+    progressed = max(t_s - max(job.progress_from_s, job.run_started_s), 0.0)
+    if cons > 0 and job.rate < cons:
+        out.append(("split_slowdown_gpu_h", progressed * p.num_gpus * (1 - job.rate / cons) / 3600))
+    return out
 
 
 def _pct(values: np.ndarray, q: float) -> float:

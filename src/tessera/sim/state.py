@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tessera.model.jobs import JobSpec, JobState
+from tessera.model.jobs import JobSpec, JobState, transition
 from tessera.sched.core import PendingKind
 from tessera.sched.snapshot import JobView, Placement
 
@@ -182,3 +182,8 @@ class SimJob:
                 self.attempts, self.last_update_s, self.rate, self.progress_from_s,
             )
         return view
+
+
+def move(job: SimJob, new: JobState) -> None:
+    """Change ``job``'s state through the lifecycle table (raises on an illegal change)."""
+    job.state = transition(job.state, new)

@@ -20,11 +20,9 @@ Costs: a preempted or migrated job holds its next GPUs ``checkpoint_s + restore_
 progresses again; a failure loses the work since the last periodic checkpoint.
 
 Philly's lessons (all off by default, ``docs/lessons.md``): tenant quotas go into every
-snapshot (fair-share delay); failures may follow the early/late model of
-:mod:`tessera.sim.failures`; and with pre-run validation a big gang's attempt first runs as a
-1-GPU job for ``validation_s`` -- the world swaps the job's spec for a 1-GPU copy, the decision
-core places it like any job, and when it passes the world restores the real spec and returns
-the job to the queue for its gang. Early failures then strike the single GPU.
+snapshot (fair-share delay); failing runs fail when :class:`~tessera.sim.failures.FailureTimes`
+says; and with pre-run validation (:mod:`tessera.sim.validation`) a big gang's attempt first
+runs as a 1-GPU job for ``validation_s``, so early failures strike the single GPU.
 """
 
 from __future__ import annotations
@@ -33,10 +31,10 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from tessera.model.cluster import ClusterSpec
-from tessera.model.jobs import JobId, JobSpec, JobState, Workload, transition
+from tessera.model.jobs import JobId, JobState, Workload
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
@@ -44,9 +42,10 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import Placement, Snapshot
 from tessera.sim.config import SimConfig
-from tessera.sim.failures import FailureModel
-from tessera.sim.metrics import Sample, SimResult, summarize
-from tessera.sim.state import SimJob
+from tessera.sim.failures import FailureTimes
+from tessera.sim.metrics import Counters, Sample, SimResult, run_gpu_hours, summarize
+from tessera.sim.state import SimJob, move
+from tessera.sim.validation import PreRunValidation
 
 EPS_S = 1e-9
 """Events closer than this are simultaneous."""
@@ -57,20 +56,6 @@ EventSink = Callable[[float, int, int, int], None]
 completion, failure or retry (:data:`COMPLETE`, :data:`FAIL`, :data:`RETRY`)."""
 
 COMPLETE, FAIL, RETRY = 0, 1, 2
-
-
-def move(job: SimJob, new: JobState) -> None:
-    """Change ``job``'s state through the lifecycle table (raises on an illegal change)."""
-    job.state = transition(job.state, new)
-
-
-@dataclass(slots=True)
-class Counters:
-    """What a run did: events handled, decisions taken and their wall time."""
-
-    events: int = 0
-    decisions: int = 0
-    decide_s: float = 0.0
 
 
 class SimWorld:
@@ -105,7 +90,7 @@ class SimWorld:
         self.truth = oracle
         self.ctx = DecisionContext(oracle, random.Random(config.seed))
         self.rounds = rounds
-        self.fail_rng = random.Random(config.seed + 7919)
+        self.failure_times = FailureTimes(config.failures, config.seed)
         self.opts = self.sched.placement()
         self.fill_opts = replace(self.opts, fill_only=True)
         self.progress = progress
@@ -131,10 +116,7 @@ class SimWorld:
         self.free: dict[str, int] = {n.node_id: n.gpus for n in cluster.nodes}
         self.quotas = (config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
-        self.fmodel = (FailureModel(fcfg, config.seed)
-                       if fcfg.time_model == "early-late" else None)
-        # Jobs in their validation phase: idx -> (real spec, real remaining, real startup_s).
-        self.validating: dict[int, tuple[JobSpec, float, float]] = {}
+        self.validation = PreRunValidation(config.validation, oracle)
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
         self.by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.jobs}
@@ -262,11 +244,11 @@ class SimWorld:
         self.active_cum[job.idx] = self.active_integral
         job.last_update_s = t_s
         job.pending_since_s = t_s
-        self._begin_validation(job)
+        self.validation.begin(job)
 
     def complete(self, job: SimJob, t_s: float) -> int:
         """``job``'s run finished its work at ``t_s``; returns 1 if the job is done for good."""
-        if job.idx in self.validating:
+        if job.idx in self.validation:
             return self._validated(job, t_s)
         job.remaining = 0.0
         self.stop(job, t_s)
@@ -289,10 +271,10 @@ class SimWorld:
         job.lost_gpu_s += (lost_s + startup_s) * job.spec.num_gpus
         self.stop(job, t_s)
         if self.cfg.validation.min_gpus:
-            key = "validation" if job.idx in self.validating else "gang"
+            key = "validation" if job.idx in self.validation else "gang"
             self.add(f"failures_in_{key}", 1.0)
             self.add(f"failure_gpu_h_in_{key}", (lost_s + startup_s) * job.spec.num_gpus / 3600)
-            self._end_validation(job)
+            self.validation.end(job)
         move(job, JobState.FAILED)
         job.attempts += 1
         del self.active[job.idx]
@@ -314,7 +296,7 @@ class SimWorld:
         self.active[job.idx] = job
         self.active = dict(sorted(self.active.items()))
         self.active_cum[job.idx] = self.active_integral
-        self._begin_validation(job)
+        self.validation.begin(job)
 
     def stop(self, job: SimJob, t_s: float) -> None:
         """Settle ``job``'s run up to ``t_s`` and give its GPUs back (its state is the caller's)."""
@@ -359,61 +341,16 @@ class SimWorld:
         finish = job.progress_from_s + job.remaining / rate
         self.schedule(finish, COMPLETE, job.idx, job.epoch)
         if job.flaky:
-            self._schedule_failure(job, finish)
-
-    def _schedule_failure(self, job: SimJob, finish: float) -> None:
-        fcfg = self.cfg.failures
-        if self.fmodel is not None:
-            f = self.fmodel.draw(job.idx, job.attempts)
-            if f is None:
-                return
-            saved = self.validating.get(job.idx)
-            if saved is not None:
-                # A late failure strikes the real run, not the short validation; an early one
-                # strikes here only if the real run would have lasted long enough to meet it.
-                best = max((r.consolidated for r in self.truth.real_rates(saved[0])),
-                           default=0.0)
-                if not f.early or best <= 0 or f.after_s(saved[1] / best) is None:
-                    return
-            after = f.after_s(finish - job.progress_from_s)
-            if after is not None:
-                self.schedule(job.progress_from_s + after, FAIL, job.idx, job.epoch)
-            return
-        if job.attempts == 0 or self.fail_rng.random() < fcfg.repeat_probability:
-            at = job.progress_from_s + self.fail_rng.random() * (finish - job.progress_from_s)
-            self.schedule(at, FAIL, job.idx, job.epoch)
-
-    # -- pre-run validation (a driver phase: the decision core sees a 1-GPU job) ---------------
-
-    def _begin_validation(self, job: SimJob) -> None:
-        """Turn a big gang's next attempt into a 1-GPU validation run of ``validation_s``."""
-        vcfg = self.cfg.validation
-        spec = job.spec
-        if not vcfg.min_gpus or spec.num_gpus < vcfg.min_gpus:
-            return
-        vspec = replace(spec, num_gpus=1, requires_locality=False, total_steps=1.0)
-        rate = max((r.consolidated for r in self.truth.real_rates(vspec)), default=0.0)
-        if rate <= 0:
-            return
-        steps = rate * vcfg.validation_s
-        self.validating[job.idx] = (spec, job.remaining, job.startup_s)
-        job.spec = replace(vspec, total_steps=steps)
-        job.remaining = steps
-        job.startup_s = 0.0
-        job.view = None
-
-    def _end_validation(self, job: SimJob) -> None:
-        """Give the job back its real spec and work (validation passed, failed or cut short)."""
-        saved = self.validating.pop(job.idx, None)
-        if saved is None:
-            return
-        job.spec, job.remaining, job.startup_s = saved
-        job.view = None
+            fail_s = self.failure_times.fail_at_s(job.idx, job.attempts, job.progress_from_s,
+                                                  finish, self.validation.real_run_s(job.idx))
+            if fail_s is not None:
+                self.schedule(fail_s, FAIL, job.idx, job.epoch)
 
     def _validated(self, job: SimJob, t_s: float) -> int:
-        """Validation passed: the scheduler stops the 1-GPU run and requeues the real gang."""
+        """Pre-run validation passed (:mod:`tessera.sim.validation`): the scheduler stops the
+        1-GPU run and requeues the real gang."""
         self.stop(job, t_s)
-        self._end_validation(job)
+        self.validation.end(job)
         self.add("validations_passed", 1.0)
         move(job, JobState.PREEMPTED)
         move(job, JobState.PENDING)
@@ -423,23 +360,8 @@ class SimWorld:
 
     def _account_run(self, job: SimJob, t_s: float) -> None:
         """Book a run that ends at ``t_s``: validation GPU-time, and split gangs' slowdown."""
-        p = job.placement
-        if p is None:
-            return
-        held = max(t_s - job.run_started_s, 0.0) * p.num_gpus
-        if job.idx in self.validating:
-            self.add("validation_gpu_h", held / 3600)
-            return
-        if p.is_mixed:
-            self.add("mixed_gpu_h", held / 3600)
-            return
-        if not p.consolidated:
-            self.add("split_gpu_h", held / 3600)
-            cons = self.truth.rate(job.spec, p.flavor, True)
-            progressed = max(t_s - max(job.progress_from_s, job.run_started_s), 0.0)
-            if cons > 0 and job.rate < cons:
-                self.add("split_slowdown_gpu_h",
-                         progressed * p.num_gpus * (1 - job.rate / cons) / 3600)
+        for key, gpu_h in run_gpu_hours(job, t_s, self.truth, job.idx in self.validation):
+            self.add(key, gpu_h)
 
     # -- the end ---------------------------------------------------------------------------------
 
@@ -450,8 +372,8 @@ class SimWorld:
         for j in self.running.values():
             j.advance(self.last_t)
             self._account_run(j, self.last_t)
-        for idx in list(self.validating):
-            self._end_validation(self.jobs[idx])
+        for idx in self.validation.validating():
+            self.validation.end(self.jobs[idx])
         for j in self.active.values():
             j.set_wait(None, self.last_t)
             if j.state is JobState.PENDING:

@@ -146,7 +146,7 @@ class GavelAllocationPolicy(Policy):
         return tuple((ids[m], flavors[k]) for m, k in order)
 
     def _flavor_order(self, ctx: PolicyContext) -> list[str]:
-        present = list(dict.fromkeys(n.flavor for n in ctx.snapshot.up_nodes()))
+        present = list(ctx.snapshot.up_flavors())
         if self.agnostic:
             flavors = [f.short for f in present]
             ctx.rng.shuffle(flavors)

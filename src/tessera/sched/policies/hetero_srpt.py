@@ -6,9 +6,10 @@ Three ideas, each measured on the Philly week (``benchmarks/bench_policies.py``)
 ``1 / (τ_m · g_m)``, where ``τ_m`` is its remaining time on its fastest usable flavor (plus
 ``restart_s`` if it is not already running there) and ``g_m`` its gang size: Smith's rule,
 the completion rate a GPU buys. ``τ`` uses the oracle's remaining steps, so ``hetero_srpt``
-is an SRTF-style bound; :class:`HeteroGittins` replaces ``τ`` by a Gittins index over
-attained service and needs no oracle. Jobs are taken in priority order while some flavor has
-room by count. A gang larger than any node of a flavor is valued at its *spread* speed there.
+is an SRTF-style bound; ``hetero_gittins`` (:mod:`tessera.sched.policies.hetero_gittins`)
+replaces ``τ`` by a Gittins index over attained service and needs no oracle. Jobs are taken in
+priority order while some flavor has room by count. A gang larger than any node of a flavor is
+valued at its *spread* speed there.
 
 **2. Where: match flavors by the gain in completion rate, not by the shortest pair.** Among
 the jobs chosen to run, flavors are assigned by the LP ``max Σ X[m,f] / time[m,f]`` (HiGHS)
@@ -41,7 +42,6 @@ so the defragmentation step is skipped. Pure: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -397,80 +397,3 @@ class HeteroSrpt(Policy):
             sh = share[m]
             out.append((j, cost, sorted(order, key=lambda f: (-round(sh.get(f, 0.0), 6), cost[f]))))
         return out, ()
-
-
-class HeteroGittinsConfig(HeteroSrptConfig):
-    prior_minutes: tuple[tuple[float, float, float], ...] = Field(
-        ((0.8, 10**1.5, 10**3), (0.2, 10**3, 10**4)),
-        description="job-duration prior on the fastest flavor: (weight, low, high) minutes, "
-        "log-uniform within each piece (default: Gavel's Philly-derived distribution)",
-    )
-    prior_points: int = Field(256, ge=8, le=4096)
-
-
-@POLICIES.register(
-    "hetero_gittins",
-    "Tessera, no oracle: hetero_srpt with remaining time from a Gittins index over attained "
-    "service.",
-)
-class HeteroGittins(HeteroSrpt):
-    """:class:`HeteroSrpt` without oracle durations.
-
-    A job's remaining time is not known; what is known is how much service it has attained
-    (steps done, converted to seconds on its fastest flavor) and a prior over job durations.
-    The Gittins index of a job with attained service ``a`` is
-
-        G(a) = max_Δ  P(S - a <= Δ | S > a) / E[min(S - a, Δ) | S > a],
-
-    the best achievable rate of completing the job per second of service invested. Its
-    inverse ``1 / G(a)`` replaces the oracle remaining time in :class:`HeteroSrpt`: with a
-    heavy-tailed prior (most jobs short, a few very long) young jobs rank first, a job that
-    has survived past the short mode sinks, and a job near a likely end point rises again.
-    A job that outlives every point of the prior is given ``remaining = attained``.
-    """
-
-    Config = HeteroGittinsConfig
-
-    def __init__(self, *args: object, **kw: object) -> None:
-        super().__init__(*args, **kw)  # type: ignore[arg-type]
-        cfg = self.config
-        assert isinstance(cfg, HeteroGittinsConfig)
-        self._sizes = _prior_quantiles(cfg.prior_minutes, cfg.prior_points)
-        self._cache: dict[int, float] = {}
-
-    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
-        attained = max(j.spec.total_steps - j.remaining_at(now_s), 0.0) / best_rate
-        key = int(attained // 60)  # one-minute buckets keep the cache small
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = _gittins_remaining(self._sizes, key * 60.0)
-            self._cache[key] = hit
-        return hit
-
-
-def _prior_quantiles(pieces: tuple[tuple[float, float, float], ...], n: int) -> np.ndarray:
-    """``n`` equally likely points (seconds) of a piecewise log-uniform distribution."""
-    total = sum(w for w, _lo, _hi in pieces)
-    out = []
-    for q in (np.arange(n) + 0.5) / n:
-        acc = 0.0
-        for w, lo, hi in pieces:
-            p = w / total
-            if q <= acc + p or (w, lo, hi) == pieces[-1]:
-                u = min(max((q - acc) / p, 0.0), 1.0)
-                out.append(60.0 * 10 ** (math.log10(lo) + u * (math.log10(hi) - math.log10(lo))))
-                break
-            acc += p
-    return np.sort(np.array(out))
-
-
-def _gittins_remaining(sizes: np.ndarray, attained: float) -> float:
-    """``1 / G(attained)`` over the empirical distribution ``sizes`` (sorted, seconds)."""
-    tail = sizes[sizes > attained] - attained
-    n = len(tail)
-    if n == 0:
-        return max(attained, 1.0)
-    k = np.arange(1, n + 1)
-    # E[min(S - a, tail_k)] · n  =  sum of the first k remainders + (n - k) · tail_k
-    invested = np.cumsum(tail) + (n - k) * tail
-    return float(np.min(invested / k))

@@ -17,8 +17,8 @@ from tessera.sched.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers.base import Driver
 from tessera.sim.metrics import Sample
-from tessera.sim.state import SimJob
-from tessera.sim.world import SimWorld, move
+from tessera.sim.state import SimJob, move
+from tessera.sim.world import SimWorld
 
 _MAX_FAILED_MICROTASKS = 5
 """Gavel drops a job after this many failed micro-tasks in a row."""
