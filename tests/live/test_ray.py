@@ -40,7 +40,8 @@ def ray_service(tmp_path: Path) -> Iterator[LiveService]:
     write_config(state)
     cluster = load_cluster("v100:2,t4:2", 2)
     svc = LiveService(Store(state / "state.db"),
-                      RayExecutor(cluster, None, work / "runs", grace_s=1.0, state_dir=state), cluster,
+                      RayExecutor(cluster, None, work / "runs", grace_s=1.0, state_dir=state),
+                      cluster,
                       load_tenancy(state), "fifo", work,
                       ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0))
     svc.start()
@@ -103,7 +104,8 @@ def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
     write_config(state)
     cluster = load_cluster("v100:2,t4:2", 2)
     svc = LiveService(Store(state / "state.db"),
-                      RayExecutor(cluster, None, work / "runs", grace_s=1.0, state_dir=state), cluster,
+                      RayExecutor(cluster, None, work / "runs", grace_s=1.0, state_dir=state),
+                      cluster,
                       load_tenancy(state), "fifo", work,
                       ServiceOptions(scheduler=SchedulerSettings(mixed_gangs=True), period_s=0.5,
                                      poll_s=0.1, grace_s=1.0))
