@@ -32,13 +32,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from tessera.errors import SpecError
 from tessera.live import lifecycle, memory
 from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
+from tessera.live.options import ServiceOptions
 from tessera.live.spec import JobRequest, to_live_job
 from tessera.live.store import HOLDING, Allocation, JobRecord, Store
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
@@ -51,7 +52,6 @@ from tessera.sched.core import Decision, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import make_policy
-from tessera.sched.settings import SchedulerSettings
 
 log = logging.getLogger("tessera.live")
 
@@ -62,34 +62,6 @@ class Rejected(SpecError):
 
 class Forbidden(SpecError):
     """A tenant acting on a queue that is not its own."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceOptions:
-    """The live service's settings: the scheduler's own, plus the wall-clock loop's.
-
-    Attributes:
-        scheduler: cadence, round length, locality wait, costs, mixed gangs, fill -- the same
-            settings object the simulator runs with.
-        period_s: in events cadence, a decision round at least this often, even when nothing
-            happened.
-        poll_s: how often running runs are checked for exits.
-        min_round_gap_s: least time between two rounds triggered by pokes; the gap also grows
-            to twice the last round's own duration, so a burst of submissions against a long
-            queue leaves the API at least two thirds of the time.
-        grace_s: how long a stopped run may take to checkpoint before it is killed.
-        seed: seed of the random stream handed to ``decide()``.
-        run_as: the user jobs run as (``tessera serve --run-as``) unless their queue names one;
-            ``None`` = the service's own user.
-    """
-
-    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
-    period_s: float = 1.0
-    poll_s: float = 0.05
-    min_round_gap_s: float = 0.02
-    grace_s: float = 10.0
-    seed: int = 0
-    run_as: str | None = None
 
 
 class LiveService:
