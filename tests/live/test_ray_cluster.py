@@ -106,3 +106,15 @@ def test_a_silent_embedded_head_with_live_processes_is_never_stopped(tmp_path: P
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_a_head_is_never_started_without_its_record(tmp_path: Path) -> None:
+    """The record is written before ``ray start``: where it cannot be written (here, a state
+    dir that does not exist), no head is started, so none is left running unfound."""
+    from tessera.live.executors.ray_cluster import EmbeddedHead, cluster_pids
+
+    head = EmbeddedHead(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError):
+        head.ensure(1, 1, {"accelerator_type:V100": 1.0})
+    assert cluster_pids(str(head.temp_dir)) == []
+    assert not head.record.exists()

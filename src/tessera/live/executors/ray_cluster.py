@@ -246,6 +246,10 @@ class EmbeddedHead:
                                 "does not answer; try again, or stop its processes first")
             self.stop()
             self.restarted = True
+        elif cluster_pids(str(self.temp_dir)):
+            # Processes of this state dir's head without a record: a start that failed before
+            # the record existed (an older Tessera wrote it last). Nothing was launched on it.
+            self.stop()
         port = free_port()
         address = f"127.0.0.1:{port}"
         argv = [sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start",
@@ -255,17 +259,31 @@ class EmbeddedHead:
                 "--include-dashboard", "false", "--disable-usage-stats",
                 *head_port_flags()]
         self.temp_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.temp_dir / "ray-start.log", "ab") as out:
-            rc = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                 timeout=HEAD_START_TIMEOUT_S)
+        # The record first: a head is never running without one, so a failed start can always
+        # be found and stopped (by this call, or by the next service on this state dir).
+        self._write_record(address)
+        try:
+            with open(self.temp_dir / "ray-start.log", "ab") as out:
+                rc = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     timeout=HEAD_START_TIMEOUT_S)
+        except BaseException:
+            self.stop()
+            raise
         if rc != 0:
+            self.stop()
             tail = (self.temp_dir / "ray-start.log").read_text(errors="replace")[-400:]
             raise SpecError(f"could not start the embedded Ray head (exit {rc}): "
                             f"{tail.strip().splitlines()[-1] if tail.strip() else ''}")
-        self.record.write_text(json.dumps({"address": address, "temp_dir": str(self.temp_dir)}))
-        self.record.chmod(0o600)  # it sits in the private state dir
         return address
+
+    def _write_record(self, address: str) -> None:
+        """``ray-head.json``, owner-only (it sits in the private state dir), atomically."""
+        tmp = self.record.with_name(self.record.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"address": address, "temp_dir": str(self.temp_dir)}, f)
+        tmp.replace(self.record)
 
     @staticmethod
     def _answers(address: str, tries: int = 3) -> bool:
