@@ -37,6 +37,7 @@ from pathlib import Path
 
 from tessera.errors import SpecError
 from tessera.live import lifecycle, memory
+from tessera.live.batches import plan_local_batches
 from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
@@ -282,13 +283,15 @@ class LiveService:
                     assert rec is not None
                 run = rec.runs + 1
                 self.store.add_allocation(db, jid, run, p, now_s)
+                batches = plan_local_batches(rec.job, p, self.oracle)  # shown; _launch uses it
+                what = f"run {run} on {p.describe()}" + (f"; {batches.describe()}"
+                                                         if batches else "")
                 if rec.state is JobState.PENDING:
-                    self.store.transition(db, jid, JobState.ADMITTED, now_s,
-                                          f"run {run} on {p.describe()}", runs=run, reason="")
+                    self.store.transition(db, jid, JobState.ADMITTED, now_s, what, runs=run,
+                                          reason="")
                 else:  # still RUNNING while its old run drains; ADMITTED once that run ends
                     self.store.update_job(db, jid, runs=run)
-                    self.store.event(db, now_s, jid, "move-planned",
-                                     f"run {run} on {p.describe()}")
+                    self.store.event(db, now_s, jid, "move-planned", what)
             if d.started or d.preempted:
                 self.store.event(db, now_s, None, "decision",
                                  f"{self.policy.display_name}: started {len(d.started)}, "
@@ -358,7 +361,9 @@ class LiveService:
         job = rec.job
         ckpt = job.checkpoint_dir or str(self.work_dir / "checkpoints" / a.job_id)
         queue = self.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
+        batches = plan_local_batches(job, a.placement, self.oracle)  # as _journal showed it
         spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt,
+                          local_batches=batches.batches if batches else None,
                           requires_locality=job.spec.requires_locality,
                           run_as=queue.run_as or self.opts.run_as,
                           max_runtime_s=job.max_runtime_s or queue.max_runtime_s,

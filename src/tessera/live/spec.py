@@ -7,6 +7,9 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
     queue: vision              # the tenant queue (defaults to the token's queue)
     command: python train.py --epochs 3     # a shell line, or a list of argv strings
     gpus: 4
+    global_batch: 256           # optional: samples per optimizer step over all ranks (at
+                                # least one per rank), split into TESSERA_LOCAL_BATCH
+                                # per rank (tessera.live.batches)
     flavors: [A100-80GB, V100]  # most preferred first; empty = any flavor
     priority: 1.0
     max_retries: 2
@@ -31,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tessera.errors import SpecError, UnknownFlavorError
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
@@ -57,6 +60,7 @@ class JobRequest(BaseModel):
     queue: str | None = Field(None, min_length=1, max_length=64)
     command: str | list[str]
     gpus: int = Field(1, ge=1, le=4096)
+    global_batch: int | None = Field(None, gt=0, le=10_000_000)
     flavors: list[str] = Field(default_factory=list)
     priority: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
     max_retries: int = Field(0, ge=0, le=100)
@@ -77,6 +81,13 @@ class JobRequest(BaseModel):
         if any("\0" in a for a in ([v] if isinstance(v, str) else v)):
             raise ValueError("command must not contain NUL characters")
         return v
+
+    @model_validator(mode="after")
+    def _a_sample_per_rank(self) -> JobRequest:
+        if self.global_batch is not None and self.global_batch < self.gpus:
+            raise ValueError(f"global_batch {self.global_batch} is smaller than gpus "
+                             f"{self.gpus}: every rank needs at least one sample per step")
+        return self
 
     @field_validator("checkpoint_dir")
     @classmethod
@@ -119,6 +130,8 @@ class LiveJob:
         env: extra environment variables for every rank.
         model: free-form model name, shown in listings.
         max_runtime_s: each run's runtime limit (``None``: the queue's default, if any).
+        global_batch: samples per optimizer step over all ranks; each launch splits it into
+            per-rank ``TESSERA_LOCAL_BATCH`` (:mod:`tessera.live.batches`). ``None``: no split.
     """
 
     spec: JobSpec
@@ -128,6 +141,7 @@ class LiveJob:
     env: tuple[tuple[str, str], ...]
     model: str | None
     max_runtime_s: float | None = None
+    global_batch: int | None = None
 
     def to_json(self) -> str:
         s = self.spec
@@ -139,6 +153,7 @@ class LiveJob:
             "max_retries": s.max_retries, "requires_locality": s.requires_locality,
             "name": self.name, "argv": list(self.argv), "checkpoint_dir": self.checkpoint_dir,
             "env": dict(self.env), "model": self.model, "max_runtime_s": self.max_runtime_s,
+            "global_batch": self.global_batch,
         })
 
     @classmethod
@@ -152,7 +167,8 @@ class LiveJob:
             requires_locality=d["requires_locality"],
         )
         return cls(spec, d["name"], tuple(d["argv"]), d["checkpoint_dir"],
-                   tuple(sorted(d["env"].items())), d["model"], d.get("max_runtime_s"))
+                   tuple(sorted(d["env"].items())), d["model"], d.get("max_runtime_s"),
+                   d.get("global_batch"))
 
 
 def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) -> LiveJob:
@@ -166,7 +182,7 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) 
         requires_locality=req.requires_locality,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
-                   req.model, req.max_runtime_s)
+                   req.model, req.max_runtime_s, req.global_batch)
 
 
 def parse_request(text: str, fmt: str = "yaml",
