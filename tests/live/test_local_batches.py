@@ -19,6 +19,7 @@ from tessera.live.batches import (
     EQUAL,
     MEASURED,
     PLANNER,
+    LocalBatches,
     balanced_split,
     plan_local_batches,
 )
@@ -186,3 +187,11 @@ def test_no_rank_is_left_idle() -> None:
     costs = [DeviceCost(v100, 10.0, 0.001, 100), DeviceCost(t4, 0.0, 0.001, 100)]
     assert integer_split(costs, 4, 8) == (0, 4)
     assert balanced_split(costs, 4, 8) == (1, 3)
+
+
+def test_a_large_gangs_split_is_shown_in_runs() -> None:
+    big = LocalBatches((31,) * 2048 + (17,) * 2047 + (16,), PLANNER, "imagenet on …")
+    assert big.describe() == ("local batches 31×2048+17×2047+16 (planner cost model: "
+                              "imagenet on …)")
+    ragged = LocalBatches(tuple(range(1, 2000)), COMPUTE, "x")
+    assert len(ragged.describe()) < 450 and "…" in ragged.describe()

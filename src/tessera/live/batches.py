@@ -63,6 +63,8 @@ PLANNER = "planner cost model"
 MEASURED = "measured per-flavor speeds"
 COMPUTE = "relative compute"
 EQUAL = "equal shares"
+#: Gangs up to this size have every rank's batch spelled out in :meth:`LocalBatches.describe`.
+SPELLED_OUT_RANKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +81,26 @@ class LocalBatches:
     source: str
     reason: str
 
-    def describe(self) -> str:
-        """``local batches 31+31+17+17 (planner cost model: imagenet on …)``."""
-        return f"local batches {'+'.join(map(str, self.batches))} ({self.source}: {self.reason})"
+    def describe(self, most_chars: int = 400) -> str:
+        """``local batches 31+31+17+17 (planner cost model: imagenet on …)``.
+
+        Beyond :data:`SPELLED_OUT_RANKS` ranks, runs of equal batches are written ``31×8``,
+        and the list is cut at ``most_chars`` (an event of a 4096-rank gang stays short).
+        """
+        b = self.batches
+        if len(b) <= SPELLED_OUT_RANKS:
+            text = "+".join(map(str, b))
+        else:
+            runs: list[list[int]] = []
+            for x in b:
+                if runs and runs[-1][0] == x:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([x, 1])
+            text = "+".join(f"{x}×{n}" if n > 1 else str(x) for x, n in runs)
+        if len(text) > most_chars:
+            text = text[:most_chars] + "…"
+        return f"local batches {text} ({self.source}: {self.reason})"
 
 
 def plan_local_batches(job: LiveJob, placement: Placement, oracle: ThroughputOracle,

@@ -64,7 +64,8 @@ class LaunchSpec:
         env: extra variables for every rank (the user's ``env``).
         placement: the GPUs the decision gave the run.
         checkpoint_dir: the same directory on every run, so a resumed job finds its checkpoint.
-        local_batches: per-rank batch sizes for heterogeneous allocations, or ``None``.
+        local_batches: each rank's samples per step (``TESSERA_LOCAL_BATCH``), split from the
+            job's ``global_batch`` by :mod:`tessera.live.batches`; ``None`` without one.
         requires_locality: the gang must sit on one node (Ray: a STRICT_PACK placement group).
         run_as: run every rank as this user (the service must be root), or ``None`` for the
             service's own user.
