@@ -6,6 +6,7 @@ runs launched), and read the allocations the rounds journal.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tessera.live.service import LiveService
@@ -78,3 +79,42 @@ def test_event_driven_policy_keeps_event_cadence(tmp_path: Path) -> None:
     assert not svc.uses_rounds
     svc2 = _service(tmp_path / "two", "fifo", mode="rounds")
     assert svc2.uses_rounds
+
+
+def test_a_full_cluster_takes_submissions_without_rounds_until_gpus_free(tmp_path: Path) -> None:
+    """fifo (not preemptive) on a full cluster: submissions wake the loop but start no round;
+    the run's exit frees its GPU and the next job starts at once."""
+    from tessera.live.executors.local import LocalExecutor
+    from tessera.live.options import ServiceOptions
+    from tessera.live.store import Store
+    from tessera.live.tenancy import load_tenancy
+    from tessera.model.cluster import load_cluster
+    from tests.live.helpers import wait_for, write_config
+
+    state = tmp_path / "state"
+    write_config(state)
+    svc = LiveService(Store(state / "state.db"), LocalExecutor(tmp_path / "work" / "runs", 1.0),
+                      load_cluster("v100:1", 1), load_tenancy(state), "fifo", tmp_path / "work",
+                      ServiceOptions(period_s=3600.0, poll_s=0.05, grace_s=1.0))
+    svc.start()
+    try:
+        first = _submit(svc, "first", 1)
+        wait_for(lambda: svc.store.get(first).state.value == "running",  # type: ignore[union-attr]
+                 what="the first job to run")
+        assert not svc.could_start_anything()
+        rounds = svc.rounds
+        waiting = [_submit(svc, f"w{i}", 1) for i in range(5)]
+        wait_for(lambda: len(svc.store.jobs(active_only=True)) == 6, what="the submissions")
+        time.sleep(0.5)  # ten loop iterations, each woken by a submission
+        assert svc.rounds == rounds
+        svc.cancel(first, ADMIN)
+        wait_for(lambda: svc.store.get(waiting[0]).state.value in ("admitted", "running"),  # type: ignore[union-attr]
+                 what="the next job to start once the GPU is free")
+        assert svc.rounds > rounds
+    finally:
+        svc.stop()
+
+
+def test_a_preemptive_policy_always_decides(tmp_path: Path) -> None:
+    svc = _service(tmp_path, "las")
+    assert svc.policy.preemptive and svc.could_start_anything()

@@ -179,8 +179,8 @@ class LiveService:
                 if self.uses_rounds:
                     acted, next_round = self._round_cadence(now_s, dirty, next_round)
                     dirty &= not acted
-                elif (dirty and now_s >= earliest) or (next_round is not None and
-                                                      now_s >= next_round):
+                elif (dirty and now_s >= earliest and self.could_start_anything()) or \
+                        (next_round is not None and now_s >= next_round):
                     acted = True
                     t0 = time.perf_counter()
                     wake = self.round(now_s)
@@ -196,6 +196,19 @@ class LiveService:
             except Exception:  # keep scheduling; the error is in the log
                 log.exception("scheduling loop iteration failed")
                 time.sleep(self.opts.poll_s)
+
+    def could_start_anything(self) -> bool:
+        """Whether a decision now could start or move a job (events cadence only).
+
+        A preemptive policy always could; a non-preemptive one on a cluster whose every GPU is
+        held (running, planned or draining runs) cannot -- ``decide()`` would place nothing, as
+        in the simulator -- so a burst of submissions onto a full cluster costs no rounds. The
+        round comes when GPUs free up (an exit is news) or at the next ``period_s``.
+        """
+        if self.policy.preemptive:
+            return True
+        held = sum(a.placement.num_gpus for a in self.store.allocations(HOLDING))
+        return held < self.cluster.total_gpus
 
     def _round_cadence(self, now_s: float, dirty: bool,
                        next_round: float | None) -> tuple[bool, float | None]:
