@@ -56,6 +56,7 @@ from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.dp import DEFAULT_MAX_MICRO_STEPS
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.snapshot import Placement
+from tessera.train.balancer import equal_split
 
 log = logging.getLogger("tessera.live")
 
@@ -125,12 +126,6 @@ def plan_local_batches(job: LiveJob, placement: Placement, oracle: ThroughputOra
         log.exception("job %s: local batches fell back to equal shares", job.spec.job_id)
         return LocalBatches(equal_split(job.global_batch, len(flavors)), EQUAL,
                             f"the split failed ({type(e).__name__}: {e})")
-
-
-def equal_split(global_batch: int, ranks: int) -> tuple[int, ...]:
-    """``B // N`` per rank, the first ``B mod N`` ranks one more."""
-    q, r = divmod(global_batch, ranks)
-    return tuple(q + 1 if i < r else q for i in range(ranks))
 
 
 def balanced_split(costs: Sequence[DeviceCost], global_batch: int,

@@ -296,9 +296,7 @@ class LiveService:
                     assert rec is not None
                 run = rec.runs + 1
                 self.store.add_allocation(db, jid, run, p, now_s)
-                batches = plan_local_batches(rec.job, p, self.oracle)  # shown; _launch uses it
-                what = f"run {run} on {p.describe()}" + (f"; {batches.describe()}"
-                                                         if batches else "")
+                what = f"run {run} on {p.describe()}"
                 if rec.state is JobState.PENDING:
                     self.store.transition(db, jid, JobState.ADMITTED, now_s, what, runs=run,
                                           reason="")
@@ -374,7 +372,11 @@ class LiveService:
         job = rec.job
         ckpt = job.checkpoint_dir or str(self.work_dir / "checkpoints" / a.job_id)
         queue = self.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
-        batches = plan_local_batches(job, a.placement, self.oracle)  # as _journal showed it
+        batches = plan_local_batches(job, a.placement, self.oracle)
+        if batches:
+            with self.store.tx() as db:
+                self.store.event(db, self.clock(), a.job_id, "local-batches",
+                                 f"run {a.run}: {batches.describe()}")
         spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt,
                           local_batches=batches.batches if batches else None,
                           requires_locality=job.spec.requires_locality,
