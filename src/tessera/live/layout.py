@@ -191,6 +191,18 @@ def _make_dir(path: Path, mode: int) -> None:
     path.chmod(mode)
 
 
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` atomically by a file holding ``text``, mode 0600 from its first byte
+    (the service's files in the state dir: the tenancy config, the embedded Ray head's
+    record)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)
+
+
 def create_private_file(path: Path) -> None:
     """Create ``path`` empty with mode 0600 unless it exists (SQLite then keeps the mode)."""
     with contextlib.suppress(FileExistsError):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.errors import SpecError
-from tessera.live.layout import CONFIG_FILE, check_private
+from tessera.live.layout import CONFIG_FILE, check_private, write_private
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
 from tessera.sched.snapshot import QueueQuota
 
@@ -207,9 +206,4 @@ def add_token(state_dir: Path, name: str, queue: str | None, nominal_gpus: int =
 
 def _write(path: Path, cfg: dict[str, object]) -> None:
     """Replace ``path`` atomically by a file that is mode 0600 from its first byte."""
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(yaml.safe_dump(cfg, sort_keys=False))
-    tmp.replace(path)
+    write_private(path, yaml.safe_dump(cfg, sort_keys=False))

@@ -29,7 +29,6 @@ or killed service, so a restart re-attaches and adopts the runs exactly as with 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -46,7 +45,9 @@ from pathlib import Path
 from typing import Literal
 
 from tessera.errors import SpecError
+from tessera.live.executors import contain
 from tessera.live.executors.base import free_port
+from tessera.live.layout import write_private
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 
@@ -279,11 +280,8 @@ class EmbeddedHead:
 
     def _write_record(self, address: str) -> None:
         """``ray-head.json``, owner-only (it sits in the private state dir), atomically."""
-        tmp = self.record.with_name(self.record.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"address": address, "temp_dir": str(self.temp_dir)}, f)
-        tmp.replace(self.record)
+        write_private(self.record,
+                      json.dumps({"address": address, "temp_dir": str(self.temp_dir)}))
 
     @staticmethod
     def _answers(address: str, tries: int = 3) -> bool:
@@ -317,37 +315,28 @@ def head_port_flags(head: bool = True) -> list[str]:
 
 def cluster_pids(marker: str) -> list[int]:
     """Processes whose command line names ``marker`` (a Ray temp dir), and their descendants."""
-    parent: dict[int, int] = {}
-    roots: list[int] = []
+    roots: dict[int, int] = {}
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            cmd = (d / "cmdline").read_bytes()
-            stat = (d / "stat").read_text()
+            named = marker.encode() in (d / "cmdline").read_bytes()
         except OSError:
             continue
-        pid = int(d.name)
-        parent[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-        if marker.encode() in cmd and pid != os.getpid():
-            roots.append(pid)
-    found = set(roots)
-    grew = True
-    while grew:
-        kids = {p for p, pp in parent.items() if pp in found and p not in found}
-        found |= kids
-        grew = bool(kids)
-    return sorted(found)
+        start = contain.start_time(int(d.name)) if named else None
+        if start is not None:
+            roots[int(d.name)] = start
+    return sorted({**roots, **contain.below(roots)})
 
 
 def stop_pids(pids: list[int], grace_s: float) -> None:
-    """SIGTERM ``pids``, then SIGKILL the ones alive after ``grace_s``."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+    """SIGTERM ``pids``, then kill the ones alive after ``grace_s`` with what they started
+    (through :mod:`contain`, so a pid reused meanwhile is never hit)."""
+    procs = {p: s for p in pids if (s := contain.start_time(p)) is not None}
+    for pid, start in procs.items():
+        contain.send(pid, start, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+    while time.monotonic() < deadline and any(contain.start_time(p) == s
+                                              for p, s in procs.items()):
         time.sleep(0.1)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    contain.kill_and_wait({p: s for p, s in procs.items() if contain.start_time(p) == s})
