@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from tessera.live.api import create_app
 from tessera.live.service import LiveService
-from tests.live.helpers import make_service
+from tests.live.helpers import ServerThread, make_service
 
 RAY_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
 
@@ -46,3 +46,11 @@ def service(tmp_path: Path) -> Iterator[LiveService]:
 def api(service: LiveService) -> Iterator[TestClient]:
     with TestClient(create_app(service)) as client:
         yield client
+
+
+@pytest.fixture
+def server(service: LiveService) -> Iterator[ServerThread]:
+    """The service's API on uvicorn, on a free loopback port."""
+    s = ServerThread(service)
+    yield s
+    s.stop()

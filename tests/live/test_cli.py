@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,6 @@ def app() -> typer.Typer:
     a = typer.Typer()
     register(a)
     return a
-
-
-@pytest.fixture
-def server(service: LiveService) -> Iterator[ServerThread]:
-    s = ServerThread(service)
-    yield s
-    s.stop()
 
 
 def _cli(app: typer.Typer, server: ServerThread, token: str, *args: str) -> tuple[int, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from html.parser import HTMLParser
 
 import pytest
@@ -64,13 +63,6 @@ def _render(url: str) -> str:
              "--dump-dom", url],
             capture_output=True, text=True, timeout=60)
     return r.stdout
-
-
-@pytest.fixture
-def server(service: LiveService) -> Iterator[ServerThread]:
-    s = ServerThread(service)
-    yield s
-    s.stop()
 
 
 @pytest.mark.browser

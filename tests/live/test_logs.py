@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -27,13 +25,6 @@ def app() -> typer.Typer:
         """Two commands, so typer keeps the command name."""
 
     return a
-
-
-@pytest.fixture
-def server(service: LiveService) -> Iterator[ServerThread]:
-    s = ServerThread(service)
-    yield s
-    s.stop()
 
 
 def _logs(app: typer.Typer, server: ServerThread, token: str, *args: str) -> tuple[int, str]:
