@@ -11,12 +11,13 @@ links:
   across its R copies.
 
 :func:`plan_hybrid` searches the copy count R (divisors of the global batch that leave each copy
-at least one GPU), the micro-batch size (powers of two up to 8), and activation recomputation
-(only when a setting does not fit without it), solving each pipeline with the heterogeneous DP
-and pricing every candidate with the same step-time formula; it also prices plain data
-parallelism. Per-layer times come from FLOPs divided by each flavor's sustained FLOP/s, which the
-cost model calibrates on the measured ResNet-50 profile
-(:meth:`tessera.perf.steptime.CostModel.achieved_flops_per_s`).
+at least one GPU) and the micro-batch size (powers of two up to 8), solving each pipeline
+exactly with :func:`~tessera.plan.pipeline.plan_pipeline` (whose stages choose their own
+tensor parallelism, recomputation and ZeRO level) and pricing every candidate with the same
+step-time formula; it also prices plain data parallelism. Per-layer times come from FLOPs
+divided by each flavor's sustained FLOP/s, which the cost model calibrates on the measured
+ResNet-50 profile (:meth:`tessera.perf.steptime.CostModel.achieved_flops_per_s`). GPUs the best
+plan leaves idle are reported as dropped, with the reason.
 """
 
 from __future__ import annotations
@@ -37,11 +38,20 @@ from tessera.plan.pipeline import (
     DEFAULT_PASS_OVERHEAD_S,
     FlavorGroup,
     PipelineConfig,
-    Stage,
-    plan_pipeline,
+    search_pipeline,
 )
+from tessera.plan.stages import Stage
 
 MICRO_BATCH_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedGpus:
+    """GPUs of one flavor the plan leaves idle, and why."""
+
+    flavor: GpuFlavor
+    count: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +65,10 @@ class HybridPlan:
         dp_copies: pipeline copies (1 for plain pipeline; devices for data parallel).
         micro_bsz: samples per micro-batch (pipeline).
         n_micro: micro-batches per copy and step (pipeline).
-        recompute: whether activations are recomputed (pipeline).
         stages: one copy's stages (pipeline); empty for data parallel.
         dp: the data-parallel split (data parallel only).
         step_time_s: predicted time per step.
+        dropped: GPUs offered but left idle, per flavor, with the reason.
     """
 
     model: str
@@ -67,14 +77,19 @@ class HybridPlan:
     dp_copies: int
     micro_bsz: int
     n_micro: int
-    recompute: bool
     stages: tuple[Stage, ...]
     dp: DpPlan | None
     step_time_s: float
+    dropped: tuple[DroppedGpus, ...] = ()
 
     @property
     def throughput_samples_per_s(self) -> float:
         return self.global_bsz / self.step_time_s
+
+    @property
+    def bottleneck_s(self) -> float:
+        """The slowest stage's per-micro-batch time (the pipeline's pace); 0 for data parallel."""
+        return max((st.time_s for st in self.stages), default=0.0)
 
     def describe(self) -> str:
         lines = [f"{self.model}: {self.kind}, global batch {self.global_bsz}, "
@@ -83,29 +98,42 @@ class HybridPlan:
             for sh in self.dp.shares:
                 lines.append(f"  {sh.flavor.short:<12} {sh.node_id:<16} local batch "
                              f"{sh.local_bsz}")
-            return "\n".join(lines)
-        lines.append(f"  {self.dp_copies} pipeline cop{'y' if self.dp_copies == 1 else 'ies'}, "
-                     f"{self.n_micro} micro-batches of {self.micro_bsz}"
-                     f"{', activation recomputation' if self.recompute else ''}")
-        for k, s in enumerate(self.stages):
-            lines.append(f"  stage {k:<3} layers {s.first_layer:>3}-{s.end_layer - 1:<3} on "
-                         f"{s.replicas} x {s.flavor.short:<11} {s.time_s * 1e3:8.2f} ms/micro-batch"
-                         f"  {s.mem_gib:6.1f} GiB")
+        else:
+            lines.append(f"  {self.dp_copies} pipeline cop{'y' if self.dp_copies == 1 else 'ies'}"
+                         f", {self.n_micro} micro-batches of {self.micro_bsz}; bottleneck "
+                         f"{self.bottleneck_s * 1e3:.2f} ms/micro-batch")
+            for k, st in enumerate(self.stages):
+                extras = "".join([", recompute" if st.recompute else "",
+                                  f", ZeRO-{st.option.zero}" if st.option.zero else ""])
+                lines.append(
+                    f"  stage {k:<3} layers {st.first_layer:>3}-{st.end_layer - 1:<3} on "
+                    f"{st.gpus:>3} x {st.flavor.short:<11} TP {st.tp} x DP {st.replicas}"
+                    f"{extras:<18} {st.time_s * 1e3:8.2f} ms/micro-batch "
+                    f"{st.mem_gib:6.1f} GiB, {st.in_flight} in flight")
+        for d in self.dropped:
+            lines.append(f"  dropped {d.count} x {d.flavor.short}: {d.reason}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model, "kind": self.kind, "global_batch": self.global_bsz,
-            "dp_copies": self.dp_copies, "micro_batch": self.micro_bsz,
-            "n_micro": self.n_micro, "recompute": self.recompute,
-            "stages": [{"flavor": s.flavor.short, "replicas": s.replicas,
-                        "first_layer": s.first_layer, "end_layer": s.end_layer,
-                        "time_s": s.time_s, "allreduce_s": s.allreduce_s,
-                        "mem_gib": s.mem_gib} for s in self.stages],
-            "devices": ([{"flavor": s.flavor.short, "local_batch": s.local_bsz}
-                         for s in self.dp.shares] if self.dp else []),
+            "dp_copies": self.dp_copies, "pp_stages": len(self.stages),
+            "micro_batch": self.micro_bsz, "n_micro": self.n_micro,
+            "stages": [{"stage": k, "flavor": st.flavor.short, "gpus": st.gpus, "tp": st.tp,
+                        "dp": st.replicas * self.dp_copies, "replicas": st.replicas,
+                        "recompute": st.recompute, "zero": st.option.zero,
+                        "first_layer": st.first_layer, "end_layer": st.end_layer,
+                        "in_flight": st.in_flight, "time_s": st.time_s,
+                        "compute_s": st.compute_s, "p2p_s": st.p2p_s,
+                        "allreduce_s": st.allreduce_s, "mem_gib_per_gpu": st.mem_gib}
+                       for k, st in enumerate(self.stages)],
+            "devices": ([{"flavor": sh.flavor.short, "local_batch": sh.local_bsz}
+                         for sh in self.dp.shares] if self.dp else []),
             "step_time_s": self.step_time_s,
+            "bottleneck_s": self.bottleneck_s,
             "throughput_samples_per_s": self.throughput_samples_per_s,
+            "dropped": [{"flavor": d.flavor.short, "count": d.count, "reason": d.reason}
+                        for d in self.dropped],
         }
 
 
@@ -155,41 +183,67 @@ def plan_data_parallel_layered(model: LayeredModel, counts: Mapping[GpuFlavor, i
 
 
 def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz: int, *,
-                cost_model: CostModel | None = None, gpus_per_node: int = 8) -> HybridPlan:
-    """The fastest data, pipeline or data × pipeline plan found (see the module docstring).
+                cost_model: CostModel | None = None, gpus_per_node: int = 8,
+                base: PipelineConfig | None = None) -> HybridPlan:
+    """The fastest data, pipeline or data × pipeline plan (see the module docstring).
+
+    Args:
+        base: which stage options the pipelines may use (its batching fields are ignored);
+            default: recomputation, ZeRO 0–3 and tensor parallelism up to 8.
 
     Raises:
-        SpecError: nothing fits (the message says how much memory the model state needs).
+        SpecError: nothing fits (the message says how much memory is short and what would
+            help), or the global batch is not a positive integer.
     """
     if global_bsz < 1:
         raise SpecError(f"global batch must be a positive integer, got {global_bsz}")
     if not counts:
         raise SpecError("no devices to plan over")
     cm = cost_model or default_cost_model()
+    proto = base or PipelineConfig(1, 1)
     best: HybridPlan | None = None
     dp = plan_data_parallel_layered(model, counts, global_bsz, cm, gpus_per_node)
     if dp is not None:
-        best = HybridPlan(model.name, "data-parallel", global_bsz, len(dp.shares), 0, 0, False,
+        best = HybridPlan(model.name, "data-parallel", global_bsz, len(dp.shares), 0, 0,
                           (), dp, dp.step_time_s)
+    last_error = ""
     for copies, mb, n_micro in pipeline_configs(counts, global_bsz):
         groups = flavor_groups(model, counts, copies, cm, gpus_per_node)
-        for recompute in (False, True):
-            cfg = PipelineConfig(mb, n_micro, copies, recompute)
-            try:
-                p = plan_pipeline(model, groups, cfg)
-            except SpecError:
-                continue
-            if best is None or p.step_time_s < best.step_time_s:
-                best = HybridPlan(model.name, "pipeline", global_bsz, copies, mb, n_micro,
-                                  recompute, p.stages, None, p.step_time_s)
-            break   # recomputation only when the plain setting does not fit
+        cfg = PipelineConfig(mb, n_micro, copies, proto.overhead_s, proto.allow_recompute,
+                             proto.zero_levels, proto.max_tp)
+        try:
+            p = search_pipeline(model, groups, cfg,
+                                best.step_time_s if best is not None else math.inf)
+        except SpecError as exc:
+            last_error = last_error or str(exc)
+            continue
+        if p is not None and (best is None or p.step_time_s < best.step_time_s):
+            best = HybridPlan(model.name, "pipeline", global_bsz, copies, mb, n_micro,
+                              p.stages, None, p.step_time_s)
     if best is None:
-        total = sum(f.mem_gib * n for f, n in counts.items())
-        need = model.params * model.state_bytes_per_param / 2**30
-        raise SpecError(
-            f"{model.name} does not fit on these devices: its training state alone needs "
-            f"{need:.1f} GiB plus activations, the devices have {total:.0f} GiB in total"
-        )
+        raise SpecError(last_error or f"{model.name} does not fit on these devices with global "
+                        f"batch {global_bsz}")
     if not math.isfinite(best.step_time_s):
         raise SpecError(f"{model.name}: no finite plan found")
-    return best
+    return _with_dropped(best, counts)
+
+
+def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int]) -> HybridPlan:
+    """Name the GPUs the plan leaves idle (the search proved using them would not help)."""
+    if plan.dp is not None:
+        used = {f: sum(1 for sh in plan.dp.shares if sh.flavor == f) for f in counts}
+        reasons = {d.flavor: d.reason for d in plan.dp.dropped}
+    else:
+        used = {f: plan.dp_copies * sum(st.gpus for st in plan.stages if st.flavor == f)
+                for f in counts}
+        reasons = {}
+    dropped = []
+    for f in sorted(counts, key=lambda fl: fl.name):
+        idle = counts[f] - used.get(f, 0)
+        if idle > 0:
+            reason = reasons.get(f) or (
+                "not needed: the best plan in the search space leaves it idle (every plan "
+                "that uses it is no faster)" if plan.kind == "pipeline" else "not needed")
+            dropped.append(DroppedGpus(f, idle, reason))
+    return HybridPlan(plan.model, plan.kind, plan.global_bsz, plan.dp_copies, plan.micro_bsz,
+                      plan.n_micro, plan.stages, plan.dp, plan.step_time_s, tuple(dropped))

@@ -41,6 +41,14 @@ class Layer:
         params: parameters.
         stash_bytes: activation bytes kept per sample for the backward pass.
         out_bytes: bytes per sample handed to the next layer (pipeline hand-off size).
+        tp_ok: whether the layer can be split by tensor (Megatron) parallelism.
+        stash_unsplit_bytes: the part of ``stash_bytes`` every tensor-parallel rank keeps whole
+            (layer-norm inputs, dropout masks, the block's input); the rest is divided among
+            the ranks.
+        tp_comm_bytes: bytes all-reduced among the tensor-parallel ranks per sample, forward
+            and backward together (Megatron: two all-reduces of the ``s·h`` activations each
+            way per transformer block).
+        tp_collectives: number of those all-reduces (each pays the link latency).
     """
 
     name: str
@@ -48,6 +56,15 @@ class Layer:
     params: float
     stash_bytes: float
     out_bytes: float
+    tp_ok: bool = False
+    stash_unsplit_bytes: float | None = None
+    tp_comm_bytes: float = 0.0
+    tp_collectives: int = 0
+
+    @property
+    def stash_kept_whole_bytes(self) -> float:
+        """Stash bytes not divided by tensor parallelism (all of it when unset)."""
+        return self.stash_bytes if self.stash_unsplit_bytes is None else self.stash_unsplit_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +102,8 @@ class LayeredModel:
 
 
 def transformer_block(name: str, hidden: int, seq: int, heads: int) -> Layer:
+    """A GPT-2-style block (4h MLP); with t-way tensor parallelism its stash per sample is
+    ``s·h·(10 + 24/t + 5·a·s/(h·t))`` (Korthikanti et al.), so 10·s·h stays whole."""
     h, s, a = float(hidden), float(seq), float(heads)
     return Layer(
         name=name,
@@ -92,6 +111,10 @@ def transformer_block(name: str, hidden: int, seq: int, heads: int) -> Layer:
         params=12 * h * h + 13 * h,
         stash_bytes=s * h * (34 + 5 * a * s / h),
         out_bytes=FP16_BYTES * s * h,
+        tp_ok=True,
+        stash_unsplit_bytes=10 * s * h,
+        tp_comm_bytes=4 * FP16_BYTES * s * h,
+        tp_collectives=4,
     )
 
 
@@ -99,8 +122,12 @@ def gpt(n_layers: int = 48, hidden: int = 1600, heads: int = 25, seq: int = 1024
         vocab: int = 50257) -> LayeredModel:
     """A GPT-style decoder (default GPT-2 XL); embedding and tied LM head as end layers."""
     s, h, v = float(seq), float(hidden), float(vocab)
-    emb = Layer("embedding", 0.0, v * h + s * h, FP16_BYTES * s * h, FP16_BYTES * s * h)
-    head = Layer("lm_head", 2 * s * h * v, 2 * h, 4.0 * s * v + FP16_BYTES * s * h, 0.0)
+    emb = Layer("embedding", 0.0, v * h + s * h, FP16_BYTES * s * h, FP16_BYTES * s * h,
+                tp_ok=True, stash_unsplit_bytes=FP16_BYTES * s * h,
+                tp_comm_bytes=FP16_BYTES * s * h, tp_collectives=1)
+    head = Layer("lm_head", 2 * s * h * v, 2 * h, 4.0 * s * v + FP16_BYTES * s * h, 0.0,
+                 tp_ok=True, stash_unsplit_bytes=FP16_BYTES * s * h,
+                 tp_comm_bytes=FP16_BYTES * s * h, tp_collectives=1)
     blocks = tuple(transformer_block(f"block{i}", hidden, seq, heads) for i in range(n_layers))
     return LayeredModel(f"gpt-{n_layers}x{hidden}", (emb, *blocks, head))
 

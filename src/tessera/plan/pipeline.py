@@ -1,42 +1,38 @@
-"""Pipeline partitioning over heterogeneous device groups (PipeDream's DP, extended).
+"""Pipeline partitioning over heterogeneous device groups: an exact search.
 
 **Pipelines.** A model too big for one GPU is cut into *stages* of consecutive layers; stage s
 runs on its own GPUs and passes activations to stage s+1. A step's batch is split into M
-*micro-batches* that flow through the stages like cars on an assembly line, so in steady state
-the pipeline moves at the pace of its **slowest stage** (the bottleneck). With per-micro-batch
-stage times t_s (compute plus hand-off), one step of M micro-batches takes about::
+*micro-batches* that flow through the stages like cars on an assembly line. Under the 1F1B
+schedule (PipeDream-Flush, Megatron-LM) with per-micro-batch stage times t_s one step takes::
 
-    T_step = Σ_s t_s + (M − 1) · max_s t_s + max_s allreduce_s
+    T_step = Σ_s t_s + (M − 1) · max_s t_s + max_s A_s
 
-(fill and drain, then M−1 micro-batches at the bottleneck's pace; then the stage replicas
-all-reduce their gradients). A stage may be *replicated* on d GPUs of one flavor, which split
-each micro-batch and all-reduce that stage's gradients.
+(fill and drain, M − 1 micro-batches at the bottleneck's pace, then each stage's data-parallel
+ranks synchronise gradients, A_s). Stage s of p keeps ``min(p − s, M)`` micro-batches of
+activations in flight — the first stage the most — and memory is checked with exactly that.
 
-**PipeDream's dynamic programme** (Narayanan et al., SOSP'19) finds the partition minimising the
-bottleneck: the best way to run layers [0, j) with some devices is the best over the last
-stage [i, j) of ``max(best(0..i, remaining devices), time(stage i..j))``.
+**Search space.** Each stage runs on GPUs of one flavor; the flavors appear along the pipeline
+in some order, each as one contiguous run of stages (as in Metis), and any flavor or any GPU may
+be left unused. Per stage the planner picks its span, its width (GPUs: 1–8, then powers of two
+and multiples of 8) and how it uses them — tensor-parallel degree, replicas, activation
+recomputation, ZeRO level (:mod:`tessera.plan.stages`).
 
-**Heterogeneous extension.** Devices come in flavor groups (8 × A100, 16 × T4 …). Each stage
-uses one flavor. Following Metis, the flavors appear along the pipeline in some order, each as
-one contiguous run of stages, and the planner tries every order (K! for K flavors; a flavor may
-be skipped). For one order the state is ``(layers placed j, current flavor, GPUs of it left r)``,
-and the transition adds a stage [i, j) on d of those r GPUs — vectorised over i and j with
-numpy. A stage must fit in memory: its parameters' training state plus the activations stashed
-for the micro-batches in flight (1F1B keeps at most p micro-batches per stage with p stages; we
-charge ``min(M, N)`` with N the device count, an upper bound on p). With activation
-recomputation a stage keeps only each layer's input and pays one more forward pass.
-Replication d ranges over 1…r for r ≤ 8 and powers of two (and r) beyond.
-
-The DP objective is the per-micro-batch bottleneck ``t_s + allreduce_s / M``. When M is small,
-fill and drain (Σ t_s) matter too, so the planner also runs the same DP as a min-sum of stage
-times under bottleneck caps τ = (1.05 … 2) × the optimum (for the two flavor orders with the
-best bottlenecks), and keeps whichever plan has the smallest step time by the formula above.
-:mod:`tessera.plan.exhaustive` enumerates the same space for tests. Cost: O(K! · K · Σ_r |D(r)|
-· L²) array work: 4 flavors × 16 GPUs and 100 layers take about a second or two per setting.
+**Exact optimum.** ``T_step`` mixes a sum and two maxima, so no single DP minimises it. The
+planner enumerates the bottleneck cap τ over the stage times that occur, in increasing order;
+for each τ it walks the gradient-sync cap α down through the Pareto front of (Σ t, max A),
+solving each (τ, α) with the exact DP of :mod:`tessera.plan.pipeline_dp` (least Σ t with every
+t_s ≤ τ and A_s ≤ α) over every flavor order. Every plan's step time is at most
+``Σt + (M−1)·τ + α`` with equality at the optimum's own caps, so the best plan found is the
+optimum of the search space. The walk stops once ``min Σt + (M − 1)·τ`` (a lower bound for
+every later τ) reaches the best step time found. Flavors are sorted by name first, so the
+answer does not depend on the order devices were listed in; and since offering more GPUs only
+adds choices, it never gets slower with more devices. :mod:`tessera.plan.exhaustive` enumerates
+the same space for tests.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -49,17 +45,11 @@ from tessera.model.cluster import Link
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.memory import GIB, MemoryBudget
 from tessera.plan.models import LayeredModel
+from tessera.plan.pipeline_dp import OrderResult, RoundCaps, solve_order, widths_up_to
+from tessera.plan.stages import Stage, StageCosts
 
 #: Fixed cost of one micro-batch pass through a stage (and of one data-parallel step).
 DEFAULT_PASS_OVERHEAD_S = 0.002
-
-
-#: When fill and drain (Σ t_s) exceed this share of the step, also search plans with a
-#: bottleneck up to TAU_FACTORS × the optimum that minimise Σ t_s.
-FILL_DRAIN_SHARE = 0.05
-TAU_FACTORS = (1.05, 1.1, 1.25, 1.5, 2.0)
-#: ... for the flavor orders with the best bottlenecks only.
-TAU_ORDERS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +61,9 @@ class FlavorGroup:
         count: GPUs available.
         flops_per_s: sustained training FLOP/s of one GPU (from the cost model).
         budget: usable memory per GPU.
-        intra_link: link between GPUs of a server.
+        intra_link: link between GPUs of a server (tensor parallelism, rings inside a server).
         inter_link: link between servers (also used for stage hand-offs).
-        gpus_per_node: server size (decides when a stage's ring leaves a server).
+        gpus_per_node: server size (bounds tensor parallelism; decides when a ring leaves it).
     """
 
     flavor: GpuFlavor
@@ -87,260 +77,206 @@ class FlavorGroup:
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
-    """Batching around a pipeline.
+    """Batching around a pipeline, and which memory savers the search may use.
 
     Attributes:
         micro_bsz: samples per micro-batch.
         n_micro: micro-batches per step (per pipeline copy).
         dp_copies: identical copies of the pipeline trained data-parallel (hybrid); each
-            stage's gradients are all-reduced over ``replicas × dp_copies`` GPUs.
-        recompute: activation recomputation: keep only each layer's input and run the
-            forward pass again during backward (compute × 4/3, far less stash).
+            stage's gradients are synchronised over ``replicas × dp_copies`` ranks.
         overhead_s: fixed cost of one forward+backward pass of a micro-batch through a stage
             (kernel launches, scheduling); an assumption, not a measurement — it is what
             stops the planner from splitting a step into arbitrarily many tiny micro-batches.
+        allow_recompute: stages may recompute activations (a per-stage choice).
+        zero_levels: ZeRO levels a stage may use (0 = none; see :mod:`tessera.plan.stages`).
+        max_tp: largest tensor-parallel degree (1 = no tensor parallelism).
     """
 
     micro_bsz: int
     n_micro: int
     dp_copies: int = 1
-    recompute: bool = False
     overhead_s: float = DEFAULT_PASS_OVERHEAD_S
+    allow_recompute: bool = True
+    zero_levels: tuple[int, ...] = (0, 1, 2, 3)
+    max_tp: int = 8
 
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """One pipeline stage: layers [first_layer, end_layer) on ``replicas`` GPUs of a flavor."""
-
-    flavor: GpuFlavor
-    replicas: int
-    first_layer: int
-    end_layer: int
-    compute_s: float
-    p2p_s: float
-    allreduce_s: float
-    mem_gib: float
-
-    @property
-    def time_s(self) -> float:
-        """Per-micro-batch time: compute plus hand-off to the next stage."""
-        return self.compute_s + self.p2p_s
+    def __post_init__(self) -> None:
+        if self.micro_bsz < 1 or self.n_micro < 1 or self.dp_copies < 1:
+            raise SpecError("micro-batch size, micro-batch count and copies must be >= 1")
+        if not self.zero_levels or any(z not in (0, 1, 2, 3) for z in self.zero_levels):
+            raise SpecError(f"ZeRO levels must be among 0-3, got {self.zero_levels}")
+        if self.max_tp < 1:
+            raise SpecError("max_tp must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)
 class PipelinePlan:
-    """A partition of a model into stages, with its predicted step time."""
+    """A partition of a model into stages, with its predicted step time.
+
+    ``dp_rounds`` counts the DP rounds (cap settings) the search ran, for benchmarks.
+    """
 
     model: str
     stages: tuple[Stage, ...]
     config: PipelineConfig
-    bottleneck_s: float
-    best_bottleneck_s: float
+    dp_rounds: int = 0
 
     @property
     def step_time_s(self) -> float:
         return step_time_s(self.stages, self.config.n_micro)
 
     @property
+    def bottleneck_s(self) -> float:
+        return max(s.time_s for s in self.stages)
+
+    @property
     def samples_per_step(self) -> int:
         return self.config.micro_bsz * self.config.n_micro * self.config.dp_copies
 
+    def gpus_used(self, flavor: GpuFlavor) -> int:
+        """GPUs of ``flavor`` one pipeline copy uses."""
+        return sum(s.gpus for s in self.stages if s.flavor == flavor)
+
 
 def step_time_s(stages: Sequence[Stage], n_micro: int) -> float:
-    """``Σ t_s + (M−1)·max t_s + max allreduce_s`` (see the module docstring)."""
+    """``Σ t_s + (M−1)·max t_s + max A_s`` (see the module docstring)."""
     times = [s.time_s for s in stages]
     return sum(times) + (n_micro - 1) * max(times) + max(s.allreduce_s for s in stages)
 
 
-def replica_choices(remaining: int) -> tuple[int, ...]:
-    """Replication degrees tried for a stage when ``remaining`` GPUs of a flavor are left."""
-    if remaining <= 8:
-        return tuple(range(1, remaining + 1))
-    pow2 = tuple(2**e for e in range(int(math.log2(remaining)) + 1))
-    return pow2 if pow2[-1] == remaining else (*pow2, remaining)
+def canonical_groups(groups: Sequence[FlavorGroup]) -> list[FlavorGroup]:
+    """Non-empty groups sorted by flavor name (the planner's answer is order-independent)."""
+    return sorted((g for g in groups if g.count > 0), key=lambda g: g.flavor.name)
 
 
-class StageCosts:
-    """Per-(flavor group, replicas) matrices over stage spans [i, j) of one model.
+class _Search:
+    """One model × groups × config: the DP over all flavor orders, round by round."""
 
-    ``objective(g, d)[i, j]`` is the DP's per-micro-batch cost of layers [i, j) on d GPUs of
-    group g (``inf`` when i ≥ j or the stage does not fit in memory).
-    """
+    def __init__(self, sc: StageCosts) -> None:
+        self.sc = sc
+        self.orders = list(itertools.permutations(range(len(sc.groups))))
+        self.rounds = 0
 
-    def __init__(self, model: LayeredModel, groups: Sequence[FlavorGroup],
-                 config: PipelineConfig) -> None:
-        if config.micro_bsz < 1 or config.n_micro < 1 or config.dp_copies < 1:
-            raise SpecError("micro-batch size, micro-batch count and copies must be >= 1")
-        self.model = model
-        self.groups = tuple(groups)
-        self.config = config
-        self.n = model.n_layers
-        self.flops = np.array(model.prefix("fwd_flops")) * (4.0 if config.recompute else 3.0)
-        self.params = np.array(model.prefix("params"))
-        self.out = np.array([0.0] + [x.out_bytes for x in model.layers])   # out[j]: after j
-        # stash: every activation, or (recomputing) each layer's input only
-        self.stash = (np.concatenate([[0.0], np.cumsum(self.out[:-1])]) if config.recompute
-                      else np.array(model.prefix("stash_bytes")))
-        self.in_flight = min(config.n_micro, sum(g.count for g in groups))
-        self._cache: dict[tuple[int, int], np.ndarray] = {}
+    def solve(self, tau_s: float, alpha_s: float, *, bottleneck: bool = False
+              ) -> OrderResult | None:
+        caps = RoundCaps(tau_s, alpha_s)
+        best: OrderResult | None = None
+        for order in self.orders:
+            r = solve_order(self.sc, order, caps, bottleneck=bottleneck)
+            if r is not None and (best is None or r.sum_time_s < best.sum_time_s):
+                best = r
+        self.rounds += 1
+        return best
 
-    def _span(self, prefix: np.ndarray) -> np.ndarray:
-        return prefix[None, :] - prefix[:, None]          # [i, j] = sum over layers i..j-1
-
-    def ring_link(self, g: FlavorGroup, workers: int) -> Link:
-        if workers <= g.gpus_per_node:
-            return g.intra_link
-        return min((g.intra_link, g.inter_link), key=lambda lk: lk.bw_gbps)
-
-    def parts(self, gi: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(compute_s, p2p_s, allreduce_s, mem_bytes) matrices for d GPUs of group gi."""
-        g, cfg = self.groups[gi], self.config
-        mb = float(cfg.micro_bsz)
-        compute = self._span(self.flops) * mb / (g.flops_per_s * d) + cfg.overhead_s
-        p2p_row = np.where(
-            np.arange(self.n + 1) < self.n,
-            g.inter_link.latency_us * 1e-6 + self.out * mb / (g.inter_link.bw_gbps * 1e9), 0.0)
-        p2p = np.broadcast_to(p2p_row[None, :], compute.shape)
-        workers = d * cfg.dp_copies
-        grad_bytes = self._span(self.params) * self.model.grad_bytes_per_param
-        if workers > 1:
-            link = self.ring_link(g, workers)
-            steps = 2 * (workers - 1)
-            allreduce = (steps * link.latency_us * 1e-6
-                         + steps / workers * grad_bytes / (link.bw_gbps * 1e9))
-        else:
-            allreduce = np.zeros_like(grad_bytes)
-        mem = (self._span(self.params) * self.model.state_bytes_per_param
-               + self._span(self.stash) * (mb / d) * self.in_flight)
-        return compute, p2p, allreduce, mem
-
-    def objective(self, gi: int, d: int) -> np.ndarray:
-        key = (gi, d)
-        if key not in self._cache:
-            compute, p2p, allreduce, mem = self.parts(gi, d)
-            obj = compute + p2p + allreduce / self.config.n_micro
-            bad = (mem > self.groups[gi].budget.usable_bytes) | ~np.triu(
-                np.ones_like(obj, dtype=bool), k=1)
-            self._cache[key] = np.where(bad, np.inf, obj)
-        return self._cache[key]
-
-    def capped_time(self, gi: int, d: int, tau_s: float) -> np.ndarray:
-        """Per-micro-batch stage time t_s where the DP objective is at most ``tau_s``."""
-        obj = self.objective(gi, d)
-        compute, p2p, _, _ = self.parts(gi, d)
-        return np.where(obj <= tau_s, compute + p2p, np.inf)
-
-    def stage(self, gi: int, d: int, i: int, j: int) -> Stage:
-        compute, p2p, allreduce, mem = self.parts(gi, d)
-        return Stage(self.groups[gi].flavor, d, i, j, float(compute[i, j]),
-                     float(p2p[i, j]), float(allreduce[i, j]), float(mem[i, j]) / GIB)
-
-
-@dataclass(slots=True)
-class _OrderTables:
-    """DP tables for one flavor at one position of an order."""
-
-    group: int
-    cost: np.ndarray        # [r, j]: best bottleneck with r GPUs of this flavor left
-    par_r: np.ndarray
-    par_d: np.ndarray
-    par_i: np.ndarray
-    entry_src: list[tuple[int, int]]    # per j: (position, r) that the entry state came from
-
-
-def _solve_order(sc: StageCosts, order: Sequence[int], tau_s: float | None = None
-                 ) -> tuple[float, list[Stage]]:
-    """Best stages for one flavor order (flavors may be skipped).
-
-    With ``tau_s`` None, minimises the bottleneck (max of the DP objective); otherwise
-    minimises the sum of stage times among stages whose objective stays within ``tau_s``.
-    """
-    combine = np.maximum if tau_s is None else np.add
-    n = sc.n
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    best_src: list[tuple[int, int]] = [(-1, -1)] * (n + 1)
-    tables: list[_OrderTables] = []
-    for pos, gi in enumerate(order):
-        cnt = sc.groups[gi].count
-        cost = np.full((cnt + 1, n + 1), np.inf)
-        cost[cnt] = best
-        par = [np.full((cnt + 1, n + 1), -1, dtype=np.int64) for _ in range(3)]
-        for r in range(cnt, 0, -1):
-            row = cost[r]
-            if not np.isfinite(row).any():
-                continue
-            for d in replica_choices(r):
-                step = sc.objective(gi, d) if tau_s is None else sc.capped_time(gi, d, tau_s)
-                cand = combine(row[:, None], step)
-                arg = cand.argmin(axis=0)
-                val = cand[arg, np.arange(n + 1)]
-                better = val < cost[r - d]
-                if better.any():
-                    cost[r - d][better] = val[better]
-                    par[0][r - d][better] = r
-                    par[1][r - d][better] = d
-                    par[2][r - d][better] = arg[better]
-        tables.append(_OrderTables(gi, cost, par[0], par[1], par[2], list(best_src)))
-        for r in range(cnt):
-            better = cost[r] < best
-            for jj in np.nonzero(better)[0].tolist():
-                best_src[jj] = (pos, r)
-            best = np.minimum(best, cost[r])
-    if not np.isfinite(best[n]):
-        return math.inf, []
-    stages: list[Stage] = []
-    pos, r = best_src[n]
-    j = n
-    while j > 0:
-        t = tables[pos]
-        if r == sc.groups[t.group].count:          # entry state: jump to the earlier flavor
-            pos, r = t.entry_src[j]
-            continue
-        r_src, d, i = int(t.par_r[r, j]), int(t.par_d[r, j]), int(t.par_i[r, j])
-        stages.append(sc.stage(t.group, d, i, j))
-        r, j = r_src, i
-    return float(best[n]), stages[::-1]
+    def candidates(self) -> tuple[list[float], list[float]]:
+        """Sorted distinct stage times and gradient-sync times of options that fit at all."""
+        ts: list[np.ndarray] = []
+        As: list[np.ndarray] = []
+        for gi, g in enumerate(self.sc.groups):
+            for w in widths_up_to(g.count):
+                for opt in self.sc.options(gi, w):
+                    c = self.sc.option_cost(gi, opt)
+                    ok = (c.fmax >= 1) & np.isfinite(c.time_s)
+                    ts.append(c.time_s[ok])
+                    As.append(c.allreduce_s[ok])
+        t_all = np.unique(np.concatenate(ts)) if ts else np.array([])
+        a_all = np.unique(np.concatenate(As)) if As else np.array([])
+        return [float(x) for x in t_all], [float(x) for x in a_all]
 
 
 def plan_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
                   config: PipelineConfig) -> PipelinePlan:
-    """The bottleneck-optimal pipeline of ``model`` over ``groups`` (see the module docstring).
+    """The step-time-optimal pipeline of ``model`` over ``groups`` (see the module docstring).
 
     Raises:
-        SpecError: no flavor order admits a memory-feasible partition.
+        SpecError: no partition fits in memory (the message says by how much and what would).
     """
-    groups = [g for g in groups if g.count > 0]
+    plan = search_pipeline(model, groups, config)
+    assert plan is not None              # without a bound to beat, search_pipeline finds one
+    return plan
+
+
+def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
+                    config: PipelineConfig, beat_s: float = math.inf) -> PipelinePlan | None:
+    """The optimal pipeline if its step time is below ``beat_s``, else ``None``.
+
+    ``beat_s`` lets a caller comparing many settings (the hybrid search) skip work that cannot
+    win: the walk starts with it as the best step time found.
+
+    Raises:
+        SpecError: no partition fits in memory.
+    """
+    groups = canonical_groups(groups)
     if not groups:
         raise SpecError("no devices to plan a pipeline over")
     sc = StageCosts(model, groups, config)
-    orders = list(itertools.permutations(range(len(groups))))
-    best: tuple[float, list[Stage]] = (math.inf, [])
-    ranked: list[tuple[float, tuple[int, ...]]] = []
-    for order in orders:
-        val, stages = _solve_order(sc, order)
-        ranked.append((val, order))
-        if val < best[0]:
-            best = (val, stages)
-    if not best[1]:
-        raise SpecError(
-            f"{model.name} does not fit on these devices with micro-batch {config.micro_bsz}: "
-            f"no partition of its {model.n_layers} layers keeps every stage within memory "
-            f"(model state alone needs {model.params * model.state_bytes_per_param / GIB:.1f} "
-            "GiB in total)"
-        )
-    chosen = best[1]
-    fill_drain = sum(x.time_s for x in chosen)
-    if fill_drain > FILL_DRAIN_SHARE * step_time_s(chosen, config.n_micro):
-        promising = [o for v, o in sorted(ranked)[:TAU_ORDERS] if math.isfinite(v)]
-        for factor in TAU_FACTORS:   # trade a slightly slower bottleneck for fewer stages
-            for order in promising:
-                _, stages = _solve_order(sc, order, best[0] * factor)
-                if stages and (step_time_s(stages, config.n_micro)
-                               < step_time_s(chosen, config.n_micro)):
-                    chosen = stages
-    return PipelinePlan(model.name, tuple(chosen), config, _bottleneck(chosen, config), best[0])
+    search = _Search(sc)
+    unconstrained = search.solve(math.inf, math.inf)
+    if unconstrained is None:
+        raise SpecError(no_fit_message(model, groups, config))
+    m1 = config.n_micro - 1
+    least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True)
+    t_lb = least_bottleneck.sum_time_s if least_bottleneck is not None else 0.0
+    best_stages: tuple[Stage, ...] | None = None
+    best = beat_s
+    if unconstrained.sum_time_s + m1 * t_lb >= best:
+        return None
+    first = step_time_s(unconstrained.stages, config.n_micro)
+    if first < best:
+        best, best_stages = first, unconstrained.stages
+    taus, alphas = search.candidates()
+    tau = math.inf
+    while True:                      # τ walks down the (Σt, max t) front
+        alpha, first_sum, max_t = math.inf, math.inf, 0.0
+        while True:                  # α walks down the (Σt, max A) front under τ
+            r = search.solve(tau, alpha)
+            if r is None:
+                break
+            first_sum = min(first_sum, r.sum_time_s)
+            max_t = max(max_t, max(s.time_s for s in r.stages))
+            step = step_time_s(r.stages, config.n_micro)
+            if step < best:
+                best, best_stages = step, r.stages
+            if r.sum_time_s + m1 * max_t >= best:
+                break                # see the module docstring: plans with max t < max_t are
+                                     # the next τ's; the rest have Σt ≥ r's and max t ≥ max_t
+            below = bisect.bisect_left(alphas, max(s.allreduce_s for s in r.stages)) - 1
+            if below < 0:
+                break
+            alpha = alphas[below]
+        if not math.isfinite(first_sum) or first_sum + m1 * t_lb >= best:
+            break
+        below = bisect.bisect_left(taus, max_t) - 1
+        if below < 0:
+            break
+        tau = taus[below]
+    if best_stages is None:
+        return None
+    return PipelinePlan(model.name, best_stages, config, search.rounds)
 
 
-def _bottleneck(stages: Sequence[Stage], config: PipelineConfig) -> float:
-    return max(s.time_s + s.allreduce_s / config.n_micro for s in stages)
+def no_fit_message(model: LayeredModel, groups: Sequence[FlavorGroup],
+                   config: PipelineConfig) -> str:
+    """Why nothing fits: memory short by how much, and what would help."""
+    usable = sum(g.budget.usable_bytes * g.count for g in groups)
+    state = model.params * model.state_bytes_per_param
+    lines = [f"{model.name} does not fit on these devices with micro-batch {config.micro_bsz}: "
+             f"its training state alone needs {state / GIB:.1f} GiB "
+             f"({model.state_bytes_per_param:g} B/parameter), the devices offer "
+             f"{usable / GIB:.1f} GiB usable in total"]
+    if state > usable:
+        lines.append(f"short by {(state - usable) / GIB:.1f} GiB before any activations: "
+                     "add devices")
+    else:
+        lines.append("no partition keeps every stage within its GPU's memory")
+    helps = []
+    if 3 not in config.zero_levels:
+        helps.append("ZeRO-3 sharding")
+    if not config.allow_recompute:
+        helps.append("activation recomputation")
+    if config.max_tp < 8:
+        helps.append("tensor parallelism")
+    if config.micro_bsz > 1:
+        helps.append("a smaller micro-batch")
+    helps.append("more or larger GPUs")
+    return "; ".join(lines) + "; what would help: " + ", ".join(helps)

@@ -1,0 +1,212 @@
+"""The exact dynamic programme behind :func:`tessera.plan.pipeline.plan_pipeline`.
+
+**What it solves.** For one *flavor order* (the flavors in the order their stages appear along
+the pipeline, each as one contiguous run of stages, any of them possibly unused) and two caps —
+every stage's per-micro-batch time ``t_s ≤ τ`` and gradient sync ``A_s ≤ α`` — it finds the
+pipeline with the smallest sum of stage times ``Σ t_s`` among those that fit in memory.
+
+**Why the stage count is a state.** Under the 1F1B schedule the stage at position s of p holds
+``min(p − s, M)`` micro-batches in flight, so whether a stage fits depends on how many stages
+come *after* it. The DP therefore builds pipelines back to front and layers its states by k,
+the number of stages placed so far: ``V_k[q][r, h]`` is the least ``Σ t`` of a k-stage suffix
+that starts at layer h, whose front stage runs on the q-th flavor of the order, with r GPUs of
+that flavor still unused. A new front stage [h, i) on w GPUs holds ``min(k + 1, M)``
+micro-batches and either stays on flavor q (r → r − w) or opens an earlier flavor q' < q of
+the order with all its GPUs. Each layer k → k + 1 is a handful of min-plus products over
+(layers × layers) matrices per (flavor, width), done with numpy.
+
+The cheapest option for a span (tensor-parallel degree, recomputation, ZeRO level; see
+:mod:`tessera.plan.stages`) at a given in-flight count and caps is chosen per span before the
+DP runs, so recomputation and sharding are per-stage choices, not fallbacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.plan.stages import Stage, StageCosts, StageOption
+
+#: Stage widths (GPUs per stage) the search may use: 1–8, then powers of two and multiples of 8.
+#: The set does not depend on how many GPUs are offered, so offering more never removes a
+#: choice (the planner's results are monotone in the devices).
+SMALL_WIDTHS = tuple(range(1, 9))
+
+
+def widths_up_to(count: int) -> tuple[int, ...]:
+    """Stage widths available when ``count`` GPUs of a flavor are offered.
+
+    >>> widths_up_to(20)
+    (1, 2, 3, 4, 5, 6, 7, 8, 16)
+    """
+    out = [w for w in SMALL_WIDTHS if w <= count]
+    w = 16
+    while w <= count:
+        out.append(w)
+        w = w + 8 if w < 64 else w * 2
+    return tuple(out)
+
+
+@dataclass
+class RoundCaps:
+    """Caps of one DP round and the per-(group, width, in-flight) cheapest-option matrices."""
+
+    tau_s: float
+    alpha_s: float
+    cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict)
+
+    def cheapest(self, sc: StageCosts, gi: int, width: int, in_flight: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """(time, option index) per span: the fastest option that fits and meets the caps."""
+        key = (gi, width, in_flight)
+        if key not in self.cache:
+            best = np.full((sc.n + 1, sc.n + 1), np.inf)
+            idx = np.full(best.shape, -1, dtype=np.int64)
+            for k, opt in enumerate(sc.options(gi, width)):
+                c = sc.option_cost(gi, opt)
+                ok = (c.fmax >= in_flight) & (c.time_s <= self.tau_s) & (
+                    c.allreduce_s <= self.alpha_s)
+                t = np.where(ok, c.time_s, np.inf)
+                better = t < best
+                best = np.where(better, t, best)
+                idx = np.where(better, k, idx)
+            self.cache[key] = (best, idx)
+        return self.cache[key]
+
+
+@dataclass(frozen=True, slots=True)
+class OrderResult:
+    """The best pipeline of one round for one flavor order."""
+
+    sum_time_s: float
+    stages: tuple[Stage, ...]
+
+
+@dataclass
+class _Layer:
+    """DP values and parents of all k-stage suffixes whose front stage is on one flavor."""
+
+    value: np.ndarray          # (count + 1, n + 1): least Σ t
+    end: np.ndarray            # front stage's end layer i
+    width: np.ndarray          # its GPUs
+    opt: np.ndarray            # its option index
+    src_q: np.ndarray          # flavor position of the rest (-1: no rest)
+    src_r: np.ndarray          # GPUs of that flavor left in the rest
+
+    @classmethod
+    def empty(cls, count: int, n: int) -> _Layer:
+        shape = (count + 1, n + 1)
+        neg = np.full(shape, -1, dtype=np.int64)
+        return cls(np.full(shape, np.inf), neg.copy(), neg.copy(), neg.copy(), neg.copy(),
+                   neg.copy())
+
+    def offer(self, rows: slice, val: np.ndarray, end: np.ndarray | int, width: int,
+              opt: np.ndarray, src_q: np.ndarray | int, src_r: np.ndarray | int) -> None:
+        """Keep, per (row, layer), whichever of the current and the offered suffix is cheaper."""
+        cur = self.value[rows]
+        better = val < cur
+        if not better.any():
+            return
+        self.value[rows] = np.where(better, val, cur)
+        for name, new in (("end", end), ("width", width), ("opt", opt), ("src_q", src_q),
+                          ("src_r", src_r)):
+            arr = getattr(self, name)
+            arr[rows] = np.where(better, new, arr[rows])
+
+
+def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
+                bottleneck: bool = False) -> OrderResult | None:
+    """Least-Σt pipeline under ``caps`` for one flavor order (``None`` if nothing fits).
+
+    With ``bottleneck`` the DP minimises ``max t_s`` instead (the same recursion with max in
+    place of +): the smallest bottleneck any plan can have, a lower bound for the search.
+    """
+    n, m_micro = sc.n, sc.config.n_micro
+    join = np.maximum if bottleneck else np.add
+    counts = [sc.groups[g].count for g in order]
+    widths = [widths_up_to(c) for c in counts]
+    k_max = min(n, sum(counts))
+    cols = np.arange(n + 1)
+    history: list[list[_Layer]] = []
+    best: tuple[float, int, int, int] | None = None    # (value, k, q, r)
+    for k in range(1, k_max + 1):
+        f = min(k, m_micro)
+        layer = [_Layer.empty(c, n) for c in counts]
+        prev = history[-1] if history else None
+        if prev is not None:
+            rest_val, rest_q, rest_r = _best_rest(prev, len(order), n)
+        for q, gi in enumerate(order):
+            c = counts[q]
+            for w in widths[q]:
+                t, oi = caps.cheapest(sc, gi, w, f)
+                if prev is None:
+                    layer[q].offer(slice(c - w, c - w + 1), t[None, :, n], n, w,
+                                   oi[None, :, n], -1, -1)
+                    continue
+                src = prev[q].value[w:, :]                        # rows r = w .. c
+                live = np.isfinite(src).any(axis=1)
+                if live.any():
+                    lo = int(np.argmax(live))
+                    cand = join(t[None, :, :], src[lo:, None, :])
+                    arg = cand.argmin(axis=2)
+                    val = np.take_along_axis(cand, arg[:, :, None], axis=2)[:, :, 0]
+                    rows = np.arange(lo, src.shape[0])[:, None]
+                    layer[q].offer(slice(lo, src.shape[0]), val, arg, w, oi[cols[None, :], arg],
+                                   q, rows + w)
+                if q + 1 < len(order) and np.isfinite(rest_val[q]).any():
+                    cand2 = join(t, rest_val[q][None, :])
+                    arg2 = cand2.argmin(axis=1)
+                    val2 = cand2[cols, arg2]
+                    layer[q].offer(slice(c - w, c - w + 1), val2[None, :], arg2[None, :], w,
+                                   oi[cols, arg2][None, :], rest_q[q][arg2][None, :],
+                                   rest_r[q][arg2][None, :])
+        history.append(layer)
+        finite = False
+        for q in range(len(order)):
+            col = layer[q].value[:, 0]
+            finite = finite or bool(np.isfinite(layer[q].value).any())
+            r = int(col.argmin())
+            if np.isfinite(col[r]) and (best is None or col[r] < best[0]):
+                best = (float(col[r]), k, q, r)
+        if not finite:
+            break
+    if best is None:
+        return None
+    return OrderResult(best[0], _rebuild(sc, order, history, best[1:]))
+
+
+def _best_rest(prev: list[_Layer], m: int, n: int
+               ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """For each order position q: the best suffix starting with a *later* flavor, per layer."""
+    vals: list[np.ndarray] = [np.full(n + 1, np.inf)] * m
+    qs: list[np.ndarray] = [np.full(n + 1, -1, dtype=np.int64)] * m
+    rs: list[np.ndarray] = [np.full(n + 1, -1, dtype=np.int64)] * m
+    run_v, run_q, run_r = np.full(n + 1, np.inf), np.full(n + 1, -1), np.full(n + 1, -1)
+    for q in range(m - 1, -1, -1):
+        vals[q], qs[q], rs[q] = run_v, run_q, run_r
+        r = prev[q].value.argmin(axis=0)
+        v = prev[q].value[r, np.arange(n + 1)]
+        better = v < run_v
+        run_v = np.where(better, v, run_v)
+        run_q = np.where(better, q, run_q)
+        run_r = np.where(better, r, run_r)
+    return vals, qs, rs
+
+
+def _rebuild(sc: StageCosts, order: Sequence[int], history: list[list[_Layer]],
+             at: tuple[int, int, int]) -> tuple[Stage, ...]:
+    k, q, r = at
+    h = 0
+    stages: list[Stage] = []
+    m_micro = sc.config.n_micro
+    while k >= 1:
+        cell = history[k - 1][q]
+        i, w = int(cell.end[r, h]), int(cell.width[r, h])
+        opt: StageOption = sc.options(order[q], w)[int(cell.opt[r, h])]
+        stages.append(sc.stage(order[q], opt, h, i, min(k, m_micro)))
+        q, r = int(cell.src_q[r, h]), int(cell.src_r[r, h])
+        h, k = i, k - 1
+    return tuple(stages)
