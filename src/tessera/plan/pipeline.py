@@ -221,9 +221,11 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     best = beat_s
     if unconstrained.sum_time_s + m1 * t_lb >= best:
         return None
-    first = step_time_s(unconstrained.stages, config.n_micro)
-    if first < best:
-        best, best_stages = first, unconstrained.stages
+    seeds = [unconstrained] + ([least_bottleneck] if least_bottleneck is not None else [])
+    for seed in seeds:                   # two good plans to start from: least Σt, least max t
+        step = step_time_s(seed.stages, config.n_micro)
+        if step < best:
+            best, best_stages = step, seed.stages
     taus, alphas = search.candidates()
     tau = math.inf
     while True:                      # τ walks down the (Σt, max t) front
@@ -240,13 +242,16 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
             if r.sum_time_s + m1 * max_t >= best:
                 break                # see the module docstring: plans with max t < max_t are
                                      # the next τ's; the rest have Σt ≥ r's and max t ≥ max_t
-            below = bisect.bisect_left(alphas, max(s.allreduce_s for s in r.stages)) - 1
+            # next α: below r's sync time, and low enough that Σt ≥ r's could still win
+            cap = min(max(s.allreduce_s for s in r.stages), best - r.sum_time_s - m1 * t_lb)
+            below = bisect.bisect_left(alphas, cap) - 1
             if below < 0:
                 break
             alpha = alphas[below]
         if not math.isfinite(first_sum) or first_sum + m1 * t_lb >= best:
             break
-        below = bisect.bisect_left(taus, max_t) - 1
+        # next τ: below this level's bottlenecks, and low enough to beat the best with Σt ≥ now
+        below = bisect.bisect_left(taus, min(max_t, (best - first_sum) / max(m1, 1e-300))) - 1
         if below < 0:
             break
         tau = taus[below]

@@ -57,24 +57,26 @@ class RoundCaps:
     alpha_s: float
     cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict)
+    stacked: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def cheapest(self, sc: StageCosts, gi: int, width: int, in_flight: int
                  ) -> tuple[np.ndarray, np.ndarray]:
         """(time, option index) per span: the fastest option that fits and meets the caps."""
         key = (gi, width, in_flight)
         if key not in self.cache:
-            best = np.full((sc.n + 1, sc.n + 1), np.inf)
-            idx = np.full(best.shape, -1, dtype=np.int64)
-            for k, opt in enumerate(sc.options(gi, width)):
-                c = sc.option_cost(gi, opt)
-                ok = (c.fmax >= in_flight) & (c.time_s <= self.tau_s) & (
-                    c.allreduce_s <= self.alpha_s)
-                t = np.where(ok, c.time_s, np.inf)
-                better = t < best
-                best = np.where(better, t, best)
-                idx = np.where(better, k, idx)
-            self.cache[key] = (best, idx)
+            times, fmax = self._capped(sc, gi, width)
+            t = np.where(fmax >= in_flight, times, np.inf)
+            idx = t.argmin(axis=0)
+            self.cache[key] = (np.take_along_axis(t, idx[None], axis=0)[0], idx)
         return self.cache[key]
+
+    def _capped(self, sc: StageCosts, gi: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Stacked (options × spans) times with the caps applied, and each option's fmax."""
+        key = (gi, width)
+        if key not in self.stacked:
+            t, a, f = sc.stacked(gi, width)
+            self.stacked[key] = (np.where((t <= self.tau_s) & (a <= self.alpha_s), t, np.inf), f)
+        return self.stacked[key]
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,6 +188,7 @@ class StageCosts:
             self.max_layer_stash[i, i + 1:] = np.maximum.accumulate(stash[i:])
         self.upper = np.triu(np.ones((self.n + 1, self.n + 1), dtype=bool), k=1)
         self._cache: dict[tuple[int, StageOption], OptionCost] = {}
+        self._stacked: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def options(self, gi: int, gpus: int) -> list[StageOption]:
         """Options using exactly ``gpus`` GPUs of group ``gi`` (ZeRO levels 0–2 as one: they
@@ -206,6 +207,16 @@ class StageCosts:
             for rc in ((False, True) if cfg.allow_recompute else (False,)):
                 out += [StageOption(tp, gpus // tp, rc, z) for z in zeros]
         return out
+
+    def stacked(self, gi: int, gpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(time, allreduce, fmax) of every option of ``options(gi, gpus)``, stacked."""
+        key = (gi, gpus)
+        if key not in self._stacked:
+            costs = [self.option_cost(gi, o) for o in self.options(gi, gpus)]
+            self._stacked[key] = (np.stack([c.time_s for c in costs]),
+                                  np.stack([c.allreduce_s for c in costs]),
+                                  np.stack([c.fmax for c in costs]))
+        return self._stacked[key]
 
     def option_cost(self, gi: int, opt: StageOption) -> OptionCost:
         key = (gi, opt)
