@@ -7,9 +7,15 @@ Data-parallel (default)::
 prints each device's local batch, the predicted step time and throughput, the efficiency
 against the sum of the devices' standalone throughputs, and why any device was left out.
 
-Pipeline / hybrid (``--pipeline``) plans a layer-wise model (``gpt``, ``bert-large``,
-``resnet50``, ``gpt-<layers>x<hidden>``) over the devices, data × pipeline.
-Heavy imports happen inside the command so ``tessera --help`` stays fast.
+Three-dimensional plans (tensor × pipeline × data parallelism, with recomputation and ZeRO
+chosen per stage) for layer-wise models — today's transformers (``llama-7b``, ``llama-13b``,
+``llama-70b``, ``gpt3-1.3b`` …, ``vit-l16``) are planned that way automatically; ``--pipeline``
+forces it for ``resnet50``, ``bert-large``, ``gpt``, ``gpt-<layers>x<hidden>``::
+
+    tessera plan --model llama-7b --devices H100:8,A100:16,V100:32 --global-batch 512 --json
+
+GPUs without a measurement get roofline estimates (:mod:`tessera.perf.roofline`), and the plan
+says so. Heavy imports happen inside the command so ``tessera --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -37,35 +43,60 @@ def register(app: typer.Typer) -> None:
 
 def plan(
     model: str = typer.Option(..., "--model", help="Model: a profiled workload (imagenet, "
-                              "bert, cifar10, deepspeech2, ncf, yolov3) or, with --pipeline, "
-                              "a layer-wise model (gpt, gpt-<layers>x<hidden>, bert-large, "
-                              "resnet50)."),
+                              "bert, cifar10, deepspeech2, ncf, yolov3), a transformer "
+                              "(llama-7b, llama-13b, llama-70b, gpt3-1.3b, gpt3-2.7b, "
+                              "gpt3-6.7b, gpt3-13b, vit-l16) or, with --pipeline, a layer-wise "
+                              "model (gpt, gpt-<layers>x<hidden>, bert-large, resnet50)."),
     devices: str = typer.Option(..., "--devices", help=DEVICES_HELP),
     global_batch: int = typer.Option(..., "--global-batch", help=GLOBAL_BATCH_HELP),
     as_json: bool = JSON,
     gpus_per_server: int = GPUS_PER_SERVER,
     max_micro_steps: int = typer.Option(8, "--max-micro-steps", help="Gradient-accumulation "
                                         "limit per device (1 = no accumulation)."),
-    pipeline: bool = typer.Option(False, "--pipeline", help="Plan layer-split (pipeline x data)"
-                                  " parallelism for a layer-wise model."),
+    pipeline: bool = typer.Option(False, "--pipeline", help="Plan layer-split (tensor x "
+                                  "pipeline x data) parallelism for a layer-wise model."),
+    max_tp: int = typer.Option(8, "--max-tp", help="Largest tensor-parallel degree (within a "
+                               "server; 1 = none)."),
+    zero: int = typer.Option(3, "--zero", help="Highest ZeRO level a stage may use (0 = no "
+                             "sharding, 3 = FSDP-style full sharding)."),
+    recompute: bool = typer.Option(True, "--recompute/--no-recompute", help="Let stages "
+                                   "recompute activations."),
+    max_layers: int = typer.Option(24, "--max-layers", help="Coarsen longer layer chains to "
+                                   "this many (stage boundaries every few blocks; the search "
+                                   "grows with the cube of the chain length)."),
     old_gpus_per_node: int | None = deprecated_alias("--gpus-per-node", "--gpus-per-server"),
 ) -> None:
-    """Plan a job on a mixed set of GPUs: per-device batches (or pipeline stages), predicted
-    step time, throughput and efficiency."""
+    """Plan a job on a mixed set of GPUs: per-device batches (or pipeline stages with their
+    TP/PP/DP degrees), memory, predicted step time, throughput and efficiency."""
+    from tessera.perf.steptime import CostModel
     from tessera.plan.api import parse_devices
 
     gpus_per_node = prefer(gpus_per_server, old_gpus_per_node, "--gpus-per-node",
                            "--gpus-per-server")
     counts = parse_devices(devices)
-    if pipeline:
-        _pipeline(model, counts, global_batch, gpus_per_node, as_json)
+    cm = CostModel(estimate_unprofiled=True)
+    if pipeline or model.strip().lower() not in cm.models():
+        from tessera.errors import SpecError
+        from tessera.plan.pipeline import PipelineConfig
+
+        if zero not in (0, 1, 2, 3):
+            raise SpecError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+        if max_tp < 1 or max_layers < 1:
+            raise SpecError("--max-tp and --max-layers must be at least 1")
+        base = PipelineConfig(1, 1, allow_recompute=recompute,
+                              zero_levels=tuple(range(zero + 1)), max_tp=max_tp)
+        _pipeline(model, counts, global_batch, gpus_per_node, as_json, cm, base, max_layers,
+                  pipeline)
         return
     from tessera.plan.api import plan_data_parallel
 
-    p = plan_data_parallel(model, counts, global_batch, gpus_per_node=gpus_per_node,
-                           max_micro_steps=max_micro_steps)
+    p = plan_data_parallel(model, counts, global_batch, cost_model=cm,
+                           gpus_per_node=gpus_per_node, max_micro_steps=max_micro_steps)
+    estimated = sorted({f.short for f in counts if cm.fit(model, f).estimated})
     if as_json:
-        typer.echo(json.dumps(_dp_json(model, p), indent=2))
+        out = _dp_json(model, p)
+        out["estimated"] = estimated
+        typer.echo(json.dumps(out, indent=2))
         return
     typer.echo(f"{model}: global batch {global_batch} over {devices}")
     typer.echo(f"{'flavor':<12} {'node':<18} {'local batch':>11} {'micro-steps':>11} "
@@ -80,6 +111,9 @@ def plan(
                f"throughputs)  efficiency {p.efficiency:.1%}")
     for d in p.dropped:
         typer.echo(f"dropped {d.count} x {d.flavor.short} on {d.node_id}: {d.reason}")
+    for short in estimated:
+        typer.echo(f"note: {short} has no measured profile of {model}; its step times are "
+                   f"roofline estimates ({cm.fit(model, short).rows_used})")
 
 
 def _dp_json(model: str, p: Any) -> dict[str, Any]:
@@ -106,12 +140,21 @@ def _dp_json(model: str, p: Any) -> dict[str, Any]:
     }
 
 
-def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int,
-              as_json: bool) -> None:
+def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int, as_json: bool,
+              cm: Any, base: Any, max_layers: int, forced: bool) -> None:
+    from tessera.errors import NoProfileError
     from tessera.plan.hybrid import plan_hybrid
     from tessera.plan.models import layered_model
 
-    h = plan_hybrid(layered_model(model), counts, global_batch, gpus_per_node=gpus_per_node)
+    try:
+        layered = layered_model(model)
+    except NoProfileError as exc:
+        if forced:
+            raise
+        raise NoProfileError(f"unknown model {model!r}: no profile (data-parallel models: "
+                             f"{', '.join(cm.models())}) and {exc}") from None
+    h = plan_hybrid(layered, counts, global_batch, cost_model=cm, gpus_per_node=gpus_per_node,
+                    base=base, max_layers=max_layers)
     if as_json:
         typer.echo(json.dumps(h.to_json(), indent=2))
         return

@@ -23,7 +23,8 @@ fits, gradient sizes and the all-reduce model of :mod:`tessera.perf.comm`.
 **Same silicon, more memory.** A100-80GB and V100-32GB run the same chip as the profiled
 A100-40GB and V100-16GB, so their step time is taken from the twin's profile (and said so in
 :attr:`StepTimeFit.source_flavor`); their batch cap stays the twin's measured maximum, which is
-conservative. Any other unprofiled flavor raises :class:`~tessera.errors.NoProfileError`.
+conservative. Any other unprofiled flavor raises :class:`~tessera.errors.NoProfileError`, or,
+with ``estimate_unprofiled``, gets a roofline estimate marked :attr:`StepTimeFit.estimated`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 from tessera.errors import NoProfileError
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.comm import RingPath, allreduce_time_s
+from tessera.perf.roofline import RESNET50_TRAIN_FLOPS, Roofline
 from tessera.perf.sia import SiaProfile, load_sia_profile, sia_flavors, sia_models
 
 #: Flavor -> profiled flavor built on the same GPU chip (only memory differs).
@@ -59,8 +61,6 @@ SIA_MODEL_PARAMS: dict[str, float] = {
 }
 GRAD_BYTES_PER_PARAM = 4.0  # the Pollux workloads train in fp32
 
-#: Training FLOPs per ImageNet sample of ResNet-50 (4.1 GMAC forward, x2 FLOP/MAC, x3 fwd+bwd).
-RESNET50_TRAIN_FLOPS = 24.6e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,10 @@ class StepTimeFit:
         min_bsz: smallest batch fitted.
         max_bsz: largest batch fitted.
         max_local_bsz: largest batch measured on this flavor (the memory cap).
-        rows_used: which rows were fitted (``single-GPU`` or ``all placements``).
+        rows_used: which rows were fitted (``single-GPU`` or ``all placements``), or how an
+            estimate was made.
+        estimated: True when no measurement of this flavor (or its chip twin) exists and the
+            fit is a roofline estimate (see :meth:`CostModel.fit`).
     """
 
     model: str
@@ -96,6 +99,7 @@ class StepTimeFit:
     max_bsz: int
     max_local_bsz: int
     rows_used: str
+    estimated: bool = False
 
     def step_time_s(self, local_bsz: float) -> float:
         return self.alpha_s + self.beta_s_per_sample * local_bsz
@@ -197,13 +201,31 @@ class CostModel:
         root: a directory of Sia profiles to read instead of the bundled copy.
         model_params: parameter counts per model (for gradient sizes); defaults to
             :data:`SIA_MODEL_PARAMS`.
+        estimate_unprofiled: answer for flavors without a profile with a roofline estimate
+            (:mod:`tessera.perf.roofline`) instead of raising :class:`NoProfileError`.
     """
 
     def __init__(self, root: str | Path | None = None,
-                 model_params: dict[str, float] | None = None) -> None:
+                 model_params: dict[str, float] | None = None,
+                 estimate_unprofiled: bool = False) -> None:
         self._root = root
         self._params = dict(SIA_MODEL_PARAMS if model_params is None else model_params)
         self._fits: dict[tuple[str, str], StepTimeFit] = {}
+        self._estimate = estimate_unprofiled
+        self._roofline: Roofline | None = None
+
+    def roofline(self) -> Roofline:
+        """The roofline model calibrated on this cost model's profiles and Gavel's."""
+        if self._roofline is None:
+            from tessera.perf.profiles import default_throughputs
+
+            self._roofline = Roofline(self, default_throughputs())
+        return self._roofline
+
+    def measured_flavors(self, model: str) -> tuple[GpuFlavor, ...]:
+        """Flavors with a profile of ``model`` (no twins, no estimates)."""
+        self._check_model(model)
+        return sia_flavors(model, self._root)
 
     def models(self) -> tuple[str, ...]:
         """Models the cost model can answer for."""
@@ -239,6 +261,9 @@ class CostModel:
             source = resolve_flavor(SAME_SILICON.get(fl.name, fl.name))
             measured = {f.name for f in sia_flavors(model, self._root)}
             if source.name not in measured:
+                if self._estimate:
+                    self._fits[key] = self._estimated_fit(model, fl)
+                    return self._fits[key]
                 have = ", ".join(f.short for f in self.flavors(model))
                 raise NoProfileError(
                     f"no step-time profile for model {model!r} on {fl.short}; "
@@ -246,6 +271,27 @@ class CostModel:
                 )
             self._fits[key] = fit_profile(load_sia_profile(model, source, self._root), fl)
         return self._fits[key]
+
+    def _estimated_fit(self, model: str, flavor: GpuFlavor) -> StepTimeFit:
+        """A roofline estimate: the fastest profiled flavor's fit, per-sample time scaled by
+        the ratio of sustained FLOP/s (``cnn`` class); batch cap scaled down by memory."""
+        rl = self.roofline()
+        ref = max(self.measured_flavors(model),
+                  key=lambda f: rl.sustained_flops_per_s(f, "cnn"))
+        base = self.fit(model, ref)
+        speedup = rl.sustained_flops_per_s(flavor, "cnn") / rl.sustained_flops_per_s(ref, "cnn")
+        cap = base.max_local_bsz
+        if flavor.mem_gib < ref.mem_gib:
+            cap = math.floor(cap * flavor.mem_gib / ref.mem_gib)
+        if cap < 1:
+            raise NoProfileError(f"{model!r} is not estimated to fit on {flavor.short}")
+        return StepTimeFit(
+            model=model, flavor=flavor, source_flavor=ref, alpha_s=base.alpha_s,
+            beta_s_per_sample=base.beta_s_per_sample / speedup, r2=base.r2,
+            rmse_s=base.rmse_s, max_abs_residual_s=base.max_abs_residual_s,
+            n_points=base.n_points, min_bsz=base.min_bsz, max_bsz=base.max_bsz,
+            max_local_bsz=cap, estimated=True,
+            rows_used=f"roofline estimate from {ref.short} ({speedup:.2f}x its speed)")
 
     def device_cost(self, model: str, flavor: str | GpuFlavor) -> DeviceCost:
         f = self.fit(model, flavor)

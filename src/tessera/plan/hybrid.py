@@ -22,6 +22,7 @@ plan leaves idle are reported as dropped, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from tessera.perf.memory import MemoryBudget, TrainingFootprint
 from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.api import default_cost_model, nodes_for
 from tessera.plan.dp import DpDevice, DpPlan, split_batch
-from tessera.plan.models import LayeredModel
+from tessera.plan.models import LayeredModel, coarsen
 from tessera.plan.pipeline import (
     DEFAULT_PASS_OVERHEAD_S,
     FlavorGroup,
@@ -43,6 +44,8 @@ from tessera.plan.pipeline import (
 from tessera.plan.stages import Stage
 
 MICRO_BATCH_CHOICES = (1, 2, 4, 8)
+#: Longest layer chain the hybrid search plans without coarsening (search cost ~ layers³).
+DEFAULT_MAX_LAYERS = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,7 @@ class HybridPlan:
         dp: the data-parallel split (data parallel only).
         step_time_s: predicted time per step.
         dropped: GPUs offered but left idle, per flavor, with the reason.
+        estimated: flavors whose times are roofline estimates (no measurement backs them).
     """
 
     model: str
@@ -81,6 +85,7 @@ class HybridPlan:
     dp: DpPlan | None
     step_time_s: float
     dropped: tuple[DroppedGpus, ...] = ()
+    estimated: tuple[str, ...] = ()
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -112,6 +117,9 @@ class HybridPlan:
                     f"{st.mem_gib:6.1f} GiB, {st.in_flight} in flight")
         for d in self.dropped:
             lines.append(f"  dropped {d.count} x {d.flavor.short}: {d.reason}")
+        if self.estimated:
+            lines.append(f"  note: times on {', '.join(self.estimated)} are roofline estimates "
+                         "(no measurement of that GPU backs them)")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -134,6 +142,7 @@ class HybridPlan:
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "dropped": [{"flavor": d.flavor.short, "count": d.count, "reason": d.reason}
                         for d in self.dropped],
+            "estimated": list(self.estimated),
         }
 
 
@@ -141,11 +150,21 @@ def flavor_groups(model: LayeredModel, counts: Mapping[GpuFlavor, int], copies: 
                   cost_model: CostModel, gpus_per_node: int) -> list[FlavorGroup]:
     """One copy's share of each flavor (``count // copies``), with speed, memory and links."""
     nodes = {n.flavor: n for n in nodes_for(counts, gpus_per_node)}
+    rl = cost_model.roofline()
     return [
-        FlavorGroup(f, n // copies, cost_model.achieved_flops_per_s(f), MemoryBudget(f.mem_gib),
-                    nodes[f].intra_link, nodes[f].inter_link, gpus_per_node)
+        FlavorGroup(f, n // copies, rl.sustained_flops_per_s(f, model.workload),
+                    MemoryBudget(f.mem_gib), nodes[f].intra_link, nodes[f].inter_link,
+                    gpus_per_node)
         for f, n in counts.items() if n // copies > 0
     ]
+
+
+def estimated_flavors(model: LayeredModel, counts: Mapping[GpuFlavor, int],
+                      cost_model: CostModel) -> tuple[str, ...]:
+    """Flavors whose speed for ``model`` is a roofline estimate, not calibrated on them."""
+    rl = cost_model.roofline()
+    return tuple(sorted(f.short for f in counts
+                        if not rl.efficiency(f, model.workload).measured))
 
 
 def pipeline_configs(counts: Mapping[GpuFlavor, int], global_bsz: int
@@ -160,6 +179,16 @@ def pipeline_configs(counts: Mapping[GpuFlavor, int], global_bsz: int
                 yield copies, mb, per_copy // mb
 
 
+def balance_bound_s(model: LayeredModel, groups: list[FlavorGroup], micro_bsz: int,
+                    n_micro: int) -> float:
+    """A lower bound on any pipeline's step time: M micro-batches at the pace of a perfectly
+    balanced pipeline using every GPU (the bottleneck stage is at least the average work)."""
+    rate = sum(g.count * g.flops_per_s for g in groups)
+    if rate <= 0:
+        return math.inf
+    return n_micro * micro_bsz * model.train_flops_per_sample / rate
+
+
 def plan_data_parallel_layered(model: LayeredModel, counts: Mapping[GpuFlavor, int],
                                global_bsz: int, cost_model: CostModel,
                                gpus_per_node: int) -> DpPlan | None:
@@ -171,7 +200,8 @@ def plan_data_parallel_layered(model: LayeredModel, counts: Mapping[GpuFlavor, i
         cap = fp.max_local_bsz(MemoryBudget(node.flavor.mem_gib))
         if cap < 1:
             continue
-        beta = model.train_flops_per_sample / cost_model.achieved_flops_per_s(node.flavor)
+        beta = model.train_flops_per_sample / cost_model.roofline().sustained_flops_per_s(
+            node.flavor, model.workload)
         cost = DeviceCost(node.flavor, DEFAULT_PASS_OVERHEAD_S, beta, cap)
         devices += [DpDevice(cost, node)] * node.gpus
     if not devices:
@@ -184,12 +214,15 @@ def plan_data_parallel_layered(model: LayeredModel, counts: Mapping[GpuFlavor, i
 
 def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz: int, *,
                 cost_model: CostModel | None = None, gpus_per_node: int = 8,
-                base: PipelineConfig | None = None) -> HybridPlan:
+                base: PipelineConfig | None = None,
+                max_layers: int | None = DEFAULT_MAX_LAYERS) -> HybridPlan:
     """The fastest data, pipeline or data × pipeline plan (see the module docstring).
 
     Args:
         base: which stage options the pipelines may use (its batching fields are ignored);
             default: recomputation, ZeRO 0–3 and tensor parallelism up to 8.
+        max_layers: coarsen longer layer chains to this many (stage boundaries every few
+            blocks; :func:`~tessera.plan.models.coarsen`); ``None`` plans the full chain.
 
     Raises:
         SpecError: nothing fits (the message says how much memory is short and what would
@@ -207,28 +240,36 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
         best = HybridPlan(model.name, "data-parallel", global_bsz, len(dp.shares), 0, 0,
                           (), dp, dp.step_time_s)
     last_error = ""
-    for copies, mb, n_micro in pipeline_configs(counts, global_bsz):
+    chain = coarsen(model, max_layers) if max_layers else model
+    settings = sorted(pipeline_configs(counts, global_bsz), key=lambda s: (-s[0], s[1]))
+    for copies, mb, n_micro in settings:     # cheap searches (many copies) first: a bound
         groups = flavor_groups(model, counts, copies, cm, gpus_per_node)
+        if best is not None and balance_bound_s(model, groups, mb, n_micro) >= best.step_time_s:
+            continue
         cfg = PipelineConfig(mb, n_micro, copies, proto.overhead_s, proto.allow_recompute,
                              proto.zero_levels, proto.max_tp)
         try:
-            p = search_pipeline(model, groups, cfg,
+            p = search_pipeline(chain, groups, cfg,
                                 best.step_time_s if best is not None else math.inf)
         except SpecError as exc:
             last_error = last_error or str(exc)
             continue
         if p is not None and (best is None or p.step_time_s < best.step_time_s):
+            stages = tuple(dataclasses.replace(
+                st, first_layer=chain.original_layer(st.first_layer),
+                end_layer=chain.original_layer(st.end_layer)) for st in p.stages)
             best = HybridPlan(model.name, "pipeline", global_bsz, copies, mb, n_micro,
-                              p.stages, None, p.step_time_s)
+                              stages, None, p.step_time_s)
     if best is None:
         raise SpecError(last_error or f"{model.name} does not fit on these devices with global "
                         f"batch {global_bsz}")
     if not math.isfinite(best.step_time_s):
         raise SpecError(f"{model.name}: no finite plan found")
-    return _with_dropped(best, counts)
+    return _with_dropped(best, counts, estimated_flavors(model, counts, cm))
 
 
-def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int]) -> HybridPlan:
+def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int],
+                  estimated: tuple[str, ...]) -> HybridPlan:
     """Name the GPUs the plan leaves idle (the search proved using them would not help)."""
     if plan.dp is not None:
         used = {f: sum(1 for sh in plan.dp.shares if sh.flavor == f) for f in counts}
@@ -246,4 +287,5 @@ def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int]) -> HybridPl
                 "that uses it is no faster)" if plan.kind == "pipeline" else "not needed")
             dropped.append(DroppedGpus(f, idle, reason))
     return HybridPlan(plan.model, plan.kind, plan.global_bsz, plan.dp_copies, plan.micro_bsz,
-                      plan.n_micro, plan.stages, plan.dp, plan.step_time_s, tuple(dropped))
+                      plan.n_micro, plan.stages, plan.dp, plan.step_time_s, tuple(dropped),
+                      estimated)

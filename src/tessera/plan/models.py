@@ -22,6 +22,7 @@ Generated totals match the published sizes: ResNet-50 25.6 M parameters and 4.1 
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from itertools import accumulate
@@ -77,12 +78,24 @@ class LayeredModel:
         state_bytes_per_param: model-state bytes per parameter (16: fp16 + Adam, see
             :mod:`tessera.perf.memory`).
         grad_bytes_per_param: bytes per gradient element all-reduced (2: fp16).
+        workload: which calibration of sustained FLOP/s applies (``transformer`` or ``cnn``,
+            see :mod:`tessera.perf.roofline`).
+        origin_ends: for a coarsened chain (:func:`coarsen`), the end index in the original
+            chain of each layer; empty otherwise.
     """
 
     name: str
     layers: tuple[Layer, ...]
     state_bytes_per_param: float = 16.0
     grad_bytes_per_param: float = 2.0
+    workload: str = "transformer"
+    origin_ends: tuple[int, ...] = ()
+
+    def original_layer(self, j: int) -> int:
+        """Index in the uncoarsened chain of this chain's layer boundary ``j``."""
+        if not self.origin_ends or j == 0:
+            return j
+        return self.origin_ends[j - 1]
 
     @property
     def n_layers(self) -> int:
@@ -99,6 +112,49 @@ class LayeredModel:
     def prefix(self, attr: str) -> list[float]:
         """Prefix sums of a per-layer attribute (length n_layers + 1)."""
         return [0.0, *accumulate(float(getattr(x, attr)) for x in self.layers)]
+
+
+def merge_layers(name: str, layers: tuple[Layer, ...]) -> Layer:
+    """Consecutive layers as one (a pipeline stage boundary can no longer fall between them)."""
+    return Layer(
+        name=name,
+        fwd_flops=sum(x.fwd_flops for x in layers),
+        params=sum(x.params for x in layers),
+        stash_bytes=sum(x.stash_bytes for x in layers),
+        out_bytes=layers[-1].out_bytes,
+        tp_ok=all(x.tp_ok for x in layers),
+        stash_unsplit_bytes=sum(x.stash_kept_whole_bytes for x in layers),
+        tp_comm_bytes=sum(x.tp_comm_bytes for x in layers),
+        tp_collectives=sum(x.tp_collectives for x in layers),
+    )
+
+
+def coarsen(model: LayeredModel, max_layers: int) -> LayeredModel:
+    """``model`` with runs of consecutive layers merged so that at most ``max_layers`` remain.
+
+    The pipeline search is exact over the chain it is given; on a coarsened chain its stage
+    boundaries fall only between the merged runs (every g-th block), which shrinks the search
+    (its cost grows with the cube of the chain length). The first and last layers (embedding,
+    head) stay on their own when there is room.
+    """
+    n = model.n_layers
+    if max_layers < 1:
+        raise NoProfileError("max_layers must be >= 1")
+    if n <= max_layers:
+        return model
+    ends = model.layers[:1], model.layers[-1:]
+    body = model.layers[1:-1] if max_layers >= 3 else model.layers
+    room = max_layers - 2 if max_layers >= 3 else max_layers
+    g = -(-len(body) // room)                    # ceil: layers per merged run
+    runs = tuple(merge_layers(f"{body[i].name}..{body[min(i + g, len(body)) - 1].name}",
+                              body[i:i + g]) for i in range(0, len(body), g))
+    layers = (*ends[0], *runs, *ends[1]) if max_layers >= 3 else runs
+    sizes = ([1] if max_layers >= 3 else []) + [len(body[i:i + g])
+                                                for i in range(0, len(body), g)]
+    sizes += [1] if max_layers >= 3 else []
+    origin = tuple(itertools.accumulate(sizes))
+    return LayeredModel(model.name, layers, model.state_bytes_per_param,
+                        model.grad_bytes_per_param, model.workload, origin)
 
 
 def transformer_block(name: str, hidden: int, seq: int, heads: int) -> Layer:
@@ -172,19 +228,26 @@ def resnet50(image: int = 224) -> LayeredModel:
             layers.append(_bottleneck(f"stage{stage + 1}.block{b}", cin, mid, hw, stride))
             cin, hw = 4 * mid, hw // stride
     layers.append(Layer("fc", 2.0 * 2048 * 1000, 2048 * 1000 + 1000, FP16_BYTES * 2048, 0.0))
-    return LayeredModel("resnet50", tuple(layers), grad_bytes_per_param=4.0)
+    return LayeredModel("resnet50", tuple(layers), grad_bytes_per_param=4.0, workload="cnn")
 
 
 def layered_model(name: str) -> LayeredModel:
     """Look a layer-wise model up by name: ``gpt``, ``gpt-<layers>x<hidden>``, ``bert-large``,
-    ``resnet50``.
+    ``resnet50``, ``vit-l16`` and the transformers of :mod:`tessera.plan.transformers`
+    (``gpt3-1.3b`` … ``llama-7b``, ``llama-13b``, ``llama-70b``).
 
     Raises:
         NoProfileError: the name is not one of those.
     """
+    from tessera.plan.transformers import SPECS, decoder, vit_large
+
     key = name.strip().lower()
     if key in {"gpt", "gpt2-xl"}:
         return gpt()
+    if key in SPECS:
+        return decoder(SPECS[key])
+    if key in {"vit-l16", "vit-l", "vit-large"}:
+        return vit_large()
     m = re.fullmatch(r"gpt-(\d+)x(\d+)", key)
     if m:
         layers, hidden = int(m.group(1)), int(m.group(2))
@@ -196,4 +259,5 @@ def layered_model(name: str) -> LayeredModel:
     if key in {"resnet50", "resnet-50"}:
         return resnet50()
     raise NoProfileError(f"no layer-wise description of model {name!r}; known: gpt, "
-                         "gpt-<layers>x<hidden>, bert-large, resnet50")
+                         f"gpt-<layers>x<hidden>, bert-large, resnet50, vit-l16, "
+                         f"{', '.join(SPECS)}")
