@@ -83,8 +83,6 @@ def test_dropped_devices_are_explained(app: typer.Typer) -> None:
        "--max-micro-steps", "1"), BatchTooLargeError, "hold 400 samples per pass"),
      (("--model", "alexnet", "--devices", "T4:2", "--global-batch", "64"),
       NoProfileError, "known models"),
-     (("--model", "imagenet", "--devices", "H100:2", "--global-batch", "64"),
-      NoProfileError, "profiled flavors"),
      (("--model", "imagenet", "--devices", "Z80:2", "--global-batch", "64"),
       UnknownFlavorError, "known flavors"),
      (("--model", "imagenet", "--devices", "A100-2", "--global-batch", "64"),
@@ -98,7 +96,7 @@ def test_dropped_devices_are_explained(app: typer.Typer) -> None:
      (("--model", "imagenet", "--devices", "A100:1", "--global-batch", "0"),
       SpecError, "positive")],
     ids=["batch-exceeds-memory", "batch-exceeds-memory-no-accum", "unknown-model",
-         "unprofiled-flavor", "unknown-flavor", "no-colon", "count-not-int", "zero-count",
+         "unknown-flavor", "no-colon", "count-not-int", "zero-count",
          "trailing-comma", "zero-batch"],
 )
 def test_bad_input_is_a_clear_error(app: typer.Typer, args: tuple[str, ...],
@@ -119,6 +117,44 @@ def test_pipeline_flag_plans_a_layered_model(app: typer.Typer) -> None:
     text = run(app, "--model", "resnet50", "--devices", "V100:2,T4:2", "--global-batch", "64",
                "--pipeline")
     assert text.exit_code == 0 and "data-parallel" in text.output
+
+
+def test_unprofiled_flavor_gets_a_marked_estimate(app: typer.Typer) -> None:
+    """H100 has no Sia profile: the plan uses a roofline estimate and says so (issue 13)."""
+    r = run(app, "--model", "imagenet", "--devices", "H100:2,A100:2", "--global-batch", "512")
+    assert r.exit_code == 0, r.output
+    assert "H100-80GB has no measured profile" in r.output and "roofline estimate" in r.output
+    js = json.loads(run(app, "--model", "imagenet", "--devices", "H100:2,A100:2",
+                        "--global-batch", "512", "--json").output)
+    assert js["estimated"] == ["H100-80GB"]
+
+
+def test_transformer_gets_a_three_dimensional_plan(app: typer.Typer) -> None:
+    r = run(app, "--model", "llama-7b", "--devices", "H100:8,A100:8", "--global-batch", "32",
+            "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["kind"] == "pipeline" and out["pp_stages"] == len(out["stages"])
+    assert out["stages"][0]["first_layer"] == 0 and out["stages"][-1]["end_layer"] == 34
+    for s in out["stages"]:
+        assert s["gpus"] == s["tp"] * s["replicas"] and s["dp"] == s["replicas"] * out["dp_copies"]
+        assert 0 < s["mem_gib_per_gpu"] <= 80 * 0.9
+    assert out["step_time_s"] > 0 and out["bottleneck_s"] > 0
+    assert out["throughput_samples_per_s"] == pytest.approx(32 / out["step_time_s"])
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [(("--model", "llama-70b", "--devices", "T4:2", "--global-batch", "8"), "short by"),
+     (("--model", "llama-7b", "--devices", "H100:2", "--global-batch", "8", "--zero", "5"),
+      "--zero"),
+     (("--model", "llama-8b", "--devices", "H100:2", "--global-batch", "8"), "unknown model")],
+    ids=["does-not-fit", "bad-zero", "unknown-transformer"],
+)
+def test_three_dimensional_bad_input(app: typer.Typer, args: tuple[str, ...], match: str) -> None:
+    r = run(app, *args)
+    assert isinstance(r.exception, TesseraError), r.output
+    assert match in str(r.exception)
 
 
 def test_pipeline_flag_unknown_layered_model(app: typer.Typer) -> None:

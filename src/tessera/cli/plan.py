@@ -151,8 +151,8 @@ def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int, as
     except NoProfileError as exc:
         if forced:
             raise
-        raise NoProfileError(f"unknown model {model!r}: no profile (data-parallel models: "
-                             f"{', '.join(cm.models())}) and {exc}") from None
+        raise NoProfileError(f"unknown model {model!r}: known models with profiles (data "
+                             f"parallel): {', '.join(cm.models())}; and {exc}") from None
     h = plan_hybrid(layered, counts, global_batch, cost_model=cm, gpus_per_node=gpus_per_node,
                     base=base, max_layers=max_layers)
     if as_json:
