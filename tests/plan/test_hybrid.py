@@ -92,5 +92,5 @@ def test_idle_devices_are_dropped_with_a_reason(cm: CostModel) -> None:
 def test_hybrid_bad_input(cm: CostModel) -> None:
     with pytest.raises(SpecError, match="positive"):
         plan_hybrid(gpt(), parse_devices("V100:2"), 0, cost_model=cm)
-    with pytest.raises(SpecError, match="does not fit.*short by"):
+    with pytest.raises(SpecError, match=r"does not fit.*short by"):
         plan_hybrid(gpt(48, 6144, 48, 2048), parse_devices("T4:2"), 8, cost_model=cm)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -34,7 +35,7 @@ def check_plan(plan: PipelinePlan, model: LayeredModel, groups: list[FlavorGroup
     """Stages tile the layers, respect GPU counts, and fit with 1F1B's in-flight counts."""
     stages, m = plan.stages, plan.config.n_micro
     assert stages[0].first_layer == 0 and stages[-1].end_layer == model.n_layers
-    assert all(a.end_layer == b.first_layer for a, b in zip(stages, stages[1:], strict=False))
+    assert all(a.end_layer == b.first_layer for a, b in itertools.pairwise(stages))
     p = len(stages)
     assert [s.in_flight for s in stages] == [min(p - i, m) for i in range(p)]
     for g in groups:
@@ -189,6 +190,9 @@ def test_bad_config_is_a_clear_error() -> None:
         PipelineConfig(1, 4, zero_levels=(4,))
     with pytest.raises(SpecError, match="no devices"):
         plan_pipeline(gpt(2, 1024, 16, 512), [], PipelineConfig(1, 4))
+    many = [group(f, 1) for f in ("K80", "P100", "P40", "T4", "L4", "A10", "V100")]
+    with pytest.raises(SpecError, match="at most 6 GPU flavors"):
+        plan_pipeline(gpt(2, 1024, 16, 512), many, PipelineConfig(1, 4))
 
 
 def test_widths_are_the_same_set_whatever_is_offered() -> None:

@@ -50,6 +50,8 @@ from tessera.plan.stages import Stage, StageCosts
 
 #: Fixed cost of one micro-batch pass through a stage (and of one data-parallel step).
 DEFAULT_PASS_OVERHEAD_S = 0.002
+#: Most flavors one pipeline plan may mix (the search tries all their orders: 6! = 720).
+MAX_FLAVORS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +211,12 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     groups = canonical_groups(groups)
     if not groups:
         raise SpecError("no devices to plan a pipeline over")
+    if len(groups) > MAX_FLAVORS:
+        raise SpecError(f"at most {MAX_FLAVORS} GPU flavors in one pipeline plan (the search "
+                        f"tries every order of them), got {len(groups)}")
+    if model.n_layers >= 4096 or any(g.count >= 4096 for g in groups):
+        raise SpecError("the pipeline search handles fewer than 4096 layers and 4096 GPUs of "
+                        "a flavor per copy; coarsen the model or plan more copies")
     sc = StageCosts(model, groups, config)
     search = _Search(sc)
     unconstrained = search.solve(math.inf, math.inf)

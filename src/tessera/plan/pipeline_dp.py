@@ -87,23 +87,40 @@ class OrderResult:
     stages: tuple[Stage, ...]
 
 
+#: Radix of the packed parent code (end layer, width, option, source flavor, source GPUs left).
+_RADIX = 4096
+
+
+def _pack(end: np.ndarray | int, width: int, opt: np.ndarray, src_q: np.ndarray | int,
+          src_r: np.ndarray | int) -> np.ndarray:
+    code = (np.asarray(end, dtype=np.int64) * _RADIX + width) * 64 + opt
+    return (code * 16 + (np.asarray(src_q) + 1)) * _RADIX + (np.asarray(src_r) + 1)
+
+
+def _unpack(code: int) -> tuple[int, int, int, int, int]:
+    code, r = divmod(code, _RADIX)
+    code, q = divmod(code, 16)
+    code, opt = divmod(code, 64)
+    end, width = divmod(code, _RADIX)
+    return end, width, opt, q - 1, r - 1
+
+
 @dataclass
 class _Layer:
-    """DP values and parents of all k-stage suffixes whose front stage is on one flavor."""
+    """DP values and parents of all k-stage suffixes whose front stage is on one flavor.
 
-    value: np.ndarray          # (count + 1, n + 1): least Σ t
-    end: np.ndarray            # front stage's end layer i
-    width: np.ndarray          # its GPUs
-    opt: np.ndarray            # its option index
-    src_q: np.ndarray          # flavor position of the rest (-1: no rest)
-    src_r: np.ndarray          # GPUs of that flavor left in the rest
+    ``value[r, h]`` is the least Σt (or max t) of such a suffix starting at layer h with r GPUs
+    of the flavor left; ``parent[r, h]`` packs its front stage's end layer, width and option
+    and where the rest of the suffix starts (:func:`_pack`).
+    """
+
+    value: np.ndarray
+    parent: np.ndarray
 
     @classmethod
     def empty(cls, count: int, n: int) -> _Layer:
         shape = (count + 1, n + 1)
-        neg = np.full(shape, -1, dtype=np.int64)
-        return cls(np.full(shape, np.inf), neg.copy(), neg.copy(), neg.copy(), neg.copy(),
-                   neg.copy())
+        return cls(np.full(shape, np.inf), np.zeros(shape, dtype=np.int64))
 
     def offer(self, rows: slice, val: np.ndarray, end: np.ndarray | int, width: int,
               opt: np.ndarray, src_q: np.ndarray | int, src_r: np.ndarray | int) -> None:
@@ -113,10 +130,8 @@ class _Layer:
         if not better.any():
             return
         self.value[rows] = np.where(better, val, cur)
-        for name, new in (("end", end), ("width", width), ("opt", opt), ("src_q", src_q),
-                          ("src_r", src_r)):
-            arr = getattr(self, name)
-            arr[rows] = np.where(better, new, arr[rows])
+        self.parent[rows] = np.where(better, _pack(end, width, opt, src_q, src_r),
+                                     self.parent[rows])
 
 
 def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
@@ -133,6 +148,7 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
     k_max = min(n, sum(counts))
     cols = np.arange(n + 1)
     history: list[list[_Layer]] = []
+    seen = [np.full((c + 1, n + 1), np.inf) for c in counts]
     best: tuple[float, int, int, int] | None = None    # (value, k, q, r)
     for k in range(1, k_max + 1):
         f = min(k, m_micro)
@@ -154,7 +170,7 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
                     lo = int(np.argmax(live))
                     cand = join(t[None, :, :], src[lo:, None, :])
                     arg = cand.argmin(axis=2)
-                    val = np.take_along_axis(cand, arg[:, :, None], axis=2)[:, :, 0]
+                    val = cand.min(axis=2)
                     rows = np.arange(lo, src.shape[0])[:, None]
                     layer[q].offer(slice(lo, src.shape[0]), val, arg, w, oi[cols[None, :], arg],
                                    q, rows + w)
@@ -165,6 +181,8 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
                     layer[q].offer(slice(c - w, c - w + 1), val2[None, :], arg2[None, :], w,
                                    oi[cols, arg2][None, :], rest_q[q][arg2][None, :],
                                    rest_r[q][arg2][None, :])
+        for q in range(len(order)):
+            _prune_dominated(layer[q], seen[q])
         history.append(layer)
         finite = False
         for q in range(len(order)):
@@ -178,6 +196,21 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
     if best is None:
         return None
     return OrderResult(best[0], _rebuild(sc, order, history, best[1:]))
+
+
+def _prune_dominated(layer: _Layer, seen: np.ndarray) -> None:
+    """Drop suffixes another one beats on every count (exact pruning).
+
+    A suffix with no more stages (its front stages hold no more micro-batches in flight), no
+    fewer GPUs of its flavor left, and no larger Σt can be completed by every front that
+    completes this one, at no larger cost. ``seen[r, h]`` is the least value over earlier
+    layers (fewer stages) with at least r GPUs left; it is updated with this layer's values.
+    """
+    best_more_left = np.minimum.accumulate(layer.value[::-1], axis=0)[::-1]   # min over r' ≥ r
+    shifted = np.vstack([best_more_left[1:], np.full((1, layer.value.shape[1]), np.inf)])
+    dominated = (seen <= layer.value) | (shifted <= layer.value)
+    layer.value[dominated] = np.inf
+    np.minimum(seen, np.minimum.accumulate(layer.value[::-1], axis=0)[::-1], out=seen)
 
 
 def _best_rest(prev: list[_Layer], m: int, n: int
@@ -205,10 +238,9 @@ def _rebuild(sc: StageCosts, order: Sequence[int], history: list[list[_Layer]],
     stages: list[Stage] = []
     m_micro = sc.config.n_micro
     while k >= 1:
-        cell = history[k - 1][q]
-        i, w = int(cell.end[r, h]), int(cell.width[r, h])
-        opt: StageOption = sc.options(order[q], w)[int(cell.opt[r, h])]
+        i, w, oi, src_q, src_r = _unpack(int(history[k - 1][q].parent[r, h]))
+        opt: StageOption = sc.options(order[q], w)[oi]
         stages.append(sc.stage(order[q], opt, h, i, min(k, m_micro)))
-        q, r = int(cell.src_q[r, h]), int(cell.src_r[r, h])
+        q, r = src_q, src_r
         h, k = i, k - 1
     return tuple(stages)

@@ -271,7 +271,7 @@ class StageCosts:
         return opt.zero
 
     def stage(self, gi: int, opt: StageOption, i: int, j: int, in_flight: int) -> Stage:
-        """The :class:`Stage` for layers [i, j) under ``opt`` holding ``in_flight`` micro-batches."""
+        """The :class:`Stage` of layers [i, j) under ``opt``, ``in_flight`` micro-batches held."""
         z = self.lowest_zero(gi, opt, i, j, in_flight)
         opt = StageOption(opt.tp, opt.replicas, opt.recompute, z)
         c = self.option_cost(gi, opt)
