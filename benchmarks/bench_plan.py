@@ -29,7 +29,7 @@ from tessera.plan.api import dp_devices, nodes_for, parse_devices
 from tessera.plan.dp import split_batch
 from tessera.plan.exhaustive import exhaustive_pipeline_step_s
 from tessera.plan.hybrid import plan_hybrid
-from tessera.plan.models import gpt, layered_model
+from tessera.plan.models import LayeredModel, gpt, layered_model
 from tessera.plan.pipeline import FlavorGroup, PipelineConfig, plan_pipeline
 
 FLAVORS = ("A100-40GB", "V100", "T4", "RTX-2080Ti")
@@ -59,7 +59,7 @@ def split_table(cm: CostModel) -> None:
 
 
 def random_case(rng: random.Random, cm: CostModel
-                ) -> tuple[object, list[FlavorGroup], PipelineConfig]:
+                ) -> tuple[LayeredModel, list[FlavorGroup], PipelineConfig]:
     hidden = rng.choice([1024, 2048, 4096])
     model = gpt(rng.randint(1, 3), hidden, hidden // 64, rng.choice([512, 1024, 2048]))
     groups = []
@@ -82,11 +82,11 @@ def exhaustive_table(cm: CostModel, cases: int) -> None:
     for _ in range(cases):
         model, groups, cfg = random_case(rng, cm)
         start = time.perf_counter()
-        best = exhaustive_pipeline_step_s(model, groups, cfg)   # type: ignore[arg-type]
+        best = exhaustive_pipeline_step_s(model, groups, cfg)
         t_ex += time.perf_counter() - start
         start = time.perf_counter()
         try:
-            got = plan_pipeline(model, groups, cfg).step_time_s   # type: ignore[arg-type]
+            got = plan_pipeline(model, groups, cfg).step_time_s
         except SpecError:
             got = math.inf
         t_plan += time.perf_counter() - start
@@ -102,8 +102,16 @@ def exhaustive_table(cm: CostModel, cases: int) -> None:
           f"{t_ex / cases * 1e3:.0f} ms/case")
 
 
+def old_speed_groups(cm: CostModel, devices: str) -> list[FlavorGroup]:
+    """Flavor groups at the old planner's speeds (ResNet-50-calibrated FLOP/s)."""
+    return [FlavorGroup(f, n, cm.achieved_flops_per_s(f), MemoryBudget(f.mem_gib),
+                        Link.of(LinkKind.NVLINK, 150.0), Link.of(LinkKind.INFINIBAND), 8)
+            for f, n in parse_devices(devices).items()]
+
+
 def issue_table(cm: CostModel) -> None:
-    print("\nissue 13 figures (pipeline, old planner -> now; 'old space' = no TP/ZeRO)")
+    print("\nissue 13 figures: old planner -> exact search at the old speeds (1 copy, "
+          "micro-batch 1, no TP/ZeRO) -> hybrid at roofline speeds (no TP/ZeRO; with them)")
     old_space = PipelineConfig(1, 1, zero_levels=(0,), max_tp=1)
     for name, devs, batch, old in (("gpt-8x4096", "A100:1,V100:2,T4:2", 4, 1.0997),
                                    ("gpt-12x4096", "A100:2,V100:2,T4:2", 8, 1.7627),
@@ -111,10 +119,12 @@ def issue_table(cm: CostModel) -> None:
                                    ("gpt-12x4096", "V100:4", 4, 2.26),
                                    ("gpt-12x4096", "V100:4,T4:2", 4, 2.83)):
         m, c = layered_model(name), parse_devices(devs)
+        same = plan_pipeline(m, old_speed_groups(cm, devs),
+                             PipelineConfig(1, batch, zero_levels=(0,), max_tp=1))
         a = plan_hybrid(m, c, batch, cost_model=cm, base=old_space)
         b = plan_hybrid(m, c, batch, cost_model=cm)
-        print(f"  {name} {devs:<20} B={batch}: old {old:.4f} s -> {a.step_time_s:.4f} s "
-              f"(old space, roofline speeds), {b.step_time_s:.4f} s (TP/ZeRO too)")
+        print(f"  {name} {devs:<20} B={batch}: {old:.4f} s -> {same.step_time_s:.4f} s -> "
+              f"{a.step_time_s:.4f} s; {b.step_time_s:.4f} s")
 
 
 def scale_table(cm: CostModel, quick: bool) -> None:

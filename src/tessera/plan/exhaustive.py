@@ -12,13 +12,13 @@ search. They are exponential; use them only where the layers and devices are few
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.steptime import CostModel
 from tessera.plan.hybrid import flavor_groups, pipeline_configs, plan_data_parallel_layered
 from tessera.plan.models import LayeredModel
-from tessera.plan.pipeline import PipelineConfig, canonical_groups, step_time_s
+from tessera.plan.pipeline import FlavorGroup, PipelineConfig, canonical_groups, step_time_s
 from tessera.plan.pipeline_dp import widths_up_to
 from tessera.plan.stages import Stage, StageCosts, StageOption
 
@@ -65,8 +65,8 @@ def best_pipeline_step_s(sc: StageCosts) -> float:
                default=math.inf)
 
 
-def exhaustive_pipeline_step_s(model: LayeredModel, groups: list, config: PipelineConfig
-                               ) -> float:
+def exhaustive_pipeline_step_s(model: LayeredModel, groups: Sequence[FlavorGroup],
+                               config: PipelineConfig) -> float:
     """Best step time of ``model`` over ``groups`` by enumeration."""
     return best_pipeline_step_s(StageCosts(model, canonical_groups(groups), config))
 
