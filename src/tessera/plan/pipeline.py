@@ -158,13 +158,29 @@ class _Search:
         self.sc = sc
         self.orders = list(itertools.permutations(range(len(sc.groups))))
         self.rounds = 0
+        # per order: least Σt and least max t over all its plans (filled by the uncapped rounds)
+        self.least_sum: dict[tuple[int, ...], float] = {}
+        self.least_max: dict[tuple[int, ...], float] = {}
 
-    def solve(self, tau_s: float, alpha_s: float, *, bottleneck: bool = False
-              ) -> OrderResult | None:
+    def order_bound(self, order: tuple[int, ...]) -> float:
+        """Lower bound on the step time of every plan of ``order``: ``Σt_min + (M−1)·t_min``."""
+        m1 = self.sc.config.n_micro - 1
+        return self.least_sum.get(order, 0.0) + m1 * self.least_max.get(order, 0.0)
+
+    def solve(self, tau_s: float, alpha_s: float, *, bottleneck: bool = False,
+              best_step_s: float = math.inf) -> OrderResult | None:
+        """Best plan under the caps over the flavor orders that could still beat
+        ``best_step_s``."""
         caps = RoundCaps(tau_s, alpha_s)
+        uncapped = math.isinf(tau_s) and math.isinf(alpha_s)
         best: OrderResult | None = None
         for order in self.orders:
+            if self.order_bound(order) >= best_step_s:
+                continue
             r = solve_order(self.sc, order, caps, bottleneck=bottleneck)
+            if uncapped:
+                value = r.sum_time_s if r is not None else math.inf
+                (self.least_max if bottleneck else self.least_sum)[order] = value
             if r is not None and (best is None or r.sum_time_s < best.sum_time_s):
                 best = r
         self.rounds += 1
@@ -239,7 +255,7 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     while True:                      # τ walks down the (Σt, max t) front
         alpha, first_sum, max_t = math.inf, math.inf, 0.0
         while True:                  # α walks down the (Σt, max A) front under τ
-            r = search.solve(tau, alpha)
+            r = search.solve(tau, alpha, best_step_s=best)
             if r is None:
                 break
             first_sum = min(first_sum, r.sum_time_s)
