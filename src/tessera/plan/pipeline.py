@@ -18,16 +18,24 @@ and multiples of 8) and how it uses them — tensor-parallel degree, replicas, a
 recomputation, ZeRO level (:mod:`tessera.plan.stages`).
 
 **Exact optimum.** ``T_step`` mixes a sum and two maxima, so no single DP minimises it. The
-planner enumerates the bottleneck cap τ over the stage times that occur, in increasing order;
-for each τ it walks the gradient-sync cap α down through the Pareto front of (Σ t, max A),
-solving each (τ, α) with the exact DP of :mod:`tessera.plan.pipeline_dp` (least Σ t with every
-t_s ≤ τ and A_s ≤ α) over every flavor order. Every plan's step time is at most
-``Σt + (M−1)·τ + α`` with equality at the optimum's own caps, so the best plan found is the
-optimum of the search space. The walk stops once ``min Σt + (M − 1)·τ`` (a lower bound for
-every later τ) reaches the best step time found. Flavors are sorted by name first, so the
-answer does not depend on the order devices were listed in; and since offering more GPUs only
-adds choices, it never gets slower with more devices. :mod:`tessera.plan.exhaustive` enumerates
-the same space for tests.
+exact DP of :mod:`tessera.plan.pipeline_dp` solves the capped problem — least Σt with every
+``t_s ≤ τ`` and ``A_s ≤ α`` — over every flavor order, and the planner walks the caps:
+
+1. seed with the least-Σt plan and the least-bottleneck plan (the same DP with max for +),
+   whose values give lower bounds Σt_min and t_min;
+2. for a cap τ (first ∞), walk α down the (Σt, max A) front: solve, record the plan, lower α
+   below its largest sync time, until nothing fits or ``Σt + (M−1)·T`` of the plan just found
+   (T: the largest bottleneck seen at this τ) reaches the best step time — every plan left in
+   this walk has no smaller Σt and, if its bottleneck is below T, is met at a later τ;
+3. lower τ below the largest bottleneck seen and below ``(best − Σt_τ)/(M − 1)`` (no plan with
+   a larger bottleneck can win any more), and repeat until ``Σt_τ + (M−1)·t_min ≥ best``.
+
+Every plan is dominated, in all three terms, by some plan the walk solved, so the best plan
+found is the optimum of the search space. Flavor orders whose own ``Σt_min + (M−1)·t_min``
+cannot beat the best are skipped. Flavors are sorted by name first, so the answer does not
+depend on the order devices were listed in; and since offering more GPUs only adds choices, it
+never gets slower with more devices. :mod:`tessera.plan.exhaustive` enumerates the same space
+for tests.
 """
 
 from __future__ import annotations
