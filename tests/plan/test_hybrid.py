@@ -94,3 +94,16 @@ def test_hybrid_bad_input(cm: CostModel) -> None:
         plan_hybrid(gpt(), parse_devices("V100:2"), 0, cost_model=cm)
     with pytest.raises(SpecError, match=r"does not fit.*short by"):
         plan_hybrid(gpt(48, 6144, 48, 2048), parse_devices("T4:2"), 8, cost_model=cm)
+
+
+@pytest.mark.parametrize(("name", "fewer", "more", "batch"),
+                         [("gpt-12x4096", "V100:4", "V100:4,T4:2", 4),
+                          ("gpt-2x2048", "A100-40GB:1,T4:1", "A100-40GB:1,T4:2", 8),
+                          ("gpt-2x1024", "V100:1", "V100:1,RTX-2080Ti:1", 4)],
+                         ids=["issue-v100-t4", "one-more-t4", "new-flavor"])
+def test_hybrid_more_devices_never_slower(cm: CostModel, name: str, fewer: str, more: str,
+                                          batch: int) -> None:
+    model = layered_model(name)
+    a = plan_hybrid(model, parse_devices(fewer), batch, cost_model=cm, base=SMALL)
+    b = plan_hybrid(model, parse_devices(more), batch, cost_model=cm, base=SMALL)
+    assert b.step_time_s <= a.step_time_s * (1 + 1e-12)
