@@ -26,8 +26,8 @@ import json
 import os
 import sys
 import time
-from datetime import timedelta
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
