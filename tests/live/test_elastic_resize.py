@@ -147,3 +147,70 @@ def test_the_run_batch_is_stored_with_the_allocation(tmp_path: Path) -> None:
 
 def replace_batch(p: Placement, batch: int) -> Placement:
     return Placement(p.flavor, p.gpus_by_node, p.node_flavors, batch)
+
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_tessera_train_job_resumes_across_a_resize(service: LiveService,
+                                                      tmp_path: Path) -> None:
+    """A real ``tessera.train`` job (gloo, float64) grown from 1 GPU at batch 128 to 2 GPUs at
+    256: it checkpoints on SIGTERM, resumes at the new size and ends with the parameters of
+    single-process training on the same samples with the linearly scaled rate."""
+    import json
+    import sys
+
+    from tessera.train.checkpoint import parameters_of
+    from tessera.train.config import TrainConfig
+    from tessera.train.emulation import EmulationConfig
+    from tessera.train.worker import RESULT_NAME, STOPPED_EXIT_CODE, reference_training
+
+    steps = 40
+    cfg = TrainConfig("mlp", "V100:1", global_batch=128, steps=steps, split="equal",
+                      dtype="float64", checkpoint_every=5,
+                      emulation=EmulationConfig(overhead_s=0.05, per_sample_s=1e-6))
+    (tmp_path / "cfg.json").write_text(cfg.to_json())
+    ckpt, run_dir = tmp_path / "ckpt", tmp_path / "run"
+    request = (
+        f"name: t\nmodel: cifar10\nflavors: [v100]\ncheckpoint_dir: {ckpt}\n"
+        f"gpus: {{min: 1, max: 2}}\nglobal_batch: {{initial: 128, max: 512}}\n"
+        f"env: {{PYTHONPATH: {SRC}}}\n"
+        f"command: [{sys.executable}, -m, tessera.train.worker, --config, "
+        f"{tmp_path / 'cfg.json'}, --run-dir, {run_dir}]\n")
+    jid = service.submit(parse_request(request), TEAM_A).job_id
+    first = _running(service, jid)
+    wait_for(lambda: (ckpt / "latest.pt").exists(), timeout_s=120,
+             what="the first checkpoint")
+    _give(service, jid, Placement(first.flavor, ((first.gpus_by_node[0][0], 2),),
+                                  global_batch_samples=256))
+
+    def done() -> bool:
+        rec = service.store.get(jid)
+        assert rec is not None
+        if rec.final and rec.state is not JobState.SUCCEEDED:
+            raise AssertionError(f"{rec.state}: {rec.reason}")
+        return rec.state is JobState.SUCCEEDED
+
+    wait_for(done, timeout_s=240, what="the resized training job to finish")
+    result = json.loads((run_dir / RESULT_NAME).read_text())
+    log = result["log"]
+    assert [r["step"] for r in log] == list(range(steps))
+    resizes = [r["resize"] for r in log if r.get("resize")]
+    assert len(resizes) == 1
+    k = resizes[0]["step"]
+    assert 0 < k < steps
+    assert resizes[0] | {"lr": 0} == {
+        "step": k, "samples_consumed": 128 * k, "old_world_size": 1, "new_world_size": 2,
+        "old_global_batch": 128, "new_global_batch": 256, "lr": 0}
+    assert [len(r["split"]) for r in log] == [1] * k + [2] * (steps - k)
+    assert [r["lr"] for r in log] == pytest.approx([0.05] * k + [0.1] * (steps - k))
+    assert log[-1]["loss"] < log[0]["loss"]
+    rec = service.store.get(jid)
+    assert rec is not None and rec.attempts == 0
+    stopped = service.store.allocation(jid, 1)
+    assert stopped is not None and stopped.exit_code == STOPPED_EXIT_CODE  # checkpointed on TERM
+    params = parameters_of(ckpt)
+    reference = reference_training(cfg, phases=((k, 128), (steps - k, 256))).state_dict()
+    assert max(float((params[n] - reference[n]).abs().max()) for n in params) < 1e-9

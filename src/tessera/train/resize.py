@@ -45,6 +45,7 @@ from tessera.train.config import TrainConfig
 GLOBAL_BATCH_VAR = "TESSERA_GLOBAL_BATCH"
 LOCAL_BATCH_VAR = "TESSERA_LOCAL_BATCH"
 FLAVOR_VAR = "TESSERA_FLAVOR"
+CHECKPOINT_DIR_VAR = "TESSERA_CHECKPOINT_DIR"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +134,14 @@ def fit_to_launch(cfg: TrainConfig, world_size: int
                   ) -> tuple[TrainConfig, tuple[int, ...] | None]:
     """The configuration of this launch, and the split the launcher planned (if any).
 
-    A service launch may run the job at another size than its configuration names: the
-    global batch comes from ``TESSERA_GLOBAL_BATCH`` (``lr_batch`` stays the configured batch,
-    so the learning rate scales from it), and a world size other than the device list's takes
-    its devices from each rank's ``TESSERA_FLAVOR``. Then per-rank emulated ``speeds`` (given
-    for other ranks) fall back to the catalog's, and speed changes or an injected fault naming
-    a rank the launch lacks are dropped. A ``fixed`` split takes the launch's split (equal
+    A service launch may run the job at another size than its configuration names. A
+    configuration without a ``checkpoint_dir`` checkpoints in ``TESSERA_CHECKPOINT_DIR`` (the
+    directory every run of the job gets, so a resumed or resized run finds it). The global
+    batch comes from ``TESSERA_GLOBAL_BATCH`` (``lr_batch`` stays the configured batch, so the
+    learning rate scales from it), and a world size other than the device list's takes its
+    devices from each rank's ``TESSERA_FLAVOR``. Then per-rank emulated ``speeds`` (given for
+    other ranks) fall back to the catalog's, and speed changes or an injected fault naming a
+    rank the launch lacks are dropped. A ``fixed`` split takes the launch's split (equal
     shares without one). Call after the process group is up (ranks all-gather).
 
     Raises:
@@ -146,6 +149,9 @@ def fit_to_launch(cfg: TrainConfig, world_size: int
             ``TESSERA_GLOBAL_BATCH``, or local batches that do not add up.
     """
     changes: dict[str, Any] = {}
+    ckpt = os.environ.get(CHECKPOINT_DIR_VAR)
+    if cfg.checkpoint_dir is None and ckpt:
+        changes["checkpoint_dir"] = ckpt
     text = os.environ.get(GLOBAL_BATCH_VAR)
     if text is not None:
         try:
@@ -160,7 +166,7 @@ def fit_to_launch(cfg: TrainConfig, world_size: int
             "speed_changes": tuple(c for c in cfg.speed_changes if c.rank < world_size),
             "fail_at": cfg.fail_at if cfg.fail_at and cfg.fail_at.rank < world_size else None,
         }
-    if changes and cfg.split == "fixed":
+    if (set(changes) - {"checkpoint_dir"}) and cfg.split == "fixed":
         changes["fixed_split"] = equal_split(changes.get("global_batch", cfg.global_batch),
                                              world_size)
     fitted = cfg.with_changes(**changes) if changes else cfg

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -46,6 +47,43 @@ from tessera.train.resize import Resize, fit_to_launch, resume_balancer
 
 FAIL_EXIT_CODE = 17
 """Exit status of a rank killed by fault injection (``TrainConfig.fail_at``)."""
+STOPPED_EXIT_CODE = 143
+"""Exit status of a rank that stopped on request (SIGTERM) after checkpointing (128 + 15)."""
+GRACE_VAR = "TESSERA_GRACE_S"
+"""Set by the live service: the job has this long after SIGTERM to checkpoint and exit."""
+
+
+class StopRequested(Exception):
+    """All ranks agreed to stop after a step (one of them got SIGTERM); rank 0 checkpointed.
+
+    Attributes:
+        next_step: the step the checkpoint resumes at.
+    """
+
+    def __init__(self, next_step: int) -> None:
+        super().__init__(f"stopped on request; the checkpoint resumes at step {next_step}")
+        self.next_step = next_step
+
+
+class StopSignal:
+    """SIGTERM as a request to stop at the next step boundary, not a kill.
+
+    The live service stops a run (preemption, move, resize) with SIGTERM and expects a
+    checkpoint. A rank cannot checkpoint mid-step, and ranks receive the signal at slightly
+    different times, so the handler only raises a flag; the flag travels in the step's
+    all-reduce (:func:`~tessera.train.ddp.sync_gradients`), every rank sees the same answer,
+    and all stop after the same step.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> StopSignal:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.requested = True
 RESULT_NAME = "result.json"
 PROCESS_GROUP_TIMEOUT = timedelta(seconds=120)
 
@@ -120,13 +158,18 @@ def _print_step(record: dict[str, Any]) -> None:
 
 
 def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
-               restart_count: int = 0, start_split: tuple[int, ...] | None = None) -> None:
+               restart_count: int = 0, start_split: tuple[int, ...] | None = None,
+               stop: StopSignal | None = None) -> None:
     """Run (or resume) the job on this rank; rank 0 writes checkpoints and ``result.json``.
 
     ``start_split``: the split the launcher planned (``TESSERA_LOCAL_BATCH``), used instead of
     the configuration's step-0 split unless an exact resume brings its own balancer. A
     checkpoint written at another world size or global batch is resumed at this run's
-    (:mod:`tessera.train.resize`).
+    (:mod:`tessera.train.resize`). With ``stop``, a SIGTERM on any rank ends the run after the
+    current step with a checkpoint (:class:`StopRequested`).
+
+    Raises:
+        StopRequested: the run stopped on request before its last step.
     """
     emulate = use_emulation(cfg)
     device = torch.device("cpu")
@@ -190,7 +233,8 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             compute_s = time.perf_counter() - t0
         extras = sync_gradients(params, rank=rank, world_size=world_size, local_batch=local,
                                 global_batch=cfg.global_batch, compute_s=compute_s,
-                                local_loss=float(loss.detach()), overflow=overflow)
+                                local_loss=float(loss.detach()), overflow=overflow,
+                                stop=stop is not None and stop.requested)
         if not extras.overflow:
             optimizer.step()
         scaler.update(extras.overflow)
@@ -209,6 +253,12 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             checkpoint(step + 1)
         if rank == 0 and cfg.verbose:
             _print_step(record)
+        if extras.stop and step + 1 < cfg.steps:
+            if rank == 0:
+                checkpoint(step + 1)
+                print(f"stopped on request after step {step}; checkpoint in {ckpt_dir}",
+                      flush=True)
+            raise StopRequested(step + 1)
     if rank == 0:
         checkpoint(cfg.steps)
         result = {
@@ -223,8 +273,12 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
 
 
 def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,
-               restart_count: int = 0) -> None:
-    """Join the process group (from ``MASTER_ADDR``/``MASTER_PORT``), train, leave."""
+               restart_count: int = 0, stop: StopSignal | None = None) -> None:
+    """Join the process group (from ``MASTER_ADDR``/``MASTER_PORT``), train, leave.
+
+    Raises:
+        StopRequested: ``stop`` was signalled; every rank stopped after the same step.
+    """
     torch.set_num_threads(1)  # ranks share the CPU; one thread each keeps timings honest
     distributed = world_size > 1
     if distributed:
@@ -233,11 +287,13 @@ def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,
                                 timeout=PROCESS_GROUP_TIMEOUT)
     try:
         cfg, split = fit_to_launch(cfg, world_size)
-        train_loop(cfg, rank, world_size, Path(run_dir), restart_count, split)
-        if distributed:
-            # Leave together: a rank that closed its sockets while a peer still read the last
-            # all-reduce would reset the peer's connection.
-            dist.barrier()
+        try:
+            train_loop(cfg, rank, world_size, Path(run_dir), restart_count, split, stop)
+        finally:
+            if distributed and sys.exc_info()[0] in (None, StopRequested):
+                # Leave together: a rank that closed its sockets while a peer still read the
+                # last all-reduce would reset the peer's connection.
+                dist.barrier()
     finally:
         if distributed:
             dist.destroy_process_group()
@@ -279,8 +335,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = from_json(Path(args.config).read_text())
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
-    run_worker(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), cfg,
-               args.run_dir, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    # Under the live service SIGTERM means "checkpoint and exit"; elsewhere (torchrun, the
+    # local launcher) it keeps its default: a peer's failure must not wait for a step boundary.
+    stop = StopSignal().install() if GRACE_VAR in os.environ else None
+    try:
+        run_worker(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                   cfg, args.run_dir, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                   stop)
+    except StopRequested as e:
+        print(str(e), flush=True)
+        sys.exit(STOPPED_EXIT_CODE)
 
 
 if __name__ == "__main__":
