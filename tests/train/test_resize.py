@@ -198,3 +198,33 @@ def test_shrinking_to_one_rank_at_the_same_batch_continues_exactly(tmp_path):
     assert result.final_split == (12,)
     params = parameters_of(tmp_path / "checkpoints")
     assert _max_diff(params, reference_training(narrow).state_dict()) < TOL
+
+
+# -- stopping on request (the service's SIGTERM) -----------------------------------------------
+
+
+@pytest.mark.torch
+def test_a_stop_request_ends_the_run_after_the_step_with_a_checkpoint(tmp_path):
+    import signal
+
+    from tessera.train.worker import StopRequested, StopSignal, train_loop
+
+    stop = StopSignal()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        stop.install()
+        signal.raise_signal(signal.SIGTERM)  # handled: a flag, not a kill
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stop.requested
+    cfg = _cfg(devices="A100:1", steps=5, checkpoint_dir=str(tmp_path / "ckpt"))
+    with pytest.raises(StopRequested) as err:
+        train_loop(cfg, 0, 1, tmp_path, stop=stop)
+    assert err.value.next_step == 1
+    state = load_checkpoint(tmp_path / "ckpt")
+    assert state is not None and state.next_step == 1 and state.samples_consumed == 12
+    assert not (tmp_path / "result.json").exists()
+    train_loop(cfg, 0, 1, tmp_path)  # the next run resumes and finishes
+    final = load_checkpoint(tmp_path / "ckpt")
+    assert final is not None and final.next_step == 5 and final.samples_consumed == 60
+    assert _max_diff(final.model, reference_training(cfg).state_dict()) < TOL
