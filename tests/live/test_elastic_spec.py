@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from tessera.cli.job_text import job_lines
 from tessera.errors import SpecError
@@ -14,6 +15,8 @@ from tessera.live.spec import LiveJob, elastic_choice, parse_request, to_live_jo
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import job_json
 from tessera.perf.efficiency import load_efficiency
+from tests.live.helpers import TEAM_A as TOKEN
+from tests.live.helpers import auth
 
 ELASTIC = ("name: e\ncommand: sleep 1\nmodel: cifar10\n"
            "gpus: {min: 1, max: 8}\nglobal_batch: {initial: 256, max: 4096}\n")
@@ -118,3 +121,14 @@ def test_tessera_job_shows_the_ranges_and_the_resizes(service: LiveService,
                                     TEAM_A))
     lines = "\n".join(job_lines(rigid | {"events": []}, now_s=0.0))
     assert "batch: global batch 64" in lines and "resizes" not in lines
+
+
+def test_the_api_answers_a_bad_range_with_its_message(api: TestClient) -> None:
+    body = {"name": "e", "command": "sleep 1", "model": "cifar10",
+            "gpus": {"min": 1, "max": 8}, "global_batch": {"initial": 64, "max": 4096}}
+    r = api.post("/api/jobs", json=body, headers=auth(TOKEN))
+    assert r.status_code == 422
+    assert "global_batch initial 64 is outside cifar10's profiled range 128-4096" in r.text
+    ok = api.post("/api/jobs", json=body | {"global_batch": {"initial": 128, "max": 4096}},
+                  headers=auth(TOKEN))
+    assert ok.status_code == 201 and ok.json()["elastic"]["max_gpus"] == 8
