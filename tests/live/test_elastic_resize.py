@@ -21,7 +21,7 @@ from tessera.live.tenancy import Principal
 from tessera.model.jobs import JobState
 from tessera.sched.core import Decision
 from tessera.sched.snapshot import Placement
-from tests.live.helpers import wait_for
+from tests.live.helpers import make_service, wait_for
 
 TEAM_A = Principal("a", "team-a")
 RECORD = ('echo "$WORLD_SIZE ${TESSERA_GLOBAL_BATCH-unset} ${TESSERA_LOCAL_BATCH-unset}" '
@@ -154,11 +154,21 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 @pytest.mark.torch
 @pytest.mark.slow
-def test_a_tessera_train_job_resumes_across_a_resize(service: LiveService,
-                                                      tmp_path: Path) -> None:
+def test_a_tessera_train_job_resumes_across_a_resize(tmp_path: Path) -> None:
     """A real ``tessera.train`` job (gloo, float64) grown from 1 GPU at batch 128 to 2 GPUs at
     256: it checkpoints on SIGTERM, resumes at the new size and ends with the parameters of
-    single-process training on the same samples with the linearly scaled rate."""
+    single-process training on the same samples with the linearly scaled rate.
+
+    The grace period is long: on a loaded machine a rank may take seconds to reach the end of
+    its step and exit, and a kill would test the periodic checkpoint instead."""
+    service = make_service(tmp_path / "state", grace_s=60.0)
+    try:
+        _train_across_a_resize(service, tmp_path)
+    finally:
+        service.stop()
+
+
+def _train_across_a_resize(service: LiveService, tmp_path: Path) -> None:
     import json
     import sys
 
@@ -193,7 +203,7 @@ def test_a_tessera_train_job_resumes_across_a_resize(service: LiveService,
             raise AssertionError(f"{rec.state}: {rec.reason}")
         return rec.state is JobState.SUCCEEDED
 
-    wait_for(done, timeout_s=240, what="the resized training job to finish")
+    wait_for(done, timeout_s=400, what="the resized training job to finish")
     result = json.loads((run_dir / RESULT_NAME).read_text())
     log = result["log"]
     assert [r["step"] for r in log] == list(range(steps))

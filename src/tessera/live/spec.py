@@ -241,8 +241,10 @@ class LiveJob:
         env: extra environment variables for every rank.
         model: free-form model name, shown in listings.
         max_runtime_s: each run's runtime limit (``None``: the queue's default, if any).
-        global_batch: samples per optimizer step over all ranks; each launch splits it into
-            per-rank ``TESSERA_LOCAL_BATCH`` (:mod:`tessera.live.batches`). ``None``: no split.
+        global_batch: samples per optimizer step over all ranks (an elastic job's initial
+            batch); each launch splits it into per-rank ``TESSERA_LOCAL_BATCH``
+            (:mod:`tessera.live.batches`). ``None``: no split. A run of an elastic job may be
+            placed at another batch (:func:`tessera.live.resize.run_batch`).
     """
 
     spec: JobSpec

@@ -248,6 +248,7 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             "resize": resize.to_json() if resize is not None and step == start else None,
         }
         record["wall_s"] = time.perf_counter() - t0  # the synchronous step, as rank 0 saw it
+        record["end_s"] = time.time()  # wall clock, to line steps up with a service's events
         log.append(record)
         if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             checkpoint(step + 1)
@@ -344,7 +345,10 @@ def main(argv: list[str] | None = None) -> None:
                    stop)
     except StopRequested as e:
         print(str(e), flush=True)
-        sys.exit(STOPPED_EXIT_CODE)
+        sys.stderr.flush()
+        # At once: tearing down an interpreter with torch loaded can take seconds on a busy
+        # machine, and the grace period is counting. The checkpoint is already on disk.
+        os._exit(STOPPED_EXIT_CODE)
 
 
 if __name__ == "__main__":
