@@ -156,7 +156,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 @pytest.mark.slow
 def test_a_tessera_train_job_resumes_across_a_resize(tmp_path: Path) -> None:
     """A real ``tessera.train`` job (gloo, float64) grown from 1 GPU at batch 128 to 2 GPUs at
-    256: it checkpoints on SIGTERM, resumes at the new size and ends with the parameters of
+    256 and shrunk back: each run checkpoints on SIGTERM (both ranks of the 2-GPU run stop
+    after the same step), resumes at the new size, and the job ends with the parameters of
     single-process training on the same samples with the linearly scaled rate.
 
     The grace period is long: on a loaded machine a rank may take seconds to reach the end of
@@ -172,15 +173,15 @@ def _train_across_a_resize(service: LiveService, tmp_path: Path) -> None:
     import json
     import sys
 
-    from tessera.train.checkpoint import parameters_of
+    from tessera.train.checkpoint import load_checkpoint, parameters_of
     from tessera.train.config import TrainConfig
     from tessera.train.emulation import EmulationConfig
     from tessera.train.worker import RESULT_NAME, STOPPED_EXIT_CODE, reference_training
 
-    steps = 40
+    steps = 80
     cfg = TrainConfig("mlp", "V100:1", global_batch=128, steps=steps, split="equal",
                       dtype="float64", checkpoint_every=5,
-                      emulation=EmulationConfig(overhead_s=0.05, per_sample_s=1e-6))
+                      emulation=EmulationConfig(overhead_s=0.1, per_sample_s=1e-6))
     (tmp_path / "cfg.json").write_text(cfg.to_json())
     ckpt, run_dir = tmp_path / "ckpt", tmp_path / "run"
     request = (
@@ -190,11 +191,11 @@ def _train_across_a_resize(service: LiveService, tmp_path: Path) -> None:
         f"command: [{sys.executable}, -m, tessera.train.worker, --config, "
         f"{tmp_path / 'cfg.json'}, --run-dir, {run_dir}]\n")
     jid = service.submit(parse_request(request), TEAM_A).job_id
-    first = _running(service, jid)
-    wait_for(lambda: (ckpt / "latest.pt").exists(), timeout_s=120,
-             what="the first checkpoint")
-    _give(service, jid, Placement(first.flavor, ((first.gpus_by_node[0][0], 2),),
-                                  global_batch_samples=256))
+
+    def trained_at(world_size: int) -> bool:
+        """A checkpoint holds a step at this world size (the run has made progress)."""
+        state = load_checkpoint(ckpt)
+        return state is not None and state.world_size == world_size
 
     def done() -> bool:
         rec = service.store.get(jid)
@@ -203,24 +204,36 @@ def _train_across_a_resize(service: LiveService, tmp_path: Path) -> None:
             raise AssertionError(f"{rec.state}: {rec.reason}")
         return rec.state is JobState.SUCCEEDED
 
+    node = _running(service, jid).gpus_by_node[0][0]
+    wait_for(lambda: trained_at(1), timeout_s=120, what="a checkpoint on 1 rank")
+    _give(service, jid, Placement("V100-16GB", ((node, 2),), global_batch_samples=256))
+    wait_for(lambda: trained_at(2), timeout_s=200, what="a checkpoint on 2 ranks")
+    _give(service, jid, Placement("V100-16GB", ((node, 1),), global_batch_samples=128))
     wait_for(done, timeout_s=400, what="the resized training job to finish")
+
     result = json.loads((run_dir / RESULT_NAME).read_text())
     log = result["log"]
     assert [r["step"] for r in log] == list(range(steps))
     resizes = [r["resize"] for r in log if r.get("resize")]
-    assert len(resizes) == 1
-    k = resizes[0]["step"]
-    assert 0 < k < steps
+    assert len(resizes) == 2
+    k1, k2 = resizes[0]["step"], resizes[1]["step"]
+    assert 0 < k1 < k2 < steps
     assert resizes[0] | {"lr": 0} == {
-        "step": k, "samples_consumed": 128 * k, "old_world_size": 1, "new_world_size": 2,
+        "step": k1, "samples_consumed": 128 * k1, "old_world_size": 1, "new_world_size": 2,
         "old_global_batch": 128, "new_global_batch": 256, "lr": 0}
-    assert [len(r["split"]) for r in log] == [1] * k + [2] * (steps - k)
-    assert [r["lr"] for r in log] == pytest.approx([0.05] * k + [0.1] * (steps - k))
+    assert resizes[1] | {"lr": 0} == {
+        "step": k2, "samples_consumed": 128 * k1 + 256 * (k2 - k1), "old_world_size": 2,
+        "new_world_size": 1, "old_global_batch": 256, "new_global_batch": 128, "lr": 0}
+    assert [len(r["split"]) for r in log] == [1] * k1 + [2] * (k2 - k1) + [1] * (steps - k2)
+    assert [r["lr"] for r in log] == pytest.approx(
+        [0.05] * k1 + [0.1] * (k2 - k1) + [0.05] * (steps - k2))
     assert log[-1]["loss"] < log[0]["loss"]
     rec = service.store.get(jid)
-    assert rec is not None and rec.attempts == 0
-    stopped = service.store.allocation(jid, 1)
-    assert stopped is not None and stopped.exit_code == STOPPED_EXIT_CODE  # checkpointed on TERM
+    assert rec is not None and rec.attempts == 0 and rec.runs == 3
+    for run in (1, 2):  # both stops checkpointed on SIGTERM, the 2-rank one on both ranks
+        stopped = service.store.allocation(jid, run)
+        assert stopped is not None and stopped.exit_code == STOPPED_EXIT_CODE, stopped
     params = parameters_of(ckpt)
-    reference = reference_training(cfg, phases=((k, 128), (steps - k, 256))).state_dict()
+    phases = ((k1, 128), (k2 - k1, 256), (steps - k2, 128))
+    reference = reference_training(cfg, phases=phases).state_dict()
     assert max(float((params[n] - reference[n]).abs().max()) for n in params) < 1e-9

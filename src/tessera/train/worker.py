@@ -288,13 +288,17 @@ def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,
                                 timeout=PROCESS_GROUP_TIMEOUT)
     try:
         cfg, split = fit_to_launch(cfg, world_size)
+        stopped: StopRequested | None = None
         try:
             train_loop(cfg, rank, world_size, Path(run_dir), restart_count, split, stop)
-        finally:
-            if distributed and sys.exc_info()[0] in (None, StopRequested):
-                # Leave together: a rank that closed its sockets while a peer still read the
-                # last all-reduce would reset the peer's connection.
-                dist.barrier()
+        except StopRequested as e:  # every rank stopped after the same step
+            stopped = e
+        if distributed:
+            # Leave together: a rank that closed its sockets while a peer still read the last
+            # all-reduce would reset the peer's connection.
+            dist.barrier()
+        if stopped is not None:
+            raise stopped
     finally:
         if distributed:
             dist.destroy_process_group()
