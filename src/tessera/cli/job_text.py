@@ -69,6 +69,13 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
         ("state", job["state"]),
         ("request", f"{job['gpus']} GPU(s) of {flavors_text(job['flavors'])}"),
     ]
+    elastic = job.get("elastic")
+    if elastic:
+        rows.append(("elastic", f"{elastic['min_gpus']}-{elastic['max_gpus']} GPUs, global batch "
+                                f"{elastic['initial_batch']}-{elastic['max_batch']} "
+                                f"(efficiency of {elastic['efficiency_model']})"))
+    elif job.get("global_batch") is not None:
+        rows.append(("batch", f"global batch {job['global_batch']}"))
     if job.get("placement"):
         rows.append(("placement", job["placement"]))
     elif not job.get("final"):
@@ -79,6 +86,9 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
         rows.append(("command", " ".join(job["command"])))
     rows.append(("attempts", f"{job['attempts']} (retries allowed: {job['max_retries']}), "
                              f"runs {job['runs']}"))
+    if elastic and job.get("events") is not None:
+        resizes = sum(1 for e in job["events"] if e["kind"] == "resized")
+        rows.append(("resizes", str(resizes)))
     if job.get("exit_code") is not None:
         rows.append(("exit code", str(job["exit_code"])))
     rows += _times(job, now_s)

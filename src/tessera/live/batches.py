@@ -105,7 +105,8 @@ class LocalBatches:
 
 
 def plan_local_batches(job: LiveJob, placement: Placement, oracle: ThroughputOracle,
-                       cost_model: CostModel | None = None) -> LocalBatches | None:
+                       cost_model: CostModel | None = None,
+                       global_batch: int | None = None) -> LocalBatches | None:
     """The local batch of every rank of ``job`` on ``placement``; ``None`` without a
     ``global_batch``. Never raises: a failure falls back to equal shares, with the error as
     the reason (see the module docstring for the sources).
@@ -116,15 +117,18 @@ def plan_local_batches(job: LiveJob, placement: Placement, oracle: ThroughputOra
         oracle: the service's throughput oracle (its table and cluster).
         cost_model: the planner's cost model; default the process-wide one of
             :func:`tessera.plan.api.default_cost_model`.
+        global_batch: the run's global batch when it is not the job's own (an elastic job
+            resized to another batch, :func:`tessera.live.resize.run_batch`).
     """
-    if job.global_batch is None:
+    batch = global_batch if global_batch is not None else job.global_batch
+    if batch is None:
         return None
     flavors = [f for _node, count, f in placement.parts() for _ in range(count)]
     try:
-        return _split(job, flavors, job.global_batch, oracle, cost_model)
+        return _split(job, flavors, batch, oracle, cost_model)
     except Exception as e:  # a launch must not fail because a speed estimate did
         log.exception("job %s: local batches fell back to equal shares", job.spec.job_id)
-        return LocalBatches(equal_split(job.global_batch, len(flavors)), EQUAL,
+        return LocalBatches(equal_split(batch, len(flavors)), EQUAL,
                             f"the split failed ({type(e).__name__}: {e})")
 
 

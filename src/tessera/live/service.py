@@ -41,7 +41,8 @@ from tessera.live.batches import plan_local_batches
 from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
-from tessera.live.spec import JobRequest, to_live_job
+from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
+from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.store import HOLDING, Allocation, JobRecord, Store
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
 from tessera.live.view import build_snapshot
@@ -138,13 +139,18 @@ class LiveService:
         job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now_s)
         reason = infeasibility(job.spec, self.cluster, self.oracle, self.settings.mixed_gangs)
         borrow = quota.borrowing_limit_gpus
-        if reason is None and borrow is not None and req.gpus > quota.nominal_gpus + borrow:
-            reason = (f"needs {req.gpus} GPUs; queue {queue!r} may hold at most "
+        gpus = job.spec.num_gpus
+        if reason is None and borrow is not None and gpus > quota.nominal_gpus + borrow:
+            reason = (f"needs {gpus} GPUs; queue {queue!r} may hold at most "
                       f"{quota.nominal_gpus + borrow} ({quota.nominal_gpus} nominal + {borrow} "
                       "borrowable)")
         if reason is not None:
             raise Rejected(f"rejected: {reason}")
         self.store.add_job(job, now_s)
+        note = elastic_choice(req).note
+        if note:
+            with self.store.tx() as db:
+                self.store.event(db, now_s, job.spec.job_id, "rigid", note)
         rec = self.store.get(job.spec.job_id)  # read before the loop may admit it
         assert rec is not None
         self.poke()
@@ -288,15 +294,28 @@ class LiveService:
                 if rec is None or rec.final:
                     continue
                 p = d.placements[jid]
+                bad = out_of_range(rec.job, p)
+                if bad is not None:  # a policy bug; the job keeps what it has
+                    log.warning("job %s: decision ignored: %s", jid, bad)
+                    self.store.event(db, now_s, jid, "placement-refused", bad)
+                    continue
+                change = None
                 if rec.state in (JobState.RUNNING, JobState.ADMITTED):
-                    # A move: the current run stops and the next one is planned now; it
-                    # launches as soon as the GPUs it needs have drained.
-                    self._request_stop(db, jid, now_s, "moving to " + p.describe(), "move")
+                    # A move (a resize when the size or batch changes): the current run stops
+                    # with its checkpoint and the next one is planned now; it launches as soon
+                    # as the GPUs it needs have drained.
+                    held = self.store.allocations(HOLDING, job_id=jid)
+                    change = size_change(rec.job, held[-1].placement, p) if held else None
+                    why = f"resizing ({change.describe()})" if change else "moving"
+                    self._request_stop(db, jid, now_s, f"{why} to {p.describe()}", "move")
                     rec = self.store.get(jid)
                     assert rec is not None
                 run = rec.runs + 1
                 self.store.add_allocation(db, jid, run, p, now_s)
                 what = f"run {run} on {p.describe()}"
+                if change is not None:
+                    self.store.event(db, now_s, jid, RESIZED,
+                                     f"run {run}: {change.describe()} on {p.describe()}")
                 if rec.state is JobState.PENDING:
                     self.store.transition(db, jid, JobState.ADMITTED, now_s, what, runs=run,
                                           reason="")
@@ -372,12 +391,14 @@ class LiveService:
         job = rec.job
         ckpt = job.checkpoint_dir or str(self.work_dir / "checkpoints" / a.job_id)
         queue = self.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
-        batches = plan_local_batches(job, a.placement, self.oracle)
+        batch = run_batch(job, a.placement)
+        batches = plan_local_batches(job, a.placement, self.oracle, global_batch=batch)
         if batches:
             with self.store.tx() as db:
                 self.store.event(db, self.clock(), a.job_id, "local-batches",
                                  f"run {a.run}: {batches.describe()}")
-        spec = LaunchSpec(a.job_id, a.run, job.argv, job.env, a.placement, ckpt,
+        env = job.env if batch is None else (*job.env, ("TESSERA_GLOBAL_BATCH", str(batch)))
+        spec = LaunchSpec(a.job_id, a.run, job.argv, env, a.placement, ckpt,
                           local_batches=batches.batches if batches else None,
                           requires_locality=job.spec.requires_locality,
                           run_as=queue.run_as or self.opts.run_as,

@@ -19,6 +19,19 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
     expected_duration_s: 600    # optional hint for size-aware policies
     max_runtime_s: 7200         # optional: a run still going after this is stopped and fails
 
+An **elastic** job (Pollux, Sia) gives ranges instead of numbers; the scheduler may then run it
+on any GPU count and global batch inside them, resizing it by checkpoint-restart::
+
+    gpus: {min: 1, max: 16}               # optional initial: (default min), what it starts on
+    global_batch: {initial: 256, max: 4096}
+    model: cifar10                        # a model with statistical-efficiency data
+
+Either may stay a number (``gpus: 4`` with a batch range adapts only the batch). A GPU range
+needs a ``global_batch``. The efficiency of a batch comes from the model's measured validation
+curves (:mod:`tessera.perf.efficiency`); a batch range outside the measured one is refused, and
+a job whose model has no such data runs *rigid* at its initial size, with a note in its events
+-- never on a guessed efficiency (:func:`elastic_choice`).
+
 Unknown fields are errors (``extra="forbid"``), so a typo such as ``gpu: 4`` fails loudly
 instead of silently running on one GPU. Sizes are bounded (:class:`~tessera.live.limits.ApiLimits`,
 configurable), numbers must be finite, and what would break a launch is refused here: a NUL
@@ -32,14 +45,23 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from tessera.errors import SpecError, UnknownFlavorError
+from tessera.errors import NoProfileError, SpecError, UnknownFlavorError
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor, resolve_flavors
-from tessera.model.jobs import JobId, JobSpec
+from tessera.model.jobs import ElasticRange, JobId, JobSpec
 
 #: Job type given to commands without a profiled model; the oracle runs them at 1 step/s.
 UNPROFILED_JOB_TYPE = "command"
@@ -51,6 +73,65 @@ RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "L
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+MAX_GPUS = 4096
+MAX_GLOBAL_BATCH = 10_000_000
+
+
+class GpuRange(BaseModel):
+    """An elastic job's GPU count: anywhere from ``min`` to ``max``, starting at ``initial``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: int = Field(ge=1, le=MAX_GPUS)
+    max: int = Field(ge=1, le=MAX_GPUS)
+    initial: int | None = Field(None, ge=1, le=MAX_GPUS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GpuRange:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        if self.initial is not None and not self.min <= self.initial <= self.max:
+            raise ValueError(f"initial {self.initial} is outside {self.min}-{self.max}")
+        return self
+
+    @property
+    def start(self) -> int:
+        """The count it asks for first (``initial``, else ``min``)."""
+        return self.initial if self.initial is not None else self.min
+
+
+class BatchRange(BaseModel):
+    """An elastic job's global batch: it starts at ``initial`` and may grow up to ``max``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    initial: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
+    max: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BatchRange:
+        if self.initial > self.max:
+            raise ValueError(f"initial {self.initial} is above max {self.max}")
+        return self
+
+
+def _number_or_range(value: Any) -> str:
+    """Which shape of a ``gpus``/``global_batch`` value was given (a mapping is a range)."""
+    return _RANGE_TAG if isinstance(value, dict | BaseModel) else _NUMBER_TAG
+
+
+_NUMBER_TAG, _RANGE_TAG = "<number>", "<range>"
+"""Tags of the two shapes; :func:`describe_errors` leaves them out of a field's name."""
+GpusField = Annotated[
+    Annotated[Annotated[int, Field(ge=1, le=MAX_GPUS)], Tag(_NUMBER_TAG)]
+    | Annotated[GpuRange, Tag(_RANGE_TAG)],
+    Discriminator(_number_or_range)]
+BatchField = Annotated[
+    Annotated[Annotated[int, Field(gt=0, le=MAX_GLOBAL_BATCH)], Tag(_NUMBER_TAG)]
+    | Annotated[BatchRange, Tag(_RANGE_TAG)],
+    Discriminator(_number_or_range)]
+
+
 class JobRequest(BaseModel):
     """A job as submitted (see the module docstring for an example)."""
 
@@ -59,8 +140,8 @@ class JobRequest(BaseModel):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     queue: str | None = Field(None, min_length=1, max_length=64)
     command: str | list[str]
-    gpus: int = Field(1, ge=1, le=4096)
-    global_batch: int | None = Field(None, gt=0, le=10_000_000)
+    gpus: GpusField = 1
+    global_batch: BatchField | None = None
     flavors: list[str] = Field(default_factory=list)
     priority: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
     max_retries: int = Field(0, ge=0, le=100)
@@ -84,10 +165,40 @@ class JobRequest(BaseModel):
 
     @model_validator(mode="after")
     def _a_sample_per_rank(self) -> JobRequest:
-        if self.global_batch is not None and self.global_batch < self.gpus:
-            raise ValueError(f"global_batch {self.global_batch} is smaller than gpus "
-                             f"{self.gpus}: every rank needs at least one sample per step")
+        batch = self.initial_batch
+        if batch is not None and batch < self.initial_gpus:
+            raise ValueError(f"global_batch {batch} is smaller than gpus "
+                             f"{self.initial_gpus}: every rank needs at least one sample per step")
+        if isinstance(self.gpus, GpuRange):
+            if batch is None:
+                raise ValueError("a gpus range needs a global_batch (an elastic job's progress "
+                                 "is measured in samples)")
+            if self.max_batch is not None and self.max_batch < self.gpus.max:
+                raise ValueError(f"global_batch max {self.max_batch} is smaller than gpus max "
+                                 f"{self.gpus.max}: every rank needs at least one sample per step")
         return self
+
+    @property
+    def initial_gpus(self) -> int:
+        """The GPU count the job asks for first (its only one unless ``gpus`` is a range)."""
+        return self.gpus.start if isinstance(self.gpus, GpuRange) else self.gpus
+
+    @property
+    def initial_batch(self) -> int | None:
+        """The global batch it starts at (``None``: no batch)."""
+        b = self.global_batch
+        return b.initial if isinstance(b, BatchRange) else b
+
+    @property
+    def max_batch(self) -> int | None:
+        """The largest global batch it may run at."""
+        b = self.global_batch
+        return b.max if isinstance(b, BatchRange) else b
+
+    @property
+    def asks_elastic(self) -> bool:
+        """Whether the request gives a GPU or batch range."""
+        return isinstance(self.gpus, GpuRange) or isinstance(self.global_batch, BatchRange)
 
     @field_validator("checkpoint_dir")
     @classmethod
@@ -130,8 +241,10 @@ class LiveJob:
         env: extra environment variables for every rank.
         model: free-form model name, shown in listings.
         max_runtime_s: each run's runtime limit (``None``: the queue's default, if any).
-        global_batch: samples per optimizer step over all ranks; each launch splits it into
-            per-rank ``TESSERA_LOCAL_BATCH`` (:mod:`tessera.live.batches`). ``None``: no split.
+        global_batch: samples per optimizer step over all ranks (an elastic job's initial
+            batch); each launch splits it into per-rank ``TESSERA_LOCAL_BATCH``
+            (:mod:`tessera.live.batches`). ``None``: no split. A run of an elastic job may be
+            placed at another batch (:func:`tessera.live.resize.run_batch`).
     """
 
     spec: JobSpec
@@ -143,8 +256,14 @@ class LiveJob:
     max_runtime_s: float | None = None
     global_batch: int | None = None
 
+    @property
+    def elastic(self) -> ElasticRange | None:
+        """The job's GPU and batch range, ``None`` for a rigid job."""
+        return self.spec.elastic
+
     def to_json(self) -> str:
         s = self.spec
+        e = s.elastic
         return json.dumps({
             "job_id": s.job_id, "job_type": s.job_type, "num_gpus": s.num_gpus,
             "total_steps": s.total_steps, "submit_time_s": s.submit_time_s,
@@ -154,6 +273,11 @@ class LiveJob:
             "name": self.name, "argv": list(self.argv), "checkpoint_dir": self.checkpoint_dir,
             "env": dict(self.env), "model": self.model, "max_runtime_s": self.max_runtime_s,
             "global_batch": self.global_batch,
+            "elastic": None if e is None else {
+                "min_gpus": e.min_gpus, "max_gpus": e.max_gpus,
+                "initial_batch_samples": e.initial_batch_samples,
+                "max_batch_samples": e.max_batch_samples, "efficiency_model": e.efficiency_model,
+                "target_samples": e.target_samples},
         })
 
     @classmethod
@@ -165,24 +289,83 @@ class LiveJob:
             flavors=resolve_flavors(d["flavors"]), priority_weight=d["priority_weight"],
             queue=d["queue"], max_retries=d["max_retries"],
             requires_locality=d["requires_locality"],
+            elastic=ElasticRange(**d["elastic"]) if d.get("elastic") else None,
         )
         return cls(spec, d["name"], tuple(d["argv"]), d["checkpoint_dir"],
                    tuple(sorted(d["env"].items())), d["model"], d.get("max_runtime_s"),
                    d.get("global_batch"))
 
 
+@dataclass(frozen=True, slots=True)
+class ElasticChoice:
+    """What becomes of a request's ranges: an elastic range, or rigid with a note why.
+
+    Attributes:
+        elastic: the job's :class:`~tessera.model.jobs.ElasticRange`; ``None`` = rigid.
+        note: for a request that gave ranges but runs rigid, why (shown in its events).
+    """
+
+    elastic: ElasticRange | None
+    note: str = ""
+
+
+def elastic_choice(req: JobRequest) -> ElasticChoice:
+    """The elastic range of a request, from its model's statistical-efficiency data.
+
+    A request without ranges is rigid, silently. One with ranges whose ``model`` has no
+    validation curves (or names none) runs rigid at its initial GPU count and batch, with a
+    note: the efficiency of another batch would be a guess.
+
+    Raises:
+        SpecError: the batch range lies outside the range the model's curves measured.
+    """
+    from tessera.perf.efficiency import load_efficiency
+    from tessera.perf.sia import sia_models
+
+    if not req.asks_elastic:
+        return ElasticChoice(None)
+    gpus, batch = req.initial_gpus, req.initial_batch
+    assert batch is not None and req.max_batch is not None  # the validators saw to it
+    rigid = f"it runs rigid on {gpus} GPU(s) at global batch {batch}"
+    if req.model is None:
+        return ElasticChoice(None, f"elastic range ignored: the job names no model, so no "
+                                   f"statistical efficiency is known; {rigid}")
+    if req.model not in sia_models():
+        return ElasticChoice(None, f"elastic range ignored: model {req.model!r} has no "
+                                   f"statistical-efficiency data (profiled: "
+                                   f"{', '.join(sia_models())}); {rigid}")
+    try:
+        eff = load_efficiency(req.model)
+    except NoProfileError as e:  # NoEfficiencyDataError: profiled, but no validation curves
+        return ElasticChoice(None, f"elastic range ignored: {e}; {rigid}")
+    lo, hi = eff.initial_batch_samples, eff.max_batch_samples
+    for what, b in (("initial", batch), ("max", req.max_batch)):
+        if not lo <= b <= hi:
+            raise SpecError(f"invalid job request: global_batch {what} {b} is outside "
+                            f"{req.model}'s profiled range {lo}-{hi} (no statistical "
+                            "efficiency is known there)")
+    low, high = (req.gpus.min, req.gpus.max) if isinstance(req.gpus, GpuRange) else (gpus, gpus)
+    return ElasticChoice(ElasticRange(low, high, batch, req.max_batch, req.model,
+                                      eff.target_samples))
+
+
 def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) -> LiveJob:
-    """Bind a request to an id, a queue and a submission time."""
+    """Bind a request to an id, a queue and a submission time.
+
+    Raises:
+        SpecError: an elastic batch range outside its model's profiled range.
+    """
     argv = ("/bin/sh", "-c", req.command) if isinstance(req.command, str) else tuple(req.command)
     steps = req.total_steps or req.expected_duration_s or DEFAULT_EXPECTED_DURATION_S
     spec = JobSpec(
-        job_id=JobId(job_id), job_type=req.job_type or UNPROFILED_JOB_TYPE, num_gpus=req.gpus,
-        total_steps=steps, submit_time_s=submit_time_s, flavors=resolve_flavors(req.flavors),
-        priority_weight=req.priority, queue=queue, max_retries=req.max_retries,
-        requires_locality=req.requires_locality,
+        job_id=JobId(job_id), job_type=req.job_type or UNPROFILED_JOB_TYPE,
+        num_gpus=req.initial_gpus, total_steps=steps, submit_time_s=submit_time_s,
+        flavors=resolve_flavors(req.flavors), priority_weight=req.priority, queue=queue,
+        max_retries=req.max_retries, requires_locality=req.requires_locality,
+        elastic=elastic_choice(req).elastic,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
-                   req.model, req.max_runtime_s, req.global_batch)
+                   req.model, req.max_runtime_s, req.initial_batch)
 
 
 def parse_request(text: str, fmt: str = "yaml",
@@ -222,7 +405,8 @@ def describe_errors(e: ValidationError, most: int = 10) -> list[str]:
     errors = e.errors(include_url=False, include_input=False)
     out = []
     for err in errors[:most]:
-        loc = ".".join(_short(str(x)) for x in err["loc"]) or "request"
+        loc = ".".join(_short(str(x)) for x in err["loc"]
+                       if x not in (_NUMBER_TAG, _RANGE_TAG)) or "request"
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         out.append(f"{loc}: {msg}")
     if len(errors) > most:

@@ -31,7 +31,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS allocations (
     job_id TEXT NOT NULL, run INTEGER NOT NULL, flavor TEXT NOT NULL, gpus_json TEXT NOT NULL,
     status TEXT NOT NULL, stop_reason TEXT, created_s REAL NOT NULL, started_s REAL,
     ended_s REAL, exit_code INTEGER, detail TEXT NOT NULL DEFAULT '',
+    global_batch_samples INTEGER,
     PRIMARY KEY (job_id, run));
 CREATE INDEX IF NOT EXISTS alloc_status ON allocations(status);
 CREATE TABLE IF NOT EXISTS events (
@@ -145,6 +146,8 @@ def _alloc(row: tuple[Any, ...]) -> Allocation:
         p = Placement.mixed(tuple((n, f, int(c)) for n, c, f in entries))
     else:
         p = Placement(row[2], tuple((n, int(c)) for n, c in entries))
+    if row[11] is not None:  # the global batch an elastic job's run was planned at
+        p = replace(p, global_batch_samples=int(row[11]))
     return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10])
 
 
@@ -160,6 +163,9 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA + memory.SCHEMA)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(allocations)")}
+        if "global_batch_samples" not in columns:  # a state file from before elastic jobs
+            self._db.execute("ALTER TABLE allocations ADD COLUMN global_batch_samples INTEGER")
         self._lock = threading.RLock()
         self._specs: dict[str, LiveJob] = {}
 
@@ -287,10 +293,10 @@ class Store:
     def add_allocation(self, db: sqlite3.Connection, job_id: str, run: int, p: Placement,
                        now_s: float) -> None:
         db.execute(
-            "INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s)"
-            " VALUES (?, ?, ?, ?, 'planned', ?)",
+            "INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s,"
+            " global_batch_samples) VALUES (?, ?, ?, ?, 'planned', ?, ?)",
             (job_id, run, p.flavor, json.dumps(p.parts() if p.is_mixed else p.gpus_by_node),
-             now_s))
+             now_s, p.global_batch_samples))
 
     def set_allocation(self, db: sqlite3.Connection, job_id: str, run: int, **cols: object) -> None:
         sets = ", ".join(f"{k}=?" for k in cols)

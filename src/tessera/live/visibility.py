@@ -39,8 +39,19 @@ def job_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
         "job_type": s.job_type, "requires_locality": s.requires_locality,
         "submitted_s": s.submit_time_s, "started_s": rec.first_start_s,
         "finished_s": rec.finish_s, "reason": rec.reason, "exit_code": rec.exit_code,
-        "placement": placement,
+        "placement": placement, "global_batch": rec.job.global_batch,
+        "elastic": _elastic_json(rec),
     }
+
+
+def _elastic_json(rec: JobRecord) -> dict[str, Any] | None:
+    """An elastic job's ranges (``None`` for a rigid job)."""
+    e = rec.job.elastic
+    if e is None:
+        return None
+    return {"min_gpus": e.min_gpus, "max_gpus": e.max_gpus,
+            "initial_batch": e.initial_batch_samples, "max_batch": e.max_batch_samples,
+            "efficiency_model": e.efficiency_model}
 
 
 def queues_json(svc: LiveService, who: Principal) -> dict[str, Any]:

@@ -39,8 +39,10 @@ class Placement:
     flavor: str
     gpus_by_node: tuple[tuple[str, int], ...]
     node_flavors: tuple[str, ...] = ()
+    global_batch_samples: int | None = None
+    """The global batch an elastic job runs at in this placement; None = the job's own batch."""
     # Derived once at construction (the simulator asks for them on every advance of a running
-    # job); not compared, hashed or shown, so equality stays that of the three fields above.
+    # job); not compared, hashed or shown, so equality stays that of the four fields above.
     num_gpus: int = field(init=False, compare=False, repr=False)
     """GPUs in the gang."""
     consolidated: bool = field(init=False, compare=False, repr=False)

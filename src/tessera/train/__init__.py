@@ -15,6 +15,7 @@ Modules, from the bottom up:
 * :mod:`~tessera.train.examples` -- small models on deterministic synthetic data (torch);
 * :mod:`~tessera.train.ddp` -- the weighted gradient all-reduce (torch);
 * :mod:`~tessera.train.checkpoint` -- atomic checkpoints for exact resume (torch);
+* :mod:`~tessera.train.resize` -- resuming at another world size and global batch (torch);
 * :mod:`~tessera.train.worker` -- the per-rank loop, also a ``torchrun`` entry point (torch);
 * :mod:`~tessera.train.launcher` -- local processes, restarts and results (torch).
 

@@ -7,6 +7,10 @@ checkpoint and continues from it. Because the synthetic data of a step depends o
 momentum, the current split and the balancer's measurements, the loss scale and the per-step log),
 the resumed run computes the same updates as an uninterrupted one.
 
+A checkpoint also records the data position (``samples_consumed``: how far into the example's
+sample stream training got) and the world size and global batch it was written at, so a run
+can resume at *another* size: :mod:`tessera.train.resize`.
+
 Only rank 0 writes (all ranks hold identical parameters after every synchronised step). A write
 goes to a temporary file that is then renamed over ``latest.pt``: a crash during the write leaves
 the previous checkpoint intact, never a torn file.
@@ -36,6 +40,9 @@ class TrainState:
         balancer: :meth:`OnlineBalancer.state_dict` (the split of ``next_step`` included).
         loss_scale: the fp16 loss scale.
         log: per-step records so far (JSON-able dicts), so the final report covers the whole run.
+        samples_consumed: samples of the data stream trained on so far (the next step starts
+            there); with a constant batch, ``next_step × global_batch``.
+        world_size / global_batch: the ranks and samples per step of the run that wrote it.
     """
 
     next_step: int
@@ -44,6 +51,9 @@ class TrainState:
     balancer: dict[str, Any]
     loss_scale: float
     log: list[dict[str, Any]]
+    samples_consumed: int
+    world_size: int
+    global_batch: int
 
 
 def checkpoint_path(directory: str | os.PathLike[str]) -> Path:
@@ -64,6 +74,9 @@ def save_checkpoint(directory: str | os.PathLike[str], state: TrainState) -> Pat
             "balancer": state.balancer,
             "loss_scale": state.loss_scale,
             "log": state.log,
+            "samples_consumed": state.samples_consumed,
+            "world_size": state.world_size,
+            "global_batch": state.global_batch,
         },
         tmp,
     )
@@ -79,6 +92,8 @@ def load_checkpoint(directory: str | os.PathLike[str] | None) -> TrainState | No
     if not path.exists():
         return None
     raw = torch.load(path, map_location="cpu", weights_only=False)
+    # Checkpoints written before resizing existed ran at the balancer's batch and split.
+    batch = int(raw.get("global_batch", raw["balancer"]["global_batch"]))
     return TrainState(
         next_step=int(raw["next_step"]),
         model=raw["model"],
@@ -86,6 +101,9 @@ def load_checkpoint(directory: str | os.PathLike[str] | None) -> TrainState | No
         balancer=raw["balancer"],
         loss_scale=float(raw["loss_scale"]),
         log=list(raw["log"]),
+        samples_consumed=int(raw.get("samples_consumed", int(raw["next_step"]) * batch)),
+        world_size=int(raw.get("world_size", len(raw["balancer"]["split"]))),
+        global_batch=batch,
     )
 
 

@@ -32,6 +32,7 @@ from tessera.train.prior import (
 )
 
 SPLIT_MODES = ("planned", "equal", "fixed")
+LR_SCALINGS = ("linear", "none")
 DTYPES = ("float32", "float64")
 EXAMPLE_NAMES = ("mlp", "cnn", "transformer")
 """Kept here (not imported from :mod:`tessera.train.examples`) so validation needs no torch."""
@@ -60,7 +61,11 @@ class TrainConfig:
             example's (:data:`~tessera.train.prior.PLAN_MODELS`).
         seed: seeds the model initialisation and the synthetic data.
         dtype: parameter and data type on CPU (``float64`` for exactness tests).
-        lr / momentum: SGD hyper-parameters.
+        lr / momentum: SGD hyper-parameters; ``lr`` is the rate at ``lr_batch`` samples.
+        lr_batch: the global batch ``lr`` was chosen for; ``None`` = ``global_batch``. A run
+            resumed or relaunched at another global batch keeps it (see ``lr_scaling``).
+        lr_scaling: how the rate follows the global batch B: ``linear`` (``lr × B /
+            lr_batch``, Goyal et al.'s rule, one of Pollux's) or ``none`` (``lr`` at any B).
         emulate: emulate heterogeneity by padding compute (``None``: when no GPU is usable).
         speeds: emulated relative speeds per rank; ``None`` derives them from the catalog.
         emulation: the emulated device model.
@@ -83,6 +88,8 @@ class TrainConfig:
     dtype: str = "float32"
     lr: float = 0.05
     momentum: float = 0.9
+    lr_batch: int | None = None
+    lr_scaling: str = "linear"
     emulate: bool | None = None
     speeds: tuple[float, ...] | None = None
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
@@ -133,6 +140,11 @@ class TrainConfig:
             raise SpecError(f"fail_at names rank {self.fail_at.rank}; the job has {n} ranks")
         if self.checkpoint_every < 0:
             raise SpecError("checkpoint_every must be ≥ 0")
+        if self.lr_scaling not in LR_SCALINGS:
+            raise SpecError(f"lr_scaling must be one of {', '.join(LR_SCALINGS)}, got "
+                            f"{self.lr_scaling!r}")
+        if self.lr_batch is not None and self.lr_batch < 1:
+            raise SpecError(f"lr_batch must be ≥ 1, got {self.lr_batch}")
 
     @property
     def slots(self) -> tuple[DeviceSlot, ...]:
@@ -152,6 +164,21 @@ class TrainConfig:
     def emulated_speeds(self) -> tuple[float, ...]:
         """Relative speed per rank: the explicit ``speeds`` or the catalog's ratios."""
         return self.speeds if self.speeds is not None else relative_speeds(self.slots)
+
+    @property
+    def base_batch(self) -> int:
+        """The global batch ``lr`` is given for (``lr_batch``, else ``global_batch``)."""
+        return self.lr_batch if self.lr_batch is not None else self.global_batch
+
+    def lr_at(self, batch: int) -> float:
+        """The learning rate at a global batch of ``batch`` samples under ``lr_scaling``."""
+        if self.lr_scaling == "none" or batch == self.base_batch:
+            return self.lr  # exactly the configured rate, not lr·B/B rounded
+        return self.lr * batch / self.base_batch
+
+    def scaled_lr(self) -> float:
+        """The learning rate at this run's ``global_batch``."""
+        return self.lr_at(self.global_batch)
 
     @property
     def planner_model(self) -> str:

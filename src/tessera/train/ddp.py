@@ -11,8 +11,8 @@ flattened gradient by ``b_i/B`` and the ranks all-reduce with SUM, so one update
 single-process update on the concatenated batch (up to floating-point summation order).
 
 The same all-reduce carries a few scalars per step (each rank's measured compute time in its own
-slot, its weighted loss, an overflow flag), so step-time measurements reach every rank without a
-second collective, and every rank feeds identical numbers to its balancer.
+slot, its weighted loss, an overflow flag, a stop flag), so step-time measurements reach every
+rank without a second collective, and every rank feeds identical numbers to its balancer.
 
 Gradients are synchronised after the whole backward pass (one flat buffer, one collective). That
 gives up DDP's overlap of communication with backward, but makes the compute time of each rank
@@ -62,16 +62,18 @@ class StepExtras:
         compute_s: each rank's compute time (forward, backward and emulation padding).
         loss: the global-batch loss (local mean losses weighted by ``b_i/B``).
         overflow: whether any rank found inf/NaN gradients (fp16 loss scaling).
+        stop: whether any rank was asked to stop (SIGTERM): all ranks stop after this step.
     """
 
     compute_s: tuple[float, ...]
     loss: float
     overflow: bool
+    stop: bool = False
 
 
 def sync_gradients(params: Sequence[nn.Parameter], *, rank: int, world_size: int,
                    local_batch: int, global_batch: int, compute_s: float, local_loss: float,
-                   overflow: bool) -> StepExtras:
+                   overflow: bool, stop: bool = False) -> StepExtras:
     """Replace local gradients by the ``b_i/B``-weighted sum over ranks; share step scalars.
 
     Args:
@@ -81,22 +83,25 @@ def sync_gradients(params: Sequence[nn.Parameter], *, rank: int, world_size: int
         compute_s: this rank's compute time for the step.
         local_loss: this rank's mean loss over its ``b_i`` samples.
         overflow: this rank saw non-finite gradients.
+        stop: this rank was asked to stop.
 
     Returns:
         The step's shared scalars, identical on every rank.
     """
     weight = local_batch / global_batch
     grad = flat_gradient(params)
-    extras = torch.zeros(world_size + 2, dtype=grad.dtype, device=grad.device)
+    extras = torch.zeros(world_size + 3, dtype=grad.dtype, device=grad.device)
     extras[rank] = compute_s
     extras[world_size] = weight * local_loss
     extras[world_size + 1] = 1.0 if overflow else 0.0
+    extras[world_size + 2] = 1.0 if stop else 0.0
     buffer = torch.cat([grad * weight, extras])
     if world_size > 1:
         dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
     write_flat_gradient(params, buffer[: grad.numel()])
     tail = buffer[grad.numel():].tolist()
-    return StepExtras(tuple(tail[:world_size]), tail[world_size], tail[world_size + 1] > 0)
+    return StepExtras(tuple(tail[:world_size]), tail[world_size], tail[world_size + 1] > 0,
+                      tail[world_size + 2] > 0)
 
 
 def broadcast_parameters(module: nn.Module, src: int = 0) -> None:

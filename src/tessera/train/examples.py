@@ -1,10 +1,14 @@
 """Small, real training examples on synthetic data: an MLP, a CNN and a transformer.
 
-Each example is a model plus a deterministic data source. The data of step ``s`` is a pure
-function of ``(seed, s)``: every rank generates the same global batch and keeps its own slice
-``[offset_i, offset_i + b_i)``. So the samples a step trains on do not depend on how the batch is
-split, which is what lets a heterogeneous run be compared with single-process training on the
-concatenated batch, and lets a resumed run see exactly the data the uninterrupted run saw.
+Each example is a model plus a deterministic data source: an endless **sample stream**, where
+sample ``k`` is a pure function of ``(seed, k)`` (generated in blocks of :data:`BLOCK_SAMPLES`,
+block ``j`` from a generator seeded with ``(seed, j)``). A step that starts after ``c`` samples
+were consumed trains on samples ``[c, c + B)`` of the stream, and rank i keeps its slice
+``[c + offset_i, c + offset_i + b_i)``. So the samples a step trains on depend neither on how the
+batch is split nor on how many ranks there are, which is what lets a heterogeneous run be
+compared with single-process training on the concatenated batch, lets a resumed run see exactly
+the data the uninterrupted run saw, and lets a run resumed at another world size or global batch
+continue the same stream where the checkpoint left it (:mod:`tessera.train.resize`).
 
 Labels come from a fixed random "teacher" (or a simple rule for sequences), so the loss falls and
 a broken gradient shows up as a loss that does not. Models avoid BatchNorm: its statistics depend
@@ -26,7 +30,9 @@ from torch import nn
 from tessera.errors import SpecError
 
 _TEACHER_SEED_OFFSET = 7_919
-_STEP_STRIDE = 1_000_003
+_BLOCK_STRIDE = 1_000_003
+BLOCK_SAMPLES = 64
+"""Samples generated together from one seeded generator (sample ``k`` is in block ``k // 64``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +148,34 @@ def build_model(example: Example, seed: int, dtype: torch.dtype) -> nn.Module:
     return example.build_model().to(dtype)
 
 
+def sample_range(example: Example, seed: int, start_sample: int, count: int,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Samples ``[start_sample, start_sample + count)`` of the example's stream.
+
+    Only the blocks that overlap the range are generated, so a rank builds its own slice, not
+    the whole global batch.
+
+    Raises:
+        ValueError: a negative start or count.
+    """
+    if start_sample < 0 or count < 0:
+        raise ValueError(f"sample range [{start_sample}, +{count}) must be non-negative")
+    first, last = start_sample // BLOCK_SAMPLES, (start_sample + count - 1) // BLOCK_SAMPLES
+    xs, ys = [], []
+    for block in range(first, max(first, last) + 1):
+        gen = torch.Generator().manual_seed(seed * _BLOCK_STRIDE + block)
+        x, y = example.make_batch(gen, BLOCK_SAMPLES, seed)
+        xs.append(x)
+        ys.append(y)
+    lo = start_sample - first * BLOCK_SAMPLES
+    x, y = torch.cat(xs)[lo:lo + count], torch.cat(ys)[lo:lo + count]
+    return (x.to(dtype) if x.is_floating_point() else x), y
+
+
 def global_batch(example: Example, seed: int, step: int, batch: int, dtype: torch.dtype
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole global batch of ``step``: a pure function of ``(seed, step)``."""
-    gen = torch.Generator().manual_seed(seed * _STEP_STRIDE + step)
-    x, y = example.make_batch(gen, batch, seed)
-    return (x.to(dtype) if x.is_floating_point() else x), y
+    """The whole global batch of ``step`` of a run that kept ``batch`` samples per step."""
+    return sample_range(example, seed, step * batch, batch, dtype)
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,12 @@ class TrainResult:
         """Every adopted re-split, in order."""
         return [r["rebalance"] for r in self.log if r["rebalance"] is not None]
 
+    @property
+    def resizes(self) -> list[dict[str, Any]]:
+        """Every resume at another world size or global batch
+        (:meth:`tessera.train.resize.Resize.to_json`), in order."""
+        return [r["resize"] for r in self.log if r.get("resize") is not None]
+
     def measured_records(self) -> list[dict[str, Any]]:
         """Step records used for throughput: all but the first step of each (re)start."""
         seen: set[int] = set()
@@ -77,7 +83,8 @@ class TrainResult:
     def throughput_samples_per_s(self) -> float:
         """Global samples per second of wall time, warm-up steps excluded."""
         recs = self.measured_records()
-        return self.config.global_batch * len(recs) / sum(r["wall_s"] for r in recs)
+        samples = sum(r.get("global_batch", self.config.global_batch) for r in recs)
+        return samples / sum(r["wall_s"] for r in recs)
 
     @property
     def mean_step_s(self) -> float:

@@ -3,7 +3,8 @@
 One step on rank i, in order:
 
 1. take the split ``b_1..b_N`` for this step from the balancer (identical on every rank);
-2. build the global batch of this step from ``(seed, step)`` and keep this rank's slice;
+2. take this rank's slice of the step's global batch from the sample stream: samples
+   ``[c + offset_i, c + offset_i + b_i)`` after ``c`` samples consumed so far;
 3. forward and backward on the slice (in the rank's precision on GPUs);
 4. on an emulated device, sleep until the rank's nominal compute time has passed;
 5. all-reduce the ``b_i/B``-weighted gradient together with the step's compute times;
@@ -14,7 +15,8 @@ One step on rank i, in order:
 Every rank runs the same number of steps, so no rank waits in a collective that others never
 reach. The loop works with processes started by :mod:`tessera.train.launcher` and with
 ``torchrun`` (``python -m tessera.train.worker --config cfg.json --run-dir DIR``): it reads
-``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT``.
+``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT``,
+and, from the live service, the run's size (:func:`tessera.train.resize.fit_to_launch`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -32,17 +36,54 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tessera.errors import SpecError
 from tessera.train.balancer import OnlineBalancer, Rebalance
 from tessera.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from tessera.train.config import TrainConfig, from_json
 from tessera.train.ddp import LossScaler, autocast_for, broadcast_parameters, sync_gradients
 from tessera.train.devices import Precision
 from tessera.train.emulation import Emulator
-from tessera.train.examples import build_model, get_example, global_batch, loss_fn
+from tessera.train.examples import build_model, get_example, loss_fn, sample_range
+from tessera.train.resize import Resize, fit_to_launch, resume_balancer
 
 FAIL_EXIT_CODE = 17
 """Exit status of a rank killed by fault injection (``TrainConfig.fail_at``)."""
+STOPPED_EXIT_CODE = 143
+"""Exit status of a rank that stopped on request (SIGTERM) after checkpointing (128 + 15)."""
+GRACE_VAR = "TESSERA_GRACE_S"
+"""Set by the live service: the job has this long after SIGTERM to checkpoint and exit."""
+
+
+class StopRequested(Exception):
+    """All ranks agreed to stop after a step (one of them got SIGTERM); rank 0 checkpointed.
+
+    Attributes:
+        next_step: the step the checkpoint resumes at.
+    """
+
+    def __init__(self, next_step: int) -> None:
+        super().__init__(f"stopped on request; the checkpoint resumes at step {next_step}")
+        self.next_step = next_step
+
+
+class StopSignal:
+    """SIGTERM as a request to stop at the next step boundary, not a kill.
+
+    The live service stops a run (preemption, move, resize) with SIGTERM and expects a
+    checkpoint. A rank cannot checkpoint mid-step, and ranks receive the signal at slightly
+    different times, so the handler only raises a flag; the flag travels in the step's
+    all-reduce (:func:`~tessera.train.ddp.sync_gradients`), every rank sees the same answer,
+    and all stop after the same step.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> StopSignal:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.requested = True
 RESULT_NAME = "result.json"
 PROCESS_GROUP_TIMEOUT = timedelta(seconds=120)
 
@@ -78,38 +119,20 @@ def use_emulation(cfg: TrainConfig) -> bool:
     return local_device_index(torch.cuda.device_count(), *_local_ranks(cfg)) is None
 
 
-def launched_split(cfg: TrainConfig, world_size: int) -> tuple[int, ...] | None:
-    """The per-rank batches the service planned (``TESSERA_LOCAL_BATCH`` on every rank).
-
-    Each rank knows only its own; they are all-gathered so every rank's balancer starts from
-    the same split. ``None`` when the launch carried none.
-
-    Raises:
-        SpecError: the batches do not add up to the configured global batch.
-    """
-    mine = os.environ.get("TESSERA_LOCAL_BATCH")
-    if mine is None:
-        return None
-    local = torch.tensor([int(mine)], dtype=torch.int64)
-    if world_size > 1:
-        parts = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
-        dist.all_gather(parts, local)
-        split = tuple(int(p.item()) for p in parts)
-    else:
-        split = (int(mine),)
-    if sum(split) != cfg.global_batch:
-        raise SpecError(f"TESSERA_LOCAL_BATCH across ranks {split} sums to {sum(split)}, "
-                        f"not the global batch {cfg.global_batch}")
-    return split
-
-
 def _dtype(cfg: TrainConfig) -> torch.dtype:
     return torch.float64 if cfg.dtype == "float64" else torch.float32
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """SGD with momentum: deterministic, with state worth checkpointing."""
-    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    """SGD with momentum at the run's scaled rate: deterministic, with state worth
+    checkpointing."""
+    return torch.optim.SGD(model.parameters(), lr=cfg.scaled_lr(), momentum=cfg.momentum)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every parameter group's rate (a loaded optimizer state brings its old one)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 def _rebalance_dict(event: Rebalance | None) -> dict[str, Any] | None:
@@ -135,8 +158,19 @@ def _print_step(record: dict[str, Any]) -> None:
 
 
 def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
-               restart_count: int = 0) -> None:
-    """Run (or resume) the job on this rank; rank 0 writes checkpoints and ``result.json``."""
+               restart_count: int = 0, start_split: tuple[int, ...] | None = None,
+               stop: StopSignal | None = None) -> None:
+    """Run (or resume) the job on this rank; rank 0 writes checkpoints and ``result.json``.
+
+    ``start_split``: the split the launcher planned (``TESSERA_LOCAL_BATCH``), used instead of
+    the configuration's step-0 split unless an exact resume brings its own balancer. A
+    checkpoint written at another world size or global batch is resumed at this run's
+    (:mod:`tessera.train.resize`). With ``stop``, a SIGTERM on any rank ends the run after the
+    current step with a checkpoint (:class:`StopRequested`).
+
+    Raises:
+        StopRequested: the run stopped on request before its last step.
+    """
     emulate = use_emulation(cfg)
     device = torch.device("cpu")
     if not emulate:
@@ -147,21 +181,24 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
     example = get_example(cfg.example)
     model = build_model(example, cfg.seed, _dtype(cfg)).to(device)
     optimizer = make_optimizer(model, cfg)
-    balancer = OnlineBalancer(cfg.global_batch,
-                              launched_split(cfg, world_size) or cfg.initial_split(), cfg.balancer)
+    balancer = OnlineBalancer(cfg.global_batch, start_split or cfg.initial_split(), cfg.balancer)
     scaler = LossScaler(enabled=device.type == "cuda" and precision is Precision.FP16)
     log: list[dict[str, Any]] = []
     ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else run_dir / "checkpoints"
-    start = 0
+    start = samples = 0
+    resize: Resize | None = None
     state = load_checkpoint(ckpt_dir)
     if state is not None:
         model.load_state_dict(state.model)
         optimizer.load_state_dict(state.optimizer)
-        balancer = OnlineBalancer.from_state_dict(state.balancer)
+        set_lr(optimizer, cfg.scaled_lr())
+        balancer, resize = resume_balancer(state, cfg, world_size, balancer)
         scaler.scale = state.loss_scale if scaler.enabled else 1.0
-        log, start = state.log, state.next_step
+        log, start, samples = state.log, state.next_step, state.samples_consumed
         if rank == 0 and cfg.verbose:
             print(f"resumed from checkpoint at step {start} ({ckpt_dir})", flush=True)
+            if resize is not None:
+                print(resize.describe(), flush=True)
     if world_size > 1:
         broadcast_parameters(model)
     emulator = Emulator(cfg.emulated_speeds(), cfg.emulation, cfg.speed_changes) if emulate \
@@ -171,14 +208,15 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
     def checkpoint(next_step: int) -> None:
         save_checkpoint(ckpt_dir, TrainState(next_step, model.state_dict(),
                                              optimizer.state_dict(), balancer.state_dict(),
-                                             scaler.scale, log))
+                                             scaler.scale, log, samples, world_size,
+                                             cfg.global_batch))
 
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         split = balancer.split
         local, offset = split[rank], sum(split[:rank])
-        x, y = global_batch(example, cfg.seed, step, cfg.global_batch, _dtype(cfg))
-        x, y = x[offset:offset + local].to(device), y[offset:offset + local].to(device)
+        x, y = sample_range(example, cfg.seed, samples + offset, local, _dtype(cfg))
+        x, y = x.to(device), y.to(device)
         optimizer.zero_grad(set_to_none=True)
         with autocast_for(precision, device):
             loss = loss_fn(model(x), y)
@@ -195,22 +233,33 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             compute_s = time.perf_counter() - t0
         extras = sync_gradients(params, rank=rank, world_size=world_size, local_batch=local,
                                 global_batch=cfg.global_batch, compute_s=compute_s,
-                                local_loss=float(loss.detach()), overflow=overflow)
+                                local_loss=float(loss.detach()), overflow=overflow,
+                                stop=stop is not None and stop.requested)
         if not extras.overflow:
             optimizer.step()
         scaler.update(extras.overflow)
+        samples += cfg.global_batch
         event = balancer.observe(step, extras.compute_s) if cfg.rebalance else None
         record: dict[str, Any] = {
             "step": step, "split": list(split), "compute_s": list(extras.compute_s),
             "loss": extras.loss, "skipped": extras.overflow, "attempt": restart_count,
-            "rebalance": _rebalance_dict(event),
+            "rebalance": _rebalance_dict(event), "global_batch": cfg.global_batch,
+            "lr": optimizer.param_groups[0]["lr"],
+            "resize": resize.to_json() if resize is not None and step == start else None,
         }
         record["wall_s"] = time.perf_counter() - t0  # the synchronous step, as rank 0 saw it
+        record["end_s"] = time.time()  # wall clock, to line steps up with a service's events
         log.append(record)
         if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             checkpoint(step + 1)
         if rank == 0 and cfg.verbose:
             _print_step(record)
+        if extras.stop and step + 1 < cfg.steps:
+            if rank == 0:
+                checkpoint(step + 1)
+                print(f"stopped on request after step {step}; checkpoint in {ckpt_dir}",
+                      flush=True)
+            raise StopRequested(step + 1)
     if rank == 0:
         checkpoint(cfg.steps)
         result = {
@@ -225,8 +274,12 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
 
 
 def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,
-               restart_count: int = 0) -> None:
-    """Join the process group (from ``MASTER_ADDR``/``MASTER_PORT``), train, leave."""
+               restart_count: int = 0, stop: StopSignal | None = None) -> None:
+    """Join the process group (from ``MASTER_ADDR``/``MASTER_PORT``), train, leave.
+
+    Raises:
+        StopRequested: ``stop`` was signalled; every rank stopped after the same step.
+    """
     torch.set_num_threads(1)  # ranks share the CPU; one thread each keeps timings honest
     distributed = world_size > 1
     if distributed:
@@ -234,30 +287,48 @@ def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,
         dist.init_process_group(backend, rank=rank, world_size=world_size,
                                 timeout=PROCESS_GROUP_TIMEOUT)
     try:
-        train_loop(cfg, rank, world_size, Path(run_dir), restart_count)
+        cfg, split = fit_to_launch(cfg, world_size)
+        stopped: StopRequested | None = None
+        try:
+            train_loop(cfg, rank, world_size, Path(run_dir), restart_count, split, stop)
+        except StopRequested as e:  # every rank stopped after the same step
+            stopped = e
         if distributed:
             # Leave together: a rank that closed its sockets while a peer still read the last
             # all-reduce would reset the peer's connection.
             dist.barrier()
+        if stopped is not None:
+            raise stopped
     finally:
         if distributed:
             dist.destroy_process_group()
 
 
-def reference_training(cfg: TrainConfig) -> nn.Module:
+def reference_training(cfg: TrainConfig,
+                       phases: Sequence[tuple[int, int]] | None = None) -> nn.Module:
     """Single-process training on the full global batch of every step (the ground truth).
 
     Heterogeneous data parallelism with correctly weighted gradients must produce the same
-    parameters as this, whatever the split.
+    parameters as this, whatever the split and however many ranks.
+
+    Args:
+        cfg: the run (example, seed, dtype, ``lr`` at ``lr_batch`` and its scaling rule).
+        phases: ``((steps, global_batch), ...)``: the batch schedule of a run resized along
+            the way, consecutive on the sample stream; default ``cfg.steps`` at
+            ``cfg.global_batch``.
     """
     example = get_example(cfg.example)
     model = build_model(example, cfg.seed, _dtype(cfg))
     optimizer = make_optimizer(model, cfg)
-    for step in range(cfg.steps):
-        x, y = global_batch(example, cfg.seed, step, cfg.global_batch, _dtype(cfg))
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        optimizer.step()
+    samples = 0
+    for steps, batch in phases or ((cfg.steps, cfg.global_batch),):
+        set_lr(optimizer, cfg.lr_at(batch))
+        for _ in range(steps):
+            x, y = sample_range(example, cfg.seed, samples, batch, _dtype(cfg))
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            samples += batch
     return model
 
 
@@ -269,8 +340,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = from_json(Path(args.config).read_text())
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
-    run_worker(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), cfg,
-               args.run_dir, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    # Under the live service SIGTERM means "checkpoint and exit"; elsewhere (torchrun, the
+    # local launcher) it keeps its default: a peer's failure must not wait for a step boundary.
+    stop = StopSignal().install() if GRACE_VAR in os.environ else None
+    try:
+        run_worker(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                   cfg, args.run_dir, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                   stop)
+    except StopRequested as e:
+        print(str(e), flush=True)
+        sys.stderr.flush()
+        # At once: tearing down an interpreter with torch loaded can take seconds on a busy
+        # machine, and the grace period is counting. The checkpoint is already on disk.
+        os._exit(STOPPED_EXIT_CODE)
 
 
 if __name__ == "__main__":
