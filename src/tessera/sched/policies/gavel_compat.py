@@ -63,6 +63,7 @@ from tessera.sched.policies.gavel_mechanism import (
     gavel_boundary,
     gavel_type,
 )
+from tessera.sched.policies.gavel_packed import GavelPackedPolicy
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import JobView
 
@@ -234,6 +235,9 @@ def gavel_compat_policy(policy: Policy, seed: int = 0, solver: SolverName = "aut
     """
     if isinstance(policy, GavelCompatPolicy):
         return policy
+    if isinstance(policy, GavelPackedPolicy):  # already Gavel's; take the run's seed/solver
+        packed = GavelCompatConfig(seed=seed, solver=solver)
+        return type(policy)(packed, agnostic=False, name=policy.name)
     cls = _COMPAT.get(policy.name)
     if cls is None:
         return policy
