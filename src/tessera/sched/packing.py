@@ -73,6 +73,11 @@ def check_pair(
     for spec in (host, partner):
         if spec.exclusive:
             return PairRefusal(f"job {spec.job_id} is exclusive: it does not share its GPUs")
+    if partner.flavors and placement.flavor not in {f.short for f in partner.flavors}:
+        return PairRefusal(f"job {partner.job_id} does not accept {placement.flavor} GPUs")
+    if partner.requires_locality and not placement.consolidated:
+        return PairRefusal(f"job {partner.job_id} requires one node; job {host.job_id}'s "
+                           "gang spans several")
     if placement.is_mixed:
         return PairRefusal(f"job {host.job_id} runs on a mixed gang: mixed gangs never share")
     if placement.colocated_with:

@@ -41,7 +41,7 @@ class Placement:
     flavor: str
     gpus_by_node: tuple[tuple[str, int], ...]
     node_flavors: tuple[str, ...] = ()
-    colocated_with: tuple[JobId, ...] = ()
+    colocated_with: tuple[JobId, ...] = field(default=(), repr=False)
     # Derived once at construction (the simulator asks for them on every advance of a running
     # job); not compared, hashed or shown, so equality stays that of the three fields above.
     num_gpus: int = field(init=False, compare=False, repr=False)

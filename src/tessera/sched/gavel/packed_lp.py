@@ -100,7 +100,7 @@ def packed_max_min(
             terms.append((c, t, float(v)))
         coef.append(terms)
     if backend.method == "ecos":
-        x = _ecos(p, coef, rows)
+        x = _ecos(p, coef, rows, chunked)
         if x is not None:
             return x, fallbacks
         fallbacks += ("Gavel packed max-min fairness LP: ECOS returned no solution; "
@@ -109,8 +109,9 @@ def packed_max_min(
 
 
 def _ecos(p: PackedProblem, coef: list[list[tuple[int, int, float]]],
-          rows: list[list[tuple[int, int, int]]]) -> np.ndarray | None:
-    """Gavel's cvxpy form (index the member variables, reshape into rows), solved by ECOS."""
+          rows: list[list[tuple[int, int, int]]], chunked: bool) -> np.ndarray | None:
+    """Gavel's cvxpy form (index the member variables, reshape into rows), solved by ECOS;
+    with per-job rows (Gavel's reshape impossible) each row is posed on its own."""
     import warnings
 
     import cvxpy as cp
@@ -123,14 +124,15 @@ def _ecos(p: PackedProblem, coef: list[list[tuple[int, int, float]]],
     # coefficients read in row order are the (combination index, type) matrix row-major.
     tput = np.array([v for r in coef for _c, _t, v in r]).reshape(len(idx), n_t)
     sfa = np.repeat(p.scale[:, None], n_t, axis=1)
-    realized = cp.multiply(sp.csc_matrix(tput), x[idx])
-    width = len(idx) * n_t // n_j
-    objective = cp.Maximize(cp.min(cp.sum(cp.reshape(realized, (n_j, width), order="C"),
-                                          axis=1)))
-    cons = [x >= 0, cp.sum(cp.multiply(sfa, x), axis=0) <= p.capacity,
-            cp.sum(cp.reshape(x[idx], (n_j, width), order="C"), axis=1) <= 1]
-    if len(rows[0]) != width:  # per-job rows (mixed sizes): pose them one by one instead
-        cons = cons[:2] + [cp.sum(cp.hstack([x[c, t] for _i, c, t in r])) <= 1 for r in rows]
+    cons = [x >= 0, cp.sum(cp.multiply(sfa, x), axis=0) <= p.capacity]
+    if chunked:
+        realized = cp.multiply(sp.csc_matrix(tput), x[idx])
+        width = len(idx) * n_t // n_j
+        objective = cp.Maximize(cp.min(cp.sum(cp.reshape(realized, (n_j, width), order="C"),
+                                              axis=1)))
+        cons.append(cp.sum(cp.reshape(x[idx], (n_j, width), order="C"), axis=1) <= 1)
+    else:
+        cons += [cp.sum(cp.hstack([x[c, t] for _i, c, t in r])) <= 1 for r in rows]
         objective = cp.Maximize(cp.min(cp.hstack(
             [cp.sum(cp.hstack([v * x[c, t] for c, t, v in r])) for r in coef])))
     try:

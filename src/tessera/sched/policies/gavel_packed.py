@@ -16,6 +16,9 @@ differ only in the shares:
   that finds none stops packing (FIFO: nobody jumps the queue). Priority-0 entries are refused
   (the name starts with "FIFO").
 
+Gavel has no ``-agnostic`` packed policies; ours compute the shares as if every flavor ran
+at the reference flavor's measured speeds (alone and paired) and run at the real ones.
+
 The twin returns hosts as candidates and the partners in ``Ranking.colocate``; the core places
 the hosts and puts the partners on the same GPUs (:mod:`tessera.sched.packing`).
 """
@@ -27,7 +30,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from tessera.errors import SpecError
 from tessera.model.jobs import JobId
 from tessera.perf.colocation import PairRefusal, pair_rates
 from tessera.sched.gavel import Backend, priorities, ranked_entries, resolve_solver
@@ -54,10 +56,15 @@ FIFO_PACKING_THRESHOLD = 1.5
 
 class _Speeds:
     """Gavel's ``_throughputs`` for the round: isolated speed per job and flavor, pair speeds
-    per pair and flavor (``(0, 0)`` where the pair may not run)."""
+    per pair and flavor (``(0, 0)`` where the pair may not run).
+
+    With ``blind`` (the ``-agnostic`` twin, which Gavel does not have) the speeds every flavor
+    is credited with *for the shares* are those measured on the reference flavor (as Gavel's
+    agnostic finish-time fairness does); :meth:`runnable` always reads the real ones.
+    """
 
     def __init__(self, ctx: PolicyContext, jobs: Sequence[JobView], flavors: Sequence[str],
-                 combos: Sequence[Combo]) -> None:
+                 combos: Sequence[Combo], blind: bool = False) -> None:
         self.flavors = tuple(flavors)
         self.alone: dict[JobId, tuple[float, ...]] = {}
         by_id = {j.job_id: j for j in jobs}
@@ -70,16 +77,26 @@ class _Speeds:
             if len(c) == 2:
                 a, b = by_id[c[0]].spec, by_id[c[1]].spec
                 row = []
-                for f in flavors:
+                for k, f in enumerate(flavors):
                     got = pair_rates(table, a, b, f)
-                    row.append((0.0, 0.0) if isinstance(got, PairRefusal) else
+                    # A job that may not run on a flavor alone (not allowed, or no speed
+                    # there) may not run there paired either.
+                    alone = self.alone[a.job_id][k] > 0 and self.alone[b.job_id][k] > 0
+                    row.append((0.0, 0.0) if isinstance(got, PairRefusal) or not alone else
                                (got.first_steps_per_s, got.second_steps_per_s))
                 self.pair[c] = tuple(row)
+        self.real_alone, self.real_pair = dict(self.alone), dict(self.pair)
+        ref = table.reference_flavor
+        if blind and ref in self.flavors:
+            k = self.flavors.index(ref)
+            n = len(self.flavors)
+            self.alone = {j: (v[k],) * n for j, v in self.alone.items()}
+            self.pair = {c: (v[k],) * n for c, v in self.pair.items()}
 
     def runnable(self, c: Combo, k: int) -> bool:
         if len(c) == 1:
-            return self.alone[c[0]][k] > 0
-        a, b = self.pair[c][k]
+            return self.real_alone[c[0]][k] > 0
+        a, b = self.real_pair[c][k]
         return a > 0 and b > 0
 
 
@@ -91,12 +108,6 @@ class GavelPackedPolicy(Policy):
     packs = True
     Config = GavelCompatConfig
     refuses_zero_priority: ClassVar[bool] = False
-
-    def __init__(self, *args: object, **kw: object) -> None:
-        super().__init__(*args, **kw)  # type: ignore[arg-type]
-        if self.agnostic:
-            raise SpecError(f"{self.name} has no -agnostic twin (Gavel packs only with "
-                            "measured speeds)")
 
     def _cfg(self) -> GavelCompatConfig:
         cfg = self.config
@@ -124,7 +135,7 @@ class GavelPackedPolicy(Policy):
         jobs = sorted(snap.jobs, key=lambda j: id_key(j.job_id))
         gang = {j.job_id: j.spec.num_gpus for j in jobs}
         combos = combos_of([j.job_id for j in jobs], gang)
-        speeds = _Speeds(ctx, jobs, flavors, combos)
+        speeds = _Speeds(ctx, jobs, flavors, combos, blind=self.agnostic)
         time_s, deficit, worker = st.arrays(combos, flavors, seed)
         old_x, _had = st.share_matrix(combos, flavors)
         need_update = st.need_update or set(combos) != set(st.time_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from tessera.errors import SpecError
 from tessera.sched.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.world import SimWorld
@@ -37,6 +38,11 @@ def driver_for(config: SimConfig, policy: Policy) -> Driver:
 
     if config.compat == "gavel":
         return GavelDriver()
+    if policy.packs:
+        raise SpecError(
+            f"policy {policy.display_name!r} co-locates jobs, which only the --compat gavel "
+            "simulation models so far (Tessera's own drivers run one job per GPU)"
+        )
     if config.scheduler.uses_rounds(policy):
         return RoundDriver()
     return EventDriver()
