@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,15 @@ def gavel_sorted(combos: Sequence[Combo]) -> list[Combo]:
 
 
 @dataclass(frozen=True, slots=True)
+class GandivaMemory:
+    """Gavel's Gandiva policy object: each job's current partner (``None``: alone) with the
+    pair, in the order they were assigned, and the state of ``random.Random(seed)``."""
+
+    assigned: Mapping[JobId, tuple[Combo, JobId | None]]
+    rng: Any
+
+
+@dataclass(frozen=True, slots=True)
 class PackedState:
     """Gavel's packed scheduler state between rounds.
 
@@ -67,6 +77,7 @@ class PackedState:
         shares: the last computed allocation per combination; ``None`` before the first.
         last_reset_s: when the counters were last reset (0 also means "gate open").
         need_update: an arrival, completion or failed micro-task since the last recompute.
+        memory: the policy object's own state (Gandiva's pairs and random stream).
     """
 
     flavors: tuple[str, ...]
@@ -76,6 +87,7 @@ class PackedState:
     shares: Mapping[Combo, tuple[float, ...]] | None
     last_reset_s: float
     need_update: bool
+    memory: GandivaMemory | None = None
 
     @classmethod
     def initial(cls) -> PackedState:

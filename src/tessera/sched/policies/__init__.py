@@ -3,6 +3,8 @@
 from tessera.sched.policies import (  # noqa: F401
     fifo,
     gavel_compat,
+    gavel_completion,
+    gavel_gandiva,
     gavel_lp,
     gavel_packed,
     hetero_gittins,

@@ -35,6 +35,7 @@ from tessera.perf.colocation import PairRefusal, pair_rates
 from tessera.sched.gavel import Backend, priorities, ranked_entries, resolve_solver
 from tessera.sched.gavel.packed import (
     Combo,
+    GandivaMemory,
     PackedState,
     combos_of,
     gavel_sorted,
@@ -54,7 +55,7 @@ from tessera.sched.snapshot import JobView
 FIFO_PACKING_THRESHOLD = 1.5
 
 
-class _Speeds:
+class Speeds:
     """Gavel's ``_throughputs`` for the round: isolated speed per job and flavor, pair speeds
     per pair and flavor (``(0, 0)`` where the pair may not run).
 
@@ -115,10 +116,11 @@ class GavelPackedPolicy(Policy):
         return cfg
 
     def shares(self, ctx: PolicyContext, jobs: Sequence[JobView], combos: Sequence[Combo],
-               speeds: _Speeds, cap: Mapping[str, int]
-               ) -> tuple[dict[Combo, tuple[float, ...]], tuple[str, ...]]:
+               speeds: Speeds, cap: Mapping[str, int], memory: GandivaMemory | None
+               ) -> tuple[dict[Combo, tuple[float, ...]], GandivaMemory | None,
+                          tuple[str, ...]]:
         """Gavel's ``_compute_allocation``: a share per combination and flavor (in
-        ``speeds.flavors`` order), and fallbacks."""
+        ``speeds.flavors`` order), the policy object's new memory, and fallbacks."""
         raise NotImplementedError
 
     def rank(self, ctx: PolicyContext) -> Ranking:
@@ -135,21 +137,21 @@ class GavelPackedPolicy(Policy):
         jobs = sorted(snap.jobs, key=lambda j: id_key(j.job_id))
         gang = {j.job_id: j.spec.num_gpus for j in jobs}
         combos = combos_of([j.job_id for j in jobs], gang)
-        speeds = _Speeds(ctx, jobs, flavors, combos, blind=self.agnostic)
+        speeds = Speeds(ctx, jobs, flavors, combos, blind=self.agnostic)
         time_s, deficit, worker = st.arrays(combos, flavors, seed)
         old_x, _had = st.share_matrix(combos, flavors)
         need_update = st.need_update or set(combos) != set(st.time_s)
-        shares, last_reset = st.shares, st.last_reset_s
+        shares, last_reset, memory = st.shares, st.last_reset_s, st.memory
         fallbacks: tuple[str, ...] = ()
         elapsed = now - last_reset
         if need_update and (elapsed >= cfg.reset_interval_s or last_reset == 0):
             time_s, deficit, worker = reset_counters(time_s, deficit, old_x, elapsed, seed)
             last_reset = now
-            shares, fallbacks = self.shares(ctx, jobs, combos, speeds, cap)
+            shares, memory, fallbacks = self.shares(ctx, jobs, combos, speeds, cap, memory)
             need_update = False
         state = PackedState(flavors, {c: tuple(time_s[i]) for i, c in enumerate(combos)},
                             {c: tuple(deficit[i]) for i, c in enumerate(combos)},
-                            tuple(worker), shares, last_reset, need_update)
+                            tuple(worker), shares, last_reset, need_update, memory)
         x, has = state.share_matrix(combos, flavors)
         with np.errstate(divide="ignore", invalid="ignore"):
             frac = np.where(worker == 0.0, 0.0, time_s / worker)
@@ -206,10 +208,11 @@ class GavelMaxMinFairnessPacked(GavelPackedPolicy):
     """``MaxMinFairnessPolicyWithPacking`` with Gavel's round mechanism."""
 
     def shares(self, ctx: PolicyContext, jobs: Sequence[JobView], combos: Sequence[Combo],
-               speeds: _Speeds, cap: Mapping[str, int]
-               ) -> tuple[dict[Combo, tuple[float, ...]], tuple[str, ...]]:
+               speeds: Speeds, cap: Mapping[str, int], memory: GandivaMemory | None
+               ) -> tuple[dict[Combo, tuple[float, ...]], GandivaMemory | None,
+                          tuple[str, ...]]:
         if not jobs:
-            return {}, ()
+            return {}, memory, ()
         types = tuple(sorted(speeds.flavors, key=gavel_type))
         tcol = [speeds.flavors.index(f) for f in types]
         ordered = gavel_sorted(combos)
@@ -245,7 +248,8 @@ class GavelMaxMinFairnessPacked(GavelPackedPolicy):
         backend = Backend(ctx.lp(), resolve_solver(self._cfg().solver))
         x, fallbacks = packed_max_min(problem, backend, gavel_form=True)
         back = [types.index(f) for f in speeds.flavors]
-        return {c: tuple(float(x[pos[c], k]) for k in back) for c in combos}, fallbacks
+        return ({c: tuple(float(x[pos[c], k]) for k in back) for c in combos}, memory,
+                fallbacks)
 
 
 @POLICIES.register(
@@ -259,8 +263,9 @@ class GavelFifoPacked(GavelPackedPolicy):
     refuses_zero_priority = True
 
     def shares(self, ctx: PolicyContext, jobs: Sequence[JobView], combos: Sequence[Combo],
-               speeds: _Speeds, cap: Mapping[str, int]
-               ) -> tuple[dict[Combo, tuple[float, ...]], tuple[str, ...]]:
+               speeds: Speeds, cap: Mapping[str, int], memory: GandivaMemory | None
+               ) -> tuple[dict[Combo, tuple[float, ...]], GandivaMemory | None,
+                          tuple[str, ...]]:
         flavors = speeds.flavors
         names = {f: gavel_type(f) for f in flavors}
         available = dict(cap)
@@ -308,4 +313,4 @@ class GavelFifoPacked(GavelPackedPolicy):
         out = {c: zero for c in combos}
         for c, f in assigned.items():
             out[c] = tuple(1.0 if g == f else 0.0 for g in flavors)
-        return out, ()
+        return out, memory, ()

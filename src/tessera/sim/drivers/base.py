@@ -33,11 +33,17 @@ class Driver(ABC):
 
 def driver_for(config: SimConfig, policy: Policy) -> Driver:
     """The driver a run's effective settings call for."""
+    from tessera.sched.policies.gavel_compat import GAVEL_ONLY
     from tessera.sim.drivers.gavel import GavelDriver
     from tessera.sim.drivers.heap import EventDriver, RoundDriver
 
     if config.compat == "gavel":
         return GavelDriver()
+    if policy.name in GAVEL_ONLY:
+        raise SpecError(
+            f"policy {policy.display_name!r} is Gavel's own and reproduces Gavel's simulator: "
+            "run it with --compat gavel"
+        )
     if policy.packs:
         raise SpecError(
             f"policy {policy.display_name!r} co-locates jobs, which only the --compat gavel "
