@@ -83,8 +83,12 @@ def packed_max_min(
     m_c = len(p.combos)
     if not p.jobs:
         return np.zeros((m_c, n_t)), ()
-    share = p.capacity / p.capacity.sum()
-    prop = p.isolated @ share
+    # Gavel's ProportionalPolicy, operation for operation: capacity / jobs per type, rows
+    # scaled by the largest row sum, then the row-wise sum of throughput × share.
+    n_j = len(p.jobs)
+    x_prop = np.array([[c / n_j for c in p.capacity] for _ in range(n_j)])
+    x_prop = x_prop / np.sum(x_prop, axis=1).max()
+    prop = np.sum(np.multiply(p.isolated, x_prop), axis=1)
     prop = np.where(prop > 0, prop, np.inf)
     rows, chunked = job_rows(p.members, n_t, gavel_form)
     fallbacks: tuple[str, ...] = ()

@@ -86,7 +86,7 @@ def _feasible(p: ShareProblem, tput: np.ndarray, need: np.ndarray, backend: Back
     try:
         sol = backend.lp.solve(
             LpModel(np.zeros(m * n), mat, np.full(mat.shape[0], -INF), upper,
-                    np.zeros(m * n), np.full(m * n, INF)),
+                    np.zeros(m * n), np.full(m * n, INF), maximize=False),
             what="Gavel min-total-duration feasibility LP", method=backend.lp_method)
     except SolverError:
         return None

@@ -236,7 +236,8 @@ class GavelMaxMinFairnessPacked(GavelPackedPolicy):
                 else:
                     side = c.index(jid)
                     rows.append([speeds.pair[c][k][side] for k in tcol])
-            member_speed.append(np.array(rows, dtype=float))
+            # Gavel keeps these per-job throughput matrices in float32 (its ``flatten``).
+            member_speed.append(np.array(rows, dtype=np.float32).astype(float))
         problem = PackedProblem(
             jobs=ids, combos=tuple(ordered), members=tuple(members),
             member_speed=tuple(member_speed),
