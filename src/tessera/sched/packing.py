@@ -64,20 +64,37 @@ def memory_gib(spec: JobSpec) -> float | None:
     return value
 
 
+def may_share(
+    table: ThroughputTable, cluster: ClusterSpec, host: JobSpec, partner: JobSpec, flavor: str,
+) -> PairRates | PairRefusal:
+    """Whether ``host`` and ``partner`` may share a gang of ``flavor`` (rules 1-4 of the module
+    docstring), and at what speeds (host first)."""
+    for spec in (host, partner):
+        if spec.exclusive:
+            return PairRefusal(f"job {spec.job_id} is exclusive: it does not share its GPUs")
+    for spec in (host, partner):
+        if spec.flavors and flavor not in {f.short for f in spec.flavors}:
+            return PairRefusal(f"job {spec.job_id} does not accept {flavor} GPUs")
+    rates = pair_rates(table, host, partner, flavor)
+    if isinstance(rates, PairRefusal):
+        return rates
+    mem_h, mem_p = memory_gib(host), memory_gib(partner)
+    if mem_h is not None and mem_p is not None:
+        cap = cluster.flavor(flavor).mem_gib
+        if mem_h + mem_p > cap:
+            return PairRefusal(
+                f"jobs {host.job_id} and {partner.job_id} need {mem_h:g} + {mem_p:g} GiB per "
+                f"GPU together, more than a {flavor}'s {cap:g} GiB"
+            )
+    return rates
+
+
 def check_pair(
     table: ThroughputTable, cluster: ClusterSpec, host: JobSpec, partner: JobSpec,
     placement: Placement,
 ) -> PairRates | PairRefusal:
-    """Whether ``partner`` may share ``host``'s ``placement``, and at what speeds (host first).
-    """
-    for spec in (host, partner):
-        if spec.exclusive:
-            return PairRefusal(f"job {spec.job_id} is exclusive: it does not share its GPUs")
-    if partner.flavors and placement.flavor not in {f.short for f in partner.flavors}:
-        return PairRefusal(f"job {partner.job_id} does not accept {placement.flavor} GPUs")
-    if partner.requires_locality and not placement.consolidated:
-        return PairRefusal(f"job {partner.job_id} requires one node; job {host.job_id}'s "
-                           "gang spans several")
+    """Whether ``partner`` may share ``host``'s ``placement`` (every rule), and at what speeds
+    (host first)."""
     if placement.is_mixed:
         return PairRefusal(f"job {host.job_id} runs on a mixed gang: mixed gangs never share")
     if placement.colocated_with:
@@ -85,18 +102,10 @@ def check_pair(
             f"job {host.job_id} already shares its GPUs with "
             f"{', '.join(str(j) for j in placement.colocated_with)}: only pairs were measured"
         )
-    rates = pair_rates(table, host, partner, placement.flavor)
-    if isinstance(rates, PairRefusal):
-        return rates
-    mem_h, mem_p = memory_gib(host), memory_gib(partner)
-    if mem_h is not None and mem_p is not None:
-        cap = cluster.flavor(placement.flavor).mem_gib
-        if mem_h + mem_p > cap:
-            return PairRefusal(
-                f"jobs {host.job_id} and {partner.job_id} need {mem_h:g} + {mem_p:g} GiB per "
-                f"GPU together, more than a {placement.flavor}'s {cap:g} GiB"
-            )
-    return rates
+    if partner.requires_locality and not placement.consolidated:
+        return PairRefusal(f"job {partner.job_id} requires one node; job {host.job_id}'s "
+                           "gang spans several")
+    return may_share(table, cluster, host, partner, placement.flavor)
 
 
 def colocate(

@@ -174,8 +174,8 @@ def _highs(p: PackedProblem, coef: list[list[tuple[int, int, float]]],
             vals.append(1.0)
         upper.append(1.0)
         row += 1
-    for r in coef:  # z - Σ coef · X <= 0
-        for c, t, v in r:
+    for terms in coef:  # z - Σ coef · X <= 0
+        for c, t, v in terms:
             r_idx.append(row)
             c_idx.append(c * n_t + t)
             vals.append(-v)

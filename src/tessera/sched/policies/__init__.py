@@ -8,6 +8,7 @@ from tessera.sched.policies import (  # noqa: F401
     gavel_lp,
     gavel_packed,
     hetero_gittins,
+    hetero_pack,
     hetero_srpt,
     las,
     shortest,

@@ -83,13 +83,12 @@ class GavelGandiva(GavelPackedPolicy):
         type_cols = sorted(range(len(flavors)), key=lambda k: flavors[k])
         drop: list[JobId | None] = []
         for jid, (combo, other) in assigned.items():
-            if jid not in active or (other is not None and other not in active):
+            gone = jid not in active or (other is not None and other not in active)
+            if gone or _gain(combo, speeds, type_cols) < 1.0:
                 drop.extend([jid, other])
-            elif _gain(combo, speeds, type_cols) < 1.0:
-                drop.extend([jid, other])
-        for jid in drop:
-            if jid is not None:
-                assigned.pop(jid, None)
+        for dropped in drop:
+            if dropped is not None:
+                assigned.pop(dropped, None)
         singles = sorted(active, key=id_key)
         zero = tuple(0.0 for _ in flavors)
         out = {c: zero for c in combos}

@@ -16,9 +16,9 @@ from tessera.sched.policies.gavel_compat import gavel_boundary, gavel_compat_pol
 from tessera.sched.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers.base import Driver
+from tessera.sim.drivers.gavel_pairs import PairLease, end_pair_lease, start_pair_lease
 from tessera.sim.metrics import Sample
 from tessera.sim.state import SimJob, move
-from tessera.sim.drivers.gavel_pairs import PairLease, end_pair_lease, start_pair_lease
 from tessera.sim.world import SimWorld
 
 _MAX_FAILED_MICROTASKS = 5
