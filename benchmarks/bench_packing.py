@@ -88,17 +88,20 @@ def main(argv: list[str] | None = None) -> int:
                 best = min(gavel, key=lambda p: gavel[p].summary.avg_jct_s)
                 ours = results["hetero_pack"].summary
                 ref = gavel[best].summary
+                plain = results.get("hetero_gittins")
+                gittins = f"{plain.summary.avg_jct_s / 3600:.2f}" if plain else "-"
                 rows.append(
-                    f"| {load:g} | {seed} | {ours.avg_jct_s / 3600:.2f} | "
+                    f"| {load:g} | {seed} | {ours.avg_jct_s / 3600:.2f} | {gittins} | "
                     f"{gavel_names[best]} {ref.avg_jct_s / 3600:.2f} | "
                     f"**{ours.avg_jct_s / ref.avg_jct_s:.3f}** | "
                     f"{ours.ftf_rho_p95:.2f} / {ref.ftf_rho_p95:.2f} | "
                     f"{_longest_wait_h(results['hetero_pack']):.1f} / "
                     f"{_longest_wait_h(gavel[best]):.1f} |"
                 )
-    print("\n| jobs/h | seed | hetero_pack avg JCT h | best Gavel policy (h) | ratio | "
-          "FTF ρ p95 ours / best | longest wait h ours / best |")
-    print("|---|---|---|---|---|---|---|")
+                print("  row: " + rows[-1], flush=True)
+    print("\n| jobs/h | seed | hetero_pack avg JCT h | hetero_gittins h | best Gavel policy (h) "
+          "| ratio | FTF ρ p95 ours / best | longest wait h ours / best |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(row)
     return 0

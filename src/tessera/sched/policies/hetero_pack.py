@@ -27,11 +27,15 @@ is never proposed (:func:`tessera.sched.packing.may_share`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import Field
 
-from tessera.model.jobs import JobId
-from tessera.perf.colocation import PairRefusal
-from tessera.sched.packing import may_share
+from tessera.model.cluster import ClusterSpec
+from tessera.model.jobs import JobId, JobSpec
+from tessera.perf.colocation import PairRates, PairRefusal
+from tessera.perf.profiles import ThroughputTable
+from tessera.sched.packing import MEMORY_KEY, may_share
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
 from tessera.sched.policy import POLICIES, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
@@ -62,6 +66,10 @@ class HeteroPack(HeteroGittins):
 
     packs = True
     Config = HeteroPackConfig
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)
+        self._pairs: dict[tuple[object, ...], PairRates | None] = {}
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         base = super().rank(ctx)
@@ -101,21 +109,34 @@ class HeteroPack(HeteroGittins):
                 tau[jid] = self._remaining_best_s(j, top, now) if top > 0 else float("inf")
             return tau[jid], best[jid]
 
+        # Hosts that are alike (type, gang, flavor, allowed flavors, memory) pair alike: a
+        # waiting job is weighed against each class once, which keeps a round linear in the
+        # number of waiting jobs. Within a class the host with the most work left goes first
+        # (the one a slowdown costs least).
+        classes: dict[tuple[object, ...], list[JobId]] = {}
+        for hid, fl in hosts.items():
+            h = by_id[hid].spec
+            if h.exclusive:
+                continue
+            key = (h.job_type, h.num_gpus, fl, h.flavors, h.extra.get(MEMORY_KEY))
+            classes.setdefault(key, []).append(hid)
+        for members in classes.values():
+            members.sort(key=lambda hid: weigh(by_id[hid])[0])  # pop() takes the longest
         table = ctx.oracle.table
         partner_of: dict[JobId, JobId] = {}
-        taken: set[JobId] = set()
         for pid in waiting[: cfg.scan_factor * len(hosts)]:
             p = by_id[pid]
             tau_p, best_p = weigh(p)
-            if best_p <= 0:
+            if best_p <= 0 or p.spec.exclusive:
                 continue
             choice, top_gain = None, 0.0
-            for hid, fl in hosts.items():
-                h = by_id[hid]
-                if hid in taken or h.spec.num_gpus != p.spec.num_gpus:
+            for key, members in classes.items():
+                if not members or key[1] != p.spec.num_gpus:
                     continue
-                rates = may_share(table, snap.cluster, h.spec, p.spec, fl)
-                if isinstance(rates, PairRefusal):
+                h = by_id[members[-1]]
+                fl = str(key[2])
+                rates = self._pair(table, snap.cluster, h.spec, p.spec, fl)
+                if rates is None:
                     continue
                 tau_h, best_h = weigh(h)
                 alone_h = ctx.oracle.rate(h.spec, fl, True)
@@ -133,12 +154,28 @@ class HeteroPack(HeteroGittins):
                     gain = (rates.first_steps_per_s / alone_h
                             + rates.second_steps_per_s / alone_p - 1.0)
                 if gain > cfg.min_gain * own and gain > top_gain:
-                    choice, top_gain = hid, gain
+                    choice, top_gain = key, gain
             if choice is not None:
-                partner_of[pid] = choice
-                taken.add(choice)
+                partner_of[pid] = classes[choice].pop()
         if not partner_of:
             return base
         cands = tuple(c for c in base.candidates if c[0] not in partner_of)
         return Ranking(cands, state=base.state, notes=base.notes, wakeup_s=base.wakeup_s,
                        fallbacks=base.fallbacks, colocate=partner_of)
+
+    def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
+              partner: JobSpec, flavor: str) -> PairRates | None:
+        """:func:`~tessera.sched.packing.may_share` for jobs without declared memory (cached
+        per job kind), or for any pair with memory declared (not cached)."""
+        if MEMORY_KEY in host.extra or MEMORY_KEY in partner.extra:
+            got = may_share(table, cluster, host, partner, flavor)
+            return None if isinstance(got, PairRefusal) else got
+        key = (host.job_type, partner.job_type, host.num_gpus, partner.num_gpus, flavor,
+               host.flavors, partner.flavors, id(table))
+        if key not in self._pairs:
+            if len(self._pairs) > 100_000:
+                self._pairs.clear()
+            got = may_share(table, cluster, replace(host, exclusive=False),
+                            replace(partner, exclusive=False), flavor)
+            self._pairs[key] = None if isinstance(got, PairRefusal) else got
+        return self._pairs[key]
