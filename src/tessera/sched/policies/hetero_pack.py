@@ -32,6 +32,7 @@ from dataclasses import replace
 from pydantic import Field
 
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
@@ -39,6 +40,9 @@ from tessera.sched.packing import MEMORY_KEY, may_share
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
 from tessera.sched.policy import POLICIES, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
+
+_HostKind = tuple[str, int, str, tuple[GpuFlavor, ...], str | None]
+"""Hosts that pair alike: job type, gang size, flavor, allowed flavors, declared memory."""
 
 
 class HeteroPackConfig(HeteroGittinsConfig):
@@ -113,13 +117,13 @@ class HeteroPack(HeteroGittins):
         # waiting job is weighed against each class once, which keeps a round linear in the
         # number of waiting jobs. Within a class the host with the most work left goes first
         # (the one a slowdown costs least).
-        classes: dict[tuple[object, ...], list[JobId]] = {}
+        classes: dict[_HostKind, list[JobId]] = {}
         for hid, fl in hosts.items():
-            h = by_id[hid].spec
-            if h.exclusive:
+            hs = by_id[hid].spec
+            if hs.exclusive:
                 continue
-            key = (h.job_type, h.num_gpus, fl, h.flavors, h.extra.get(MEMORY_KEY))
-            classes.setdefault(key, []).append(hid)
+            kind = (hs.job_type, hs.num_gpus, fl, hs.flavors, hs.extra.get(MEMORY_KEY))
+            classes.setdefault(kind, []).append(hid)
         for members in classes.values():
             members.sort(key=lambda hid: weigh(by_id[hid])[0])  # pop() takes the longest
         table = ctx.oracle.table
@@ -129,12 +133,13 @@ class HeteroPack(HeteroGittins):
             tau_p, best_p = weigh(p)
             if best_p <= 0 or p.spec.exclusive:
                 continue
-            choice, top_gain = None, 0.0
+            choice: _HostKind | None = None
+            top_gain = 0.0
             for key, members in classes.items():
                 if not members or key[1] != p.spec.num_gpus:
                     continue
                 h = by_id[members[-1]]
-                fl = str(key[2])
+                fl = key[2]
                 rates = self._pair(table, snap.cluster, h.spec, p.spec, fl)
                 if rates is None:
                     continue
