@@ -102,11 +102,12 @@ def test_gavel_only_and_packing_policies_are_refused_outside_compat(policy: str)
         simulate(wl, cluster, policy, SimConfig())
 
 
-def test_allox_refuses_multi_gpu_jobs() -> None:
-    wl = make_workload(make_job("0", steps=100, gpus=2))
+def test_allox_gives_multi_gpu_jobs_a_zero_share_and_says_so() -> None:
+    wl = make_workload(make_job("0", steps=100, gpus=2), make_job("1", steps=100))
     cluster = make_cluster().node("v100", gpus=2).build()
-    with pytest.raises(SpecError, match="one-GPU jobs only"):
-        simulate(wl, cluster, "allox", GAVEL)
+    r = simulate(wl, cluster, "allox", GAVEL)
+    assert r.summary.succeeded == 2  # the 2-GPU job runs on what the 1-GPU job leaves
+    assert any("one-GPU jobs only" in n and "zero share" in n for n in r.notes)
 
 
 def test_hetero_pack_runs_under_compat_and_packs() -> None:

@@ -16,7 +16,8 @@ the shares differ.
   ``linear_sum_assignment``) of the unassigned jobs to free GPUs, the cost of job ``i`` as the
   ``k``-th last on a GPU being ``k · R_i / T_i(type) + waited_i``; each GPU gets the job it
   would run first, and an assigned job keeps its GPU type until it completes. One-GPU jobs only
-  (Gavel asserts it). Gavel has no agnostic AlloX; ours credits every type with the V100
+  (Gavel asserts it; here a multi-GPU job gets a zero share -- it runs only on GPUs left over
+  -- and the run's notes say so). Gavel has no agnostic AlloX; ours credits every type with the V100
   throughput.
 """
 
@@ -28,7 +29,6 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from tessera.errors import SpecError
 from tessera.model.jobs import JobId
 from tessera.sched.gavel import AlloxMemory, Backend, ShareProblem
 from tessera.sched.lp import INF, LpModel, SolverError
@@ -143,9 +143,16 @@ class GavelAllox(GavelCompatPolicy):
         self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
         backend: Backend,
     ) -> tuple[np.ndarray, Any, tuple[str, ...]]:
-        if any(s != 1 for s in p.scale):
-            raise SpecError("allox schedules one-GPU jobs only (Gavel's AlloX asserts it); "
-                            "the trace has multi-GPU jobs")
+        if any(s != 1 for s in p.scale):  # Gavel asserts; those jobs get a zero share
+            keep = np.flatnonzero(p.scale == 1)
+            x_one, memory, _ = self.allocate(p.take(keep), [views[i] for i in keep], now_s,
+                                             memory, backend)
+            x = np.zeros(p.shape)
+            x[keep] = x_one
+            return x, memory, (
+                f"allox schedules one-GPU jobs only (Gavel's AlloX asserts it): "
+                f"{len(p.jobs) - len(keep)} multi-GPU job(s) get a zero share (they run only on "
+                f"GPUs left over, like any zero-share job in Gavel's rounds)",)
         prev = memory.previous if isinstance(memory, AlloxMemory) else {}
         tput = _v100_everywhere(p) if self.agnostic else p.tput
         types = p.flavors  # Gavel's sorted worker types
