@@ -145,7 +145,7 @@ class GavelAllox(GavelCompatPolicy):
     ) -> tuple[np.ndarray, Any, tuple[str, ...]]:
         if any(s != 1 for s in p.scale):  # Gavel asserts; those jobs get a zero share
             keep = np.flatnonzero(p.scale == 1)
-            x_one, memory, _ = self.allocate(p.take(keep), [views[i] for i in keep], now_s,
+            x_one, memory, _ = self.allocate(p.take(keep), [views[int(i)] for i in keep], now_s,
                                              memory, backend)
             x = np.zeros(p.shape)
             x[keep] = x_one
