@@ -9,7 +9,14 @@ split by phase.
 Targets (issue 2): max_min_fairness ≤ 50 ms at 2,048 active jobs. Reference: Gavel's LP takes
 ~70 ms at 2,048 jobs (its paper's policy-runtime study).
 
+**Packing** (issue 12, ``--packing``): the same rounds with one-GPU jobs only (Gavel packs
+one-GPU jobs) for the policies that space-share, ``hetero_pack`` and Gavel's packed twins.
+Target: ≤ 1 s per round at 512 active jobs; reference: Gavel's packed max-min LP takes ~43 s at
+512 jobs (its paper). The Gavel twins pose Gavel's own LP (one variable per pair of jobs and
+GPU type, ~393,000 at 512 jobs), so they are timed only up to ``--gavel-max-jobs``.
+
     .venv/bin/python benchmarks/bench_decide.py [--sizes 64,256,1024,2048,4096] [--repeats 3]
+    .venv/bin/python benchmarks/bench_decide.py --packing [--sizes 512,2048]
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from tessera.sched.policy import make_policy
 from tessera.sched.snapshot import JobView, Snapshot
 
 
-def build(n: int, seed: int = 0) -> Snapshot:
+def build(n: int, seed: int = 0, one_gpu: bool = False) -> Snapshot:
     table = default_throughputs()
     rng = random.Random(seed)
     per_type = max(4, n // 6) // 4 * 4
@@ -37,7 +44,7 @@ def build(n: int, seed: int = 0) -> Snapshot:
     single, multi = table.job_types(), table.distributable_types()
     views = []
     for i in range(n):
-        sf = rng.choices([1, 2, 4, 8], weights=[70, 10, 15, 5])[0]
+        sf = 1 if one_gpu else rng.choices([1, 2, 4, 8], weights=[70, 10, 15, 5])[0]
         jt = rng.choice(single if sf == 1 else multi)
         spec = JobSpec(JobId(str(i)), jt, sf, rng.uniform(1e4, 1e6), float(i))
         views.append(JobView(spec, JobState.PENDING, spec.total_steps))
@@ -50,13 +57,27 @@ def main() -> None:
     ap.add_argument("--policies", default="max_min_fairness,finish_time_fairness,las,"
                     "hetero_srpt,fifo")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--packing", action="store_true",
+                    help="one-GPU jobs, the packing policies (default sizes 512,2048)")
+    ap.add_argument("--gavel-max-jobs", type=int, default=128,
+                    help="largest size at which Gavel's packed twins are timed")
     args = ap.parse_args()
+    if args.packing:
+        if args.sizes == ap.get_default("sizes"):
+            args.sizes = "128,512,2048"
+        if args.policies == ap.get_default("policies"):
+            args.policies = "hetero_pack,hetero_gittins,fifo_packed,max_min_fairness_packed"
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{'policy':<22}{'jobs':>6}{'GPUs':>7}{'median ms':>11}{'max ms':>9}  phases (ms)")
+    print(f"{'policy':<26}{'jobs':>6}{'GPUs':>7}{'median ms':>11}{'max ms':>9}  phases (ms)")
     for name in args.policies.split(","):
         policy = make_policy(name)
         for n in sizes:
-            snap = build(n)
+            if args.packing and name != "hetero_pack" and policy.packs and (
+                    n > args.gavel_max_jobs):
+                print(f"{name:<26}{n:>6}  skipped: Gavel's packed problem has "
+                      f"{n * (n + 1) // 2:,} job combinations (--gavel-max-jobs)")
+                continue
+            snap = build(n, one_gpu=args.packing)
             oracle = ThroughputOracle(default_throughputs(), snap.cluster)
             times, phases = [], {}
             for r in range(args.repeats):
@@ -65,7 +86,7 @@ def main() -> None:
                 times.append((time.perf_counter() - t0) * 1e3)
                 phases = dict(d.phase_ms)
             ph = " ".join(f"{k}={v:.1f}" for k, v in phases.items())
-            print(f"{name:<22}{n:>6}{snap.cluster.total_gpus:>7}"
+            print(f"{name:<26}{n:>6}{snap.cluster.total_gpus:>7}"
                   f"{statistics.median(times):>11.1f}{max(times):>9.1f}  {ph}")
 
 

@@ -15,10 +15,15 @@ Gavel::
 
 (Gavel names: ``fifo`` = our ``fifo-agnostic``, ``fifo_perf`` = ``fifo``, ``max_min_fairness`` =
 ``max_min_fairness-agnostic``, ``max_min_fairness_perf`` = ``max_min_fairness``,
-``finish_time_fairness_perf`` = ``finish_time_fairness``.)
+``finish_time_fairness_perf`` = ``finish_time_fairness``, ``min_total_duration_perf`` =
+``min_total_duration``, ``min_total_duration`` = ``min_total_duration-agnostic``;
+``fifo_packed``, ``max_min_fairness_packed``, ``gandiva`` and ``allox`` keep their names.)
 
 If ``GAVEL_RESULTS`` names a JSON file ``{"<our policy name or Gavel's>": avg_jct_seconds}``
-with Gavel's reported averages for that trace, the ratio ours / Gavel's is printed per policy.
+with Gavel's reported averages for that trace, or ``--gavel``/``GAVEL_SRC`` names a checkout of
+Gavel's ``scheduler/`` directory (then Gavel itself is run on the same file through
+``benchmarks/gavel_reference.py``), the ratio ours / Gavel's and the gap in seconds are
+printed per policy.
 
 It also prints sanity checks against Gavel's published qualitative behaviour (OSDI'20 §7): the
 heterogeneity-aware policies beat their agnostic twins on average JCT.
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,7 +50,17 @@ POLICIES = (
     ("max_min_fairness-agnostic", "max_min_fairness"),
     ("max_min_fairness", "max_min_fairness_perf"),
     ("finish_time_fairness", "finish_time_fairness_perf"),
+    ("fifo_packed", "fifo_packed"),
+    ("max_min_fairness_packed", "max_min_fairness_packed"),
+    ("min_total_duration", "min_total_duration_perf"),
+    ("min_total_duration-agnostic", "min_total_duration"),
+    ("gandiva", "gandiva"),
+    ("allox", "allox"),
 )
+#: Gavel's policies that only run one-GPU traces (AlloX asserts it; the packed max-min LP's
+#: row reshape fails on mixed gang sizes).
+SINGLE_GPU_ONLY = {"allox": "Gavel's AlloX asserts one-GPU jobs",
+                   "max_min_fairness_packed": "Gavel's packed LP crashes on mixed gang sizes"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,12 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solvers", default="auto", help="comma list of ecos,highs-ipm,highs,auto")
     ap.add_argument("--out", default="gavel_agreement_trace.tsv", help="where to write the TSV")
     ap.add_argument("--policies", default=",".join(p for p, _ in POLICIES))
+    ap.add_argument("--single-gpu", action="store_true",
+                    help="draw one-GPU jobs only (Gavel's packing experiments; AlloX needs it)")
+    ap.add_argument("--gavel", default=os.environ.get("GAVEL_SRC"),
+                    help="Gavel's scheduler/ directory: run Gavel itself for the reference "
+                    "numbers (benchmarks/gavel_reference.py)")
     args = ap.parse_args(argv)
 
     if args.trace:
         trace_path = Path(args.trace)
     else:
-        drawn = generate_gavel_like(args.jobs, jobs_per_hour=args.rate, seed=args.seed)
+        drawn = generate_gavel_like(args.jobs, jobs_per_hour=args.rate, seed=args.seed,
+                                    multi_gpu=not args.single_gpu)
         trace_path = Path(args.out)
         write_gavel_tsv(drawn, trace_path)
     # Simulate exactly what Gavel would read: the file, not the in-memory draw.
@@ -73,15 +95,23 @@ def main(argv: list[str] | None = None) -> int:
         for ours, theirs in POLICIES:
             if ours in raw or theirs in raw:
                 gavel[ours] = float(raw.get(ours, raw.get(theirs)))
+    if args.gavel:
+        gavel.update(_run_gavel(args.gavel, trace_path, [p.strip() for p in
+                                                          args.policies.split(",")]))
+    multi = any(j.num_gpus > 1 for j in workload.jobs)
     print(f"trace {trace_path} ({len(workload.jobs)} jobs), cluster {cluster.describe()}")
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
     names = dict(POLICIES)
     results: dict[tuple[str, str], float] = {}
     header = f"{'policy (Gavel name)':48} {'solver':10} {'avg JCT h':>10} {'makespan h':>11}"
-    header += f" {'done':>5} {'wall s':>7}" + ("  ours/Gavel" if gavel else "")
+    header += f" {'done':>5} {'wall s':>7}" + ("  ours/Gavel   gap s" if gavel else "")
     print(header)
     for pol in wanted:
+        if multi and pol in SINGLE_GPU_ONLY:
+            print(f"{pol + ' (' + names.get(pol, '?') + ')':48} skipped: the trace has "
+                  f"multi-GPU jobs and {SINGLE_GPU_ONLY[pol]} (use --single-gpu)")
+            continue
         for solver in solvers:
             cfg = SimConfig(compat="gavel", compat_solver=solver)  # type: ignore[arg-type]
             t0 = time.perf_counter()
@@ -92,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{s.avg_jct_s / 3600:10.3f} {s.makespan_s / 3600:11.2f} "
                     f"{s.succeeded:5d} {time.perf_counter() - t0:7.1f}")
             if pol in gavel:
-                line += f"  {s.avg_jct_s / gavel[pol]:10.3f}"
+                line += f"  {s.avg_jct_s / gavel[pol]:10.6f} {s.avg_jct_s - gavel[pol]:7.2f}"
             print(line, flush=True)
 
     print("\nsanity vs Gavel's published behaviour (aware beats agnostic on avg JCT):")
@@ -115,6 +145,22 @@ def main(argv: list[str] | None = None) -> int:
                 rel = ", ".join(f"{s} {results[(pol, s)] / base:.3f}" for s in solvers[1:])
                 print(f"  {pol:28} {rel}")
     return 0 if ok else 1
+
+
+def _run_gavel(src: str, trace: Path, policies: list[str]) -> dict[str, float]:
+    """Gavel's own average JCT per policy (ours → Gavel's name), run from a checkout."""
+    names = dict(POLICIES)
+    here = Path(__file__).with_name("gavel_reference.py")
+    out: dict[str, float] = {}
+    for pol in policies:
+        done = subprocess.run([sys.executable, str(here), "--gavel", src, str(trace),
+                               names.get(pol, pol)], capture_output=True, text=True,
+                              check=False)
+        if done.returncode == 0 and done.stdout.strip():
+            out[pol] = float(json.loads(done.stdout.strip().splitlines()[-1])["avg_jct_s"])
+        else:
+            print(f"Gavel failed on {names.get(pol, pol)}: {done.stderr.strip()[-300:]}")
+    return out
 
 
 if __name__ == "__main__":

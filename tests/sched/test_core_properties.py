@@ -175,9 +175,17 @@ def _check_invariants(scn: Scenario, d: Decision) -> None:
     # Every job that runs is an active job of the snapshot.
     assert set(d.placements) <= set(by_id)
 
-    # No node over-allocated, none that is down used.
+    # Co-located jobs share one gang: both hold the same GPUs, and say so of each other.
+    for jid, p in d.placements.items():
+        for other in p.colocated_with:
+            q = d.placements[other]
+            assert q.gpus_by_node == p.gpus_by_node and jid in q.colocated_with, (jid, other)
+
+    # No node over-allocated (a shared gang counted once), none that is down used.
     used: Counter[str] = Counter()
-    for p in d.placements.values():
+    for jid, p in d.placements.items():
+        if any(str(o) < str(jid) for o in p.colocated_with):
+            continue
         for node_id, k in p.gpus_by_node:
             assert k > 0
             used[node_id] += k

@@ -140,6 +140,9 @@ class JobSpec:
         slo_factor: Gavel's SLO factor (deadline = factor × isolated duration), ``None`` if none.
         duration_hint_s: the trace's duration on its reference flavor, when it gave one.
         elastic: the GPU and batch range of an elastic job; ``None`` for a rigid job.
+        exclusive: the job must not share its GPUs with another job (co-location refused).
+            Simulated traces default to ``False``; the live service sets it for its jobs
+            unless their queue allows sharing.
     """
 
     job_id: JobId
@@ -155,6 +158,7 @@ class JobSpec:
     slo_factor: float | None = None
     duration_hint_s: float | None = None
     elastic: ElasticRange | None = None
+    exclusive: bool = False
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.context import DecisionContext
 from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.packing import colocate
 from tessera.sched.placement import FreeGpus
 from tessera.sched.policy import Policy, PolicyContext, Ranking
 from tessera.sched.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
@@ -215,6 +216,10 @@ def _full_round(
             upgrade(admitted, moved, free, oracle, now_s, opts,
                     ctx.stay_put.under(oracle, opts, len(admitted)))
             run.update(moved)
+    notes = ranking.notes
+    if ranking.colocate:  # a packing policy's partners join their hosts' GPUs
+        packed = colocate(run, ranking.colocate, by_id, ctx.oracle.table, view.cluster)
+        run, notes = packed.placements, {**ranking.notes, **packed.notes}
     lap("place")
 
     preempted = tuple(j.spec.job_id for j in running if j.spec.job_id not in run)
@@ -229,12 +234,13 @@ def _full_round(
         pending.update(_reasons([j for j in admitted if j.spec.job_id not in run], ranking,
                                 ctx.oracle, free, now_s, opts))
     lap("explain")
-    return _decision(ranking, run, started, preempted, pending, lap)
+    return _decision(ranking, run, started, preempted, pending, lap, notes)
 
 
 def _decision(
     ranking: Ranking, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
     preempted: tuple[JobId, ...], pending: dict[JobId, PendingReason], lap: _Laps,
+    notes: Mapping[JobId, str] | None = None,
 ) -> Decision:
     """The round's outcome, with the policy's memory, wish, notes and fallbacks."""
     return Decision(
@@ -244,7 +250,7 @@ def _decision(
         pending=pending,
         policy_state=ranking.state,
         wakeup_s=ranking.wakeup_s,
-        notes=ranking.notes,
+        notes=ranking.notes if notes is None else notes,
         fallbacks=ranking.fallbacks,
         phase_ms=tuple(lap.ms.items()),
     )

@@ -78,6 +78,9 @@ class Ranking:
         fallbacks: every time the policy did not get the answer it asked for and used another
             one, in words (``"max-min fairness LP: ECOS returned no solution; solved with HiGHS
             IPM instead"``). Never silent: the driver copies these into the run's notes.
+        colocate: for a policy that packs, ``{partner: host}``: run ``partner`` on the GPUs
+            the core gives ``host`` (space sharing; :mod:`tessera.sched.packing` checks the
+            pair and gives the reasons). Partners are not listed in ``candidates``.
     """
 
     candidates: tuple[tuple[JobId, str], ...]
@@ -85,6 +88,7 @@ class Ranking:
     notes: Mapping[JobId, str] = field(default_factory=dict)
     wakeup_s: float | None = None
     fallbacks: tuple[str, ...] = ()
+    colocate: Mapping[JobId, JobId] = field(default_factory=dict)
 
 
 class PolicyConfig(BaseModel):
@@ -100,6 +104,8 @@ class Policy(ABC):
     preemptive: ClassVar[bool] = False
     #: Default simulation mode: round-based (Gavel's 360 s rounds) or event-driven.
     round_based: ClassVar[bool] = False
+    #: Whether the policy may put two jobs on the same GPUs (``Ranking.colocate``).
+    packs: ClassVar[bool] = False
     Config: ClassVar[type[PolicyConfig]] = PolicyConfig
 
     def __init__(

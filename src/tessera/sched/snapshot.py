@@ -34,6 +34,8 @@ class Placement:
         gpus_by_node: ``((node_id, gpu_count), ...)``, most GPUs first.
         node_flavors: for a mixed gang, the flavor of each ``gpus_by_node`` entry; empty for
             a homogeneous gang.
+        colocated_with: the other jobs space-sharing these same GPUs (co-location, see
+            :mod:`tessera.sched.packing`); empty when the gang has its GPUs to itself.
     """
 
     flavor: str
@@ -41,8 +43,9 @@ class Placement:
     node_flavors: tuple[str, ...] = ()
     global_batch_samples: int | None = None
     """The global batch an elastic job runs at in this placement; None = the job's own batch."""
+    colocated_with: tuple[JobId, ...] = field(default=(), repr=False)
     # Derived once at construction (the simulator asks for them on every advance of a running
-    # job); not compared, hashed or shown, so equality stays that of the four fields above.
+    # job); not compared, hashed or shown, so equality stays that of the fields above.
     num_gpus: int = field(init=False, compare=False, repr=False)
     """GPUs in the gang."""
     consolidated: bool = field(init=False, compare=False, repr=False)
@@ -102,7 +105,9 @@ class Placement:
             mix = ", ".join(f"{c}×{f}" for f, c in self.flavor_counts())
             return f"{self.num_gpus} GPUs mixed ({mix}) on {nodes}"
         nodes = "+".join(f"{n}:{c}" for n, c in self.gpus_by_node)
-        return f"{self.num_gpus}×{self.flavor} on {nodes}"
+        shared = (" shared with " + ", ".join(str(j) for j in self.colocated_with)
+                  if self.colocated_with else "")
+        return f"{self.num_gpus}×{self.flavor} on {nodes}{shared}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,17 @@ from tessera.sched.gavel.mechanism import RoundState, Shares, priorities, ranked
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.rho import RhoInputs, RhoSearch, min_max_rho
 from tessera.sched.gavel.solver import Backend, Solved, SolverName, resolve_solver
-from tessera.sched.gavel.state import FifoMemory, FtfMemory, GavelState, JobAccount, credit_round
+from tessera.sched.gavel.state import (
+    AlloxMemory,
+    FifoMemory,
+    FtfMemory,
+    GavelState,
+    JobAccount,
+    credit_round,
+)
 
 __all__ = [
+    "AlloxMemory",
     "Backend",
     "FifoMemory",
     "FtfMemory",

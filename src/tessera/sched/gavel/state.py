@@ -58,6 +58,13 @@ class FtfMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class AlloxMemory:
+    """Gavel's AlloX policy object: the allocation it returned last time, per job and type."""
+
+    previous: Mapping[JobId, Mapping[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
 class GavelState:
     """Gavel's scheduler state between rounds (a compat policy's memory).
 
@@ -80,7 +87,7 @@ class GavelState:
     last_reset_s: float
     need_update: bool
     shuffle_rng: Any
-    memory: FifoMemory | FtfMemory | None = None
+    memory: FifoMemory | FtfMemory | AlloxMemory | None = None
 
     @property
     def known(self) -> tuple[JobId, ...]:

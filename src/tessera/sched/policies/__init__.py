@@ -3,8 +3,12 @@
 from tessera.sched.policies import (  # noqa: F401
     fifo,
     gavel_compat,
+    gavel_completion,
+    gavel_gandiva,
     gavel_lp,
+    gavel_packed,
     hetero_gittins,
+    hetero_pack,
     hetero_srpt,
     las,
     shortest,

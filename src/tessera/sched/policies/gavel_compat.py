@@ -63,6 +63,7 @@ from tessera.sched.policies.gavel_mechanism import (
     gavel_boundary,
     gavel_type,
 )
+from tessera.sched.policies.gavel_packed import GavelPackedPolicy
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import JobView
 
@@ -220,6 +221,11 @@ _COMPAT: dict[str, type[GavelCompatPolicy]] = {
 }
 
 
+#: Registered policies that are Gavel's own (no Tessera version): ``--compat gavel`` only.
+GAVEL_ONLY = frozenset({"max_min_fairness_packed", "fifo_packed", "gandiva",
+                        "min_total_duration", "allox"})
+
+
 def has_gavel_twin(name: str) -> bool:
     """Whether ``name`` (without ``-agnostic``) has a Gavel-compat twin."""
     return name in _COMPAT
@@ -232,6 +238,11 @@ def gavel_compat_policy(policy: Policy, seed: int = 0, solver: SolverName = "aut
     ``fifo-agnostic`` is Gavel's ``fifo``, ``fifo`` is ``fifo_perf``; likewise
     ``max_min_fairness[-agnostic]`` and ``finish_time_fairness[-agnostic]``.
     """
+    if policy.name in GAVEL_ONLY and isinstance(policy, (GavelCompatPolicy, GavelPackedPolicy)):
+        # A policy that exists only as Gavel's: run it with the run's seed and solver.
+        reset = policy.config.reset_interval_s  # type: ignore[attr-defined]
+        own = GavelCompatConfig(seed=seed, solver=solver, reset_interval_s=reset)
+        return type(policy)(own, agnostic=policy.agnostic, name=policy.name)
     if isinstance(policy, GavelCompatPolicy):
         return policy
     cls = _COMPAT.get(policy.name)

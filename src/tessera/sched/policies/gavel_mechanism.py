@@ -45,6 +45,7 @@ from tessera.sched.gavel import (
     ranked_entries,
     resolve_solver,
 )
+from tessera.sched.gavel.packed import PackedState, credit_combos
 from tessera.sched.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
 
@@ -72,7 +73,7 @@ class GavelCompatConfig(PolicyConfig):
 
 def gavel_boundary(
     state: Any,
-    credits: Sequence[tuple[JobId, str, float]],
+    credits: Sequence[tuple[JobId | tuple[JobId, ...], str, float]],
     event: bool,
     drained: bool,
 ) -> Any:
@@ -82,15 +83,20 @@ def gavel_boundary(
         state: the policy state returned last round (left alone unless it is a
             :class:`~tessera.sched.gavel.GavelState`).
         credits: ``(job, flavor, execution_s)`` per successful micro-task of the round that just
-            ended, completed jobs included (Gavel's ``_done_callback`` adds the time before it
+            ended (``job`` a tuple of the jobs of a packed pair, or of one job), completed jobs
+            included (Gavel's ``_done_callback`` adds the time before it
             removes the job).
         event: an arrival, completion or failed micro-task happened at this boundary.
         drained: no arrivals are left and nothing ran last round (Gavel then sets
             ``_last_reset_time = 0``, forcing a recompute).
     """
+    if isinstance(state, PackedState):
+        return credit_combos(state, [(c if isinstance(c, tuple) else (c,), f, s)
+                                     for c, f, s in credits], event, drained)
     if not isinstance(state, GavelState):
         return state
-    return credit_round(state, credits, event, drained)
+    return credit_round(state, [(c[0] if isinstance(c, tuple) else c, f, s)
+                                for c, f, s in credits], event, drained)
 
 
 class GavelCompatPolicy(Policy):

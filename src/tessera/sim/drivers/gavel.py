@@ -16,6 +16,7 @@ from tessera.sched.policies.gavel_compat import gavel_boundary, gavel_compat_pol
 from tessera.sched.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers.base import Driver
+from tessera.sim.drivers.gavel_pairs import PairLease, end_pair_lease, start_pair_lease
 from tessera.sim.metrics import Sample
 from tessera.sim.state import SimJob, move
 from tessera.sim.world import SimWorld
@@ -25,6 +26,7 @@ _MAX_FAILED_MICROTASKS = 5
 
 Lease = tuple[float, SimJob, float, str]
 """``(finish_s, job, steps, flavor)`` of one job dispatched for one round."""
+
 
 
 class GavelDriver(Driver):
@@ -55,14 +57,15 @@ class GavelDriver(Driver):
         round_start = 0.0
         round_end: float | None = None
         dispatched: list[Lease] = []
+        pairs: list[PairLease] = []
         failures: dict[int, int] = {}
         stalls = 0
         horizon = world.cfg.max_sim_time_s
         while done < n:
             nxt = jobs[ptr].spec.submit_time_s if ptr < n else None
-            drained = nxt is None and not dispatched
-            if dispatched:
-                latest = max(d[0] for d in dispatched)
+            drained = nxt is None and not dispatched and not pairs
+            if dispatched or pairs:
+                latest = max([d[0] for d in dispatched] + [d[0] for d in pairs])
                 if round_end is not None:
                     round_start = round_end
                 round_end = latest
@@ -71,9 +74,9 @@ class GavelDriver(Driver):
                 now_s = nxt
             if horizon is not None and now_s > horizon:
                 break
-            _tick(world, now_s, dispatched)
+            _tick(world, now_s, dispatched + [(f, js[0], st[0], fl) for f, js, st, fl in pairs])
             event = False
-            credits: list[tuple[JobId, str, float]] = []
+            credits: list[tuple[JobId | tuple[JobId, ...], str, float]] = []
             for finish, job, steps, fl in dispatched:
                 world.c.events += 1
                 ended, credited = _end_lease(world, job, finish, steps, finish - round_start,
@@ -82,6 +85,14 @@ class GavelDriver(Driver):
                 event |= ended or not credited
                 if credited:
                     credits.append((job.spec.job_id, fl, finish - round_start))
+            for lease in pairs:
+                world.c.events += 2
+                ended_n, credited = end_pair_lease(world, lease, lease[0] - round_start)
+                done += ended_n
+                event |= ended_n > 0 or not credited
+                if credited:
+                    ids = (lease[1][0].spec.job_id, lease[1][1].spec.job_id)
+                    credits.append((ids, lease[3], lease[0] - round_start))
             world.running.clear()
             while ptr < n and jobs[ptr].spec.submit_time_s <= now_s:
                 job = jobs[ptr]
@@ -93,8 +104,8 @@ class GavelDriver(Driver):
             if done >= n:
                 break
             world.policy_state = gavel_boundary(world.policy_state, credits, event, drained)
-            dispatched = _dispatch(world, now_s, round_s)
-            if dispatched or event or ptr < n:
+            dispatched, pairs = _dispatch(world, now_s, round_s)
+            if dispatched or pairs or event or ptr < n:
                 stalls = 0
             else:
                 stalls += 1
@@ -168,13 +179,20 @@ def _tick(world: SimWorld, now_s: float, dispatched: list[Lease]) -> None:
     world.last_t = max(world.last_t, now_s)
 
 
-def _dispatch(world: SimWorld, now_s: float, round_s: float) -> list[Lease]:
+def _dispatch(world: SimWorld, now_s: float, round_s: float
+              ) -> tuple[list[Lease], list[PairLease]]:
     """Ask the decision core for the round starting at ``now_s`` and lease the chosen GPUs."""
     d = world.decide(world.snapshot(now_s, free_gpus=False))
     by_id = {j.spec.job_id: j for j in world.active.values()}
     out: list[Lease] = []
+    pairs: list[PairLease] = []
     for jid, p in d.placements.items():
         job = by_id[jid]
+        if p.colocated_with:
+            lease = start_pair_lease(world, job, by_id[p.colocated_with[0]], p, now_s, round_s)
+            if lease is not None:
+                pairs.append(lease)
+            continue
         rate = world.truth.rate(job.spec, p.flavor, True)  # Gavel: consolidated, always
         if rate <= 0:
             continue
@@ -194,4 +212,4 @@ def _dispatch(world: SimWorld, now_s: float, round_s: float) -> list[Lease]:
         job.busy_gpu_s[p.flavor] = job.busy_gpu_s.get(p.flavor, 0.0) + g * busy
         world.running[job.idx] = job
         out.append((finish, job, steps, p.flavor))
-    return out
+    return out, pairs

@@ -1,0 +1,181 @@
+"""Space sharing: the pair table, the rules that refuse a pair, and packing in ``decide``."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from tessera.errors import SpecError
+from tessera.model.gpus import resolve_flavor
+from tessera.model.jobs import JobId, JobState
+from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
+from tessera.perf.profiles import ThroughputTable, default_throughputs
+from tessera.sched.context import DecisionContext
+from tessera.sched.core import decide
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.packing import check_pair, colocate, may_share, memory_gib
+from tessera.sched.policy import Policy, PolicyContext, Ranking, make_policy
+from tessera.sched.snapshot import Placement
+from tests.builders import make_cluster, make_job, snapshot, view
+
+TABLE = default_throughputs()
+V100 = resolve_flavor("v100").short
+R18_16 = "ResNet-18 (batch size 16)"
+R18_64 = "ResNet-18 (batch size 64)"
+R50_64 = "ResNet-50 (batch size 64)"
+R50_128 = "ResNet-50 (batch size 128)"
+CLUSTER = make_cluster().node("v100", gpus=1, count=2).build()
+
+
+def test_measured_pair_gives_both_speeds_in_the_order_asked() -> None:
+    a, b = make_job("a", job_type=R18_16), make_job("b", job_type=R18_64)
+    ab = pair_rates(TABLE, a, b, V100)
+    ba = pair_rates(TABLE, b, a, V100)
+    assert isinstance(ab, PairRates) and isinstance(ba, PairRates)
+    assert (ab.first_steps_per_s, ab.second_steps_per_s) == (
+        ba.second_steps_per_s, ba.first_steps_per_s)
+    alone_a = TABLE.throughput(R18_16, V100)
+    alone_b = TABLE.throughput(R18_64, V100)
+    assert ab.first_steps_per_s <= alone_a and ab.second_steps_per_s <= alone_b
+    assert 1.0 < ab.normalized_sum(alone_a, alone_b) <= 2.0
+
+
+def test_pair_measured_not_to_run_is_refused() -> None:
+    got = pair_rates(TABLE, make_job("a", job_type=R50_64), make_job("b", job_type=R50_128),
+                     V100)
+    assert isinstance(got, PairRefusal) and "measured not to run" in str(got)
+
+
+def test_pair_without_measurement_is_refused_never_guessed() -> None:
+    bare = ThroughputTable("no pairs", TABLE.isolated, {})
+    got = pair_rates(bare, make_job("a", job_type=R18_16), make_job("b", job_type=R18_64), V100)
+    assert isinstance(got, PairRefusal) and "no co-location measurement" in str(got)
+
+
+def test_gangs_of_different_sizes_never_share() -> None:
+    got = pair_rates(TABLE, make_job("a", gpus=2, job_type=R18_16),
+                     make_job("b", gpus=1, job_type=R18_64), V100)
+    assert isinstance(got, PairRefusal) and "different gang sizes" in str(got)
+
+
+def test_exclusive_job_is_refused() -> None:
+    host = make_job("h", job_type=R18_16)
+    partner = make_job("p", job_type=R18_64, exclusive=True)
+    got = may_share(TABLE, CLUSTER, host, partner, V100)
+    assert isinstance(got, PairRefusal) and "job p is exclusive" in str(got)
+    got = may_share(TABLE, CLUSTER, replace(host, exclusive=True), replace(partner,
+                    exclusive=False), V100)
+    assert isinstance(got, PairRefusal) and "job h is exclusive" in str(got)
+
+
+def test_pair_that_does_not_fit_memory_is_refused() -> None:
+    host = make_job("h", job_type=R18_16, extra={"memory_gib": "10"})
+    partner = make_job("p", job_type=R18_64, extra={"memory_gib": "7.5"})
+    got = may_share(TABLE, CLUSTER, host, partner, V100)
+    assert isinstance(got, PairRefusal) and "10 + 7.5 GiB" in str(got)
+    small = replace(partner, extra={"memory_gib": "4"})
+    assert isinstance(may_share(TABLE, CLUSTER, host, small, V100), PairRates)
+
+
+def test_bad_memory_estimate_is_an_error() -> None:
+    with pytest.raises(SpecError, match="not a number"):
+        memory_gib(make_job("x", extra={"memory_gib": "lots"}))
+    with pytest.raises(SpecError, match="must be > 0"):
+        memory_gib(make_job("x", extra={"memory_gib": "-1"}))
+
+
+def test_partner_must_accept_the_hosts_flavor_and_pairs_only() -> None:
+    host = make_job("h", job_type=R18_16)
+    partner = make_job("p", job_type=R18_64, flavors=(resolve_flavor("k80"),))
+    got = may_share(TABLE, CLUSTER, host, partner, V100)
+    assert isinstance(got, PairRefusal) and "does not accept" in str(got)
+    shared = Placement(V100, (("n", 1),), colocated_with=(JobId("q"),))
+    got = check_pair(TABLE, CLUSTER, host, make_job("p", job_type=R18_64), shared)
+    assert isinstance(got, PairRefusal) and "only pairs" in str(got)
+
+
+def test_colocate_puts_partner_on_host_gpus_and_explains() -> None:
+    h, p, x = (view(make_job("h", job_type=R18_16)), view(make_job("p", job_type=R18_64)),
+               view(make_job("x", job_type=R18_64, exclusive=True)))
+    node = CLUSTER.nodes[0].node_id
+    run = {h.job_id: Placement(V100, ((node, 1),))}
+    packed = colocate(run, {p.job_id: h.job_id, x.job_id: h.job_id},
+                      {j.job_id: j for j in (h, p, x)}, TABLE, CLUSTER)
+    assert packed.placements[p.job_id].gpus_by_node == ((node, 1),)
+    assert packed.placements[p.job_id].colocated_with == (h.job_id,)
+    assert packed.placements[h.job_id].colocated_with == (p.job_id,)
+    assert x.job_id not in packed.placements
+    assert "shares 1×V100-16GB with job p" in packed.notes[h.job_id]
+    assert "exclusive" in packed.notes[x.job_id] or "only pairs" in packed.notes[x.job_id]
+    alone = colocate({}, {p.job_id: h.job_id}, {j.job_id: j for j in (h, p)}, TABLE, CLUSTER)
+    assert p.job_id not in alone.placements
+    assert "is not running this round" in alone.notes[p.job_id]
+
+
+class _PairUp(Policy):
+    """A test policy: the first job hosts, the second is its partner."""
+
+    round_based = True
+    preemptive = True
+    packs = True
+
+    def rank(self, ctx: PolicyContext) -> Ranking:
+        a, b = ctx.snapshot.jobs[0].job_id, ctx.snapshot.jobs[1].job_id
+        return Ranking(((a, V100),), colocate={b: a})
+
+
+def _decide(policy: Policy, *views_: object) -> object:
+    cluster = make_cluster().node("v100", gpus=1).build()
+    snap = snapshot(cluster, *views_, round_s=360.0)  # type: ignore[arg-type]
+    return decide(snap, policy, DecisionContext(ThroughputOracle(TABLE, cluster),
+                                                random.Random(0)))
+
+
+def test_decide_packs_a_measured_pair_on_one_gpu() -> None:
+    d = _decide(_PairUp(), view(make_job("a", job_type=R18_16)),
+                view(make_job("b", job_type=R18_64)))
+    assert set(d.placements) == {"a", "b"}  # type: ignore[attr-defined]
+    pa, pb = d.placements["a"], d.placements["b"]  # type: ignore[attr-defined]
+    assert pa.gpus_by_node == pb.gpus_by_node and pa.colocated_with == ("b",)
+    assert "shares" in d.notes["b"]  # type: ignore[attr-defined]
+    assert not d.pending  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("partner", "why"), [
+    (make_job("b", job_type=R18_64, exclusive=True), "exclusive"),
+    (make_job("b", job_type=R18_64, gpus=2), "different gang sizes"),
+    (make_job("b", job_type=R18_64, extra={"memory_gib": "15"}), "GiB"),
+])
+def test_decide_refuses_a_bad_pair_with_a_reason(partner: object, why: str) -> None:
+    host = make_job("a", job_type=R18_16, extra={"memory_gib": "6"})
+    d = _decide(_PairUp(), view(host), view(partner))  # type: ignore[arg-type]
+    assert set(d.placements) == {"a"}  # type: ignore[attr-defined]
+    assert why in d.notes["b"]  # type: ignore[attr-defined]
+    assert "b" in d.pending  # type: ignore[attr-defined]
+
+
+def test_hetero_pack_packs_a_waiting_job_when_the_pair_pays() -> None:
+    # One V100; two ResNet-18s whose measured pair does 1.7× the work of one alone.
+    a = view(make_job("a", job_type=R18_16, steps=1e6))
+    b = view(make_job("b", job_type=R18_64, steps=1e6, submit_s=1.0))
+    d = _decide(make_policy("hetero_pack"), a, b)
+    assert set(d.placements) == {"a", "b"}  # type: ignore[attr-defined]
+    assert d.placements["a"].colocated_with or d.placements["b"].colocated_with  # type: ignore[attr-defined]
+    # The same with the partner exclusive: it waits (never proposed).
+    d = _decide(make_policy("hetero_pack"), a, replace(b, spec=replace(b.spec, exclusive=True)))
+    assert len(d.placements) == 1  # type: ignore[attr-defined]
+
+
+def test_hetero_pack_does_not_pack_a_pair_that_does_not_pay() -> None:
+    a = view(make_job("a", job_type=R50_64, steps=1e6))
+    b = view(make_job("b", job_type=R50_128, steps=1e6, submit_s=1.0))
+    d = _decide(make_policy("hetero_pack"), a, b)
+    assert len(d.placements) == 1  # type: ignore[attr-defined]
+
+
+def test_running_state_is_untouched_by_packing_for_non_packing_policies() -> None:
+    a = view(make_job("a", job_type=R18_16), JobState.PENDING)
+    d = _decide(make_policy("hetero_gittins"), a)
+    assert d.placements["a"].colocated_with == ()  # type: ignore[attr-defined]
