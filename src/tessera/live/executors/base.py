@@ -42,13 +42,13 @@ RunState = Literal["absent", "starting", "unplaceable", "running", "exited", "lo
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: Variables a rank inherits from the service when they are set there: locale, time zone and
 #: temporary directory -- nothing that could carry a secret.
-#: ``CUDA_VISIBLE_DEVICES`` too: the GPUs the launcher itself was given (Ray sets it in each rank
-#: actor from the rank's ``num_gpus``), which the rank must keep to use its own GPU and no other.
+#: ``CUDA_VISIBLE_DEVICES`` too: the GPUs the launcher itself was given, which the rank must keep
+#: to use its own GPU and no other (a Ray rank host passes each rank's own GPU instead).
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "CUDA_VISIBLE_DEVICES")
-#: Read by the launcher (local runner or Ray rank actor), not passed on to the command: the user
+#: Read by the launcher (local runner or Ray rank host), not passed on to the command: the user
 #: to run the command as.
 RUN_AS_VAR = "TESSERA_RUN_AS"
-#: Read by the Ray rank actor, not passed on: the service's checkpoints root (a default
+#: Read by the Ray rank host, not passed on: the service's checkpoints root (a default
 #: checkpoint directory under it is created for the run-as user; see prepare_checkpoint_dir).
 CHECKPOINTS_ROOT_VAR = "TESSERA_CHECKPOINTS_ROOT"
 LAUNCHER_VARS = (RUN_AS_VAR, CHECKPOINTS_ROOT_VAR)
