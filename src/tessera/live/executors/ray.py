@@ -193,7 +193,7 @@ class RayExecutor:
             return RunStatus("starting", detail="placing the ranks")
         try:
             started = ln.placing.result()
-        except (ray.exceptions.RayError, ValueError) as e:
+        except Exception as e:  # a Ray error, a bundle without its GPUs: the run is lost
             self._launching.pop(key, None)
             self._teardown(*key)
             return RunStatus("lost", detail=f"could not place the ranks: {_first_line(e)}")
