@@ -89,6 +89,10 @@ NODES_TTL_S = 2.0
 FORGET_TIMEOUT_S = 15.0
 #: How long the placer waits for a bundle's slot task (a pooled worker answers in ms).
 SLOT_TIMEOUT_S = 60.0
+#: How often launches' pending refs are asked of Ray (all at once).
+READY_TTL_S = 0.02
+#: How old a snapshot of the hosts' ranks may be when a run's status is asked.
+POLL_TTL_S = 0.2
 log = logging.getLogger("tessera.live")
 
 
@@ -146,12 +150,21 @@ class RayExecutor:
         self.runs_lost_with_cluster = self.head is not None and self.head.restarted
         self.hosts = HostPool()
         self.hosts.warm()
+        # Groups a previous service left (a relaunch after a restart reuses its group); any
+        # other launch makes a new one without asking Ray for it by name first.
+        self._groups_at_start = {str(g.get("name", "")) for g in
+                                 ray.util.placement_group_table().values()
+                                 if g.get("state") != "REMOVED"}
         self._nodes_of: dict[tuple[str, int], list[str]] = {}  # run → node of each rank
         self._launching: dict[tuple[str, int], _Launch] = {}
         self._placer = ThreadPoolExecutor(1, thread_name_prefix="tessera-ray-place")
         self._releasing = ThreadPoolExecutor(4, thread_name_prefix="tessera-ray-release")
         self._nodes: list[dict[str, float]] = []
         self._nodes_at_s = float("-inf")
+        self._polled: dict[RankKey, tuple[str, int | None, bool]] = {}  # see _polls
+        self._polled_at_s = float("-inf")
+        self._ready: set[Any] = set()  # refs of launches known to be ready
+        self._ready_at_s = float("-inf")
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -165,9 +178,11 @@ class RayExecutor:
             res, share = flavor_resource(flavor, self.kind)
             bundles.append({"GPU": float(count), res: share * count})
         pg_name = _pg_name(*key)
-        try:
-            pg = get_placement_group(pg_name)
-        except ValueError:
+        pg: PlacementGroup | None = None
+        if pg_name in self._groups_at_start:
+            with contextlib.suppress(ValueError):  # removed since
+                pg = get_placement_group(pg_name)
+        if pg is None:
             strategy = "STRICT_PACK" if spec.requires_locality else "PACK"
             pg = placement_group(bundles, strategy=strategy, name=pg_name, lifetime="detached")
         self._launching[key] = _Launch(spec, pg, pg.ready(), bundles, time.monotonic())
@@ -177,8 +192,7 @@ class RayExecutor:
         spec = ln.spec
         key = (spec.job_id, spec.run)
         if ln.placing is None:
-            ready, _ = ray.wait([ln.ready], timeout=0)
-            if not ready:
+            if not self._all_ready([ln.ready]):
                 why = unplaceable_reason(ln.bundles, self._node_totals())
                 if why is None and time.monotonic() - ln.since_s > self.place_timeout_s:
                     why = (f"placement group {spec.placement.describe()} not placed after "
@@ -197,16 +211,42 @@ class RayExecutor:
             self._launching.pop(key, None)
             self._teardown(*key)
             return RunStatus("lost", detail=f"could not place the ranks: {_first_line(e)}")
-        ready, _ = ray.wait(started, num_returns=len(started), timeout=0)
-        if len(ready) < len(started):
+        if not self._all_ready(started):
             return RunStatus("starting", detail="starting the ranks' commands")
         del self._launching[key]
+        self._ready.difference_update([ln.ready, *started])
         try:
             ray.get(started)
         except ray.exceptions.RayError as e:
             self.stop(*key, 0.0)
             return RunStatus("lost", detail=f"a rank could not start: {_first_line(e)}")
+        for rank in range(len(started)):  # started: the next poll snapshot tells the rest
+            self._polled[(*key, rank)] = ("running", None, False)
         return RunStatus("running")
+
+    def _all_ready(self, refs: list[Any]) -> bool:
+        """Whether every ref in ``refs`` is ready. Ray is asked about the pending refs of all
+        launches at once, at most every :data:`READY_TTL_S` (the service asks about each
+        launch in turn; a ``ray.wait`` per launch cost a millisecond each on a busy machine)."""
+        if all(r in self._ready for r in refs):
+            return True
+        now_s = time.monotonic()
+        if now_s - self._ready_at_s >= READY_TTL_S:
+            live = set(refs).union(*([ln.ready, *self._started(ln)]
+                                     for ln in self._launching.values()))
+            self._ready &= live  # forget refs of launches that ended meanwhile
+            pending = list(live - self._ready)
+            done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+            self._ready.update(done)
+            self._ready_at_s = now_s
+        return all(r in self._ready for r in refs)
+
+    @staticmethod
+    def _started(ln: _Launch) -> list[Any]:
+        """The start refs of a launch the placer has finished (``[]`` otherwise)."""
+        if ln.placing is None or not ln.placing.done() or ln.placing.exception() is not None:
+            return []
+        return ln.placing.result()
 
     def _place_ranks(self, ln: _Launch) -> list[Any]:
         """On the placer thread: learn each bundle's node and GPUs (:func:`bundle_slot`, one
@@ -272,11 +312,8 @@ class RayExecutor:
         if not ranks:
             return status_from_records(job_id, run) or RunStatus("absent")
         try:
-            polls = ray.get([h.poll.remote(k) for h, k in ranks], timeout=10)
+            polls = self._polls([k for _h, k in ranks])
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-            if isinstance(e, ray.exceptions.RayActorError):
-                for n in set(self._nodes_of.get((job_id, run), [])):
-                    self.hosts.forget_host(n)
             recorded = status_from_records(job_id, run)
             if recorded is not None:
                 return recorded
@@ -300,6 +337,34 @@ class RayExecutor:
             rc = next((r for _st, r, _s in polls if r), 0) or 0
             return RunStatus("exited", rc, stopped)
         return RunStatus("running")
+
+    def _polls(self, keys: list[RankKey]) -> list[tuple[str, int | None, bool]]:
+        """Each rank's ``(state, status, stopped)``, from one ``poll_all`` per node for all
+        runs, taken at most every :data:`POLL_TTL_S` (the service asks about every run in
+        turn; a round trip per run cost tens of milliseconds each on a busy machine). A rank
+        missing from a snapshot taken before it started is asked about afresh.
+
+        Raises:
+            RayActorError: the host of one of ``keys`` died.
+            GetTimeoutError: a host did not answer in time.
+        """
+        now_s = time.monotonic()
+        if now_s - self._polled_at_s >= POLL_TTL_S or any(k not in self._polled for k in keys):
+            nodes = {n for ns in self._nodes_of.values() for n in ns}
+            nodes.update(self._nodes_of.get(keys[0][:2], []) if keys else [])
+            refs = {n: self.hosts.host(n).poll_all.remote() for n in nodes}
+            snapshot: dict[RankKey, tuple[str, int | None, bool]] = {}
+            failed: BaseException | None = None
+            for n, ref in refs.items():
+                try:
+                    snapshot.update(ray.get(ref, timeout=10))
+                except ray.exceptions.RayActorError as e:
+                    self.hosts.forget_host(n)
+                    failed = e
+            self._polled, self._polled_at_s = snapshot, now_s
+            if failed is not None and any(k not in snapshot for k in keys):
+                raise failed
+        return [self._polled.get(k, ("absent", None, False)) for k in keys]
 
     def read_log(self, job_id: str, run: int, rank: int, offset: int,
                  limit_bytes: int) -> LogChunk | None:

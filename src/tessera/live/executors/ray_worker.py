@@ -173,6 +173,10 @@ class RankHost:
             return "running", None, False
         return "exited", r.returncode(), r.stopped
 
+    def poll_all(self) -> dict[RankKey, tuple[str, int | None, bool]]:
+        """:meth:`poll` of every rank held here, in one call."""
+        return {key: self.poll(key) for key in self.keys()}
+
     def outcome(self, key: RankKey) -> tuple[str, bool]:
         """Why the command ended, as its guardian saw it: ``(detail, timed_out)``; ``detail``
         is ``exec failed: ...`` for a command that could not start, ``exceeded
