@@ -72,6 +72,7 @@ from tessera.live.executors.ray_records import (
     NAMESPACE,
     exit_key,
     get,
+    keys,
     log_from_record,
     prune,
     put,
@@ -148,6 +149,10 @@ class RayExecutor:
             connect(address, NAMESPACE)
         self.address = address
         self.runs_lost_with_cluster = self.head is not None and self.head.restarted
+        # Ray builds its serialization context (importing pydantic's v1 shim) on first use;
+        # two threads doing that at once fail with KeyError('pydantic.v1'): build it here,
+        # before the placer and release threads exist.
+        ray.put(None)
         self.hosts = HostPool()
         self.hosts.warm()
         # Groups a previous service left (a relaunch after a restart reuses its group); any
@@ -441,6 +446,20 @@ class RayExecutor:
             if rec is not None:
                 save_exit(self.runs_dir, job_id, run, rank, rec)
         prune(job_id, run, world)
+
+    def release_unheld(self, holding: set[tuple[str, int]]) -> int:
+        """Release every run this cluster still keeps (a placement group, KV records) that the
+        service's store no longer holds: what a service killed between recording a run's end
+        and releasing it left behind. Called once at start (:mod:`~tessera.live.reconcile`);
+        returns how many runs were released.
+        """
+        names = [n for n in self._groups_at_start if n.startswith("tessera-pg:")]
+        runs = {(job, int(run)) for job, run in (n.split(":")[1:3] for n in names)}
+        runs |= {(job, int(run)) for job, run in (k.split(":")[1:3] for k in keys("run:"))}
+        left = sorted(runs - holding)
+        for job_id, run in left:
+            self.release(job_id, run)
+        return len(left)
 
     def close(self) -> None:
         """Disconnect; running ranks keep going on their hosts and are adopted on the next
