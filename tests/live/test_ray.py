@@ -106,7 +106,8 @@ def test_cancel_stops_the_actors(ray_service: LiveService) -> None:
 def test_a_restart_finds_the_exit_of_a_run_that_ended_while_it_was_down(
         tmp_path: Path) -> None:
     """The service stops while a job runs; the job ends; its rank host is killed (as a node
-    restart would): the next service learns the exit from the KV record, then prunes it."""
+    restart would): the next service learns the exit from the KV record, then prunes it, and
+    frees a group and a record of a run its store no longer holds."""
     from tessera.live.executors.ray_hosts import HOST_PREFIX
     from tessera.live.executors.ray_records import NAMESPACE
 
@@ -118,6 +119,16 @@ def test_a_restart_finds_the_exit_of_a_run_that_ended_while_it_was_down(
                                        "command: sleep 3; echo bye"), ADMIN).job_id
         wait_for(lambda: svc.store.get(jid).state.value == "running", 60,  # type: ignore
                  "the job to run")
+        # What a service killed between recording a run's end and releasing it leaves: a
+        # group and a run record of a run the store does not hold. The restart frees both.
+        from ray.util.placement_group import placement_group
+
+        from tessera.live.executors.ray_records import put, run_key
+
+        stray = placement_group([{"GPU": 1.0}], name="tessera-pg:j-stray:1",
+                                lifetime="detached")
+        ray.get(stray.ready(), timeout=30)
+        put(run_key("j-stray", 1), {"world": 1})
         svc.stop()
         svc = _service(state, work, start=False)
         wait_for(lambda: [k for k in _kv_records() if k.startswith("exit:")] != [], 30,
@@ -132,6 +143,9 @@ def test_a_restart_finds_the_exit_of_a_run_that_ended_while_it_was_down(
         wait_for(lambda: _kv_records() == [], 30, "the KV records to be pruned")
         chunk = svc.executor.read_log(jid, 1, 0, 0, 4096)
         assert chunk is not None and chunk.text == "bye\n"
+        wait_for(lambda: all(g["state"] == "REMOVED" for g in
+                             ray.util.placement_group_table().values()
+                             if g["name"] == "tessera-pg:j-stray:1"), 30, "the stray group's end")
         svc.stop()
     finally:
         EmbeddedHead(state).stop()
