@@ -2,9 +2,16 @@
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_live.py [--submissions N]``
 
-1. **Submissions/s** through the API: in-process (FastAPI TestClient) and end to end (httpx
-   against uvicorn on 127.0.0.1, 1, 4 and 8 client threads). Afterwards the store must hold
-   exactly the accepted jobs (none lost).
+1. **Submissions/s** through the API: in-process (FastAPI TestClient), and end to end against
+   the service and uvicorn running as ``tessera serve`` does (``server.uvicorn_config``) in a
+   **server process of their own**, with 1, 4 and 8 client threads in this process (keep-alive
+   ``http.client`` connections, one per thread: a client light enough not to be what is
+   measured). Afterwards the server's store must hold exactly the accepted jobs (none lost).
+   The server process's CPU time per submission is printed too: less at the mercy of the
+   machine's other load than a rate.
+   With ``--before OLD_TREE/src`` the server process runs on the older tree's sources and on
+   this one's, alternately, twice each (the machine is shared: each side is measured in two
+   spells), and both are printed side by side.
 2. **Submit → running** on a free local cluster: the gap between the ``submitted`` and
    ``running`` events of a 1-GPU job, over repeated submissions.
 3. **Live vs simulator**: ~20 ``sleep S`` jobs run live (local executor, FIFO) and in
@@ -18,14 +25,18 @@ The machine is shared and noisy: read the order of magnitude and the ratios.
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import httpx
 from fastapi.testclient import TestClient
 
 from tessera.live.api import create_app
@@ -74,10 +85,9 @@ def _cancel_all(svc: LiveService) -> None:
 JOB = {"name": "b", "queue": "bench", "command": "sleep 600", "gpus": 1}
 
 
-def bench_submissions(root: Path, n: int) -> list[tuple[str, str]]:
-    cluster = load_cluster(CLUSTER, 4)
-    svc = _service(root / "subs", cluster)
-    rows = []
+def bench_in_process(root: Path, n: int) -> list[tuple[str, str]]:
+    """Submissions through FastAPI's TestClient: the app without HTTP or uvicorn."""
+    svc = _service(root / "inproc", load_cluster(CLUSTER, 4))
     try:
         h = {"Authorization": f"Bearer {TOKEN}"}
         with TestClient(create_app(svc)) as tc:
@@ -85,44 +95,113 @@ def bench_submissions(root: Path, n: int) -> list[tuple[str, str]]:
             ok = sum(tc.post("/api/jobs", json=JOB, headers=h).status_code == 201
                      for _ in range(n))
             dt = time.perf_counter() - t0
-        rows.append(("submissions/s, in-process TestClient", f"{ok / dt:,.0f} ({ok}/{n} ok)"))
-        import uvicorn
-
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port,
-                                               log_level="warning"))
-        th = threading.Thread(target=server.run, daemon=True)
-        th.start()
-        while not server.started:
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}"
-        expected = n
-        for threads in (1, 4, 8):
-            counts = [0] * threads
-
-            def work(i: int, per: int, counts: list[int] = counts) -> None:
-                with httpx.Client(base_url=url, headers=h) as c:
-                    for _ in range(per):
-                        counts[i] += c.post("/api/jobs", json=JOB).status_code == 201
-
-            per = n // threads
-            expected += per * threads
-            t0 = time.perf_counter()
-            ts = [threading.Thread(target=work, args=(i, per)) for i in range(threads)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            dt = time.perf_counter() - t0
-            rows.append((f"submissions/s, httpx → uvicorn, {threads} client thread(s)",
-                         f"{sum(counts) / dt:,.0f} ({sum(counts)}/{per * threads} ok)"))
-        stored = len(svc.store.jobs())
-        rows.append(("jobs stored / accepted (none lost)", f"{stored} / {expected}"))
-        server.should_exit = True
-        th.join(timeout=10)
     finally:
         _cancel_all(svc)
         svc.stop()
+    return [("submissions/s, in-process TestClient", f"{ok / dt:,.0f} ({ok}/{n} ok)")]
+
+
+def serve_child(state: str, port: int) -> None:
+    """``--serve-child``: the service and uvicorn on ``127.0.0.1:port``, configured as
+    ``tessera serve`` configures them, until stdin closes; then prints the jobs stored."""
+    import uvicorn
+
+    svc = _service(Path(state), load_cluster(CLUSTER, 4))
+    app = create_app(svc)
+    try:
+        from tessera.live.server import uvicorn_config
+        config = uvicorn_config(app, host="127.0.0.1", port=port)
+    except ImportError:  # an older tree: what its ``serve`` ran
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    while not server.started:
+        time.sleep(0.05)
+    print("ready", flush=True)
+    cpu0_s = time.process_time()
+    sys.stdin.read()
+    cpu_s = time.process_time() - cpu0_s
+    server.should_exit = True
+    th.join(timeout=10)
+    print(json.dumps({"stored": len(svc.store.jobs()), "cpu_s": cpu_s}), flush=True)
+    _cancel_all(svc)
+    svc.stop()
+
+
+def _post_all(port: int, threads: int, per: int) -> tuple[int, float]:
+    """``threads`` keep-alive clients posting ``per`` jobs each; (accepted, seconds)."""
+    body = json.dumps(JOB).encode()
+    head = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    counts = [0] * threads
+
+    def work(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for _ in range(per):
+            conn.request("POST", "/api/jobs", body, head)
+            r = conn.getresponse()
+            r.read()
+            counts[i] += r.status == 201
+        conn.close()
+
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts), time.perf_counter() - t0
+
+
+def bench_server_process(root: Path, n: int, src: str) -> dict[str, float]:
+    """Submissions/s with 1, 4 and 8 client threads against a server process running the
+    sources in ``src``; also ``stored`` and ``accepted`` (equal when none was lost)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
+    child = subprocess.Popen([sys.executable, __file__, "--serve-child", str(root), str(port)],
+                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError("the server process did not start")
+        out: dict[str, float] = {}
+        accepted = 0
+        for threads in (1, 4, 8):
+            ok, dt = _post_all(port, threads, n // threads)
+            accepted += ok
+            out[f"threads_{threads}"] = ok / dt
+        child.stdin.close()
+        told = json.loads(child.stdout.readline())
+        out["stored"] = float(told["stored"])
+        out["accepted"] = float(accepted)
+        out["cpu_ms"] = 1000 * float(told["cpu_s"]) / max(accepted, 1)
+        return out
+    finally:
+        if not child.stdin.closed:
+            child.stdin.close()
+        child.wait(timeout=120)
+
+
+def bench_submissions(root: Path, n: int, before: str | None) -> list[tuple[str, str]]:
+    """The server-process figures: this tree's, or old and new side by side, twice each."""
+    here = str(Path(__file__).resolve().parent.parent / "src")
+    sides = [("before", before), ("after", here)] if before else [("", here)]
+    spells = 2 if before else 1
+    got: dict[str, list[dict[str, float]]] = {name: [] for name, _ in sides}
+    for spell in range(spells):
+        for name, src in sides:
+            got[name].append(bench_server_process(root / f"srv-{name}-{spell}", n, src))
+    rows = []
+    for key, label in (("threads_1", "1 client thread"), ("threads_4", "4 client threads"),
+                       ("threads_8", "8 client threads")):
+        cells = [" / ".join(f"{g[key]:,.0f}" for g in got[name]) for name, _ in sides]
+        title = f"submissions/s, uvicorn in its own process, {label}"
+        rows.append((title + (" (before | after)" if before else ""), " | ".join(cells)))
+    cpu = [" / ".join(f"{g['cpu_ms']:.2f}" for g in got[name]) for name, _ in sides]
+    rows.append(("server process CPU per submission, ms" + (" (before | after)" if before
+                                                             else ""), " | ".join(cpu)))
+    lost = [f"{g['stored']:.0f} / {g['accepted']:.0f}" for name, _ in sides for g in got[name]]
+    rows.append(("jobs stored / accepted (none lost)", ", ".join(lost)))
     return rows
 
 
@@ -199,12 +278,23 @@ def main() -> None:
     ap.add_argument("--latency-reps", type=int, default=20)
     ap.add_argument("--parity-jobs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--before", metavar="OLD_SRC",
+                    help="an older tree's src/: submissions measured on both, side by side")
+    ap.add_argument("--serve-child", nargs=2, metavar=("STATE", "PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_child:
+        serve_child(args.serve_child[0], int(args.serve_child[1]))
+        return
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        rows += bench_submissions(root, args.submissions)
-        rows += bench_latency(root, args.latency_reps)
+        rows += bench_submissions(root, args.submissions, args.before)
+        if args.before:
+            args.latency_reps = args.parity_jobs = 0
+        else:
+            rows += bench_in_process(root, args.submissions)
+        if args.latency_reps:
+            rows += bench_latency(root, args.latency_reps)
         if args.parity_jobs:
             rows += bench_sim_parity(root, args.parity_jobs, args.seed)
     width = max(len(k) for k, _ in rows)

@@ -1,6 +1,7 @@
 """Ray executor benchmark: launch throughput and submit → running latency on embedded Ray.
 
-Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_ray_launch.py [--jobs N]``
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_ray_launch.py [--jobs N]
+[--before OLD_TREE/src]``
 
 1. **Launch throughput**: ``N`` one-GPU ``sleep 1`` jobs submitted at once to a service whose
    embedded Ray pretends to hold 128 GPUs (every job fits at once, so only launching limits
@@ -10,17 +11,21 @@ Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_ray_launch.py [--jobs N]
 2. **Submit → running**: one-GPU jobs submitted one at a time to an idle cluster; the gap
    between the ``submitted`` and ``running`` events, median and max.
 
-The same script runs against an older tree (``PYTHONPATH=<old>/src``) for the before figures:
-it only uses ``LiveService`` and ``RayExecutor(cluster, None, runs_dir, grace_s=…)``. Ray
-starts one worker process per rank actor, so on a small shared machine the running rate is
-bound by process start-up, not by Tessera; read the order of magnitude.
+With ``--before OLD_TREE/src`` the script runs twice, one after the other, as child processes:
+once on the older tree's sources and once on this one's, and prints both side by side with
+their ratio (it only uses ``LiveService`` and ``RayExecutor(cluster, None, runs_dir,
+grace_s=…)``, which both have). The machine is shared and noisy: read the order of magnitude.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -63,7 +68,7 @@ def _wait(pred: Any, timeout_s: float) -> bool:
     return False
 
 
-def bench_throughput(root: Path, jobs: int) -> None:
+def bench_throughput(root: Path, jobs: int) -> dict[str, float]:
     svc = _service(root / "tput", "v100:64,t4:64")
     launched: list[float] = []
     real_launch = svc.executor.launch
@@ -90,11 +95,16 @@ def bench_throughput(root: Path, jobs: int) -> None:
         ok = sum(r.state.value == "succeeded" for r in svc.store.jobs())
         print(f"  finished:  {ok} succeeded in {t_end - t0:.2f} s = {ok / (t_end - t0):.2f} "
               f"jobs/s{'' if finished else ' (timed out)'}")
+        return {"launched_per_s": len(launched) / max(launched[-1] - t0, 1e-9) if launched
+                else 0.0,
+                "running_per_s": len(running) / max(running[-1] - t0, 1e-9) if running
+                else 0.0,
+                "finished_per_s": ok / (t_end - t0), "succeeded": float(ok)}
     finally:
         svc.stop()
 
 
-def bench_latency(root: Path, samples: int) -> None:
+def bench_latency(root: Path, samples: int) -> dict[str, float]:
     svc = _service(root / "lat", "v100:4,t4:4")
     gaps: list[float] = []
     try:
@@ -111,25 +121,70 @@ def bench_latency(root: Path, samples: int) -> None:
         if gaps:
             print(f"submit → running, {len(gaps)} one-GPU jobs on an idle cluster: median "
                   f"{1000 * statistics.median(gaps):.0f} ms, max {1000 * max(gaps):.0f} ms")
+        return {"latency_median_ms": 1000 * statistics.median(gaps) if gaps else 0.0,
+                "latency_max_ms": 1000 * max(gaps) if gaps else 0.0}
     finally:
         svc.stop()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=60)
-    parser.add_argument("--samples", type=int, default=10)
-    args = parser.parse_args()
+ROWS = (("gangs launched/s (the loop free again)", "launched_per_s", "{:.1f}"),
+        ("gangs running/s (every rank's command started)", "running_per_s", "{:.1f}"),
+        ("jobs finished/s", "finished_per_s", "{:.2f}"),
+        ("jobs succeeded", "succeeded", "{:.0f}"),
+        ("submit → running, median (ms)", "latency_median_ms", "{:.0f}"),
+        ("submit → running, max (ms)", "latency_max_ms", "{:.0f}"))
+
+
+def measure(jobs: int, samples: int) -> dict[str, float]:
+    """Both benchmarks on fresh embedded heads; their figures."""
     with tempfile.TemporaryDirectory(prefix="tsr-bench-", dir="/tmp") as tmp:
         try:
-            bench_latency(Path(tmp), args.samples)
-            bench_throughput(Path(tmp), args.jobs)
+            return {**bench_latency(Path(tmp), samples), **bench_throughput(Path(tmp), jobs)}
         finally:
             with contextlib.suppress(ImportError):
                 from tessera.live.executors.ray_cluster import EmbeddedHead
 
                 for d in ("lat", "tput"):
                     EmbeddedHead(Path(tmp) / d).stop()
+
+
+def _child(src: str, jobs: int, samples: int) -> dict[str, float]:
+    """This script on the sources in ``src``, in a child process; its figures."""
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
+    out = subprocess.run([sys.executable, __file__, "--jobs", str(jobs), "--samples",
+                          str(samples), "--json"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def compare(before_src: str, jobs: int, samples: int) -> None:
+    """Before and after, one after the other, printed side by side."""
+    here = str(Path(__file__).resolve().parent.parent / "src")
+    before = _child(before_src, jobs, samples)
+    after = _child(here, jobs, samples)
+    print(f"{jobs} one-GPU `sleep 1` gangs at once on 128 pretend GPUs; {samples} one-GPU jobs "
+          "one at a time for the latency (embedded Ray)")
+    print(f"{'measure':<50} {'before':>9} {'after':>9} {'after/before':>13}")
+    for label, key, fmt in ROWS:
+        b, a = before.get(key, 0.0), after.get(key, 0.0)
+        ratio = f"{a / b:.2f}" if b else "-"
+        print(f"{label:<50} {fmt.format(b):>9} {fmt.format(a):>9} {ratio:>13}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=60)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--before", metavar="OLD_SRC",
+                        help="an older tree's src/: run both and print them side by side")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.before:
+        compare(args.before, args.jobs, args.samples)
+        return
+    figures = measure(args.jobs, args.samples)
+    if args.json:
+        print(json.dumps(figures))
 
 
 if __name__ == "__main__":

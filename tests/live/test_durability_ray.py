@@ -1,7 +1,8 @@
 """The 50-job SIGKILL workload of ``test_durability.py`` on the Ray executor: 0 lost, 0 twice.
 
 Embedded: ``tessera serve --executor ray`` starts its own ``ray start --head`` process, which
-outlives each killed service; every restart re-attaches and adopts the detached rank actors.
+outlives each killed service; every restart re-attaches and adopts the runs on the detached
+rank hosts.
 External: the same against a head this test starts, through ``--ray-address`` (token auth on).
 """
 
@@ -18,7 +19,7 @@ from tests.live.test_durability import run_workload
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 pytest.importorskip("ray")
 
-FINISH_S = 420.0  # one Ray worker process per rank: slow on a small shared machine
+FINISH_S = 420.0  # generous: the machine is small and shared
 UP_S = 150.0
 
 

@@ -83,6 +83,11 @@ def test_gang_gets_rendezvous_env_and_failures_retry(ray_service: LiveService,
     wait_for(lambda: all(pg["state"] == "REMOVED"
                          for pg in ray.util.placement_group_table().values()),
              30, "the placement groups to be removed")
+    # Once the store holds each run's end, its KV records are pruned (three runs, none left),
+    # and a finished rank's output is still readable from the copy the service kept.
+    wait_for(lambda: _kv_records() == [], 30, "the KV records to be pruned")
+    chunk = svc.executor.read_log(flaky, 1, 0, 0, 4096)
+    assert chunk is not None and chunk.size_bytes == 0
 
 
 def test_cancel_stops_the_actors(ray_service: LiveService) -> None:
@@ -93,8 +98,76 @@ def test_cancel_stops_the_actors(ray_service: LiveService) -> None:
              "the job to run")
     svc.cancel(jid, ADMIN)
     wait_for(lambda: not svc.store.allocations(), 20, "the GPUs to be released")
-    with pytest.raises(ValueError):
-        ray.get_actor(f"tessera:{jid}:1:0", namespace="tessera")
+    hosts = svc.executor.hosts  # type: ignore[attr-defined]
+    wait_for(lambda: not [k for k in hosts.held() if k[0] == jid], 20,
+             "the rank host to forget the rank")
+
+
+def test_a_restart_finds_the_exit_of_a_run_that_ended_while_it_was_down(
+        tmp_path: Path) -> None:
+    """The service stops while a job runs; the job ends; its rank host is killed (as a node
+    restart would): the next service learns the exit from the KV record, then prunes it, and
+    frees a group and a record of a run its store no longer holds."""
+    from tessera.live.executors.ray_hosts import HOST_PREFIX
+    from tessera.live.executors.ray_records import NAMESPACE
+
+    state, work = tmp_path / "state", tmp_path / "state-work"
+    write_config(state)
+    try:
+        svc = _service(state, work)
+        jid = svc.submit(parse_request("name: brief\nqueue: team-a\n"
+                                       "command: sleep 3; echo bye"), ADMIN).job_id
+        wait_for(lambda: svc.store.get(jid).state.value == "running", 60,  # type: ignore
+                 "the job to run")
+        # What a service killed between recording a run's end and releasing it leaves: a
+        # group and a run record of a run the store does not hold. The restart frees both.
+        from ray.util.placement_group import placement_group
+
+        from tessera.live.executors.ray_records import put, run_key
+
+        stray = placement_group([{"GPU": 1.0}], name="tessera-pg:j-stray:1",
+                                lifetime="detached")
+        ray.get(stray.ready(), timeout=30)
+        put(run_key("j-stray", 1), {"world": 1})
+        svc.stop()
+        svc = _service(state, work, start=False)
+        wait_for(lambda: [k for k in _kv_records() if k.startswith("exit:")] != [], 30,
+                 "the rank's exit record")
+        for name in ray.util.list_named_actors():
+            if name.startswith(HOST_PREFIX):
+                ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+        svc.start()
+        wait_for(lambda: _final(svc, jid), 30, "the restarted service to record the exit")
+        rec = svc.store.get(jid)
+        assert rec is not None and rec.state.value == "succeeded" and rec.attempts == 0
+        wait_for(lambda: _kv_records() == [], 30, "the KV records to be pruned")
+        chunk = svc.executor.read_log(jid, 1, 0, 0, 4096)
+        assert chunk is not None and chunk.text == "bye\n"
+        wait_for(lambda: all(g["state"] == "REMOVED" for g in
+                             ray.util.placement_group_table().values()
+                             if g["name"] == "tessera-pg:j-stray:1"), 30, "the stray group's end")
+        svc.stop()
+    finally:
+        EmbeddedHead(state).stop()
+
+
+def _service(state: Path, work: Path, start: bool = True) -> LiveService:
+    from tessera.live.executors.ray import RayExecutor
+
+    cluster = load_cluster("v100:2,t4:2", 2)
+    svc = LiveService(Store(state / "state.db"),
+                      RayExecutor(cluster, None, work / "runs", grace_s=1.0, state_dir=state),
+                      cluster, load_tenancy(state), "fifo", work,
+                      ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0))
+    if start:
+        svc.start()
+    return svc
+
+
+def _kv_records() -> list[str]:
+    from tessera.live.executors.ray_records import keys
+
+    return keys("run:") + keys("exit:")
 
 
 def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
@@ -130,8 +203,8 @@ def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
 def test_a_flavor_no_node_offers_waits_and_others_run_and_keep_their_logs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A head offering only V100s: a T4 job is unplaceable (pending, reason, no retry) while a
-    V100 job runs; the V100 job's output is read through its actor, then from its exit record
-    once the actor is gone."""
+    V100 job runs; the V100 job's output is read through its host, then from its exit record
+    once its host has forgotten the rank."""
     from tessera.live.executors.ray import RayExecutor
     from tests.live.ray_nodes import RayNodes
 
@@ -162,20 +235,13 @@ def test_a_flavor_no_node_offers_waits_and_others_run_and_keep_their_logs(
             rec = svc.store.get(t4)
             assert rec is not None and rec.state.value == "pending" and rec.attempts == 0
             wait_for(lambda: not svc.store.allocations(), 30, "the V100 run's release")
-            # The actor is gone (ray.kill deregisters its name asynchronously, so wait for it):
-            # the log below comes from the exit record.
-            wait_for(lambda: not _actor_exists(f"tessera:{v100}:1:0"), 30, "the actor's end")
+            # The host has forgotten the rank and its KV record is pruned: the log below comes
+            # from the exit record the service kept.
+            wait_for(lambda: _kv_records() == [], 30, "the run's records to be pruned")
+            assert not [k for k in ex.hosts.held() if k[0] == v100]
             chunk = ex.read_log(v100, 1, 0, 0, 4096)
             assert chunk is not None and chunk.text.startswith("hello from 0 on ")
         finally:
             svc.stop()
     finally:
         nodes.stop()
-
-
-def _actor_exists(name: str) -> bool:
-    try:
-        ray.get_actor(name, namespace="tessera")
-    except ValueError:
-        return False
-    return True

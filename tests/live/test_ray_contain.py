@@ -1,4 +1,5 @@
-"""Contained ranks under Ray: a rank actor that dies takes its command's whole tree with it.
+"""Contained ranks under Ray: a rank host that dies takes its commands' whole trees with it,
+and a host reused by the next job leaks nothing of the last one into it.
 
 Opt-in (``-m ray``): an embedded Ray costs several seconds to start.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,21 +30,19 @@ def embedded_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def _run_dir(tmp_path: Path, run: int = 1) -> Path:
-    d = tmp_path / "state" / "runs" / "j-test" / str(run)
-    d.mkdir(parents=True)
-    return d
+def _key(run: int = 1) -> tuple[str, int, int]:
+    return (f"j-{uuid.uuid4().hex[:10]}", run, 0)
 
 
-def _env(tmp_path: Path, run: int = 1) -> dict[str, str]:
-    return {"RANK": "0", "TESSERA_RUN": str(run), "TESSERA_JOB_ID": "j-test",
+def _env(tmp_path: Path, key: tuple[str, int, int]) -> dict[str, str]:
+    return {"RANK": "0", "TESSERA_RUN": str(key[1]), "TESSERA_JOB_ID": key[0],
             "TESSERA_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "TESSERA_GRACE_S": "1"}
 
 
-def _worker() -> Any:
-    from tessera.live.executors.ray import RankWorker
+def _host() -> Any:
+    from tessera.live.executors.ray_worker import HOST_CONCURRENCY, RankHost
 
-    return RankWorker.remote()  # type: ignore[attr-defined]
+    return RankHost.options(max_concurrency=HOST_CONCURRENCY).remote()  # type: ignore
 
 
 def _tree(pid: int) -> dict[int, int]:
@@ -54,58 +54,111 @@ def _alive(procs: dict[int, int]) -> list[int]:
     return [p for p, s in procs.items() if contain.start_time(p) == s]
 
 
-def test_killed_rank_actor_takes_the_commands_tree_with_it(embedded_ray: None,
-                                                          tmp_path: Path) -> None:
-    run_dir = _run_dir(tmp_path)
-    worker = _worker()
-    pid = ray.get(worker.start.remote(["sh", "-c", "setsid sleep 300 & sleep 300 & wait"],
-                                      _env(tmp_path), str(run_dir / "rank-0.log")))
+def _ended(host: Any, key: tuple[str, int, int]) -> bool:
+    return bool(ray.get(host.poll.remote(key))[0] == "exited")
+
+
+def test_killed_host_takes_the_commands_tree_with_it(embedded_ray: None,
+                                                     tmp_path: Path) -> None:
+    host, key = _host(), _key()
+    pid = ray.get(host.start.remote(key, ["sh", "-c", "setsid sleep 300 & sleep 300 & wait"],
+                                    _env(tmp_path, key), "0"))
     wait_for(lambda: len(_tree(pid)) >= 4, what="guardian, sh and two sleeps")
     tree = _tree(pid)
-    ray.kill(worker)
+    ray.kill(host)
     wait_for(lambda: _alive(tree) == [], timeout_s=10, what="the rank's processes to die")
 
 
 def test_rank_that_cannot_exec_says_why(embedded_ray: None, tmp_path: Path) -> None:
-    run_dir = _run_dir(tmp_path)
-    worker = _worker()
-    ray.get(worker.start.remote(["/nonexistent/binary"], _env(tmp_path),
-                                str(run_dir / "rank-0.log")))
-    wait_for(lambda: ray.get(worker.poll.remote())[0] == "exited", what="the rank to end")
-    assert ray.get(worker.poll.remote()) == ("exited", contain.EXEC_FAILED_RC, False)
-    assert ray.get(worker.outcome.remote()) == (
+    host, key = _host(), _key()
+    ray.get(host.start.remote(key, ["/nonexistent/binary"], _env(tmp_path, key), "0"))
+    wait_for(lambda: _ended(host, key), what="the rank to end")
+    assert ray.get(host.poll.remote(key)) == ("exited", contain.EXEC_FAILED_RC, False)
+    assert ray.get(host.outcome.remote(key)) == (
         "exec failed: No such file or directory: /nonexistent/binary", False)
-    ray.kill(worker)
+    ray.kill(host)
 
 
-def test_rank_stops_at_max_runtime_and_its_env_is_clean(embedded_ray: None, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    run_dir = _run_dir(tmp_path)
+def test_rank_stops_at_max_runtime_and_its_env_is_clean(embedded_ray: None,
+                                                        tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
-    worker = _worker()
-    ray.get(worker.start.remote(["sh", "-c", f"env > {out}; exec sleep 30"],
-                                {**_env(tmp_path), "TESSERA_MAX_RUNTIME_S": "1"},
-                                str(run_dir / "rank-0.log")))
-    wait_for(lambda: ray.get(worker.poll.remote())[0] == "exited", what="the time limit")
-    assert ray.get(worker.outcome.remote()) == ("exceeded max_runtime_s=1", True)
+    host, key = _host(), _key()
+    ray.get(host.start.remote(key, ["sh", "-c", f"env > {out}; exec sleep 30"],
+                              {**_env(tmp_path, key), "TESSERA_MAX_RUNTIME_S": "1"}, "3"))
+    wait_for(lambda: _ended(host, key), what="the time limit")
+    assert ray.get(host.outcome.remote(key)) == ("exceeded max_runtime_s=1", True)
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     assert "RAY_ADDRESS" not in env and not any(k.startswith("RAY_") for k in env)
     assert env["PATH"].split(":")[0] == os.path.dirname(sys.executable)
-    ray.kill(worker)
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"  # the GPU the executor passed, not the host's
+    ray.kill(host)
 
 
 def test_next_runs_rank_starts_only_after_the_earlier_runs_processes_are_gone(
         embedded_ray: None, tmp_path: Path) -> None:
+    from tessera.live.executors.ray_worker import log_path
+
     orphan = _spawn_orphan()
     try:
-        contain.record(str(_run_dir(tmp_path, 1) / "rank-0.pids"), orphan)
-        worker = _worker()
-        ray.get(worker.start.remote(["true"], _env(tmp_path, 2),
-                                    str(_run_dir(tmp_path, 2) / "rank-0.log")))
+        first = _key(1)
+        second = (first[0], 2, 0)
+        log_path(*first).parent.mkdir(parents=True)
+        contain.record(str(log_path(*first).with_suffix(".pids")), orphan)
+        host = _host()
+        ray.get(host.start.remote(second, ["true"], _env(tmp_path, second), "0"))
         assert _alive(orphan) == []
-        ray.kill(worker)
+        ray.kill(host)
     finally:
         contain.kill_and_wait(orphan)
+
+
+HOSTILE = ("pwd > {out}/cwd-before; cd /; export LEAKED=1; "
+           "(setsid sleep 300 & echo $! > {out}/escaped); sleep 300 & echo $! > {out}/child; "
+           "echo started > {out}/ready")
+PEACEFUL = "pwd > {out}/cwd; env > {out}/env"
+
+
+def test_a_reused_host_leaks_no_env_cwd_or_process_of_a_hostile_job(
+        embedded_ray: None, tmp_path: Path) -> None:
+    """A job that changes its cwd, exports variables and leaves children (one escaped into its
+    own session) ends; the next job on the same host sees none of it."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    host, first, second = _host(), _key(), _key()
+    ray.get(host.start.remote(first, ["sh", "-c", HOSTILE.format(out=a)],
+                              {**_env(tmp_path, first), "JOB_A_ONLY": "x"}, "0"))
+    wait_for(lambda: _ended(host, first), what="the hostile job to end")
+    left = {int((a / n).read_text()) for n in ("escaped", "child")}
+    wait_for(lambda: not any(contain.start_time(p) for p in left), timeout_s=10,
+             what="the hostile job's children to be killed")
+    assert ray.get(host.forget.remote(first))["rc"] == 0
+    assert ray.get(host.keys.remote()) == []
+    ray.get(host.start.remote(second, ["sh", "-c", PEACEFUL.format(out=b)],
+                              _env(tmp_path, second), "1"))
+    wait_for(lambda: _ended(host, second), what="the next job to end")
+    env = dict(line.split("=", 1) for line in (b / "env").read_text().splitlines() if "=" in line)
+    assert "LEAKED" not in env and "JOB_A_ONLY" not in env
+    assert env["TESSERA_JOB_ID"] == second[0] and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert (b / "cwd").read_text() == (a / "cwd-before").read_text() != "/\n"
+    ray.kill(host)
+
+
+def test_a_rank_starts_at_most_once_and_forget_kills_what_runs(embedded_ray: None,
+                                                               tmp_path: Path) -> None:
+    host, key = _host(), _key()
+    pid = ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0"))
+    assert ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0")) == pid
+    tree = _tree(pid)
+    record = ray.get(host.forget.remote(key))
+    assert _alive(tree) == [] and record["rc"] != 0
+    assert ray.get(host.poll.remote(key)) == ("absent", None, False)
+    # The same rank again (a host restarted after a crash would be asked this): refused, the
+    # claim file beside its log says it started once already.
+    assert ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0")) == -1
+    assert ray.get(host.poll.remote(key)) == ("exited", contain.EXEC_FAILED_RC, False)
+    assert ray.get(host.outcome.remote(key))[0].startswith("lost: this rank was started")
+    ray.kill(host)
 
 
 def _spawn_orphan() -> dict[int, int]:

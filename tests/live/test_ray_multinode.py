@@ -116,12 +116,15 @@ def test_mixed_gang_across_two_nodes(nodes: RayNodes, tmp_path: Path) -> None:
         assert _cli(url, token, "cancel", jid).returncode == 0
         wait_for(lambda: not httpx.get(url + "/api/jobs/" + jid, timeout=10, headers={
             "Authorization": f"Bearer {token}"}).json()["placement"], 60, "the GPUs back")
-        left = json.loads(nodes.query(
-            "from ray.util import placement_group_table\n"
-            "print(json.dumps({'actors': [a for a in ray.util.list_named_actors() "
-            "if a.startswith('tessera:')], 'pgs': [p['state'] for p in "
-            "placement_group_table().values() if p['state'] != 'REMOVED']}))"))
-        assert left == {"actors": [], "pgs": []}
+        def left() -> dict[str, list[object]]:
+            return dict(json.loads(nodes.query(
+                "from ray.util import placement_group_table\n"
+                "from tessera.live.executors.ray_hosts import HostPool\n"
+                "print(json.dumps({'ranks': HostPool().held(), 'pgs': [p['state'] for p in "
+                "placement_group_table().values() if p['state'] != 'REMOVED']}))")))
+
+        # The ranks' hosts stay (warm, holding no resources) but hold no rank of the job.
+        wait_for(lambda: left() == {"ranks": [], "pgs": []}, 30, "the run to be released")
         wait_for(lambda: _rank_processes(str(script)) == [], 30, "the ranks to exit")
     finally:
         proc.terminate()

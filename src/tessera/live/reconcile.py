@@ -21,6 +21,10 @@ checkpoints, no retry charged -- instead of lost.
 
 Launching is idempotent in the executor (a run already claimed is not started again), so even
 "planned + absent" when the executor is merely slow to report cannot run a job twice.
+
+An executor that keeps runs in a cluster beyond the service (Ray: placement groups, exit
+records) may offer ``release_unheld(holding)``: it is called once with the runs the store still
+holds, and frees what a service killed between recording a run's end and releasing it left.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from tessera.live import lifecycle
 from tessera.live.executors.base import RunStatus
+from tessera.live.store import HOLDING
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
@@ -56,6 +61,9 @@ def reconcile(svc: LiveService) -> dict[str, int]:
         counts["ended"] += 1
         if lost_with_cluster and st.state == "absent":
             _requeue(svc, a.job_id, a.run, now)
+    release_unheld = getattr(ex, "release_unheld", None)
+    if release_unheld is not None:
+        release_unheld({(a.job_id, a.run) for a in store.allocations(HOLDING)})
     with store.tx() as db:
         store.event(db, now, None, "service-started",
                     f"executor {ex.name}; adopted {counts['adopted']}, "

@@ -25,7 +25,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, check_run_as
@@ -36,6 +36,7 @@ from tessera.live.tenancy import ensure_config, load_tenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
 
 if TYPE_CHECKING:
+    import uvicorn
     from fastapi import FastAPI
 
 DEFAULT_CLUSTER = "v100:4,t4:4"
@@ -223,8 +224,21 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
         sock.close()
 
 
+def uvicorn_config(app: FastAPI, **kwargs: Any) -> uvicorn.Config:
+    """How ``serve`` runs uvicorn (``benchmarks/bench_live.py`` measures this very setup).
+
+    No access log (the service logs what it does, not every poll) and no proxy headers: the
+    API listens on a loopback address for local clients, so no ``X-Forwarded-*`` header is
+    trusted -- and neither costs a pass over every request's headers.
+    """
+    import uvicorn
+
+    return uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False,
+                          **kwargs)
+
+
 def run_http(app: FastAPI, sock: socket.socket) -> None:
     """Serve ``app`` with uvicorn on the already-bound ``sock`` until interrupted."""
     import uvicorn
 
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(app)).run(sockets=[sock])

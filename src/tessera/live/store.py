@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     run_s_json TEXT NOT NULL DEFAULT '{}', reason TEXT NOT NULL DEFAULT '',
     final INTEGER NOT NULL DEFAULT 0, exit_code INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(final, seq);
+CREATE INDEX IF NOT EXISTS jobs_seq ON jobs(seq);
 CREATE TABLE IF NOT EXISTS queues (
     name TEXT PRIMARY KEY, nominal_gpus INTEGER NOT NULL, borrowing_limit_gpus INTEGER,
     weight REAL NOT NULL);

@@ -42,13 +42,13 @@ RunState = Literal["absent", "starting", "unplaceable", "running", "exited", "lo
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: Variables a rank inherits from the service when they are set there: locale, time zone and
 #: temporary directory -- nothing that could carry a secret.
-#: ``CUDA_VISIBLE_DEVICES`` too: the GPUs the launcher itself was given (Ray sets it in each rank
-#: actor from the rank's ``num_gpus``), which the rank must keep to use its own GPU and no other.
+#: ``CUDA_VISIBLE_DEVICES`` too: the GPUs the launcher itself was given, which the rank must keep
+#: to use its own GPU and no other (a Ray rank host passes each rank's own GPU instead).
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "CUDA_VISIBLE_DEVICES")
-#: Read by the launcher (local runner or Ray rank actor), not passed on to the command: the user
+#: Read by the launcher (local runner or Ray rank host), not passed on to the command: the user
 #: to run the command as.
 RUN_AS_VAR = "TESSERA_RUN_AS"
-#: Read by the Ray rank actor, not passed on: the service's checkpoints root (a default
+#: Read by the Ray rank host, not passed on: the service's checkpoints root (a default
 #: checkpoint directory under it is created for the run-as user; see prepare_checkpoint_dir).
 CHECKPOINTS_ROOT_VAR = "TESSERA_CHECKPOINTS_ROOT"
 LAUNCHER_VARS = (RUN_AS_VAR, CHECKPOINTS_ROOT_VAR)
@@ -160,12 +160,14 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def base_env(user: str | None = None) -> dict[str, str]:
+def base_env(user: str | None = None, visible_devices: str | None = None) -> dict[str, str]:
     """The minimal environment a rank starts from (layer 1 in the module docstring).
 
     ``PATH`` puts this Python's ``bin`` directory first, so ``python`` in a job is the
     interpreter the service runs with; ``HOME``, ``USER``, ``LOGNAME`` and ``SHELL`` are those
-    of ``user`` (default: the user this process runs as).
+    of ``user`` (default: the user this process runs as). ``visible_devices``, when given, is
+    the rank's ``CUDA_VISIBLE_DEVICES`` (the GPUs Ray assigned to it), instead of the
+    launcher's own.
 
     Raises:
         KeyError: ``user`` does not exist.
@@ -174,14 +176,18 @@ def base_env(user: str | None = None) -> dict[str, str]:
     env = {"PATH": f"{os.path.dirname(sys.executable)}:{DEFAULT_PATH}", "HOME": pw.pw_dir,
            "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": pw.pw_shell or "/bin/sh"}
     env.update({k: os.environ[k] for k in PASSED_THROUGH if k in os.environ})
+    if visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
     return env
 
 
-def launch_env(rank_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
+def launch_env(rank_env: dict[str, str],
+               visible_devices: str | None = None) -> tuple[dict[str, str], str | None]:
     """What a launcher runs a rank with: the full environment (base below the rank's own
-    variables, :data:`LAUNCHER_VARS` removed) and the user to run it as (``None``: unchanged)."""
+    variables, :data:`LAUNCHER_VARS` removed) and the user to run it as (``None``: unchanged).
+    ``visible_devices``: the rank's GPUs, as :func:`base_env` takes them."""
     user = rank_env.get(RUN_AS_VAR)
-    env = base_env(user)
+    env = base_env(user, visible_devices)
     env.update((k, v) for k, v in rank_env.items() if k not in LAUNCHER_VARS)
     return env, user
 

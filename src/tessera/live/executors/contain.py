@@ -9,7 +9,7 @@ gives three tools to keep such a tree together; a *guardian* process combines th
   stays below the guardian in the process tree (``/proc/<pid>/task/<tid>/children``), however
   it detaches;
 * **parent-death signal** (``prctl(PR_SET_PDEATHSIG)``): the guardian is told when the process
-  that started it (the local runner, or a Ray rank actor) dies, even by SIGKILL, and then kills
+  that started it (the local runner, or a Ray rank host) dies, even by SIGKILL, and then kills
   its tree before it exits;
 * **freeze, then kill**: to kill a tree, every member found is stopped (SIGSTOP) so it cannot
   fork, the tree is walked again until no new member appears, then all get SIGKILL. Signals go
@@ -22,7 +22,7 @@ left from those records (and from their descendants) before the job's next run s
 attempt of a job starts while a process of an earlier attempt is alive, even after a restart.
 
 The guardian is :mod:`~tessera.live.executors.guardian`, started by :func:`start_guardian`;
-this module holds the tools it, the local runner and the Ray rank actor share.
+this module holds the tools it, the local runner and the Ray rank host share.
 """
 
 import contextlib

@@ -1,4 +1,4 @@
-"""The Ray executor: one placement group per gang, one named detached actor per rank.
+"""The Ray executor: one placement group per gang, its ranks started by warm per-node hosts.
 
 For run ``r`` of job ``j`` on ``g`` GPUs:
 
@@ -7,21 +7,29 @@ For run ``r`` of job ``j`` on ``g`` GPUs:
    (marks: :mod:`~tessera.live.executors.ray_cluster`), STRICT_PACK for jobs that require
    locality, else PACK, and returns at once.
 2. ``status`` moves the launch on without blocking, one step per call while the run is
-   ``starting``: the group is placed → ``g`` **actors** ``tessera:j:r:<rank>`` (detached, one
-   ``GPU`` each, so Ray sets ``CUDA_VISIBLE_DEVICES`` and the rank's process inherits it) →
-   rank 0's node address and a free port on it become ``MASTER_ADDR/PORT`` → every rank starts
-   its command, logging to a file on its own node → ``running``. A group that no alive node
-   could ever hold is ``unplaceable`` at once, one still pending after ``place_timeout_s`` is
-   ``unplaceable`` then; either way the group is removed and ``detail`` names what is missing.
-3. Each actor writes an **exit record** (status, stop flag, the tail of its log) to Ray's KV
-   when its command ends, so the status of a run that ended while the service was down -- or
-   whose actor died afterwards -- is read from the cluster, not from the service's memory.
-4. ``stop`` sends SIGTERM and SIGKILL after the grace period; ``release`` kills the actors and
-   removes the placement group; ``read_log`` asks the rank's actor for its log (the exit
-   record's tail once the actor is gone), so no shared filesystem is needed.
+   ``starting``: the group is placed → one **bundle slot** task per bundle learns its node and
+   the GPU ids Ray reserved for it (and, on bundle 0's node, a free port for ``MASTER_PORT``;
+   :mod:`~tessera.live.executors.ray_hosts`) → the ranks' nodes go into the run record → the
+   warm **rank host** of each rank's node (:mod:`~tessera.live.executors.ray_worker`) starts
+   the rank's command with ``CUDA_VISIBLE_DEVICES`` = its GPU, logging to a file on that node →
+   ``running``. A group that no alive node could ever hold is ``unplaceable`` at once, one still
+   pending after ``place_timeout_s`` is ``unplaceable`` then; either way the group is removed
+   and ``detail`` names what is missing.
+3. Each rank's host writes an **exit record** (status, stop flag, the tail of its log) to Ray's
+   KV when the command ends, so the status of a run that ended while the service was down --
+   or whose host died afterwards -- is read from the cluster, not from the service's memory.
+4. ``stop`` sends SIGTERM and SIGKILL after the grace period; ``release`` (called once the
+   service's store holds the run's end) has the hosts kill what is left of the ranks, then, in
+   the background, removes the placement group, keeps the exit records in the service's runs
+   directory and prunes them from the KV; ``read_log`` asks the rank's host for its log (the
+   exit record's tail once the rank is forgotten), so no shared filesystem is needed.
 
 Every name is derived from ``(job, run)``, so ``launch`` is idempotent: after a restart it finds
-what exists and creates only what is missing; an actor starts its command at most once.
+what exists and creates only what is missing; a rank starts at most once on its node (the
+host's claim file), and the bundle, hence the node, of a rank is fixed by the named group.
+No Ray worker process is started per rank: the hosts and the bundle-slot workers are reused,
+which is what lets gangs start at tens per second on a small machine (``benchmarks/
+bench_ray_launch.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,19 +67,33 @@ from tessera.live.executors.ray_cluster import (
     shared_accelerator_types,
     unplaceable_reason,
 )
+from tessera.live.executors.ray_hosts import BundleSlot, HostPool, bundle_slot
 from tessera.live.executors.ray_records import (
     NAMESPACE,
     exit_key,
+    get,
+    keys,
     log_from_record,
+    prune,
     put,
     run_key,
+    save_exit,
+    saved_exit,
     status_from_records,
 )
-from tessera.live.executors.ray_worker import RankWorker
+from tessera.live.executors.ray_worker import RankKey
 from tessera.model.cluster import ClusterSpec
 
 PLACE_TIMEOUT_S = 30.0
 NODES_TTL_S = 2.0
+#: How long a release waits for a host to kill what is left of a rank and report its exit.
+FORGET_TIMEOUT_S = 15.0
+#: How long the placer waits for a bundle's slot task (a pooled worker answers in ms).
+SLOT_TIMEOUT_S = 60.0
+#: How often launches' pending refs are asked of Ray (all at once).
+READY_TTL_S = 0.02
+#: How old a snapshot of the hosts' ranks may be when a run's status is asked.
+POLL_TTL_S = 0.2
 log = logging.getLogger("tessera.live")
 
 
@@ -78,8 +101,8 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
-def _actor_name(job_id: str, run: int, rank: int) -> str:
-    return f"tessera:{job_id}:{run}:{rank}"
+def _pg_name(job_id: str, run: int) -> str:
+    return f"tessera-pg:{job_id}:{run}"
 
 
 @dataclass
@@ -88,11 +111,10 @@ class _Launch:
 
     spec: LaunchSpec
     pg: PlacementGroup
+    ready: Any  # the group's readiness ref, asked for once
     bundles: list[dict[str, float]]
     since_s: float
-    actors: list[Any] = field(default_factory=list)
-    rendezvous: Any = None
-    started: list[Any] = field(default_factory=list)
+    placing: Future[list[Any]] | None = None  # the placer's work: the ranks' start refs
     withdrawn: str = ""
 
 
@@ -127,10 +149,27 @@ class RayExecutor:
             connect(address, NAMESPACE)
         self.address = address
         self.runs_lost_with_cluster = self.head is not None and self.head.restarted
-        self._actors: dict[tuple[str, int], list[Any]] = {}
+        # Ray builds its serialization context (importing pydantic's v1 shim) on first use;
+        # two threads doing that at once fail with KeyError('pydantic.v1'): build it here,
+        # before the placer and release threads exist.
+        ray.put(None)
+        self.hosts = HostPool()
+        self.hosts.warm()
+        # Groups a previous service left (a relaunch after a restart reuses its group); any
+        # other launch makes a new one without asking Ray for it by name first.
+        self._groups_at_start = {str(g.get("name", "")) for g in
+                                 ray.util.placement_group_table().values()
+                                 if g.get("state") != "REMOVED"}
+        self._nodes_of: dict[tuple[str, int], list[str]] = {}  # run → node of each rank
         self._launching: dict[tuple[str, int], _Launch] = {}
+        self._placer = ThreadPoolExecutor(1, thread_name_prefix="tessera-ray-place")
+        self._releasing = ThreadPoolExecutor(4, thread_name_prefix="tessera-ray-release")
         self._nodes: list[dict[str, float]] = []
         self._nodes_at_s = float("-inf")
+        self._polled: dict[RankKey, tuple[str, int | None, bool]] = {}  # see _polls
+        self._polled_at_s = float("-inf")
+        self._ready: set[Any] = set()  # refs of launches known to be ready
+        self._ready_at_s = float("-inf")
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -143,58 +182,109 @@ class RayExecutor:
         for _node, count, flavor in spec.placement.parts():
             res, share = flavor_resource(flavor, self.kind)
             bundles.append({"GPU": float(count), res: share * count})
-        put(run_key(*key), {"world": spec.placement.num_gpus})
-        pg_name = f"tessera-pg:{spec.job_id}:{spec.run}"
-        try:
-            pg = get_placement_group(pg_name)
-        except ValueError:
+        pg_name = _pg_name(*key)
+        pg: PlacementGroup | None = None
+        if pg_name in self._groups_at_start:
+            with contextlib.suppress(ValueError):  # removed since
+                pg = get_placement_group(pg_name)
+        if pg is None:
             strategy = "STRICT_PACK" if spec.requires_locality else "PACK"
             pg = placement_group(bundles, strategy=strategy, name=pg_name, lifetime="detached")
-        self._launching[key] = _Launch(spec, pg, bundles, time.monotonic())
+        self._launching[key] = _Launch(spec, pg, pg.ready(), bundles, time.monotonic())
 
     def _advance(self, ln: _Launch) -> RunStatus:
         """One non-blocking step of a launch; returns where it stands."""
         spec = ln.spec
         key = (spec.job_id, spec.run)
-        if not ln.actors:
-            ready, _ = ray.wait([ln.pg.ready()], timeout=0)
-            if not ready:
+        if ln.placing is None:
+            if not self._all_ready([ln.ready]):
                 why = unplaceable_reason(ln.bundles, self._node_totals())
                 if why is None and time.monotonic() - ln.since_s > self.place_timeout_s:
                     why = (f"placement group {spec.placement.describe()} not placed after "
                            f"{self.place_timeout_s:g} s: {ln.bundles} exceed what Ray has free")
                 if why is not None:
-                    self.release(*key)
+                    self._launching.pop(key, None)
+                    self._teardown(*key)
                     return RunStatus("unplaceable", detail=why)
                 return RunStatus("starting", detail="waiting for the placement group")
-            ln.actors = self._create_actors(ln)
-            ln.rendezvous = ln.actors[0].rendezvous.remote()
-        if not ln.started:
-            ready, _ = ray.wait([ln.rendezvous], timeout=0)
-            if not ready:
-                return RunStatus("starting", detail="starting the rank actors")
-            try:
-                ip, port = ray.get(ln.rendezvous)
-            except ray.exceptions.RayError as e:
-                self.release(*key)
-                return RunStatus("lost", detail=f"rank 0's actor failed: {_first_line(e)}")
-            root = {CHECKPOINTS_ROOT_VAR: str(self.runs_dir.parent / "checkpoints")}
-            for rank, (actor, env) in enumerate(zip(ln.actors, rank_envs(spec, ip, port),
-                                                    strict=True)):
-                path = actor.prepare_log.remote(spec.job_id, spec.run, rank)
-                ln.started.append(actor.start.remote(list(spec.argv), {**env, **root}, path))
-                actor.watch.remote(exit_key(spec.job_id, spec.run, rank))
-        ready, _ = ray.wait(ln.started, num_returns=len(ln.started), timeout=0)
-        if len(ready) < len(ln.started):
+            ln.placing = self._placer.submit(self._place_ranks, ln)
+        if not ln.placing.done():
+            return RunStatus("starting", detail="placing the ranks")
+        try:
+            started = ln.placing.result()
+        except Exception as e:  # a Ray error, a bundle without its GPUs: the run is lost
+            self._launching.pop(key, None)
+            self._teardown(*key)
+            return RunStatus("lost", detail=f"could not place the ranks: {_first_line(e)}")
+        if not self._all_ready(started):
             return RunStatus("starting", detail="starting the ranks' commands")
         del self._launching[key]
-        self._actors[key] = ln.actors
+        self._ready.difference_update([ln.ready, *started])
         try:
-            ray.get(ln.started)
+            ray.get(started)
         except ray.exceptions.RayError as e:
             self.stop(*key, 0.0)
             return RunStatus("lost", detail=f"a rank could not start: {_first_line(e)}")
+        for rank in range(len(started)):  # started: the next poll snapshot tells the rest
+            self._polled[(*key, rank)] = ("running", None, False)
         return RunStatus("running")
+
+    def _all_ready(self, refs: list[Any]) -> bool:
+        """Whether every ref in ``refs`` is ready. Ray is asked about the pending refs of all
+        launches at once, at most every :data:`READY_TTL_S` (the service asks about each
+        launch in turn; a ``ray.wait`` per launch cost a millisecond each on a busy machine)."""
+        if all(r in self._ready for r in refs):
+            return True
+        now_s = time.monotonic()
+        if now_s - self._ready_at_s >= READY_TTL_S:
+            live = set(refs).union(*([ln.ready, *self._started(ln)]
+                                     for ln in self._launching.values()))
+            self._ready &= live  # forget refs of launches that ended meanwhile
+            pending = list(live - self._ready)
+            done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+            self._ready.update(done)
+            self._ready_at_s = now_s
+        return all(r in self._ready for r in refs)
+
+    @staticmethod
+    def _started(ln: _Launch) -> list[Any]:
+        """The start refs of a launch the placer has finished (``[]`` otherwise)."""
+        if ln.placing is None or not ln.placing.done() or ln.placing.exception() is not None:
+            return []
+        return ln.placing.result()
+
+    def _place_ranks(self, ln: _Launch) -> list[Any]:
+        """On the placer thread: learn each bundle's node and GPUs (:func:`bundle_slot`, one
+        task per bundle holding exactly its resources), record each rank's node in the run
+        record, and ask each rank's host to start it; returns the start calls' refs.
+
+        One launch at a time: the slot tasks then reuse one pooled Ray worker (a burst of them
+        would make Ray start a worker process for each, the very cost the hosts avoid).
+        """
+        spec = ln.spec
+        refs = []
+        for bundle, (_node, count, flavor) in enumerate(spec.placement.parts()):
+            res, share = flavor_resource(flavor, self.kind)
+            refs.append(bundle_slot.options(
+                num_gpus=float(count), resources={res: share * count},
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    ln.pg, placement_group_bundle_index=bundle)).remote())
+        slots: list[BundleSlot] = ray.get(refs, timeout=SLOT_TIMEOUT_S)
+        nodes: list[str] = []
+        gpus: list[str] = []
+        for slot, (_node, count, _flavor) in zip(slots, spec.placement.parts(), strict=True):
+            if len(slot.gpu_ids) != count:
+                raise ValueError(f"bundle on node {slot.node_id} got GPUs {slot.gpu_ids}, "
+                                 f"expected {count}")
+            nodes.extend([slot.node_id] * count)
+            gpus.extend(slot.gpu_ids)
+        put(run_key(spec.job_id, spec.run), {"world": len(nodes), "nodes": nodes})
+        self._nodes_of[(spec.job_id, spec.run)] = nodes
+        root = {CHECKPOINTS_ROOT_VAR: str(self.runs_dir.parent / "checkpoints")}
+        envs = rank_envs(spec, slots[0].ip, slots[0].port)
+        return [self.hosts.host(node).start.remote(
+                    (spec.job_id, spec.run, rank), list(spec.argv), {**env, **root}, gpu)
+                for rank, (node, gpu, env) in enumerate(zip(nodes, gpus, envs, strict=True))]
 
     def _node_totals(self) -> list[dict[str, float]]:
         """Alive nodes' total resources, asked of Ray at most every :data:`NODES_TTL_S`."""
@@ -204,36 +294,17 @@ class RayExecutor:
             self._nodes_at_s = now_s
         return self._nodes
 
-    def _create_actors(self, ln: _Launch) -> list[Any]:
-        actors = []
-        rank = 0
-        for bundle, (_node, count, flavor) in enumerate(ln.spec.placement.parts()):
-            res, share = flavor_resource(flavor, self.kind)
-            for _ in range(count):
-                actors.append(RankWorker.options(  # type: ignore[attr-defined]
-                    name=_actor_name(ln.spec.job_id, ln.spec.run, rank), namespace=NAMESPACE,
-                    lifetime="detached", get_if_exists=True, num_gpus=1,
-                    resources={res: share},
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        ln.pg, placement_group_bundle_index=bundle)).remote())
-                rank += 1
-        return actors
-
     # -- observing -----------------------------------------------------------------------------
 
-    def _find(self, job_id: str, run: int) -> list[Any]:
-        known = self._actors.get((job_id, run))
-        if known is not None:
-            return known
-        found: list[Any] = []
-        while True:
-            try:
-                found.append(ray.get_actor(_actor_name(job_id, run, len(found)), NAMESPACE))
-            except ValueError:
-                break
-        if found:
-            self._actors[(job_id, run)] = found
-        return found
+    def _find(self, job_id: str, run: int) -> list[tuple[Any, RankKey]]:
+        """Each rank's host and key, from memory or the run record (``[]``: not started)."""
+        nodes = self._nodes_of.get((job_id, run))
+        if nodes is None:
+            rec = get(run_key(job_id, run))
+            nodes = [str(n) for n in rec.get("nodes", [])] if rec else []
+            if nodes:
+                self._nodes_of[(job_id, run)] = nodes
+        return [(self.hosts.host(n), (job_id, run, r)) for r, n in enumerate(nodes)]
 
     def status(self, job_id: str, run: int) -> RunStatus:
         ln = self._launching.get((job_id, run))
@@ -242,19 +313,19 @@ class RayExecutor:
                 del self._launching[(job_id, run)]
                 return RunStatus("exited", None, True, ln.withdrawn)
             return self._advance(ln)
-        actors = self._find(job_id, run)
-        if not actors:
+        ranks = self._find(job_id, run)
+        if not ranks:
             return status_from_records(job_id, run) or RunStatus("absent")
         try:
-            polls = ray.get([a.poll.remote() for a in actors], timeout=10)
+            polls = self._polls([k for _h, k in ranks])
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
             recorded = status_from_records(job_id, run)
             if recorded is not None:
                 return recorded
             self.stop(job_id, run, 0.0)
-            return RunStatus("lost", detail=f"worker actor died: {type(e).__name__}")
+            return RunStatus("lost", detail=f"rank host died: {type(e).__name__}")
         if any(state == "absent" for state, _rc, _s in polls):
-            return RunStatus("absent")
+            return status_from_records(job_id, run) or RunStatus("absent")
         failed = [(i, rc) for i, (state, rc, _s) in enumerate(polls) if state == "exited" and rc]
         stopped = any(s for _st, _rc, s in polls)
         if failed and not stopped:
@@ -263,7 +334,8 @@ class RayExecutor:
             detail = f"rank {i} exited with {rc}"
             why, timed_out = "", False
             with contextlib.suppress(ray.exceptions.RayError):  # its guardian's verdict
-                why, timed_out = ray.get(actors[i].outcome.remote(), timeout=10)
+                host, k = ranks[i]
+                why, timed_out = ray.get(host.outcome.remote(k), timeout=10)
             return RunStatus("exited", rc, False, f"{detail}: {why}" if why else detail,
                              timed_out)
         if all(state == "exited" for state, _rc, _s in polls):
@@ -271,58 +343,136 @@ class RayExecutor:
             return RunStatus("exited", rc, stopped)
         return RunStatus("running")
 
+    def _polls(self, keys: list[RankKey]) -> list[tuple[str, int | None, bool]]:
+        """Each rank's ``(state, status, stopped)``, from one ``poll_all`` per node for all
+        runs, taken at most every :data:`POLL_TTL_S` (the service asks about every run in
+        turn; a round trip per run cost tens of milliseconds each on a busy machine). A rank
+        missing from a snapshot taken before it started is asked about afresh.
+
+        Raises:
+            RayActorError: the host of one of ``keys`` died.
+            GetTimeoutError: a host did not answer in time.
+        """
+        now_s = time.monotonic()
+        if now_s - self._polled_at_s >= POLL_TTL_S or any(k not in self._polled for k in keys):
+            nodes = {n for ns in self._nodes_of.values() for n in ns}
+            nodes.update(self._nodes_of.get(keys[0][:2], []) if keys else [])
+            refs = {n: self.hosts.host(n).poll_all.remote() for n in nodes}
+            snapshot: dict[RankKey, tuple[str, int | None, bool]] = {}
+            failed: BaseException | None = None
+            for n, ref in refs.items():
+                try:
+                    snapshot.update(ray.get(ref, timeout=10))
+                except ray.exceptions.RayActorError as e:
+                    self.hosts.forget_host(n)
+                    failed = e
+            self._polled, self._polled_at_s = snapshot, now_s
+            if failed is not None and any(k not in snapshot for k in keys):
+                raise failed
+        return [self._polled.get(k, ("absent", None, False)) for k in keys]
+
     def read_log(self, job_id: str, run: int, rank: int, offset: int,
                  limit_bytes: int) -> LogChunk | None:
-        """From the rank's actor while it lives, else from its exit record's tail."""
-        actors = self._find(job_id, run)
-        if rank < len(actors):
+        """From the rank's host while it holds the rank, else from its exit record's tail (in
+        the KV, or in the runs directory once pruned)."""
+        ranks = self._find(job_id, run)
+        if rank < len(ranks):
+            host, k = ranks[rank]
             with contextlib.suppress(ray.exceptions.RayError):
-                got = ray.get(actors[rank].read_log.remote(offset, limit_bytes), timeout=10)
+                got = ray.get(host.read_log.remote(k, offset, limit_bytes), timeout=10)
                 if got is not None:
                     return got
-        return log_from_record(job_id, run, rank, offset, limit_bytes)
+        rec = get(exit_key(job_id, run, rank)) or saved_exit(self.runs_dir, job_id, run, rank)
+        return log_from_record(rec, offset, limit_bytes)
 
     # -- stopping ------------------------------------------------------------------------------
 
     def stop(self, job_id: str, run: int, grace_s: float) -> bool:
         ln = self._launching.get((job_id, run))
-        if ln is not None and not ln.started:  # nothing runs yet: withdraw the launch
+        if ln is not None and ln.placing is None:  # nothing runs yet: withdraw the launch
             self._teardown(job_id, run)
             ln.withdrawn = "stopped before it started"
-            self._launching[(job_id, run)] = ln
             return True
         if ln is not None:  # commands are being started: stop them once they run
             return False
-        for a in self._find(job_id, run):
+        for host, k in self._find(job_id, run):
             with contextlib.suppress(ray.exceptions.RayActorError):
-                a.stop.remote(grace_s)
+                host.stop.remote(k, grace_s)
         return True
 
     def release(self, job_id: str, run: int) -> None:
-        self._launching.pop((job_id, run), None)
-        self._teardown(job_id, run)
+        """Free the run (the service's store already holds its end): its ranks are killed and
+        forgotten by their hosts, its group removed, its KV records saved and pruned."""
+        ln = self._launching.pop((job_id, run), None)
+        self._teardown(job_id, run, prune_records=True,
+                       placing=ln.placing if ln is not None else None)
 
-    def _teardown(self, job_id: str, run: int) -> None:
-        for a in self._find(job_id, run):
-            with contextlib.suppress(Exception):
-                ray.get(a.kill.remote(), timeout=5)
-            with contextlib.suppress(Exception):
-                ray.kill(a)
-        self._actors.pop((job_id, run), None)
+    def _teardown(self, job_id: str, run: int, prune_records: bool = False,
+                  placing: Future[list[Any]] | None = None) -> None:
+        """Ask the hosts to forget the run's ranks; the rest happens in the background. A run
+        the placer is still placing is torn down on the placer's thread once that is done,
+        so a rank it starts meanwhile is never missed."""
+        def send() -> None:
+            ranks = self._find(job_id, run)
+            self._nodes_of.pop((job_id, run), None)
+            forgets = []
+            for host, k in ranks:
+                with contextlib.suppress(ray.exceptions.RayActorError):
+                    forgets.append((k[2], host.forget.remote(k)))
+            self._releasing.submit(self._finish_teardown, job_id, run, forgets, prune_records)
+
+        if placing is not None and not placing.done():
+            self._placer.submit(send)
+        else:
+            send()
+
+    def _finish_teardown(self, job_id: str, run: int, forgets: list[tuple[int, Any]],
+                         prune_records: bool) -> None:
+        """Once the hosts report the ranks gone: remove the group (so no GPU is offered again
+        while a process of the run lives), then keep and prune the exit records."""
+        records: dict[int, dict[str, Any]] = {}
+        for rank, ref in forgets:
+            with contextlib.suppress(ray.exceptions.RayError):
+                if (rec := ray.get(ref, timeout=FORGET_TIMEOUT_S)) is not None:
+                    records[rank] = rec
         with contextlib.suppress(ValueError):
-            remove_placement_group(get_placement_group(f"tessera-pg:{job_id}:{run}"))
+            remove_placement_group(get_placement_group(_pg_name(job_id, run)))
+        if not prune_records:
+            return
+        meta = get(run_key(job_id, run))
+        world = int(meta["world"]) if meta else len(forgets)
+        for rank in range(world):
+            rec = records.get(rank) or get(exit_key(job_id, run, rank))
+            if rec is not None:
+                save_exit(self.runs_dir, job_id, run, rank, rec)
+        prune(job_id, run, world)
+
+    def release_unheld(self, holding: set[tuple[str, int]]) -> int:
+        """Release every run this cluster still keeps (a placement group, KV records) that the
+        service's store no longer holds: what a service killed between recording a run's end
+        and releasing it left behind. Called once at start (:mod:`~tessera.live.reconcile`);
+        returns how many runs were released.
+        """
+        names = [n for n in self._groups_at_start if n.startswith("tessera-pg:")]
+        runs = {(job, int(run)) for job, run in (n.split(":")[1:3] for n in names)}
+        runs |= {(job, int(run)) for job, run in (k.split(":")[1:3] for k in keys("run:"))}
+        left = sorted(runs - holding)
+        for job_id, run in left:
+            self.release(job_id, run)
+        return len(left)
 
     def close(self) -> None:
-        """Disconnect; detached actors keep running and are adopted on the next start. The
-        embedded head stops too when no rank actor is left on it, else it keeps the runs."""
-        self._actors.clear()
-        alive = [n for n in ray.util.list_named_actors() if n.startswith("tessera:")] \
-            if ray.is_initialized() else []
+        """Disconnect; running ranks keep going on their hosts and are adopted on the next
+        start. The embedded head stops too when no host holds a rank, else it keeps the runs."""
+        self._placer.shutdown(wait=True)
+        self._releasing.shutdown(wait=True)
+        self._nodes_of.clear()
+        held = self.hosts.held() if ray.is_initialized() else []
         ray.shutdown()
         if self.head is None:
             return
-        if alive:
-            log.info("embedded Ray at %s keeps %d rank actor(s) running; the next "
-                     "`tessera serve` on this state dir adopts them", self.address, len(alive))
+        if held:
+            log.info("embedded Ray at %s keeps %d rank(s) running; the next `tessera serve` "
+                     "on this state dir adopts them", self.address, len(held))
         else:
             self.head.stop()

@@ -2,20 +2,26 @@
 
 Two kinds of record, in the ``tessera`` KV namespace, both JSON:
 
-* ``run:<job>:<run>`` -- written by ``launch``: ``{"world": <ranks>}``;
-* ``exit:<job>:<run>:<rank>`` -- written by the rank's actor when its command ends:
+* ``run:<job>:<run>`` -- written by ``launch``: ``{"world": <ranks>}``, and once the ranks'
+  nodes are known (before any rank starts) also ``"nodes": [<node id of each rank>]``;
+* ``exit:<job>:<run>:<rank>`` -- written by the rank's host when its command ends:
   ``{"rc": <status>, "stopped": <asked to stop>, "tail": <last bytes of the log>, "size": <log
   length>}``.
 
-A run whose every rank has an exit record ended as those records say, even if its actors are
-gone (a node restarted, the service released them); its ranks' output stays readable through
-the tails. The records live as long as the Ray cluster (the GCS), not the service.
+A run whose every rank has an exit record ended as those records say, even if its host is gone
+(a node restarted) or the service was down when it ended; its ranks' output stays readable
+through the tails. The records live in the Ray cluster (the GCS), not the service, until the
+service has recorded the run's end in its own store: then ``release`` copies the exit records
+into the service's runs directory (:func:`save_exit`, so ``tessera logs`` still shows a finished
+rank's tail) and deletes them from the KV (:func:`prune`), so the KV does not grow with every
+run ever started.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from ray.experimental import internal_kv
@@ -41,6 +47,43 @@ def put(key: str, value: dict[str, Any]) -> None:
 def get(key: str) -> dict[str, Any] | None:
     raw = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
     return None if raw is None else dict(json.loads(raw))
+
+
+def delete(key: str) -> None:
+    internal_kv._internal_kv_del(key, namespace=NAMESPACE)
+
+
+def keys(prefix: str) -> list[str]:
+    """Every key of the namespace starting with ``prefix``."""
+    return [k.decode() for k in internal_kv._internal_kv_list(prefix, namespace=NAMESPACE)]
+
+
+def prune(job_id: str, run: int, world: int) -> None:
+    """Delete the run's records from the KV (only once the service's store holds its end)."""
+    for rank in range(world):
+        delete(exit_key(job_id, run, rank))
+    delete(run_key(job_id, run))
+
+
+def saved_path(runs_dir: Path, job_id: str, run: int, rank: int) -> Path:
+    """Where the service keeps a rank's exit record once it is pruned from the KV."""
+    return runs_dir / job_id / str(run) / f"rank-{rank}.exit.json"
+
+
+def save_exit(runs_dir: Path, job_id: str, run: int, rank: int, rec: dict[str, Any]) -> None:
+    """Keep a rank's exit record in the service's runs directory (atomically)."""
+    path = saved_path(runs_dir, job_id, run, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec))
+    os.replace(tmp, path)
+
+
+def saved_exit(runs_dir: Path, job_id: str, run: int, rank: int) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(saved_path(runs_dir, job_id, run, rank).read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def exit_record(rc: int, stopped: bool, log_path: str | None, detail: str = "",
@@ -72,10 +115,9 @@ def status_from_records(job_id: str, run: int) -> RunStatus | None:
     return RunStatus("exited", bad[0][1] if bad else 0, stopped, detail, timed_out)
 
 
-def log_from_record(job_id: str, run: int, rank: int, offset: int,
+def log_from_record(rec: dict[str, Any] | None, offset: int,
                     limit_bytes: int) -> LogChunk | None:
     """The rank's output from ``offset``, as far as its exit record's tail still holds it."""
-    rec = get(exit_key(job_id, run, rank))
     if rec is None:
         return None
     data = str(rec["tail"]).encode()

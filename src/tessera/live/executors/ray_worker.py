@@ -1,11 +1,28 @@
-"""The Ray rank actor: one per rank of a run, on the node Ray placed it.
+"""The Ray rank host: one long-lived actor per node that starts and watches the ranks there.
 
-:class:`RankWorker` is what the Ray executor (:mod:`tessera.live.executors.ray`) creates for
-each rank: a named, detached actor holding one GPU of the run's placement group. It starts the
-rank's command at most once, under the same guardian as the local runner
-(:mod:`tessera.live.executors.contain`), logs to a file on its own node, and when the command
-ends writes an exit record to Ray's KV (:mod:`tessera.live.executors.ray_records`), so that a
-restarted service learns how the rank ended even after the actor is gone.
+Starting a Ray actor means starting a Python worker process (about a second of CPU on a small
+machine), so an actor per rank bounds how fast gangs start. The job's command never runs inside
+the actor anyway -- it runs under a guardian, a separate process tree
+(:mod:`tessera.live.executors.contain`) -- so one warm actor per node can start, watch and stop
+every rank placed there, run after run. :class:`RankHost` is that actor: named, detached,
+pinned to its node, holding no resources itself (the run's placement group holds the GPUs; the
+executor passes each rank the GPU ids Ray assigned to its bundle, see
+:mod:`tessera.live.executors.ray_hosts`).
+
+A rank is known by its key ``(job_id, run, rank)``. For each one the host
+
+* starts the command **at most once** on this node, even across a restarted host: a claim file
+  ``rank-<i>.claimed`` is created exclusively beside the rank's log before the guardian starts;
+* gives it a clean environment (:func:`~tessera.live.executors.base.launch_env`), never the
+  host's own, so nothing of the host -- or of an earlier job -- reaches it;
+* writes an **exit record** to Ray's KV when the command ends
+  (:mod:`tessera.live.executors.ray_records`), so a restarted service learns how it ended;
+* on :meth:`RankHost.forget`, kills whatever of the rank's tree is left (the guardian and every
+  process recorded in the run's ``*.pids`` files), waits for the exit record, and drops it.
+
+A job's process cannot change the host: it is a separate process with its own environment and
+working directory, below a guardian that kills the tree when the command exits and whose relay
+dies with the host (``ray.kill`` of the host ends every rank on the node, as a dead node would).
 """
 
 from __future__ import annotations
@@ -17,7 +34,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -25,125 +44,177 @@ from tessera.live.executors import contain
 from tessera.live.executors.base import (
     CHECKPOINTS_ROOT_VAR,
     LogChunk,
-    free_port,
     launch_env,
     prepare_checkpoint_dir,
     read_log_file,
 )
-from tessera.live.executors.ray_records import exit_record, put
+from tessera.live.executors.ray_records import exit_key, exit_record, put
 
-#: How often the exit watcher looks whether the command has ended (s).
+#: How often a rank's exit watcher looks whether the command has ended (s).
 EXIT_POLL_S = 0.2
+#: The most rank calls one host serves at once (starts, polls, stops, log reads); the host is
+#: created with it as ``max_concurrency`` (a threaded actor).
+HOST_CONCURRENCY = 64
+
+RankKey = tuple[str, int, int]
+"""``(job_id, run, rank)``: one rank of one run."""
+
+
+def log_path(job_id: str, run: int, rank: int) -> Path:
+    """Where a rank's output goes on the node that runs it."""
+    base = os.environ.get("TESSERA_RAY_LOG_DIR") or tempfile.gettempdir()
+    return Path(base) / "tessera-ray-logs" / job_id / str(run) / f"rank-{rank}.log"
+
+
+@dataclass
+class _Rank:
+    """One rank on this host: its guardian and what is known about how it ended."""
+
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    start_ticks: int = 0
+    failed: str = ""  # why the guardian could not start (the command never ran)
+    stopped: bool = False
+    recorded: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def status_path(self) -> str:
+        return str(self.log.with_suffix(".status"))
+
+    def ended(self) -> bool:
+        return bool(self.failed) or self.proc is None or self.proc.poll() is not None
+
+    def returncode(self) -> int:
+        if self.proc is None or self.failed:
+            return contain.EXEC_FAILED_RC
+        rc = self.proc.poll()
+        return contain.EXEC_FAILED_RC if rc is None else rc
+
+    def outcome(self) -> tuple[str, bool]:
+        if self.failed:
+            return self.failed, False
+        got = contain.read_status(self.status_path)
+        return str(got.get("detail", "")), bool(got.get("timed_out"))
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
-class RankWorker:
-    """One rank: runs the command once, contained, reports its exit, forwards stop signals.
-
-    The command runs under a guardian (:mod:`~tessera.live.executors.contain`), exactly as under
-    the local runner: its whole process tree stays below the guardian, the guardian kills the
-    tree when this actor's process dies (even by SIGKILL, e.g. ``ray.kill``), when the command
-    ends, or when the run exceeds ``TESSERA_MAX_RUNTIME_S``; its pids are recorded next to the
-    rank's log. Before starting, the actor kills what earlier runs of the job left on this node
-    (their records), so no attempt starts beside an earlier one. The environment is
-    :func:`~tessera.live.executors.base.launch_env` of what the executor passes: a clean base,
-    never the Ray worker's own environment; ``TESSERA_RUN_AS`` names the user to run as.
-    """
+class RankHost:
+    """Starts, watches and stops the ranks Ray placed on this node (module docstring)."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start_ticks = 0
-        self.status_path = ""
-        self.failed = ""  # why the guardian itself could not start
-        self.port: int | None = None
-        self.stopped = False
+        self._ranks: dict[RankKey, _Rank] = {}
+        self._lock = threading.Lock()
 
-    def rendezvous(self) -> tuple[str, int]:
-        if self.port is None:
-            self.port = free_port("0.0.0.0")
-        return ray.util.get_node_ip_address(), self.port
+    def keys(self) -> list[RankKey]:
+        """The ranks this host holds (running, or ended and not yet forgotten)."""
+        with self._lock:
+            return list(self._ranks)
 
-    def start(self, argv: list[str], env: dict[str, str], log_path: str) -> int:
-        """Start the command once (later calls return the same pid); ``-1``: it could not."""
-        if self.proc is not None or self.failed:
-            return self.proc.pid if self.proc is not None else -1
-        full_env, user = launch_env(env)
-        log = Path(log_path)
-        run_dir, rank = log.parent, env.get("RANK", "0")
-        self.status_path = str(run_dir / f"rank-{rank}.status")
-        run = int(env.get("TESSERA_RUN", "1"))
-        contain.sweep([str(d) for d in run_dir.parent.glob("*")
+    def start(self, key: RankKey, argv: list[str], env: dict[str, str],
+              visible_devices: str) -> int:
+        """Start the rank's command once; returns the guardian's pid (``-1``: it could not
+        start, :meth:`outcome` says why). ``visible_devices`` is the rank's
+        ``CUDA_VISIBLE_DEVICES``: the GPU Ray assigned to it within the run's bundle."""
+        job_id, run, rank = key
+        with self._lock:
+            known = self._ranks.get(key)
+            if known is not None:
+                return known.proc.pid if known.proc is not None else -1
+            r = self._ranks[key] = _Rank(log_path(job_id, run, rank))
+        r.log.parent.mkdir(parents=True, exist_ok=True)
+        threading.Thread(target=self._watch, args=(key, r), daemon=True).start()
+        contain.sweep([str(d) for d in r.log.parent.parent.glob("*")
                        if d.name.isdigit() and int(d.name) < run])
         try:
+            claim = os.open(r.log.with_suffix(".claimed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                            0o600)
+        except FileExistsError:
+            r.failed = "lost: this rank was started on this node before (by an earlier host)"
+            return -1
+        os.close(claim)
+        try:
+            full_env, user = launch_env(env, visible_devices)
             prepare_checkpoint_dir(env.get("TESSERA_CHECKPOINT_DIR", ""), user,
                                    Path(env.get(CHECKPOINTS_ROOT_VAR, "/nonexistent")))
-            with open(log, "ab") as out:
-                self.proc = contain.start_guardian({
+            with open(r.log, "ab") as out:
+                r.proc = contain.start_guardian({
                     "argv": argv, "env": full_env, "user": user,
                     "max_runtime_s": env.get("TESSERA_MAX_RUNTIME_S"),
-                    "grace_s": env.get("TESSERA_GRACE_S", "10"), "status": self.status_path,
-                    "record": str(run_dir / f"rank-{rank}.pids")}, out.fileno())
+                    "grace_s": env.get("TESSERA_GRACE_S", "10"), "status": r.status_path,
+                    "record": str(r.log.with_suffix(".pids"))}, out.fileno())
         except (OSError, ValueError, KeyError) as e:
-            self.failed = contain.exec_failure(e)
+            r.failed = contain.exec_failure(e)
             return -1
-        self.start_ticks = contain.start_time(self.proc.pid) or 0
-        return self.proc.pid
+        r.start_ticks = contain.start_time(r.proc.pid) or 0
+        return r.proc.pid
 
-    def poll(self) -> tuple[str, int | None, bool]:
-        if self.failed:
-            return "exited", contain.EXEC_FAILED_RC, False
-        if self.proc is None:
+    def _watch(self, key: RankKey, r: _Rank) -> None:
+        """Write the rank's exit record once its command ends (the guardian reports how)."""
+        while r.proc is None and not r.failed:  # start() is still starting it
+            time.sleep(EXIT_POLL_S / 10)
+        while not r.ended():
+            time.sleep(EXIT_POLL_S)
+        detail, timed_out = r.outcome()
+        put(exit_key(*key), exit_record(r.returncode(), r.stopped, str(r.log), detail,
+                                        timed_out))
+        r.recorded.set()
+
+    def _get(self, key: RankKey) -> _Rank | None:
+        with self._lock:
+            return self._ranks.get(key)
+
+    def poll(self, key: RankKey) -> tuple[str, int | None, bool]:
+        """``(state, status, stopped)``: ``absent`` (not held here), ``running`` or
+        ``exited``."""
+        r = self._get(key)
+        if r is None or (r.proc is None and not r.failed):
             return "absent", None, False
-        rc = self.proc.poll()
-        return ("running", None, False) if rc is None else ("exited", rc, self.stopped)
+        if not r.ended():
+            return "running", None, False
+        return "exited", r.returncode(), r.stopped
 
-    def outcome(self) -> tuple[str, bool]:
+    def poll_all(self) -> dict[RankKey, tuple[str, int | None, bool]]:
+        """:meth:`poll` of every rank held here, in one call."""
+        return {key: self.poll(key) for key in self.keys()}
+
+    def outcome(self, key: RankKey) -> tuple[str, bool]:
         """Why the command ended, as its guardian saw it: ``(detail, timed_out)``; ``detail``
         is ``exec failed: ...`` for a command that could not start, ``exceeded
         max_runtime_s=...`` for one stopped at its limit, else empty."""
-        if self.failed:
-            return self.failed, False
-        got = contain.read_status(self.status_path) if self.status_path else {}
-        return str(got.get("detail", "")), bool(got.get("timed_out"))
+        r = self._get(key)
+        return ("", False) if r is None else r.outcome()
 
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM the whole tree (through the guardian); kill it after ``grace_s``."""
-        if self.proc is None or self.proc.poll() is not None:
+    def stop(self, key: RankKey, grace_s: float) -> None:
+        """SIGTERM the rank's whole tree (through its guardian); kill it after ``grace_s``."""
+        r = self._get(key)
+        if r is None or r.proc is None or r.proc.poll() is not None:
             return
-        self.stopped = True
+        r.stopped = True
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGTERM)
-        threading.Timer(grace_s, self.kill).start()
+            os.kill(r.proc.pid, signal.SIGTERM)
+        threading.Timer(grace_s, self._kill, args=(r,)).start()
 
-    def kill(self) -> None:
-        """Kill the guardian and every process of the command; return once they are gone."""
-        if self.proc is not None and self.proc.poll() is None:
-            contain.kill_and_wait({self.proc.pid: self.start_ticks})
-            self.proc.poll()
+    @staticmethod
+    def _kill(r: _Rank) -> None:
+        if r.proc is not None and r.proc.poll() is None:
+            contain.kill_and_wait({r.proc.pid: r.start_ticks})
+            r.proc.poll()
 
-    # -- added for durability and log retrieval (RayExecutor); the methods above are unchanged.
+    def forget(self, key: RankKey, record_wait_s: float = 5.0) -> dict[str, Any] | None:
+        """Kill what is left of the rank (its guardian, and every process the run's records
+        on this node list), wait for its exit record, and drop it; returns the rank's exit
+        record (``None`` when this host does not hold the rank)."""
+        with self._lock:
+            r = self._ranks.pop(key, None)
+        if r is None:
+            return None
+        self._kill(r)
+        contain.sweep([str(r.log.parent)])
+        r.recorded.wait(record_wait_s)
+        detail, timed_out = r.outcome()
+        return exit_record(r.returncode(), r.stopped, str(r.log), detail, timed_out)
 
-    def prepare_log(self, job_id: str, run: int, rank: int) -> str:
-        """Create this rank's log file's folder on the actor's own node; returns its path."""
-        base = os.environ.get("TESSERA_RAY_LOG_DIR") or tempfile.gettempdir()
-        path = Path(base) / "tessera-ray-logs" / job_id / str(run) / f"rank-{rank}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path: str | None = str(path)
-        return str(path)
-
-    def watch(self, key: str) -> None:
-        """Write the exit record (status, stop flag, log tail) to Ray's KV at ``key`` once the
-        command ends, so a restarted service finds it even when this actor is gone."""
-        def wait() -> None:
-            while not self.failed and (self.proc is None or self.proc.poll() is None):
-                time.sleep(EXIT_POLL_S)
-            rc = contain.EXEC_FAILED_RC if self.proc is None else self.proc.returncode
-            detail, timed_out = self.outcome()
-            put(key, exit_record(rc, self.stopped, getattr(self, "log_path", None), detail,
-                                 timed_out))
-
-        threading.Thread(target=wait, daemon=True).start()
-
-    def read_log(self, offset: int, limit: int) -> LogChunk | None:
-        """Up to ``limit`` bytes of this rank's log from ``offset``."""
-        return read_log_file(getattr(self, "log_path", None), offset, limit)
+    def read_log(self, key: RankKey, offset: int, limit: int) -> LogChunk | None:
+        """Up to ``limit`` bytes of the rank's log from ``offset`` (``None``: not held)."""
+        r = self._get(key)
+        return None if r is None else read_log_file(str(r.log), offset, limit)
