@@ -33,6 +33,7 @@ from typing import Any
 
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.context import DecisionContext
+from tessera.sched.elastic import sized_views, with_batches
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.placement import FreeGpus
 from tessera.sched.policy import Policy, PolicyContext, Ranking
@@ -174,6 +175,8 @@ def _waiting_first(
     ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), oracle, ctx.rng,
                                         ctx.solver))
     lap("order")
+    if ranking.sizes:  # an elastic allocation sizes everyone: it needs the full round
+        return None
     by_wait = {j.spec.job_id: j for j in waiting}
     new: dict[JobId, Placement] = {}
     backfill(ranking.candidates, by_wait, new, free, oracle, now_s, opts,
@@ -205,6 +208,10 @@ def _full_round(
     running = [j for j in admitted if j.state is JobState.RUNNING]
     ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver))
     lap("order")
+    sized = by_id
+    if ranking.sizes:  # an elastic allocation: place each sized job at its chosen count
+        admitted = sized_views(admitted, ranking.sizes)
+        by_id = {j.spec.job_id: j for j in admitted}
     if policy.round_based:
         run = place_rounds(ranking.candidates, by_id, admitted, free, oracle,
                            policy.preemptive and not opts.fill_only, now_s, opts)
@@ -215,6 +222,8 @@ def _full_round(
             upgrade(admitted, moved, free, oracle, now_s, opts,
                     ctx.stay_put.under(oracle, opts, len(admitted)))
             run.update(moved)
+    if ranking.sizes:
+        run = with_batches(run, sized, ranking.sizes)
     lap("place")
 
     preempted = tuple(j.spec.job_id for j in running if j.spec.job_id not in run)

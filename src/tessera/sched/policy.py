@@ -34,6 +34,7 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the solver module pulls in numpy/scipy; keep ``import tessera`` light
+    from tessera.sched.elastic import ElasticSize
     from tessera.sched.lp import LpSolver
 
 
@@ -78,6 +79,11 @@ class Ranking:
         fallbacks: every time the policy did not get the answer it asked for and used another
             one, in words (``"max-min fairness LP: ECOS returned no solution; solved with HiGHS
             IPM instead"``). Never silent: the driver copies these into the run's notes.
+        sizes: for an *elastic allocation* (Pollux, Sia), the GPU count and global batch the
+            policy chose for each job it lists (:class:`~tessera.sched.elastic.ElasticSize`);
+            the core places that job's gang at that count instead of ``spec.num_gpus`` and
+            records the batch in ``Placement.global_batch_samples``. Empty for every other
+            policy (jobs are placed at their own size, as always).
     """
 
     candidates: tuple[tuple[JobId, str], ...]
@@ -85,6 +91,7 @@ class Ranking:
     notes: Mapping[JobId, str] = field(default_factory=dict)
     wakeup_s: float | None = None
     fallbacks: tuple[str, ...] = ()
+    sizes: Mapping[JobId, ElasticSize] = field(default_factory=dict)
 
 
 class PolicyConfig(BaseModel):
@@ -100,6 +107,9 @@ class Policy(ABC):
     preemptive: ClassVar[bool] = False
     #: Default simulation mode: round-based (Gavel's 360 s rounds) or event-driven.
     round_based: ClassVar[bool] = False
+    #: Whether it sizes elastic jobs (``Ranking.sizes``); the simulator then runs them at
+    #: goodput and charges each resize its model's restart time (:mod:`tessera.sim.elastic`).
+    elastic: ClassVar[bool] = False
     Config: ClassVar[type[PolicyConfig]] = PolicyConfig
 
     def __init__(

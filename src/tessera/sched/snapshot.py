@@ -34,13 +34,17 @@ class Placement:
         gpus_by_node: ``((node_id, gpu_count), ...)``, most GPUs first.
         node_flavors: for a mixed gang, the flavor of each ``gpus_by_node`` entry; empty for
             a homogeneous gang.
+        global_batch_samples: the global batch an elastic job runs at in this placement;
+            ``None`` = the job's own batch (every rigid job). An elastic job's gang may hold
+            any GPU count within its :class:`~tessera.model.jobs.ElasticRange`.
     """
 
     flavor: str
     gpus_by_node: tuple[tuple[str, int], ...]
     node_flavors: tuple[str, ...] = ()
+    global_batch_samples: int | None = None
     # Derived once at construction (the simulator asks for them on every advance of a running
-    # job); not compared, hashed or shown, so equality stays that of the three fields above.
+    # job); not compared, hashed or shown, so equality stays that of the four fields above.
     num_gpus: int = field(init=False, compare=False, repr=False)
     """GPUs in the gang."""
     consolidated: bool = field(init=False, compare=False, repr=False)

@@ -1,0 +1,122 @@
+"""The integer program every elastic allocation policy here solves: one configuration per job.
+
+Sia, Pollux (as re-implemented here) and ``goodput_srpt`` all pick, for each job ``j``, at most
+one configuration ``c`` (a flavor and a GPU count, :class:`~tessera.sched.elastic_goodput.Config`)
+so as to maximise a sum of per-(job, configuration) values under each flavor's GPU capacity::
+
+    max  Σ_jc v[j,c] · x[j,c]
+    s.t. Σ_c x[j,c] ≤ 1                       (one configuration per job, or none)
+         Σ_jc gpus[c] · x[j,c] ≤ cap[f]        for each flavor f (over its configurations)
+         x[j,c] = 1                            for pinned pairs (a job mid-restart keeps its GPUs)
+         x ∈ {0, 1}
+
+The policies differ only in ``v`` (Sia: ``λ_n − (normalised goodput)^p``; Pollux: the change of
+its power-mean fitness; ours: completion rate). It is a multiple-choice knapsack with one
+capacity row per flavor, solved exactly by HiGHS' branch and bound (through SciPy's ``milp``);
+should HiGHS stop without a solution, a greedy pass (best value per GPU first) answers instead
+and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from tessera.sched.elastic_goodput import Config
+
+
+@dataclass(frozen=True, slots=True)
+class Choices:
+    """The solver's answer.
+
+    Attributes:
+        picked: job index -> configuration index, for every job given a configuration.
+        objective: the value of the answer.
+        fallback: why the greedy pass answered instead of HiGHS; empty when HiGHS did.
+    """
+
+    picked: Mapping[int, int]
+    objective: float
+    fallback: str = ""
+
+
+def choose_configs(
+    values: Sequence[Sequence[tuple[int, float]]],
+    configs: Sequence[Config],
+    capacity: Mapping[str, int],
+    pinned: Mapping[int, int] | None = None,
+    mip_rel_gap: float = 1e-4,
+    time_limit_s: float = 10.0,
+) -> Choices:
+    """Solve the program above.
+
+    Args:
+        values: for each job, ``(configuration index, value)`` of every configuration it may
+            take (missing ones are forbidden).
+        configs: the configurations, indexed as in ``values``.
+        capacity: GPUs of each flavor free for these jobs.
+        pinned: job index -> configuration it must keep.
+        mip_rel_gap: HiGHS' relative optimality gap.
+        time_limit_s: HiGHS' time limit.
+    """
+    pinned = pinned or {}
+    cols_job: list[int] = []
+    cols_cfg: list[int] = []
+    cost: list[float] = []
+    for j, row in enumerate(values):
+        for c, v in row:
+            cols_job.append(j)
+            cols_cfg.append(c)
+            cost.append(v)
+    n = len(cost)
+    if n == 0:
+        return Choices({}, 0.0)
+    flavors = sorted(capacity)
+    f_index = {f: i for i, f in enumerate(flavors)}
+    job_rows = np.asarray(cols_job)
+    cfg = np.asarray(cols_cfg)
+    gpus = np.asarray([configs[c].num_gpus for c in cols_cfg], dtype=float)
+    f_rows = np.asarray([len(values) + f_index[configs[c].flavor] for c in cols_cfg])
+    cols = np.arange(n)
+    a = sp.csr_array(
+        (np.concatenate([np.ones(n), gpus]),
+         (np.concatenate([job_rows, f_rows]), np.concatenate([cols, cols]))),
+        shape=(len(values) + len(flavors), n))
+    upper = np.concatenate([np.ones(len(values)), [float(capacity[f]) for f in flavors]])
+    lower_x = np.zeros(n)
+    for k in range(n):
+        if pinned.get(cols_job[k]) == cols_cfg[k]:
+            lower_x[k] = 1.0
+    res = milp(-np.asarray(cost), integrality=np.ones(n),
+               bounds=Bounds(lower_x, np.ones(n)),
+               constraints=LinearConstraint(a, -np.inf, upper),
+               options={"mip_rel_gap": mip_rel_gap, "time_limit": time_limit_s, "disp": False})
+    if res.x is not None and res.status in (0, 1):
+        chosen = np.flatnonzero(res.x > 0.5)
+        picked = {int(job_rows[k]): int(cfg[k]) for k in chosen}
+        return Choices(picked, float(sum(cost[k] for k in chosen)))
+    why = f"elastic allocation MIP: HiGHS stopped ({res.message}); greedy answer instead"
+    return _greedy(values, configs, capacity, pinned, why)
+
+
+def _greedy(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config],
+            capacity: Mapping[str, int], pinned: Mapping[int, int], why: str) -> Choices:
+    """Pinned pairs first, then the best value per GPU that still fits, one per job."""
+    left = dict(capacity)
+    picked: dict[int, int] = {}
+    for j, c in pinned.items():
+        picked[j] = c
+        left[configs[c].flavor] -= configs[c].num_gpus
+    pairs = sorted(((v / configs[c].num_gpus, v, j, c) for j, row in enumerate(values)
+                    for c, v in row if v > 0), key=lambda t: (-t[0], -t[1], t[2], t[3]))
+    for _per, _v, j, c in pairs:
+        fl, g = configs[c].flavor, configs[c].num_gpus
+        if j not in picked and left.get(fl, 0) >= g:
+            picked[j] = c
+            left[fl] -= g
+    total = sum(v for j, row in enumerate(values) for c, v in row if picked.get(j) == c)
+    return Choices(picked, total, why)
