@@ -36,7 +36,13 @@ from tessera.model.cluster import Node
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import ElasticRange, JobSpec
 from tessera.perf.efficiency import load_efficiency
-from tessera.perf.goodput import GoodputEstimate, best_batch, packed_placement
+from tessera.perf.goodput import (
+    BatchOption,
+    GoodputEstimate,
+    batch_options,
+    best_of,
+    packed_placement,
+)
 from tessera.sched.snapshot import JobView, Placement
 
 RESTART_S: Mapping[str, float] = {
@@ -118,6 +124,8 @@ class GoodputModel:
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str, tuple[int, ...], int, int, tuple[int, ...]],
                           GoodputEstimate | None] = {}
+        self._options: dict[tuple[str, str, tuple[int, ...], int, int],
+                            tuple[BatchOption, ...] | None] = {}
 
     def estimate(self, elastic: ElasticRange, flavor: str, placement: tuple[int, ...],
                  progress: float) -> GoodputEstimate | None:
@@ -129,12 +137,17 @@ class GoodputModel:
         hit = self._cache.get(key, self)
         if hit is not self:
             return hit  # type: ignore[return-value]
-        try:
-            est: GoodputEstimate | None = best_batch(
-                model, _flavor(flavor), key[2], progress,
-                max_batch=elastic.max_batch_samples, min_batch=elastic.initial_batch_samples)
-        except (NoProfileError, SpecError):
-            est = None
+        okey = key[:5]
+        options = self._options.get(okey, ())
+        if options == ():
+            try:
+                options = batch_options(model, _flavor(flavor), key[2],
+                                        max_batch=elastic.max_batch_samples,
+                                        min_batch=elastic.initial_batch_samples)
+            except (NoProfileError, SpecError):
+                options = None
+            self._options[okey] = options
+        est = None if not options else best_of(options, load_efficiency(model), progress)
         self._cache[key] = est
         return est
 
@@ -146,7 +159,8 @@ class GoodputModel:
 
     def steps_per_s(self, spec: JobSpec, placement: Placement, progress: float) -> float:
         """How fast an elastic job progresses on ``placement``, in ``spec`` steps per second
-        (the measured placement, else the same GPUs packed; 0 if neither was measured)."""
+        (the measured placement, else the same GPUs packed; 0 if neither was measured), slowed
+        by the job's ``ElasticRange.slowdown``."""
         e = spec.elastic
         assert e is not None
         per_node = tuple(c for _n, c in placement.gpus_by_node)
@@ -156,7 +170,7 @@ class GoodputModel:
                                 packed_placement(placement.num_gpus, max(per_node)), progress)
         if est is None:
             return 0.0
-        return est.goodput_samples_per_s * spec.total_steps / e.target_samples
+        return est.goodput_samples_per_s / e.slowdown * spec.total_steps / e.target_samples
 
 
 @lru_cache(maxsize=16)

@@ -13,10 +13,14 @@ simulators do:
   at every decision round (Sia's and Pollux's 60 s rounds): efficiency changes with progress
   only from one epoch of the validation curves to the next, so a round-long lag is a small
   fraction of an epoch for every model here. A changed speed re-books the job's completion;
-* **cost** -- every resize (new GPU count), migration (same count, other GPUs) and resume after
-  a preemption holds the new GPUs for the model's checkpoint-restore time as Sia measured it
-  (:data:`~tessera.sched.elastic_goodput.RESTART_S`, 25-250 s) instead of the rigid
-  ``checkpoint_s + restore_s``; resizes are counted apart from migrations.
+* **cost** -- every start, resize (new GPU count), migration (same count, other GPUs) and
+  resume after a preemption holds the new GPUs for the model's checkpoint-restore time as Sia
+  measured it (:data:`~tessera.sched.elastic_goodput.RESTART_S`, 25-250 s) instead of the
+  rigid ``checkpoint_s + restore_s`` (the first start too: Sia's simulator charges a job's
+  start-up like any re-allocation); resizes are counted apart from migrations;
+* **calibration** -- the true speed is the profile's divided by ``ElasticRange.slowdown``
+  (Sia's simulator slows its models 1.2-1.8×, :func:`tessera.workload.elastic.sia_calibrated`);
+  policies plan with the profile.
 
 Rigid jobs, and every job under a policy that does not size jobs, take none of these paths.
 """
@@ -45,9 +49,13 @@ class ElasticRuns:
         """Whether ``p`` is an elastic placement (runs at goodput)."""
         return p.global_batch_samples is not None
 
-    def rate(self, job: SimJob, p: Placement) -> float:
-        """Steps/s of ``job`` on ``p`` at its progress now (registers it as running)."""
+    def begin(self, job: SimJob, p: Placement) -> float:
+        """``job`` starts a run on ``p``: its steps/s at its progress now. It is registered for
+        :meth:`refresh`, and a *first* start also pays the model's restart time (Sia's and
+        Pollux's simulators charge the start-up like any re-allocation)."""
         self._running[job.idx] = job
+        if job.first_start_s is None and job.spec.elastic is not None:
+            job.startup_s = restart_s(job.spec.elastic)
         return self.model.steps_per_s(job.spec, p, self._progress(job))
 
     def restart_s(self, job: SimJob, default_s: float) -> float:

@@ -316,7 +316,7 @@ class SimWorld:
     def start(self, job: SimJob, p: Placement, t_s: float) -> None:
         """Run ``job`` on ``p`` from ``t_s``: admit and start it (or move it, if it runs), book
         its GPUs, and schedule its completion and any failure."""
-        rate = (self.elastic.rate(job, p) if self.elastic is not None and p.global_batch_samples
+        rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
                 else self.truth.placement_rate(job.spec, p))
         if job.state is JobState.PENDING:
             job.pending_s += t_s - job.pending_since_s

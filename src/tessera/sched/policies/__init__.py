@@ -8,4 +8,5 @@ from tessera.sched.policies import (  # noqa: F401
     hetero_srpt,
     las,
     shortest,
+    sia,
 )
