@@ -1,4 +1,4 @@
-"""Elastic allocations in the decision core: a policy that sizes jobs, and the core that places them.
+"""Elastic allocations in the decision core: a policy sizes jobs, the core places them.
 
 An *ordering* policy returns ``(job, flavor)`` candidates and every job is placed at its own
 ``spec.num_gpus``. An *elastic allocation* policy (Pollux, Sia, ``goodput_srpt``) also chooses

@@ -32,9 +32,20 @@ class ElasticMemory:
 
     Attributes:
         restarts: how many times each active job's allocation was changed while it ran.
+        largest_run: the most GPUs each active job has run on so far.
     """
 
     restarts: Mapping[JobId, int] = field(default_factory=dict)
+    largest_run: Mapping[JobId, int] = field(default_factory=dict)
+
+    def explored_max(self, view: JobView) -> int:
+        """The most GPUs Sia's and Pollux's simulators let a job have now: twice the most it
+        has run on (1 before it first runs). A job's throughput model is fitted to the
+        placements it has run on, so its range grows by doubling as it is observed."""
+        p = view.placement
+        ran = max(self.largest_run.get(view.spec.job_id, 0),
+                  p.num_gpus if view.running and p is not None else 0)
+        return max(2 * ran, 1)
 
     @classmethod
     def of(cls, state: object) -> ElasticMemory:
@@ -118,11 +129,16 @@ def answer(
             sizes[v.spec.job_id] = ElasticSize(c.num_gpus, max(round(batch), 1))
             notes[v.spec.job_id] = f"{name}: {c.num_gpus}×{c.flavor} at batch {round(batch)}"
     restarts: dict[JobId, int] = {}
+    largest: dict[JobId, int] = {}
     for j, v in enumerate(snap.jobs):
-        n = memory.restarts.get(v.spec.job_id, 0)
+        jid = v.spec.job_id
+        n = memory.restarts.get(jid, 0)
         if v.running and sets.current(v) != choices.picked.get(j, -1):
             n += 1
         if n:
-            restarts[v.spec.job_id] = n
-    return Ranking(tuple(candidates), state=ElasticMemory(restarts), notes=notes,
+            restarts[jid] = n
+        ran = memory.explored_max(v) // 2
+        if ran:
+            largest[jid] = ran
+    return Ranking(tuple(candidates), state=ElasticMemory(restarts, largest), notes=notes,
                    fallbacks=(choices.fallback,) if choices.fallback else (), sizes=sizes)

@@ -7,6 +7,7 @@ from tessera.sched.policies import (  # noqa: F401
     hetero_gittins,
     hetero_srpt,
     las,
+    pollux,
     shortest,
     sia,
 )

@@ -24,14 +24,17 @@ of ``G`` GPUs, 1, 2, 4 … GPUs on one server, then whole servers ``G``, ``2G`` 
 The program (one configuration per job, GPU capacity per flavor, binary) is solved exactly with
 HiGHS (:mod:`tessera.sched.elastic_ilp`), where Sia's artifact used CBC through CVXPY.
 
+As in Sia's simulator, a job may be given at most twice the most GPUs it has run on so far
+(``explore``; 1 GPU before its first run): its throughput model is fitted to what it has run on.
+
 Rigid jobs take part at their own count on every flavor they are profiled on, with goodput =
 throughput normalised so their slowest flavor is worth their GPU count (as Sia does).
 
-Known differences from Sia's simulator: Sia learns a job's throughput model while it runs (a
-new job is first valued on one GPU of each type it has not yet run on); here the goodput model
-is the measured profile from the start. Configurations bigger than the profiled placements
-(more than 16 GPUs) have no goodput here and are never chosen, where Sia extrapolates its fitted
-model to them.
+Known differences from Sia's simulator: Sia fits a job's throughput model to the step times it
+observes and projects it to GPU types the job has not run on; here the goodput model is the
+measured profile of every type from the start (only the doubling cap above is kept).
+Configurations bigger than the profiled placements (more than 16 GPUs) have no goodput here and
+are never chosen, where Sia extrapolates its fitted model to them.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ class SiaConfig(PolicyConfig):
     lambda_n: float = Field(1.1, gt=1, description="Cost of leaving a job without GPUs.")
     mip_rel_gap: float = Field(1e-4, ge=0, description="HiGHS' relative MIP gap.")
     time_limit_s: float = Field(10.0, gt=0, description="HiGHS' time limit per round (s).")
+    explore: bool = Field(
+        True, description="Cap a job at twice the most GPUs it has run on, as Sia's simulator "
+        "does while it learns the job's throughput model.")
 
 
 @POLICIES.register(
@@ -93,7 +99,8 @@ class Sia(Policy):
         batches: dict[tuple[int, int], float] = {}
         pinned: dict[int, int] = {}
         for j, v in enumerate(snap.jobs):
-            goodputs, penalty_s = self._goodputs(ctx, sets, v, j, batches)
+            most = memory.explored_max(v) if cfg.explore else 1 << 30
+            goodputs, penalty_s = self._goodputs(ctx, sets, v, j, most, batches)
             cur = sets.current(v)
             if goodputs and cur is not None:
                 age_s = snap.now_s - v.spec.submit_time_s
@@ -108,10 +115,10 @@ class Sia(Policy):
                                  cfg.mip_rel_gap, cfg.time_limit_s)
         return answer(snap, sets, choices, batches, memory, "sia")
 
-    def _goodputs(self, ctx: PolicyContext, sets: ConfigSet, v: JobView, j: int,
+    def _goodputs(self, ctx: PolicyContext, sets: ConfigSet, v: JobView, j: int, most: int,
                   batches: dict[tuple[int, int], float]) -> tuple[list[tuple[int, float]], float]:
-        """Normalised goodput of job ``v`` (index ``j``) per configuration, and its restart
-        time; records the batch of each elastic configuration in ``batches``."""
+        """Normalised goodput of job ``v`` (index ``j``) per configuration of at most ``most``
+        GPUs, and its restart time; records each elastic configuration's batch in ``batches``."""
         spec = v.spec
         e = spec.elastic
         raw: list[tuple[int, float]] = []
@@ -126,7 +133,7 @@ class Sia(Policy):
             return [(c, g / lo * spec.num_gpus) for c, g in raw], DEFAULT_RESTART_S
         progress = progress_samples(v, ctx.snapshot.now_s)
         for c, config in enumerate(sets.configs[:sets.base]):
-            if not e.min_gpus <= config.num_gpus <= e.max_gpus:
+            if not e.min_gpus <= config.num_gpus <= min(e.max_gpus, most):
                 continue
             est = self.model.at_config(e, config, progress)
             if est is not None and est.goodput_samples_per_s > 0:
