@@ -126,14 +126,20 @@ class GoodputModel:
                           GoodputEstimate | None] = {}
         self._options: dict[tuple[str, str, tuple[int, ...], int, int],
                             tuple[BatchOption, ...] | None] = {}
+        self._epochs: dict[tuple[str, float], tuple[int, ...]] = {}
 
     def estimate(self, elastic: ElasticRange, flavor: str, placement: tuple[int, ...],
                  progress: float) -> GoodputEstimate | None:
         """Goodput at the best batch on ``placement`` (GPUs per server) of ``flavor``; ``None``
         when that placement was never measured or no batch in range can be split over it."""
         model = elastic.efficiency_model
+        epochs = self._epochs.get((model, progress))
+        if epochs is None:
+            if len(self._epochs) > 4096:
+                self._epochs.clear()
+            epochs = self._epochs[(model, progress)] = _epochs(model, progress)
         key = (model, flavor, tuple(sorted(placement)), elastic.initial_batch_samples,
-               elastic.max_batch_samples, _epochs(model, progress))
+               elastic.max_batch_samples, epochs)
         hit = self._cache.get(key, self)
         if hit is not self:
             return hit  # type: ignore[return-value]

@@ -77,6 +77,7 @@ def choose_configs(
         time_limit_s: HiGHS' time limit.
     """
     pinned = pinned or {}
+    values = [_undominated(row, configs, pinned.get(j)) for j, row in enumerate(values)]
     flavors = sorted(capacity)
     if math.prod(capacity[f] + 1 for f in flavors) <= DP_MAX_STATES:
         return _dp(values, configs, capacity, pinned)
@@ -177,3 +178,16 @@ def _dp(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config]
             picked[j] = c
             at[axis[configs[c].flavor]] -= configs[c].num_gpus
     return Choices(picked, float(best[tuple(capacity[f] for f in flavors)]))
+
+
+def _undominated(row: Sequence[tuple[int, float]], configs: Sequence[Config],
+                 keep: int | None) -> list[tuple[int, float]]:
+    """``row`` without the options some option of the same flavor beats with no more GPUs (an
+    optimum never needs them; ``keep``, a pinned option, always stays), in the row's order."""
+    best: dict[str, list[tuple[int, float]]] = {}
+    for c, v in sorted(row, key=lambda cv: (configs[cv[0]].num_gpus, -cv[1])):
+        ladder = best.setdefault(configs[c].flavor, [])
+        if not ladder or v > ladder[-1][1]:
+            ladder.append((c, v))
+    kept = {c for ladder in best.values() for c, _v in ladder}
+    return [(c, v) for c, v in row if c in kept or c == keep]

@@ -4,6 +4,7 @@ from tessera.sched.policies import (  # noqa: F401
     fifo,
     gavel_compat,
     gavel_lp,
+    goodput_srpt,
     hetero_gittins,
     hetero_srpt,
     las,
