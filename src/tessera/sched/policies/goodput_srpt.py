@@ -129,7 +129,8 @@ class GoodputSrpt(Policy):
                   for row, left in rows]
         # Serve as many jobs as fit first (Sia's λ_n, made lexicographic): a job's seat is
         # worth more than every other term together.
-        seat = (len(values) + 1) * max((x for row in values for _c, x in row), default=0.0)
+        seat = 1.0 + (len(values) + 1) * max((x for row in values for _c, x in row),
+                                             default=0.0)
         values = [[(c, seat + x) for c, x in row] for row in values]
         choices = choose_configs(values, sets.configs, capacity(nodes), None,
                                  cfg.mip_rel_gap, cfg.time_limit_s)
