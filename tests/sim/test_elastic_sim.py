@@ -105,7 +105,8 @@ def test_rigid_jobs_under_an_elastic_policy_run_at_their_count_and_table_speed()
     assert rec.outcome == "succeeded" and rec.resizes == 0 and res.summary.resizes == 0
     rate = ThroughputOracle(sia_throughputs(), _cluster()).rate(rigid, "A100-40GB", True)
     busy = float(rec.gpu_s_by_flavor.split("=")[1])
-    assert busy == pytest.approx(2 * 1e4 / rate, abs=1.0)  # (booked in whole s) no restart: it started once, as before
+    # booked in whole seconds; no restart: it started once, as rigid jobs always have
+    assert busy == pytest.approx(2 * 1e4 / rate, abs=1.0)
 
 
 def test_an_elastic_minimum_above_the_cluster_is_rejected_with_the_reason() -> None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tessera.model.cluster import Node
-from tessera.model.jobs import JobId
+from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.elastic import ElasticSize
 from tessera.sched.elastic_goodput import Config, flavor_nodes
 from tessera.sched.elastic_ilp import Choices
@@ -86,6 +86,10 @@ class ConfigSet:
             i = self._index[key] = len(self.configs)
             self.configs.append(Config(flavor, num_gpus, per))
         return i
+
+    def allowed(self, spec: JobSpec, c: int) -> bool:
+        """Whether configuration ``c`` is of a flavor ``spec`` accepts (any, if it names none)."""
+        return not spec.flavors or any(f.short == self.configs[c].flavor for f in spec.flavors)
 
     def current(self, view: JobView) -> int | None:
         """Index of the configuration a running job holds now (``None``: not running, or a

@@ -156,7 +156,8 @@ class GoodputSrpt(Policy):
         else:
             done = progress_samples(v, ctx.snapshot.now_s)
             for c, config in enumerate(sets.configs[:sets.base]):
-                if not e.min_gpus <= config.num_gpus <= min(e.max_gpus, most):
+                if (not e.min_gpus <= config.num_gpus <= min(e.max_gpus, most)
+                        or not sets.allowed(spec, c)):
                     continue
                 est = self.model.at_config(e, config, done)
                 if est is not None and est.goodput_samples_per_s > 0:

@@ -49,6 +49,7 @@ from tessera.sched.elastic_policy import (
     capacity,
     realloc_factor,
 )
+from tessera.sched.oracle import FlavorRate
 from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
 
@@ -113,7 +114,8 @@ class Pollux(Policy):
         batches: dict[tuple[int, int], float] = {}
         for j, v in enumerate(snap.jobs):
             most = memory.explored_max(v) if cfg.explore else 1 << 30
-            speedups = self._speedups(sets, v, j, fair, most, snap.now_s, batches)
+            rates = ctx.oracle.rates(v.spec) if v.spec.elastic is None else ()
+            speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches)
             cur = sets.current(v)
             if cur is not None:
                 age_s = snap.now_s - v.spec.submit_time_s
@@ -125,14 +127,15 @@ class Pollux(Policy):
         return answer(snap, sets, choices, batches, memory, "pollux")
 
     def _speedups(self, sets: ConfigSet, v: JobView, j: int, fair: int, most: int, now_s: float,
+                  ctx_rates: tuple[FlavorRate, ...],
                   batches: dict[tuple[int, int], float]) -> list[tuple[int, float]]:
         """Job ``v``'s type-blind speed-up per configuration (rigid jobs: ``n / fair``)."""
         spec = v.spec
         e = spec.elastic
         if e is None:  # no goodput model: Pollux's linear speed-up at the job's own count
             out = []
-            for fl in sorted({c.flavor for c in sets.configs}):
-                c = sets.rigid(fl, spec.num_gpus)
+            for r in ctx_rates:
+                c = sets.rigid(r.flavor, spec.num_gpus)
                 if c is not None:
                     out.append((c, spec.num_gpus / fair))
             return out
@@ -159,7 +162,7 @@ class Pollux(Policy):
         for c, config in enumerate(sets.configs[:sets.base]):
             g = blind.get(config.num_gpus)
             b = batch.get((config.flavor, config.num_gpus))
-            if g is not None and b is not None:
+            if g is not None and b is not None and sets.allowed(spec, c):
                 out.append((c, g / base))
                 batches[(j, c)] = b
         return out

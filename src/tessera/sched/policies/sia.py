@@ -133,7 +133,8 @@ class Sia(Policy):
             return [(c, g / lo * spec.num_gpus) for c, g in raw], DEFAULT_RESTART_S
         progress = progress_samples(v, ctx.snapshot.now_s)
         for c, config in enumerate(sets.configs[:sets.base]):
-            if not e.min_gpus <= config.num_gpus <= min(e.max_gpus, most):
+            if (not e.min_gpus <= config.num_gpus <= min(e.max_gpus, most)
+                    or not sets.allowed(spec, c)):
                 continue
             est = self.model.at_config(e, config, progress)
             if est is not None and est.goodput_samples_per_s > 0:
