@@ -71,10 +71,12 @@ def test_placement_derived_values_are_fixed_at_construction() -> None:
     one = Placement("K80", (("k", 4),))
     assert one.num_gpus == 4 and one.consolidated and not one.is_mixed
     assert one.flavor_counts() == (("K80", 4),)
-    # Equality, hashing and repr see only the three real fields.
+    # Equality, hashing and repr see only the four real fields.
     same = Placement("K80", (("k", 4),))
     assert one == same and hash(one) == hash(same) and {one: 1}[same] == 1
-    assert repr(one) == "Placement(flavor='K80', gpus_by_node=(('k', 4),), node_flavors=())"
+    assert repr(one) == ("Placement(flavor='K80', gpus_by_node=(('k', 4),), node_flavors=(), "
+                         "global_batch_samples=None)")
+    assert one != Placement("K80", (("k", 4),), global_batch_samples=256)
     back = pickle.loads(pickle.dumps(mixed))
     assert back == mixed and back.flavor_counts() == mixed.flavor_counts()
     with pytest.raises(AttributeError):
