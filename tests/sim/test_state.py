@@ -77,6 +77,7 @@ def test_placement_derived_values_are_fixed_at_construction() -> None:
     assert repr(one) == ("Placement(flavor='K80', gpus_by_node=(('k', 4),), node_flavors=(), "
                          "global_batch_samples=None)")
     assert one != Placement("K80", (("k", 4),), global_batch_samples=512)
+    assert one != Placement("K80", (("k", 4),), global_batch_samples=256)
     back = pickle.loads(pickle.dumps(mixed))
     assert back == mixed and back.flavor_counts() == mixed.flavor_counts()
     with pytest.raises(AttributeError):

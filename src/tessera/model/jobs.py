@@ -96,6 +96,9 @@ class ElasticRange:
         efficiency_model: the profile whose validation curves give its efficiency (``cifar10``).
         target_samples: statistical progress it needs to finish, in samples at the efficiency
             of the model's reference batch ``M0``.
+        slowdown: how much slower than its measured profile the job really trains (1 = as
+            profiled; Sia's simulator calibrates cifar10 at 1.8 and its other models at 1.2).
+            Only the simulator's true speed uses it; policies see the profile.
     """
 
     min_gpus: int
@@ -104,8 +107,11 @@ class ElasticRange:
     max_batch_samples: int
     efficiency_model: str
     target_samples: float
+    slowdown: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.slowdown > 0:
+            raise SpecError(f"elastic range: slowdown must be > 0, got {self.slowdown}")
         if not 1 <= self.min_gpus <= self.max_gpus:
             raise SpecError(
                 "elastic range: need 1 <= min_gpus <= max_gpus, got "

@@ -246,6 +246,28 @@ def best_batch(model: str, flavor: str | GpuFlavor, placement: Placement,
             the profiled range.
         NoProfileError / NoEfficiencyDataError: the model, flavor or placement was not measured.
     """
+    eff = load_efficiency(model, root)
+    return best_of(batch_options(model, flavor, placement, max_batch, root, min_batch), eff,
+                   progress_samples)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOption:
+    """One candidate global batch on one configuration, with its speed (independent of
+    progress: only the efficiency changes as training advances)."""
+
+    config: BatchConfig
+    iteration_time_s: float
+
+
+def batch_options(model: str, flavor: str | GpuFlavor, placement: Placement,
+                  max_batch: float | None = None, root: str | Path | None = None,
+                  min_batch: float | None = None) -> tuple[BatchOption, ...]:
+    """The batches :func:`best_batch` weighs on this configuration, with their iteration times
+    (computed once per configuration; :func:`best_of` picks among them at any progress).
+
+    Raises: as :func:`best_batch`.
+    """
     times = load_step_times(model, flavor, root)
     eff = load_efficiency(model, root)
     top = eff.max_batch_samples if max_batch is None else max_batch
@@ -259,10 +281,22 @@ def best_batch(model: str, flavor: str | GpuFlavor, placement: Placement,
             f"{model} on {sum(placement)} {times.flavor.short} GPUs needs a global batch of at "
             f"least {bottom} ({lo_local} per GPU), above the maximum {top:g}"
         )
-    best: GoodputEstimate | None = None
+    out = []
     for m in candidate_batches(times, placement, bottom, top):
-        est = estimate(times, eff, placement, m, progress_samples)
-        if best is None or est.goodput_samples_per_s > best.goodput_samples_per_s:
-            best = est
+        config = times.batch_config(placement, m)
+        out.append(BatchOption(config, times.iteration_time_s(placement, config)))
+    return tuple(out)
+
+
+def best_of(options: tuple[BatchOption, ...], efficiency: EfficiencyProfile,
+            progress_samples: float) -> GoodputEstimate:
+    """The option with the highest goodput at ``progress_samples`` (the first among equals)."""
+    best: GoodputEstimate | None = None
+    for o in options:
+        m = o.config.global_batch_samples
+        tput = m / o.iteration_time_s
+        e = efficiency.efficiency(m, progress_samples)
+        if best is None or tput * e > best.goodput_samples_per_s:
+            best = GoodputEstimate(o.config, o.iteration_time_s, tput, e, tput * e)
     assert best is not None  # the range's two ends are always candidates
     return best

@@ -33,6 +33,7 @@ from typing import Any
 
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.context import DecisionContext
+from tessera.sched.elastic import sized_views, with_batches
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.packing import colocate
 from tessera.sched.placement import FreeGpus
@@ -175,6 +176,8 @@ def _waiting_first(
     ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), oracle, ctx.rng,
                                         ctx.solver))
     lap("order")
+    if ranking.sizes:  # an elastic allocation sizes everyone: it needs the full round
+        return None
     by_wait = {j.spec.job_id: j for j in waiting}
     new: dict[JobId, Placement] = {}
     backfill(ranking.candidates, by_wait, new, free, oracle, now_s, opts,
@@ -206,6 +209,10 @@ def _full_round(
     running = [j for j in admitted if j.state is JobState.RUNNING]
     ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver))
     lap("order")
+    sized = by_id
+    if ranking.sizes:  # an elastic allocation: place each sized job at its chosen count
+        admitted = sized_views(admitted, ranking.sizes)
+        by_id = {j.spec.job_id: j for j in admitted}
     if policy.round_based:
         run = place_rounds(ranking.candidates, by_id, admitted, free, oracle,
                            policy.preemptive and not opts.fill_only, now_s, opts)
@@ -217,6 +224,8 @@ def _full_round(
                     ctx.stay_put.under(oracle, opts, len(admitted)))
             run.update(moved)
     notes = ranking.notes
+    if ranking.sizes:
+        run = with_batches(run, sized, ranking.sizes)
     if ranking.colocate:  # a packing policy's partners join their hosts' GPUs
         packed = colocate(run, ranking.colocate, by_id, ctx.oracle.table, view.cluster)
         run, notes = packed.placements, {**ranking.notes, **packed.notes}

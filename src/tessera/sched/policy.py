@@ -34,6 +34,7 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the solver module pulls in numpy/scipy; keep ``import tessera`` light
+    from tessera.sched.elastic import ElasticSize
     from tessera.sched.lp import LpSolver
 
 
@@ -81,6 +82,11 @@ class Ranking:
         colocate: for a policy that packs, ``{partner: host}``: run ``partner`` on the GPUs
             the core gives ``host`` (space sharing; :mod:`tessera.sched.packing` checks the
             pair and gives the reasons). Partners are not listed in ``candidates``.
+        sizes: for an *elastic allocation* (Pollux, Sia), the GPU count and global batch the
+            policy chose for each job it lists (:class:`~tessera.sched.elastic.ElasticSize`);
+            the core places that job's gang at that count instead of ``spec.num_gpus`` and
+            records the batch in ``Placement.global_batch_samples``. Empty for every other
+            policy (jobs are placed at their own size, as always).
     """
 
     candidates: tuple[tuple[JobId, str], ...]
@@ -89,6 +95,7 @@ class Ranking:
     wakeup_s: float | None = None
     fallbacks: tuple[str, ...] = ()
     colocate: Mapping[JobId, JobId] = field(default_factory=dict)
+    sizes: Mapping[JobId, ElasticSize] = field(default_factory=dict)
 
 
 class PolicyConfig(BaseModel):
@@ -106,6 +113,9 @@ class Policy(ABC):
     round_based: ClassVar[bool] = False
     #: Whether the policy may put two jobs on the same GPUs (``Ranking.colocate``).
     packs: ClassVar[bool] = False
+    #: Whether it sizes elastic jobs (``Ranking.sizes``); the simulator then runs them at
+    #: goodput and charges each resize its model's restart time (:mod:`tessera.sim.elastic`).
+    elastic: ClassVar[bool] = False
     Config: ClassVar[type[PolicyConfig]] = PolicyConfig
 
     def __init__(

@@ -36,13 +36,15 @@ class Placement:
             a homogeneous gang.
         colocated_with: the other jobs space-sharing these same GPUs (co-location, see
             :mod:`tessera.sched.packing`); empty when the gang has its GPUs to itself.
+        global_batch_samples: the global batch an elastic job runs at in this placement;
+            ``None`` = the job's own batch (every rigid job). An elastic job's gang may hold
+            any GPU count within its :class:`~tessera.model.jobs.ElasticRange`.
     """
 
     flavor: str
     gpus_by_node: tuple[tuple[str, int], ...]
     node_flavors: tuple[str, ...] = ()
     global_batch_samples: int | None = None
-    """The global batch an elastic job runs at in this placement; None = the job's own batch."""
     colocated_with: tuple[JobId, ...] = field(default=(), repr=False)
     # Derived once at construction (the simulator asks for them on every advance of a running
     # job); not compared, hashed or shown, so equality stays that of the fields above.

@@ -72,7 +72,8 @@ def place_rounds(
             left -= g
     for jid, fl in selected.items():
         p = by_id[jid].placement
-        if by_id[jid].running and p is not None and p.flavor == fl and free.can_take(p):
+        if (by_id[jid].running and p is not None and p.flavor == fl
+                and p.num_gpus == by_id[jid].spec.num_gpus and free.can_take(p)):
             free.take(p)
             run[jid] = p
     rest = sorted((jid for jid in selected if jid not in run),
@@ -280,7 +281,8 @@ def backfill(
             continue
         if free.total_free(fl) >= j.spec.num_gpus:
             p = j.placement
-            if j.running and p is not None and p.flavor == fl and free.can_take(p):
+            if (j.running and p is not None and p.flavor == fl
+                    and p.num_gpus == j.spec.num_gpus and free.can_take(p)):
                 placed: Placement | None = p
             else:
                 placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts))

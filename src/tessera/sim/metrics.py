@@ -83,6 +83,8 @@ class JobRecord:
     ideal_s: float | None
     gpu_s_by_flavor: str
     reason: str = ""
+    resizes: int = 0
+    """Times an elastic allocation policy changed the job's GPU count (each one a restart)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,9 @@ class Summary:
     wait_decision_h: float
     pending_h: float
     """Job-hours pending over all spells: the four ``wait_*_h`` add up to it."""
+    resizes: int = 0
+    """Elastic jobs' GPU-count changes (each charged a restart; moves at the same count are
+    ``migrations``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +161,8 @@ class SimResult:
             "unfinished": s.unfinished, "ftf_rho_mean": s.ftf_rho_mean,
             "ftf_rho_p95": s.ftf_rho_p95, "ftf_rho_max": s.ftf_rho_max,
             "share_rho_above_1": s.share_rho_above_1, "preemptions": s.preemptions,
-            "migrations": s.migrations, "gpu_hours_lost_to_failures": s.gpu_hours_lost_to_failures,
+            "migrations": s.migrations, "resizes": s.resizes,
+            "gpu_hours_lost_to_failures": s.gpu_hours_lost_to_failures,
             "wait_quota_h": s.wait_quota_h, "wait_capacity_h": s.wait_capacity_h,
             "wait_fragmentation_h": s.wait_fragmentation_h,
             "wait_decision_h": s.wait_decision_h, "pending_h": s.pending_h,
@@ -278,7 +284,7 @@ def summarize(
                 preemptions=j.preemptions, migrations=j.migrations, failures=j.attempts,
                 lost_gpu_h=j.lost_gpu_s / 3600.0, ftf_rho=rho, ideal_s=t_id,
                 gpu_s_by_flavor=";".join(f"{f}={s:.0f}" for f, s in j.busy_gpu_s.items()),
-                reason=j.rejected or "",
+                reason=j.rejected or "", resizes=j.resizes,
             )
         )
     return SimResult(
@@ -331,4 +337,5 @@ def _summary(
         wait_fragmentation_h=sum(r.wait_fragmentation_s for r in records) / 3600,
         wait_decision_h=sum(r.wait_decision_s for r in records) / 3600,
         pending_h=sum(r.pending_s for r in records) / 3600,
+        resizes=sum(r.resizes for r in records),
     )

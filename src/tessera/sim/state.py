@@ -43,6 +43,7 @@ class SimJob:
         "rate",
         "rejected",
         "remaining",
+        "resizes",
         "run_s",
         "run_started_s",
         "spec",
@@ -75,6 +76,7 @@ class SimJob:
         self.attempts = 0
         self.preemptions = 0
         self.migrations = 0
+        self.resizes = 0
         self.first_start_s: float | None = None
         self.finish_s: float | None = None
         self.epoch = 0
@@ -98,7 +100,7 @@ class SimJob:
             return
         p = self.placement
         if p is not None and self.state is _RUNNING:
-            g = self.spec.num_gpus
+            g = self.spec.num_gpus if p.global_batch_samples is None else p.num_gpus
             self.attained_gpu_s += g * dt
             run_s = self.run_s
             busy = self.busy_gpu_s
@@ -132,7 +134,7 @@ class SimJob:
                 self.advance(t)
             return
         last = self.last_update_s
-        g = self.spec.num_gpus
+        g = self.spec.num_gpus if p.global_batch_samples is None else p.num_gpus
         fl = p.flavor
         n = p.num_gpus
         whole = n == g

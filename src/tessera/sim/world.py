@@ -17,7 +17,8 @@ happens to a job when it does. Drivers never reach into each other, and the deci
 never learns which driver called it.
 
 Costs: a preempted or migrated job holds its next GPUs ``checkpoint_s + restore_s`` before it
-progresses again; a failure loses the work since the last periodic checkpoint.
+progresses again (an elastic job under an elastic policy: its model's restart time, and it runs
+at goodput, :mod:`tessera.sim.elastic`); a failure loses the work since the last checkpoint.
 
 Philly's lessons (all off by default, ``docs/lessons.md``): tenant quotas go into every
 snapshot (fair-share delay); failing runs fail when :class:`~tessera.sim.failures.FailureTimes`
@@ -42,6 +43,7 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import Placement, Snapshot
 from tessera.sim.config import SimConfig
+from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.failures import FailureTimes
 from tessera.sim.metrics import Counters, Sample, SimResult, run_gpu_hours, summarize
 from tessera.sim.state import SimJob, move
@@ -123,6 +125,7 @@ class SimWorld:
         # Event times the running jobs have not been advanced through yet (rounds): a job
         # catches up when it is next looked at, bit for bit as if advanced at each.
         self._ticks: list[float] = []
+        self.elastic = ElasticRuns() if policy.elastic else None  # (sim/elastic.py)
 
     # -- the books ---------------------------------------------------------------------------
 
@@ -161,8 +164,7 @@ class SimWorld:
         self.extras[key] = self.extras.get(key, 0.0) + value
 
     def close_ftf(self, job: SimJob) -> None:
-        """Settle ``job``'s contention (active jobs while it was active), for finish-time
-        fairness."""
+        """Settle ``job``'s contention (active jobs while active), for finish-time fairness."""
         start = self.active_cum.pop(job.idx, self.active_integral)
         job.contention_s += self.active_integral - start
 
@@ -174,13 +176,11 @@ class SimWorld:
         running gangs)."""
         self._catch_up()
         return Snapshot(
-            now_s=t_s,
-            cluster=self.cluster,
+            now_s=t_s, cluster=self.cluster,
             jobs=tuple(map(SimJob.to_view, self.active.values())),
             policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
-            free_gpus=dict(self.free) if free_gpus else None,
-            quotas=self.quotas,
+            free_gpus=dict(self.free) if free_gpus else None, quotas=self.quotas,
         )
 
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
@@ -200,25 +200,24 @@ class SimWorld:
         """Carry out a decision at ``t_s``: stop the preempted, start or move the started, and
         record why the rest wait. Returns the jobs left waiting for locality-fragmented GPUs
         (a driver may want to decide again when their locality wait runs out)."""
-        by_id = self.by_id
-        penalty = self.sched.migration_cost_s
-        for jid in d.preempted:
-            job = by_id[jid]
+        by_id, penalty = self.by_id, self.sched.migration_cost_s
+        for job in map(by_id.__getitem__, d.preempted):
             self.stop(job, t_s)
             move(job, JobState.PREEMPTED)
             move(job, JobState.PENDING)
-            job.preemptions += 1
-            job.pending_since_s = t_s
-            job.startup_s = penalty
+            job.preemptions, job.pending_since_s = job.preemptions + 1, t_s
+            job.startup_s = self.elastic.restart_s(job, penalty) if self.elastic else penalty
         started = [by_id[jid] for jid in d.started]
         for job in started:  # movers leave first, so no node is held twice even for a moment
             if job.state is JobState.RUNNING:
+                book_move(self.elastic, job, d.placements[job.spec.job_id], penalty)
                 self.stop(job, t_s)
-                job.migrations += 1
-                job.startup_s = penalty
         for job in started:
             self.start(job, d.placements[job.spec.job_id], t_s)
             job.set_wait(None, t_s)
+        if self.elastic is not None:
+            self._catch_up()
+            self.elastic.refresh(t_s, self.schedule, COMPLETE)
         fragmented: list[SimJob] = []
         for jid, reason in d.pending.items():
             job = by_id[jid]
@@ -317,7 +316,8 @@ class SimWorld:
     def start(self, job: SimJob, p: Placement, t_s: float) -> None:
         """Run ``job`` on ``p`` from ``t_s``: admit and start it (or move it, if it runs), book
         its GPUs, and schedule its completion and any failure."""
-        rate = self.truth.placement_rate(job.spec, p)
+        rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
+                else self.truth.placement_rate(job.spec, p))
         if job.state is JobState.PENDING:
             job.pending_s += t_s - job.pending_since_s
             move(job, JobState.ADMITTED)

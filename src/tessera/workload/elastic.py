@@ -15,11 +15,13 @@ Two things a reader of Pollux/Sia-style workloads needs from :mod:`tessera.perf`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor, resolve_flavor
-from tessera.model.jobs import ElasticRange
+from tessera.model.jobs import ElasticRange, Workload
 from tessera.perf.efficiency import NoEfficiencyDataError, load_efficiency
 from tessera.perf.goodput import load_step_times, packed_placement
 from tessera.perf.sia import SIA_SERVER_GPUS, load_sia_profile, sia_flavors
@@ -94,3 +96,31 @@ def rigid_duration_s(
     placement = packed_placement(num_gpus, SIA_SERVER_GPUS.get(fl.short, 8))
     config = times.batch_config(placement, batch_samples)
     return steps * times.iteration_time_s(placement, config)
+
+
+SIA_SLOWDOWNS: Mapping[str, float] = {
+    "cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2, "deepspeech2": 1.2,
+    "ncf": 1.5, "gpt_pmp": 1.0,
+}
+"""Sia's simulator calibration (``simulator_config.SLOWDOWNS`` in Sia's artifact): every job of
+a model trains this many times slower than its profile says, "fitted to real-world data" of
+Sia's cluster runs. Its published JCTs are measured with it."""
+
+
+def sia_calibrated(workload: Workload) -> Workload:
+    """``workload`` as Sia's simulator runs it: each elastic job slowed by its model's
+    :data:`SIA_SLOWDOWNS` factor -- its rigid work (``total_steps``) scaled by the factor, and
+    its true goodput divided by it (``ElasticRange.slowdown``). Jobs without an elastic range
+    are returned unchanged."""
+    jobs = []
+    for j in workload.jobs:
+        e = j.elastic
+        if e is None:
+            jobs.append(j)
+            continue
+        s = SIA_SLOWDOWNS.get(e.efficiency_model, 1.0)
+        hint = None if j.duration_hint_s is None else j.duration_hint_s * s
+        jobs.append(replace(j, total_steps=j.total_steps * s, duration_hint_s=hint,
+                            elastic=replace(e, slowdown=e.slowdown * s)))
+    note = "calibrated as Sia's simulator: cifar10 1.8x, other models 1.2x slower than profiled"
+    return replace(workload, jobs=tuple(jobs), notes=(*workload.notes, note))

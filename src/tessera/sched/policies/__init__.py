@@ -7,9 +7,12 @@ from tessera.sched.policies import (  # noqa: F401
     gavel_gandiva,
     gavel_lp,
     gavel_packed,
+    goodput_srpt,
     hetero_gittins,
     hetero_pack,
     hetero_srpt,
     las,
+    pollux,
     shortest,
+    sia,
 )

@@ -1,0 +1,148 @@
+"""What the elastic allocation policies (Sia, Pollux, ``goodput_srpt``) share.
+
+Each of them, every round: lists the configurations the up servers offer
+(:class:`ConfigSet`), values each job's possible configurations in its own way, solves the
+one-configuration-per-job program (:func:`tessera.sched.elastic_ilp.choose_configs`) and
+turns the answer into a :class:`~tessera.sched.policy.Ranking` with per-job sizes
+(:func:`answer`). Between rounds they remember how often each job was restarted
+(:class:`ElasticMemory`): Sia and Pollux damp a re-allocation by the *re-allocation factor*
+(:func:`realloc_factor`).
+
+Rigid jobs take part with their own GPU count on each flavor the oracle profiles for them
+(:meth:`ConfigSet.rigid`) and are placed at that count, never resized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tessera.model.cluster import Node
+from tessera.model.jobs import JobId, JobSpec
+from tessera.sched.elastic import ElasticSize
+from tessera.sched.elastic_goodput import Config, flavor_nodes
+from tessera.sched.elastic_ilp import Choices
+from tessera.sched.policy import Ranking
+from tessera.sched.snapshot import JobView, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticMemory:
+    """A policy's memory between rounds.
+
+    Attributes:
+        restarts: how many times each active job's allocation was changed while it ran.
+        largest_run: the most GPUs each active job has run on so far.
+    """
+
+    restarts: Mapping[JobId, int] = field(default_factory=dict)
+    largest_run: Mapping[JobId, int] = field(default_factory=dict)
+
+    def explored_max(self, view: JobView) -> int:
+        """The most GPUs Sia's and Pollux's simulators let a job have now: twice the most it
+        has run on (1 before it first runs). A job's throughput model is fitted to the
+        placements it has run on, so its range grows by doubling as it is observed."""
+        p = view.placement
+        ran = max(self.largest_run.get(view.spec.job_id, 0),
+                  p.num_gpus if view.running and p is not None else 0)
+        return max(2 * ran, 1)
+
+    @classmethod
+    def of(cls, state: object) -> ElasticMemory:
+        """The memory handed back in the snapshot, or an empty one (first round, or another
+        policy's state)."""
+        return state if isinstance(state, ElasticMemory) else cls()
+
+
+def realloc_factor(age_s: float, restarts: int, restart_s: float) -> float:
+    """Pollux's and Sia's damping of a re-allocation, in [0, 1].
+
+    ``(age − restarts × restart_s) / (age + restart_s)``: the share of the job's life it would
+    have spent making progress if it paid one more restart, given those it paid already. A
+    job younger than one restart is not damped (factor 1).
+    """
+    if age_s < restart_s:
+        return 1.0
+    return max(age_s - restarts * restart_s, 0.0) / (age_s + restart_s)
+
+
+class ConfigSet:
+    """The configurations of one round: a base set, plus each rigid job's own count."""
+
+    def __init__(self, base: tuple[Config, ...], nodes: tuple[Node, ...]) -> None:
+        self.configs: list[Config] = list(base)
+        self.base = len(base)
+        self._index = {(c.flavor, c.num_gpus): i for i, c in enumerate(base)}
+        self._per_node = {f: per for f, (_n, per) in flavor_nodes(nodes).items()}
+
+    def rigid(self, flavor: str, num_gpus: int) -> int | None:
+        """Index of ``num_gpus`` GPUs of ``flavor`` (added if new; ``None``: no such flavor)."""
+        per = self._per_node.get(flavor)
+        if per is None:
+            return None
+        key = (flavor, num_gpus)
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.configs)
+            self.configs.append(Config(flavor, num_gpus, per))
+        return i
+
+    def allowed(self, spec: JobSpec, c: int) -> bool:
+        """Whether configuration ``c`` is of a flavor ``spec`` accepts (any, if it names none)."""
+        return not spec.flavors or any(f.short == self.configs[c].flavor for f in spec.flavors)
+
+    def current(self, view: JobView) -> int | None:
+        """Index of the configuration a running job holds now (``None``: not running, or a
+        gang no configuration describes, e.g. mixed)."""
+        p = view.placement
+        if not view.running or p is None or p.is_mixed:
+            return None
+        return self._index.get((p.flavor, p.num_gpus))
+
+
+def capacity(nodes: tuple[Node, ...]) -> dict[str, int]:
+    """GPUs of each flavor on ``nodes`` (an elastic round re-allocates all of them)."""
+    out: dict[str, int] = {}
+    for n in nodes:
+        out[n.flavor.short] = out.get(n.flavor.short, 0) + n.gpus
+    return out
+
+
+def answer(
+    snap: Snapshot, sets: ConfigSet, choices: Choices, batches: Mapping[tuple[int, int], float],
+    memory: ElasticMemory, name: str,
+) -> Ranking:
+    """The ranking for a solved round.
+
+    Chosen jobs are listed largest gang first (the order the core places new gangs in), each
+    at its configuration's flavor; each elastic one gets its count and the batch the goodput
+    model chose for it (``batches[(job index, config index)]``). A running job whose
+    configuration changes (or is taken away) counts one more restart.
+    """
+    configs = sets.configs
+    order = sorted(choices.picked, key=lambda j: (-configs[choices.picked[j]].num_gpus, j))
+    candidates: list[tuple[JobId, str]] = []
+    sizes: dict[JobId, ElasticSize] = {}
+    notes: dict[JobId, str] = {}
+    for j in order:
+        v = snap.jobs[j]
+        c = configs[choices.picked[j]]
+        candidates.append((v.spec.job_id, c.flavor))
+        batch = batches.get((j, choices.picked[j]))
+        if v.spec.elastic is not None and batch is not None:
+            sizes[v.spec.job_id] = ElasticSize(c.num_gpus, max(round(batch), 1))
+            notes[v.spec.job_id] = f"{name}: {c.num_gpus}×{c.flavor} at batch {round(batch)}"
+    restarts: dict[JobId, int] = {}
+    largest: dict[JobId, int] = {}
+    for j, v in enumerate(snap.jobs):
+        jid = v.spec.job_id
+        n = memory.restarts.get(jid, 0)
+        if v.running and sets.current(v) != choices.picked.get(j, -1):
+            n += 1
+        if n:
+            restarts[jid] = n
+        ran = memory.explored_max(v) // 2
+        if ran:
+            largest[jid] = ran
+    return Ranking(tuple(candidates), state=ElasticMemory(restarts, largest), notes=notes,
+                   fallbacks=(choices.fallback,) if choices.fallback else (), sizes=sizes)

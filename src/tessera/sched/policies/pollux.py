@@ -1,0 +1,177 @@
+"""Pollux (Qiao et al., OSDI'21): co-adaptive GPU counts and batch sizes by goodput, per round.
+
+Every round (Pollux's simulator: 60 s) Pollux re-allocates GPUs to maximise a *fair* aggregate
+of the jobs' speed-ups:
+
+* **speed-up** of job ``j`` on an allocation ``a``: ``goodput_j(a) / goodput_j(fair share)``,
+  where the fair share is ``ceil(total GPUs / active jobs)`` GPUs on one server and each goodput
+  is at the best batch for its GPUs (the job tunes its own batch, AdaptDL-style, with gradient
+  accumulation). In its simulator Pollux scales speed-ups by ``servers / total GPUs`` (a job's
+  dominant share times the servers), so a speed-up of 1 is one server's worth;
+* **restart penalty**: an allocation different from the job's current one is multiplied by
+  ``(age − restarts × 30 s) / (age + 30 s)``;
+* **exploration**: a job may get at most twice the most GPUs it has run on (1 at first), as its
+  throughput model is fitted to the placements it has run on;
+* **fairness**: the power mean with ``p = −1`` over jobs of ``speed-up + 10⁻³``, maximised; a
+  job left without GPUs counts ``10⁻³`` and so weighs ``1000`` -- Pollux serves as many jobs as it
+  can before it speeds any up.
+
+**The search.** Pollux searches allocations with a genetic algorithm (NSGA-II, 100 × 100, over
+per-server replica counts). Here the same objective is optimised *exactly*: for ``p < 0``
+maximising the power mean is minimising ``Σ_j (s_j + ε)^p``, a sum of one term per job, so
+choosing one (flavor, GPU count) per job is the multiple-choice knapsack of
+:mod:`tessera.sched.elastic_ilp` with value ``ε^p − (s + ε)^p``. An exact, deterministic
+optimum of Pollux's objective is at least as good as the GA's answer, needs no random stream,
+and takes milliseconds where 10,000 GA evaluations a round take seconds in Python. What the GA
+could express and this cannot: a gang spread unevenly over servers (here the core packs it),
+and Pollux's cluster auto-scaling (not modelled).
+
+**Heterogeneity.** Pollux does not tell GPU types apart: Sia evaluates it so, on the same mixed
+cluster. Here its goodput for ``n`` GPUs is the mean over the cluster's flavors of the measured
+goodput of ``n`` GPUs of each (what one model fitted to a job's runs on every type would
+predict), the same whichever flavor the core then places the gang on; the simulator runs the
+gang at its flavor's true speed. Allocations are of one flavor at a time (the core's gangs).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field
+
+from tessera.perf.goodput import packed_placement
+from tessera.sched.elastic_goodput import GoodputModel, all_counts_configs, progress_samples
+from tessera.sched.elastic_ilp import choose_configs
+from tessera.sched.elastic_policy import (
+    ConfigSet,
+    ElasticMemory,
+    answer,
+    capacity,
+    realloc_factor,
+)
+from tessera.sched.oracle import FlavorRate
+from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.snapshot import JobView
+
+
+class PolluxConfig(PolicyConfig):
+    """Pollux's knobs, defaults as in its simulator."""
+
+    p: float = Field(-1.0, lt=0, description="Power-mean exponent over speed-ups (< 0).")
+    restart_s: float = Field(30.0, ge=0, description="Restart delay its damping assumes (s).")
+    max_gpus: int = Field(64, ge=1, description="Most GPUs one job may be given.")
+    mip_rel_gap: float = Field(1e-4, ge=0, description="HiGHS' relative MIP gap.")
+    time_limit_s: float = Field(10.0, gt=0, description="HiGHS' time limit per round (s).")
+    explore: bool = Field(
+        True, description="Cap a job at twice the most GPUs it has run on (Pollux's simulator: "
+        "its throughput model is fitted to the placements it has run on).")
+
+
+EPS = 1e-3
+"""Pollux's offset on speed-ups inside the power mean (a job without GPUs counts this)."""
+
+
+def power_term(speedup: float, p: float) -> float:
+    """A job's term ``(speedup + ε)^p`` in Pollux's power-mean fitness."""
+    return (speedup + EPS) ** p
+
+
+def fitness(speedups: list[float], p: float) -> float:
+    """Pollux's power mean ``(Σ (s + ε)^p / n)^(1/p)`` over jobs' (scaled) speed-ups."""
+    return (sum(power_term(s, p) for s in speedups) / len(speedups)) ** (1.0 / p)
+
+
+@POLICIES.register(
+    "pollux",
+    "Pollux (OSDI'21): per round, GPU count and batch per job maximising the p=-1 power mean of "
+    "goodput speed-ups with restart damping; heterogeneity-unaware; exact ILP for its GA. "
+    "Use 60 s rounds.",
+)
+class Pollux(Policy):
+    preemptive = True
+    round_based = True
+    elastic = True
+    Config = PolluxConfig
+
+    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
+                 name: str = "") -> None:
+        super().__init__(config, agnostic, name)
+        self.model = GoodputModel()
+
+    def rank(self, ctx: PolicyContext) -> Ranking:
+        cfg = self.config
+        assert isinstance(cfg, PolluxConfig)
+        snap = ctx.snapshot
+        nodes = snap.up_nodes()
+        cap = capacity(nodes)
+        total = sum(cap.values())
+        sets = ConfigSet(all_counts_configs(nodes, cfg.max_gpus), nodes)
+        memory = ElasticMemory.of(snap.policy_state)
+        fair = math.ceil(total / max(len(snap.jobs), 1))
+        scale = len(nodes) / total if total else 0.0
+        floor = power_term(0.0, cfg.p)
+        values: list[list[tuple[int, float]]] = []
+        batches: dict[tuple[int, int], float] = {}
+        for j, v in enumerate(snap.jobs):
+            most = memory.explored_max(v) if cfg.explore else 1 << 30
+            rates = ctx.oracle.rates(v.spec) if v.spec.elastic is None else ()
+            speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches)
+            cur = sets.current(v)
+            if cur is not None:
+                age_s = snap.now_s - v.spec.submit_time_s
+                f = realloc_factor(age_s, memory.restarts.get(v.spec.job_id, 0), cfg.restart_s)
+                speedups = [(c, s if c == cur else s * f) for c, s in speedups]
+            values.append([(c, floor - power_term(s * scale, cfg.p)) for c, s in speedups])
+        choices = choose_configs(values, sets.configs, cap, None, cfg.mip_rel_gap,
+                                 cfg.time_limit_s)
+        return answer(snap, sets, choices, batches, memory, "pollux")
+
+    def _speedups(self, sets: ConfigSet, v: JobView, j: int, fair: int, most: int, now_s: float,
+                  ctx_rates: tuple[FlavorRate, ...],
+                  batches: dict[tuple[int, int], float]) -> list[tuple[int, float]]:
+        """Job ``v``'s type-blind speed-up per configuration (rigid jobs: ``n / fair``)."""
+        spec = v.spec
+        e = spec.elastic
+        if e is None:  # no goodput model: Pollux's linear speed-up at the job's own count
+            out = []
+            for r in ctx_rates:
+                c = sets.rigid(r.flavor, spec.num_gpus)
+                if c is not None:
+                    out.append((c, spec.num_gpus / fair))
+            return out
+        progress = progress_samples(v, now_s)
+        blind: dict[int, float] = {}
+        batch: dict[tuple[str, int], float] = {}
+        per_flavor = _per_node(sets)
+        for n in sorted({c.num_gpus for c in sets.configs[:sets.base]}):
+            if not e.min_gpus <= n <= min(e.max_gpus, most):
+                continue
+            goods = []
+            for fl, per in per_flavor.items():
+                est = self.model.estimate(e, fl, packed_placement(n, per), progress)
+                if est is not None:
+                    goods.append(est.goodput_samples_per_s)
+                    batch[(fl, n)] = est.config.global_batch_samples
+            if goods:
+                blind[n] = sum(goods) / len(goods)
+        if not blind:
+            return []
+        base_n = max((n for n in blind if n <= fair), default=min(blind))
+        base = blind[base_n]
+        out = []
+        for c, config in enumerate(sets.configs[:sets.base]):
+            g = blind.get(config.num_gpus)
+            b = batch.get((config.flavor, config.num_gpus))
+            if g is not None and b is not None and sets.allowed(spec, c):
+                out.append((c, g / base))
+                batches[(j, c)] = b
+        return out
+
+
+def _per_node(sets: ConfigSet) -> dict[str, int]:
+    """GPUs per server of each flavor among ``sets``' configurations."""
+    out: dict[str, int] = {}
+    for c in sets.configs[:sets.base]:
+        out.setdefault(c.flavor, c.gpus_per_node)
+    return out
+

@@ -1,0 +1,149 @@
+"""Elastic allocations in the core: sizes honoured, batches recorded, bad sizes refused, and
+the one-configuration-per-job solver against exhaustive search."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from tessera.errors import SpecError
+from tessera.model.jobs import ElasticRange, JobId, JobState
+from tessera.perf.sia_table import sia_throughputs
+from tessera.sched import elastic_ilp
+from tessera.sched.context import DecisionContext
+from tessera.sched.core import decide
+from tessera.sched.elastic import ElasticSize
+from tessera.sched.elastic_goodput import Config
+from tessera.sched.elastic_ilp import choose_configs
+from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.policy import Policy, PolicyContext, Ranking, list_policies
+from tessera.sched.snapshot import Placement
+from tests.builders import make_cluster, make_job, snapshot, view
+
+CIFAR = ElasticRange(1, 16, 2048, 4096, "cifar10", 5e6)
+CIFAR_TYPE = "cifar10 (batch size 129)"
+
+
+class _Fixed(Policy):
+    """Test policy: returns the ranking it was built with."""
+
+    preemptive = True
+    round_based = True
+    elastic = True
+
+    def __init__(self, ranking: Ranking) -> None:
+        super().__init__(name="fixed")
+        self.ranking = ranking
+
+    def rank(self, ctx: PolicyContext) -> Ranking:
+        return self.ranking
+
+
+def _decide(cluster, ranking, *views):  # type: ignore[no-untyped-def]
+    ctx = DecisionContext(ThroughputOracle(sia_throughputs(), cluster), random.Random(0))
+    return decide(snapshot(cluster, *views, round_s=60.0), _Fixed(ranking), ctx)
+
+
+def _cluster():  # type: ignore[no-untyped-def]
+    return make_cluster().node("A100-40GB", gpus=8, count=2).build()
+
+
+def test_a_sized_job_is_placed_at_its_count_with_its_batch() -> None:
+    job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
+    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(8, 3000)})
+    d = _decide(_cluster(), ranking, view(job))
+    p = d.placements["a"]
+    assert (p.num_gpus, p.global_batch_samples, p.flavor) == (8, 3000, "A100-40GB")
+    assert d.started == ("a",)
+
+
+def test_a_running_job_at_the_same_count_keeps_its_gpus_and_batch() -> None:
+    job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
+    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
+    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(4, 4096)})
+    d = _decide(_cluster(), ranking, view(job, JobState.RUNNING, held))
+    assert d.placements["a"] is held and d.started == () and d.preempted == ()
+
+
+def test_a_resized_running_job_is_started_again() -> None:
+    job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
+    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
+    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(2, 2048)})
+    d = _decide(_cluster(), ranking, view(job, JobState.RUNNING, held))
+    assert d.placements["a"].num_gpus == 2 and d.started == ("a",)
+
+
+def test_a_size_outside_the_range_or_for_a_rigid_job_is_refused() -> None:
+    job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
+    too_big = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(32, 4096)})
+    with pytest.raises(SpecError, match="32 GPUs is outside its elastic range 1-16"):
+        _decide(_cluster(), too_big, view(job))
+    rigid = make_job("r", 2, job_type=CIFAR_TYPE)
+    resize = Ranking(((JobId("r"), "A100-40GB"),), sizes={JobId("r"): ElasticSize(4, 64)})
+    with pytest.raises(SpecError, match="job r is rigid"):
+        _decide(_cluster(), resize, view(rigid))
+    with pytest.raises(SpecError, match="elastic size needs >= 1 GPU"):
+        ElasticSize(0, 64)
+
+
+def test_unsized_rankings_leave_placements_without_a_batch() -> None:
+    job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
+    d = _decide(_cluster(), Ranking(((JobId("a"), "A100-40GB"),)), view(job))
+    assert d.placements["a"].num_gpus == 2 and d.placements["a"].global_batch_samples is None
+
+
+def test_the_elastic_policies_are_registered() -> None:
+    names = {name for name, _summary in list_policies()}
+    assert {"sia", "pollux", "goodput_srpt"} <= names
+
+
+CONFIGS = (Config("T4", 1, 4), Config("T4", 2, 4), Config("T4", 4, 4),
+           Config("A100-40GB", 1, 8), Config("A100-40GB", 2, 8), Config("A100-40GB", 4, 8))
+
+
+def _exhaustive(values, capacity):  # type: ignore[no-untyped-def]
+    """Best objective over every assignment (one option or none per job)."""
+    best = 0.0
+    for choice in itertools.product(*[[None, *row] for row in values]):
+        used: dict[str, int] = {}
+        for opt in choice:
+            if opt is not None:
+                c = CONFIGS[opt[0]]
+                used[c.flavor] = used.get(c.flavor, 0) + c.num_gpus
+        if all(used.get(f, 0) <= capacity[f] for f in capacity):
+            best = max(best, sum(opt[1] for opt in choice if opt is not None))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("solver", ["dp", "mip"])
+def test_the_solver_matches_exhaustive_search(seed: int, solver: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    if solver == "mip":
+        monkeypatch.setattr(elastic_ilp, "DP_MAX_STATES", 0)
+    rng = random.Random(seed)
+    values = [[(c, round(rng.uniform(0.1, 2.0) * CONFIGS[c].num_gpus ** 0.5, 3))
+               for c in rng.sample(range(len(CONFIGS)), 4)] for _ in range(4)]
+    capacity = {"T4": 4, "A100-40GB": 5}
+    got = choose_configs(values, CONFIGS, capacity)
+    assert got.fallback == ""
+    assert got.objective == pytest.approx(_exhaustive(values, capacity), rel=1e-4)
+    used: dict[str, int] = {}
+    for j, c in got.picked.items():
+        assert c in {k for k, _v in values[j]}
+        used[CONFIGS[c].flavor] = used.get(CONFIGS[c].flavor, 0) + CONFIGS[c].num_gpus
+    assert all(used[f] <= capacity[f] for f in used)
+
+
+def test_a_pinned_job_keeps_its_configuration() -> None:
+    values = [[(2, 1.0), (0, 5.0)], [(1, 3.0)]]
+    got = choose_configs(values, CONFIGS, {"T4": 4, "A100-40GB": 0}, pinned={0: 2})
+    assert got.picked == {0: 2}  # pinned to 4 T4s although 1 T4 is worth more
+
+
+def test_pins_that_no_longer_fit_fall_back_to_a_stated_greedy_answer() -> None:
+    got = choose_configs([[(2, 1.0)], [(2, 1.0)]], CONFIGS, {"T4": 4, "A100-40GB": 0},
+                         pinned={0: 2, 1: 2})
+    assert "pinned jobs no longer fit" in got.fallback
