@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -10,7 +11,9 @@ from rich.console import Console
 from tessera.report.rho import rho_by_length, rho_note
 from tessera.report.tables import (
     COLUMNS,
+    RESIZE_COLUMN,
     WAIT_COLUMNS,
+    comparison_columns,
     comparison_table,
     legend,
     wait_split_table,
@@ -65,3 +68,14 @@ def test_rho_split_by_job_length(results: list[SimResult]) -> None:
     note = rho_note(results)
     assert "over the jobs that run 10 min or more alone (5 of 10)" in note
     assert "every 360 s: hetero_srpt" in note
+
+
+def test_resize_column_only_when_a_policy_resized(results: list[SimResult]) -> None:
+    assert comparison_columns(results) == COLUMNS  # rigid runs keep the usual shape
+    assert "resize" not in _text(comparison_table(results)).split("\n")[1]
+    resized = replace(results[1], summary=replace(results[1].summary, resizes=7))
+    cols = comparison_columns([results[0], resized])
+    keys = [c.key for c in cols]
+    assert keys.index("resizes") == keys.index("preemptions") + 1
+    text = _text(comparison_table([results[0], resized]))
+    assert f"{RESIZE_COLUMN.header}: {RESIZE_COLUMN.meaning}"[:60] in text

@@ -12,12 +12,12 @@ from tessera.report.rho import SHORT_JOB_S, rho_by_length
 from tessera.report.settings import Setting, decides_in_rounds
 from tessera.report.tables import (
     BEST_MARK,
-    COLUMNS,
     MARKS,
     RATIO_HEADER,
     WAIT_COLUMNS,
     Column,
     best_avg_jct,
+    comparison_columns,
     fmt,
     human_duration,
     jct_ratio,
@@ -56,18 +56,19 @@ def _legend(columns: Sequence[Column], marks: Sequence[tuple[str, str]] = ()) ->
 
 def _comparison(results: Sequence[SimResult]) -> str:
     best = best_avg_jct(results)
-    head = "".join(f"<th>{_e(c.header)}</th>" for c in COLUMNS)
+    columns = comparison_columns(results)
+    head = "".join(f"<th>{_e(c.header)}</th>" for c in columns)
     rows = []
     for r in results:
         d = r.as_dict()
         ratio = jct_ratio(r, best)
         is_best = ratio == 1.0
         name = r.policy + (f" {BEST_MARK}" if is_best else "")
-        cells = "".join(f"<td>{_e(fmt(d[c.key], c.kind))}</td>" for c in COLUMNS)
+        cells = "".join(f"<td>{_e(fmt(d[c.key], c.kind))}</td>" for c in columns)
         rows.append(f"<tr{' class=best' if is_best else ''}><td>{_e(name)}</td>{cells}"
                     f"<td>{ratio:.2f}×</td></tr>")
     return (f"<h2>Comparison</h2><table><tr><th>policy</th>{head}<th>{_e(RATIO_HEADER)}</th>"
-            f"</tr>{''.join(rows)}</table>{_legend(COLUMNS, MARKS)}")
+            f"</tr>{''.join(rows)}</table>{_legend(columns, MARKS)}")
 
 
 def _waits(results: Sequence[SimResult]) -> str:

@@ -52,6 +52,21 @@ COLUMNS: tuple[Column, ...] = (
     Column("wall", "wall_s", "sec", "real time the simulation of this policy took"),
 )
 
+#: Shown after ``preempt`` only when some policy resized elastic jobs (``sia``, ``pollux`` ...).
+RESIZE_COLUMN = Column("resize", "resizes", "int",
+                       "resizes of elastic jobs (GPU count or batch changed), each charged its "
+                       "model's restart time")
+
+
+def comparison_columns(results: Sequence[SimResult]) -> tuple[Column, ...]:
+    """:data:`COLUMNS`, with :data:`RESIZE_COLUMN` after ``preempt`` when any of ``results``
+    resized a job (rigid-only comparisons keep their usual shape)."""
+    if not any(r.summary.resizes for r in results):
+        return COLUMNS
+    at = next(i for i, c in enumerate(COLUMNS) if c.key == "preemptions") + 1
+    return (*COLUMNS[:at], RESIZE_COLUMN, *COLUMNS[at:])
+
+
 #: Marks of the comparison table that are not columns of the metrics.
 RATIO_HEADER = "JCT ÷ best"
 BEST_MARK = "★"
@@ -133,16 +148,17 @@ def comparison_table(results: Sequence[SimResult], title: str = "") -> Table:
     """One row per policy, its legend as the caption; the best average JCT is starred and
     every policy's average JCT is also given as a ratio to it."""
     best = best_avg_jct(results)
-    table = _table(title, legend(COLUMNS, MARKS))
+    columns = comparison_columns(results)
+    table = _table(title, legend(columns, MARKS))
     table.add_column("policy")
-    for c in COLUMNS:
+    for c in columns:
         table.add_column(c.header, justify="right")
     table.add_column(RATIO_HEADER, justify="right")
     for r in results:
         d = r.as_dict()
         ratio = jct_ratio(r, best)
         name = r.policy + (f" {BEST_MARK}" if ratio == 1.0 else "")
-        table.add_row(name, *(fmt(d[c.key], c.kind) for c in COLUMNS), f"{ratio:.2f}×")
+        table.add_row(name, *(fmt(d[c.key], c.kind) for c in columns), f"{ratio:.2f}×")
     return table
 
 
