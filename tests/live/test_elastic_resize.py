@@ -8,6 +8,7 @@ event. Decisions are handed to the service directly: no policy resizes jobs yet.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -237,3 +238,29 @@ def _train_across_a_resize(service: LiveService, tmp_path: Path) -> None:
     phases = ((k1, 128), (k2 - k1, 256), (steps - k2, 128))
     reference = reference_training(cfg, phases=phases).state_dict()
     assert max(float((params[n] - reference[n]).abs().max()) for n in params) < 1e-9
+
+
+def test_the_sia_policy_grows_an_elastic_job_in_the_live_service(tmp_path: Path) -> None:
+    """The policy that is simulated is the policy that runs: ``sia`` sizes a live elastic job
+    round after round (its exploration cap doubles the GPUs each time), and every new size
+    is a checkpoint-restart with the batch re-planned per rank."""
+    from tessera.sched.settings import SchedulerSettings
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    ckpt = tmp_path / "ckpt"
+    svc = make_service(state, cluster="v100:8", policy="sia", gpus_per_server=8,
+                       settings=SchedulerSettings(round_s=1.0))
+    try:
+        text = _elastic(ckpt, "{min: 1, max: 8}").replace(RECORD, "exec sleep 60")
+        jid = svc.submit(parse_request(text), TEAM_A).job_id
+        wait_for(lambda: resize_count(e.kind for e in svc.store.events(jid)) >= 2,
+                 what="sia to resize the job twice", timeout_s=60)
+        steps = [tuple(map(int, re.findall(r"(\d+) → (\d+) GPUs", e.detail)[0]))
+                 for e in svc.store.events(jid) if e.kind == "resized"]
+        assert steps[0][0] == 1 and all(new == 2 * old for old, new in steps)
+        rec = svc.store.get(jid)
+        assert rec is not None and rec.attempts == 0  # resizes charge no retry
+    finally:
+        svc.stop()
+

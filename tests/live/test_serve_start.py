@@ -144,3 +144,28 @@ def test_token_add_admin_from_the_command_line(app: typer.Typer, tmp_path: Path,
                  ["token-add", "--admin", "x", "--queue", "q", "--state", str(state)]):
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and "exactly one of --queue QUEUE" in r.output
+
+
+@pytest.mark.parametrize("policy", ["hetero_pack", "max_min_fairness_packed", "gandiva",
+                                    "no_such_policy"])
+def test_a_policy_the_service_cannot_run_is_refused_before_any_state(
+        app: typer.Typer, tmp_path: Path, policy: str) -> None:
+    """Gavel-only and packing policies run only in the simulator's Gavel loop: the service
+    would count shared GPUs twice. ``serve`` says so in one line and creates nothing."""
+    r = runner.invoke(app, ["serve", "--state", str(tmp_path / "state"), "--port",
+                            str(_free_port()), "-p", policy])
+    assert r.exit_code == 2, r.output
+    line = r.output.strip()
+    assert line.startswith("error: ") and "\n" not in line
+    assert ("--compat gavel" in line) if policy != "no_such_policy" else "no_such_policy" in line
+    assert not (tmp_path / "state").exists()
+
+
+def test_the_service_itself_refuses_a_packing_policy(tmp_path: Path) -> None:
+    from tessera.errors import SpecError
+    from tests.live.helpers import make_service
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    with pytest.raises(SpecError, match="co-locates jobs"):
+        make_service(state, policy="hetero_pack", start=False)

@@ -34,6 +34,7 @@ from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import ensure_config, load_tenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
+from tessera.sched.policy import gavel_loop_only, make_policy
 
 if TYPE_CHECKING:
     import uvicorn
@@ -82,6 +83,8 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
         SpecError: an unsafe or overlapping layout, a bad cluster or config, or an executor
             that cannot start (one line, whatever the executor raised).
     """
+    if cfg.policy is not None:  # a policy the service cannot run is refused before any state
+        live_policy(cfg.policy)
     connect_ray(cfg)  # before any state is written: a wrong address changes nothing
     check_run_as(cfg.run_as)
     layout = cfg.layout
@@ -110,6 +113,18 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
     options = replace(cfg.options, run_as=cfg.run_as) if cfg.run_as else cfg.options
     svc = LiveService(store, executor, cluster, tenancy, policy, layout.work_dir, options)
     return svc, token
+
+
+def live_policy(name: str) -> None:
+    """Check that the live service can run policy ``name``.
+
+    Raises:
+        SpecError: an unknown name or bad options, or a policy only the simulator's Gavel
+            loop runs (:func:`~tessera.sched.policy.gavel_loop_only`).
+    """
+    refusal = gavel_loop_only(make_policy(name))
+    if refusal is not None:
+        raise SpecError(refusal)
 
 
 def connect_ray(cfg: ServeConfig) -> None:
@@ -199,6 +214,8 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
 
     sock = reserve_port(host, port)
     try:
+        if cfg.policy is not None:  # a policy the service cannot run changes nothing either
+            live_policy(cfg.policy)
         connect_ray(cfg)  # before any state is written: a wrong address changes nothing
         layout = cfg.layout
         prepare(layout)

@@ -53,7 +53,7 @@ from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import make_policy
+from tessera.sched.policy import gavel_loop_only, make_policy
 
 log = logging.getLogger("tessera.live")
 
@@ -77,6 +77,9 @@ class LiveService:
         self.cluster = cluster
         self.tenancy = tenancy
         self.policy = make_policy(policy)
+        refusal = gavel_loop_only(self.policy)
+        if refusal is not None:
+            raise SpecError(refusal)
         self.oracle = ThroughputOracle(default_throughputs(), cluster,
                                        agnostic=self.policy.agnostic, unprofiled_uniform=True)
         self.work_dir = work_dir  # runs and default checkpoints; never the state dir

@@ -158,6 +158,26 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     return cls(config, agnostic=agnostic, name=base)
 
 
+def gavel_loop_only(policy: Policy) -> str | None:
+    """Why ``policy`` runs only in the simulator's Gavel loop (``--compat gavel``), or ``None``.
+
+    Gavel's own policies (``GAVEL_ONLY``) reproduce Gavel's simulator and need its loop; a
+    policy that packs (space-shares GPUs) needs a world that books shared GPUs, which only that
+    loop has so far. The simulator's own drivers and the live service both refuse such a
+    policy with this reason, so neither runs it with GPUs counted wrong.
+    """
+    from tessera.sched.policies.gavel_compat import GAVEL_ONLY
+
+    if policy.name in GAVEL_ONLY:
+        return (f"policy {policy.display_name!r} is Gavel's own and reproduces Gavel's "
+                "simulator: run it with tessera simulate --compat gavel")
+    if policy.packs:
+        return (f"policy {policy.display_name!r} co-locates jobs, which only the --compat gavel "
+                "simulation models so far (Tessera's own drivers and the live service run one "
+                "job per GPU)")
+    return None
+
+
 def list_policies() -> list[tuple[str, str]]:
     """(name, one-line summary) for every registered policy."""
     from tessera.sched import policies  # noqa: F401

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from tessera.errors import SpecError
-from tessera.sched.policy import Policy
+from tessera.sched.policy import Policy, gavel_loop_only
 from tessera.sim.config import SimConfig
 from tessera.sim.world import SimWorld
 
@@ -33,22 +33,14 @@ class Driver(ABC):
 
 def driver_for(config: SimConfig, policy: Policy) -> Driver:
     """The driver a run's effective settings call for."""
-    from tessera.sched.policies.gavel_compat import GAVEL_ONLY
     from tessera.sim.drivers.gavel import GavelDriver
     from tessera.sim.drivers.heap import EventDriver, RoundDriver
 
     if config.compat == "gavel":
         return GavelDriver()
-    if policy.name in GAVEL_ONLY:
-        raise SpecError(
-            f"policy {policy.display_name!r} is Gavel's own and reproduces Gavel's simulator: "
-            "run it with --compat gavel"
-        )
-    if policy.packs:
-        raise SpecError(
-            f"policy {policy.display_name!r} co-locates jobs, which only the --compat gavel "
-            "simulation models so far (Tessera's own drivers run one job per GPU)"
-        )
+    refusal = gavel_loop_only(policy)
+    if refusal is not None:
+        raise SpecError(refusal)
     if config.scheduler.uses_rounds(policy):
         return RoundDriver()
     return EventDriver()
