@@ -26,6 +26,15 @@ def test_settings_name_checkpoint_and_restore_apart() -> None:
     assert s["preemption cost"].startswith("checkpoint 30 s + restore 45 s per preemption")
     assert s["trace"] == "philly (10 jobs)" and s["policies"] == "fifo, hetero_srpt"
     assert s["failures"] == "off" and s["seed"] == "0"
+    assert "elastic" not in s["preemption cost"]  # no elastic policy compared
+
+
+def test_settings_say_elastic_jobs_pay_their_models_restart() -> None:
+    out = run_settings(SimConfig(), ["las", "sia", "pollux"], trace="t", jobs=1, cluster="c",
+                       throughputs="sia")
+    cost = {x.name: x.value for x in out}["preemption cost"]
+    assert cost.startswith("checkpoint 30 s + restore 30 s")
+    assert "; sia, pollux: an elastic job pays its model's measured restart" in cost
 
 
 def test_settings_give_each_policy_its_cadence() -> None:

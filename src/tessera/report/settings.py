@@ -81,6 +81,17 @@ def _quotas(config: SimConfig) -> str:
     return "; ".join(parts)
 
 
+def _elastic_restarts(policies: Sequence[str]) -> str:
+    """The restart rule of the elastic policies among ``policies`` ('' when there are none)."""
+    from tessera.sched.policy import make_policy
+
+    elastic = [p for p in policies if make_policy(p).elastic]
+    if not elastic:
+        return ""
+    return (f"; {', '.join(elastic)}: an elastic job pays its model's measured restart "
+            "(25-250 s, Sia's figures) at every start, resize or migration instead")
+
+
 def run_settings(
     config: SimConfig,
     policies: Sequence[str],
@@ -101,7 +112,8 @@ def run_settings(
         Setting("throughput table", throughputs),
         Setting("cadence", _cadence(cfg, policies)),
         Setting("preemption cost", f"checkpoint {s.checkpoint_s:g} s + restore "
-                f"{s.restore_s:g} s per preemption or migration (restore only after a failure)"),
+                f"{s.restore_s:g} s per preemption or migration (restore only after a failure)"
+                + _elastic_restarts(policies)),
         Setting("locality wait", f"{_seconds(s.locality_wait_s)} before a gang may be split "
                 "across servers"),
         Setting("migration", f"to a faster free flavor when the job then finishes at least "

@@ -179,7 +179,9 @@ def gavel_loop_only(policy: Policy) -> str | None:
 
 
 def list_policies() -> list[tuple[str, str]]:
-    """(name, one-line summary) for every registered policy."""
+    """(name, one-line summary) for every registered policy, in registration order except
+    that Gavel's own policies (``--compat gavel`` only) come last."""
     from tessera.sched import policies  # noqa: F401
+    from tessera.sched.policies.gavel_compat import GAVEL_ONLY
 
-    return [(e.name, e.summary) for e in POLICIES]
+    return [(e.name, e.summary) for e in sorted(POLICIES, key=lambda e: e.name in GAVEL_ONLY)]
