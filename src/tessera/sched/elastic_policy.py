@@ -20,10 +20,25 @@ from dataclasses import dataclass, field
 from tessera.model.cluster import Node
 from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.elastic import ElasticSize
-from tessera.sched.elastic_goodput import Config, flavor_nodes
+from tessera.sched.elastic_goodput import Config, GoodputModel, flavor_nodes
 from tessera.sched.elastic_ilp import Choices
-from tessera.sched.policy import Ranking
+from tessera.sched.policy import Policy, PolicyConfig, Ranking
 from tessera.sched.snapshot import JobView, Snapshot
+
+
+class ElasticPolicy(Policy):
+    """Base of the policies that size elastic jobs (``sia``, ``pollux``, ``goodput_srpt``):
+    preemptive, round-based, answering with ``Ranking.sizes``, each with its own
+    :class:`~tessera.sched.elastic_goodput.GoodputModel` cache (kept across rounds)."""
+
+    preemptive = True
+    round_based = True
+    elastic = True
+
+    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
+                 name: str = "") -> None:
+        super().__init__(config, agnostic, name)
+        self.model = GoodputModel()
 
 
 @dataclass(frozen=True, slots=True)

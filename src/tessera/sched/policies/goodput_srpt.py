@@ -33,7 +33,6 @@ from pydantic import Field
 
 from tessera.sched.elastic_goodput import (
     DEFAULT_RESTART_S,
-    GoodputModel,
     progress_samples,
     restart_s,
     sia_configs,
@@ -42,11 +41,12 @@ from tessera.sched.elastic_ilp import choose_configs
 from tessera.sched.elastic_policy import (
     ConfigSet,
     ElasticMemory,
+    ElasticPolicy,
     answer,
     capacity,
     realloc_factor,
 )
-from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
 
 
@@ -85,16 +85,8 @@ def paid_restart(speedup: float, restart_s: float, left_s: float) -> float:
     "completion rate = goodput / estimated work left, restart-damped, starvation guard. "
     "Use 60 s rounds.",
 )
-class GoodputSrpt(Policy):
-    preemptive = True
-    round_based = True
-    elastic = True
+class GoodputSrpt(ElasticPolicy):
     Config = GoodputSrptConfig
-
-    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
-                 name: str = "") -> None:
-        super().__init__(config, agnostic, name)
-        self.model = GoodputModel()
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         cfg = self.config

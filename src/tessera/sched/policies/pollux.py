@@ -40,17 +40,18 @@ import math
 from pydantic import Field
 
 from tessera.perf.goodput import packed_placement
-from tessera.sched.elastic_goodput import GoodputModel, all_counts_configs, progress_samples
+from tessera.sched.elastic_goodput import all_counts_configs, progress_samples
 from tessera.sched.elastic_ilp import choose_configs
 from tessera.sched.elastic_policy import (
     ConfigSet,
     ElasticMemory,
+    ElasticPolicy,
     answer,
     capacity,
     realloc_factor,
 )
 from tessera.sched.oracle import FlavorRate
-from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
 
 
@@ -87,16 +88,8 @@ def fitness(speedups: list[float], p: float) -> float:
     "goodput speed-ups with restart damping; heterogeneity-unaware; exact ILP for its GA. "
     "Use 60 s rounds.",
 )
-class Pollux(Policy):
-    preemptive = True
-    round_based = True
-    elastic = True
+class Pollux(ElasticPolicy):
     Config = PolluxConfig
-
-    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
-                 name: str = "") -> None:
-        super().__init__(config, agnostic, name)
-        self.model = GoodputModel()
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         cfg = self.config

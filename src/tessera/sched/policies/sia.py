@@ -43,7 +43,6 @@ from pydantic import Field
 
 from tessera.sched.elastic_goodput import (
     DEFAULT_RESTART_S,
-    GoodputModel,
     progress_samples,
     restart_s,
     sia_configs,
@@ -52,11 +51,12 @@ from tessera.sched.elastic_ilp import choose_configs
 from tessera.sched.elastic_policy import (
     ConfigSet,
     ElasticMemory,
+    ElasticPolicy,
     answer,
     capacity,
     realloc_factor,
 )
-from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
 
 
@@ -77,16 +77,8 @@ class SiaConfig(PolicyConfig):
     "Sia (SOSP'23): per round, one (flavor, GPU count) per job by an ILP over normalised goodput "
     "^ p with restart penalties (HiGHS); elastic jobs resized, batch tuned. Use 60 s rounds.",
 )
-class Sia(Policy):
-    preemptive = True
-    round_based = True
-    elastic = True
+class Sia(ElasticPolicy):
     Config = SiaConfig
-
-    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
-                 name: str = "") -> None:
-        super().__init__(config, agnostic, name)
-        self.model = GoodputModel()
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         cfg = self.config
