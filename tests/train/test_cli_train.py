@@ -68,10 +68,13 @@ def app() -> typer.Typer:
          "unknown planner model 'resnet' (--plan-model); choose one of: "),
         (["cnn", "--devices", "A100:1", "--split", "equal", "--plan-model", "bert"], SpecError,
          "only applies to split 'planned'"),
+        (["cnn", "--devices", "A100:1", "--lr-scaling", "sqrt"], SpecError,
+         "lr_scaling must be one of linear, none"),
     ],
     ids=["unknown-example", "malformed-count", "empty-devices", "unknown-flavor", "bad-split",
          "speed-change-fields", "speed-change-rank", "bad-speeds", "bad-fail-at", "tiny-batch",
-         "unknown-plan-model", "plan-model-without-planned"],
+         "unknown-plan-model", "plan-model-without-planned",
+         "bad-lr-scaling"],
 )
 def test_bad_input_fails_before_launch(app, args, error, fragment):
     result = CliRunner().invoke(app, ["train", *args])
@@ -150,3 +153,30 @@ def test_train_runs_and_ends_with_json_summary(tmp_path):
     assert "EMULATED" in proc.stdout
     assert sum(line.startswith("step ") for line in lines) == 8  # per-step times printed
     assert (tmp_path / "latest.pt").exists()
+
+
+@pytest.mark.torch
+def test_learning_rate_flags_reach_the_run(app, monkeypatch):
+    """``--lr``/``--lr-batch``/``--lr-scaling`` set the rate a resumed run scales from."""
+    pytest.importorskip("torch")
+    import tessera.train.launcher
+
+    seen: list[TrainConfig] = []
+
+    def launch(cfg: TrainConfig, **kw: object) -> TrainResult:
+        seen.append(cfg)
+        return _fake_launch(cfg, **kw)
+
+    monkeypatch.setattr(tessera.train.launcher, "launch", launch)
+    args = ["train", "cnn", "--devices", "A100:2", "--global-batch", "64", "--lr", "0.1",
+            "--lr-batch", "32"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    cfg = seen[-1]
+    assert (cfg.lr, cfg.lr_batch, cfg.lr_scaling) == (0.1, 32, "linear")
+    assert cfg.lr_at(64) == pytest.approx(0.2)
+    result = CliRunner().invoke(app, [*args, "--lr-scaling", "none"])
+    assert result.exit_code == 0, result.output
+    assert seen[-1].lr_at(64) == pytest.approx(0.1)
+    bad = CliRunner().invoke(app, [*args[:-1], "0"])
+    assert bad.exit_code == 2 and "--lr-batch" in bad.output

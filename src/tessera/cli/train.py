@@ -89,6 +89,16 @@ def register(app: typer.Typer) -> None:
         fail_at: str | None = typer.Option(
             None, "--fail-at", help="Fault injection STEP:RANK: that rank dies mid-step."
         ),
+        lr: float = typer.Option(0.05, "--lr", min=0.0,
+                                 help="SGD learning rate at --lr-batch samples per step."),
+        lr_batch: int | None = typer.Option(
+            None, "--lr-batch", min=1,
+            help="The global batch --lr was chosen for (samples; default: --global-batch). "
+                 "A run resumed at another global batch scales the rate from it."),
+        lr_scaling: str = typer.Option(
+            "linear", "--lr-scaling",
+            help="How the rate follows the global batch B: linear (lr × B / lr-batch, Goyal "
+                 "et al.'s rule) or none (lr at any batch)."),
         seed: int = SEED,
         as_json: bool = typer.Option(False, "--json", help="End the output with one JSON "
                                      "summary line (for scripts)."),
@@ -105,7 +115,8 @@ def register(app: typer.Typer) -> None:
         fail = _parse_fail_at(fail_at)
         cfg = TrainConfig(
             example=example, devices=devices, global_batch=global_batch, steps=steps,
-            split=split, plan_model=plan_model, seed=seed, speeds=_parse_speeds(speeds),
+            split=split, plan_model=plan_model, seed=seed, lr=lr, lr_batch=lr_batch,
+            lr_scaling=lr_scaling, speeds=_parse_speeds(speeds),
             speed_changes=tuple(parse_speed_change(s) for s in speed_change),
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
             checkpoint_every=checkpoint_every, fail_at=FailAt(*fail) if fail else None,
