@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=3.0, help="jobs per hour when generating")
     ap.add_argument("--seed", type=int, default=0, help="generator seed (Gavel --seed is 0)")
     ap.add_argument("--solvers", default="auto", help="comma list of ecos,highs-ipm,highs,auto")
-    ap.add_argument("--out", default="gavel_agreement_trace.tsv", help="where to write the TSV")
+    ap.add_argument("--out", default="runs/bench/gavel_agreement_trace.tsv",
+                    help="where to write the drawn TSV (default under the ignored runs/ folder)")
     ap.add_argument("--policies", default=",".join(p for p, _ in POLICIES))
     ap.add_argument("--single-gpu", action="store_true",
                     help="draw one-GPU jobs only (Gavel's packing experiments; AlloX needs it)")
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         drawn = generate_gavel_like(args.jobs, jobs_per_hour=args.rate, seed=args.seed,
                                     multi_gpu=not args.single_gpu)
         trace_path = Path(args.out)
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
         write_gavel_tsv(drawn, trace_path)
     # Simulate exactly what Gavel would read: the file, not the in-memory draw.
     workload = load_trace(trace_path, format="gavel")
