@@ -19,7 +19,7 @@ from tessera.sched.elastic_goodput import Config
 from tessera.sched.elastic_ilp import choose_configs
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy, PolicyContext, Ranking, list_policies
-from tessera.sched.snapshot import Placement
+from tessera.sched.snapshot import Placement, QueueQuota
 from tests.builders import make_cluster, make_job, snapshot, view
 
 CIFAR = ElasticRange(1, 16, 2048, 4096, "cifar10", 5e6)
@@ -147,3 +147,74 @@ def test_pins_that_no_longer_fit_fall_back_to_a_stated_greedy_answer() -> None:
     got = choose_configs([[(2, 1.0)], [(2, 1.0)]], CONFIGS, {"T4": 4, "A100-40GB": 0},
                          pinned={0: 2, 1: 2})
     assert "pinned jobs no longer fit" in got.fallback
+
+
+def _quota_decide(ranking, quotas, *views):  # type: ignore[no-untyped-def]
+    cluster = _cluster()
+    ctx = DecisionContext(ThroughputOracle(sia_throughputs(), cluster), random.Random(0))
+    snap = snapshot(cluster, *views, round_s=60.0, quotas={q.name: q for q in quotas})
+    return decide(snap, _Fixed(ranking), ctx)
+
+
+def test_growth_past_the_queue_quota_is_refused_and_the_job_runs_at_its_own_size() -> None:
+    a = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
+    b = make_job("b", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
+    ranking = Ranking(((JobId("a"), "A100-40GB"), (JobId("b"), "A100-40GB")),
+                      sizes={JobId("a"): ElasticSize(4, 4096), JobId("b"): ElasticSize(8, 4096)})
+    d = _quota_decide(ranking, [QueueQuota("team", 6, 0)], view(a), view(b))
+    # a grows 2 -> 4 (team: 4 + b's own 2 = 6); b's growth to 8 would make 12 > 6.
+    assert d.placements["a"].num_gpus == 4 and d.placements["a"].global_batch_samples == 4096
+    assert d.placements["b"].num_gpus == 2 and d.placements["b"].global_batch_samples is None
+    assert "growth to 8 GPUs refused" in d.notes["b"] and "limit of 6" in d.notes["b"]
+
+
+def test_borrowing_limit_and_unlimited_queues_bound_growth() -> None:
+    a = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
+    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(8, 4096)})
+    assert _quota_decide(ranking, [QueueQuota("team", 4, 4)], view(a)).placements[
+        "a"].num_gpus == 8
+    assert _quota_decide(ranking, [QueueQuota("team", 4, 2)], view(a)).placements[
+        "a"].num_gpus == 2
+    assert _quota_decide(ranking, [QueueQuota("team", 4, None)], view(a)).placements[
+        "a"].num_gpus == 8
+    assert _quota_decide(ranking, [QueueQuota("other", 1, 0)], view(a)).placements[
+        "a"].num_gpus == 8
+
+
+def test_admission_counts_a_grown_running_job_at_the_gpus_it_holds() -> None:
+    grown = make_job("g", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
+    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 6),), global_batch_samples=4096)
+    waiting = make_job("w", 2, queue="team")
+    ranking = Ranking(((JobId("g"), "A100-40GB"), (JobId("w"), "A100-40GB")),
+                      sizes={JobId("g"): ElasticSize(6, 4096)})
+    d = _quota_decide(ranking, [QueueQuota("team", 6, 0)],
+                      view(grown, JobState.RUNNING, held), view(waiting))
+    assert d.placements["g"] is held
+    assert "w" not in d.placements and d.pending["w"].kind.name == "QUOTA"
+
+
+@pytest.mark.parametrize("policy", ["sia", "pollux", "goodput_srpt"])
+def test_elastic_policies_never_take_a_queue_past_its_quota(policy: str) -> None:
+    """Rounds fed back into the next snapshot (running gangs, the policy's memory): the
+    policies grow jobs round after round, never past a queue's nominal + borrowing limit."""
+    from tessera.sched.policy import make_policy
+
+    cluster = _cluster()
+    quotas = {"q0": QueueQuota("q0", 3, 1)}
+    specs = [make_job(f"j{i}", 1, job_type=CIFAR_TYPE, elastic=CIFAR, queue=f"q{i % 2}",
+                      submit_s=float(i)) for i in range(4)]
+    ctx = DecisionContext(ThroughputOracle(sia_throughputs(), cluster), random.Random(0))
+    pol = make_policy(policy)
+    state = None
+    placed: dict[JobId, Placement] = {}
+    grew = False
+    for r in range(6):
+        views = [view(s, JobState.RUNNING, placed[s.job_id]) if s.job_id in placed else view(s)
+                 for s in specs]
+        d = decide(snapshot(cluster, *views, now_s=60.0 * r, round_s=60.0, quotas=quotas,
+                            policy_state=state), pol, ctx)
+        state, placed = d.policy_state, dict(d.placements)
+        q0 = sum(p.num_gpus for jid, p in placed.items() if int(jid[1:]) % 2 == 0)
+        assert q0 <= 4, (r, {k: p.num_gpus for k, p in placed.items()})
+        grew = grew or any(p.num_gpus > 2 for p in placed.values())
+    assert grew, "the unbounded queue's jobs still grow"

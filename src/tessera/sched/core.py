@@ -33,7 +33,7 @@ from typing import Any
 
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.context import DecisionContext
-from tessera.sched.elastic import sized_views, with_batches
+from tessera.sched.elastic import sized_views, with_batches, within_quotas
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.packing import colocate
 from tessera.sched.placement import FreeGpus
@@ -89,8 +89,9 @@ def _admit(snapshot: Snapshot) -> tuple[list[JobView], dict[JobId, PendingReason
         return list(snapshot.jobs), {}
     usage: dict[str, int] = {}
     for j in snapshot.jobs:
-        if j.running:
-            usage[j.spec.queue] = usage.get(j.spec.queue, 0) + j.spec.num_gpus
+        if j.running:  # at the GPUs it holds: an elastic job may have grown or shrunk
+            held_gpus = j.placement.num_gpus if j.placement is not None else j.spec.num_gpus
+            usage[j.spec.queue] = usage.get(j.spec.queue, 0) + held_gpus
     admitted: list[JobView] = []
     held: dict[JobId, PendingReason] = {}
     for j in snapshot.jobs:
@@ -210,6 +211,9 @@ def _full_round(
     ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver))
     lap("order")
     sized = by_id
+    if ranking.sizes and view.quotas:  # growth only within the queues' quotas
+        capped = within_quotas(ranking.candidates, by_id, ranking.sizes, view.quotas)
+        ranking = replace(ranking, sizes=capped.sizes, notes={**ranking.notes, **capped.notes})
     if ranking.sizes:  # an elastic allocation: place each sized job at its chosen count
         admitted = sized_views(admitted, ranking.sizes)
         by_id = {j.spec.job_id: j for j in admitted}

@@ -16,6 +16,13 @@ adds an :class:`ElasticSize` in ``Ranking.sizes``. The core then
 
 Rigid jobs never appear in ``sizes`` and are placed exactly as before; a ranking with empty
 ``sizes`` takes none of these steps.
+
+**Quotas cap growth.** Admission counts a queue's running jobs at the GPUs they hold and its
+pending jobs at their own size. An elastic policy may then ask for more; before placing,
+:func:`within_quotas` grants each job's growth (above its own size) in ranking order only
+while its queue stays within nominal quota plus borrowing limit; a job whose growth does not
+fit runs at its own size, with a note saying why. Growth is granted whole or not at all: a
+smaller count than the policy chose would need another batch, which only the policy knows.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from tessera.errors import SpecError
 from tessera.model.jobs import JobId
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.snapshot import JobView, Placement, QueueQuota
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +94,54 @@ def with_batches(
         if p.global_batch_samples != size.global_batch_samples:
             run[jid] = replace(p, global_batch_samples=size.global_batch_samples)
     return run
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCapped:
+    """The sizes a round may place within the queues' quotas, and a note per capped job."""
+
+    sizes: Mapping[JobId, ElasticSize]
+    notes: Mapping[JobId, str]
+
+
+def within_quotas(
+    candidates: tuple[tuple[JobId, str], ...], jobs: Mapping[JobId, JobView],
+    sizes: Mapping[JobId, ElasticSize], quotas: Mapping[str, QueueQuota],
+) -> QuotaCapped:
+    """``sizes`` with every growth that would take a queue past its quota taken back.
+
+    Each listed job first counts at its *base*: its own ``spec.num_gpus``, or the chosen
+    count when that is smaller (a shrink always fits). Then, in ranking order, a job chosen
+    above its base gets the extra GPUs only if its queue's total stays within
+    ``nominal_gpus + borrowing_limit_gpus``; otherwise its size is dropped (it runs at its own
+    size and batch) and the note says so. Queues without a quota are not touched; candidates
+    that admission held (not in ``jobs``) are skipped.
+    """
+    if not quotas or not sizes:
+        return QuotaCapped(sizes, {})
+    used: dict[str, int] = {}
+    listed = list(dict.fromkeys(jid for jid, _ in candidates if jid in jobs))
+    for jid in listed:
+        spec = jobs[jid].spec
+        size = sizes.get(jid)
+        base = spec.num_gpus if size is None else min(spec.num_gpus, size.num_gpus)
+        used[spec.queue] = used.get(spec.queue, 0) + base
+    kept = dict(sizes)
+    notes: dict[JobId, str] = {}
+    for jid in listed:
+        spec = jobs[jid].spec
+        size = sizes.get(jid)
+        q = quotas.get(spec.queue)
+        if size is None or q is None or size.num_gpus <= spec.num_gpus:
+            continue
+        borrow = q.borrowing_limit_gpus
+        limit = q.nominal_gpus + (borrow if borrow is not None else 1 << 30)
+        extra = size.num_gpus - spec.num_gpus
+        if used[spec.queue] + extra <= limit:
+            used[spec.queue] += extra
+            continue
+        del kept[jid]
+        notes[jid] = (f"growth to {size.num_gpus} GPUs refused: queue {q.name} would hold "
+                      f"{used[spec.queue] + extra} GPUs, over its limit of {limit}; runs at "
+                      f"its own {spec.num_gpus}")
+    return QuotaCapped(kept, notes)
