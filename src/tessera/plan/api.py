@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
-from tessera.model.cluster import Node, make_nodes
+from tessera.model.cluster import Link, Node, make_nodes
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.steptime import CostModel
 from tessera.plan.dp import (
@@ -80,17 +80,22 @@ def parse_devices(text: str) -> dict[GpuFlavor, int]:
     return out
 
 
-def nodes_for(devices_by_flavor: Mapping[GpuFlavor, int], gpus_per_node: int = 8
-              ) -> tuple[Node, ...]:
-    """Servers holding the given GPUs: per flavor, full ``gpus_per_node`` boxes then the rest."""
+def nodes_for(devices_by_flavor: Mapping[GpuFlavor, int], gpus_per_node: int = 8,
+              links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> tuple[Node, ...]:
+    """Servers holding the given GPUs: per flavor, full ``gpus_per_node`` boxes then the rest.
+
+    ``links`` gives a flavor's servers their (within-server, between-server) links instead of
+    the catalog's defaults (NVLink or PCIe inside, InfiniBand between).
+    """
     if gpus_per_node < 1:
         raise SpecError("gpus_per_node must be at least 1")
     nodes: list[Node] = []
     for f, n in devices_by_flavor.items():
+        intra, inter = (links or {}).get(f, (None, None))
         full, rest = divmod(n, gpus_per_node)
-        nodes += make_nodes(f, full, gpus_per_node)
+        nodes += make_nodes(f, full, gpus_per_node, intra_link=intra, inter_link=inter)
         if rest:
-            nodes += make_nodes(f, 1, rest, start=full)
+            nodes += make_nodes(f, 1, rest, start=full, intra_link=intra, inter_link=inter)
     return tuple(nodes)
 
 
@@ -224,9 +229,13 @@ def _ranges(devices: Sequence[str]) -> str:
 def plan_ranked(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz: int,
                 slots: Sequence[GpuSlot] | None = None, *, cost_model: CostModel | None = None,
                 gpus_per_node: int = 8, base: PipelineConfig | None = None,
-                max_layers: int | None = None) -> RankedPlan:
+                max_layers: int | None = None,
+                links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> RankedPlan:
     """Plan ``model`` on ``counts`` (:func:`~tessera.plan.hybrid.plan_hybrid`) and lay the plan
     out on ``slots`` (default: the GPUs of :func:`nodes_for`, server by server).
+
+    ``max_layers`` ``None`` means the hybrid planner's default coarsening; ``links`` overrides
+    a flavor's server links (:func:`nodes_for`).
 
     Raises:
         SpecError: nothing fits, or the plan's tensor-parallel groups do not fit the servers.
@@ -239,7 +248,9 @@ def plan_ranked(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     cm = cost_model or default_cost_model()
     cfg = base or PipelineConfig(1, 1)
     h = plan_hybrid(model, counts, global_bsz, cost_model=cm, gpus_per_node=gpus_per_node,
-                    base=cfg, max_layers=DEFAULT_MAX_LAYERS if max_layers is None else max_layers)
-    order = tuple(slots) if slots is not None else slots_of_nodes(nodes_for(counts, gpus_per_node))
+                    base=cfg, max_layers=DEFAULT_MAX_LAYERS if max_layers is None else max_layers,
+                    links=links)
+    order = (tuple(slots) if slots is not None
+             else slots_of_nodes(nodes_for(counts, gpus_per_node, links)))
     return RankedPlan(h, breakdown(h, model, cm, cfg.overhead_s),
                       assign_ranks(h, order, model.n_layers))

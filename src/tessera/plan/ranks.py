@@ -13,6 +13,10 @@ command line and the live service give every rank the same role for the same dev
   layer, over the server's NVLink/PCIe link): groups are packed onto the flavor's servers
   largest first, first fit, and a plan whose groups do not fit the servers is refused with the
   sizes that did not fit.
+* Groups are taken stage by stage, all copies of a stage together, so a stage's data-parallel
+  ranks share a server when they fit in one -- what the planner assumes when it prices their
+  gradient all-reduce over the server's link -- while pipeline hand-offs, priced over the
+  network, cross servers.
 * Servers and GPUs are taken in name order, so a device's role does not depend on the order
   the devices were listed in (only its rank number does).
 * Within a stage, data-parallel rank ``copy × replicas + replica`` (``dp_size = replicas ×
@@ -136,8 +140,8 @@ def assign_ranks(plan: HybridPlan, slots: Sequence[GpuSlot], n_layers: int
         return _data_parallel(plan, slots, n_layers)
     roles: dict[int, RankRole] = {}
     for flavor in dict.fromkeys(st.flavor.short for st in plan.stages):
-        groups = [(st.tp, copy, k, rep) for copy in range(plan.dp_copies)
-                  for k, st in enumerate(plan.stages) if st.flavor.short == flavor
+        groups = [(st.tp, copy, k, rep) for k, st in enumerate(plan.stages)
+                  if st.flavor.short == flavor for copy in range(plan.dp_copies)
                   for rep in range(st.replicas)]
         groups.sort(key=lambda g: -g[0])              # largest groups first (stable)
         free = _free_by_node(slots, flavor)
