@@ -276,9 +276,9 @@ def plan_rank_roles(job: LiveJob, placement: Placement, global_batch: int,
                         "stage variables")
     envs = tuple(tuple(sorted(r.env().items())) for r in ranked.ranks)
     p = ranked.plan
-    return RankPlan(envs, f"3-D plan: {p.kind}, {p.dp_copies} cop{'y' if p.dp_copies == 1 else 'ies'}"
-                    f" x {max(1, len(p.stages))} stage(s), step {p.step_time_s:.3f} s predicted, "
-                    f"{ranked.breakdown.bound}-bound")
+    copies = f"{p.dp_copies} cop{'y' if p.dp_copies == 1 else 'ies'}"
+    return RankPlan(envs, f"3-D plan: {p.kind}, {copies} x {max(1, len(p.stages))} stage(s), "
+                    f"step {p.step_time_s:.3f} s predicted, {ranked.breakdown.bound}-bound")
 
 
 @functools.lru_cache(maxsize=32)
