@@ -143,7 +143,7 @@ def _dp_json(model: str, p: Any) -> dict[str, Any]:
 def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int, as_json: bool,
               cm: Any, base: Any, max_layers: int, forced: bool) -> None:
     from tessera.errors import NoProfileError
-    from tessera.plan.hybrid import plan_hybrid
+    from tessera.plan.api import plan_ranked
     from tessera.plan.models import layered_model
 
     try:
@@ -153,9 +153,9 @@ def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int, as
             raise
         raise NoProfileError(f"unknown model {model!r}: known models with profiles (data "
                              f"parallel): {', '.join(cm.models())}; and {exc}") from None
-    h = plan_hybrid(layered, counts, global_batch, cost_model=cm, gpus_per_node=gpus_per_node,
-                    base=base, max_layers=max_layers)
+    ranked = plan_ranked(layered, counts, global_batch, cost_model=cm,
+                         gpus_per_node=gpus_per_node, base=base, max_layers=max_layers)
     if as_json:
-        typer.echo(json.dumps(h.to_json(), indent=2))
+        typer.echo(json.dumps(ranked.to_json(), indent=2))
         return
-    typer.echo(h.describe())
+    typer.echo(ranked.describe())

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from tessera.errors import SpecError
 from tessera.live import lifecycle, memory
-from tessera.live.batches import plan_local_batches
+from tessera.live.batches import plan_local_batches, plan_rank_roles
 from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
@@ -396,13 +396,19 @@ class LiveService:
         queue = self.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
         batch = run_batch(job, a.placement)
         batches = plan_local_batches(job, a.placement, self.oracle, global_batch=batch)
-        if batches:
-            with self.store.tx() as db:
-                self.store.event(db, self.clock(), a.job_id, "local-batches",
-                                 f"run {a.run}: {batches.describe()}")
+        roles = (plan_rank_roles(job, a.placement, batch)
+                 if job.parallelism == "3d" and batch is not None else None)
+        if roles is not None and roles.envs:
+            batches = None                  # the plan's TESSERA_LOCAL_BATCH replaces the split
+        for kind, note in (("local-batches", batches.describe() if batches else None),
+                           ("plan", roles.summary if roles else None)):
+            if note:
+                with self.store.tx() as db:
+                    self.store.event(db, self.clock(), a.job_id, kind, f"run {a.run}: {note}")
         env = job.env if batch is None else (*job.env, ("TESSERA_GLOBAL_BATCH", str(batch)))
         spec = LaunchSpec(a.job_id, a.run, job.argv, env, a.placement, ckpt,
                           local_batches=batches.batches if batches else None,
+                          rank_env=roles.envs if roles and roles.envs else None,
                           requires_locality=job.spec.requires_locality,
                           run_as=queue.run_as or self.opts.run_as,
                           max_runtime_s=job.max_runtime_s or queue.max_runtime_s,

@@ -18,6 +18,9 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
     job_type: ResNet-50 (batch size 64)   # optional: a profiled model, for speed-aware policies
     expected_duration_s: 600    # optional hint for size-aware policies
     max_runtime_s: 7200         # optional: a run still going after this is stopped and fails
+    parallelism: 3d             # optional (default data): plan tensor x pipeline x data
+                                # parallelism for a layer-wise model (model: llama-7b, ...)
+                                # and export each rank's stage/TP/DP role (docs/live.md)
 
 An **elastic** job (Pollux, Sia) gives ranges instead of numbers; the scheduler may then run it
 on any GPU count and global batch inside them, resizing it by checkpoint-restart::
@@ -45,7 +48,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -153,6 +156,7 @@ class JobRequest(BaseModel):
     total_steps: float | None = Field(None, gt=0, le=1e15, allow_inf_nan=False)
     max_runtime_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
+    parallelism: Literal["data", "3d"] = "data"
 
     @field_validator("command")
     @classmethod
@@ -176,7 +180,23 @@ class JobRequest(BaseModel):
             if self.max_batch is not None and self.max_batch < self.gpus.max:
                 raise ValueError(f"global_batch max {self.max_batch} is smaller than gpus max "
                                  f"{self.gpus.max}: every rank needs at least one sample per step")
+        if self.parallelism == "3d":
+            self._check_3d()
         return self
+
+    def _check_3d(self) -> None:
+        """A 3-D plan needs a layer-wise model, a fixed global batch and a fixed GPU count."""
+        from tessera.plan.models import layered_model
+
+        if self.asks_elastic or self.global_batch is None:
+            raise ValueError("parallelism 3d needs a fixed gpus count and a fixed global_batch "
+                             "(the plan splits that batch into pipeline micro-batches)")
+        if self.model is None:
+            raise ValueError("parallelism 3d needs a layer-wise model, e.g. model: llama-7b")
+        try:
+            layered_model(self.model)
+        except NoProfileError as e:
+            raise ValueError(f"parallelism 3d: {e}") from None
 
     @property
     def initial_gpus(self) -> int:
@@ -245,6 +265,9 @@ class LiveJob:
             batch); each launch splits it into per-rank ``TESSERA_LOCAL_BATCH``
             (:mod:`tessera.live.batches`). ``None``: no split. A run of an elastic job may be
             placed at another batch (:func:`tessera.live.resize.run_batch`).
+        parallelism: ``data`` or ``3d``: each launch plans tensor × pipeline × data
+            parallelism for ``model`` on the run's GPUs and exports every rank's role
+            (:func:`tessera.live.batches.plan_rank_roles`).
     """
 
     spec: JobSpec
@@ -255,6 +278,7 @@ class LiveJob:
     model: str | None
     max_runtime_s: float | None = None
     global_batch: int | None = None
+    parallelism: str = "data"
 
     @property
     def elastic(self) -> ElasticRange | None:
@@ -272,7 +296,7 @@ class LiveJob:
             "max_retries": s.max_retries, "requires_locality": s.requires_locality,
             "name": self.name, "argv": list(self.argv), "checkpoint_dir": self.checkpoint_dir,
             "env": dict(self.env), "model": self.model, "max_runtime_s": self.max_runtime_s,
-            "global_batch": self.global_batch,
+            "global_batch": self.global_batch, "parallelism": self.parallelism,
             "elastic": None if e is None else {
                 "min_gpus": e.min_gpus, "max_gpus": e.max_gpus,
                 "initial_batch_samples": e.initial_batch_samples,
@@ -293,7 +317,7 @@ class LiveJob:
         )
         return cls(spec, d["name"], tuple(d["argv"]), d["checkpoint_dir"],
                    tuple(sorted(d["env"].items())), d["model"], d.get("max_runtime_s"),
-                   d.get("global_batch"))
+                   d.get("global_batch"), d.get("parallelism", "data"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +389,7 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) 
         elastic=elastic_choice(req).elastic,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
-                   req.model, req.max_runtime_s, req.initial_batch)
+                   req.model, req.max_runtime_s, req.initial_batch, req.parallelism)
 
 
 def parse_request(text: str, fmt: str = "yaml",

@@ -7,6 +7,9 @@ These glue the cost model (:class:`tessera.perf.steptime.CostModel`) to the spli
 * :func:`nodes_for` lays a flavor → count mapping out on servers (one flavor per server,
   ``gpus_per_node`` GPUs each, the catalog's default links);
 * :func:`plan_data_parallel` plans one job;
+* :func:`plan_ranked` plans a layer-wise model (tensor × pipeline × data) and lays the plan
+  out on concrete GPUs, rank by rank -- what ``tessera plan --json`` prints and the live
+  service exports to each rank;
 * :func:`predict_mixed_throughput` is the one-number answer (samples/s) for a job given GPUs of
   several flavors; the scheduler's mixed gangs (:mod:`tessera.sched.mixed`) plan with the same
   :func:`~tessera.plan.dp.split_batch`, on the job's own servers.
@@ -16,9 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
-from tessera.model.cluster import Node, make_nodes
+from tessera.model.cluster import Link, Node, make_nodes
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.steptime import CostModel
 from tessera.plan.dp import (
@@ -27,6 +32,13 @@ from tessera.plan.dp import (
     DpPlan,
     split_batch,
 )
+
+if TYPE_CHECKING:
+    from tessera.plan.breakdown import StepBreakdown
+    from tessera.plan.hybrid import HybridPlan
+    from tessera.plan.models import LayeredModel
+    from tessera.plan.pipeline import PipelineConfig
+    from tessera.plan.ranks import GpuSlot, RankRole
 
 _DEFAULT_COST_MODEL: CostModel | None = None
 
@@ -68,17 +80,22 @@ def parse_devices(text: str) -> dict[GpuFlavor, int]:
     return out
 
 
-def nodes_for(devices_by_flavor: Mapping[GpuFlavor, int], gpus_per_node: int = 8
-              ) -> tuple[Node, ...]:
-    """Servers holding the given GPUs: per flavor, full ``gpus_per_node`` boxes then the rest."""
+def nodes_for(devices_by_flavor: Mapping[GpuFlavor, int], gpus_per_node: int = 8,
+              links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> tuple[Node, ...]:
+    """Servers holding the given GPUs: per flavor, full ``gpus_per_node`` boxes then the rest.
+
+    ``links`` gives a flavor's servers their (within-server, between-server) links instead of
+    the catalog's defaults (NVLink or PCIe inside, InfiniBand between).
+    """
     if gpus_per_node < 1:
         raise SpecError("gpus_per_node must be at least 1")
     nodes: list[Node] = []
     for f, n in devices_by_flavor.items():
+        intra, inter = (links or {}).get(f, (None, None))
         full, rest = divmod(n, gpus_per_node)
-        nodes += make_nodes(f, full, gpus_per_node)
+        nodes += make_nodes(f, full, gpus_per_node, intra_link=intra, inter_link=inter)
         if rest:
-            nodes += make_nodes(f, 1, rest, start=full)
+            nodes += make_nodes(f, 1, rest, start=full, intra_link=intra, inter_link=inter)
     return tuple(nodes)
 
 
@@ -148,3 +165,92 @@ def predict_mixed_throughput(
                               gpus_per_node=gpus_per_node, max_micro_steps=max_micro_steps)
     tput = plan.throughput_samples_per_s
     return tput if math.isfinite(tput) else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RankedPlan:
+    """A layer-wise plan with its step-time breakdown and every GPU's role.
+
+    What ``tessera plan --json`` prints for a layer-wise model and what the live service
+    exports to each rank of a job that asks for a 3-D plan: one object, so both say the same.
+
+    Attributes:
+        plan: the chosen plan (:class:`~tessera.plan.hybrid.HybridPlan`).
+        breakdown: compute / communication split and bound
+            (:class:`~tessera.plan.breakdown.StepBreakdown`).
+        ranks: one :class:`~tessera.plan.ranks.RankRole` per offered GPU, in rank order.
+    """
+
+    plan: HybridPlan
+    breakdown: StepBreakdown
+    ranks: tuple[RankRole, ...]
+
+    def stage_devices(self) -> list[list[str]]:
+        """Per stage, the devices running it (all copies), in rank order."""
+        out: list[list[str]] = [[] for _ in range(max(1, len(self.plan.stages)))]
+        for r in self.ranks:
+            if r.stage >= 0:
+                out[r.stage].append(r.device)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.plan.to_json()
+        devices = self.stage_devices()
+        for k, st in enumerate(out["stages"]):
+            st["devices"] = devices[k]
+        if self.plan.dp is not None:
+            out["devices"] = [{"flavor": r.flavor, "device": r.device,
+                               "local_batch": r.local_batch} for r in self.ranks]
+        out.update(self.breakdown.to_json())
+        out["ranks"] = [r.to_json() for r in self.ranks]
+        return out
+
+    def describe(self) -> str:
+        lines = [self.plan.describe(), f"  {self.breakdown.describe()}"]
+        for k, devs in enumerate(self.stage_devices()):
+            if self.plan.stages or devs:
+                lines.append(f"  stage {k} devices: {_ranges(devs)}")
+        return "\n".join(lines)
+
+
+def _ranges(devices: Sequence[str]) -> str:
+    """``a:0-3, b:0-1`` for consecutive GPUs of a server."""
+    runs: list[tuple[str, int, int]] = []
+    for d in devices:
+        node, _, idx = d.rpartition(":")
+        i = int(idx)
+        if runs and runs[-1][0] == node and runs[-1][2] == i - 1:
+            runs[-1] = (node, runs[-1][1], i)
+        else:
+            runs.append((node, i, i))
+    return ", ".join(f"{n}:{a}" if a == b else f"{n}:{a}-{b}" for n, a, b in runs) or "none"
+
+
+def plan_ranked(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz: int,
+                slots: Sequence[GpuSlot] | None = None, *, cost_model: CostModel | None = None,
+                gpus_per_node: int = 8, base: PipelineConfig | None = None,
+                max_layers: int | None = None,
+                links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> RankedPlan:
+    """Plan ``model`` on ``counts`` (:func:`~tessera.plan.hybrid.plan_hybrid`) and lay the plan
+    out on ``slots`` (default: the GPUs of :func:`nodes_for`, server by server).
+
+    ``max_layers`` ``None`` means the hybrid planner's default coarsening; ``links`` overrides
+    a flavor's server links (:func:`nodes_for`).
+
+    Raises:
+        SpecError: nothing fits, or the plan's tensor-parallel groups do not fit the servers.
+    """
+    from tessera.plan.breakdown import breakdown
+    from tessera.plan.hybrid import DEFAULT_MAX_LAYERS, plan_hybrid
+    from tessera.plan.pipeline import PipelineConfig
+    from tessera.plan.ranks import assign_ranks, slots_of_nodes
+
+    cm = cost_model or default_cost_model()
+    cfg = base or PipelineConfig(1, 1)
+    h = plan_hybrid(model, counts, global_bsz, cost_model=cm, gpus_per_node=gpus_per_node,
+                    base=cfg, max_layers=DEFAULT_MAX_LAYERS if max_layers is None else max_layers,
+                    links=links)
+    order = (tuple(slots) if slots is not None
+             else slots_of_nodes(nodes_for(counts, gpus_per_node, links)))
+    return RankedPlan(h, breakdown(h, model, cm, cfg.overhead_s),
+                      assign_ranks(h, order, model.n_layers))

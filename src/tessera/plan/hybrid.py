@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.errors import SpecError
+from tessera.model.cluster import Link
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.memory import MemoryBudget, TrainingFootprint
 from tessera.perf.steptime import CostModel, DeviceCost
@@ -147,9 +148,11 @@ class HybridPlan:
 
 
 def flavor_groups(model: LayeredModel, counts: Mapping[GpuFlavor, int], copies: int,
-                  cost_model: CostModel, gpus_per_node: int) -> list[FlavorGroup]:
+                  cost_model: CostModel, gpus_per_node: int,
+                  links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None
+                  ) -> list[FlavorGroup]:
     """One copy's share of each flavor (``count // copies``), with speed, memory and links."""
-    nodes = {n.flavor: n for n in nodes_for(counts, gpus_per_node)}
+    nodes = {n.flavor: n for n in nodes_for(counts, gpus_per_node, links)}
     rl = cost_model.roofline()
     return [
         FlavorGroup(f, n // copies, rl.sustained_flops_per_s(f, model.workload),
@@ -190,13 +193,14 @@ def balance_bound_s(model: LayeredModel, groups: list[FlavorGroup], micro_bsz: i
 
 
 def plan_data_parallel_layered(model: LayeredModel, counts: Mapping[GpuFlavor, int],
-                               global_bsz: int, cost_model: CostModel,
-                               gpus_per_node: int) -> DpPlan | None:
+                               global_bsz: int, cost_model: CostModel, gpus_per_node: int,
+                               links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None
+                               ) -> DpPlan | None:
     """Plain data parallelism for a layer-wise model; ``None`` if the model fits nowhere."""
     fp = TrainingFootprint(model.params, sum(x.stash_bytes for x in model.layers),
                            model.state_bytes_per_param)
     devices: list[DpDevice] = []
-    for node in nodes_for(counts, gpus_per_node):
+    for node in nodes_for(counts, gpus_per_node, links):
         cap = fp.max_local_bsz(MemoryBudget(node.flavor.mem_gib))
         if cap < 1:
             continue
@@ -215,7 +219,8 @@ def plan_data_parallel_layered(model: LayeredModel, counts: Mapping[GpuFlavor, i
 def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz: int, *,
                 cost_model: CostModel | None = None, gpus_per_node: int = 8,
                 base: PipelineConfig | None = None,
-                max_layers: int | None = DEFAULT_MAX_LAYERS) -> HybridPlan:
+                max_layers: int | None = DEFAULT_MAX_LAYERS,
+                links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> HybridPlan:
     """The fastest data, pipeline or data × pipeline plan (see the module docstring).
 
     Args:
@@ -223,6 +228,8 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
             default: recomputation, ZeRO 0–3 and tensor parallelism up to 8.
         max_layers: coarsen longer layer chains to this many (stage boundaries every few
             blocks; :func:`~tessera.plan.models.coarsen`); ``None`` plans the full chain.
+        links: per flavor, (within-server, between-server) links instead of the catalog's
+            defaults (:func:`~tessera.plan.api.nodes_for`).
 
     Raises:
         SpecError: nothing fits (the message says how much memory is short and what would
@@ -235,7 +242,7 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     cm = cost_model or default_cost_model()
     proto = base or PipelineConfig(1, 1)
     best: HybridPlan | None = None
-    dp = plan_data_parallel_layered(model, counts, global_bsz, cm, gpus_per_node)
+    dp = plan_data_parallel_layered(model, counts, global_bsz, cm, gpus_per_node, links)
     if dp is not None:
         best = HybridPlan(model.name, "data-parallel", global_bsz, len(dp.shares), 0, 0,
                           (), dp, dp.step_time_s)
@@ -243,7 +250,7 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     chain = coarsen(model, max_layers) if max_layers else model
     settings = sorted(pipeline_configs(counts, global_bsz), key=lambda s: (-s[0], s[1]))
     for copies, mb, n_micro in settings:     # cheap searches (many copies) first: a bound
-        groups = flavor_groups(model, counts, copies, cm, gpus_per_node)
+        groups = flavor_groups(model, counts, copies, cm, gpus_per_node, links)
         if best is not None and balance_bound_s(model, groups, mb, n_micro) >= best.step_time_s:
             continue
         cfg = PipelineConfig(mb, n_micro, copies, proto.overhead_s, proto.allow_recompute,

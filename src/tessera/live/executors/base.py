@@ -66,6 +66,8 @@ class LaunchSpec:
         checkpoint_dir: the same directory on every run, so a resumed job finds its checkpoint.
         local_batches: each rank's samples per step (``TESSERA_LOCAL_BATCH``), split from the
             job's ``global_batch`` by :mod:`tessera.live.batches`; ``None`` without one.
+        rank_env: per rank, extra ``TESSERA_*`` variables: a 3-D plan's stage/TP/DP role
+            (:func:`tessera.live.batches.plan_rank_roles`); ``None`` for data-parallel jobs.
         requires_locality: the gang must sit on one node (Ray: a STRICT_PACK placement group).
         run_as: run every rank as this user (the service must be root), or ``None`` for the
             service's own user.
@@ -81,6 +83,7 @@ class LaunchSpec:
     placement: Placement
     checkpoint_dir: str
     local_batches: tuple[int, ...] | None = None
+    rank_env: tuple[tuple[tuple[str, str], ...], ...] | None = None
     requires_locality: bool = False
     run_as: str | None = None
     max_runtime_s: float | None = None
@@ -260,6 +263,8 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
                 env[RUN_AS_VAR] = spec.run_as
             if spec.local_batches is not None:
                 env["TESSERA_LOCAL_BATCH"] = str(spec.local_batches[rank])
+            if spec.rank_env is not None:
+                env.update(spec.rank_env[rank])
             out.append(env)
             rank += 1
     return out
