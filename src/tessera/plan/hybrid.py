@@ -39,7 +39,9 @@ from tessera.plan.pipeline import (
     DEFAULT_PASS_OVERHEAD_S,
     FlavorGroup,
     PipelineConfig,
-    search_pipeline,
+    PreparedSearch,
+    prepare_search,
+    walk_search,
 )
 from tessera.plan.stages import Stage
 
@@ -239,33 +241,51 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     if dp is not None:
         best = HybridPlan(model.name, "data-parallel", global_bsz, len(dp.shares), 0, 0,
                           (), dp, dp.step_time_s)
-    last_error = ""
     chain = coarsen(model, max_layers) if max_layers else model
-    settings = sorted(pipeline_configs(counts, global_bsz), key=lambda s: (-s[0], s[1]))
-    for copies, mb, n_micro in settings:     # cheap searches (many copies) first: a bound
-        groups = flavor_groups(model, counts, copies, cm, gpus_per_node)
-        if best is not None and balance_bound_s(model, groups, mb, n_micro) >= best.step_time_s:
-            continue
-        cfg = PipelineConfig(mb, n_micro, copies, proto.overhead_s, proto.allow_recompute,
-                             proto.zero_levels, proto.max_tp)
-        try:
-            p = search_pipeline(chain, groups, cfg,
-                                best.step_time_s if best is not None else math.inf)
-        except SpecError as exc:
-            last_error = last_error or str(exc)
-            continue
+    prepared, last_error = _prepare_settings(model, chain, counts, global_bsz, cm, gpus_per_node,
+                                             proto, best.step_time_s if best else math.inf)
+    for prep in sorted(prepared, key=lambda p: p.lower_bound_s):   # most promising first
+        if best is not None and prep.lower_bound_s >= best.step_time_s:
+            break                            # sorted: no later setting can win either
+        p = walk_search(prep, best.step_time_s if best is not None else math.inf)
         if p is not None and (best is None or p.step_time_s < best.step_time_s):
+            cfg = prep.config
             stages = tuple(dataclasses.replace(
                 st, first_layer=chain.original_layer(st.first_layer),
                 end_layer=chain.original_layer(st.end_layer)) for st in p.stages)
-            best = HybridPlan(model.name, "pipeline", global_bsz, copies, mb, n_micro,
-                              stages, None, p.step_time_s)
+            best = HybridPlan(model.name, "pipeline", global_bsz, cfg.dp_copies, cfg.micro_bsz,
+                              cfg.n_micro, stages, None, p.step_time_s)
     if best is None:
         raise SpecError(last_error or f"{model.name} does not fit on these devices with global "
                         f"batch {global_bsz}")
     if not math.isfinite(best.step_time_s):
         raise SpecError(f"{model.name}: no finite plan found")
     return _with_dropped(best, counts, estimated_flavors(model, counts, cm))
+
+
+def _prepare_settings(model: LayeredModel, chain: LayeredModel,
+                      counts: Mapping[GpuFlavor, int], global_bsz: int, cm: CostModel,
+                      gpus_per_node: int, proto: PipelineConfig, beat_s: float
+                      ) -> tuple[list[PreparedSearch], str]:
+    """Bound and seed every (copies, micro-batch) setting that a perfect-balance bound does
+    not already rule out; also the first no-fit message, for when nothing fits anywhere.
+
+    Walking the settings afterwards in order of their lower bounds, each with the best step
+    time found so far, lets most of them stop after these first rounds.
+    """
+    prepared: list[PreparedSearch] = []
+    last_error = ""
+    for copies, mb, n_micro in pipeline_configs(counts, global_bsz):
+        groups = flavor_groups(model, counts, copies, cm, gpus_per_node)
+        if balance_bound_s(model, groups, mb, n_micro) >= beat_s:
+            continue
+        cfg = PipelineConfig(mb, n_micro, copies, proto.overhead_s, proto.allow_recompute,
+                             proto.zero_levels, proto.max_tp)
+        try:
+            prepared.append(prepare_search(chain, groups, cfg))
+        except SpecError as exc:
+            last_error = last_error or str(exc)
+    return prepared, last_error
 
 
 def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int],

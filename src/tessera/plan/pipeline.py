@@ -169,6 +169,9 @@ class _Search:
         # per order: least Σt and least max t over all its plans (filled by the uncapped rounds)
         self.least_sum: dict[tuple[int, ...], float] = {}
         self.least_max: dict[tuple[int, ...], float] = {}
+        # capped least-Σt rounds solved so far: (τ, α, result, its max t, its max A)
+        self._solved: list[tuple[float, float, OrderResult | None, float, float]] = []
+        self.reused = 0
 
     def order_bound(self, order: tuple[int, ...]) -> float:
         """Lower bound on the step time of every plan of ``order``: ``Σt_min + (M−1)·t_min``."""
@@ -176,11 +179,15 @@ class _Search:
         return self.least_sum.get(order, 0.0) + m1 * self.least_max.get(order, 0.0)
 
     def solve(self, tau_s: float, alpha_s: float, *, bottleneck: bool = False,
-              best_step_s: float = math.inf) -> OrderResult | None:
+              best_step_s: float = math.inf, sync_weight: float = 0.0) -> OrderResult | None:
         """Best plan under the caps over the flavor orders that could still beat
-        ``best_step_s``."""
-        caps = RoundCaps(tau_s, alpha_s)
-        uncapped = math.isinf(tau_s) and math.isinf(alpha_s)
+        ``best_step_s`` (``sync_weight``: see :class:`~tessera.plan.pipeline_dp.RoundCaps`)."""
+        plain = not bottleneck and not sync_weight
+        if plain and (known := self._known(tau_s, alpha_s)) is not None:
+            self.reused += 1
+            return known[0]
+        caps = RoundCaps(tau_s, alpha_s, sync_weight)
+        uncapped = math.isinf(tau_s) and math.isinf(alpha_s) and not sync_weight
         best: OrderResult | None = None
         for order in self.orders:
             if self.order_bound(order) >= best_step_s:
@@ -192,7 +199,26 @@ class _Search:
             if r is not None and (best is None or r.sum_time_s < best.sum_time_s):
                 best = r
         self.rounds += 1
+        if plain:
+            self._solved.append((tau_s, alpha_s, best,
+                                 max((x.time_s for x in best.stages), default=0.0) if best else 0.0,
+                                 max((x.allreduce_s for x in best.stages), default=0.0)
+                                 if best else 0.0))
         return best
+
+    def _known(self, tau_s: float, alpha_s: float) -> tuple[OrderResult | None] | None:
+        """An earlier least-Σt round that answers caps (τ, α) too, if any.
+
+        Caps only remove plans, so a round with looser caps (τ' ≥ τ, α' ≥ α) whose best plan
+        meets the tighter caps has the tighter round's answer (the least Σt of a larger set,
+        and in it); if it found nothing, neither would the tighter one. Orders skipped then are
+        skipped now (the incumbent only improves), so the answer holds for them too.
+        """
+        for tau2, alpha2, r, r_t, r_a in reversed(self._solved):
+            if tau2 >= tau_s and alpha2 >= alpha_s and (r is None or (r_t <= tau_s
+                                                                     and r_a <= alpha_s)):
+                return (r,)
+        return None
 
     def candidates(self) -> tuple[list[float], list[float]]:
         """Sorted distinct stage times and gradient-sync times of options that fit at all."""
@@ -232,6 +258,53 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     Raises:
         SpecError: no partition fits in memory.
     """
+    return walk_search(prepare_search(model, groups, config), beat_s)
+
+
+@dataclass
+class PreparedSearch:
+    """One model × groups × config after its cheap first rounds.
+
+    Attributes:
+        model_name: the model planned.
+        search: the DP state (stage prices, per-order bounds, rounds run so far).
+        least_sum_s: the least Σt of any plan.
+        least_bottleneck_s: the least max t of any plan.
+        seed_step_s: step time of the best seed plan (a plan that fits, not a bound).
+        seed_stages: its stages.
+    """
+
+    model_name: str
+    search: _Search
+    least_sum_s: float
+    least_bottleneck_s: float
+    seed_step_s: float
+    seed_stages: tuple[Stage, ...]
+
+    @property
+    def config(self) -> PipelineConfig:
+        return self.search.sc.config
+
+    @property
+    def lower_bound_s(self) -> float:
+        """No plan of this setting is faster: ``Σt_min + (M − 1)·t_min``."""
+        return self.least_sum_s + (self.config.n_micro - 1) * self.least_bottleneck_s
+
+
+def prepare_search(model: LayeredModel, groups: Sequence[FlavorGroup],
+                   config: PipelineConfig) -> PreparedSearch:
+    """Run the rounds that bound a setting and seed its walk (see :func:`walk_search`).
+
+    Two uncapped rounds give the least Σt and the least bottleneck (lower bounds, and two
+    plans). A third seed minimises ``max_s ((M−1)·t_s + A_s)`` — the two maxima of the step
+    time priced stage by stage — and a fourth round polishes the best seed: the least Σt among
+    plans whose bottleneck and sync are no larger than its own, so a plan at least as fast.
+    Seeds only set the first incumbent; the walk's exactness does not depend on them, but a
+    good incumbent cuts the walk short.
+
+    Raises:
+        SpecError: no partition fits in memory.
+    """
     groups = canonical_groups(groups)
     if not groups:
         raise SpecError("no devices to plan a pipeline over")
@@ -241,23 +314,38 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     if model.n_layers >= 4096 or any(g.count >= 4096 for g in groups):
         raise SpecError("the pipeline search handles fewer than 4096 layers and 4096 GPUs of "
                         "a flavor per copy; coarsen the model or plan more copies")
-    sc = StageCosts(model, groups, config)
-    search = _Search(sc)
+    search = _Search(StageCosts(model, groups, config))
     unconstrained = search.solve(math.inf, math.inf)
     if unconstrained is None:
         raise SpecError(no_fit_message(model, groups, config))
-    m1 = config.n_micro - 1
     least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True)
-    t_lb = least_bottleneck.sum_time_s if least_bottleneck is not None else 0.0
+    assert least_bottleneck is not None          # any plan that fits has a bottleneck
+    m = config.n_micro
+    weighted = search.solve(math.inf, math.inf, bottleneck=True,
+                            sync_weight=1.0 / max(m - 1, 1))
+    seeds = [r.stages for r in (unconstrained, least_bottleneck, weighted) if r is not None]
+    best = min(seeds, key=lambda st: step_time_s(st, m))
+    polished = search.solve(max(s.time_s for s in best), max(s.allreduce_s for s in best))
+    if polished is not None and step_time_s(polished.stages, m) < step_time_s(best, m):
+        best = polished.stages
+    return PreparedSearch(model.name, search, unconstrained.sum_time_s,
+                          least_bottleneck.sum_time_s, step_time_s(best, m), best)
+
+
+def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan | None:
+    """The optimal plan of a prepared setting if it is faster than ``beat_s``, else ``None``.
+
+    The walk of the module docstring, started with the better of ``beat_s`` and the seeds.
+    """
+    search, config = prep.search, prep.config
+    m1 = config.n_micro - 1
+    t_lb = prep.least_bottleneck_s
+    if prep.lower_bound_s >= beat_s:
+        return None
     best_stages: tuple[Stage, ...] | None = None
     best = beat_s
-    if unconstrained.sum_time_s + m1 * t_lb >= best:
-        return None
-    seeds = [unconstrained] + ([least_bottleneck] if least_bottleneck is not None else [])
-    for seed in seeds:                   # two good plans to start from: least Σt, least max t
-        step = step_time_s(seed.stages, config.n_micro)
-        if step < best:
-            best, best_stages = step, seed.stages
+    if prep.seed_step_s < best:
+        best, best_stages = prep.seed_step_s, prep.seed_stages
     taus, alphas = search.candidates()
     tau = math.inf
     while True:                      # τ walks down the (Σt, max t) front
@@ -289,7 +377,7 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
         tau = taus[below]
     if best_stages is None:
         return None
-    return PipelinePlan(model.name, best_stages, config, search.rounds)
+    return PipelinePlan(prep.model_name, best_stages, config, search.rounds)
 
 
 def no_fit_message(model: LayeredModel, groups: Sequence[FlavorGroup],

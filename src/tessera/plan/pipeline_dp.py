@@ -51,10 +51,18 @@ def widths_up_to(count: int) -> tuple[int, ...]:
 
 @dataclass
 class RoundCaps:
-    """Caps of one DP round and the per-(group, width, in-flight) cheapest-option matrices."""
+    """Caps of one DP round and the per-(group, width, in-flight) cheapest-option matrices.
+
+    With ``sync_weight`` w > 0 a span's price is ``t + w·A`` instead of ``t`` (the option
+    chosen per span is the one with the least such price): the bottleneck DP then minimises
+    ``max_s (t_s + w·A_s)``, which with w = 1/(M − 1) is the part ``(M−1)·max t + max A`` of
+    the step time stage by stage — the search's first guess of a good plan (a seed), never
+    used as a bound.
+    """
 
     tau_s: float
     alpha_s: float
+    sync_weight: float = 0.0
     cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict)
     stacked: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -75,7 +83,9 @@ class RoundCaps:
         key = (gi, width)
         if key not in self.stacked:
             t, a, f = sc.stacked(gi, width)
-            self.stacked[key] = (np.where((t <= self.tau_s) & (a <= self.alpha_s), t, np.inf), f)
+            price = t + self.sync_weight * a if self.sync_weight else t
+            self.stacked[key] = (np.where((t <= self.tau_s) & (a <= self.alpha_s), price,
+                                          np.inf), f)
         return self.stacked[key]
 
 
