@@ -78,6 +78,15 @@ class RoundCaps:
             self.cache[key] = (np.take_along_axis(t, idx[None], axis=0)[0], idx)
         return self.cache[key]
 
+    def cheapest_widths(self, sc: StageCosts, gi: int, widths: tuple[int, ...], in_flight: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`cheapest` for every width at once: (widths × spans) time and option index."""
+        key = (gi, -len(widths), in_flight)
+        if key not in self.cache:
+            parts = [self.cheapest(sc, gi, w, in_flight) for w in widths]
+            self.cache[key] = (np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]))
+        return self.cache[key]
+
     def _capped(self, sc: StageCosts, gi: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Stacked (options × spans) times with the caps applied, and each option's fmax."""
         key = (gi, width)
@@ -101,8 +110,8 @@ class OrderResult:
 _RADIX = 4096
 
 
-def _pack(end: np.ndarray | int, width: int, opt: np.ndarray, src_q: np.ndarray | int,
-          src_r: np.ndarray | int) -> np.ndarray:
+def _pack(end: np.ndarray | int, width: np.ndarray | int, opt: np.ndarray,
+          src_q: np.ndarray | int, src_r: np.ndarray | int) -> np.ndarray:
     code = (np.asarray(end, dtype=np.int64) * _RADIX + width) * 64 + opt
     return (code * 16 + (np.asarray(src_q) + 1)) * _RADIX + (np.asarray(src_r) + 1)
 
@@ -132,8 +141,9 @@ class _Layer:
         shape = (count + 1, n + 1)
         return cls(np.full(shape, np.inf), np.zeros(shape, dtype=np.int64))
 
-    def offer(self, rows: slice, val: np.ndarray, end: np.ndarray | int, width: int,
-              opt: np.ndarray, src_q: np.ndarray | int, src_r: np.ndarray | int) -> None:
+    def offer(self, rows: slice | np.ndarray, val: np.ndarray, end: np.ndarray | int,
+              width: np.ndarray | int, opt: np.ndarray, src_q: np.ndarray | int,
+              src_r: np.ndarray | int) -> None:
         """Keep, per (row, layer), whichever of the current and the offered suffix is cheaper."""
         cur = self.value[rows]
         better = val < cur
@@ -156,7 +166,6 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
     counts = [sc.groups[g].count for g in order]
     widths = [widths_up_to(c) for c in counts]
     k_max = min(n, sum(counts))
-    cols = np.arange(n + 1)
     history: list[list[_Layer]] = []
     seen = [np.full((c + 1, n + 1), np.inf) for c in counts]
     best: tuple[float, int, int, int] | None = None    # (value, k, q, r)
@@ -167,30 +176,20 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
         if prev is not None:
             rest_val, rest_q, rest_r = _best_rest(prev, len(order), n)
         for q, gi in enumerate(order):
-            c = counts[q]
-            for w in widths[q]:
-                t, oi = caps.cheapest(sc, gi, w, f)
-                if prev is None:
-                    layer[q].offer(slice(c - w, c - w + 1), t[None, :, n], n, w,
-                                   oi[None, :, n], -1, -1)
-                    continue
-                src = prev[q].value[w:, :]                        # rows r = w .. c
-                live = np.isfinite(src).any(axis=1)
-                if live.any():
-                    lo = int(np.argmax(live))
-                    cand = join(t[None, :, :], src[lo:, None, :])
-                    arg = cand.argmin(axis=2)
-                    val = cand.min(axis=2)
-                    rows = np.arange(lo, src.shape[0])[:, None]
-                    layer[q].offer(slice(lo, src.shape[0]), val, arg, w, oi[cols[None, :], arg],
-                                   q, rows + w)
-                if q + 1 < len(order) and np.isfinite(rest_val[q]).any():
-                    cand2 = join(t, rest_val[q][None, :])
-                    arg2 = cand2.argmin(axis=1)
-                    val2 = cand2[cols, arg2]
-                    layer[q].offer(slice(c - w, c - w + 1), val2[None, :], arg2[None, :], w,
-                                   oi[cols, arg2][None, :], rest_q[q][arg2][None, :],
-                                   rest_r[q][arg2][None, :])
+            ws = np.array(widths[q])
+            t, oi = caps.cheapest_widths(sc, gi, widths[q], f)      # (widths × spans)
+            top = counts[q] - ws                                   # rows of a fresh flavor
+            if prev is None:                                       # the last stage: [h, n)
+                layer[q].offer(top, t[:, :, n], n, ws[:, None], oi[:, :, n], -1, -1)
+                continue
+            _extend(layer[q], prev[q].value, t, oi, ws, q, join)
+            if q + 1 < len(order) and np.isfinite(rest_val[q]).any():
+                cand = join(t, rest_val[q][None, None, :])         # (widths, h, i)
+                arg = cand.argmin(axis=2)
+                val = np.take_along_axis(cand, arg[:, :, None], axis=2)[:, :, 0]
+                layer[q].offer(top, val, arg, ws[:, None],
+                               np.take_along_axis(oi, arg[:, :, None], axis=2)[:, :, 0],
+                               rest_q[q][arg], rest_r[q][arg])
         for q in range(len(order)):
             _prune_dominated(layer[q], seen[q])
         history.append(layer)
@@ -206,6 +205,34 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
     if best is None:
         return None
     return OrderResult(best[0], _rebuild(sc, order, history, best[1:]))
+
+
+def _extend(layer: _Layer, src: np.ndarray, t: np.ndarray, oi: np.ndarray, ws: np.ndarray,
+            q: int, join: np.ufunc) -> None:
+    """Offer every suffix that puts one more stage of flavor q in front of a q-suffix.
+
+    A front stage [h, i) on w GPUs before a suffix starting at i with r + w GPUs left leaves
+    r; one min-plus product over (widths × rows × h × i) does every width at once.
+    """
+    c = src.shape[0] - 1
+    live = np.flatnonzero(np.isfinite(src).any(axis=1))
+    if live.size == 0:
+        return
+    r0, r1 = max(0, int(live[0]) - int(ws.max())), int(live[-1]) - int(ws.min())
+    if r1 < r0:
+        return
+    rows = np.arange(r0, r1 + 1)
+    idx = rows[None, :] + ws[:, None]                              # source rows (widths × rows)
+    shifted = np.where((idx <= c)[:, :, None], src[np.minimum(idx, c)], np.inf)
+    cand = join(t[:, None, :, :], shifted[:, :, None, :])          # (widths, rows, h, i)
+    arg_i = cand.argmin(axis=3)
+    by_w = np.take_along_axis(cand, arg_i[..., None], axis=3)[..., 0]
+    arg_w = by_w.argmin(axis=0)                                    # (rows, h)
+    val = np.take_along_axis(by_w, arg_w[None], axis=0)[0]
+    end = np.take_along_axis(arg_i, arg_w[None], axis=0)[0]
+    h = np.arange(t.shape[1])[None, :]
+    layer.offer(slice(r0, r1 + 1), val, end, ws[arg_w], oi[arg_w, h, end], q,
+                rows[:, None] + ws[arg_w])
 
 
 def _prune_dominated(layer: _Layer, seen: np.ndarray) -> None:
