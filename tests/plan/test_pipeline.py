@@ -179,8 +179,10 @@ def test_zero_levels_shrink_model_state() -> None:
 
 def test_no_fit_says_how_much_is_short_and_what_helps() -> None:
     cfg = PipelineConfig(1, 4, zero_levels=(0,), allow_recompute=False, max_tp=1)
-    with pytest.raises(SpecError, match=r"short by [\d.]+ GiB.*ZeRO-3.*recomputation"):
+    with pytest.raises(SpecError, match=r"short by [\d.]+ GiB.*add at least \d+ more T4"):
         plan_pipeline(gpt(48, 6144, 48, 2048), [group("T4", 2)], cfg)
+    with pytest.raises(SpecError, match=r"no partition keeps.*ZeRO-3.*recomputation"):
+        plan_pipeline(gpt(4, 4096, 64, 2048), [group("T4", 2)], cfg)
 
 
 def test_bad_config_is_a_clear_error() -> None:

@@ -270,16 +270,14 @@ class PreparedSearch:
         search: the DP state (stage prices, per-order bounds, rounds run so far).
         least_sum_s: the least Σt of any plan.
         least_bottleneck_s: the least max t of any plan.
-        seed_step_s: step time of the best seed plan (a plan that fits, not a bound).
-        seed_stages: its stages.
+        first_plans: the plans of those two rounds (they fit; the walk's first incumbents).
     """
 
     model_name: str
     search: _Search
     least_sum_s: float
     least_bottleneck_s: float
-    seed_step_s: float
-    seed_stages: tuple[Stage, ...]
+    first_plans: tuple[tuple[Stage, ...], ...]
 
     @property
     def config(self) -> PipelineConfig:
@@ -293,14 +291,9 @@ class PreparedSearch:
 
 def prepare_search(model: LayeredModel, groups: Sequence[FlavorGroup],
                    config: PipelineConfig) -> PreparedSearch:
-    """Run the rounds that bound a setting and seed its walk (see :func:`walk_search`).
-
-    Two uncapped rounds give the least Σt and the least bottleneck (lower bounds, and two
-    plans). A third seed minimises ``max_s ((M−1)·t_s + A_s)`` — the two maxima of the step
-    time priced stage by stage — and a fourth round polishes the best seed: the least Σt among
-    plans whose bottleneck and sync are no larger than its own, so a plan at least as fast.
-    Seeds only set the first incumbent; the walk's exactness does not depend on them, but a
-    good incumbent cuts the walk short.
+    """Run the two rounds that bound a setting (see :func:`walk_search`): uncapped, they give
+    the least Σt and the least bottleneck of any plan, so the lower bound
+    ``Σt_min + (M − 1)·t_min``, and two plans that fit.
 
     Raises:
         SpecError: no partition fits in memory.
@@ -320,16 +313,28 @@ def prepare_search(model: LayeredModel, groups: Sequence[FlavorGroup],
         raise SpecError(no_fit_message(model, groups, config))
     least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True)
     assert least_bottleneck is not None          # any plan that fits has a bottleneck
-    m = config.n_micro
+    return PreparedSearch(model.name, search, unconstrained.sum_time_s,
+                          least_bottleneck.sum_time_s,
+                          (unconstrained.stages, least_bottleneck.stages))
+
+
+def _seed(prep: PreparedSearch) -> tuple[float, tuple[Stage, ...]]:
+    """The best of the bounding rounds' plans, a plan minimising ``max_s ((M−1)·t_s + A_s)``
+    (the step time's two maxima priced stage by stage) and the polish of the best of them (the
+    least Σt among plans with no larger bottleneck and sync, so no slower). Only a first
+    incumbent: the walk's exactness does not depend on it, but a good one cuts the walk short.
+    """
+    search, m = prep.search, prep.config.n_micro
+    seeds = list(prep.first_plans)
     weighted = search.solve(math.inf, math.inf, bottleneck=True,
                             sync_weight=1.0 / max(m - 1, 1))
-    seeds = [r.stages for r in (unconstrained, least_bottleneck, weighted) if r is not None]
+    if weighted is not None:
+        seeds.append(weighted.stages)
     best = min(seeds, key=lambda st: step_time_s(st, m))
     polished = search.solve(max(s.time_s for s in best), max(s.allreduce_s for s in best))
     if polished is not None and step_time_s(polished.stages, m) < step_time_s(best, m):
         best = polished.stages
-    return PreparedSearch(model.name, search, unconstrained.sum_time_s,
-                          least_bottleneck.sum_time_s, step_time_s(best, m), best)
+    return step_time_s(best, m), best
 
 
 def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan | None:
@@ -344,8 +349,9 @@ def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan 
         return None
     best_stages: tuple[Stage, ...] | None = None
     best = beat_s
-    if prep.seed_step_s < best:
-        best, best_stages = prep.seed_step_s, prep.seed_stages
+    seed_step_s, seed_stages = _seed(prep)
+    if seed_step_s < best:
+        best, best_stages = seed_step_s, seed_stages
     taus, alphas = search.candidates()
     tau = math.inf
     while True:                      # τ walks down the (Σt, max t) front
@@ -382,18 +388,28 @@ def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan 
 
 def no_fit_message(model: LayeredModel, groups: Sequence[FlavorGroup],
                    config: PipelineConfig) -> str:
-    """Why nothing fits: memory short by how much, and what would help."""
+    """Why nothing fits, on one line: memory short by how much, and what would help.
+
+    The training state (weights, gradients, optimizer) must be held somewhere whatever the
+    plan — ZeRO and tensor parallelism only spread it — so when it exceeds the devices' usable
+    memory the message names the shortfall and how many more of the offered GPU with the
+    most memory would cover it; otherwise some stage cannot fit on its GPUs, and the message
+    lists the memory savers this search was not allowed to use.
+    """
     usable = sum(g.budget.usable_bytes * g.count for g in groups)
     state = model.params * model.state_bytes_per_param
-    lines = [f"{model.name} does not fit on these devices with micro-batch {config.micro_bsz}: "
-             f"its training state alone needs {state / GIB:.1f} GiB "
-             f"({model.state_bytes_per_param:g} B/parameter), the devices offer "
-             f"{usable / GIB:.1f} GiB usable in total"]
+    head = (f"{model.name} does not fit on these devices with micro-batch {config.micro_bsz}: "
+            f"its training state alone needs {state / GIB:.1f} GiB "
+            f"({model.state_bytes_per_param:g} B/parameter), the devices offer "
+            f"{usable / GIB:.1f} GiB usable in total")
     if state > usable:
-        lines.append(f"short by {(state - usable) / GIB:.1f} GiB before any activations: "
-                     "add devices")
-    else:
-        lines.append("no partition keeps every stage within its GPU's memory")
+        big = max(groups, key=lambda g: g.budget.usable_bytes)
+        more = math.ceil((state - usable) / big.budget.usable_bytes)
+        return (f"{head}; short by {(state - usable) / GIB:.1f} GiB before any activations: "
+                f"add at least {more} more {big.flavor.short} "
+                f"({big.budget.usable_bytes / GIB:.1f} GiB usable each) or other GPUs with as "
+                "much memory (ZeRO, recomputation and tensor parallelism only spread the "
+                "state, they do not shrink it)")
     helps = []
     if 3 not in config.zero_levels:
         helps.append("ZeRO-3 sharding")
@@ -404,4 +420,5 @@ def no_fit_message(model: LayeredModel, groups: Sequence[FlavorGroup],
     if config.micro_bsz > 1:
         helps.append("a smaller micro-batch")
     helps.append("more or larger GPUs")
-    return "; ".join(lines) + "; what would help: " + ", ".join(helps)
+    return (f"{head}; no partition keeps every stage within its GPU's memory; what could "
+            f"help: {', '.join(helps)}")

@@ -74,8 +74,7 @@ class RoundCaps:
         if key not in self.cache:
             times, fmax = self._capped(sc, gi, width)
             t = np.where(fmax >= in_flight, times, np.inf)
-            idx = t.argmin(axis=0)
-            self.cache[key] = (np.take_along_axis(t, idx[None], axis=0)[0], idx)
+            self.cache[key] = (t.min(axis=0), t.argmin(axis=0))
         return self.cache[key]
 
     def cheapest_widths(self, sc: StageCosts, gi: int, widths: tuple[int, ...], in_flight: int
@@ -186,9 +185,8 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
             if q + 1 < len(order) and np.isfinite(rest_val[q]).any():
                 cand = join(t, rest_val[q][None, None, :])         # (widths, h, i)
                 arg = cand.argmin(axis=2)
-                val = np.take_along_axis(cand, arg[:, :, None], axis=2)[:, :, 0]
-                layer[q].offer(top, val, arg, ws[:, None],
-                               np.take_along_axis(oi, arg[:, :, None], axis=2)[:, :, 0],
+                wi, hi = np.indices(arg.shape)
+                layer[q].offer(top, cand.min(axis=2), arg, ws[:, None], oi[wi, hi, arg],
                                rest_q[q][arg], rest_r[q][arg])
         for q in range(len(order)):
             _prune_dominated(layer[q], seen[q])
@@ -226,11 +224,11 @@ def _extend(layer: _Layer, src: np.ndarray, t: np.ndarray, oi: np.ndarray, ws: n
     shifted = np.where((idx <= c)[:, :, None], src[np.minimum(idx, c)], np.inf)
     cand = join(t[:, None, :, :], shifted[:, :, None, :])          # (widths, rows, h, i)
     arg_i = cand.argmin(axis=3)
-    by_w = np.take_along_axis(cand, arg_i[..., None], axis=3)[..., 0]
+    by_w = cand.min(axis=3)
     arg_w = by_w.argmin(axis=0)                                    # (rows, h)
-    val = np.take_along_axis(by_w, arg_w[None], axis=0)[0]
-    end = np.take_along_axis(arg_i, arg_w[None], axis=0)[0]
+    val = by_w.min(axis=0)
     h = np.arange(t.shape[1])[None, :]
+    end = arg_i[arg_w, np.arange(rows.size)[:, None], h]
     layer.offer(slice(r0, r1 + 1), val, end, ws[arg_w], oi[arg_w, h, end], q,
                 rows[:, None] + ws[arg_w])
 
