@@ -340,50 +340,72 @@ def _seed(prep: PreparedSearch) -> tuple[float, tuple[Stage, ...]]:
 def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan | None:
     """The optimal plan of a prepared setting if it is faster than ``beat_s``, else ``None``.
 
-    The walk of the module docstring, started with the better of ``beat_s`` and the seeds.
+    The walk of the module docstring, started with the better of ``beat_s`` and the seeds,
+    and — to find a near-optimal incumbent before the walk from τ = ∞ — one α walk at the
+    seed's own bottleneck (its rounds are reused by the main walk where they answer it).
     """
     search, config = prep.search, prep.config
     m1 = config.n_micro - 1
     t_lb = prep.least_bottleneck_s
     if prep.lower_bound_s >= beat_s:
         return None
-    best_stages: tuple[Stage, ...] | None = None
-    best = beat_s
+    walk = _AlphaWalk(search, *search.candidates()[1:], t_lb, beat_s)
     seed_step_s, seed_stages = _seed(prep)
-    if seed_step_s < best:
-        best, best_stages = seed_step_s, seed_stages
-    taus, alphas = search.candidates()
+    walk.consider(seed_step_s, seed_stages)
+    walk.run(max(s.time_s for s in seed_stages))
+    taus = search.candidates()[0]
     tau = math.inf
     while True:                      # τ walks down the (Σt, max t) front
+        first_sum, max_t = walk.run(tau)
+        if not math.isfinite(first_sum) or first_sum + m1 * t_lb >= walk.best_s:
+            break
+        # next τ: below this level's bottlenecks, and low enough to beat the best with Σt ≥ now
+        below = bisect.bisect_left(
+            taus, min(max_t, (walk.best_s - first_sum) / max(m1, 1e-300))) - 1
+        if below < 0:
+            break
+        tau = taus[below]
+    if walk.best_stages is None:
+        return None
+    return PipelinePlan(prep.model_name, walk.best_stages, config, search.rounds)
+
+
+class _AlphaWalk:
+    """The inner walk of the search: α down the (Σt, max A) front under one τ, keeping the
+    best plan found over all walks."""
+
+    def __init__(self, search: _Search, alphas: list[float], t_lb: float, beat_s: float
+                 ) -> None:
+        self.search, self.alphas, self.t_lb = search, alphas, t_lb
+        self.best_s = beat_s
+        self.best_stages: tuple[Stage, ...] | None = None
+
+    def consider(self, step_s: float, stages: tuple[Stage, ...]) -> None:
+        if step_s < self.best_s:
+            self.best_s, self.best_stages = step_s, stages
+
+    def run(self, tau: float) -> tuple[float, float]:
+        """Walk α under ``tau``; the least Σt met and the largest bottleneck of its plans."""
+        m = self.search.sc.config.n_micro
         alpha, first_sum, max_t = math.inf, math.inf, 0.0
-        while True:                  # α walks down the (Σt, max A) front under τ
-            r = search.solve(tau, alpha, best_step_s=best)
+        while True:
+            r = self.search.solve(tau, alpha, best_step_s=self.best_s)
             if r is None:
                 break
             first_sum = min(first_sum, r.sum_time_s)
             max_t = max(max_t, max(s.time_s for s in r.stages))
-            step = step_time_s(r.stages, config.n_micro)
-            if step < best:
-                best, best_stages = step, r.stages
-            if r.sum_time_s + m1 * max_t >= best:
+            self.consider(step_time_s(r.stages, m), r.stages)
+            if r.sum_time_s + (m - 1) * max_t >= self.best_s:
                 break                # see the module docstring: plans with max t < max_t are
                                      # the next τ's; the rest have Σt ≥ r's and max t ≥ max_t
             # next α: below r's sync time, and low enough that Σt ≥ r's could still win
-            cap = min(max(s.allreduce_s for s in r.stages), best - r.sum_time_s - m1 * t_lb)
-            below = bisect.bisect_left(alphas, cap) - 1
+            cap = min(max(s.allreduce_s for s in r.stages),
+                      self.best_s - r.sum_time_s - (m - 1) * self.t_lb)
+            below = bisect.bisect_left(self.alphas, cap) - 1
             if below < 0:
                 break
-            alpha = alphas[below]
-        if not math.isfinite(first_sum) or first_sum + m1 * t_lb >= best:
-            break
-        # next τ: below this level's bottlenecks, and low enough to beat the best with Σt ≥ now
-        below = bisect.bisect_left(taus, min(max_t, (best - first_sum) / max(m1, 1e-300))) - 1
-        if below < 0:
-            break
-        tau = taus[below]
-    if best_stages is None:
-        return None
-    return PipelinePlan(prep.model_name, best_stages, config, search.rounds)
+            alpha = self.alphas[below]
+        return first_sum, max_t
 
 
 def no_fit_message(model: LayeredModel, groups: Sequence[FlavorGroup],

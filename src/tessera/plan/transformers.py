@@ -74,7 +74,8 @@ SPECS: dict[str, TransformerSpec] = {
 #: Published parameter counts (GPT-3 Table 2.1; LLaMA Table 2 and Llama 2's model cards give
 #: 6.7B, 13.0B and 69B (68.98B) parameters; ViT-L/16 304M, Dosovitskiy et al. Table 1).
 PUBLISHED_PARAMS: dict[str, float] = {
-    "gpt3-1.3b": 1.3e9, "gpt3-2.7b": 2.7e9, "gpt3-6.7b": 6.7e9, "gpt3-13b": 13.0e9, "gpt3-175b": 175.0e9,
+    "gpt3-1.3b": 1.3e9, "gpt3-2.7b": 2.7e9, "gpt3-6.7b": 6.7e9, "gpt3-13b": 13.0e9,
+    "gpt3-175b": 175.0e9,
     "llama-7b": 6.7e9, "llama-13b": 13.0e9, "llama-70b": 69.0e9, "vit-l16": 304e6,
 }
 
