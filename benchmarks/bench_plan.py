@@ -14,7 +14,8 @@ are single runs or medians on a shared, noisy machine):
    both, their ratio and whether the step times agree; ``--base-max-gpus N`` (default 64)
    skips the base run on larger cases (the old search took about 1000 s at 256 GPUs).
 
-``--one MODEL DEVICES BATCH`` plans one case and prints ``wall cpu step`` (used by the A/B).
+``--one MODEL DEVICES BATCH`` plans one case and prints ``wall cpu step shape`` (used by the
+A/B); ``--scale-only`` prints only table 4.
 """
 
 from __future__ import annotations
@@ -154,12 +155,16 @@ def plan_one(name: str, devs: str, batch: int) -> tuple[float, float, float, str
     return wall, cpu, h.step_time_s, f"{h.dp_copies} copies x [{shape}]"
 
 
-def run_one(src: str, name: str, devs: str, batch: int) -> tuple[float, float, float, str]:
+def run_one(src: str, name: str, devs: str, batch: int
+            ) -> tuple[float, float, float, str] | None:
     """(wall s, CPU s, step s, shape) of one plan by the code under ``src``, in a fresh
-    process."""
+    process; ``None`` if that code cannot plan the case (e.g. it lacks the model)."""
     env = {**os.environ, "PYTHONPATH": src}
-    out = subprocess.run([sys.executable, __file__, "--one", name, devs, str(batch)],
-                         env=env, check=True, capture_output=True, text=True).stdout
+    proc = subprocess.run([sys.executable, __file__, "--one", name, devs, str(batch)],
+                          env=env, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    out = proc.stdout
     wall, cpu, step, shape = out.split(maxsplit=3)
     return float(wall), float(cpu), float(step), shape.strip()
 
@@ -176,14 +181,18 @@ def scale_table(quick: bool, base: str | None, base_max_gpus: int) -> None:
         if quick and gpus > 64:
             continue
         label = f"{name}, {gpus} GPUs ({devs}), B={batch}"
-        row, old = "", None
-        if base and gpus <= base_max_gpus:       # alternate: base first, then new
-            old = run_one(base, name, devs, batch)
-        wall, cpu, step, shape = run_one(here, name, devs, batch)
+        old, tried = None, bool(base and gpus <= base_max_gpus)
+        if tried:                                # alternate: base first, then new
+            old = run_one(str(base), name, devs, batch)
+        new = run_one(here, name, devs, batch)
+        if new is None:
+            print(f"{label:<50} failed")
+            continue
+        wall, cpu, step, shape = new
         row = f"{label:<50} {cpu:>8.1f} {wall:>7.1f}"
         if base:
             if old is None:
-                row += f" {'skipped':>9} {'':>7} {'':>9}  "
+                row += f" {'failed' if tried else 'skipped':>9} {'':>7} {'':>9}  "
             else:
                 same = "yes" if math.isclose(old[2], step, rel_tol=1e-9) else (
                     f"NO ({old[2]:.4f} s)")
@@ -200,10 +209,11 @@ def main() -> None:
     base = sys.argv[sys.argv.index("--base") + 1] if "--base" in sys.argv else None
     base_max = (int(sys.argv[sys.argv.index("--base-max-gpus") + 1])
                 if "--base-max-gpus" in sys.argv else 64)
-    cm = CostModel(estimate_unprofiled=True)
-    split_table(cm)
-    exhaustive_table(cm, 12 if quick else 40)
-    issue_table(cm)
+    if "--scale-only" not in sys.argv:
+        cm = CostModel(estimate_unprofiled=True)
+        split_table(cm)
+        exhaustive_table(cm, 12 if quick else 40)
+        issue_table(cm)
     scale_table(quick, base, base_max)
 
 
