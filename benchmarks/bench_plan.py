@@ -7,18 +7,28 @@ are single runs or medians on a shared, noisy machine):
 2. the pipeline search against exhaustive enumeration of the same space on seeded random small
    cases (target: 0.0 % gap), with both run times;
 3. the figures of issue 13 (old planner's answer → now);
-4. hybrid 3-D planning time for LLaMA-70B (and LLaMA-7B) at 16/64/256 GPUs (``--quick`` stops
-   at 64), with the plan's shape and step time.
+4. hybrid 3-D planning time for LLaMA-70B (and LLaMA-7B, GPT-3 175B) at 16/64/256 GPUs
+   (``--quick`` stops at 64), with the plan's shape and step time. With ``--base SRC`` (the
+   ``src`` folder of another checkout, e.g. a worktree of ``main``) each case is planned by
+   both versions in turn, each in a fresh process, and the table shows CPU and wall time of
+   both, their ratio and whether the step times agree; ``--base-max-gpus N`` (default 64)
+   skips the base run on larger cases (the old search took about 1000 s at 256 GPUs).
+
+``--one MODEL DEVICES BATCH`` plans one case and prints ``wall cpu step shape`` (used by the
+A/B); ``--scale-only`` prints only table 4.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tessera.errors import SpecError
 from tessera.model.cluster import Link, LinkKind
@@ -127,29 +137,84 @@ def issue_table(cm: CostModel) -> None:
               f"{a.step_time_s:.4f} s; {b.step_time_s:.4f} s")
 
 
-def scale_table(cm: CostModel, quick: bool) -> None:
-    print(f"\n{'3-D planning time':<52} {'time':>8}  plan")
-    cases = [("llama-70b", "H100:8,A100:8", 64), ("llama-70b", "H100:16,A100:16,V100:32", 256),
-             ("llama-7b", "H100:8,A100:16,V100:32", 512)]
-    if not quick:
-        cases.append(("llama-70b", "H100:64,A100:64,V100:128", 1024))
-    for name, devs, batch in cases:
-        counts = parse_devices(devs)
-        start = time.perf_counter()
-        h = plan_hybrid(layered_model(name), counts, batch, cost_model=cm)
-        took = time.perf_counter() - start
-        shape = ", ".join(f"{s.flavor.short} TP{s.tp}xDP{s.replicas}" for s in h.stages)
-        print(f"{f'{name}, {sum(counts.values())} GPUs ({devs}), B={batch}':<52} "
-              f"{took:>6.1f} s  {h.dp_copies} copies x [{shape}], step {h.step_time_s:.2f} s")
+SCALE_CASES = (("llama-70b", "H100:8,A100:8", 64),
+               ("llama-70b", "H100:16,A100:16,V100:32", 256),
+               ("llama-7b", "H100:8,A100:16,V100:32", 512),
+               ("gpt3-175b", "H100:32,A100:32", 256),
+               ("llama-70b", "H100:64,A100:64,V100:128", 1024))
+
+
+def plan_one(name: str, devs: str, batch: int) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, step s, shape) of one hybrid plan in this process."""
+    cm = CostModel(estimate_unprofiled=True)
+    model, counts = layered_model(name), parse_devices(devs)
+    wall, cpu = time.perf_counter(), time.process_time()
+    h = plan_hybrid(model, counts, batch, cost_model=cm)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    shape = ", ".join(f"{s.flavor.short} TP{s.tp}xDP{s.replicas}" for s in h.stages)
+    return wall, cpu, h.step_time_s, f"{h.dp_copies} copies x [{shape}]"
+
+
+def run_one(src: str, name: str, devs: str, batch: int
+            ) -> tuple[float, float, float, str] | None:
+    """(wall s, CPU s, step s, shape) of one plan by the code under ``src``, in a fresh
+    process; ``None`` if that code cannot plan the case (e.g. it lacks the model)."""
+    env = {**os.environ, "PYTHONPATH": src}
+    proc = subprocess.run([sys.executable, __file__, "--one", name, devs, str(batch)],
+                          env=env, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    out = proc.stdout
+    wall, cpu, step, shape = out.split(maxsplit=3)
+    return float(wall), float(cpu), float(step), shape.strip()
+
+
+def scale_table(quick: bool, base: str | None, base_max_gpus: int) -> None:
+    print(f"\n3-D planning time (CPU s / wall s{'; base = ' + base if base else ''})")
+    head = f"{'case':<50} {'new cpu':>8} {'wall':>7}"
+    if base:
+        head += f" {'base cpu':>9} {'wall':>7} {'cpu ratio':>9}  same step"
+    print(head + "  plan")
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    for name, devs, batch in SCALE_CASES:
+        gpus = sum(parse_devices(devs).values())
+        if quick and gpus > 64:
+            continue
+        label = f"{name}, {gpus} GPUs ({devs}), B={batch}"
+        old, tried = None, bool(base and gpus <= base_max_gpus)
+        if tried:                                # alternate: base first, then new
+            old = run_one(str(base), name, devs, batch)
+        new = run_one(here, name, devs, batch)
+        if new is None:
+            print(f"{label:<50} failed")
+            continue
+        wall, cpu, step, shape = new
+        row = f"{label:<50} {cpu:>8.1f} {wall:>7.1f}"
+        if base:
+            if old is None:
+                row += f" {'failed' if tried else 'skipped':>9} {'':>7} {'':>9}  "
+            else:
+                same = "yes" if math.isclose(old[2], step, rel_tol=1e-9) else (
+                    f"NO ({old[2]:.4f} s)")
+                row += f" {old[1]:>9.1f} {old[0]:>7.1f} {old[1] / cpu:>8.1f}x  {same}"
+        print(f"{row}  {shape}, step {step:.2f} s", flush=True)
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--one"]:
+        wall, cpu, step, shape = plan_one(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        print(f"{wall} {cpu} {step} {shape}")
+        return
     quick = "--quick" in sys.argv
-    cm = CostModel(estimate_unprofiled=True)
-    split_table(cm)
-    exhaustive_table(cm, 12 if quick else 40)
-    issue_table(cm)
-    scale_table(cm, quick)
+    base = sys.argv[sys.argv.index("--base") + 1] if "--base" in sys.argv else None
+    base_max = (int(sys.argv[sys.argv.index("--base-max-gpus") + 1])
+                if "--base-max-gpus" in sys.argv else 64)
+    if "--scale-only" not in sys.argv:
+        cm = CostModel(estimate_unprofiled=True)
+        split_table(cm)
+        exhaustive_table(cm, 12 if quick else 40)
+        issue_table(cm)
+    scale_table(quick, base, base_max)
 
 
 if __name__ == "__main__":

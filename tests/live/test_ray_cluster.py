@@ -26,7 +26,8 @@ PRODUCT_NAMES = {
     "K80": "Tesla K80", "P100": "Tesla P100-PCIE-16GB", "P40": "Tesla P40",
     "V100-16GB": "Tesla V100-SXM2-16GB", "V100-32GB": "Tesla V100-SXM2-32GB", "T4": "Tesla T4",
     "RTX-2080Ti": "NVIDIA GeForce RTX 2080 Ti", "RTX-6000": "Quadro RTX 6000",
-    "A10": "NVIDIA A10", "L4": "NVIDIA L4", "A100-40GB": "NVIDIA A100-SXM4-40GB",
+    "A10": "NVIDIA A10", "L4": "NVIDIA L4", "L40S": "NVIDIA L40S",
+    "A100-40GB": "NVIDIA A100-SXM4-40GB",
     "A100-80GB": "NVIDIA A100-SXM4-80GB", "H100-80GB": "NVIDIA H100 80GB HBM3",
     "H200-141GB": "NVIDIA H200",
 }
@@ -40,6 +41,8 @@ def test_accelerator_types_are_what_ray_detects_on_each_catalog_gpu() -> None:
         assert ray_accelerator_type(f) == detect(PRODUCT_NAMES[f.short]), f.short
     assert ray_accelerator_type(resolve_flavor("v100")) == "V100"
     assert ray_accelerator_type(resolve_flavor("a100")) == "A100"
+    assert ray_accelerator_type(resolve_flavor("l4")) == "L4"
+    assert ray_accelerator_type(resolve_flavor("l40s")) == "L40S"
 
 
 def test_each_rank_asks_a_share_of_the_type_or_one_custom_flavor_unit() -> None:

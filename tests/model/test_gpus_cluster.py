@@ -11,7 +11,7 @@ from tessera.errors import SpecError, UnknownFlavorError
 from tessera.model.cluster import load_cluster, parse_compact
 from tessera.model.gpus import CATALOG, resolve_flavor
 
-REQUIRED = ["K80", "P100", "V100-16GB", "V100-32GB", "T4", "A10", "L4", "A100-40GB",
+REQUIRED = ["K80", "P100", "V100-16GB", "V100-32GB", "T4", "A10", "L4", "L40S", "A100-40GB",
             "A100-80GB", "H100-80GB", "H200-141GB", "RTX-2080Ti", "RTX-6000"]
 
 

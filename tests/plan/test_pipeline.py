@@ -16,9 +16,16 @@ from tessera.perf.memory import GIB, MemoryBudget
 from tessera.perf.steptime import CostModel
 from tessera.plan.exhaustive import exhaustive_pipeline_step_s
 from tessera.plan.models import LayeredModel, gpt
-from tessera.plan.pipeline import FlavorGroup, PipelineConfig, PipelinePlan, plan_pipeline
+from tessera.plan.pipeline import (
+    FlavorGroup,
+    PipelineConfig,
+    PipelinePlan,
+    _Search,
+    canonical_groups,
+    plan_pipeline,
+)
 from tessera.plan.pipeline_dp import widths_up_to
-from tessera.plan.stages import state_bytes_per_param
+from tessera.plan.stages import StageCosts, state_bytes_per_param
 
 CM = CostModel()
 FLAVORS = ("A100-40GB", "V100", "T4", "RTX-2080Ti", "L4")
@@ -179,8 +186,10 @@ def test_zero_levels_shrink_model_state() -> None:
 
 def test_no_fit_says_how_much_is_short_and_what_helps() -> None:
     cfg = PipelineConfig(1, 4, zero_levels=(0,), allow_recompute=False, max_tp=1)
-    with pytest.raises(SpecError, match=r"short by [\d.]+ GiB.*ZeRO-3.*recomputation"):
+    with pytest.raises(SpecError, match=r"short by [\d.]+ GiB.*add at least \d+ more T4"):
         plan_pipeline(gpt(48, 6144, 48, 2048), [group("T4", 2)], cfg)
+    with pytest.raises(SpecError, match=r"no partition keeps.*ZeRO-3.*recomputation"):
+        plan_pipeline(gpt(4, 4096, 64, 2048), [group("T4", 2)], cfg)
 
 
 def test_bad_config_is_a_clear_error() -> None:
@@ -199,3 +208,29 @@ def test_widths_are_the_same_set_whatever_is_offered() -> None:
     assert widths_up_to(3) == (1, 2, 3)
     assert set(widths_up_to(12)) >= set(widths_up_to(3))
     assert widths_up_to(64) == (1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32, 40, 48, 56, 64)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(small_cases(), st.floats(0.2, 1.0), st.floats(0.2, 1.0))
+def test_reused_rounds_answer_like_fresh_ones(
+        case: tuple[LayeredModel, list[FlavorGroup], PipelineConfig], f_tau: float,
+        f_alpha: float) -> None:
+    """A capped round answered from an earlier, looser one has the fresh round's least Σt."""
+    model, groups, cfg = case
+    sc = StageCosts(model, canonical_groups(groups), cfg)
+    first = _Search(sc).solve(math.inf, math.inf)
+    if first is None:
+        return
+    tau = max(s.time_s for s in first.stages) * f_tau
+    alpha = max(s.allreduce_s for s in first.stages) * f_alpha
+    warm = _Search(sc)
+    warm.solve(math.inf, math.inf)
+    for t, a in ((tau * 1.5, math.inf), (tau * 1.2, alpha * 2), (tau, alpha)):
+        got = warm.solve(t, a)
+        fresh = _Search(sc).solve(t, a)
+        assert (got is None) == (fresh is None)
+        if got is not None and fresh is not None:
+            assert got.sum_time_s == pytest.approx(fresh.sum_time_s, rel=1e-12)
+            assert max(s.time_s for s in got.stages) <= t
+            assert max(s.allreduce_s for s in got.stages) <= a

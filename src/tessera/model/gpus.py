@@ -11,6 +11,13 @@ NVIDIA's data sheets: FP32 TFLOPS, dense FP16 tensor-core TFLOPS (``None`` befor
 no tensor cores), memory bandwidth, board power (TDP) and memory. They are used where no measured
 profile exists, to rank flavors and to size models -- never in place of a measurement.
 
+The two Ada Lovelace data-centre cards, from NVIDIA's product data sheets (tensor figures are
+dense; the sheets print twice as much "with sparsity"): **L4** -- 24 GB GDDR6 at 300 GB/s,
+30.3 TFLOPS FP32, 121 TFLOPS FP16/BF16 tensor (242 with sparsity), 72 W, PCIe Gen4 x16, no
+NVLink; **L40S** -- 48 GB GDDR6 at 864 GB/s, 91.6 TFLOPS FP32, 362 TFLOPS FP16/BF16 tensor
+(733 with sparsity), 350 W, PCIe Gen4 x16, no NVLink, no MIG. Servers of either therefore get
+PCIe between their GPUs (:mod:`tessera.model.nodes`). Ray names them ``L4`` and ``L40S``.
+
 >>> resolve_flavor("v100").name
 'Tesla-V100-SXM2-16GB'
 >>> resolve_flavor("A100-80GB").short
@@ -98,6 +105,8 @@ CATALOG: tuple[GpuFlavor, ...] = (
     GpuFlavor("NVIDIA-A10", "A10", "Ampere", 24, 31.2, 125, 600, 150, False, True, "A10",
               ("a10",)),
     GpuFlavor("NVIDIA-L4", "L4", "Ada", 24, 30.3, 121, 300, 72, False, True, "L4", ("l4",)),
+    GpuFlavor("NVIDIA-L40S", "L40S", "Ada", 48, 91.6, 362, 864, 350, False, True, "L40S",
+              ("l40s", "l40-s")),
     GpuFlavor("NVIDIA-A100-SXM4-40GB", "A100-40GB", "Ampere", 40, 19.5, 312, 1555, 400, True,
               True, "A100-40G", ("a100-40gb", "a100-sxm4-40gb", "a100-40g")),
     GpuFlavor("NVIDIA-A100-SXM4-80GB", "A100-80GB", "Ampere", 80, 19.5, 312, 2039, 400, True,

@@ -40,7 +40,9 @@ from tessera.plan.pipeline import (
     DEFAULT_PASS_OVERHEAD_S,
     FlavorGroup,
     PipelineConfig,
-    search_pipeline,
+    PreparedSearch,
+    prepare_search,
+    walk_search,
 )
 from tessera.plan.stages import Stage
 
@@ -219,7 +221,8 @@ def plan_data_parallel_layered(model: LayeredModel, counts: Mapping[GpuFlavor, i
 def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz: int, *,
                 cost_model: CostModel | None = None, gpus_per_node: int = 8,
                 base: PipelineConfig | None = None,
-                max_layers: int | None = DEFAULT_MAX_LAYERS,
+                max_layers: int | None = DEFAULT_MAX_LAYERS, dp_copies: int | None = None,
+                micro_bsz: int | None = None,
                 links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> HybridPlan:
     """The fastest data, pipeline or data × pipeline plan (see the module docstring).
 
@@ -228,17 +231,23 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
             default: recomputation, ZeRO 0–3 and tensor parallelism up to 8.
         max_layers: coarsen longer layer chains to this many (stage boundaries every few
             blocks; :func:`~tessera.plan.models.coarsen`); ``None`` plans the full chain.
+        dp_copies: plan exactly this many pipeline copies (data-parallel degree across
+            copies) instead of searching it; the global batch must divide among them.
+        micro_bsz: likewise fix the micro-batch size (the global batch must be a multiple of
+            copies × micro-batch size).
         links: per flavor, (within-server, between-server) links instead of the catalog's
             defaults (:func:`~tessera.plan.api.nodes_for`).
 
     Raises:
         SpecError: nothing fits (the message says how much memory is short and what would
-            help), or the global batch is not a positive integer.
+            help), the global batch is not a positive integer, or it does not divide into
+            the fixed copies × micro-batch size.
     """
     if global_bsz < 1:
         raise SpecError(f"global batch must be a positive integer, got {global_bsz}")
     if not counts:
         raise SpecError("no devices to plan over")
+    _check_fixed(counts, global_bsz, dp_copies, micro_bsz)
     cm = cost_model or default_cost_model()
     proto = base or PipelineConfig(1, 1)
     best: HybridPlan | None = None
@@ -246,33 +255,100 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     if dp is not None:
         best = HybridPlan(model.name, "data-parallel", global_bsz, len(dp.shares), 0, 0,
                           (), dp, dp.step_time_s)
-    last_error = ""
     chain = coarsen(model, max_layers) if max_layers else model
-    settings = sorted(pipeline_configs(counts, global_bsz), key=lambda s: (-s[0], s[1]))
-    for copies, mb, n_micro in settings:     # cheap searches (many copies) first: a bound
+    prepared, last_error = _prepare_settings(model, chain, counts, global_bsz, cm, gpus_per_node,
+                                             proto, best.step_time_s if best else math.inf,
+                                             (dp_copies, micro_bsz), links)
+    for prep in sorted(prepared, key=lambda p: p.lower_bound_s):   # most promising first
+        if best is not None and prep.lower_bound_s >= best.step_time_s:
+            break                            # sorted: no later setting can win either
+        p = walk_search(prep, best.step_time_s if best is not None else math.inf)
+        if p is not None and (best is None or p.step_time_s < best.step_time_s):
+            cfg = prep.config
+            stages = tuple(dataclasses.replace(
+                st, first_layer=chain.original_layer(st.first_layer),
+                end_layer=chain.original_layer(st.end_layer)) for st in p.stages)
+            best = HybridPlan(model.name, "pipeline", global_bsz, cfg.dp_copies, cfg.micro_bsz,
+                              cfg.n_micro, stages, None, p.step_time_s)
+    if best is None:
+        raise SpecError(_no_fit(chain, counts, global_bsz, cm, gpus_per_node, proto,
+                                last_error, links))
+    if not math.isfinite(best.step_time_s):
+        raise SpecError(f"{model.name}: no finite plan found")
+    return _with_dropped(best, counts, estimated_flavors(model, counts, cm))
+
+
+def _check_fixed(counts: Mapping[GpuFlavor, int], global_bsz: int, dp_copies: int | None,
+                 micro_bsz: int | None) -> None:
+    """Refuse fixed copies / micro-batch sizes the global batch cannot be split into."""
+    if dp_copies is not None and not 1 <= dp_copies <= max(counts.values()):
+        raise SpecError(f"pipeline copies must be between 1 and {max(counts.values())} (the "
+                        f"most GPUs of one flavor), got {dp_copies}")
+    if micro_bsz is not None and micro_bsz not in MICRO_BATCH_CHOICES:
+        raise SpecError(f"micro-batch size must be one of {MICRO_BATCH_CHOICES}, got {micro_bsz}")
+    unit = (dp_copies or 1) * (micro_bsz or 1)
+    if global_bsz % unit:
+        lower = global_bsz // unit * unit
+        near = f"{lower} or {lower + unit}" if lower else str(unit)
+        raise SpecError(f"global batch {global_bsz} is not divisible by {dp_copies or 1} "
+                        f"pipeline copies x micro-batch {micro_bsz or 1} = {unit}: use a "
+                        f"multiple of {unit} (e.g. {near})")
+
+
+#: Every memory saver the search knows: ZeRO 0–3, recomputation, tensor parallelism up to 8.
+ALL_SAVERS = PipelineConfig(1, 1)
+
+
+def _no_fit(chain: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz: int,
+            cm: CostModel, gpus_per_node: int, proto: PipelineConfig, message: str,
+            links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> str:
+    """The no-fit message of the most favourable setting (one copy, micro-batch 1), and — when
+    the search was denied memory savers — whether they would make the model fit (checked)."""
+    if not message:
+        return f"{chain.name} does not fit on these devices with global batch {global_bsz}"
+    denied = (3 not in proto.zero_levels or not proto.allow_recompute
+              or proto.max_tp < ALL_SAVERS.max_tp)
+    if not denied or "what could help" not in message:
+        return message
+    groups = flavor_groups(chain, counts, 1, cm, gpus_per_node, links)
+    try:
+        prepare_search(chain, groups, PipelineConfig(1, global_bsz))
+    except SpecError:
+        return message.split("; what could help")[0] + (
+            "; even with ZeRO-3, recomputation and tensor parallelism up to 8 it does not "
+            "fit: add GPUs, or GPUs with more memory")
+    return message.split("; what could help")[0] + (
+        "; it fits with all memory savers enabled (ZeRO-3, recomputation, tensor parallelism "
+        "up to 8): allow them")
+
+
+def _prepare_settings(model: LayeredModel, chain: LayeredModel,
+                      counts: Mapping[GpuFlavor, int], global_bsz: int, cm: CostModel,
+                      gpus_per_node: int, proto: PipelineConfig, beat_s: float,
+                      fixed: tuple[int | None, int | None] = (None, None),
+                      links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None,
+                      ) -> tuple[list[PreparedSearch], str]:
+    """Bound and seed every (copies, micro-batch) setting that a perfect-balance bound does
+    not already rule out; also the first no-fit message, for when nothing fits anywhere.
+
+    Walking the settings afterwards in order of their lower bounds, each with the best step
+    time found so far, lets most of them stop after these first rounds.
+    """
+    prepared: list[PreparedSearch] = []
+    last_error = ""
+    for copies, mb, n_micro in pipeline_configs(counts, global_bsz):
+        if fixed[0] not in (None, copies) or fixed[1] not in (None, mb):
+            continue
         groups = flavor_groups(model, counts, copies, cm, gpus_per_node, links)
-        if best is not None and balance_bound_s(model, groups, mb, n_micro) >= best.step_time_s:
+        if balance_bound_s(model, groups, mb, n_micro) >= beat_s:
             continue
         cfg = PipelineConfig(mb, n_micro, copies, proto.overhead_s, proto.allow_recompute,
                              proto.zero_levels, proto.max_tp)
         try:
-            p = search_pipeline(chain, groups, cfg,
-                                best.step_time_s if best is not None else math.inf)
+            prepared.append(prepare_search(chain, groups, cfg))
         except SpecError as exc:
             last_error = last_error or str(exc)
-            continue
-        if p is not None and (best is None or p.step_time_s < best.step_time_s):
-            stages = tuple(dataclasses.replace(
-                st, first_layer=chain.original_layer(st.first_layer),
-                end_layer=chain.original_layer(st.end_layer)) for st in p.stages)
-            best = HybridPlan(model.name, "pipeline", global_bsz, copies, mb, n_micro,
-                              stages, None, p.step_time_s)
-    if best is None:
-        raise SpecError(last_error or f"{model.name} does not fit on these devices with global "
-                        f"batch {global_bsz}")
-    if not math.isfinite(best.step_time_s):
-        raise SpecError(f"{model.name}: no finite plan found")
-    return _with_dropped(best, counts, estimated_flavors(model, counts, cm))
+    return prepared, last_error
 
 
 def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int],

@@ -169,6 +169,9 @@ class _Search:
         # per order: least Σt and least max t over all its plans (filled by the uncapped rounds)
         self.least_sum: dict[tuple[int, ...], float] = {}
         self.least_max: dict[tuple[int, ...], float] = {}
+        # capped least-Σt rounds solved so far: (τ, α, result, its max t, its max A)
+        self._solved: list[tuple[float, float, OrderResult | None, float, float]] = []
+        self.reused = 0
 
     def order_bound(self, order: tuple[int, ...]) -> float:
         """Lower bound on the step time of every plan of ``order``: ``Σt_min + (M−1)·t_min``."""
@@ -176,11 +179,15 @@ class _Search:
         return self.least_sum.get(order, 0.0) + m1 * self.least_max.get(order, 0.0)
 
     def solve(self, tau_s: float, alpha_s: float, *, bottleneck: bool = False,
-              best_step_s: float = math.inf) -> OrderResult | None:
+              best_step_s: float = math.inf, sync_weight: float = 0.0) -> OrderResult | None:
         """Best plan under the caps over the flavor orders that could still beat
-        ``best_step_s``."""
-        caps = RoundCaps(tau_s, alpha_s)
-        uncapped = math.isinf(tau_s) and math.isinf(alpha_s)
+        ``best_step_s`` (``sync_weight``: see :class:`~tessera.plan.pipeline_dp.RoundCaps`)."""
+        plain = not bottleneck and not sync_weight
+        if plain and (known := self._known(tau_s, alpha_s)) is not None:
+            self.reused += 1
+            return known[0]
+        caps = RoundCaps(tau_s, alpha_s, sync_weight)
+        uncapped = math.isinf(tau_s) and math.isinf(alpha_s) and not sync_weight
         best: OrderResult | None = None
         for order in self.orders:
             if self.order_bound(order) >= best_step_s:
@@ -192,7 +199,26 @@ class _Search:
             if r is not None and (best is None or r.sum_time_s < best.sum_time_s):
                 best = r
         self.rounds += 1
+        if plain:
+            self._solved.append((tau_s, alpha_s, best,
+                                 max((x.time_s for x in best.stages), default=0.0) if best else 0.0,
+                                 max((x.allreduce_s for x in best.stages), default=0.0)
+                                 if best else 0.0))
         return best
+
+    def _known(self, tau_s: float, alpha_s: float) -> tuple[OrderResult | None] | None:
+        """An earlier least-Σt round that answers caps (τ, α) too, if any.
+
+        Caps only remove plans, so a round with looser caps (τ' ≥ τ, α' ≥ α) whose best plan
+        meets the tighter caps has the tighter round's answer (the least Σt of a larger set,
+        and in it); if it found nothing, neither would the tighter one. Orders skipped then are
+        skipped now (the incumbent only improves), so the answer holds for them too.
+        """
+        for tau2, alpha2, r, r_t, r_a in reversed(self._solved):
+            if tau2 >= tau_s and alpha2 >= alpha_s and (r is None or (r_t <= tau_s
+                                                                     and r_a <= alpha_s)):
+                return (r,)
+        return None
 
     def candidates(self) -> tuple[list[float], list[float]]:
         """Sorted distinct stage times and gradient-sync times of options that fit at all."""
@@ -232,6 +258,46 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     Raises:
         SpecError: no partition fits in memory.
     """
+    return walk_search(prepare_search(model, groups, config), beat_s)
+
+
+@dataclass
+class PreparedSearch:
+    """One model × groups × config after its cheap first rounds.
+
+    Attributes:
+        model_name: the model planned.
+        search: the DP state (stage prices, per-order bounds, rounds run so far).
+        least_sum_s: the least Σt of any plan.
+        least_bottleneck_s: the least max t of any plan.
+        first_plans: the plans of those two rounds (they fit; the walk's first incumbents).
+    """
+
+    model_name: str
+    search: _Search
+    least_sum_s: float
+    least_bottleneck_s: float
+    first_plans: tuple[tuple[Stage, ...], ...]
+
+    @property
+    def config(self) -> PipelineConfig:
+        return self.search.sc.config
+
+    @property
+    def lower_bound_s(self) -> float:
+        """No plan of this setting is faster: ``Σt_min + (M − 1)·t_min``."""
+        return self.least_sum_s + (self.config.n_micro - 1) * self.least_bottleneck_s
+
+
+def prepare_search(model: LayeredModel, groups: Sequence[FlavorGroup],
+                   config: PipelineConfig) -> PreparedSearch:
+    """Run the two rounds that bound a setting (see :func:`walk_search`): uncapped, they give
+    the least Σt and the least bottleneck of any plan, so the lower bound
+    ``Σt_min + (M − 1)·t_min``, and two plans that fit.
+
+    Raises:
+        SpecError: no partition fits in memory.
+    """
     groups = canonical_groups(groups)
     if not groups:
         raise SpecError("no devices to plan a pipeline over")
@@ -241,71 +307,131 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
     if model.n_layers >= 4096 or any(g.count >= 4096 for g in groups):
         raise SpecError("the pipeline search handles fewer than 4096 layers and 4096 GPUs of "
                         "a flavor per copy; coarsen the model or plan more copies")
-    sc = StageCosts(model, groups, config)
-    search = _Search(sc)
+    search = _Search(StageCosts(model, groups, config))
     unconstrained = search.solve(math.inf, math.inf)
     if unconstrained is None:
         raise SpecError(no_fit_message(model, groups, config))
-    m1 = config.n_micro - 1
     least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True)
-    t_lb = least_bottleneck.sum_time_s if least_bottleneck is not None else 0.0
-    best_stages: tuple[Stage, ...] | None = None
-    best = beat_s
-    if unconstrained.sum_time_s + m1 * t_lb >= best:
+    assert least_bottleneck is not None          # any plan that fits has a bottleneck
+    return PreparedSearch(model.name, search, unconstrained.sum_time_s,
+                          least_bottleneck.sum_time_s,
+                          (unconstrained.stages, least_bottleneck.stages))
+
+
+def _seed(prep: PreparedSearch) -> tuple[float, tuple[Stage, ...]]:
+    """The best of the bounding rounds' plans, a plan minimising ``max_s ((M−1)·t_s + A_s)``
+    (the step time's two maxima priced stage by stage) and the polish of the best of them (the
+    least Σt among plans with no larger bottleneck and sync, so no slower). Only a first
+    incumbent: the walk's exactness does not depend on it, but a good one cuts the walk short.
+    """
+    search, m = prep.search, prep.config.n_micro
+    seeds = list(prep.first_plans)
+    weighted = search.solve(math.inf, math.inf, bottleneck=True,
+                            sync_weight=1.0 / max(m - 1, 1))
+    if weighted is not None:
+        seeds.append(weighted.stages)
+    best = min(seeds, key=lambda st: step_time_s(st, m))
+    polished = search.solve(max(s.time_s for s in best), max(s.allreduce_s for s in best))
+    if polished is not None and step_time_s(polished.stages, m) < step_time_s(best, m):
+        best = polished.stages
+    return step_time_s(best, m), best
+
+
+def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan | None:
+    """The optimal plan of a prepared setting if it is faster than ``beat_s``, else ``None``.
+
+    The walk of the module docstring, started with the better of ``beat_s`` and the seeds,
+    and — to find a near-optimal incumbent before the walk from τ = ∞ — one α walk at the
+    seed's own bottleneck (its rounds are reused by the main walk where they answer it).
+    """
+    search, config = prep.search, prep.config
+    m1 = config.n_micro - 1
+    t_lb = prep.least_bottleneck_s
+    if prep.lower_bound_s >= beat_s:
         return None
-    seeds = [unconstrained] + ([least_bottleneck] if least_bottleneck is not None else [])
-    for seed in seeds:                   # two good plans to start from: least Σt, least max t
-        step = step_time_s(seed.stages, config.n_micro)
-        if step < best:
-            best, best_stages = step, seed.stages
-    taus, alphas = search.candidates()
+    walk = _AlphaWalk(search, *search.candidates()[1:], t_lb, beat_s)
+    seed_step_s, seed_stages = _seed(prep)
+    walk.consider(seed_step_s, seed_stages)
+    walk.run(max(s.time_s for s in seed_stages))
+    taus = search.candidates()[0]
     tau = math.inf
     while True:                      # τ walks down the (Σt, max t) front
+        first_sum, max_t = walk.run(tau)
+        if not math.isfinite(first_sum) or first_sum + m1 * t_lb >= walk.best_s:
+            break
+        # next τ: below this level's bottlenecks, and low enough to beat the best with Σt ≥ now
+        below = bisect.bisect_left(
+            taus, min(max_t, (walk.best_s - first_sum) / max(m1, 1e-300))) - 1
+        if below < 0:
+            break
+        tau = taus[below]
+    if walk.best_stages is None:
+        return None
+    return PipelinePlan(prep.model_name, walk.best_stages, config, search.rounds)
+
+
+class _AlphaWalk:
+    """The inner walk of the search: α down the (Σt, max A) front under one τ, keeping the
+    best plan found over all walks."""
+
+    def __init__(self, search: _Search, alphas: list[float], t_lb: float, beat_s: float
+                 ) -> None:
+        self.search, self.alphas, self.t_lb = search, alphas, t_lb
+        self.best_s = beat_s
+        self.best_stages: tuple[Stage, ...] | None = None
+
+    def consider(self, step_s: float, stages: tuple[Stage, ...]) -> None:
+        if step_s < self.best_s:
+            self.best_s, self.best_stages = step_s, stages
+
+    def run(self, tau: float) -> tuple[float, float]:
+        """Walk α under ``tau``; the least Σt met and the largest bottleneck of its plans."""
+        m = self.search.sc.config.n_micro
         alpha, first_sum, max_t = math.inf, math.inf, 0.0
-        while True:                  # α walks down the (Σt, max A) front under τ
-            r = search.solve(tau, alpha, best_step_s=best)
+        while True:
+            r = self.search.solve(tau, alpha, best_step_s=self.best_s)
             if r is None:
                 break
             first_sum = min(first_sum, r.sum_time_s)
             max_t = max(max_t, max(s.time_s for s in r.stages))
-            step = step_time_s(r.stages, config.n_micro)
-            if step < best:
-                best, best_stages = step, r.stages
-            if r.sum_time_s + m1 * max_t >= best:
+            self.consider(step_time_s(r.stages, m), r.stages)
+            if r.sum_time_s + (m - 1) * max_t >= self.best_s:
                 break                # see the module docstring: plans with max t < max_t are
                                      # the next τ's; the rest have Σt ≥ r's and max t ≥ max_t
             # next α: below r's sync time, and low enough that Σt ≥ r's could still win
-            cap = min(max(s.allreduce_s for s in r.stages), best - r.sum_time_s - m1 * t_lb)
-            below = bisect.bisect_left(alphas, cap) - 1
+            cap = min(max(s.allreduce_s for s in r.stages),
+                      self.best_s - r.sum_time_s - (m - 1) * self.t_lb)
+            below = bisect.bisect_left(self.alphas, cap) - 1
             if below < 0:
                 break
-            alpha = alphas[below]
-        if not math.isfinite(first_sum) or first_sum + m1 * t_lb >= best:
-            break
-        # next τ: below this level's bottlenecks, and low enough to beat the best with Σt ≥ now
-        below = bisect.bisect_left(taus, min(max_t, (best - first_sum) / max(m1, 1e-300))) - 1
-        if below < 0:
-            break
-        tau = taus[below]
-    if best_stages is None:
-        return None
-    return PipelinePlan(model.name, best_stages, config, search.rounds)
+            alpha = self.alphas[below]
+        return first_sum, max_t
 
 
 def no_fit_message(model: LayeredModel, groups: Sequence[FlavorGroup],
                    config: PipelineConfig) -> str:
-    """Why nothing fits: memory short by how much, and what would help."""
+    """Why nothing fits, on one line: memory short by how much, and what would help.
+
+    The training state (weights, gradients, optimizer) must be held somewhere whatever the
+    plan — ZeRO and tensor parallelism only spread it — so when it exceeds the devices' usable
+    memory the message names the shortfall and how many more of the offered GPU with the
+    most memory would cover it; otherwise some stage cannot fit on its GPUs, and the message
+    lists the memory savers this search was not allowed to use.
+    """
     usable = sum(g.budget.usable_bytes * g.count for g in groups)
     state = model.params * model.state_bytes_per_param
-    lines = [f"{model.name} does not fit on these devices with micro-batch {config.micro_bsz}: "
-             f"its training state alone needs {state / GIB:.1f} GiB "
-             f"({model.state_bytes_per_param:g} B/parameter), the devices offer "
-             f"{usable / GIB:.1f} GiB usable in total"]
+    head = (f"{model.name} does not fit on these devices with micro-batch {config.micro_bsz}: "
+            f"its training state alone needs {state / GIB:.1f} GiB "
+            f"({model.state_bytes_per_param:g} B/parameter), the devices offer "
+            f"{usable / GIB:.1f} GiB usable in total")
     if state > usable:
-        lines.append(f"short by {(state - usable) / GIB:.1f} GiB before any activations: "
-                     "add devices")
-    else:
-        lines.append("no partition keeps every stage within its GPU's memory")
+        big = max(groups, key=lambda g: g.budget.usable_bytes)
+        more = math.ceil((state - usable) / big.budget.usable_bytes)
+        return (f"{head}; short by {(state - usable) / GIB:.1f} GiB before any activations: "
+                f"add at least {more} more {big.flavor.short} "
+                f"({big.budget.usable_bytes / GIB:.1f} GiB usable each) or other GPUs with as "
+                "much memory (ZeRO, recomputation and tensor parallelism only spread the "
+                "state, they do not shrink it)")
     helps = []
     if 3 not in config.zero_levels:
         helps.append("ZeRO-3 sharding")
@@ -316,4 +442,5 @@ def no_fit_message(model: LayeredModel, groups: Sequence[FlavorGroup],
     if config.micro_bsz > 1:
         helps.append("a smaller micro-batch")
     helps.append("more or larger GPUs")
-    return "; ".join(lines) + "; what would help: " + ", ".join(helps)
+    return (f"{head}; no partition keeps every stage within its GPU's memory; what could "
+            f"help: {', '.join(helps)}")

@@ -51,10 +51,18 @@ def widths_up_to(count: int) -> tuple[int, ...]:
 
 @dataclass
 class RoundCaps:
-    """Caps of one DP round and the per-(group, width, in-flight) cheapest-option matrices."""
+    """Caps of one DP round and the per-(group, width, in-flight) cheapest-option matrices.
+
+    With ``sync_weight`` w > 0 a span's price is ``t + w·A`` instead of ``t`` (the option
+    chosen per span is the one with the least such price): the bottleneck DP then minimises
+    ``max_s (t_s + w·A_s)``, which with w = 1/(M − 1) is the part ``(M−1)·max t + max A`` of
+    the step time stage by stage — the search's first guess of a good plan (a seed), never
+    used as a bound.
+    """
 
     tau_s: float
     alpha_s: float
+    sync_weight: float = 0.0
     cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict)
     stacked: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -66,8 +74,16 @@ class RoundCaps:
         if key not in self.cache:
             times, fmax = self._capped(sc, gi, width)
             t = np.where(fmax >= in_flight, times, np.inf)
-            idx = t.argmin(axis=0)
-            self.cache[key] = (np.take_along_axis(t, idx[None], axis=0)[0], idx)
+            self.cache[key] = (t.min(axis=0), t.argmin(axis=0))
+        return self.cache[key]
+
+    def cheapest_widths(self, sc: StageCosts, gi: int, widths: tuple[int, ...], in_flight: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`cheapest` for every width at once: (widths × spans) time and option index."""
+        key = (gi, -len(widths), in_flight)
+        if key not in self.cache:
+            parts = [self.cheapest(sc, gi, w, in_flight) for w in widths]
+            self.cache[key] = (np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]))
         return self.cache[key]
 
     def _capped(self, sc: StageCosts, gi: int, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +91,9 @@ class RoundCaps:
         key = (gi, width)
         if key not in self.stacked:
             t, a, f = sc.stacked(gi, width)
-            self.stacked[key] = (np.where((t <= self.tau_s) & (a <= self.alpha_s), t, np.inf), f)
+            price = t + self.sync_weight * a if self.sync_weight else t
+            self.stacked[key] = (np.where((t <= self.tau_s) & (a <= self.alpha_s), price,
+                                          np.inf), f)
         return self.stacked[key]
 
 
@@ -91,8 +109,8 @@ class OrderResult:
 _RADIX = 4096
 
 
-def _pack(end: np.ndarray | int, width: int, opt: np.ndarray, src_q: np.ndarray | int,
-          src_r: np.ndarray | int) -> np.ndarray:
+def _pack(end: np.ndarray | int, width: np.ndarray | int, opt: np.ndarray,
+          src_q: np.ndarray | int, src_r: np.ndarray | int) -> np.ndarray:
     code = (np.asarray(end, dtype=np.int64) * _RADIX + width) * 64 + opt
     return (code * 16 + (np.asarray(src_q) + 1)) * _RADIX + (np.asarray(src_r) + 1)
 
@@ -122,8 +140,9 @@ class _Layer:
         shape = (count + 1, n + 1)
         return cls(np.full(shape, np.inf), np.zeros(shape, dtype=np.int64))
 
-    def offer(self, rows: slice, val: np.ndarray, end: np.ndarray | int, width: int,
-              opt: np.ndarray, src_q: np.ndarray | int, src_r: np.ndarray | int) -> None:
+    def offer(self, rows: slice | np.ndarray, val: np.ndarray, end: np.ndarray | int,
+              width: np.ndarray | int, opt: np.ndarray, src_q: np.ndarray | int,
+              src_r: np.ndarray | int) -> None:
         """Keep, per (row, layer), whichever of the current and the offered suffix is cheaper."""
         cur = self.value[rows]
         better = val < cur
@@ -146,7 +165,6 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
     counts = [sc.groups[g].count for g in order]
     widths = [widths_up_to(c) for c in counts]
     k_max = min(n, sum(counts))
-    cols = np.arange(n + 1)
     history: list[list[_Layer]] = []
     seen = [np.full((c + 1, n + 1), np.inf) for c in counts]
     best: tuple[float, int, int, int] | None = None    # (value, k, q, r)
@@ -157,30 +175,19 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
         if prev is not None:
             rest_val, rest_q, rest_r = _best_rest(prev, len(order), n)
         for q, gi in enumerate(order):
-            c = counts[q]
-            for w in widths[q]:
-                t, oi = caps.cheapest(sc, gi, w, f)
-                if prev is None:
-                    layer[q].offer(slice(c - w, c - w + 1), t[None, :, n], n, w,
-                                   oi[None, :, n], -1, -1)
-                    continue
-                src = prev[q].value[w:, :]                        # rows r = w .. c
-                live = np.isfinite(src).any(axis=1)
-                if live.any():
-                    lo = int(np.argmax(live))
-                    cand = join(t[None, :, :], src[lo:, None, :])
-                    arg = cand.argmin(axis=2)
-                    val = cand.min(axis=2)
-                    rows = np.arange(lo, src.shape[0])[:, None]
-                    layer[q].offer(slice(lo, src.shape[0]), val, arg, w, oi[cols[None, :], arg],
-                                   q, rows + w)
-                if q + 1 < len(order) and np.isfinite(rest_val[q]).any():
-                    cand2 = join(t, rest_val[q][None, :])
-                    arg2 = cand2.argmin(axis=1)
-                    val2 = cand2[cols, arg2]
-                    layer[q].offer(slice(c - w, c - w + 1), val2[None, :], arg2[None, :], w,
-                                   oi[cols, arg2][None, :], rest_q[q][arg2][None, :],
-                                   rest_r[q][arg2][None, :])
+            ws = np.array(widths[q])
+            t, oi = caps.cheapest_widths(sc, gi, widths[q], f)      # (widths × spans)
+            top = counts[q] - ws                                   # rows of a fresh flavor
+            if prev is None:                                       # the last stage: [h, n)
+                layer[q].offer(top, t[:, :, n], n, ws[:, None], oi[:, :, n], -1, -1)
+                continue
+            _extend(layer[q], prev[q].value, t, oi, ws, q, join)
+            if q + 1 < len(order) and np.isfinite(rest_val[q]).any():
+                cand = join(t, rest_val[q][None, None, :])         # (widths, h, i)
+                arg = cand.argmin(axis=2)
+                wi, hi = np.indices(arg.shape)
+                layer[q].offer(top, cand.min(axis=2), arg, ws[:, None], oi[wi, hi, arg],
+                               rest_q[q][arg], rest_r[q][arg])
         for q in range(len(order)):
             _prune_dominated(layer[q], seen[q])
         history.append(layer)
@@ -196,6 +203,34 @@ def solve_order(sc: StageCosts, order: Sequence[int], caps: RoundCaps, *,
     if best is None:
         return None
     return OrderResult(best[0], _rebuild(sc, order, history, best[1:]))
+
+
+def _extend(layer: _Layer, src: np.ndarray, t: np.ndarray, oi: np.ndarray, ws: np.ndarray,
+            q: int, join: np.ufunc) -> None:
+    """Offer every suffix that puts one more stage of flavor q in front of a q-suffix.
+
+    A front stage [h, i) on w GPUs before a suffix starting at i with r + w GPUs left leaves
+    r; one min-plus product over (widths × rows × h × i) does every width at once.
+    """
+    c = src.shape[0] - 1
+    live = np.flatnonzero(np.isfinite(src).any(axis=1))
+    if live.size == 0:
+        return
+    r0, r1 = max(0, int(live[0]) - int(ws.max())), int(live[-1]) - int(ws.min())
+    if r1 < r0:
+        return
+    rows = np.arange(r0, r1 + 1)
+    idx = rows[None, :] + ws[:, None]                              # source rows (widths × rows)
+    shifted = np.where((idx <= c)[:, :, None], src[np.minimum(idx, c)], np.inf)
+    cand = join(t[:, None, :, :], shifted[:, :, None, :])          # (widths, rows, h, i)
+    arg_i = cand.argmin(axis=3)
+    by_w = cand.min(axis=3)
+    arg_w = by_w.argmin(axis=0)                                    # (rows, h)
+    val = by_w.min(axis=0)
+    h = np.arange(t.shape[1])[None, :]
+    end = arg_i[arg_w, np.arange(rows.size)[:, None], h]
+    layer.offer(slice(r0, r1 + 1), val, end, ws[arg_w], oi[arg_w, h, end], q,
+                rows[:, None] + ws[arg_w])
 
 
 def _prune_dominated(layer: _Layer, seen: np.ndarray) -> None:

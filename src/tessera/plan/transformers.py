@@ -64,6 +64,7 @@ SPECS: dict[str, TransformerSpec] = {
         TransformerSpec("gpt3-2.7b", "gpt", 32, 2560, 32, 2048, 50257),
         TransformerSpec("gpt3-6.7b", "gpt", 32, 4096, 32, 2048, 50257),
         TransformerSpec("gpt3-13b", "gpt", 40, 5140, 40, 2048, 50257),
+        TransformerSpec("gpt3-175b", "gpt", 96, 12288, 96, 2048, 50257),
         TransformerSpec("llama-7b", "llama", 32, 4096, 32, 2048, 32000, 11008, 32),
         TransformerSpec("llama-13b", "llama", 40, 5120, 40, 2048, 32000, 13824, 40),
         TransformerSpec("llama-70b", "llama", 80, 8192, 64, 4096, 32000, 28672, 8),
@@ -74,6 +75,7 @@ SPECS: dict[str, TransformerSpec] = {
 #: 6.7B, 13.0B and 69B (68.98B) parameters; ViT-L/16 304M, Dosovitskiy et al. Table 1).
 PUBLISHED_PARAMS: dict[str, float] = {
     "gpt3-1.3b": 1.3e9, "gpt3-2.7b": 2.7e9, "gpt3-6.7b": 6.7e9, "gpt3-13b": 13.0e9,
+    "gpt3-175b": 175.0e9,
     "llama-7b": 6.7e9, "llama-13b": 13.0e9, "llama-70b": 69.0e9, "vit-l16": 304e6,
 }
 
