@@ -15,6 +15,7 @@ from tessera.live.api import create_app
 from tessera.live.batches import plan_rank_roles
 from tessera.live.spec import LiveJob, to_live_job, validate_request
 from tessera.plan.ranks import PLAN_ENV_VARS
+from tessera.sched.plans import ThreeDPlans
 from tessera.sched.snapshot import Placement
 from tests.live.helpers import TEAM_A, auth, make_service, wait_for
 
@@ -104,7 +105,7 @@ def test_the_plan_variables_are_set_for_every_rank_of_a_placement() -> None:
     job = _job()
     placement = Placement(gpus_by_node=(("n1", 4), ("n2", 4)), flavor="mixed",
                           node_flavors=("A100-80GB", "V100-16GB"))
-    roles = plan_rank_roles(job, placement, BATCH)
+    roles = plan_rank_roles(job, placement, BATCH, ThreeDPlans())
     assert len(roles.envs) == 8
     for env in roles.envs:
         assert [k for k, _v in env] == sorted(PLAN_ENV_VARS)
@@ -114,7 +115,7 @@ def test_the_plan_variables_are_set_for_every_rank_of_a_placement() -> None:
 def test_a_plan_that_cannot_be_made_gives_no_variables_and_says_why() -> None:
     job = _job(model="llama-70b")
     placement = Placement(gpus_by_node=(("n1", 1),), flavor="T4")
-    roles = plan_rank_roles(job, placement, BATCH)
+    roles = plan_rank_roles(job, placement, BATCH, ThreeDPlans())
     assert roles.envs == ()
     assert "no 3-D plan" in roles.summary and "short" in roles.summary
 
