@@ -169,3 +169,11 @@ def test_a_plan_cache_is_per_oracle_and_shared_with_its_agnostic_twin() -> None:
     assert a.as_agnostic().plans is a.plans
     shared = ThreeDPlans()
     assert ThroughputOracle(default_throughputs(), _cluster(), plans=shared).plans is shared
+
+
+def test_a_simulated_3d_job_no_plan_fits_is_rejected_with_the_planners_message() -> None:
+    c = make_cluster().node("t4", gpus=2).node("k80", gpus=2).build()
+    w = make_workload(_job(gpus=4, p3=ThreeDParallel("llama-70b", 8), job_id="huge"))
+    r = simulate(w, c, "fifo", SimConfig(scheduler=SchedulerSettings(mixed_gangs=True)))
+    assert r.jobs[0].outcome == "rejected"
+    assert "no 3-D plan of llama-70b fits" in r.jobs[0].reason and "short by" in r.jobs[0].reason
