@@ -16,7 +16,7 @@ from tessera.perf.profiles import default_throughputs
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.mixed_placement import Releases, try_mixed
 from tessera.sched.options import PlacementOptions
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.oracle import ThroughputOracle, rate_key
 from tessera.sched.placement import FreeGpus
 from tessera.sched.plans import NoPlanError, ThreeDPlans, gang_shape
 from tessera.sched.reasons import CannotRun, PendingKind, pending_reasons
@@ -177,3 +177,12 @@ def test_a_simulated_3d_job_no_plan_fits_is_rejected_with_the_planners_message()
     r = simulate(w, c, "fifo", SimConfig(scheduler=SchedulerSettings(mixed_gangs=True)))
     assert r.jobs[0].outcome == "rejected"
     assert "no 3-D plan of llama-70b fits" in r.jobs[0].reason and "short by" in r.jobs[0].reason
+
+
+def test_a_3d_job_never_shares_cached_rates_with_a_data_parallel_job_of_its_type() -> None:
+    oracle = ThroughputOracle(default_throughputs(), _cluster())
+    dp, p3 = _job(gpus=4, p3=None), _job(gpus=4)
+    for view in (oracle, oracle.as_agnostic()):
+        first = view.rates(dp)
+        assert view.rates(p3) != first and view.rates(dp) == first
+    assert rate_key(dp) != rate_key(p3)

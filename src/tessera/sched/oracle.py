@@ -28,6 +28,15 @@ from tessera.sched.mixed import MixedRates
 from tessera.sched.plans import ThreeDPlans
 from tessera.sched.snapshot import Placement
 
+RateKey = tuple[str, int, tuple[GpuFlavor, ...], ThreeDParallel | None]
+"""What a job's per-flavor rates depend on: job type, gang size, allowed flavors, parallelism."""
+
+
+def rate_key(job: JobSpec) -> RateKey:
+    """The key under which jobs share per-flavor rates (a 3-D job never shares with a
+    data-parallel one of the same type, nor with one of another model or batch)."""
+    return job.job_type, job.num_gpus, job.flavors, job.parallelism
+
 
 @dataclass(frozen=True, slots=True)
 class FlavorRate:
@@ -84,10 +93,10 @@ class ThroughputOracle:
         self._max_node = {f.short: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
         self._reference = table.reference_flavor
         self._cache: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
-        self._view: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
+        self._view: dict[RateKey, tuple[FlavorRate, ...]] = {}
         self._types: frozenset[str] | None = None
         self._twin: ThroughputOracle | None = None
-        self._upgrades: dict[tuple[str, int, tuple[GpuFlavor, ...], str, bool],
+        self._upgrades: dict[tuple[RateKey, str, bool],
                              tuple[str, float, float] | None] = {}
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
@@ -202,7 +211,7 @@ class ThroughputOracle:
         real = self.real_rates(job)
         if not self.agnostic:
             return real
-        key = (job.job_type, job.num_gpus, job.flavors)
+        key = rate_key(job)
         hit = self._view.get(key)
         if hit is not None:
             return hit
@@ -225,7 +234,7 @@ class ThroughputOracle:
     ) -> tuple[str, float, float] | None:
         """``(fastest flavor, its rate, current rate)`` when ``job`` would run faster on
         another flavor than on ``flavor``, else ``None`` (cached; the policy's view)."""
-        key = (job.job_type, job.num_gpus, job.flavors, flavor, consolidated)
+        key = (rate_key(job), flavor, consolidated)
         if key in self._upgrades:
             return self._upgrades[key]
         rates = self.rates(job)
