@@ -13,8 +13,11 @@ from typer.testing import CliRunner
 from tessera.errors import SpecError
 from tessera.live.api import create_app
 from tessera.live.batches import plan_rank_roles
+from tessera.live.service import LiveService
 from tessera.live.spec import LiveJob, to_live_job, validate_request
+from tessera.model.jobs import JobSpec, ThreeDParallel
 from tessera.plan.ranks import PLAN_ENV_VARS
+from tessera.sched.plans import ThreeDPlans
 from tessera.sched.snapshot import Placement
 from tests.live.helpers import TEAM_A, auth, make_service, wait_for
 
@@ -79,6 +82,8 @@ def test_each_ranks_environment_matches_tessera_plan_json(tmp_path: Path) -> Non
             wait_for(lambda: api.get(f"/api/jobs/{jid}", headers=auth(TEAM_A)).json()["state"]
                      == "succeeded", what="the job to finish", timeout_s=120)
             events = [e.detail for e in svc.store.events(jid)]
+            rec = svc.store.get(jid)
+            assert rec is not None
     finally:
         svc.stop()
     assert any("3-D plan: pipeline" in e for e in events), events
@@ -87,11 +92,39 @@ def test_each_ranks_environment_matches_tessera_plan_json(tmp_path: Path) -> Non
     for f in ckpt.glob("rank-*"):
         env = dict(line.split("=", 1) for line in f.read_text().splitlines())
         seen[f"{env['TESSERA_NODE']}:{env['LOCAL_RANK']}"] = env
+    _priced_by_the_launched_plan(svc, rec.job.spec, seen, events)
     assert sorted(seen) == sorted(expected)
     for device, want in expected.items():
         got = {k: seen[device][k] for k in want}
         assert got == want, device
     assert {e["TESSERA_MICRO_BATCHES"] for e in seen.values()} == {str(cli["n_micro"])}
+
+
+def _priced_by_the_launched_plan(svc: LiveService, spec: JobSpec,
+                                 seen: dict[str, dict[str, str]], events: list[str]) -> None:
+    """The scheduler priced the gang with the plan the ranks were launched with."""
+    assert spec.parallelism == ThreeDParallel(MODEL, BATCH)
+    flavor_of = {n.node_id: n.flavor.short for n in svc.cluster.nodes}
+    parts: list[tuple[str, str, int]] = []
+    for env in sorted(seen.values(), key=lambda e: int(e["RANK"])):
+        node = env["TESSERA_NODE"]
+        if parts and parts[-1][0] == node:
+            parts[-1] = (node, flavor_of[node], parts[-1][2] + 1)
+        else:
+            parts.append((node, flavor_of[node], 1))
+    placement = Placement.mixed(tuple(parts))
+    searched = len(svc.oracle.plans)
+    plan = svc.oracle.plans.plan(spec.parallelism, placement.parts())
+    assert len(svc.oracle.plans) == searched      # already there: nothing was planned anew
+    assert 1.0 / svc.oracle.placement_rate(spec, placement) == plan.plan.step_time_s
+    assert any(f"step {plan.plan.step_time_s:.3f} s predicted" in e for e in events), events
+
+
+def test_a_3d_request_gives_the_core_a_3d_job_and_keeps_it_across_a_restart() -> None:
+    job = _job()
+    assert job.spec.parallelism == ThreeDParallel(MODEL, BATCH)
+    assert LiveJob.from_json(job.to_json()).spec.parallelism == job.spec.parallelism
+    assert _job(parallelism="data").spec.parallelism is None
 
 
 def _job(parallelism: str = "3d", model: str = MODEL) -> LiveJob:
@@ -104,7 +137,7 @@ def test_the_plan_variables_are_set_for_every_rank_of_a_placement() -> None:
     job = _job()
     placement = Placement(gpus_by_node=(("n1", 4), ("n2", 4)), flavor="mixed",
                           node_flavors=("A100-80GB", "V100-16GB"))
-    roles = plan_rank_roles(job, placement, BATCH)
+    roles = plan_rank_roles(job, placement, BATCH, ThreeDPlans())
     assert len(roles.envs) == 8
     for env in roles.envs:
         assert [k for k, _v in env] == sorted(PLAN_ENV_VARS)
@@ -114,7 +147,7 @@ def test_the_plan_variables_are_set_for_every_rank_of_a_placement() -> None:
 def test_a_plan_that_cannot_be_made_gives_no_variables_and_says_why() -> None:
     job = _job(model="llama-70b")
     placement = Placement(gpus_by_node=(("n1", 1),), flavor="T4")
-    roles = plan_rank_roles(job, placement, BATCH)
+    roles = plan_rank_roles(job, placement, BATCH, ThreeDPlans())
     assert roles.envs == ()
     assert "no 3-D plan" in roles.summary and "short" in roles.summary
 

@@ -48,25 +48,22 @@ and its own ``TESSERA_LOCAL_BATCH`` (``docs/live.md`` lists the variables).
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tessera.errors import NoProfileError
 from tessera.live.spec import LiveJob
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
+from tessera.model.jobs import ThreeDParallel
 from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.dp import DEFAULT_MAX_MICRO_STEPS
 from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.plans import ThreeDPlans
 from tessera.sched.snapshot import Placement
 from tessera.train.balancer import equal_split
-
-if TYPE_CHECKING:
-    from tessera.plan.api import RankedPlan
 
 log = logging.getLogger("tessera.live")
 
@@ -255,7 +252,7 @@ class RankPlan:
 
 
 def plan_rank_roles(job: LiveJob, placement: Placement, global_batch: int,
-                    cost_model: CostModel | None = None) -> RankPlan:
+                    plans: ThreeDPlans) -> RankPlan:
     """The 3-D plan of a ``parallelism: 3d`` job on ``placement`` and each rank's role.
 
     The plan is ``tessera plan``'s (:func:`tessera.plan.api.plan_ranked`) for the gang's
@@ -263,13 +260,16 @@ def plan_rank_roles(job: LiveJob, placement: Placement, global_batch: int,
     parallelism limited to the largest power of two dividing every node's share (so every
     tensor-parallel group fits on one server); ranks follow :meth:`Placement.parts`, as
     :func:`~tessera.live.executors.base.rank_envs` numbers them. On full servers that is the
-    same plan, rank for rank, as ``tessera plan --json`` prints for the same devices. Plans are
-    cached per gang shape (the search takes seconds). Never raises: a failure gives no
-    variables and says why.
+    same plan, rank for rank, as ``tessera plan --json`` prints for the same devices.
+
+    ``plans`` is the service oracle's cache (:attr:`ThroughputOracle.plans
+    <tessera.sched.oracle.ThroughputOracle.plans>`): the plan object that priced the gang when
+    the scheduler chose it is the one whose roles are exported here. Never raises: a failure
+    gives no variables and says why.
     """
     parts = tuple(placement.parts())
     try:
-        ranked = _cached_plan(job.model or "", parts, global_batch)
+        ranked = plans.ranked(ThreeDParallel(job.model or "", global_batch), parts)
     except Exception as e:  # a launch must not fail because the plan did
         log.exception("job %s: 3-D plan failed", job.spec.job_id)
         return RankPlan((), f"no 3-D plan ({type(e).__name__}: {e}); ranks get no "
@@ -279,26 +279,3 @@ def plan_rank_roles(job: LiveJob, placement: Placement, global_batch: int,
     copies = f"{p.dp_copies} cop{'y' if p.dp_copies == 1 else 'ies'}"
     return RankPlan(envs, f"3-D plan: {p.kind}, {copies} x {max(1, len(p.stages))} stage(s), "
                     f"step {p.step_time_s:.3f} s predicted, {ranked.breakdown.bound}-bound")
-
-
-@functools.lru_cache(maxsize=32)
-def _cached_plan(model: str, parts: tuple[tuple[str, int, str], ...], global_batch: int
-                 ) -> RankedPlan:
-    from tessera.model.gpus import resolve_flavor
-    from tessera.plan.api import plan_ranked
-    from tessera.plan.models import layered_model
-    from tessera.plan.pipeline import PipelineConfig
-    from tessera.plan.ranks import slots_of_parts
-
-    counts: dict[GpuFlavor, int] = {}
-    for _node, count, flavor in parts:
-        f = resolve_flavor(flavor)
-        counts[f] = counts.get(f, 0) + count
-    shares = [count for _node, count, _f in parts]
-    max_tp = 1
-    while max_tp < 8 and all(c % (2 * max_tp) == 0 for c in shares):
-        max_tp *= 2
-    cm = CostModel(estimate_unprofiled=True)
-    return plan_ranked(layered_model(model), counts, global_batch, slots_of_parts(parts),
-                       cost_model=cm, gpus_per_node=max(shares),
-                       base=PipelineConfig(1, 1, max_tp=max_tp))

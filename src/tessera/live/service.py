@@ -396,7 +396,7 @@ class LiveService:
         queue = self.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
         batch = run_batch(job, a.placement)
         batches = plan_local_batches(job, a.placement, self.oracle, global_batch=batch)
-        roles = (plan_rank_roles(job, a.placement, batch)
+        roles = (plan_rank_roles(job, a.placement, batch, self.oracle.plans)
                  if job.parallelism == "3d" and batch is not None else None)
         if roles is not None and roles.envs:
             batches = None                  # the plan's TESSERA_LOCAL_BATCH replaces the split

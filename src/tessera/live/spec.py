@@ -64,7 +64,7 @@ from pydantic import (
 from tessera.errors import NoProfileError, SpecError, UnknownFlavorError
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor, resolve_flavors
-from tessera.model.jobs import ElasticRange, JobId, JobSpec
+from tessera.model.jobs import ElasticRange, JobId, JobSpec, ThreeDParallel
 
 #: Job type given to commands without a profiled model; the oracle runs them at 1 step/s.
 UNPROFILED_JOB_TYPE = "command"
@@ -314,6 +314,8 @@ class LiveJob:
             queue=d["queue"], max_retries=d["max_retries"],
             requires_locality=d["requires_locality"],
             elastic=ElasticRange(**d["elastic"]) if d.get("elastic") else None,
+            parallelism=(ThreeDParallel(d["model"], d["global_batch"])
+                         if d.get("parallelism") == "3d" else None),
         )
         return cls(spec, d["name"], tuple(d["argv"]), d["checkpoint_dir"],
                    tuple(sorted(d["env"].items())), d["model"], d.get("max_runtime_s"),
@@ -387,6 +389,8 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) 
         flavors=resolve_flavors(req.flavors), priority_weight=req.priority, queue=queue,
         max_retries=req.max_retries, requires_locality=req.requires_locality,
         elastic=elastic_choice(req).elastic,
+        parallelism=(ThreeDParallel(req.model, req.initial_batch)
+                     if req.parallelism == "3d" and req.model and req.initial_batch else None),
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
                    req.model, req.max_runtime_s, req.initial_batch, req.parallelism)

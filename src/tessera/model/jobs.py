@@ -127,6 +127,34 @@ class ElasticRange:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreeDParallel:
+    """A job trained as a tensor × pipeline × data ("3-D") plan rather than data parallel.
+
+    A data-parallel job (``JobSpec.parallelism`` ``None``) copies the whole model to every GPU
+    and splits only the batch; its speed on a gang is predicted from per-flavor speeds. A 3-D
+    job splits the *model* too -- layers into pipeline stages, weight matrices over
+    tensor-parallel GPUs -- so its speed on a gang is whatever the planner's best plan for that
+    gang achieves (:mod:`tessera.sched.plans`), and a gang no plan fits cannot run it. One
+    training step is one optimizer step over ``global_batch_samples``.
+
+    Attributes:
+        model: a layer-wise planner model (``llama-7b``, ``gpt3-1.3b`` …,
+            :func:`tessera.plan.models.layered_model`).
+        global_batch_samples: samples per optimizer step over the whole gang.
+    """
+
+    model: str
+    global_batch_samples: int
+
+    def __post_init__(self) -> None:
+        if not self.model.strip():
+            raise SpecError("3-D parallelism needs a layer-wise model name, e.g. llama-7b")
+        if self.global_batch_samples < 1:
+            raise SpecError(f"3-D parallelism: global batch must be >= 1 sample, got "
+                            f"{self.global_batch_samples}")
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """A training job as submitted.
 
@@ -149,6 +177,9 @@ class JobSpec:
         exclusive: the job must not share its GPUs with another job (co-location refused).
             Simulated traces default to ``False``; the live service sets it for its jobs
             unless their queue allows sharing.
+        parallelism: how the job splits its work over its gang: ``None`` (the default) for
+            data parallel, a :class:`ThreeDParallel` for a tensor × pipeline × data plan (a
+            rigid job whose every rank needs at least one sample).
     """
 
     job_id: JobId
@@ -165,6 +196,7 @@ class JobSpec:
     duration_hint_s: float | None = None
     elastic: ElasticRange | None = None
     exclusive: bool = False
+    parallelism: ThreeDParallel | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -181,6 +213,13 @@ class JobSpec:
         if self.max_retries < 0:
             raise SpecError(f"job {self.job_id}: max_retries must be >= 0")
         e = self.elastic
+        p3 = self.parallelism
+        if p3 is not None and (e is not None or p3.global_batch_samples < self.num_gpus):
+            raise SpecError(
+                f"job {self.job_id}: 3-D parallelism needs a rigid gang and a global batch of at "
+                f"least its {self.num_gpus} GPUs (one sample per rank), got "
+                f"{'an elastic range' if e is not None else p3.global_batch_samples}"
+            )
         if e is not None and not e.min_gpus <= self.num_gpus <= e.max_gpus:
             raise SpecError(
                 f"job {self.job_id}: asks for {self.num_gpus} GPUs, outside its elastic range "

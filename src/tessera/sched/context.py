@@ -94,9 +94,14 @@ class DecisionContext:
         return lay
 
     def fork(self, seed: int = 0) -> DecisionContext:
-        """An independent context over a fresh oracle of the same table and cluster."""
+        """An independent context over a fresh oracle of the same table and cluster.
+
+        The twin shares only the 3-D plan cache (:attr:`ThroughputOracle.plans`): plans are
+        pure functions of their key, take up to seconds to search, and an answer given
+        from a fork should quote the plan the service itself launches with.
+        """
         o = self.oracle
         twin = ThroughputOracle(o.table, o.cluster, agnostic=o.agnostic,
                                 unprofiled_uniform=o.unprofiled_uniform,
-                                split_large_gangs=o.split_large_gangs)
+                                split_large_gangs=o.split_large_gangs, plans=o.plans)
         return DecisionContext(twin, random.Random(seed))

@@ -28,6 +28,8 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
                 f"accepts only {', '.join(wanted)}; the cluster has {', '.join(sorted(present))}"
             )
     rates = oracle.real_rates(job)
+    if not rates and job.parallelism is not None:
+        return oracle.cannot_run_reason(job)
     if not rates:
         return (
             f"no throughput profile for {job.job_type!r} at {job.num_gpus} GPUs on any allowed "

@@ -26,7 +26,15 @@ the cost model knows (fixed costs, the all-reduce, devices not worth using). Whe
 model's relative speeds disagree with the measured ones, the answer is capped at the
 sum-of-throughputs bound of the measured speeds: a mix is never faster than its parts.
 
-:class:`MixedRates` caches both by (job type, gang size, mix).
+**From the job's 3-D plan** (a job with ``JobSpec.parallelism``, aware oracles only). Such a
+job does not train data parallel at all: its gang runs ``tessera plan``'s tensor × pipeline ×
+data plan, so its speed is one optimizer step per predicted step time of the plan for exactly
+these GPUs on these servers -- the plan object the live service later takes each rank's role
+from (:class:`~tessera.sched.plans.ThreeDPlans`, which caches it). A gang no plan fits runs it
+at 0 (it is not placed there), with the planner's message as the source.
+
+:class:`MixedRates` caches the first two by (job type, gang size, mix); 3-D plans are cached
+by the plan cache.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from tessera.errors import NoProfileError, SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.steptime import CostModel, DeviceCost
+from tessera.sched.plans import ThreeDPlans
 
 Mix = tuple[tuple[str, int], ...]
 """``((flavor short name, GPUs), ...)`` sorted by flavor."""
@@ -107,25 +116,37 @@ class MixedRates:
         flavor_of: the catalog flavor behind a short name (the cluster's
             :meth:`~tessera.model.cluster.ClusterSpec.flavor`).
         cost_model: the planner's cost model; ``None`` uses per-flavor speeds only.
-        gpus_per_node: server size used to lay a mix out for the cost model.
+        gpus_per_node: server size used to lay a mix out for the cost model (and for a 3-D
+            plan when no placement is given).
+        plans: the 3-D plan cache that prices jobs with ``JobSpec.parallelism``; ``None``
+            prices them like data-parallel jobs (what a heterogeneity-agnostic view sees).
     """
 
     def __init__(self, spread_rate: SpreadRate, flavor_of: Callable[[str], GpuFlavor],
-                 cost_model: CostModel | None = None, gpus_per_node: int = 8) -> None:
+                 cost_model: CostModel | None = None, gpus_per_node: int = 8,
+                 plans: ThreeDPlans | None = None) -> None:
         self._spread_rate = spread_rate
         self._flavor_of = flavor_of
         self._cost_model = cost_model
         self._gpus_per_node = gpus_per_node
+        self._plans = plans
         self._cache: dict[tuple[str, int, str, Mix], MixedPrediction] = {}
 
-    def predict(self, job: JobSpec, mix: Mix) -> MixedPrediction:
+    def predict(self, job: JobSpec, mix: Mix,
+                parts: tuple[tuple[str, int, str], ...] | None = None) -> MixedPrediction:
         """Speed of ``job`` on the GPUs of ``mix`` (its counts must add up to the gang size).
+
+        ``parts`` (the placement's ``(node, gpus, flavor)`` servers) is read only for a 3-D
+        job; without it the mix is laid out on full servers of ``gpus_per_node``, one flavor
+        per server.
 
         Raises:
             SpecError: the mix does not hold exactly the job's gang.
         """
         if sum(n for _f, n in mix) != job.num_gpus or any(n <= 0 for _f, n in mix):
             raise SpecError(f"job {job.job_id}: mix {mix} does not hold its {job.num_gpus} GPUs")
+        if job.parallelism is not None and self._plans is not None:
+            return self._from_plan(job, mix, parts)
         model = planner_model(job, self._cost_model) if self._cost_model else None
         key = (job.job_type, job.num_gpus, model or "", mix)
         hit = self._cache.get(key)
@@ -146,6 +167,19 @@ class MixedRates:
     def rate(self, job: JobSpec, mix: Mix) -> float:
         """Steps/s of ``job`` on ``mix`` (0.0 when it cannot run there)."""
         return self.predict(job, mix).steps_per_s
+
+    def _from_plan(self, job: JobSpec, mix: Mix,
+                   parts: tuple[tuple[str, int, str], ...] | None) -> MixedPrediction:
+        p3, plans = job.parallelism, self._plans
+        assert p3 is not None and plans is not None
+        if parts is None:
+            parts = tuple((f"{f}-{k}", g, f) for f, n in mix
+                          for k, g in enumerate(_node_sizes(n, self._gpus_per_node)))
+        bound = sum(n * self._spread_rate(job, f) for f, n in mix) / job.num_gpus
+        why = plans.why_not(p3, parts)
+        if why is not None:
+            return MixedPrediction(0.0, bound, why)
+        return MixedPrediction(plans.steps_per_s(p3, parts), bound, f"3-D plan ({p3.model})")
 
     def _from_speeds(self, job: JobSpec, mix: Mix, rates: dict[str, float],
                      bound: float) -> MixedPrediction:

@@ -7,6 +7,11 @@ An oracle is either **heterogeneity-aware** (policies see each flavor's real spe
 **agnostic** (policies see every usable flavor as running at the reference flavor's speed, as
 Gavel's un-suffixed baselines do). The simulator always advances jobs at their real speed, so an
 agnostic policy pays for its blindness.
+
+A job that asks for a 3-D plan (``JobSpec.parallelism``, :mod:`tessera.sched.plans`) is not
+priced from the throughput table: its speed on a gang is the planner's plan for that gang, one
+optimizer step per predicted step time, cached in :attr:`ThroughputOracle.plans` -- the cache
+the live service takes each rank's role from when it launches the gang the scheduler chose.
 """
 
 from __future__ import annotations
@@ -16,11 +21,21 @@ from dataclasses import dataclass
 from tessera.errors import NoProfileError
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
-from tessera.model.jobs import JobSpec
+from tessera.model.jobs import JobSpec, ThreeDParallel
 from tessera.perf.profiles import ThroughputTable
 from tessera.perf.steptime import CostModel
 from tessera.sched.mixed import MixedRates
+from tessera.sched.plans import ThreeDPlans
 from tessera.sched.snapshot import Placement
+
+RateKey = tuple[str, int, tuple[GpuFlavor, ...], ThreeDParallel | None]
+"""What a job's per-flavor rates depend on: job type, gang size, allowed flavors, parallelism."""
+
+
+def rate_key(job: JobSpec) -> RateKey:
+    """The key under which jobs share per-flavor rates (a 3-D job never shares with a
+    data-parallel one of the same type, nor with one of another model or batch)."""
+    return job.job_type, job.num_gpus, job.flavors, job.parallelism
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +63,7 @@ class ThroughputOracle:
         split_large_gangs: bool = True,
         cost_model: CostModel | None = None,
         truth: ThroughputOracle | None = None,
+        plans: ThreeDPlans | None = None,
     ) -> None:
         """Args:
             table: measured throughputs.
@@ -64,6 +80,8 @@ class ThroughputOracle:
                 profiles when it first needs one.
             truth: an oracle over the same table and cluster whose true rates this one shares
                 (how :meth:`as_agnostic` builds its twin).
+            plans: the 3-D plan cache to price 3-D jobs with (shared with the twin and with
+                the live service's launches); ``None``: this oracle's own.
         """
         self.table = table
         self._cluster = cluster
@@ -75,13 +93,17 @@ class ThroughputOracle:
         self._max_node = {f.short: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
         self._reference = table.reference_flavor
         self._cache: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
-        self._view: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
+        self._view: dict[RateKey, tuple[FlavorRate, ...]] = {}
         self._types: frozenset[str] | None = None
         self._twin: ThroughputOracle | None = None
-        self._upgrades: dict[tuple[str, int, tuple[GpuFlavor, ...], str, bool],
+        self._upgrades: dict[tuple[RateKey, str, bool],
                              tuple[str, float, float] | None] = {}
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
+        self.plans: ThreeDPlans = plans if plans is not None else (
+            truth.plans if truth is not None else ThreeDPlans())
+        self._plan_rates: dict[tuple[int, tuple[GpuFlavor, ...], ThreeDParallel],
+                               tuple[tuple[FlavorRate, ...], str]] = {}
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -95,6 +117,8 @@ class ThroughputOracle:
         """
         if self._truth is not None:
             return self._truth.real_rates(job)
+        if job.parallelism is not None:
+            return self._planned_rates(job)[0]
         key = (job.job_type, job.num_gpus, job.flavors)
         hit = self._cache.get(key)
         if hit is not None:
@@ -122,6 +146,46 @@ class ThroughputOracle:
         self._cache[key] = rates
         return rates
 
+    def _allowed(self, job: JobSpec) -> tuple[str, ...]:
+        if not job.flavors:
+            return self.cluster_flavors
+        return tuple(f.short for f in job.flavors if f.short in self.cluster_flavors)
+
+    def _planned_rates(self, job: JobSpec) -> tuple[tuple[FlavorRate, ...], str]:
+        """A 3-D job's rates per flavor from its plans, and the planner's messages for the
+        flavors no plan fits. Consolidated: the gang on one server when one holds it, else on
+        full servers; spread: split over two servers (full servers for a larger gang)."""
+        p3 = job.parallelism
+        assert p3 is not None
+        key = (job.num_gpus, job.flavors, p3)
+        hit = self._plan_rates.get(key)
+        if hit is not None:
+            return hit
+        g = job.num_gpus
+        out: list[FlavorRate] = []
+        why: list[str] = []
+        for f in self._allowed(job):
+            per_node = max(1, self._max_node.get(f, 0))
+            whole = [min(per_node, g - k) for k in range(0, g, per_node)]
+            halves = [g - g // 2, g // 2] if 2 <= g <= per_node else whole
+            c, s = (self.plans.steps_per_s(p3, _parts_of(f, sizes)) for sizes in (whole, halves))
+            if c > 0 or s > 0:
+                out.append(FlavorRate(f, c if c > 0 else s, s if s > 0 else c))
+            else:
+                why.append(self.plans.why_not(p3, _parts_of(f, whole)) or "")
+        answer = (tuple(out), "; ".join(why) if why else "no allowed flavor on this cluster")
+        self._plan_rates[key] = answer
+        return answer
+
+    def cannot_run_reason(self, job: JobSpec) -> str | None:
+        """Why ``job`` can run on no allowed flavor (``None`` if it can run somewhere)."""
+        if self.real_rates(job):
+            return None
+        if job.parallelism is not None:
+            oracle = self._truth if self._truth is not None else self
+            return oracle._planned_rates(job)[1]
+        return "no allowed flavor can run this job"
+
     def as_agnostic(self) -> ThroughputOracle:
         """The heterogeneity-agnostic twin (same table and cluster), created once.
 
@@ -134,7 +198,7 @@ class ThroughputOracle:
                 self.table, self._cluster, agnostic=True,
                 unprofiled_uniform=self.unprofiled_uniform,
                 split_large_gangs=self.split_large_gangs, cost_model=self._cost_model,
-                truth=self)
+                truth=self, plans=self.plans)
         return self._twin
 
     def _known_types(self) -> frozenset[str]:
@@ -147,11 +211,14 @@ class ThroughputOracle:
         real = self.real_rates(job)
         if not self.agnostic:
             return real
-        key = (job.job_type, job.num_gpus, job.flavors)
+        key = rate_key(job)
         hit = self._view.get(key)
         if hit is not None:
             return hit
         ref = next((r for r in real if r.flavor == self._reference), None)
+        if ref is None and job.parallelism is not None:
+            c = max((r.consolidated for r in real), default=0.0)
+            ref = FlavorRate(self._reference, c, c)
         if ref is None:
             try:
                 c = self.table.throughput(job.job_type, self._reference, job.num_gpus, True)
@@ -167,7 +234,7 @@ class ThroughputOracle:
     ) -> tuple[str, float, float] | None:
         """``(fastest flavor, its rate, current rate)`` when ``job`` would run faster on
         another flavor than on ``flavor``, else ``None`` (cached; the policy's view)."""
-        key = (job.job_type, job.num_gpus, job.flavors, flavor, consolidated)
+        key = (rate_key(job), flavor, consolidated)
         if key in self._upgrades:
             return self._upgrades[key]
         rates = self.rates(job)
@@ -202,7 +269,7 @@ class ThroughputOracle:
                 if cm is None:  # this oracle's own, never a process-wide one
                     cm = self._cost_model = CostModel()
                 self._mixed = MixedRates(lambda job, f: self.rate(job, f, False),
-                                         self._cluster.flavor, cm)
+                                         self._cluster.flavor, cm, plans=self.plans)
         return self._mixed
 
     def _view_spread_rate(self, job: JobSpec, flavor: str) -> float:
@@ -220,10 +287,20 @@ class ThroughputOracle:
     def placement_rate(self, job: JobSpec, placement: Placement) -> float:
         """Steps/s of ``job`` on ``placement``, homogeneous or mixed (the policy's view)."""
         if placement.is_mixed:
+            if job.parallelism is not None:
+                return self._mixed_rates().predict(job, placement.flavor_counts(),
+                                                   placement.parts()).steps_per_s
             return self.mixed_rate(job, placement.flavor_counts())
+        if job.parallelism is not None and not self.agnostic:
+            return self.plans.steps_per_s(job.parallelism, placement.parts())
         if self.agnostic:
             for r in self.rates(job):
                 if r.flavor == placement.flavor:
                     return r.consolidated if placement.consolidated else r.spread
             return 0.0
         return self.rate(job, placement.flavor, placement.consolidated)
+
+
+def _parts_of(flavor: str, sizes: list[int]) -> tuple[tuple[str, int, str], ...]:
+    """A gang of one flavor on servers of ``sizes`` GPUs (node ids for the rank layout only)."""
+    return tuple((f"{flavor}-{k}", n, flavor) for k, n in enumerate(sizes))

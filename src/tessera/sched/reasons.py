@@ -122,7 +122,8 @@ def _reason(
 ) -> PendingReason:
     rates = oracle.real_rates(j.spec)
     if not rates:
-        return PendingReason(PendingKind.NO_FIT, CannotRun("no allowed flavor can run this job"))
+        why = oracle.cannot_run_reason(j.spec) or "no allowed flavor can run this job"
+        return PendingReason(PendingKind.NO_FIT, CannotRun(why))
     g = j.spec.num_gpus
     flavors = tuple(r.flavor for r in rates)
     if local:

@@ -50,10 +50,9 @@ import scipy.sparse as sp
 from pydantic import Field
 
 from tessera.model.cluster import ClusterSpec, Node
-from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.lp import INF, LpModel, LpSolver, SolverError, solve_lp
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sched.placement import FreeGpus
 from tessera.sched.placement import Layout as _PlacementLayout
 from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
@@ -81,7 +80,7 @@ class _Nodes:
     placement: _PlacementLayout
     """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
     oracle: ThroughputOracle | None = None
-    rates: dict[tuple[str, int, tuple[GpuFlavor, ...]], _Usable] = field(default_factory=dict)
+    rates: dict[RateKey, _Usable] = field(default_factory=dict)
 
     @classmethod
     def of(cls, snap: Snapshot) -> _Nodes:
@@ -100,7 +99,7 @@ class _Nodes:
 
     def rates_for(
         self, oracle: ThroughputOracle
-    ) -> dict[tuple[str, int, tuple[GpuFlavor, ...]], _Usable]:
+    ) -> dict[RateKey, _Usable]:
         """The usable-rates cache, valid for ``oracle`` (one per simulation in practice)."""
         if self.oracle is not oracle:
             self.oracle = oracle
@@ -177,7 +176,7 @@ class HeteroSrpt(Policy):
         jobs = []
         for j in snap.jobs:
             spec = j.spec
-            key = (spec.job_type, spec.num_gpus, spec.flavors)
+            key = rate_key(spec)
             usable = rates_of.get(key)
             if usable is None:
                 usable = rates_of[key] = nodes.usable(ctx, spec, cfg.gang_exponent)

@@ -1,0 +1,188 @@
+"""A job that asks for a 3-D plan is priced by that plan: on mixed and homogeneous gangs, in
+the decision core and the simulator, from the cache the live service launches ranks from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tessera.errors import SpecError
+from tessera.model.jobs import ElasticRange, JobSpec, JobState, ThreeDParallel
+from tessera.perf.profiles import default_throughputs
+from tessera.sched.feasibility import infeasibility
+from tessera.sched.mixed_placement import Releases, try_mixed
+from tessera.sched.options import PlacementOptions
+from tessera.sched.oracle import ThroughputOracle, rate_key
+from tessera.sched.placement import FreeGpus
+from tessera.sched.plans import NoPlanError, ThreeDPlans, gang_shape
+from tessera.sched.reasons import CannotRun, PendingKind, pending_reasons
+from tessera.sched.settings import SchedulerSettings
+from tessera.sched.snapshot import JobView, Placement
+from tessera.sim.config import SimConfig
+from tessera.sim.engine import simulate
+from tests.builders import make_cluster, make_job, make_workload
+
+MODEL, BATCH = "gpt3-1.3b", 16
+P3 = ThreeDParallel(MODEL, BATCH)
+A100, V100 = "A100-80GB", "V100-16GB"
+MIXED = Placement(gpus_by_node=(("n1", 4), ("n2", 4)), flavor=f"{A100}+{V100}",
+                  node_flavors=(A100, V100))
+
+
+def _cluster():  # type: ignore[no-untyped-def]
+    return make_cluster().node("a100", gpus=4).node("v100", gpus=4).build()
+
+
+def _job(gpus: int = 8, p3: ThreeDParallel | None = P3, job_id: str = "j") -> JobSpec:
+    return make_job(job_id, gpus, steps=50, parallelism=p3)
+
+
+def _cli_plan(devices: str, gpus_per_server: int) -> dict[str, object]:
+    from tessera.cli.plan import register
+
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def _root() -> None:
+        """Test root."""
+
+    out = CliRunner().invoke(app, ["plan", "--model", MODEL, "--devices", devices,
+                                   "--global-batch", str(BATCH), "--gpus-per-server",
+                                   str(gpus_per_server), "--json"])
+    assert out.exit_code == 0, out.output
+    result: dict[str, object] = json.loads(out.output)
+    return result
+
+
+def test_the_scheduler_prices_a_mixed_3d_gang_at_tessera_plans_step_time() -> None:
+    cli = _cli_plan("A100:4,V100:4", 4)
+    oracle = ThroughputOracle(default_throughputs(), _cluster())
+    job = _job()
+    rate = oracle.placement_rate(job, MIXED)
+    step_s = cli["step_time_s"]
+    assert isinstance(step_s, float)
+    assert 1.0 / rate == pytest.approx(step_s, rel=1e-12)
+    # Without servers, the mix is laid out on full ones: the same plan here.
+    assert oracle.mixed_rate(job, MIXED.flavor_counts()) == pytest.approx(rate, rel=1e-12)
+
+
+def test_a_homogeneous_3d_gang_is_priced_by_its_plan_too() -> None:
+    cli = _cli_plan("A100:4", 4)
+    oracle = ThroughputOracle(default_throughputs(), _cluster())
+    job = _job(gpus=4)
+    one_server = Placement(A100, (("n1", 4),))
+    step_s = cli["step_time_s"]
+    assert isinstance(step_s, float)
+    assert 1.0 / oracle.placement_rate(job, one_server) == pytest.approx(step_s, rel=1e-12)
+    by_flavor = {r.flavor: r for r in oracle.real_rates(job)}
+    assert by_flavor[A100].consolidated == oracle.placement_rate(job, one_server)
+    # The same job type trained data parallel keeps its measured speed.
+    dp = dataclasses.replace(job, parallelism=None)
+    assert oracle.placement_rate(dp, one_server) == oracle.rate(dp, A100, True)
+
+
+def test_the_rate_and_the_rank_roles_come_from_one_plan_object() -> None:
+    oracle = ThroughputOracle(default_throughputs(), _cluster())
+    rate = oracle.placement_rate(_job(), MIXED)
+    priced = oracle.plans.plan(P3, MIXED.parts())
+    launched = oracle.plans.ranked(P3, MIXED.parts())
+    assert launched.plan is priced.plan and launched.breakdown is priced.breakdown
+    assert 1.0 / rate == priced.plan.step_time_s
+    searched = len(oracle.plans)
+    # Another placement of the same shape reuses the plan, with ranks on its own GPUs.
+    other = Placement(gpus_by_node=(("x", 4), ("y", 4)), flavor=MIXED.flavor,
+                      node_flavors=(A100, V100))
+    moved = oracle.plans.ranked(P3, other.parts())
+    assert moved.plan is priced.plan
+    assert {r.device.split(":")[0] for r in moved.ranks} == {"x", "y"}
+    assert len(oracle.plans) == searched
+
+
+def test_a_gang_no_plan_fits_is_not_taken_and_the_job_is_told_why() -> None:
+    cluster = make_cluster().node("t4", gpus=2).node("k80", gpus=2).build()
+    oracle = ThroughputOracle(default_throughputs(), cluster)
+    job = _job(gpus=4, p3=ThreeDParallel("llama-70b", 8))
+    mix = Placement(gpus_by_node=(("t4-0", 2), ("k80-0", 2)), flavor="K80+T4",
+                    node_flavors=("T4", "K80"))
+    assert oracle.placement_rate(job, mix) == 0.0
+    pred = oracle._mixed_rates().predict(job, mix.flavor_counts(), mix.parts())
+    assert pred.steps_per_s == 0.0 and "no 3-D plan of llama-70b fits" in pred.source
+    with pytest.raises(NoPlanError, match="llama-70b"):
+        oracle.plans.plan(job.parallelism, mix.parts())  # type: ignore[arg-type]
+    view = JobView(job, JobState.PENDING, job.total_steps)
+    free = FreeGpus(cluster.nodes)
+    opts = PlacementOptions(mixed_gangs=True)
+    assert try_mixed(view, free, oracle, 0.0, opts, Releases([], 0.0)) is None
+    why = infeasibility(job, cluster, oracle, mixed_gangs=True)
+    assert why is not None and "llama-70b" in why and "short by" in why
+    reason = pending_reasons([view], (), oracle, free, {job.job_id: False})[job.job_id]
+    assert reason.kind is PendingKind.NO_FIT
+    assert isinstance(reason.detail, CannotRun) and "short by" in reason.detail.why
+
+
+def test_a_simulated_workload_with_a_3d_job_runs_at_its_plans_speed() -> None:
+    c = _cluster()
+    w = make_workload(_job(job_id="big"), make_job("dp", 2, steps=1000, submit_s=1))
+    r = simulate(w, c, "fifo", SimConfig(scheduler=SchedulerSettings(mixed_gangs=True)))
+    big = next(j for j in r.jobs if j.job_id == "big")
+    assert big.outcome == "succeeded"
+    placed = ThroughputOracle(default_throughputs(), c).plans
+    step_s = placed.plan(P3, (("a100-0", 4, A100), ("v100-0", 4, V100))).plan.step_time_s
+    assert big.jct_s == pytest.approx(50 * step_s, rel=1e-6)
+    assert next(j for j in r.jobs if j.job_id == "dp").outcome == "succeeded"
+
+
+def test_gang_shape_is_what_the_planner_reads() -> None:
+    assert gang_shape((("a", 4, A100), ("b", 2, A100), ("c", 4, V100))) == (
+        ((A100, 6), (V100, 4)), 4, 2)
+    assert gang_shape((("a", 8, A100),)) == (((A100, 8),), 8, 8)
+    with pytest.raises(SpecError, match="at least one GPU"):
+        gang_shape(())
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({"parallelism": ThreeDParallel(MODEL, 4)}, "global batch of at least its 8 GPUs"),
+    ({"parallelism": P3, "elastic": ElasticRange(4, 8, 16, 32, "cifar10", 1e5)},
+     "rigid gang"),
+])
+def test_bad_3d_specs_are_refused(kw: dict[str, object], needle: str) -> None:
+    with pytest.raises(SpecError, match=needle):
+        make_job("j", 8, **kw)
+
+
+def test_a_3d_parallelism_needs_a_model_and_a_batch() -> None:
+    with pytest.raises(SpecError, match="layer-wise model name"):
+        ThreeDParallel(" ", 8)
+    with pytest.raises(SpecError, match="global batch must be >= 1"):
+        ThreeDParallel(MODEL, 0)
+
+
+def test_a_plan_cache_is_per_oracle_and_shared_with_its_agnostic_twin() -> None:
+    a = ThroughputOracle(default_throughputs(), _cluster())
+    b = ThroughputOracle(default_throughputs(), _cluster())
+    assert a.plans is not b.plans
+    assert a.as_agnostic().plans is a.plans
+    shared = ThreeDPlans()
+    assert ThroughputOracle(default_throughputs(), _cluster(), plans=shared).plans is shared
+
+
+def test_a_simulated_3d_job_no_plan_fits_is_rejected_with_the_planners_message() -> None:
+    c = make_cluster().node("t4", gpus=2).node("k80", gpus=2).build()
+    w = make_workload(_job(gpus=4, p3=ThreeDParallel("llama-70b", 8), job_id="huge"))
+    r = simulate(w, c, "fifo", SimConfig(scheduler=SchedulerSettings(mixed_gangs=True)))
+    assert r.jobs[0].outcome == "rejected"
+    assert "no 3-D plan of llama-70b fits" in r.jobs[0].reason and "short by" in r.jobs[0].reason
+
+
+def test_a_3d_job_never_shares_cached_rates_with_a_data_parallel_job_of_its_type() -> None:
+    oracle = ThroughputOracle(default_throughputs(), _cluster())
+    dp, p3 = _job(gpus=4, p3=None), _job(gpus=4)
+    for view in (oracle, oracle.as_agnostic()):
+        first = view.rates(dp)
+        assert view.rates(p3) != first and view.rates(dp) == first
+    assert rate_key(dp) != rate_key(p3)
