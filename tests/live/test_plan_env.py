@@ -157,6 +157,7 @@ def test_a_plan_that_cannot_be_made_gives_no_variables_and_says_why() -> None:
     ({"model": None}, "needs a layer-wise model"),
     ({"global_batch": None}, "needs a fixed gpus count and a fixed global_batch"),
     ({"parallelism": "2d"}, "parallelism"),
+    ({"expected_duration_s": 600}, "takes total_steps"),
 ])
 def test_bad_3d_requests_are_refused_with_the_reason(body: dict[str, object],
                                                      needle: str) -> None:

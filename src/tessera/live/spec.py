@@ -193,6 +193,10 @@ class JobRequest(BaseModel):
                              "(the plan splits that batch into pipeline micro-batches)")
         if self.model is None:
             raise ValueError("parallelism 3d needs a layer-wise model, e.g. model: llama-7b")
+        if self.expected_duration_s is not None and self.total_steps is None:
+            raise ValueError("parallelism 3d takes total_steps (optimizer steps), not "
+                             "expected_duration_s: its speed comes from its plan, so the "
+                             "scheduler counts its progress in steps")
         try:
             layered_model(self.model)
         except NoProfileError as e:
