@@ -92,11 +92,6 @@ FORGET_TIMEOUT_S = 15.0
 SLOT_TIMEOUT_S = 60.0
 #: How often launches' pending refs are asked of Ray (all at once).
 READY_TTL_S = 0.02
-#: How many launches place their ranks at once (bundle-slot tasks, run record, starts). Each
-#: concurrent slot task needs a Ray worker of its own; two keep two pooled workers busy (Ray
-#: keeps as many idle as the head has CPUs) where one placer left the second idle while it
-#: waited for its round trips.
-PLACERS = 2
 #: How old a snapshot of the hosts' ranks may be before a new one is asked for.
 POLL_TTL_S = 0.2
 #: How long the hosts may take to answer for a snapshot before the service waits for them.
@@ -169,7 +164,7 @@ class RayExecutor:
                                  if g.get("state") != "REMOVED"}
         self._nodes_of: dict[tuple[str, int], list[str]] = {}  # run → node of each rank
         self._launching: dict[tuple[str, int], _Launch] = {}
-        self._placer = ThreadPoolExecutor(PLACERS, thread_name_prefix="tessera-ray-place")
+        self._placer = ThreadPoolExecutor(1, thread_name_prefix="tessera-ray-place")
         self._releasing = ThreadPoolExecutor(4, thread_name_prefix="tessera-ray-release")
         self._nodes: list[dict[str, float]] = []
         self._nodes_at_s = float("-inf")
@@ -270,9 +265,8 @@ class RayExecutor:
         task per bundle holding exactly its resources), record each rank's node in the run
         record, and ask each rank's host to start it; returns the start calls' refs.
 
-        :data:`PLACERS` launches at a time: the slot tasks then reuse pooled Ray workers (a
-        burst of them would make Ray start a worker process for each, the very cost the hosts
-        avoid).
+        One launch at a time: the slot tasks then reuse one pooled Ray worker (a burst of them
+        would make Ray start a worker process for each, the very cost the hosts avoid).
         """
         spec = ln.spec
         refs = []
@@ -479,8 +473,8 @@ class RayExecutor:
     def _teardown(self, job_id: str, run: int, prune_records: bool = False,
                   placing: Future[list[Any]] | None = None) -> None:
         """Ask the hosts to forget the run's ranks; the rest happens in the background. A run
-        the placer is still placing is torn down once that is done (by the placer thread that
-        did it), so a rank it starts meanwhile is never missed."""
+        the placer is still placing is torn down on the placer's thread once that is done,
+        so a rank it starts meanwhile is never missed."""
         def send() -> None:
             ranks = self._find(job_id, run)
             self._nodes_of.pop((job_id, run), None)
@@ -490,8 +484,8 @@ class RayExecutor:
                     forgets.append((k[2], host.forget.remote(k)))
             self._releasing.submit(self._finish_teardown, job_id, run, forgets, prune_records)
 
-        if placing is not None:
-            placing.add_done_callback(lambda _done: send())  # at once if it is done
+        if placing is not None and not placing.done():
+            self._placer.submit(send)
         else:
             send()
 
