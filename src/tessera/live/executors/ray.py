@@ -92,10 +92,8 @@ FORGET_TIMEOUT_S = 15.0
 SLOT_TIMEOUT_S = 60.0
 #: How often launches' pending refs are asked of Ray (all at once).
 READY_TTL_S = 0.02
-#: How old a snapshot of the hosts' ranks may be before a new one is asked for.
+#: How old a snapshot of the hosts' ranks may be when a run's status is asked.
 POLL_TTL_S = 0.2
-#: How long the hosts may take to answer for a snapshot before the service waits for them.
-POLL_WAIT_S = 10.0
 log = logging.getLogger("tessera.live")
 
 
@@ -170,9 +168,6 @@ class RayExecutor:
         self._nodes_at_s = float("-inf")
         self._polled: dict[RankKey, tuple[str, int | None, bool]] = {}  # see _polls
         self._polled_at_s = float("-inf")
-        self._poll_refs: dict[str, Any] | None = None  # a renewal under way: node → ref
-        self._poll_sent_s = self._poll_checked_s = float("-inf")
-        self._started_s: dict[RankKey, float] = {}  # ranks started since the snapshot was asked
         self._ready: set[Any] = set()  # refs of launches known to be ready
         self._ready_at_s = float("-inf")
 
@@ -230,10 +225,8 @@ class RayExecutor:
         except ray.exceptions.RayError as e:
             self.stop(*key, 0.0)
             return RunStatus("lost", detail=f"a rank could not start: {_first_line(e)}")
-        now_s = time.monotonic()
         for rank in range(len(started)):  # started: the next poll snapshot tells the rest
             self._polled[(*key, rank)] = ("running", None, False)
-            self._started_s[(*key, rank)] = now_s
         return RunStatus("running")
 
     def _all_ready(self, refs: list[Any]) -> bool:
@@ -351,88 +344,32 @@ class RayExecutor:
         return RunStatus("running")
 
     def _polls(self, keys: list[RankKey]) -> list[tuple[str, int | None, bool]]:
-        """Each rank's ``(state, status, stopped)`` from a snapshot of every host's ranks
-        (one ``poll_all`` per node for all runs: the service asks about every run in turn, and
-        a round trip per run cost tens of milliseconds each on a busy machine).
-
-        The snapshot is renewed **without blocking**: once it is :data:`POLL_TTL_S` old, a new
-        ``poll_all`` is sent to every node, and a later call takes its answers when all have
-        come; meanwhile the last snapshot answers. So the scheduling loop never waits for the
-        hosts (on a loaded machine it spent half its time in that wait, launching nothing). A
-        rank that no snapshot knows yet (a restart adopting it), or a host that failed or has
-        not answered in :data:`POLL_WAIT_S`, is asked about at once, waiting as before.
+        """Each rank's ``(state, status, stopped)``, from one ``poll_all`` per node for all
+        runs, taken at most every :data:`POLL_TTL_S` (the service asks about every run in
+        turn; a round trip per run cost tens of milliseconds each on a busy machine). A rank
+        missing from a snapshot taken before it started is asked about afresh.
 
         Raises:
             RayActorError: the host of one of ``keys`` died.
             GetTimeoutError: a host did not answer in time.
         """
         now_s = time.monotonic()
-        if any(k not in self._polled for k in keys) or not self._renew_polls(now_s):
-            self._poll_now(keys, now_s)
+        if now_s - self._polled_at_s >= POLL_TTL_S or any(k not in self._polled for k in keys):
+            nodes = {n for ns in self._nodes_of.values() for n in ns}
+            nodes.update(self._nodes_of.get(keys[0][:2], []) if keys else [])
+            refs = {n: self.hosts.host(n).poll_all.remote() for n in nodes}
+            snapshot: dict[RankKey, tuple[str, int | None, bool]] = {}
+            failed: BaseException | None = None
+            for n, ref in refs.items():
+                try:
+                    snapshot.update(ray.get(ref, timeout=10))
+                except ray.exceptions.RayActorError as e:
+                    self.hosts.forget_host(n)
+                    failed = e
+            self._polled, self._polled_at_s = snapshot, now_s
+            if failed is not None and any(k not in snapshot for k in keys):
+                raise failed
         return [self._polled.get(k, ("absent", None, False)) for k in keys]
-
-    def _renew_polls(self, now_s: float) -> bool:
-        """Move the snapshot's renewal on without blocking; ``False`` when it cannot be (a
-        host failed or is late: :meth:`_poll_now` must ask, and wait)."""
-        if self._poll_refs is None:
-            if now_s - self._polled_at_s >= POLL_TTL_S:
-                self._poll_refs = {n: self.hosts.host(n).poll_all.remote()
-                                   for n in self._poll_nodes()}
-                self._poll_sent_s = now_s
-                if not self._poll_refs:  # no run on any host
-                    self._install({}, now_s)
-            return True
-        if now_s - self._poll_checked_s < READY_TTL_S:  # the service asks run after run
-            return True
-        self._poll_checked_s = now_s
-        refs = list(self._poll_refs.values())
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        if len(done) < len(refs):
-            return now_s - self._poll_sent_s < POLL_WAIT_S
-        snapshot: dict[RankKey, tuple[str, int | None, bool]] = {}
-        try:
-            for ref in refs:
-                snapshot.update(ray.get(ref, timeout=0))
-        except ray.exceptions.RayError:
-            self._poll_refs = None
-            return False
-        self._install(snapshot, self._poll_sent_s)
-        return True
-
-    def _poll_now(self, keys: list[RankKey], now_s: float) -> None:
-        """A snapshot taken now, waiting for every host's answer (see :meth:`_polls`)."""
-        self._poll_refs = None  # a renewal under way, if any, is superseded
-        nodes = self._poll_nodes()
-        nodes.update(self._nodes_of.get(keys[0][:2], []) if keys else [])
-        refs = {n: self.hosts.host(n).poll_all.remote() for n in nodes}
-        snapshot: dict[RankKey, tuple[str, int | None, bool]] = {}
-        failed: BaseException | None = None
-        for n, ref in refs.items():
-            try:
-                snapshot.update(ray.get(ref, timeout=POLL_WAIT_S))
-            except ray.exceptions.RayActorError as e:
-                self.hosts.forget_host(n)
-                failed = e
-        self._poll_refs = None
-        self._install(snapshot, now_s)
-        if failed is not None and any(k not in snapshot for k in keys):
-            raise failed
-
-    def _poll_nodes(self) -> set[str]:
-        return {n for ns in self._nodes_of.values() for n in ns}
-
-    def _install(self, snapshot: dict[RankKey, tuple[str, int | None, bool]],
-                 asked_s: float) -> None:
-        """Take ``snapshot`` (asked for at ``asked_s``) as what the hosts hold. A rank marked
-        started after that (:meth:`_advance`) and missing from it is kept as running: the
-        hosts were asked before they had it."""
-        for k, started_s in list(self._started_s.items()):
-            if started_s < asked_s or k in snapshot:
-                del self._started_s[k]
-            else:
-                snapshot[k] = ("running", None, False)
-        self._polled, self._polled_at_s = snapshot, asked_s
-        self._poll_refs = None
 
     def read_log(self, job_id: str, run: int, rank: int, offset: int,
                  limit_bytes: int) -> LogChunk | None:
