@@ -7,11 +7,14 @@ Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_live.py [--submissions N
    **server process of their own**, with 1, 4 and 8 client threads in this process (keep-alive
    ``http.client`` connections, one per thread: a client light enough not to be what is
    measured). Afterwards the server's store must hold exactly the accepted jobs (none lost).
-   The server process's CPU time per submission is printed too: less at the mercy of the
-   machine's other load than a rate.
+   The server process's and the clients' CPU time per submission are printed too: less at the
+   mercy of the machine's other load than a rate.
    With ``--before OLD_TREE/src`` the server process runs on the older tree's sources and on
-   this one's, alternately, twice each (the machine is shared: each side is measured in two
-   spells), and both are printed side by side.
+   this one's, alternately, ``--spells`` times each (default 2: the machine is shared, so each
+   side is measured in several spells), and both are printed side by side with their medians
+   and the load average. ``--before-plain`` runs the older tree on uvicorn's ``h11`` parser and
+   asyncio loop, as it ran before ``httptools``/``uvloop`` were installed (uvicorn's ``auto``
+   picks them up by itself where they are, old tree or not).
 2. **Submit → running** on a free local cluster: the gap between the ``submitted`` and
    ``running`` events of a 1-GPU job, over repeated submissions.
 3. **Live vs simulator**: ~20 ``sleep S`` jobs run live (local executor, FIFO) and in
@@ -101,18 +104,24 @@ def bench_in_process(root: Path, n: int) -> list[tuple[str, str]]:
     return [("submissions/s, in-process TestClient", f"{ok / dt:,.0f} ({ok}/{n} ok)")]
 
 
-def serve_child(state: str, port: int) -> None:
+def serve_child(state: str, port: int, plain: bool = False) -> None:
     """``--serve-child``: the service and uvicorn on ``127.0.0.1:port``, configured as
-    ``tessera serve`` configures them, until stdin closes; then prints the jobs stored."""
+    ``tessera serve`` configures them, until stdin closes; then prints the jobs stored.
+
+    ``plain``: uvicorn on its pure-Python parser and loop (``h11``, asyncio), as a tree whose
+    ``serve`` does not choose them ran where ``httptools`` and ``uvloop`` were not installed.
+    """
     import uvicorn
 
     svc = _service(Path(state), load_cluster(CLUSTER, 4))
     app = create_app(svc)
+    plain_http = {"http": "h11", "loop": "asyncio"} if plain else {}
     try:
         from tessera.live.server import uvicorn_config
-        config = uvicorn_config(app, host="127.0.0.1", port=port)
+        config = uvicorn_config(app, host="127.0.0.1", port=port, **plain_http)
     except ImportError:  # an older tree: what its ``serve`` ran
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                **plain_http)
     server = uvicorn.Server(config)
     th = threading.Thread(target=server.run, daemon=True)
     th.start()
@@ -153,12 +162,15 @@ def _post_all(port: int, threads: int, per: int) -> tuple[int, float]:
     return sum(counts), time.perf_counter() - t0
 
 
-def bench_server_process(root: Path, n: int, src: str) -> dict[str, float]:
+def bench_server_process(root: Path, n: int, src: str, plain: bool = False
+                         ) -> dict[str, float]:
     """Submissions/s with 1, 4 and 8 client threads against a server process running the
-    sources in ``src``; also ``stored`` and ``accepted`` (equal when none was lost)."""
+    sources in ``src`` (``plain``: on h11/asyncio); also ``stored`` and ``accepted`` (equal
+    when none was lost), and the server's and the clients' CPU per submission."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
-    child = subprocess.Popen([sys.executable, __file__, "--serve-child", str(root), str(port)],
+    child = subprocess.Popen([sys.executable, __file__, "--serve-child", str(root), str(port)]
+                             + (["plain"] if plain else []),
                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     try:
@@ -166,15 +178,19 @@ def bench_server_process(root: Path, n: int, src: str) -> dict[str, float]:
             raise RuntimeError("the server process did not start")
         out: dict[str, float] = {}
         accepted = 0
+        client0_s = time.process_time()
         for threads in (1, 4, 8):
             ok, dt = _post_all(port, threads, n // threads)
             accepted += ok
             out[f"threads_{threads}"] = ok / dt
+        client_s = time.process_time() - client0_s
         child.stdin.close()
         told = json.loads(child.stdout.readline())
         out["stored"] = float(told["stored"])
         out["accepted"] = float(accepted)
         out["cpu_ms"] = 1000 * float(told["cpu_s"]) / max(accepted, 1)
+        out["client_cpu_ms"] = 1000 * client_s / max(accepted, 1)
+        out["load"] = os.getloadavg()[0]
         return out
     finally:
         if not child.stdin.closed:
@@ -182,24 +198,44 @@ def bench_server_process(root: Path, n: int, src: str) -> dict[str, float]:
         child.wait(timeout=120)
 
 
-def bench_submissions(root: Path, n: int, before: str | None) -> list[tuple[str, str]]:
-    """The server-process figures: this tree's, or old and new side by side, twice each."""
+def bench_submissions(root: Path, n: int, before: str | None, spells: int = 2,
+                      before_plain: bool = False) -> list[tuple[str, str]]:
+    """The server-process figures: this tree's, or old and new alternately, ``spells`` each.
+
+    ``before_plain``: the old tree's server on h11/asyncio, as it ran before ``httptools`` and
+    ``uvloop`` were installed (uvicorn picks them by itself where they are).
+    """
     here = str(Path(__file__).resolve().parent.parent / "src")
     sides = [("before", before), ("after", here)] if before else [("", here)]
-    spells = 2 if before else 1
+    spells = spells if before else 1
     got: dict[str, list[dict[str, float]]] = {name: [] for name, _ in sides}
     for spell in range(spells):
         for name, src in sides:
-            got[name].append(bench_server_process(root / f"srv-{name}-{spell}", n, src))
+            got[name].append(bench_server_process(root / f"srv-{name}-{spell}", n, src,
+                                                  plain=before_plain and name == "before"))
+    pair = " (before | after)" if before else ""
+
+    def cells(key: str, fmt: str) -> str:
+        return " | ".join(" / ".join(fmt.format(g[key]) for g in got[name]) for name, _ in sides)
+
+    def medians(key: str, fmt: str) -> str:
+        return " | ".join(fmt.format(statistics.median(g[key] for g in got[name]))
+                          for name, _ in sides)
+
     rows = []
     for key, label in (("threads_1", "1 client thread"), ("threads_4", "4 client threads"),
                        ("threads_8", "8 client threads")):
-        cells = [" / ".join(f"{g[key]:,.0f}" for g in got[name]) for name, _ in sides]
-        title = f"submissions/s, uvicorn in its own process, {label}"
-        rows.append((title + (" (before | after)" if before else ""), " | ".join(cells)))
-    cpu = [" / ".join(f"{g['cpu_ms']:.2f}" for g in got[name]) for name, _ in sides]
-    rows.append(("server process CPU per submission, ms" + (" (before | after)" if before
-                                                             else ""), " | ".join(cpu)))
+        rows.append((f"submissions/s, uvicorn in its own process, {label}{pair}",
+                     cells(key, "{:,.0f}")))
+    rows.append(("server process CPU per submission, ms" + pair, cells("cpu_ms", "{:.2f}")))
+    rows.append(("client process CPU per submission, ms" + pair,
+                 cells("client_cpu_ms", "{:.2f}")))
+    if before:
+        rows.append(("median submissions/s, 8 client threads (before | after)",
+                     medians("threads_8", "{:,.0f}")))
+        rows.append(("median server CPU per submission, ms (before | after)",
+                     medians("cpu_ms", "{:.2f}")))
+    rows.append(("load average (1 min) after each spell" + pair, cells("load", "{:.1f}")))
     lost = [f"{g['stored']:.0f} / {g['accepted']:.0f}" for name, _ in sides for g in got[name]]
     rows.append(("jobs stored / accepted (none lost)", ", ".join(lost)))
     return rows
@@ -280,15 +316,23 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--before", metavar="OLD_SRC",
                     help="an older tree's src/: submissions measured on both, side by side")
-    ap.add_argument("--serve-child", nargs=2, metavar=("STATE", "PORT"), help=argparse.SUPPRESS)
+    ap.add_argument("--spells", type=int, default=2,
+                    help="with --before: how many times each side is measured, alternately")
+    ap.add_argument("--before-plain", action="store_true",
+                    help="with --before: the old tree's server on uvicorn's h11 parser and "
+                         "asyncio loop, as it ran before httptools and uvloop were installed")
+    ap.add_argument("--serve-child", nargs="+", metavar="STATE PORT [plain]",
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_child:
-        serve_child(args.serve_child[0], int(args.serve_child[1]))
+        serve_child(args.serve_child[0], int(args.serve_child[1]),
+                    plain=args.serve_child[2:] == ["plain"])
         return
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        rows += bench_submissions(root, args.submissions, args.before)
+        rows += bench_submissions(root, args.submissions, args.before, args.spells,
+                                  args.before_plain)
         if args.before:
             args.latency_reps = args.parity_jobs = 0
         else:

@@ -11,10 +11,11 @@ Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_ray_launch.py [--jobs N]
 2. **Submit → running**: one-GPU jobs submitted one at a time to an idle cluster; the gap
    between the ``submitted`` and ``running`` events, median and max.
 
-With ``--before OLD_TREE/src`` the script runs twice, one after the other, as child processes:
-once on the older tree's sources and once on this one's, and prints both side by side with
-their ratio (it only uses ``LiveService`` and ``RayExecutor(cluster, None, runs_dir,
-grace_s=…)``, which both have). The machine is shared and noisy: read the order of magnitude.
+With ``--before OLD_TREE/src`` the script runs as child processes on the older tree's sources
+and on this one's, alternately, ``--spells`` times each (default 1), and prints every run side
+by side with the ratio of the medians (it only uses ``LiveService`` and
+``RayExecutor(cluster, None, runs_dir, grace_s=…)``, which both have). The machine is shared
+and noisy: read the order of magnitude.
 """
 
 from __future__ import annotations
@@ -157,18 +158,24 @@ def _child(src: str, jobs: int, samples: int) -> dict[str, float]:
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def compare(before_src: str, jobs: int, samples: int) -> None:
-    """Before and after, one after the other, printed side by side."""
+def compare(before_src: str, jobs: int, samples: int, spells: int = 1) -> None:
+    """Before and after, alternately, ``spells`` times each; every spell and the medians
+    printed side by side, with the load average after each run."""
     here = str(Path(__file__).resolve().parent.parent / "src")
-    before = _child(before_src, jobs, samples)
-    after = _child(here, jobs, samples)
+    got: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for _ in range(spells):
+        for side, src in (("before", before_src), ("after", here)):
+            got[side].append({**_child(src, jobs, samples), "load": os.getloadavg()[0]})
     print(f"{jobs} one-GPU `sleep 1` gangs at once on 128 pretend GPUs; {samples} one-GPU jobs "
-          "one at a time for the latency (embedded Ray)")
-    print(f"{'measure':<50} {'before':>9} {'after':>9} {'after/before':>13}")
-    for label, key, fmt in ROWS:
-        b, a = before.get(key, 0.0), after.get(key, 0.0)
-        ratio = f"{a / b:.2f}" if b else "-"
-        print(f"{label:<50} {fmt.format(b):>9} {fmt.format(a):>9} {ratio:>13}")
+          f"one at a time for the latency (embedded Ray); {spells} spell(s) each, alternately")
+    print(f"{'measure':<50} {'before':>20} {'after':>20} {'median after/before':>20}")
+    for label, key, fmt in (*ROWS, ("load average (1 min) after the run", "load", "{:.1f}")):
+        cells = [" / ".join(fmt.format(g.get(key, 0.0)) for g in got[side])
+                 for side in ("before", "after")]
+        b = statistics.median(g.get(key, 0.0) for g in got["before"])
+        a = statistics.median(g.get(key, 0.0) for g in got["after"])
+        ratio = f"{a / b:.2f}" if b and key != "load" else "-"
+        print(f"{label:<50} {cells[0]:>20} {cells[1]:>20} {ratio:>20}")
 
 
 def main() -> None:
@@ -177,10 +184,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--before", metavar="OLD_SRC",
                         help="an older tree's src/: run both and print them side by side")
+    parser.add_argument("--spells", type=int, default=1,
+                        help="with --before: runs of each side, alternately")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.before:
-        compare(args.before, args.jobs, args.samples)
+        compare(args.before, args.jobs, args.samples, args.spells)
         return
     figures = measure(args.jobs, args.samples)
     if args.json:

@@ -25,6 +25,7 @@ A 500 means a bug: it is answered as JSON too, and the service log has the trace
 
 from __future__ import annotations
 
+import inspect
 import logging
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -37,10 +38,9 @@ from starlette.concurrency import run_in_threadpool
 
 from tessera.errors import SpecError
 from tessera.live.explain import explain
-from tessera.live.layout import Layout
-from tessera.live.limits import BodyError, BodyLimit, BodyTooLarge, parse_body
+from tessera.live.intake import INLINE_BODY_BYTES, FastSubmit, GroupCommit, admit_body
+from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
-from tessera.live.spec import validate_request
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import cluster_json, job_json, queues_json
@@ -50,8 +50,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tessera.live.api")
 _bearer = HTTPBearer(auto_error=False)
-#: A JSON submission up to this size is parsed and stored on the event loop's thread.
-INLINE_BODY_BYTES = 16384
+#: FastAPI's built-in OpenTelemetry hooks, off where FastAPI has them: the service exports no
+#: telemetry, and asking the global providers costs a check on every request.
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
 
 
 def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
@@ -62,10 +65,11 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
         api_docs: serve ``/docs``, ``/redoc`` and ``/openapi.json`` (off by default).
     """
     limits = svc.tenancy.limits
-    layout = Layout(svc.store.path.parent, svc.work_dir)
     docs = {"docs_url": "/docs", "redoc_url": "/redoc", "openapi_url": "/openapi.json"}
     app = FastAPI(title="Tessera live scheduler", version="1",
-                  **(docs if api_docs else dict.fromkeys(docs)))
+                  **(docs if api_docs else dict.fromkeys(docs)), **_NO_TELEMETRY)
+    commit = GroupCommit(svc)
+    app.add_middleware(FastSubmit, svc=svc, commit=commit)  # inside BodyLimit: sizes checked
     app.add_middleware(BodyLimit, max_bytes=limits.body_bytes)
 
     async def principal(cred: HTTPAuthorizationCredentials | None = Depends(_bearer)
@@ -107,39 +111,23 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     def healthz() -> dict[str, Any]:
         return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name}
 
-    def accept(body: bytes, ctype: str, who: Principal) -> dict[str, Any]:
-        """Parse, validate and store a submission (in a worker thread: parsing a large YAML
-        body takes long enough that it must not hold up the event loop)."""
-        try:
-            raw = parse_body(body.decode("utf-8", errors="replace"),
-                             "yaml" if "yaml" in ctype else "json", limits)
-        except BodyError as e:
-            raise HTTPException(413 if isinstance(e, BodyTooLarge) else 400, str(e)) from None
-        req = validate_request(raw, limits)
-        if req.checkpoint_dir is not None:
-            problem = layout.checkpoint_dir_problem(req.checkpoint_dir)
-            if problem is not None:
-                raise HTTPException(422, f"invalid job request: {problem}")
-        return job_json(svc.submit(req, who))
-
     @app.post("/api/jobs", status_code=201, response_model=None,
               openapi_extra={"security": [{"HTTPBearer": []}]})
     async def submit(request: Request) -> JSONResponse:
-        # The busiest route authenticates by hand (the same ``principal``), sparing FastAPI's
-        # dependency solving per request.
+        # Ordinary submissions are answered by FastSubmit before they get here; this route
+        # takes the rest (YAML, large bodies, refusals) and gives each its status and message.
         who = await principal(await _bearer(request))
         ctype = request.headers.get("content-type", "application/json")
         body = await request.body()
-        # A small JSON body (every ordinary submission) is accepted right here: well under a
-        # millisecond, and a hop to a worker thread would cost more than it saves (the event
-        # loop's thread then waits for the GIL after each socket call). YAML and large bodies
-        # take long enough to parse that they go to a worker thread.
+        # A small JSON body is admitted right here: well under a millisecond, and a hop to a
+        # worker thread would cost more than it saves. YAML and large bodies take long enough
+        # to parse that they go to a worker thread.
         if len(body) <= INLINE_BODY_BYTES and "yaml" not in ctype:
-            view = accept(body, ctype, who)
+            new = admit_body(svc, body, ctype, who)
         else:
-            view = await run_in_threadpool(accept, body, ctype, who)
+            new = await run_in_threadpool(admit_body, svc, body, ctype, who)
         # The job view is plain JSON values: answered as is, without FastAPI's encoder pass.
-        return JSONResponse(view, status_code=201)
+        return JSONResponse(job_json(await commit.store(new)), status_code=201)
 
     @app.get("/api/jobs")
     def list_jobs(state: str | None = Query(None, max_length=32),

@@ -43,7 +43,7 @@ from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
 from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
-from tessera.live.store import HOLDING, Allocation, JobRecord, Store
+from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
 from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
@@ -132,6 +132,15 @@ class LiveService:
             Forbidden: a tenant submitting to another tenant's queue.
             Rejected: unknown queue, or a request no node/flavor/quota can ever satisfy.
         """
+        return self.store_jobs([self.admit(req, who)])[0]
+
+    def admit(self, req: JobRequest, who: Principal) -> NewJob:
+        """The checks of :meth:`submit`, without storing: the job to store, with its id.
+
+        Raises:
+            Forbidden: a tenant submitting to another tenant's queue.
+            Rejected: unknown queue, or a request no node/flavor/quota can ever satisfy.
+        """
         queue = req.queue or who.queue or "default"
         if not who.may_see(queue):
             raise Forbidden(f"token {who.name!r} may submit only to queue {who.queue!r}")
@@ -149,15 +158,14 @@ class LiveService:
                       "borrowable)")
         if reason is not None:
             raise Rejected(f"rejected: {reason}")
-        self.store.add_job(job, now_s)
-        note = elastic_choice(req).note
-        if note:
-            with self.store.tx() as db:
-                self.store.event(db, now_s, job.spec.job_id, "rigid", note)
-        rec = self.store.get(job.spec.job_id)  # read before the loop may admit it
-        assert rec is not None
+        return NewJob(job, now_s, elastic_choice(req).note or "")
+
+    def store_jobs(self, new: list[NewJob]) -> list[JobRecord]:
+        """Store admitted jobs PENDING in one commit (:meth:`Store.add_jobs`), wake the loop
+        once; their records as stored (read before the loop may admit them)."""
+        recs = self.store.add_jobs(new)
         self.poke()
-        return rec
+        return recs
 
     def cancel(self, job_id: str, who: Principal) -> JobState:
         """Cancel a job (the caller has checked visibility); raises ValueError if finished."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -114,6 +114,17 @@ class Allocation:
     ended_s: float | None
     exit_code: int | None
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job about to be stored: the job, when it was submitted, and an optional note event
+    (``note_kind``, e.g. ``rigid``: why an elastic request runs rigid) stored with it."""
+
+    job: LiveJob
+    now_s: float
+    note: str = ""
+    note_kind: str = "rigid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,17 +225,37 @@ class Store:
 
     # -- jobs ------------------------------------------------------------------------------------
 
-    def add_job(self, job: LiveJob, now_s: float) -> None:
-        """Insert a new PENDING job and its ``submitted`` event."""
-        s = job.spec
+    def add_job(self, job: LiveJob, now_s: float) -> JobRecord:
+        """Insert a new PENDING job and its ``submitted`` event; returns its record."""
+        return self.add_jobs([NewJob(job, now_s)])[0]
+
+    def add_jobs(self, new: Sequence[NewJob]) -> list[JobRecord]:
+        """Insert new PENDING jobs, their ``submitted`` events and notes, in one transaction.
+
+        This is the group commit behind the API (:mod:`tessera.live.intake`): submissions that
+        arrive together share one ``COMMIT``, and none is answered before it, so an accepted
+        job is always a stored one. The records returned are the rows as written (what
+        :meth:`get` would read back at once), built without reading them back.
+        """
+        out: list[JobRecord] = []
         with self.tx() as db:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
-            db.execute(
-                "INSERT INTO jobs (job_id, seq, queue, state, spec_json, submit_time_s,"
-                " pending_since_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (s.job_id, seq, s.queue, JobState.PENDING.value, job.to_json(), now_s, now_s))
-            self._event(db, now_s, s.job_id, "submitted", None, JobState.PENDING,
-                        f"{s.num_gpus} GPU(s) on queue {s.queue}")
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+            for n in new:
+                s = n.job.spec
+                seq += 1
+                text = n.job.to_json()
+                db.execute(
+                    "INSERT INTO jobs (job_id, seq, queue, state, spec_json, submit_time_s,"
+                    " pending_since_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (s.job_id, seq, s.queue, JobState.PENDING.value, text, n.now_s, n.now_s))
+                self._event(db, n.now_s, s.job_id, "submitted", None, JobState.PENDING,
+                            f"{s.num_gpus} GPU(s) on queue {s.queue}")
+                if n.note:
+                    self._event(db, n.now_s, s.job_id, n.note_kind, None, None, n.note)
+                self._specs[text] = n.job
+                out.append(JobRecord(n.job, seq, JobState.PENDING, 0, 0, n.now_s, None, None,
+                                     None, 0.0, {}, "", False, None))
+        return out
 
     def get(self, job_id: str) -> JobRecord | None:
         rows = self._read(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id=?", (job_id,))
