@@ -84,11 +84,11 @@ class DecisionContext:
 
     def layout(self, cluster: ClusterSpec) -> Layout:
         """The placement layout of ``cluster``, built once per cluster object."""
-        from tessera.sched.placement import Layout
-
         held = self._layout
         if held is not None and held[0] is cluster:
             return held[1]
+        from tessera.sched.placement import Layout  # (deferred, as before: only on a miss)
+
         lay = Layout.of(cluster.nodes)
         self._layout = (cluster, lay)
         return lay

@@ -172,8 +172,8 @@ def _waiting_first(
     now_s = view.now_s
     oracle = ctx.oracle.as_agnostic() if policy.agnostic else ctx.oracle
     free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
-    running = JobState.RUNNING
-    waiting = [j for j in admitted if j.state is not running]
+    split = view.split()
+    waiting = split.waiting
     ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), oracle, ctx.rng,
                                         ctx.solver))
     lap("order")
@@ -184,7 +184,7 @@ def _waiting_first(
     backfill(ranking.candidates, by_wait, new, free, oracle, now_s, opts,
              Releases(admitted, now_s))
     if policy.preemptive and len(new) == len(waiting):
-        upgrade(admitted, new, free, oracle, now_s, opts,
+        upgrade(split.running, new, free, oracle, now_s, opts,
                 ctx.stay_put.under(oracle, opts, len(admitted)))
     lap("place")
     if len(new) < len(waiting) and policy.preemptive:
@@ -207,7 +207,7 @@ def _full_round(
     oracle = ctx.oracle.as_agnostic() if policy.agnostic else ctx.oracle
     free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
     by_id = {j.spec.job_id: j for j in admitted}
-    running = [j for j in admitted if j.state is JobState.RUNNING]
+    running = view.split().running
     ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver))
     lap("order")
     sized = by_id
@@ -224,7 +224,7 @@ def _full_round(
         run = place_events(ranking.candidates, by_id, admitted, free, oracle, True, now_s, opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
-            upgrade(admitted, moved, free, oracle, now_s, opts,
+            upgrade(admitted if ranking.sizes else running, moved, free, oracle, now_s, opts,
                     ctx.stay_put.under(oracle, opts, len(admitted)))
             run.update(moved)
     notes = ranking.notes

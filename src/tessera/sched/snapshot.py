@@ -195,6 +195,32 @@ class QueueQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class JobSplit:
+    """A snapshot's jobs split into the running and the rest, each in snapshot order.
+
+    An event round looks at the waiting jobs first and at the running gangs only to move
+    them (:func:`~tessera.sched.core.decide`), so it splits the jobs once; a driver that keeps
+    the split between rounds may hand it over with the snapshot (``Snapshot.split_hint``).
+
+    Attributes:
+        jobs: the tuple this split describes (a split describes exactly one tuple).
+        running: the jobs whose state is RUNNING.
+        waiting: every other job (pending, admitted, preempted).
+    """
+
+    jobs: tuple[JobView, ...]
+    running: tuple[JobView, ...]
+    waiting: tuple[JobView, ...]
+
+    @classmethod
+    def of(cls, jobs: tuple[JobView, ...]) -> JobSplit:
+        """Split ``jobs`` by state."""
+        running = JobState.RUNNING
+        return cls(jobs, tuple([j for j in jobs if j.state is running]),
+                   tuple([j for j in jobs if j.state is not running]))
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything ``decide`` may read.
 
@@ -209,6 +235,9 @@ class Snapshot:
         free_gpus: free GPUs per node, when the driver keeps that count itself (the simulator
             does, so a round need not walk every running gang to find the free GPUs);
             ``None`` = derive it from the running jobs' placements.
+        split_hint: ``jobs`` already split by state, when the driver has it; used only if it
+            describes this very ``jobs`` tuple (see :meth:`split`), so a snapshot copied with
+            other jobs never trusts a stale split.
     """
 
     now_s: float
@@ -219,6 +248,15 @@ class Snapshot:
     round_s: float | None = None
     down_nodes: frozenset[str] = frozenset()
     free_gpus: Mapping[str, int] | None = None
+    split_hint: JobSplit | None = field(default=None, compare=False, repr=False)
+
+    def split(self) -> JobSplit:
+        """The jobs split into running and waiting (the driver's split when it describes these
+        jobs, else computed now)."""
+        hint = self.split_hint
+        if hint is not None and hint.jobs is self.jobs:
+            return hint
+        return JobSplit.of(self.jobs)
 
     def up_nodes(self) -> tuple[Node, ...]:
         if not self.down_nodes:

@@ -16,6 +16,8 @@ touch the snapshot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.mixed_placement import Releases, mixed_upgrade, try_mixed
 from tessera.sched.options import PlacementOptions, needs_locality
@@ -158,7 +160,7 @@ def place_events(
 
 
 def upgrade(
-    jobs: list[JobView],
+    jobs: Sequence[JobView],
     moves: dict[JobId, Placement],
     free: FreeGpus,
     oracle: ThroughputOracle,

@@ -20,6 +20,7 @@ class SimJob:
     """Mutable simulation state of one job."""
 
     __slots__ = (
+        "_view",
         "attained_gpu_s",
         "attempts",
         "busy_gpu_s",
@@ -47,9 +48,9 @@ class SimJob:
         "run_s",
         "run_started_s",
         "spec",
+        "stale",
         "startup_s",
         "state",
-        "view",
         "wait_by_kind",
         "wait_kind",
         "wait_since_s",
@@ -90,7 +91,21 @@ class SimJob:
         self.wait_by_kind: dict[PendingKind, float] = {}
         self.max_retries = max_retries
         self.contention_s = 0.0
-        self.view: JobView | None = None
+        self._view: JobView | None = None
+        self.stale: dict[int, None] | None = None
+
+    @property
+    def view(self) -> JobView | None:
+        """The job's last frozen view, ``None`` once anything in it changed."""
+        return self._view
+
+    @view.setter
+    def view(self, value: JobView | None) -> None:
+        # Dropping the view also tells the owner of ``stale`` (the world's view book,
+        # :class:`~tessera.sim.views.ViewBook`) that this job's view must be rebuilt.
+        self._view = value
+        if value is None and self.stale is not None:
+            self.stale[self.idx] = None
 
     def advance(self, now_s: float) -> None:
         """Account for time passing up to ``now_s`` (progress only while running)."""
@@ -175,10 +190,10 @@ class SimJob:
         self.wait_since_s = now_s
 
     def to_view(self) -> JobView:
-        view = self.view
+        view = self._view
         if view is None:
             # (positional: JobView's fields in order; cheaper than keywords, built every round)
-            view = self.view = JobView(
+            view = self._view = JobView(
                 self.spec, self.state, self.remaining, self.placement, self.attained_gpu_s,
                 tuple(self.run_s.items()), self.pending_since_s, self.last_run_end_s,
                 self.attempts, self.last_update_s, self.rate, self.progress_from_s,

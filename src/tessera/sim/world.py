@@ -48,6 +48,7 @@ from tessera.sim.failures import FailureTimes
 from tessera.sim.metrics import Counters, Sample, SimResult, run_gpu_hours, summarize
 from tessera.sim.state import SimJob, move
 from tessera.sim.validation import PreRunValidation
+from tessera.sim.views import ViewBook
 
 EPS_S = 1e-9
 """Events closer than this are simultaneous."""
@@ -106,6 +107,7 @@ class SimWorld:
         for j in self.jobs:
             j.flaky = flaky_rng.random() < fcfg.job_failure_rate
         self.active: dict[int, SimJob] = {}
+        self.views = ViewBook(self.jobs)  # (snapshots rebuild only the changed jobs' views)
         self.running: dict[int, SimJob] = {}
         self.policy_state: object = None
         self.samples: list[Sample] = []
@@ -175,12 +177,12 @@ class SimWorld:
         when the world books them (``free_gpus``; otherwise the core derives them from the
         running gangs)."""
         self._catch_up()
+        split = self.views.split(self.active)
         return Snapshot(
-            now_s=t_s, cluster=self.cluster,
-            jobs=tuple(map(SimJob.to_view, self.active.values())),
-            policy_state=self.policy_state,
+            now_s=t_s, cluster=self.cluster, jobs=split.jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
             free_gpus=dict(self.free) if free_gpus else None, quotas=self.quotas,
+            split_hint=split,
         )
 
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
@@ -240,6 +242,7 @@ class SimWorld:
         if not self.active:
             self.next_sample_s = max(self.next_sample_s, t_s - t_s % self.cfg.sample_every_s)
         self.active[job.idx] = job
+        self.views.touch(job.idx)
         self.active_cum[job.idx] = self.active_integral
         job.last_update_s = t_s
         job.pending_since_s = t_s
@@ -255,6 +258,7 @@ class SimWorld:
         job.finish_s = t_s
         job.set_wait(None, t_s)
         del self.active[job.idx]
+        self.views.touch(job.idx)
         self.close_ftf(job)
         return 1
 
@@ -277,6 +281,7 @@ class SimWorld:
         move(job, JobState.FAILED)
         job.attempts += 1
         del self.active[job.idx]
+        self.views.touch(job.idx)
         self.close_ftf(job)
         job.set_wait(None, t_s)
         if job.attempts <= job.max_retries:
@@ -293,6 +298,7 @@ class SimWorld:
         job.startup_s = self.sched.restore_s
         job.view = None
         self.active[job.idx] = job
+        self.views.touch(job.idx)
         self.active = dict(sorted(self.active.items()))
         self.active_cum[job.idx] = self.active_integral
         self.validation.begin(job)
