@@ -38,7 +38,7 @@ def driver_for(config: SimConfig, policy: Policy) -> Driver:
 
     if config.compat == "gavel":
         return GavelDriver()
-    refusal = gavel_loop_only(policy)
+    refusal = gavel_loop_only(policy, shares_gpus=True)
     if refusal is not None:
         raise SpecError(refusal)
     if config.scheduler.uses_rounds(policy):
