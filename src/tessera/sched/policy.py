@@ -166,10 +166,13 @@ def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
     shared GPUs: the simulator's drivers have one (``shares_gpus=True``:
     :mod:`tessera.sim.sharing`), the live service does not yet (it launches one job per GPU),
     so it refuses such a policy with this reason rather than run it with GPUs counted wrong.
+    Gavel's packing policies (``max_min_fairness_packed``, ``fifo_packed``, ``gandiva``) only
+    rank and pair jobs, so the simulator's drivers run them too, with Tessera's costs; the
+    rest of Gavel's own set keeps its loop.
     """
     from tessera.sched.policies.gavel_compat import GAVEL_ONLY
 
-    if policy.name in GAVEL_ONLY:
+    if policy.name in GAVEL_ONLY and not (policy.packs and shares_gpus):
         return (f"policy {policy.display_name!r} is Gavel's own and reproduces Gavel's "
                 "simulator: run it with tessera simulate --compat gavel")
     if policy.packs and not shares_gpus:
