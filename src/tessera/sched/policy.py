@@ -178,7 +178,7 @@ def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
     if policy.packs and not shares_gpus:
         return (f"policy {policy.display_name!r} co-locates jobs on shared GPUs, which the live "
                 "service cannot run yet (it launches one job per GPU): simulate it with "
-                "tessera simulate")
+                "tessera simulate (its own drivers or --compat gavel)")
     return None
 
 

@@ -33,8 +33,8 @@ class Driver(ABC):
 
 def driver_for(config: SimConfig, policy: Policy) -> Driver:
     """The driver a run's effective settings call for."""
-    from tessera.sim.drivers.gavel import GavelDriver
     from tessera.sched.policies.gavel_compat import GAVEL_ONLY
+    from tessera.sim.drivers.gavel import GavelDriver
     from tessera.sim.drivers.heap import EventDriver, RoundDriver
 
     if config.compat == "gavel":
