@@ -93,9 +93,9 @@ def test_agnostic_min_total_duration_prints_gavels_average_jct(tiny_trace: Path)
                                                 rel=1e-9)
 
 
-@pytest.mark.parametrize("policy", ["fifo_packed", "gandiva", "allox", "min_total_duration",
-                                    "max_min_fairness_packed", "hetero_pack"])
-def test_gavel_only_and_packing_policies_are_refused_outside_compat(policy: str) -> None:
+@pytest.mark.parametrize("policy", ["allox", "min_total_duration",
+                                    "min_total_duration-agnostic"])
+def test_gavel_only_policies_that_do_not_pack_are_refused_outside_compat(policy: str) -> None:
     wl = make_workload(make_job("0", steps=100))
     cluster = make_cluster().node("v100", gpus=1).build()
     with pytest.raises(SpecError, match="compat gavel"):

@@ -35,7 +35,7 @@ from tessera.model.jobs import JobId, JobState
 from tessera.sched.context import DecisionContext
 from tessera.sched.elastic import sized_views, with_batches, within_quotas
 from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.packing import colocate
+from tessera.sched.packing import colocate, partners_for, unpair
 from tessera.sched.placement import FreeGpus
 from tessera.sched.policy import Policy, PolicyContext, Ranking
 from tessera.sched.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
@@ -151,7 +151,7 @@ def decide(
     lap("admit")
 
     # 2-5. Ordering, placement, preemption, reasons.
-    if not policy.round_based:
+    if not policy.round_based and not policy.packs:
         d = _waiting_first(view, admitted, held, policy, ctx, opts, lap)
         if d is not None:
             return d
@@ -217,11 +217,19 @@ def _full_round(
     if ranking.sizes:  # an elastic allocation: place each sized job at its chosen count
         admitted = sized_views(admitted, ranking.sizes)
         by_id = {j.spec.job_id: j for j in admitted}
-    if policy.round_based:
-        run = place_rounds(ranking.candidates, by_id, admitted, free, oracle,
-                           policy.preemptive and not opts.fill_only, now_s, opts)
+    keep = not (policy.preemptive and not opts.fill_only)
+    pairs = unpair(admitted, ranking, keep) if policy.packs else None
+    if pairs is not None and pairs.riders:  # a running pair's GPUs are placed once
+        placing = pairs.jobs
+        placing_by_id = {j.spec.job_id: j for j in placing}
     else:
-        run = place_events(ranking.candidates, by_id, admitted, free, oracle, True, now_s, opts)
+        placing, placing_by_id = admitted, by_id
+    if policy.round_based:
+        run = place_rounds(ranking.candidates, placing_by_id, placing, free, oracle,
+                           not keep, now_s, opts)
+    else:
+        run = place_events(ranking.candidates, placing_by_id, placing, free, oracle, True,
+                           now_s, opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
             upgrade(admitted if ranking.sizes else running, moved, free, oracle, now_s, opts,
@@ -230,8 +238,9 @@ def _full_round(
     notes = ranking.notes
     if ranking.sizes:
         run = with_batches(run, sized, ranking.sizes)
-    if ranking.colocate:  # a packing policy's partners join their hosts' GPUs
-        packed = colocate(run, ranking.colocate, by_id, ctx.oracle.table, view.cluster)
+    if pairs is not None:  # a packing policy's partners join their hosts' GPUs
+        wish = partners_for(ranking, pairs.riders, keep)
+        packed = colocate(run, wish, by_id, ctx.oracle.table, view.cluster)
         run, notes = packed.placements, {**ranking.notes, **packed.notes}
     lap("place")
 

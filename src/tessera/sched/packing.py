@@ -19,19 +19,29 @@ each refusal with its reason:
 
 A refused partner is left waiting; its note says why. An accepted pair gets a note on both
 jobs with both speeds.
+
+**Pairs that already run** (Tessera's own drivers, where a round sees running jobs): the two
+jobs hold one set of GPUs, so the placement strategies must see them once. :func:`unpair` hands
+the strategies the pair's *host* as the holder and its *rider* without GPUs; :func:`colocate`
+then rebuilds every pair from the policy's wish (a preemptive round: the policy's word is final)
+or keeps the running pairs (a round that may not stop running jobs, e.g. a fill between rounds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
-from tessera.model.jobs import JobId, JobSpec
+from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
 from tessera.perf.profiles import ThroughputTable
 from tessera.sched.snapshot import JobView, Placement
+
+if TYPE_CHECKING:
+    from tessera.sched.policy import Ranking
 
 MEMORY_KEY = "memory_gib"
 """``JobSpec.extra`` key of a job's per-GPU memory estimate, in GiB."""
@@ -124,7 +134,9 @@ def colocate(
         table: the measured pair speeds.
         cluster: the inventory (GPU memory per flavor).
     """
-    out = dict(run)
+    # Labels of last round's pairs are rebuilt below from ``partners``, never carried over.
+    out = {jid: replace(p, colocated_with=()) if p.colocated_with else p
+           for jid, p in run.items()}
     notes: dict[JobId, str] = {}
     for partner, host in partners.items():
         p = out.get(host)
@@ -146,3 +158,72 @@ def colocate(
         notes[partner] = (f"shares {where} with job {host} at {check.second_steps_per_s:g} "
                           f"steps/s (job {host}: {check.first_steps_per_s:g})")
     return Packed(out, notes)
+
+
+@dataclass(frozen=True, slots=True)
+class Unpaired:
+    """The round's jobs as the placement strategies must see them (see :func:`unpair`).
+
+    Attributes:
+        jobs: the admitted jobs, each running pair's rider either shown waiting (no GPUs) or
+            left out (``keep``).
+        riders: ``{rider: host}`` of every running pair.
+    """
+
+    jobs: list[JobView]
+    riders: dict[JobId, JobId]
+
+
+def unpair(admitted: list[JobView], ranking: Ranking, keep: bool) -> Unpaired:
+    """Show each running pair's GPUs once to the placement strategies.
+
+    The *rider* of a pair is the job the policy names as a partner this round, else the one it
+    ranks lower (later in its candidates, then the larger id): it gives up its claim on the
+    GPUs, so the host's gang is kept, moved or stopped like any gang. With ``keep`` (a round
+    that may not stop running jobs) riders are left out and rejoin their hosts; otherwise they
+    are shown waiting, free to be paired again, run alone or wait.
+    """
+    by_id = {j.job_id: j for j in admitted}
+    rank: dict[JobId, int] = {}
+    for jid, _fl in ranking.candidates:
+        rank.setdefault(jid, len(rank))
+    last = len(rank)
+    riders: dict[JobId, JobId] = {}
+    for j in admitted:
+        p = j.placement
+        if not (j.running and p is not None and p.colocated_with) or j.job_id in riders:
+            continue
+        mate = by_id.get(p.colocated_with[0])
+        if mate is None or not mate.running or mate.placement is None or mate.job_id in riders:
+            continue
+        if j.job_id in ranking.colocate:
+            rider = j
+        elif mate.job_id in ranking.colocate:
+            rider = mate
+        else:
+            order = sorted((j, mate), key=lambda v: (rank.get(v.job_id, last), str(v.job_id)))
+            rider = order[1]
+        host = mate if rider is j else j
+        riders[rider.job_id] = host.job_id
+    if not riders:
+        return Unpaired(admitted, riders)
+    if keep:
+        jobs = [j for j in admitted if j.job_id not in riders]
+    else:
+        jobs = [replace(j, state=JobState.PENDING, placement=None) if j.job_id in riders else j
+                for j in admitted]
+    return Unpaired(jobs, riders)
+
+
+def partners_for(ranking: Ranking, riders: dict[JobId, JobId], keep: bool
+                 ) -> dict[JobId, JobId]:
+    """The ``{partner: host}`` wish :func:`colocate` carries out: the policy's, and with
+    ``keep`` the running pairs first (they are not to be broken by this round)."""
+    if not keep:
+        return dict(ranking.colocate)
+    out = dict(riders)
+    hosts = set(riders.values())
+    for partner, host in ranking.colocate.items():
+        if partner not in out and host not in hosts:
+            out[partner] = host
+    return out

@@ -158,23 +158,27 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     return cls(config, agnostic=agnostic, name=base)
 
 
-def gavel_loop_only(policy: Policy) -> str | None:
-    """Why ``policy`` runs only in the simulator's Gavel loop (``--compat gavel``), or ``None``.
+def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
+    """Why ``policy`` cannot run outside the simulator's Gavel loop here, or ``None``.
 
-    Gavel's own policies (``GAVEL_ONLY``) reproduce Gavel's simulator and need its loop; a
-    policy that packs (space-shares GPUs) needs a world that books shared GPUs, which only that
-    loop has so far. The simulator's own drivers and the live service both refuse such a
-    policy with this reason, so neither runs it with GPUs counted wrong.
+    Gavel's own policies (``GAVEL_ONLY``) reproduce Gavel's simulator and need its loop
+    (``--compat gavel``). A policy that packs (space-shares GPUs) needs a world that books
+    shared GPUs: the simulator's drivers have one (``shares_gpus=True``:
+    :mod:`tessera.sim.sharing`), the live service does not yet (it launches one job per GPU),
+    so it refuses such a policy with this reason rather than run it with GPUs counted wrong.
+    Gavel's packing policies (``max_min_fairness_packed``, ``fifo_packed``, ``gandiva``) only
+    rank and pair jobs, so the simulator's drivers run them too, with Tessera's costs; the
+    rest of Gavel's own set keeps its loop.
     """
     from tessera.sched.policies.gavel_compat import GAVEL_ONLY
 
-    if policy.name in GAVEL_ONLY:
+    if policy.name in GAVEL_ONLY and not (policy.packs and shares_gpus):
         return (f"policy {policy.display_name!r} is Gavel's own and reproduces Gavel's "
                 "simulator: run it with tessera simulate --compat gavel")
-    if policy.packs:
-        return (f"policy {policy.display_name!r} co-locates jobs, which only the --compat gavel "
-                "simulation models so far (Tessera's own drivers and the live service run one "
-                "job per GPU)")
+    if policy.packs and not shares_gpus:
+        return (f"policy {policy.display_name!r} co-locates jobs on shared GPUs, which the live "
+                "service cannot run yet (it launches one job per GPU): simulate it with "
+                "tessera simulate (its own drivers or --compat gavel)")
     return None
 
 

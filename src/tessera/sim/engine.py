@@ -18,6 +18,7 @@ from tessera.sched.policy import Policy, make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers import Driver, driver_for
 from tessera.sim.metrics import SimResult
+from tessera.sim.sharing import SharingWorld
 from tessera.sim.world import ProgressFn, SimWorld
 
 __all__ = ["ProgressFn", "Simulator", "simulate"]
@@ -39,8 +40,11 @@ class Simulator:
         self.driver: Driver = driver_for(cfg, policy)
         oracle = ThroughputOracle(table, cluster,
                                   split_large_gangs=self.driver.split_large_gangs)
-        self.world = SimWorld(workload, cluster, self.driver.policy_for(policy, cfg), cfg,
-                              oracle, self.driver.uses_rounds(), progress)
+        run_policy = self.driver.policy_for(policy, cfg)
+        # Packing outside Gavel's loop (which leases pairs itself) needs shared-GPU books.
+        world = SharingWorld if run_policy.packs and cfg.compat != "gavel" else SimWorld
+        self.world = world(workload, cluster, run_policy, cfg, oracle,
+                           self.driver.uses_rounds(), progress)
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()

@@ -27,6 +27,7 @@ is never proposed (:func:`tessera.sched.packing.may_share`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from pydantic import Field
@@ -126,40 +127,23 @@ class HeteroPack(HeteroGittins):
             classes.setdefault(kind, []).append(hid)
         for members in classes.values():
             members.sort(key=lambda hid: weigh(by_id[hid])[0])  # pop() takes the longest
-        table = ctx.oracle.table
         partner_of: dict[JobId, JobId] = {}
+        # Plain normalised throughput depends on the jobs' kinds only: each kind of waiting job
+        # ranks the host classes once, and each such job takes the best class with a host left.
+        ranked: dict[tuple[object, ...], list[_HostKind]] = {}
         for pid in waiting[: cfg.scan_factor * len(hosts)]:
             p = by_id[pid]
-            tau_p, best_p = weigh(p)
-            if best_p <= 0 or p.spec.exclusive:
+            if p.spec.exclusive:
                 continue
-            choice: _HostKind | None = None
-            top_gain = 0.0
-            for key, members in classes.items():
-                if not members or key[1] != p.spec.num_gpus:
-                    continue
-                h = by_id[members[-1]]
-                fl = key[2]
-                rates = self._pair(table, snap.cluster, h.spec, p.spec, fl)
-                if rates is None:
-                    continue
-                tau_h, best_h = weigh(h)
-                alone_h = ctx.oracle.rate(h.spec, fl, True)
-                if best_h <= 0 or alone_h <= 0:
-                    continue
-                if cfg.by_remaining:
-                    own = (alone_h / best_h) / tau_h
-                    gain = (rates.second_steps_per_s / best_p) / tau_p - (
-                        (alone_h - rates.first_steps_per_s) / best_h) / tau_h
-                else:
-                    alone_p = ctx.oracle.rate(p.spec, fl, True)
-                    if alone_p <= 0:
-                        continue
-                    own = 1.0
-                    gain = (rates.first_steps_per_s / alone_h
-                            + rates.second_steps_per_s / alone_p - 1.0)
-                if gain > cfg.min_gain * own and gain > top_gain:
-                    choice, top_gain = key, gain
+            if cfg.by_remaining:
+                choice = self._by_remaining(ctx, p, classes, by_id, weigh)
+            else:
+                ps = p.spec
+                pkind = (ps.job_type, ps.num_gpus, ps.flavors, ps.extra.get(MEMORY_KEY))
+                options = ranked.get(pkind)
+                if options is None:
+                    options = ranked[pkind] = self._ranked_classes(ctx, p, classes, by_id)
+                choice = next((key for key in options if classes[key]), None)
             if choice is not None:
                 partner_of[pid] = classes[choice].pop()
         if not partner_of:
@@ -167,6 +151,66 @@ class HeteroPack(HeteroGittins):
         cands = tuple(c for c in base.candidates if c[0] not in partner_of)
         return Ranking(cands, state=base.state, notes=base.notes, wakeup_s=base.wakeup_s,
                        fallbacks=base.fallbacks, colocate=partner_of)
+
+    def _ranked_classes(self, ctx: PolicyContext, p: JobView,
+                        classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
+                        ) -> list[_HostKind]:
+        """The host classes ``p`` may join, best normalised throughput first (ties: the first
+        class), keeping those above ``1 + min_gain``."""
+        cfg = self.config
+        assert isinstance(cfg, HeteroPackConfig)
+        if max((r.consolidated for r in ctx.oracle.rates(p.spec)), default=0.0) <= 0:
+            return []
+        scored: list[tuple[float, int, _HostKind]] = []
+        for i, (key, members) in enumerate(classes.items()):
+            if not members or key[1] != p.spec.num_gpus:
+                continue
+            h = by_id[members[-1]]
+            fl = key[2]
+            rates = self._pair(ctx.oracle.table, ctx.snapshot.cluster, h.spec, p.spec, fl)
+            if rates is None:
+                continue
+            best_h = max((r.consolidated for r in ctx.oracle.rates(h.spec)), default=0.0)
+            alone_h = ctx.oracle.rate(h.spec, fl, True)
+            alone_p = ctx.oracle.rate(p.spec, fl, True)
+            if best_h <= 0 or alone_h <= 0 or alone_p <= 0:
+                continue
+            gain = rates.first_steps_per_s / alone_h + rates.second_steps_per_s / alone_p - 1.0
+            if gain > cfg.min_gain:
+                scored.append((-gain, i, key))
+        scored.sort()
+        return [key for _g, _i, key in scored]
+
+    def _by_remaining(self, ctx: PolicyContext, p: JobView,
+                      classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
+                      weigh: Callable[[JobView], tuple[float, float]]) -> _HostKind | None:
+        """The host class where ``p`` raises the round's expected completion rate most
+        (``by_remaining``, see the module docstring), or ``None``."""
+        cfg = self.config
+        assert isinstance(cfg, HeteroPackConfig)
+        tau_p, best_p = weigh(p)
+        if best_p <= 0:
+            return None
+        choice: _HostKind | None = None
+        top_gain = 0.0
+        for key, members in classes.items():
+            if not members or key[1] != p.spec.num_gpus:
+                continue
+            h = by_id[members[-1]]
+            fl = key[2]
+            rates = self._pair(ctx.oracle.table, ctx.snapshot.cluster, h.spec, p.spec, fl)
+            if rates is None:
+                continue
+            tau_h, best_h = weigh(h)
+            alone_h = ctx.oracle.rate(h.spec, fl, True)
+            if best_h <= 0 or alone_h <= 0:
+                continue
+            own = (alone_h / best_h) / tau_h
+            gain = (rates.second_steps_per_s / best_p) / tau_p - (
+                (alone_h - rates.first_steps_per_s) / best_h) / tau_h
+            if gain > cfg.min_gain * own and gain > top_gain:
+                choice, top_gain = key, gain
+        return choice
 
     def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
               partner: JobSpec, flavor: str) -> PairRates | None:

@@ -281,8 +281,8 @@ class HeteroSrpt(Policy):
         for j, _cost, order in selected:
             fl = order[0]
             p = j.placement
-            if j.running and p is not None and p.flavor == fl:
-                free.take(p)
+            if j.running and p is not None and p.flavor == fl and free.can_take(p):
+                free.take(p)  # (a gang shared by two jobs is taken once; the other is new)
                 if p.consolidated:
                     occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
             else:
