@@ -54,7 +54,7 @@ _FAILING = FailureConfig(job_failure_rate=0.5, retry_delay_s=30.0)
 
 @pytest.mark.parametrize("policy,mode", [
     ("las", "events"), ("fifo", "events"), ("max_min_fairness", "rounds"),
-    ("hetero_srpt", "rounds"),
+    ("hetero_srpt", "rounds"), ("hetero_pack", "rounds"),
 ])
 def test_every_snapshot_equals_a_fresh_build(policy: str, mode: str) -> None:
     cfg = SimConfig(scheduler=SchedulerSettings(mode=mode), failures=_FAILING)  # type: ignore[arg-type]
