@@ -355,7 +355,9 @@ class RayExecutor:
         """
         now_s = time.monotonic()
         if now_s - self._polled_at_s >= POLL_TTL_S or any(k not in self._polled for k in keys):
-            nodes = {n for ns in self._nodes_of.values() for n in ns}
+            # The placer thread adds runs to ``_nodes_of``: copy its values in one C call (under
+            # the GIL) before walking them, or the walk can see the dict change size.
+            nodes = {n for ns in tuple(self._nodes_of.values()) for n in ns}
             nodes.update(self._nodes_of.get(keys[0][:2], []) if keys else [])
             refs = {n: self.hosts.host(n).poll_all.remote() for n in nodes}
             snapshot: dict[RankKey, tuple[str, int | None, bool]] = {}
