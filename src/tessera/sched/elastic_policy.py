@@ -87,6 +87,7 @@ class ConfigSet:
     def __init__(self, base: tuple[Config, ...], nodes: tuple[Node, ...]) -> None:
         self.configs: list[Config] = list(base)
         self.base = len(base)
+        self.base_configs = base
         self._index = {(c.flavor, c.num_gpus): i for i, c in enumerate(base)}
         self._per_node = {f: per for f, (_n, per) in flavor_nodes(nodes).items()}
 
