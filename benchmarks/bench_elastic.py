@@ -20,7 +20,8 @@ and 1,024 active elastic jobs (Sia's applications, mixed progress, half running)
 and on a 1,024-GPU cluster of the same make-up (16 × ``sia-64``); median of ``--repeats``.
 Printed cold (a fresh policy computes every goodput estimate) and warm (its next round: the
 estimates are cached, as from one round to the next of a run, where progress moves a job to a
-new epoch only now and then). Target: ≤ 1 s at 1,024 jobs.
+new epoch only now and then), CPU seconds with wall seconds in brackets (the machine may be
+shared). Target: ≤ 1 s at 1,024 jobs.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_elastic.py --quick      # philly-1..2
     PYTHONPATH=src .venv/bin/python benchmarks/bench_elastic.py --sets philly --procs 2
@@ -152,26 +153,33 @@ def latency_snapshot(n_jobs: int, cluster: ClusterSpec, seed: int = 0) -> Snapsh
     return Snapshot(600.0, cluster, tuple(views), round_s=60.0)
 
 
+def _cell(times: list[tuple[float, float]]) -> str:
+    """``CPU (wall)`` medians of ``(cpu_s, wall_s)`` pairs."""
+    cpu = statistics.median(c for c, _ in times)
+    return f"{cpu:5.3f} ({statistics.median(w for _, w in times):5.3f})"
+
+
 def latency(repeats: int) -> None:
     table = sia_throughputs()
-    print("\nAllocation latency: one decide() round, s (median of repeats): a fresh policy "
-          "(goodput estimates computed) / its next round (cached, as in a run)")
-    print(f"{'cluster':12} {'jobs':>5} " + " ".join(f"{p:>13}" for p in POLICIES if p != "gavel"))
+    print("\nAllocation latency: one decide() round, CPU s (wall s), median of repeats: a fresh "
+          "policy (goodput estimates computed) / its next round (cached, as in a run)")
+    print(f"{'cluster':12} {'jobs':>5} " + " ".join(f"{p:>27}" for p in POLICIES if p != "gavel"))
     for cluster in (load_cluster("sia-64"), big_cluster(16)):
         for n in (64, 256, 1024):
             snap = latency_snapshot(n, cluster)
             cells = []
             for label in ("sia", "pollux", "goodput_srpt"):
-                cold, warm = [], []
+                cold: list[tuple[float, float]] = []
+                warm: list[tuple[float, float]] = []
                 for _ in range(repeats):
                     pol = make_policy(POLICIES[label][0])
                     ctx = DecisionContext(ThroughputOracle(table, cluster))
                     for times in (cold, warm):  # a fresh policy, then its second round
-                        t0 = time.perf_counter()
+                        c0, t0 = time.process_time(), time.perf_counter()
                         decide(snap, pol, ctx)
-                        times.append(time.perf_counter() - t0)
-                cells.append(f"{statistics.median(cold):6.3f}/{statistics.median(warm):6.3f}")
-            print(f"{cluster.total_gpus:5d} GPUs   {n:5d} " + " ".join(cells))
+                        times.append((time.process_time() - c0, time.perf_counter() - t0))
+                cells.append(" / ".join(_cell(t) for t in (cold, warm)))
+            print(f"{cluster.total_gpus:5d} GPUs   {n:5d} " + " ".join(f"{c:>27}" for c in cells))
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from tessera.perf.sia_table import sia_throughputs
 from tessera.sched import elastic_ilp
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import decide
-from tessera.sched.elastic import ElasticSize
+from tessera.sched.elastic import ElasticSize, even_batch
 from tessera.sched.elastic_goodput import Config
 from tessera.sched.elastic_ilp import choose_configs
 from tessera.sched.oracle import ThroughputOracle
@@ -218,3 +218,36 @@ def test_elastic_policies_never_take_a_queue_past_its_quota(policy: str) -> None
         assert q0 <= 4, (r, {k: p.num_gpus for k, p in placed.items()})
         grew = grew or any(p.num_gpus > 2 for p in placed.values())
     assert grew, "the unbounded queue's jobs still grow"
+
+
+def test_an_odd_global_batch_is_moved_to_one_that_splits_evenly_over_the_ranks() -> None:
+    assert even_batch(513, 4, 128, 1024) == 512  # 128 per rank, not 129/128/128/128
+    assert even_batch(515, 4, 128, 1024) == 516  # the nearer multiple
+    assert even_batch(514, 4, 128, 1024) == 512  # a tie goes to the smaller batch
+    assert even_batch(1023, 8, 128, 1020) == 1016  # the upper end of the range holds
+    assert even_batch(100, 3, 101, 200) == 102  # and the lower
+    assert even_batch(130, 8, 129, 135) is None  # no multiple of 8 in range
+    with pytest.raises(SpecError, match="at least 1 rank"):
+        even_batch(64, 0, 1, 128)
+
+
+@pytest.mark.parametrize("policy", ["sia", "pollux", "goodput_srpt"])
+def test_every_chosen_batch_splits_evenly_or_says_why_not(policy: str) -> None:
+    from tessera.sched.policy import make_policy
+
+    c = make_cluster().node("T4", gpus=4, count=2).node("A100-40GB", gpus=8).build()
+    views = [view(make_job(f"j{i}", 1, job_type=CIFAR_TYPE,
+                           elastic=ElasticRange(1, 16, 2047, 4093, "cifar10", 5e6)))
+             for i in range(3)]
+    # 2047-4093 holds multiples of every count; 4093-4095 holds none of 8
+    views.append(view(make_job("odd", 8, job_type=CIFAR_TYPE,
+                               elastic=ElasticRange(8, 8, 4093, 4095, "cifar10", 5e6))))
+    ctx = PolicyContext(snapshot(c, *views, round_s=60.0),
+                        ThroughputOracle(sia_throughputs(), c), random.Random(0))
+    r = make_policy(policy, {"explore": False}).rank(ctx)  # (sizes above 1 GPU at once)
+    assert JobId("odd") in r.sizes and len(r.sizes) > 1
+    for jid, size in r.sizes.items():
+        if jid == JobId("odd"):
+            assert "splits evenly over 8 ranks" in r.notes[jid]
+        else:
+            assert size.global_batch_samples % size.num_gpus == 0, (jid, size)

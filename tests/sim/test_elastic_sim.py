@@ -13,9 +13,9 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import make_policy
 from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import Placement
-from tessera.sim.config import SimConfig
+from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.engine import simulate
-from tessera.sim.world import COMPLETE, SimWorld
+from tessera.sim.world import COMPLETE, FAIL, SimWorld
 from tessera.workload.elastic import elastic_range, sia_calibrated
 from tests.builders import make_cluster, make_job, make_workload
 
@@ -152,3 +152,32 @@ def test_a_job_at_its_own_size_keeps_running_without_a_restart() -> None:
     # alone it doubles 1 -> 2 -> 4 -> 8 GPUs (three resizes) and then stays put
     assert rec.resizes == 3 and rec.migrations == 0 and rec.preemptions == 0
     assert JobState.SUCCEEDED.value == rec.outcome
+
+
+def test_a_speed_change_re_books_the_runs_failure_with_its_completion() -> None:
+    # Re-booking the completion gives the run a new epoch; the failure booked under the old
+    # one used to be dropped as stale, so a resized-in-place elastic job never failed.
+    spec = make_job("a", 1, steps=1e6, job_type=TYPE, elastic=elastic_range("cifar10", 1, 2048))
+    world, events = _world(spec)
+    job = world.jobs[0]
+    job.flaky = True  # its first run fails (uniform model: at a point of the run)
+    world.arrive(job, 0.0)
+    _place(world, job, _gang(world, 8, 4096), 0.0)
+    fail_s = job.fail_at_s
+    assert fail_s is not None and events[-1] == (fail_s, FAIL, job.idx, job.epoch)
+    job.remaining = 2e5  # a later epoch: other statistics, a new speed at the next round
+    t_s = min(100.0, fail_s / 2)
+    world.apply(Decision({}, (), (), {}), t_s)
+    assert events[-2][1:] == (COMPLETE, job.idx, job.epoch)
+    assert events[-1] == (fail_s, FAIL, job.idx, job.epoch)  # same time, the live epoch
+
+
+def test_an_elastic_jobs_failure_strikes_after_its_speed_changed() -> None:
+    spec = make_job("a", 1, steps=2e5, job_type=TYPE, elastic=elastic_range("cifar10", 1, 2048))
+    cfg = SimConfig(scheduler=SchedulerSettings(round_s=60.0),
+                    failures=FailureConfig(job_failure_rate=1.0, repeat_probability=0.0))
+    res = simulate(make_workload(spec), _cluster(), "sia", cfg, sia_throughputs())
+    rec = res.jobs[0]
+    # alone it is resized 1 -> 2 -> 4 -> 8 GPUs, each round re-evaluating its speed; its
+    # first run's failure must still strike (then it retries and succeeds)
+    assert rec.outcome == "succeeded" and rec.failures == 1

@@ -55,6 +55,27 @@ class ElasticSize:
             )
 
 
+def even_batch(batch: float, num_gpus: int, low: int, high: int) -> int | None:
+    """The global batch nearest ``batch`` that splits evenly over ``num_gpus`` ranks within
+    ``[low, high]``, or ``None`` when no multiple of ``num_gpus`` lies in that range.
+
+    Data parallelism gives every rank ``batch / num_gpus`` samples; a batch such as 513 over 4
+    ranks would give one rank a sample more than the others (and a different gradient weight).
+    Ties round down (the smaller batch is the statistically more efficient one).
+
+    >>> even_batch(513, 4, 128, 1024), even_batch(130, 8, 129, 135)
+    (512, None)
+    """
+    if num_gpus < 1:
+        raise SpecError(f"a batch is split over at least 1 rank, got {num_gpus}")
+    down = int(batch // num_gpus) * num_gpus
+    options = [b for b in (down, down + num_gpus) if low <= b <= high]
+    if not options:
+        first = -(-low // num_gpus) * num_gpus
+        return first if first <= high else None
+    return min(options, key=lambda b: (abs(b - batch), b))
+
+
 def sized_views(
     jobs: list[JobView], sizes: Mapping[JobId, ElasticSize]
 ) -> list[JobView]:

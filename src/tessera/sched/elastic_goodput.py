@@ -89,9 +89,11 @@ def flavor_nodes(nodes: tuple[Node, ...]) -> dict[str, tuple[int, int]]:
     return {f: (len(g), max(g)) for f, g in by.items()}
 
 
+@lru_cache(maxsize=64)
 def sia_configs(nodes: tuple[Node, ...], max_gpus: int | None = None) -> tuple[Config, ...]:
     """Sia's configuration set: on servers of ``G`` GPUs, 1, 2, 4 … GPUs (powers of two below
-    ``G``) on one server, then whole servers, ``G``, ``2G`` … up to the flavor's servers."""
+    ``G``) on one server, then whole servers, ``G``, ``2G`` … up to the flavor's servers.
+    (Cached: the same servers give the same tuple object, round after round.)"""
     out: list[Config] = []
     for fl, (count, per) in flavor_nodes(nodes).items():
         sizes = [1 << k for k in range(per.bit_length()) if (1 << k) < per]
@@ -127,17 +129,16 @@ class GoodputModel:
         self._options: dict[tuple[str, str, tuple[int, ...], int, int],
                             tuple[BatchOption, ...] | None] = {}
         self._epochs: dict[tuple[str, float], tuple[int, ...]] = {}
+        self._rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
+                         tuple[tuple[int, float, float], ...]] = {}
+        self._row_configs: tuple[Config, ...] = ()
 
     def estimate(self, elastic: ElasticRange, flavor: str, placement: tuple[int, ...],
                  progress: float) -> GoodputEstimate | None:
         """Goodput at the best batch on ``placement`` (GPUs per server) of ``flavor``; ``None``
         when that placement was never measured or no batch in range can be split over it."""
         model = elastic.efficiency_model
-        epochs = self._epochs.get((model, progress))
-        if epochs is None:
-            if len(self._epochs) > 4096:
-                self._epochs.clear()
-            epochs = self._epochs[(model, progress)] = _epochs(model, progress)
+        epochs = self.epochs(model, progress)
         key = (model, flavor, tuple(sorted(placement)), elastic.initial_batch_samples,
                elastic.max_batch_samples, epochs)
         hit = self._cache.get(key, self)
@@ -156,6 +157,47 @@ class GoodputModel:
         est = None if not options else best_of(options, load_efficiency(model), progress)
         self._cache[key] = est
         return est
+
+    def row(self, spec: JobSpec, configs: tuple[Config, ...], most_gpus: int,
+            progress: float) -> tuple[tuple[int, float, float], ...]:
+        """``(index, goodput samples/s, best batch)`` of each configuration in ``configs`` the
+        elastic job ``spec`` may take at ``progress``: of a flavor it accepts, within its
+        elastic range and at most ``most_gpus``, measured, with a positive goodput; in
+        ``configs`` order.
+
+        Cached per (range, flavors, cap, epochs under way) for one ``configs`` tuple (the up
+        servers' configurations, the same object round after round,
+        :func:`sia_configs`): a job's row is recomputed when it enters a new epoch or its cap
+        grows, not every round, and the same for every job of the same application."""
+        e = spec.elastic
+        assert e is not None
+        if configs is not self._row_configs or len(self._rows) > 65536:
+            self._rows.clear()
+            self._row_configs = configs
+        hi = min(e.max_gpus, most_gpus)
+        key = (e, spec.flavors, hi, self.epochs(e.efficiency_model, progress))
+        got = self._rows.get(key)
+        if got is None:
+            shorts = {f.short for f in spec.flavors}
+            out = []
+            for c, config in enumerate(configs):
+                if (e.min_gpus <= config.num_gpus <= hi
+                        and (not shorts or config.flavor in shorts)):
+                    est = self.at_config(e, config, progress)
+                    if est is not None and est.goodput_samples_per_s > 0:
+                        out.append((c, est.goodput_samples_per_s,
+                                    est.config.global_batch_samples))
+            got = self._rows[key] = tuple(out)
+        return got
+
+    def epochs(self, model: str, progress: float) -> tuple[int, ...]:
+        """The epoch under way in each of ``model``'s validation curves at ``progress``."""
+        epochs = self._epochs.get((model, progress))
+        if epochs is None:
+            if len(self._epochs) > 4096:
+                self._epochs.clear()
+            epochs = self._epochs[(model, progress)] = _epochs(model, progress)
+        return epochs
 
     def at_config(self, elastic: ElasticRange, config: Config,
                   progress: float) -> GoodputEstimate | None:

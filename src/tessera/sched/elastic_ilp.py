@@ -80,7 +80,7 @@ def choose_configs(
     values = [_undominated(row, configs, pinned.get(j)) for j, row in enumerate(values)]
     flavors = sorted(capacity)
     if math.prod(capacity[f] + 1 for f in flavors) <= DP_MAX_STATES:
-        return _dp(values, configs, capacity, pinned)
+        return _dp(values, configs, _binding(values, configs, capacity, pinned), pinned)
     cols_job: list[int] = []
     cols_cfg: list[int] = []
     cost: list[float] = []
@@ -140,44 +140,82 @@ def _greedy(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Con
 
 def _dp(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config],
         capacity: Mapping[str, int], pinned: Mapping[int, int]) -> Choices:
-    """Exact multiple-choice knapsack by dynamic programming over free GPUs (module doc)."""
+    """Exact multiple-choice knapsack by dynamic programming over free GPUs (module doc).
+
+    ``tables[j][s]`` is the best value of jobs ``0..j-1`` within free GPUs ``s`` (one axis per
+    flavor). Job ``j``'s step starts from "no configuration" (or nothing, if it is pinned) and
+    lets each option improve the states it reaches with ``g`` more GPUs of its flavor: two
+    array operations per option. No choices are recorded on the way: reading the answer back,
+    :func:`_pick` replays one job's step at the one state that matters, with the same
+    arithmetic, so it lands on the same option (the first strict improvement: ties keep no
+    configuration, then the earliest option).
+    """
     flavors = sorted(capacity)
     axis = {f: i for i, f in enumerate(flavors)}
-    best = np.zeros(tuple(capacity[f] + 1 for f in flavors))
-    picks: list[np.ndarray] = []
-    for j, row in enumerate(values):
-        must = pinned.get(j)
-        new = np.full(best.shape, -np.inf) if must is not None else best.copy()
-        pick = np.full(best.shape, -1, dtype=np.int32)
-        for k, (c, v) in enumerate(row):
-            if must is not None and c != must:
-                continue
-            ax, g = axis.get(configs[c].flavor), configs[c].num_gpus
-            if ax is None or g > capacity[configs[c].flavor]:
-                continue
-            src = [slice(None)] * best.ndim
-            dst = [slice(None)] * best.ndim
-            src[ax] = slice(0, best.shape[ax] - g)
+    shape = tuple(capacity[f] + 1 for f in flavors)
+    tables = [np.zeros(shape)]
+    buf = np.empty(shape)
+    usable = [[(k, axis[configs[c].flavor], configs[c].num_gpus, v)
+               for k, (c, v) in enumerate(row)
+               if pinned.get(j, c) == c and configs[c].flavor in axis
+               and configs[c].num_gpus <= capacity[configs[c].flavor]]
+              for j, row in enumerate(values)]
+    for j, opts in enumerate(usable):
+        best = tables[-1]
+        new = best.copy() if j not in pinned else np.full(shape, -np.inf)
+        for _k, ax, g, v in opts:
+            src = [slice(None)] * len(shape)
+            dst = [slice(None)] * len(shape)
+            src[ax] = slice(0, shape[ax] - g)
             dst[ax] = slice(g, None)
-            cand = best[tuple(src)] + v
-            target = new[tuple(dst)]
-            better = cand > target
-            np.copyto(target, cand, where=better)
-            np.copyto(pick[tuple(dst)], k, where=better)
-        best = new
-        picks.append(pick)
+            c_view, t_view = buf[tuple(dst)], new[tuple(dst)]
+            np.add(best[tuple(src)], v, out=c_view)
+            np.maximum(t_view, c_view, out=t_view)
+        tables.append(new)
     at = [capacity[f] for f in flavors]
-    if not np.isfinite(best[tuple(at)]):
+    total = float(tables[-1][tuple(at)])
+    if not math.isfinite(total):
         return _greedy(values, configs, capacity, pinned,
                        "elastic allocation: pinned jobs no longer fit; greedy answer instead")
     picked: dict[int, int] = {}
     for j in range(len(values) - 1, -1, -1):
-        k = int(picks[j][tuple(at)])
+        k = _pick(tables[j], usable[j], at, j in pinned)
         if k >= 0:
             c = values[j][k][0]
             picked[j] = c
             at[axis[configs[c].flavor]] -= configs[c].num_gpus
-    return Choices(picked, float(best[tuple(capacity[f] for f in flavors)]))
+    return Choices(picked, total)
+
+
+def _pick(best: np.ndarray, opts: Sequence[tuple[int, int, int, float]], at: list[int],
+          must: bool) -> int:
+    """The option a job's step chose at state ``at`` given the table before it (-1: none)."""
+    cur = -math.inf if must else float(best[tuple(at)])
+    pick = -1
+    for k, ax, g, v in opts:
+        if at[ax] >= g:
+            src = list(at)
+            src[ax] -= g
+            cand = best[tuple(src)] + v
+            if cand > cur:
+                cur, pick = cand, k
+    return pick
+
+
+def _binding(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config],
+             capacity: Mapping[str, int], pinned: Mapping[int, int]) -> dict[str, int]:
+    """Each flavor's capacity cut to the most GPUs of it the jobs could take together (their
+    largest option on it, or their pinned one): free GPUs beyond that can never be used, so the
+    dynamic programme over the smaller table gives the same answer, ties included."""
+    demand = dict.fromkeys(capacity, 0)
+    for j, row in enumerate(values):
+        most: dict[str, int] = {}
+        for c, _v in row:
+            if pinned.get(j, c) == c and configs[c].flavor in demand:
+                most[configs[c].flavor] = max(most.get(configs[c].flavor, 0), configs[c].num_gpus)
+        for f, g in most.items():
+            demand[f] += g
+    return {f: min(capacity[f], demand[f]) for f in capacity}
 
 
 def _undominated(row: Sequence[tuple[int, float]], configs: Sequence[Config],

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tessera.model.cluster import Node
 from tessera.model.jobs import JobId, JobSpec
-from tessera.sched.elastic import ElasticSize
+from tessera.sched.elastic import ElasticSize, even_batch
 from tessera.sched.elastic_goodput import Config, GoodputModel, flavor_nodes
 from tessera.sched.elastic_ilp import Choices
 from tessera.sched.policy import Policy, PolicyConfig, Ranking
@@ -87,6 +87,7 @@ class ConfigSet:
     def __init__(self, base: tuple[Config, ...], nodes: tuple[Node, ...]) -> None:
         self.configs: list[Config] = list(base)
         self.base = len(base)
+        self.base_configs = base
         self._index = {(c.flavor, c.num_gpus): i for i, c in enumerate(base)}
         self._per_node = {f: per for f, (_n, per) in flavor_nodes(nodes).items()}
 
@@ -131,7 +132,9 @@ def answer(
 
     Chosen jobs are listed largest gang first (the order the core places new gangs in), each
     at its configuration's flavor; each elastic one gets its count and the batch the goodput
-    model chose for it (``batches[(job index, config index)]``). A running job whose
+    model chose for it (``batches[(job index, config index)]``), moved to the nearest one in
+    its range that splits evenly over its ranks (:func:`~tessera.sched.elastic.even_batch`;
+    if none does, a note says so). A running job whose
     configuration changes (or is taken away) counts one more restart.
     """
     configs = sets.configs
@@ -144,9 +147,15 @@ def answer(
         c = configs[choices.picked[j]]
         candidates.append((v.spec.job_id, c.flavor))
         batch = batches.get((j, choices.picked[j]))
-        if v.spec.elastic is not None and batch is not None:
-            sizes[v.spec.job_id] = ElasticSize(c.num_gpus, max(round(batch), 1))
-            notes[v.spec.job_id] = f"{name}: {c.num_gpus}×{c.flavor} at batch {round(batch)}"
+        e = v.spec.elastic
+        if e is not None and batch is not None:
+            even = even_batch(batch, c.num_gpus, e.initial_batch_samples, e.max_batch_samples)
+            size = max(round(batch), 1) if even is None else even
+            sizes[v.spec.job_id] = ElasticSize(c.num_gpus, size)
+            notes[v.spec.job_id] = f"{name}: {c.num_gpus}×{c.flavor} at batch {size}" + (
+                "" if even is not None else
+                f" (no batch in its range {e.initial_batch_samples}-{e.max_batch_samples} "
+                f"splits evenly over {c.num_gpus} ranks: their shares differ by one sample)")
     restarts: dict[JobId, int] = {}
     largest: dict[JobId, int] = {}
     for j, v in enumerate(snap.jobs):

@@ -72,9 +72,14 @@ class ElasticRuns:
         else:
             job.migrations += 1
 
-    def refresh(self, t_s: float, schedule: Schedule, complete_kind: int) -> None:
+    def refresh(self, t_s: float, schedule: Schedule, complete_kind: int,
+                fail_kind: int) -> None:
         """Re-evaluate every running elastic job's speed at ``t_s`` (progress since its last
-        book is settled first); a changed speed re-books its completion."""
+        book is settled first); a changed speed re-books its completion and, if the run has a
+        failure booked (``SimJob.fail_at_s``), that failure too: re-booking gives the run a new
+        epoch, which makes every event booked under the old one stale. The failure keeps its
+        time (a crash does not move because the job sped up); if the job now finishes first,
+        the completion wins and the failure is dropped as stale."""
         gone = [i for i, j in self._running.items()
                 if j.state is not JobState.RUNNING or j.placement is None
                 or not self.sized(j.placement)]
@@ -92,6 +97,8 @@ class ElasticRuns:
             job.view = None
             schedule(max(job.progress_from_s, t_s) + job.remaining / rate, complete_kind,
                      job.idx, job.epoch)
+            if job.fail_at_s is not None:
+                schedule(max(job.fail_at_s, t_s), fail_kind, job.idx, job.epoch)
 
     @staticmethod
     def _progress(job: SimJob) -> float:

@@ -219,7 +219,7 @@ class SimWorld:
             job.set_wait(None, t_s)
         if self.elastic is not None:
             self._catch_up()
-            self.elastic.refresh(t_s, self.schedule, COMPLETE)
+            self.elastic.refresh(t_s, self.schedule, COMPLETE, FAIL)
         fragmented: list[SimJob] = []
         for jid, reason in d.pending.items():
             job = by_id[jid]
@@ -342,6 +342,7 @@ class SimWorld:
         self.running[job.idx] = job
         for node_id, k in p.gpus_by_node:
             self.free[node_id] -= k
+        job.fail_at_s = None
         if rate <= 0:
             return
         finish = job.progress_from_s + job.remaining / rate
@@ -349,6 +350,7 @@ class SimWorld:
         if job.flaky:
             fail_s = self.failure_times.fail_at_s(job.idx, job.attempts, job.progress_from_s,
                                                   finish, self.validation.real_run_s(job.idx))
+            job.fail_at_s = fail_s  # (an elastic speed change re-books it with the completion)
             if fail_s is not None:
                 self.schedule(fail_s, FAIL, job.idx, job.epoch)
 

@@ -145,14 +145,9 @@ class GoodputSrpt(ElasticPolicy):
             total, penalty_s = spec.total_steps, DEFAULT_RESTART_S
         else:
             done = progress_samples(v, ctx.snapshot.now_s)
-            for c, config in enumerate(sets.configs[:sets.base]):
-                if (not e.min_gpus <= config.num_gpus <= min(e.max_gpus, most)
-                        or not sets.allowed(spec, c)):
-                    continue
-                est = self.model.at_config(e, config, done)
-                if est is not None and est.goodput_samples_per_s > 0:
-                    raw.append((c, est.goodput_samples_per_s))
-                    batches[(j, c)] = est.config.global_batch_samples
+            for c, g, batch in self.model.row(spec, sets.base_configs, most, done):
+                raw.append((c, g))
+                batches[(j, c)] = batch
             total, penalty_s = e.target_samples, restart_s(e)
         if not raw:
             return [], 1.0, penalty_s

@@ -124,14 +124,9 @@ class Sia(ElasticPolicy):
             lo = min(g for _c, g in raw)
             return [(c, g / lo * spec.num_gpus) for c, g in raw], DEFAULT_RESTART_S
         progress = progress_samples(v, ctx.snapshot.now_s)
-        for c, config in enumerate(sets.configs[:sets.base]):
-            if (not e.min_gpus <= config.num_gpus <= min(e.max_gpus, most)
-                    or not sets.allowed(spec, c)):
-                continue
-            est = self.model.at_config(e, config, progress)
-            if est is not None and est.goodput_samples_per_s > 0:
-                raw.append((c, est.goodput_samples_per_s))
-                batches[(j, c)] = est.config.global_batch_samples
+        for c, g, batch in self.model.row(spec, sets.base_configs, most, progress):
+            raw.append((c, g))
+            batches[(j, c)] = batch
         if not raw:
             return [], restart_s(e)
         lo = min(g for _c, g in raw)
