@@ -59,3 +59,28 @@ def view(spec: JobSpec, state: JobState = JobState.PENDING, placement: Placement
 
 def snapshot(cluster: ClusterSpec, *views: JobView, now_s: float = 0.0, **kw: object) -> Snapshot:
     return Snapshot(now_s, cluster, tuple(views), **kw)  # type: ignore[arg-type]
+
+
+def plan_json(model: str, devices: str, global_batch: int,
+              gpus_per_server: int) -> dict[str, object]:
+    """``tessera plan --json``'s answer for these devices, through the real command."""
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from tessera.cli.plan import register
+
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def _root() -> None:
+        """Test root."""
+
+    out = CliRunner().invoke(app, ["plan", "--model", model, "--devices", devices,
+                                   "--global-batch", str(global_batch), "--gpus-per-server",
+                                   str(gpus_per_server), "--json"])
+    assert out.exit_code == 0, out.output
+    result: dict[str, object] = json.loads(out.output)
+    return result

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
 from tessera.errors import SpecError
 from tessera.live.api import create_app
@@ -19,31 +18,17 @@ from tessera.model.jobs import JobSpec, ThreeDParallel
 from tessera.plan.ranks import PLAN_ENV_VARS
 from tessera.sched.plans import ThreeDPlans
 from tessera.sched.snapshot import Placement
+from tests.builders import plan_json
 from tests.live.helpers import TEAM_A, auth, make_service, wait_for
 
 RECORD = ('env | grep "^TESSERA_\\|^RANK=\\|^LOCAL_RANK=" | sort '
           '> "$TESSERA_CHECKPOINT_DIR/rank-$RANK"')
+
 MODEL, BATCH = "gpt3-1.3b", 16
 
 
 def _cli_json(devices: str, gpus_per_server: int) -> dict[str, object]:
-    import typer
-
-    from tessera.cli.plan import register
-
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def _root() -> None:
-        """Test root."""
-
-    out = CliRunner().invoke(app, ["plan", "--model", MODEL, "--devices", devices,
-                                   "--global-batch", str(BATCH), "--gpus-per-server",
-                                   str(gpus_per_server), "--json"])
-    assert out.exit_code == 0, out.output
-    result: dict[str, object] = json.loads(out.output)
-    return result
+    return plan_json(MODEL, devices, BATCH, gpus_per_server)
 
 
 def _expected_env(cli: dict[str, object]) -> dict[str, dict[str, str]]:

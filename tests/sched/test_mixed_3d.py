@@ -4,11 +4,8 @@ the decision core and the simulator, from the cache the live service launches ra
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from tessera.errors import SpecError
 from tessera.model.jobs import ElasticRange, JobSpec, JobState, ThreeDParallel
@@ -24,7 +21,7 @@ from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import JobView, Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
-from tests.builders import make_cluster, make_job, make_workload
+from tests.builders import make_cluster, make_job, make_workload, plan_json
 
 MODEL, BATCH = "gpt3-1.3b", 16
 P3 = ThreeDParallel(MODEL, BATCH)
@@ -42,21 +39,7 @@ def _job(gpus: int = 8, p3: ThreeDParallel | None = P3, job_id: str = "j") -> Jo
 
 
 def _cli_plan(devices: str, gpus_per_server: int) -> dict[str, object]:
-    from tessera.cli.plan import register
-
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def _root() -> None:
-        """Test root."""
-
-    out = CliRunner().invoke(app, ["plan", "--model", MODEL, "--devices", devices,
-                                   "--global-batch", str(BATCH), "--gpus-per-server",
-                                   str(gpus_per_server), "--json"])
-    assert out.exit_code == 0, out.output
-    result: dict[str, object] = json.loads(out.output)
-    return result
+    return plan_json(MODEL, devices, BATCH, gpus_per_server)
 
 
 def test_the_scheduler_prices_a_mixed_3d_gang_at_tessera_plans_step_time() -> None:

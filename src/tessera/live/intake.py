@@ -27,7 +27,16 @@ from typing import TYPE_CHECKING
 from fastapi import HTTPException
 
 from tessera.live.layout import Layout
-from tessera.live.limits import Asgi, BodyError, BodyTooLarge, Message, Receive, Send, parse_body
+from tessera.live.limits import (
+    Asgi,
+    BodyError,
+    BodyTooLarge,
+    Message,
+    Receive,
+    Send,
+    parse_body,
+    replay_body,
+)
 from tessera.live.spec import validate_request
 from tessera.live.store import JobRecord, NewJob
 from tessera.live.tenancy import Principal
@@ -126,7 +135,7 @@ class FastSubmit:
         try:
             new = admit_body(self.svc, body, ctype, who)
         except Exception:  # the route answers it, with the API's status and message
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay_body(body, receive), send)
             return
         rec = await self.commit.store(new)
         out = json.dumps(job_json(rec), ensure_ascii=False, allow_nan=False,
@@ -154,15 +163,3 @@ class FastSubmit:
         return who, "application/json" if ctype is None else ctype, length
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``body`` (already read) once, then the client's own."""
-    given = False
-
-    async def again() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return again

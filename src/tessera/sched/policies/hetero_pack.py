@@ -27,7 +27,7 @@ is never proposed (:func:`tessera.sched.packing.may_share`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from pydantic import Field
@@ -162,14 +162,7 @@ class HeteroPack(HeteroGittins):
         if max((r.consolidated for r in ctx.oracle.rates(p.spec)), default=0.0) <= 0:
             return []
         scored: list[tuple[float, int, _HostKind]] = []
-        for i, (key, members) in enumerate(classes.items()):
-            if not members or key[1] != p.spec.num_gpus:
-                continue
-            h = by_id[members[-1]]
-            fl = key[2]
-            rates = self._pair(ctx.oracle.table, ctx.snapshot.cluster, h.spec, p.spec, fl)
-            if rates is None:
-                continue
+        for i, (key, h, fl, rates) in enumerate(self._pairable(ctx, p, classes, by_id)):
             best_h = max((r.consolidated for r in ctx.oracle.rates(h.spec)), default=0.0)
             alone_h = ctx.oracle.rate(h.spec, fl, True)
             alone_p = ctx.oracle.rate(p.spec, fl, True)
@@ -193,16 +186,9 @@ class HeteroPack(HeteroGittins):
             return None
         choice: _HostKind | None = None
         top_gain = 0.0
-        for key, members in classes.items():
-            if not members or key[1] != p.spec.num_gpus:
-                continue
-            h = by_id[members[-1]]
-            fl = key[2]
-            rates = self._pair(ctx.oracle.table, ctx.snapshot.cluster, h.spec, p.spec, fl)
-            if rates is None:
-                continue
+        for key, h, _fl, rates in self._pairable(ctx, p, classes, by_id):
             tau_h, best_h = weigh(h)
-            alone_h = ctx.oracle.rate(h.spec, fl, True)
+            alone_h = ctx.oracle.rate(h.spec, key[2], True)
             if best_h <= 0 or alone_h <= 0:
                 continue
             own = (alone_h / best_h) / tau_h
@@ -211,6 +197,20 @@ class HeteroPack(HeteroGittins):
             if gain > cfg.min_gain * own and gain > top_gain:
                 choice, top_gain = key, gain
         return choice
+
+    def _pairable(self, ctx: PolicyContext, p: JobView,
+                  classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
+                  ) -> Iterator[tuple[_HostKind, JobView, str, PairRates]]:
+        """Each non-empty host class of ``p``'s gang size whose pair with ``p`` is measured
+        and allowed: ``(class, its representative host, flavor, the pair's rates)``, in the
+        classes' order."""
+        for key, members in classes.items():
+            if not members or key[1] != p.spec.num_gpus:
+                continue
+            h = by_id[members[-1]]
+            rates = self._pair(ctx.oracle.table, ctx.snapshot.cluster, h.spec, p.spec, key[2])
+            if rates is not None:
+                yield key, h, key[2], rates
 
     def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
               partner: JobSpec, flavor: str) -> PairRates | None:
