@@ -177,3 +177,29 @@ def test_uvicorn_uses_the_fast_parser_and_loop_when_installed(
     cfg = server.uvicorn_config(app)
     assert (cfg.http, cfg.loop) == ("h11", "asyncio")
     assert server.uvicorn_config(app, http="h11").http == "h11"
+
+
+def test_a_3d_job_is_admitted_off_the_event_loop(service: LiveService) -> None:
+    """Admitting a 3-D job plans it (seconds for a large model): on both paths it runs in a
+    worker thread, never on the event loop every other request waits on; a data-parallel
+    JSON submission is admitted inline."""
+    from tessera.errors import SpecError
+
+    on_loop: list[tuple[str, bool]] = []
+
+    def admit(req, who):  # type: ignore[no-untyped-def]
+        try:
+            asyncio.get_running_loop()
+            on_loop.append((req.parallelism, True))
+        except RuntimeError:
+            on_loop.append((req.parallelism, False))
+        raise SpecError("recorded")
+
+    service.admit = admit  # type: ignore[method-assign]
+    three_d = {**JOB, "gpus": 2, "global_batch": 16, "model": "gpt3-1.3b", "parallelism": "3d"}
+    with TestClient(create_app(service)) as api:
+        for body in (JOB, three_d):
+            r = api.post("/api/jobs", json=body, headers=auth(TEAM_A))
+            assert r.status_code == 422 and "recorded" in r.text
+    assert ("data", True) in on_loop
+    assert [inline for kind, inline in on_loop if kind == "3d"] == [False]

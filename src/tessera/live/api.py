@@ -38,7 +38,14 @@ from starlette.concurrency import run_in_threadpool
 
 from tessera.errors import SpecError
 from tessera.live.explain import explain
-from tessera.live.intake import INLINE_BODY_BYTES, FastSubmit, GroupCommit, admit_body
+from tessera.live.intake import (
+    INLINE_BODY_BYTES,
+    FastSubmit,
+    GroupCommit,
+    admit_body,
+    admits_quickly,
+    parse_submission,
+)
 from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
 from tessera.live.store import HOLDING, JobRecord
@@ -123,7 +130,9 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
         # worker thread would cost more than it saves. YAML and large bodies take long enough
         # to parse that they go to a worker thread.
         if len(body) <= INLINE_BODY_BYTES and "yaml" not in ctype:
-            new = admit_body(svc, body, ctype, who)
+            req = parse_submission(svc, body, ctype)
+            new = (svc.admit(req, who) if admits_quickly(req)
+                   else await run_in_threadpool(svc.admit, req, who))
         else:
             new = await run_in_threadpool(admit_body, svc, body, ctype, who)
         # The job view is plain JSON values: answered as is, without FastAPI's encoder pass.

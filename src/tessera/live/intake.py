@@ -37,7 +37,7 @@ from tessera.live.limits import (
     parse_body,
     replay_body,
 )
-from tessera.live.spec import validate_request
+from tessera.live.spec import JobRequest, validate_request
 from tessera.live.store import JobRecord, NewJob
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import job_json
@@ -50,14 +50,13 @@ INLINE_BODY_BYTES = 16384
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def admit_body(svc: LiveService, body: bytes, ctype: str, who: Principal) -> NewJob:
-    """Parse, validate and admit a submission body (nothing is stored yet).
+def parse_submission(svc: LiveService, body: bytes, ctype: str) -> JobRequest:
+    """Parse and validate a submission body (cheap for a small JSON body).
 
     Raises:
         HTTPException: 400/413 for a body that cannot be parsed within the limits, 422 for a
             checkpoint dir the service owns.
-        SpecError: a request that fails validation (422), or that
-            :meth:`~tessera.live.service.LiveService.admit` refuses (403/422).
+        SpecError: a request that fails validation (422).
     """
     limits = svc.tenancy.limits
     try:
@@ -71,7 +70,25 @@ def admit_body(svc: LiveService, body: bytes, ctype: str, who: Principal) -> New
             req.checkpoint_dir)
         if problem is not None:
             raise HTTPException(422, f"invalid job request: {problem}")
-    return svc.admit(req, who)
+    return req
+
+
+def admits_quickly(req: JobRequest) -> bool:
+    """Whether admitting ``req`` is cheap enough for the event loop's thread. A 3-D job's
+    admission plans it on every allowed flavor (seconds for a large model), which must not
+    stall every other request: it goes to a worker thread."""
+    return req.parallelism != "3d"
+
+
+def admit_body(svc: LiveService, body: bytes, ctype: str, who: Principal) -> NewJob:
+    """Parse, validate and admit a submission body (nothing is stored yet).
+
+    Raises:
+        HTTPException: as :func:`parse_submission`.
+        SpecError: a request that fails validation (422), or that
+            :meth:`~tessera.live.service.LiveService.admit` refuses (403/422).
+    """
+    return svc.admit(parse_submission(svc, body, ctype), who)
 
 
 class GroupCommit:
@@ -133,8 +150,11 @@ class FastSubmit:
             more = message.get("more_body", False)
         body = b"".join(chunks)
         try:
-            new = admit_body(self.svc, body, ctype, who)
+            req = parse_submission(self.svc, body, ctype)
+            new = self.svc.admit(req, who) if admits_quickly(req) else None
         except Exception:  # the route answers it, with the API's status and message
+            new = None
+        if new is None:  # refused, or slow to admit: the route (and its worker threads)
             await self.app(scope, replay_body(body, receive), send)
             return
         rec = await self.commit.store(new)
