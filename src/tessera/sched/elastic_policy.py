@@ -22,7 +22,7 @@ from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.elastic import ElasticSize, even_batch
 from tessera.sched.elastic_goodput import Config, GoodputModel, flavor_nodes
 from tessera.sched.elastic_ilp import Choices
-from tessera.sched.policy import Policy, PolicyConfig, Ranking
+from tessera.sched.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView, Snapshot
 
 
@@ -39,6 +39,17 @@ class ElasticPolicy(Policy):
                  name: str = "") -> None:
         super().__init__(config, agnostic, name)
         self.model = GoodputModel()
+
+    def elastic_row(self, spec: JobSpec, sets: ConfigSet, most: int, progress: float, j: int,
+                    batches: dict[tuple[int, int], float]) -> list[tuple[int, float]]:
+        """Elastic job ``spec``'s (index ``j``) goodput per base configuration of at most
+        ``most`` GPUs at ``progress`` (:meth:`GoodputModel.row`); records each
+        configuration's best batch in ``batches``."""
+        out: list[tuple[int, float]] = []
+        for c, g, batch in self.model.row(spec, sets.base_configs, most, progress):
+            out.append((c, g))
+            batches[(j, c)] = batch
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,29 @@ def realloc_factor(age_s: float, restarts: int, restart_s: float) -> float:
     if age_s < restart_s:
         return 1.0
     return max(age_s - restarts * restart_s, 0.0) / (age_s + restart_s)
+
+
+def damp_changes(values: list[tuple[int, float]], view: JobView, current: int | None,
+                 memory: ElasticMemory, now_s: float, restart_s: float,
+                 ) -> list[tuple[int, float]]:
+    """``values`` (per configuration) with every configuration but the job's ``current`` one
+    multiplied by its :func:`realloc_factor`; unchanged for a job not running (``None``)."""
+    if current is None or not values:
+        return values
+    f = realloc_factor(now_s - view.spec.submit_time_s,
+                       memory.restarts.get(view.spec.job_id, 0), restart_s)
+    return [(c, x if c == current else x * f) for c, x in values]
+
+
+def rigid_rates(ctx: PolicyContext, sets: ConfigSet, spec: JobSpec) -> list[tuple[int, float]]:
+    """A rigid job's consolidated rate at its own count on each flavor the oracle profiles
+    for it (:meth:`ConfigSet.rigid`), where positive."""
+    out: list[tuple[int, float]] = []
+    for r in ctx.oracle.rates(spec):
+        c = sets.rigid(r.flavor, spec.num_gpus)
+        if c is not None and r.consolidated > 0:
+            out.append((c, r.consolidated))
+    return out
 
 
 class ConfigSet:

@@ -44,7 +44,8 @@ from tessera.sched.elastic_policy import (
     ElasticPolicy,
     answer,
     capacity,
-    realloc_factor,
+    damp_changes,
+    rigid_rates,
 )
 from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
@@ -101,10 +102,8 @@ class GoodputSrpt(ElasticPolicy):
             most = memory.explored_max(v) if cfg.explore else 1 << 30
             speedups, left_s, penalty_s = self._speedups(ctx, sets, v, j, most, batches)
             cur = sets.current(v)
-            if cfg.damping == "sia" and speedups and cur is not None:
-                age_s = snap.now_s - v.spec.submit_time_s
-                f = realloc_factor(age_s, memory.restarts.get(v.spec.job_id, 0), penalty_s)
-                speedups = [(c, s if c == cur else s * f) for c, s in speedups]
+            if cfg.damping == "sia":
+                speedups = damp_changes(speedups, v, cur, memory, snap.now_s, penalty_s)
             elif cfg.damping == "remaining":
                 speedups = [(c, s if c == cur else paid_restart(s, penalty_s, left_s))
                             for c, s in speedups]
@@ -135,19 +134,13 @@ class GoodputSrpt(ElasticPolicy):
         assert isinstance(cfg, GoodputSrptConfig)
         spec = v.spec
         e = spec.elastic
-        raw: list[tuple[int, float]] = []
         if e is None:  # rigid: its own count on each flavor, work in steps
-            for r in ctx.oracle.rates(spec):
-                c = sets.rigid(r.flavor, spec.num_gpus)
-                if c is not None and r.consolidated > 0:
-                    raw.append((c, r.consolidated))
+            raw = rigid_rates(ctx, sets, spec)
             done = spec.total_steps - v.remaining_at(ctx.snapshot.now_s)
             total, penalty_s = spec.total_steps, DEFAULT_RESTART_S
         else:
             done = progress_samples(v, ctx.snapshot.now_s)
-            for c, g, batch in self.model.row(spec, sets.base_configs, most, done):
-                raw.append((c, g))
-                batches[(j, c)] = batch
+            raw = self.elastic_row(spec, sets, most, done, j, batches)
             total, penalty_s = e.target_samples, restart_s(e)
         if not raw:
             return [], 1.0, penalty_s

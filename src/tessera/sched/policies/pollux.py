@@ -48,7 +48,7 @@ from tessera.sched.elastic_policy import (
     ElasticPolicy,
     answer,
     capacity,
-    realloc_factor,
+    damp_changes,
 )
 from tessera.sched.oracle import FlavorRate
 from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
@@ -109,11 +109,8 @@ class Pollux(ElasticPolicy):
             most = memory.explored_max(v) if cfg.explore else 1 << 30
             rates = ctx.oracle.rates(v.spec) if v.spec.elastic is None else ()
             speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches)
-            cur = sets.current(v)
-            if cur is not None:
-                age_s = snap.now_s - v.spec.submit_time_s
-                f = realloc_factor(age_s, memory.restarts.get(v.spec.job_id, 0), cfg.restart_s)
-                speedups = [(c, s if c == cur else s * f) for c, s in speedups]
+            speedups = damp_changes(speedups, v, sets.current(v), memory, snap.now_s,
+                                    cfg.restart_s)
             values.append([(c, floor - power_term(s * scale, cfg.p)) for c, s in speedups])
         choices = choose_configs(values, sets.configs, cap, None, cfg.mip_rel_gap,
                                  cfg.time_limit_s)

@@ -54,7 +54,8 @@ from tessera.sched.elastic_policy import (
     ElasticPolicy,
     answer,
     capacity,
-    realloc_factor,
+    damp_changes,
+    rigid_rates,
 )
 from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
@@ -94,12 +95,9 @@ class Sia(ElasticPolicy):
             most = memory.explored_max(v) if cfg.explore else 1 << 30
             goodputs, penalty_s = self._goodputs(ctx, sets, v, j, most, batches)
             cur = sets.current(v)
-            if goodputs and cur is not None:
-                age_s = snap.now_s - v.spec.submit_time_s
-                f = realloc_factor(age_s, memory.restarts.get(v.spec.job_id, 0), penalty_s)
-                goodputs = [(c, g if c == cur else g * f) for c, g in goodputs]
-                if snap.now_s < v.progress_from_s:  # mid checkpoint-restore: keep its GPUs
-                    pinned[j] = cur
+            goodputs = damp_changes(goodputs, v, cur, memory, snap.now_s, penalty_s)
+            if goodputs and cur is not None and snap.now_s < v.progress_from_s:
+                pinned[j] = cur  # mid checkpoint-restore: it keeps its GPUs
             values.append([(c, cfg.lambda_n - round(max(g, 1e-4) ** cfg.p, 2))
                            for c, g in goodputs])
         pinned = {j: c for j, c in pinned.items() if any(k == c for k, _ in values[j])}
@@ -113,20 +111,14 @@ class Sia(ElasticPolicy):
         GPUs, and its restart time; records each elastic configuration's batch in ``batches``."""
         spec = v.spec
         e = spec.elastic
-        raw: list[tuple[int, float]] = []
         if e is None:
-            for r in ctx.oracle.rates(spec):
-                c = sets.rigid(r.flavor, spec.num_gpus)
-                if c is not None and r.consolidated > 0:
-                    raw.append((c, r.consolidated))
+            raw = rigid_rates(ctx, sets, spec)
             if not raw:
                 return [], DEFAULT_RESTART_S
             lo = min(g for _c, g in raw)
             return [(c, g / lo * spec.num_gpus) for c, g in raw], DEFAULT_RESTART_S
-        progress = progress_samples(v, ctx.snapshot.now_s)
-        for c, g, batch in self.model.row(spec, sets.base_configs, most, progress):
-            raw.append((c, g))
-            batches[(j, c)] = batch
+        raw = self.elastic_row(spec, sets, most, progress_samples(v, ctx.snapshot.now_s), j,
+                               batches)
         if not raw:
             return [], restart_s(e)
         lo = min(g for _c, g in raw)
