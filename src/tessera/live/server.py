@@ -84,7 +84,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
             that cannot start (one line, whatever the executor raised).
     """
     if cfg.policy is not None:  # a policy the service cannot run is refused before any state
-        live_policy(cfg.policy)
+        live_policy(cfg.policy, cfg.executor)
     connect_ray(cfg)  # before any state is written: a wrong address changes nothing
     check_run_as(cfg.run_as)
     layout = cfg.layout
@@ -115,16 +115,21 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
     return svc, token
 
 
-def live_policy(name: str) -> None:
-    """Check that the live service can run policy ``name``.
+def live_policy(name: str, executor: str = "local") -> None:
+    """Check that the live service can run policy ``name`` with ``executor``.
 
     Raises:
         SpecError: an unknown name or bad options, or a policy only the simulator's Gavel
-            loop runs (:func:`~tessera.sched.policy.gavel_loop_only`).
+            loop runs, or a packing policy on an executor that cannot share GPUs
+            (:func:`~tessera.sched.policy.gavel_loop_only`).
     """
-    refusal = gavel_loop_only(make_policy(name))
+    refusal = gavel_loop_only(make_policy(name), executor in SHARING_EXECUTORS)
     if refusal is not None:
         raise SpecError(refusal)
+
+
+#: Executors that can run two jobs on one GPU set (a packing policy's co-location).
+SHARING_EXECUTORS = frozenset({"local"})
 
 
 def connect_ray(cfg: ServeConfig) -> None:
@@ -215,7 +220,7 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
     sock = reserve_port(host, port)
     try:
         if cfg.policy is not None:  # a policy the service cannot run changes nothing either
-            live_policy(cfg.policy)
+            live_policy(cfg.policy, cfg.executor)
         connect_ray(cfg)  # before any state is written: a wrong address changes nothing
         layout = cfg.layout
         prepare(layout)

@@ -42,6 +42,7 @@ from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
 from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
+from tessera.live.sharing import relabels, riders
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
@@ -54,6 +55,7 @@ from tessera.sched.core import Decision, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import gavel_loop_only, make_policy
+from tessera.sched.snapshot import Placement
 
 log = logging.getLogger("tessera.live")
 
@@ -77,7 +79,7 @@ class LiveService:
         self.cluster = cluster
         self.tenancy = tenancy
         self.policy = make_policy(policy)
-        refusal = gavel_loop_only(self.policy)
+        refusal = gavel_loop_only(self.policy, getattr(executor, "shares_gpus", False))
         if refusal is not None:
             raise SpecError(refusal)
         self.oracle = ThroughputOracle(default_throughputs(), cluster,
@@ -148,7 +150,8 @@ class LiveService:
         if quota is None:
             raise Rejected(f"unknown queue {queue!r}; queues: {', '.join(self.tenancy.quotas)}")
         now_s = self.clock()
-        job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now_s)
+        job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now_s,
+                          self.tenancy.shares(queue))
         reason = infeasibility(job.spec, self.cluster, self.oracle, self.settings.mixed_gangs)
         borrow = quota.borrowing_limit_gpus
         gpus = job.spec.num_gpus
@@ -295,6 +298,11 @@ class LiveService:
 
     def _journal(self, d: Decision, now_s: float, remember: bool = False) -> None:
         """Write the decision; with ``remember``, the policy's new memory in the same commit."""
+        current: dict[str, Allocation] = {}
+        relabel: set[JobId] = set()
+        if self.policy.packs:  # a partner coming or going is no restart (live.sharing)
+            current = {a.job_id: a for a in self.store.allocations(("planned", "running"))}
+            relabel = set(relabels(d.started, d.placements, current))
         with self.store.tx() as db:
             if remember:
                 memory.save(db, self.policy.display_name, d.policy_state, now_s)
@@ -305,6 +313,9 @@ class LiveService:
                 if rec is None or rec.final:
                     continue
                 p = d.placements[jid]
+                if jid in relabel:
+                    self._relabel(db, current[jid], p, now_s)
+                    continue
                 bad = out_of_range(rec.job, p)
                 if bad is not None:  # a policy bug; the job keeps what it has
                     log.warning("job %s: decision ignored: %s", jid, bad)
@@ -339,6 +350,17 @@ class LiveService:
                                  f"preempted {len(d.preempted)}, pending {len(d.pending)}")
         self.store.set_reasons({jid: str(r) for jid, r in d.pending.items()})
 
+    def _relabel(self, db: sqlite3.Connection, a: Allocation, p: Placement, now_s: float) -> None:
+        """``a``'s run keeps its GPUs; only the job sharing them changes (see live.sharing)."""
+        self.store.set_allocation(db, a.job_id, a.run, colocated_with=",".join(p.colocated_with))
+        if p.colocated_with:
+            what = (f"run {a.run} now shares {p.describe()} with job "
+                    f"{', '.join(p.colocated_with)}; it keeps running")
+        else:
+            what = (f"run {a.run} has {p.describe()} to itself again (job "
+                    f"{', '.join(a.placement.colocated_with)} left); it keeps running")
+        self.store.event(db, now_s, a.job_id, "sharing", what)
+
     def _request_stop(self, db: sqlite3.Connection, job_id: JobId, now_s: float, why: str,
                       reason: str) -> None:
         """Ask the job's run to stop (``reason``: preempt or move); a planned run that was
@@ -369,26 +391,54 @@ class LiveService:
         capacity = {n.node_id: n.gpus for n in self.cluster.nodes}
         used: dict[str, int] = {}
         draining: set[str] = set()
-        for a in self.store.allocations(("running", "stopping")):
-            for node, count in a.placement.gpus_by_node:
-                used[node] = used.get(node, 0) + count
+        holding = self.store.allocations(HOLDING)
+        ride = riders(holding) if self.policy.packs else {}  # runs on a partner's GPUs
+        status = {(a.job_id, a.run): a.status for a in holding}
+        for a in holding:
+            if a.status == "planned":
+                continue
+            if (a.job_id, a.run) not in ride:
+                for node, count in a.placement.gpus_by_node:
+                    used[node] = used.get(node, 0) + count
             if a.status == "stopping":
                 draining.add(a.job_id)
-        for a in self.store.allocations(("planned",)):
+        for a in (a for a in holding if a.status == "planned"):
+            host = ride.get((a.job_id, a.run))
             if (a.job_id, a.run) in self._launching:
                 self._confirm(a, now_s)
-            elif a.job_id in draining or any(
-                    used.get(node, 0) + count > capacity.get(node, 0)
-                    for node, count in a.placement.gpus_by_node):
+            elif a.job_id in draining:
+                continue
+            elif host is not None:  # joins its host's GPUs once the host runs there
+                if status.get(host) == "running" and host not in self._launching:
+                    self._launch(a, host)
+                continue
+            elif any(used.get(node, 0) + count > capacity.get(node, 0)
+                     for node, count in a.placement.gpus_by_node):
                 continue
             else:
                 self._launch(a)
-            for node, count in a.placement.gpus_by_node:
-                used[node] = used.get(node, 0) + count
+            if host is None:
+                for node, count in a.placement.gpus_by_node:
+                    used[node] = used.get(node, 0) + count
         for a in self.store.allocations(("stopping",)):
             if (a.job_id, a.run) not in self._signalled and \
                     self.executor.stop(a.job_id, a.run, self.opts.grace_s):
                 self._signalled.add((a.job_id, a.run))
+
+    def _sharing_event(self, a: Allocation, host: tuple[str, int]) -> tuple[tuple[str, str], ...]:
+        """Record, on both jobs, how run ``a`` shares its host's GPUs; the variables its ranks
+        get (:meth:`~tessera.live.sharing.Mechanism.env`)."""
+        mech = self.executor.sharing_mechanism()  # type: ignore[attr-defined]
+        gpus = replace(a.placement, colocated_with=()).describe()
+        now_s = self.clock()
+        with self.store.tx() as db:
+            self.store.event(db, now_s, a.job_id, "sharing",
+                             f"run {a.run}: sharing {gpus} with job {host[0]} (run {host[1]}) "
+                             f"by {mech.kind}")
+            self.store.event(db, now_s, host[0], "sharing",
+                             f"run {host[1]}: job {a.job_id} (run {a.run}) joins its GPUs "
+                             f"by {mech.kind}")
+        return mech.env()
 
     def _confirm(self, a: Allocation, now_s: float) -> None:
         """How a launched run is doing (see :func:`tessera.live.launches.confirm`)."""
@@ -396,7 +446,8 @@ class LiveService:
 
         confirm(self, a, now_s)
 
-    def _launch(self, a: Allocation) -> None:
+    def _launch(self, a: Allocation, host: tuple[str, int] | None = None) -> None:
+        """Launch run ``a``; ``host``: the run whose GPUs it joins (a co-located partner)."""
         rec = self.store.get(a.job_id)
         assert rec is not None
         job = rec.job
@@ -414,13 +465,15 @@ class LiveService:
                 with self.store.tx() as db:
                     self.store.event(db, self.clock(), a.job_id, kind, f"run {a.run}: {note}")
         env = job.env if batch is None else (*job.env, ("TESSERA_GLOBAL_BATCH", str(batch)))
+        if host is not None:
+            env = (*env, *self._sharing_event(a, host))
         spec = LaunchSpec(a.job_id, a.run, job.argv, env, a.placement, ckpt,
                           local_batches=batches.batches if batches else None,
                           rank_env=roles.envs if roles and roles.envs else None,
                           requires_locality=job.spec.requires_locality,
                           run_as=queue.run_as or self.opts.run_as,
                           max_runtime_s=job.max_runtime_s or queue.max_runtime_s,
-                          grace_s=self.opts.grace_s)
+                          grace_s=self.opts.grace_s, share_with=host)
         try:
             self.executor.launch(spec)
         except Exception as e:  # any launch failure is the run's failure

@@ -21,6 +21,10 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
     parallelism: 3d             # optional (default data): plan tensor x pipeline x data
                                 # parallelism for a layer-wise model (model: llama-7b, ...)
                                 # and export each rank's stage/TP/DP role (docs/live.md)
+    exclusive: false            # optional: may share its GPUs with another job (a packing
+                                # policy's co-location); default true, and false is accepted
+                                # only on a queue whose config says sharing: true
+    memory_gib: 12              # optional: per-GPU memory estimate; a pair must fit together
 
 An **elastic** job (Pollux, Sia) gives ranges instead of numbers; the scheduler may then run it
 on any GPU count and global batch inside them, resizing it by checkpoint-restart::
@@ -65,6 +69,7 @@ from tessera.errors import NoProfileError, SpecError, UnknownFlavorError
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.model.jobs import ElasticRange, JobId, JobSpec, ThreeDParallel
+from tessera.sched.packing import MEMORY_KEY
 
 #: Job type given to commands without a profiled model; the oracle runs them at 1 step/s.
 UNPROFILED_JOB_TYPE = "command"
@@ -157,6 +162,8 @@ class JobRequest(BaseModel):
     max_runtime_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
     parallelism: Literal["data", "3d"] = "data"
+    exclusive: bool | None = Field(None, strict=True)
+    memory_gib: float | None = Field(None, gt=0, le=1e5, allow_inf_nan=False)
 
     @field_validator("command")
     @classmethod
@@ -272,6 +279,9 @@ class LiveJob:
         parallelism: ``data`` or ``3d``: each launch plans tensor × pipeline × data
             parallelism for ``model`` on the run's GPUs and exports every rank's role
             (:func:`tessera.live.batches.plan_rank_roles`).
+
+    The spec's ``exclusive`` (may the job share its GPUs?) and ``extra["memory_gib"]`` (its
+    per-GPU memory estimate, which a pair must fit) are stored with it.
     """
 
     spec: JobSpec
@@ -301,6 +311,7 @@ class LiveJob:
             "name": self.name, "argv": list(self.argv), "checkpoint_dir": self.checkpoint_dir,
             "env": dict(self.env), "model": self.model, "max_runtime_s": self.max_runtime_s,
             "global_batch": self.global_batch, "parallelism": self.parallelism,
+            "exclusive": s.exclusive, "memory_gib": s.extra.get(MEMORY_KEY),
             "elastic": None if e is None else {
                 "min_gpus": e.min_gpus, "max_gpus": e.max_gpus,
                 "initial_batch_samples": e.initial_batch_samples,
@@ -320,6 +331,9 @@ class LiveJob:
             elastic=ElasticRange(**d["elastic"]) if d.get("elastic") else None,
             parallelism=(ThreeDParallel(d["model"], d["global_batch"])
                          if d.get("parallelism") == "3d" else None),
+            # A job stored before co-location existed never agreed to share.
+            exclusive=d.get("exclusive", True),
+            extra={MEMORY_KEY: d["memory_gib"]} if d.get("memory_gib") else {},
         )
         return cls(spec, d["name"], tuple(d["argv"]), d["checkpoint_dir"],
                    tuple(sorted(d["env"].items())), d["model"], d.get("max_runtime_s"),
@@ -379,11 +393,33 @@ def elastic_choice(req: JobRequest) -> ElasticChoice:
                                       eff.target_samples))
 
 
-def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) -> LiveJob:
-    """Bind a request to an id, a queue and a submission time.
+def exclusive_for(req: JobRequest, queue: str, queue_shares: bool) -> bool:
+    """Whether a request's job must keep its GPUs to itself (``JobSpec.exclusive``).
+
+    A live job shares GPUs only where both sides agreed: the queue's admin (``sharing: true``
+    in the queue's config, :mod:`tessera.live.tenancy`) and the job (``exclusive`` unset or
+    ``false``). On a queue that shares, a job is shareable unless it says ``exclusive: true``;
+    on any other queue every job is exclusive.
 
     Raises:
-        SpecError: an elastic batch range outside its model's profiled range.
+        SpecError: ``exclusive: false`` on a queue that does not allow sharing.
+    """
+    if req.exclusive is False and not queue_shares:
+        raise SpecError(f"invalid job request: exclusive: false, but queue {queue!r} does not "
+                        "allow sharing GPUs (its admin sets sharing: true on the queue); drop "
+                        "the field or submit to a queue that shares")
+    return True if req.exclusive is None and not queue_shares else bool(req.exclusive)
+
+
+def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float,
+                queue_shares: bool = False) -> LiveJob:
+    """Bind a request to an id, a queue and a submission time.
+
+    ``queue_shares``: whether ``queue`` allows its jobs to share GPUs (:func:`exclusive_for`).
+
+    Raises:
+        SpecError: an elastic batch range outside its model's profiled range, or
+            ``exclusive: false`` on a queue that does not share.
     """
     argv = ("/bin/sh", "-c", req.command) if isinstance(req.command, str) else tuple(req.command)
     steps = req.total_steps or req.expected_duration_s or DEFAULT_EXPECTED_DURATION_S
@@ -395,6 +431,8 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float) 
         elastic=elastic_choice(req).elastic,
         parallelism=(ThreeDParallel(req.model, req.initial_batch)
                      if req.parallelism == "3d" and req.model and req.initial_batch else None),
+        exclusive=exclusive_for(req, queue, queue_shares),
+        extra={MEMORY_KEY: f"{req.memory_gib:g}"} if req.memory_gib is not None else {},
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
                    req.model, req.max_runtime_s, req.initial_batch, req.parallelism)

@@ -38,7 +38,7 @@ from typing import Any
 from tessera.live import memory
 from tessera.live.layout import create_private_file
 from tessera.live.spec import LiveJob
-from tessera.model.jobs import JobState, transition
+from tessera.model.jobs import JobId, JobState, transition
 from tessera.sched.snapshot import Placement, QueueQuota
 
 _SCHEMA = """
@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS allocations (
     job_id TEXT NOT NULL, run INTEGER NOT NULL, flavor TEXT NOT NULL, gpus_json TEXT NOT NULL,
     status TEXT NOT NULL, stop_reason TEXT, created_s REAL NOT NULL, started_s REAL,
     ended_s REAL, exit_code INTEGER, detail TEXT NOT NULL DEFAULT '',
-    global_batch_samples INTEGER,
+    global_batch_samples INTEGER, colocated_with TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (job_id, run));
 CREATE INDEX IF NOT EXISTS alloc_status ON allocations(status);
 CREATE TABLE IF NOT EXISTS events (
@@ -160,6 +160,8 @@ def _alloc(row: tuple[Any, ...]) -> Allocation:
         p = Placement(row[2], tuple((n, int(c)) for n, c in entries))
     if row[11] is not None:  # the global batch an elastic job's run was planned at
         p = replace(p, global_batch_samples=int(row[11]))
+    if row[12]:  # the jobs sharing the run's GPUs (co-location)
+        p = replace(p, colocated_with=tuple(JobId(j) for j in row[12].split(",")))
     return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10])
 
 
@@ -178,6 +180,9 @@ class Store:
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(allocations)")}
         if "global_batch_samples" not in columns:  # a state file from before elastic jobs
             self._db.execute("ALTER TABLE allocations ADD COLUMN global_batch_samples INTEGER")
+        if "colocated_with" not in columns:  # a state file from before co-location
+            self._db.execute("ALTER TABLE allocations ADD COLUMN colocated_with TEXT NOT NULL "
+                             "DEFAULT ''")
         self._lock = threading.RLock()
         self._specs: dict[str, LiveJob] = {}
 
@@ -326,9 +331,9 @@ class Store:
                        now_s: float) -> None:
         db.execute(
             "INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s,"
-            " global_batch_samples) VALUES (?, ?, ?, ?, 'planned', ?, ?)",
+            " global_batch_samples, colocated_with) VALUES (?, ?, ?, ?, 'planned', ?, ?, ?)",
             (job_id, run, p.flavor, json.dumps(p.parts() if p.is_mixed else p.gpus_by_node),
-             now_s, p.global_batch_samples))
+             now_s, p.global_batch_samples, ",".join(p.colocated_with)))
 
     def set_allocation(self, db: sqlite3.Connection, job_id: str, run: int, **cols: object) -> None:
         sets = ", ".join(f"{k}=?" for k in cols)

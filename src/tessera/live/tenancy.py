@@ -22,6 +22,13 @@ makes admin tokens too, offline, for an admin who lost theirs).
 
 A queue may also say how its jobs run: ``run_as: USER`` (jobs run as that user; overrides
 ``tessera serve --run-as``) and ``max_runtime_s`` (the default runtime limit of its jobs).
+
+**Sharing GPUs.** ``sharing: true`` lets a packing policy put the queue's jobs on GPUs another
+job holds (co-location: two training jobs on one GPU, by MPS or time-slicing; docs/live.md).
+Off by default: a live job is *exclusive* unless its queue shares, because a job on a shared
+GPU runs slower, shares the GPU's memory, and can see its partner's process through the driver
+(``nvidia-smi``). Like every queue setting it is the admin's (whoever may write this file); a
+tenant may only opt a job *out* (``exclusive: true`` in the job spec).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class _QueueEntry(BaseModel):
     weight: float = Field(1.0, gt=0)
     run_as: str | None = Field(None, min_length=1)
     max_runtime_s: float | None = Field(None, gt=0)
+    sharing: bool = Field(False, strict=True)
 
 
 class _TokenEntry(BaseModel):
@@ -101,6 +109,7 @@ class Tenancy:
         tenants_see_all: tenants see every queue in ``/api/queues`` and the cluster's use in
             ``/api/cluster`` (off: only their own queue and the cluster's capacity).
         job_defaults: how each queue's jobs run (user, runtime limit), where the queue says.
+        sharing_queues: the queues whose jobs may share GPUs (``sharing: true``).
     """
 
     quotas: dict[str, QueueQuota]
@@ -108,6 +117,11 @@ class Tenancy:
     tenants_see_all: bool = False
     limits: ApiLimits = DEFAULT_LIMITS
     job_defaults: dict[str, JobDefaults] = field(default_factory=dict)
+    sharing_queues: frozenset[str] = frozenset()
+
+    def shares(self, queue: str) -> bool:
+        """Whether ``queue``'s jobs may share GPUs with other jobs."""
+        return queue in self.sharing_queues
 
     def sees_all(self, who: Principal) -> bool:
         """Whether ``who`` gets the cluster-wide views (queues, use, job counts)."""
@@ -155,7 +169,8 @@ def load_tenancy(state_dir: Path) -> Tenancy:
         tokens[t.sha256] = Principal(t.name, t.queue)
     defaults = {q.name: JobDefaults(q.run_as, q.max_runtime_s) for q in cfg.queues
                 if q.run_as is not None or q.max_runtime_s is not None}
-    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults)
+    sharing = frozenset(q.name for q in cfg.queues if q.sharing)
+    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:

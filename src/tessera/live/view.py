@@ -18,8 +18,8 @@ size-aware policies (SRPT) see it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 
+from tessera.live.sharing import counted
 from tessera.live.store import Allocation, JobRecord
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
@@ -27,8 +27,9 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.snapshot import JobView, QueueQuota, Snapshot
 
 
-def free_gpus(cluster: ClusterSpec, holding: Iterable[Allocation]) -> dict[str, int]:
-    """Free GPUs per node: capacity minus every GPU a run holds or is planned to take.
+def free_gpus(cluster: ClusterSpec, holding: list[Allocation]) -> dict[str, int]:
+    """Free GPUs per node: capacity minus every GPU a run holds or is planned to take, a GPU
+    set that two runs share counted once (:func:`tessera.live.sharing.counted`).
 
     A run planned onto GPUs that a preempted run is still draining (inside its grace period)
     and the draining run claim the same GPUs for a while; a node's free count is therefore
@@ -36,7 +37,7 @@ def free_gpus(cluster: ClusterSpec, holding: Iterable[Allocation]) -> dict[str, 
     gave it those GPUs).
     """
     used: dict[str, int] = defaultdict(int)
-    for a in holding:
+    for a in counted(holding):
         for node, count in a.placement.gpus_by_node:
             used[node] += count
     return {n.node_id: max(n.gpus - used.get(n.node_id, 0), 0) for n in cluster.nodes}
@@ -101,7 +102,8 @@ def build_snapshot(
 
 
 def queue_usage(holding: list[Allocation], queue_of: dict[str, str]) -> dict[str, int]:
-    """GPUs held per queue (running, planned and draining runs)."""
+    """GPUs charged per queue (running, planned and draining runs): each run at its full size,
+    a run on shared GPUs included (the quota rule of :mod:`tessera.live.sharing`)."""
     out: dict[str, int] = defaultdict(int)
     for a in holding:
         q = queue_of.get(a.job_id)

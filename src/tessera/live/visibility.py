@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tessera.live.sharing import counted
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.tenancy import Principal
 from tessera.live.view import queue_usage
@@ -81,7 +82,7 @@ def cluster_json(svc: LiveService, who: Principal) -> dict[str, Any]:
         holding = [a for a in holding if a.job_id in own]
     used_by_node: dict[str, int] = {}
     used_by_flavor: dict[str, int] = {}
-    for a in holding:
+    for a in counted(holding):  # a GPU set two runs share is used once
         for node_id, count, flavor in a.placement.parts():
             used_by_node[node_id] = used_by_node.get(node_id, 0) + count
             used_by_flavor[flavor] = used_by_flavor.get(flavor, 0) + count

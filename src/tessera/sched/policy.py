@@ -163,12 +163,13 @@ def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
 
     Gavel's own policies (``GAVEL_ONLY``) reproduce Gavel's simulator and need its loop
     (``--compat gavel``). A policy that packs (space-shares GPUs) needs a world that books
-    shared GPUs: the simulator's drivers have one (``shares_gpus=True``:
-    :mod:`tessera.sim.sharing`), the live service does not yet (it launches one job per GPU),
-    so it refuses such a policy with this reason rather than run it with GPUs counted wrong.
-    Gavel's packing policies (``max_min_fairness_packed``, ``fifo_packed``, ``gandiva``) only
-    rank and pair jobs, so the simulator's drivers run them too, with Tessera's costs; the
-    rest of Gavel's own set keeps its loop.
+    shared GPUs and can launch two jobs on one GPU set (``shares_gpus=True``): the simulator's
+    drivers (:mod:`tessera.sim.sharing`) and the live service with an executor that shares
+    (the local executor: both runs get the same ``CUDA_VISIBLE_DEVICES``); the live service
+    refuses such a policy with this reason on an executor that cannot, rather than run it with
+    GPUs counted wrong. Gavel's packing policies (``max_min_fairness_packed``, ``fifo_packed``,
+    ``gandiva``) only rank and pair jobs, so those worlds run them too, with Tessera's costs;
+    the rest of Gavel's own set keeps its loop.
     """
     from tessera.sched.policies.gavel_compat import GAVEL_ONLY
 
@@ -177,8 +178,8 @@ def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
                 "simulator: run it with tessera simulate --compat gavel")
     if policy.packs and not shares_gpus:
         return (f"policy {policy.display_name!r} co-locates jobs on shared GPUs, which the live "
-                "service cannot run yet (it launches one job per GPU): simulate it with "
-                "tessera simulate (its own drivers or --compat gavel)")
+                "service cannot run on this executor (it launches one job per GPU): serve it "
+                "with --executor local, or simulate it with tessera simulate")
     return None
 
 

@@ -74,6 +74,9 @@ class LaunchSpec:
         max_runtime_s: a run still going after this long is stopped (SIGTERM, then SIGKILL
             after ``grace_s``) and fails for good; ``None`` = no limit.
         grace_s: how long a stopped rank may take to checkpoint before it is killed.
+        share_with: ``(job_id, run)`` of the run whose GPUs this one joins (co-location,
+            :mod:`tessera.live.sharing`): its ranks get that run's devices, rank by rank;
+            ``None`` for a run on GPUs of its own.
     """
 
     job_id: str
@@ -88,6 +91,7 @@ class LaunchSpec:
     run_as: str | None = None
     max_runtime_s: float | None = None
     grace_s: float = 10.0
+    share_with: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

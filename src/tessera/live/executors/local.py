@@ -25,6 +25,11 @@ never make root create or hand over a directory of its choosing. The run directo
 service's: logs are opened by the runner and handed to the ranks as open files, and the
 control files (marker, exit status) cannot be forged by the job.
 
+**Shared GPUs.** A run that joins another run's GPUs (``LaunchSpec.share_with``, a packing
+policy's co-location) gets, rank by rank, the ``CUDA_VISIBLE_DEVICES`` that run's ranks got
+(read from its ``launch.json``), so both use the same devices; how they share them (MPS or
+time-slicing) is :func:`~tessera.live.sharing.mechanism`'s answer for this machine.
+
 So ``status`` is read from the files, not from the service's memory: exit file → exited;
 marker whose pid is alive and is our runner → running; marker without a live runner and
 without an exit file → lost; no marker → absent (or still starting, if this process just
@@ -54,6 +59,7 @@ from tessera.live.executors.base import (
     rank_envs,
     read_log_file,
 )
+from tessera.live.sharing import Mechanism, mechanism
 
 RUNNER = Path(__file__).with_name("runner.py")
 #: How long ``launch`` waits for an earlier run's killed processes to disappear.
@@ -64,6 +70,8 @@ class LocalExecutor:
     """Runs jobs as local subprocesses; see the module docstring."""
 
     name = "local"
+    #: Two runs may share GPUs: a co-located run gets its host run's devices.
+    shares_gpus = True
 
     def __init__(self, runs_dir: Path, grace_s: float = 10.0,
                  checkpoints_dir: Path | None = None) -> None:
@@ -93,6 +101,8 @@ class LocalExecutor:
                                f"are still alive {SWEEP_TIMEOUT_S:g} s after SIGKILL")
         ranks = [launch_env(e)[0] for e in rank_envs(replace(spec, grace_s=self.grace_s),
                                                       "127.0.0.1", free_port())]
+        if spec.share_with is not None:
+            _same_devices(ranks, self.run_dir(*spec.share_with))
         launch = {"argv": list(spec.argv), "grace_s": self.grace_s, "ranks": ranks,
                   "user": spec.run_as, "max_runtime_s": spec.max_runtime_s}
         tmp = d / "launch.json.tmp"
@@ -103,6 +113,10 @@ class LocalExecutor:
             self._children[(spec.job_id, spec.run)] = subprocess.Popen(
                 [sys.executable, "-S", str(RUNNER), str(d)], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=base_env())
+
+    def sharing_mechanism(self) -> Mechanism:
+        """How two runs share a GPU here (every run is on this machine)."""
+        return mechanism()
 
     def status(self, job_id: str, run: int) -> RunStatus:
         d = self.run_dir(job_id, run)
@@ -165,6 +179,26 @@ class LocalExecutor:
                 child.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 self._children[(job_id, run)] = child
+
+
+def _same_devices(ranks: list[dict[str, str]], host_dir: Path) -> None:
+    """Give each rank the ``CUDA_VISIBLE_DEVICES`` of the host run's rank of the same index.
+
+    Raises:
+        RuntimeError: the host run has no launch record, or fewer ranks.
+    """
+    try:
+        host = json.loads((host_dir / "launch.json").read_text())["ranks"]
+    except FileNotFoundError:
+        raise RuntimeError(f"the run it shares GPUs with has no launch record in {host_dir}") \
+            from None
+    if len(host) != len(ranks):
+        raise RuntimeError(f"the run it shares GPUs with has {len(host)} ranks, this one "
+                           f"{len(ranks)}")
+    for env, mate in zip(ranks, host, strict=True):
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        if "CUDA_VISIBLE_DEVICES" in mate:
+            env["CUDA_VISIBLE_DEVICES"] = mate["CUDA_VISIBLE_DEVICES"]
 
 
 def _read_exit(d: Path) -> RunStatus | None:

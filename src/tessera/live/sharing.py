@@ -1,0 +1,159 @@
+"""Shared GPUs in the live service: two runs on one GPU set (a packing policy's co-location).
+
+A packing policy (``Policy.packs``) may place a *partner* on the GPUs of a running *host*
+(:mod:`tessera.sched.packing` checks the pair: both jobs agreed to share, the pair's speeds
+were measured, their memory fits). The service carries that out with three rules, the live
+twins of the simulator's :mod:`tessera.sim.sharing`:
+
+* **A GPU set shared by two runs is counted once.** The run that holds the GPUs (the first of
+  the pair, by when its allocation was written) counts them; the other is a *rider*
+  (:func:`riders`) and holds nothing of its own: the free GPUs the decision core sees, the
+  launch gate and the cluster view count the set once. A rider launches only once its host
+  runs, on the host's GPUs (the local executor gives both runs the same
+  ``CUDA_VISIBLE_DEVICES``).
+* **A label change is not a restart.** When a partner comes or goes (joins, completes, fails,
+  is preempted or moves away), the run that stays keeps running: its allocation is relabelled
+  in place (:func:`relabels`); nothing stops, nothing is charged. The exception is the
+  simulator's: when a pair breaks and the decision keeps *both* jobs on that node with the
+  same count, the core (which counts GPUs, not which ones) gave one of them other GPUs there,
+  so the rider -- the job that joined second -- moves; and when two jobs that ran apart are
+  paired, one stays and the other moves onto its GPUs.
+* **Quotas count what each job asked for.** Each job of a pair counts its full GPU count
+  against its queue's quota (as Kueue counts requests, and as the decision core admits): a
+  job's charge does not depend on whom the scheduler paired it with, admission cannot know
+  whether a job will be paired, and no queue gets more than its quota by being packed. So
+  ``/api/queues`` (quota use) may add up to more than ``/api/cluster`` (GPUs physically held).
+
+**Mechanism.** Two processes on one GPU run by *time-slicing* (the driver switches contexts;
+each context has the whole GPU while it runs) unless the node runs NVIDIA's MPS control daemon,
+whose clients run their kernels concurrently. :func:`mechanism` looks for the daemon's control
+pipe; a shared run's ranks get ``TESSERA_GPU_SHARING`` (``mps`` or ``time-slicing``) and, under
+MPS, the daemon's ``CUDA_MPS_PIPE_DIRECTORY``, and the job's events say which.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tessera.live.store import Allocation
+from tessera.model.jobs import JobId
+from tessera.sched.snapshot import Placement
+
+#: Where ``nvidia-cuda-mps-control -d`` puts its pipes unless ``CUDA_MPS_PIPE_DIRECTORY`` says.
+DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+#: Variable a shared run's ranks get: ``mps`` or ``time-slicing``.
+SHARING_VAR = "TESSERA_GPU_SHARING"
+
+RunKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Mechanism:
+    """How two runs share a GPU on this node.
+
+    Attributes:
+        kind: ``mps`` (an MPS control daemon runs) or ``time-slicing``.
+        pipe_directory: the MPS daemon's pipe directory, for its clients; ``None`` without MPS.
+    """
+
+    kind: str
+    pipe_directory: str | None = None
+
+    def env(self) -> tuple[tuple[str, str], ...]:
+        """What a shared run's ranks get: the mechanism, and the MPS pipes to connect to."""
+        out = [(SHARING_VAR, self.kind)]
+        if self.pipe_directory is not None:
+            out.append(("CUDA_MPS_PIPE_DIRECTORY", self.pipe_directory))
+        return tuple(out)
+
+
+def mechanism(environ: Mapping[str, str] | None = None) -> Mechanism:
+    """MPS when this node runs an MPS control daemon, else time-slicing.
+
+    The daemon is taken to run when its control program is installed and its pipe directory
+    (``CUDA_MPS_PIPE_DIRECTORY``, default ``/tmp/nvidia-mps``) holds the ``control`` pipe the
+    daemon creates while it runs.
+    """
+    env = os.environ if environ is None else environ
+    pipes = env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY
+    if shutil.which("nvidia-cuda-mps-control", path=env.get("PATH")) is None:
+        return Mechanism("time-slicing")
+    if not (Path(pipes) / "control").exists():
+        return Mechanism("time-slicing")
+    return Mechanism("mps", pipes)
+
+
+def same_gpus(a: Placement, b: Placement) -> bool:
+    """Whether two placements are the same gang, whoever shares it (labels ignored)."""
+    return replace(a, colocated_with=()) == replace(b, colocated_with=())
+
+
+def riders(allocations: Iterable[Allocation]) -> dict[RunKey, RunKey]:
+    """``{rider run: host run}`` among ``allocations`` (see the module docstring).
+
+    A run rides when it names, in ``colocated_with``, the job of an earlier run (by when its
+    allocation was written, then job id) that holds the same GPUs. A decision labels both runs
+    of a new pair, and the partner's run is always written after its host's; a run whose
+    partner has left keeps its stale label until the next decision relabels it, and rides
+    until then only if that partner's run still holds the GPUs (draining).
+    """
+    ordered = sorted(allocations, key=lambda a: (a.created_s, a.job_id, a.run))
+    holders: dict[str, list[Allocation]] = {}
+    out: dict[RunKey, RunKey] = {}
+    for a in ordered:
+        host = _host_of(a, holders)
+        if host is not None:
+            out[(a.job_id, a.run)] = (host.job_id, host.run)
+            continue
+        holders.setdefault(a.job_id, []).append(a)
+    return out
+
+
+def _host_of(a: Allocation, holders: Mapping[str, list[Allocation]]) -> Allocation | None:
+    """The earlier holding run ``a`` shares GPUs with, if any."""
+    for mate in a.placement.colocated_with:
+        for b in holders.get(mate, ()):
+            if same_gpus(a.placement, b.placement):
+                return b
+    return None
+
+
+def counted(allocations: list[Allocation]) -> list[Allocation]:
+    """The allocations that hold GPUs of their own: every one but the riders."""
+    ride = riders(allocations)
+    return [a for a in allocations if (a.job_id, a.run) not in ride]
+
+
+def relabels(started: Iterable[JobId], placements: Mapping[JobId, Placement],
+             current: Mapping[str, Allocation]) -> list[JobId]:
+    """The started jobs whose current run stays where it is, only its partner changing.
+
+    Args:
+        started: the decision's started jobs, in its order.
+        placements: the decision's placements.
+        current: each job's current (planned or running) allocation.
+    """
+    out: list[JobId] = []
+    for jid in started:
+        cur, new = current.get(jid), placements[jid]
+        if cur is None or not same_gpus(cur.placement, new):
+            continue
+        old_mate = cur.placement.colocated_with[0] if cur.placement.colocated_with else None
+        new_mate = new.colocated_with[0] if new.colocated_with else None
+        if old_mate is not None and old_mate != new_mate and _joined_second(cur, current.get(
+                old_mate)):
+            other = placements.get(old_mate)
+            if other is not None and same_gpus(other, new):
+                continue  # both stay on that node apart: the one that joined second moves
+        if new_mate is not None and new_mate != old_mate and new_mate in out:
+            continue  # both ran apart there: this one moves to join the other
+        out.append(jid)
+    return out
+
+
+def _joined_second(a: Allocation, mate: Allocation | None) -> bool:
+    return mate is not None and (a.created_s, a.job_id) > (mate.created_s, mate.job_id)
