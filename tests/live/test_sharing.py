@@ -155,10 +155,20 @@ def test_queue_sharing_must_be_a_boolean(tmp_path: Path) -> None:
 
 def test_packing_policy_refused_on_an_executor_that_cannot_share(tmp_path: Path) -> None:
     from tessera.live.server import live_policy
+    from tessera.live.store import Store
+    from tessera.sched.policy import gavel_loop_only, make_policy
 
     live_policy("hetero_pack", "local")
+    live_policy("max_min_fairness_packed", "ray")
+    assert "cannot run on this executor" in (gavel_loop_only(make_policy("hetero_pack")) or "")
+
+    class OneJobPerGpu:  # an executor without ``shares_gpus``
+        name = "plain"
+    write_config(tmp_path / "s")
     with pytest.raises(SpecError, match="cannot run on this executor"):
-        live_policy("hetero_pack", "ray")
+        LiveService(Store(tmp_path / "s" / "state.db"), OneJobPerGpu(),  # type: ignore[arg-type]
+                    load_cluster("v100:1", 1), load_tenancy(tmp_path / "s"), "hetero_pack",
+                    tmp_path / "w")
 
 
 # -- the books ----------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def live_policy(name: str, executor: str = "local") -> None:
 
 
 #: Executors that can run two jobs on one GPU set (a packing policy's co-location).
-SHARING_EXECUTORS = frozenset({"local"})
+SHARING_EXECUTORS = frozenset({"local", "ray"})
 
 
 def connect_ray(cfg: ServeConfig) -> None:

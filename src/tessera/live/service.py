@@ -428,7 +428,7 @@ class LiveService:
     def _sharing_event(self, a: Allocation, host: tuple[str, int]) -> tuple[tuple[str, str], ...]:
         """Record, on both jobs, how run ``a`` shares its host's GPUs; the variables its ranks
         get (:meth:`~tessera.live.sharing.Mechanism.env`)."""
-        mech = self.executor.sharing_mechanism()  # type: ignore[attr-defined]
+        mech = self.executor.sharing_mechanism(host)  # type: ignore[attr-defined]
         gpus = replace(a.placement, colocated_with=()).describe()
         now_s = self.clock()
         with self.store.tx() as db:

@@ -114,8 +114,8 @@ class LocalExecutor:
                 [sys.executable, "-S", str(RUNNER), str(d)], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=base_env())
 
-    def sharing_mechanism(self) -> Mechanism:
-        """How two runs share a GPU here (every run is on this machine)."""
+    def sharing_mechanism(self, host: tuple[str, int]) -> Mechanism:
+        """How a run joining ``host``'s GPUs shares them (every run is on this machine)."""
         return mechanism()
 
     def status(self, job_id: str, run: int) -> RunStatus:

@@ -27,6 +27,15 @@ For run ``r`` of job ``j`` on ``g`` GPUs:
 Every name is derived from ``(job, run)``, so ``launch`` is idempotent: after a restart it finds
 what exists and creates only what is missing; a rank starts at most once on its node (the
 host's claim file), and the bundle, hence the node, of a rank is fixed by the named group.
+**Shared GPUs** (a packing policy's co-location, ``LaunchSpec.share_with``): a run that joins
+another run's GPUs makes no group of its own; its bundle slots run in the bundles of the group
+that holds those GPUs (the host run's, or the group the host itself rides), so Ray hands it the
+same node and the same GPU ids, and Ray's books hold the GPUs once. A group is removed only
+when the last run using it is released: a host that ends before its partner leaves its group
+to the partner. (Fractional ``num_gpus`` bundles were not used: Ray packs fractions best-fit,
+so two ranks of one job would land on one GPU, and a host that already holds whole GPUs could
+not be joined without restarting it.)
+
 No Ray worker process is started per rank: the hosts and the bundle-slot workers are reused,
 which is what lets gangs start at tens per second on a small machine (``benchmarks/
 bench_ray_launch.py``).
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,7 +59,10 @@ from ray.util.placement_group import (
     placement_group,
     remove_placement_group,
 )
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from tessera.live.executors.base import (
     CHECKPOINTS_ROOT_VAR,
@@ -82,6 +95,7 @@ from tessera.live.executors.ray_records import (
     status_from_records,
 )
 from tessera.live.executors.ray_worker import RankKey
+from tessera.live.sharing import Mechanism, mechanism
 from tessera.model.cluster import ClusterSpec
 
 PLACE_TIMEOUT_S = 30.0
@@ -105,6 +119,12 @@ def _pg_name(job_id: str, run: int) -> str:
     return f"tessera-pg:{job_id}:{run}"
 
 
+@ray.remote(num_cpus=0, max_calls=0)
+def _node_mechanism() -> Mechanism:
+    """On a node: how two runs would share its GPUs (MPS or time-slicing)."""
+    return mechanism()
+
+
 @dataclass
 class _Launch:
     """A run between ``launch`` and ``running``: what has been asked of Ray so far."""
@@ -116,6 +136,7 @@ class _Launch:
     since_s: float
     placing: Future[list[Any]] | None = None  # the placer's work: the ranks' start refs
     withdrawn: str = ""
+    group: str = ""  # the group whose bundles the ranks use (the run's own, or its host's)
 
 
 class RayExecutor:
@@ -127,6 +148,8 @@ class RayExecutor:
     """
 
     name = "ray"
+    #: Two runs may share GPUs: a co-located run uses its host's placement group.
+    shares_gpus = True
 
     def __init__(self, cluster: ClusterSpec, address: str | None, runs_dir: Path,
                  grace_s: float = 10.0, num_cpus: int = 2,
@@ -170,11 +193,18 @@ class RayExecutor:
         self._polled_at_s = float("-inf")
         self._ready: set[Any] = set()  # refs of launches known to be ready
         self._ready_at_s = float("-inf")
+        self._users: dict[str, set[tuple[str, int]]] = {}  # group → runs using it
+        self._users_lock = threading.Lock()
+        self._load_group_users()
 
     # -- launching ----------------------------------------------------------------------------
 
     def launch(self, spec: LaunchSpec) -> None:
-        """Ask Ray for the run's placement group and return (see the module docstring)."""
+        """Ask Ray for the run's placement group and return (see the module docstring).
+
+        Raises:
+            ValueError: a run that shares GPUs whose host's group is gone.
+        """
         key = (spec.job_id, spec.run)
         if key in self._launching:
             return
@@ -182,15 +212,50 @@ class RayExecutor:
         for _node, count, flavor in spec.placement.parts():
             res, share = flavor_resource(flavor, self.kind)
             bundles.append({"GPU": float(count), res: share * count})
-        pg_name = _pg_name(*key)
+        pg_name = self._group_for(spec)
         pg: PlacementGroup | None = None
-        if pg_name in self._groups_at_start:
+        if pg_name in self._groups_at_start or spec.share_with is not None:
             with contextlib.suppress(ValueError):  # removed since
                 pg = get_placement_group(pg_name)
+            if pg is None and spec.share_with is not None:
+                raise ValueError(f"the placement group {pg_name} of the run it shares GPUs "
+                                 "with is gone")
         if pg is None:
             strategy = "STRICT_PACK" if spec.requires_locality else "PACK"
             pg = placement_group(bundles, strategy=strategy, name=pg_name, lifetime="detached")
-        self._launching[key] = _Launch(spec, pg, pg.ready(), bundles, time.monotonic())
+        with self._users_lock:
+            self._users.setdefault(pg_name, set()).add(key)
+        self._launching[key] = _Launch(spec, pg, pg.ready(), bundles, time.monotonic(),
+                                       group=pg_name)
+
+    def _group_for(self, spec: LaunchSpec) -> str:
+        """The group a run's ranks use: its own, or (sharing GPUs) the one its host uses."""
+        if spec.share_with is None:
+            return _pg_name(spec.job_id, spec.run)
+        host = spec.share_with
+        with self._users_lock:
+            for group, users in self._users.items():
+                if host in users:
+                    return group
+        return _pg_name(*host)
+
+    def _load_group_users(self) -> None:
+        """Which runs use which group, from the run records a previous service left."""
+        for k in keys("run:"):
+            job, run = k.split(":")[1:3]
+            rec = get(k) or {}
+            group = str(rec.get("group") or _pg_name(job, int(run)))
+            self._users.setdefault(group, set()).add((job, int(run)))
+
+    def sharing_mechanism(self, host: tuple[str, int]) -> Mechanism:
+        """How a run joining ``host``'s GPUs shares them: asked on the host's first node."""
+        if not self._find(*host):  # the service launches a partner only once its host runs
+            return Mechanism("time-slicing")
+        node = self._nodes_of[host][0]
+        ref = _node_mechanism.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+        got: Mechanism = ray.get(ref, timeout=SLOT_TIMEOUT_S)
+        return got
 
     def _advance(self, ln: _Launch) -> RunStatus:
         """One non-blocking step of a launch; returns where it stands."""
@@ -278,7 +343,8 @@ class RayExecutor:
                                  f"expected {count}")
             nodes.extend([slot.node_id] * count)
             gpus.extend(slot.gpu_ids)
-        put(run_key(spec.job_id, spec.run), {"world": len(nodes), "nodes": nodes})
+        put(run_key(spec.job_id, spec.run), {"world": len(nodes), "nodes": nodes,
+                                             "group": ln.group})
         self._nodes_of[(spec.job_id, spec.run)] = nodes
         root = {CHECKPOINTS_ROOT_VAR: str(self.runs_dir.parent / "checkpoints")}
         envs = rank_envs(spec, slots[0].ip, slots[0].port)
@@ -437,8 +503,7 @@ class RayExecutor:
             with contextlib.suppress(ray.exceptions.RayError):
                 if (rec := ray.get(ref, timeout=FORGET_TIMEOUT_S)) is not None:
                     records[rank] = rec
-        with contextlib.suppress(ValueError):
-            remove_placement_group(get_placement_group(_pg_name(job_id, run)))
+        self._leave_group(job_id, run)
         if not prune_records:
             return
         meta = get(run_key(job_id, run))
@@ -448,6 +513,19 @@ class RayExecutor:
             if rec is not None:
                 save_exit(self.runs_dir, job_id, run, rank, rec)
         prune(job_id, run, world)
+
+    def _leave_group(self, job_id: str, run: int) -> None:
+        """The run no longer uses its group; the last run to leave a group removes it."""
+        with self._users_lock:
+            group = next((g for g, u in self._users.items() if (job_id, run) in u),
+                         _pg_name(job_id, run))
+            users = self._users.get(group, set())
+            users.discard((job_id, run))
+            if users:
+                return  # a run sharing its GPUs still runs on them
+            self._users.pop(group, None)
+        with contextlib.suppress(ValueError):
+            remove_placement_group(get_placement_group(group))
 
     def release_unheld(self, holding: set[tuple[str, int]]) -> int:
         """Release every run this cluster still keeps (a placement group, KV records) that the
