@@ -146,12 +146,12 @@ def test_token_add_admin_from_the_command_line(app: typer.Typer, tmp_path: Path,
         assert r.exit_code == 2 and "exactly one of --queue QUEUE" in r.output
 
 
-@pytest.mark.parametrize("policy", ["hetero_pack", "max_min_fairness_packed", "gandiva",
-                                    "no_such_policy"])
+@pytest.mark.parametrize("policy", ["min_total_duration", "allox", "no_such_policy"])
 def test_a_policy_the_service_cannot_run_is_refused_before_any_state(
         app: typer.Typer, tmp_path: Path, policy: str) -> None:
-    """Gavel-only and packing policies run only in the simulator's Gavel loop: the service
-    would count shared GPUs twice. ``serve`` says so in one line and creates nothing."""
+    """Gavel's own non-packing policies run only in the simulator's Gavel loop (packing ones
+    the service runs: tests/live/test_sharing.py). ``serve`` says so in one line and creates
+    nothing."""
     r = runner.invoke(app, ["serve", "--state", str(tmp_path / "state"), "--port",
                             str(_free_port()), "-p", policy])
     assert r.exit_code == 2, r.output
@@ -161,11 +161,11 @@ def test_a_policy_the_service_cannot_run_is_refused_before_any_state(
     assert not (tmp_path / "state").exists()
 
 
-def test_the_service_itself_refuses_a_packing_policy(tmp_path: Path) -> None:
+def test_the_service_itself_refuses_a_gavel_only_policy(tmp_path: Path) -> None:
     from tessera.errors import SpecError
     from tests.live.helpers import make_service
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    with pytest.raises(SpecError, match="co-locates jobs"):
-        make_service(state, policy="hetero_pack", start=False)
+    with pytest.raises(SpecError, match="--compat gavel"):
+        make_service(state, policy="min_total_duration", start=False)
