@@ -42,7 +42,7 @@ from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
 from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
-from tessera.live.sharing import relabels, riders
+from tessera.live.sharing import record_sharing, relabel_run, relabels, riders
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
@@ -55,7 +55,6 @@ from tessera.sched.core import Decision, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import gavel_loop_only, make_policy
-from tessera.sched.snapshot import Placement
 
 log = logging.getLogger("tessera.live")
 
@@ -314,7 +313,7 @@ class LiveService:
                     continue
                 p = d.placements[jid]
                 if jid in relabel:
-                    self._relabel(db, current[jid], p, now_s)
+                    relabel_run(self.store, db, current[jid], p, now_s)
                     continue
                 bad = out_of_range(rec.job, p)
                 if bad is not None:  # a policy bug; the job keeps what it has
@@ -350,17 +349,6 @@ class LiveService:
                                  f"preempted {len(d.preempted)}, pending {len(d.pending)}")
         self.store.set_reasons({jid: str(r) for jid, r in d.pending.items()})
 
-    def _relabel(self, db: sqlite3.Connection, a: Allocation, p: Placement, now_s: float) -> None:
-        """``a``'s run keeps its GPUs; only the job sharing them changes (see live.sharing)."""
-        self.store.set_allocation(db, a.job_id, a.run, colocated_with=",".join(p.colocated_with))
-        if p.colocated_with:
-            what = (f"run {a.run} now shares {p.describe()} with job "
-                    f"{', '.join(p.colocated_with)}; it keeps running")
-        else:
-            what = (f"run {a.run} has {p.describe()} to itself again (job "
-                    f"{', '.join(a.placement.colocated_with)} left); it keeps running")
-        self.store.event(db, now_s, a.job_id, "sharing", what)
-
     def _request_stop(self, db: sqlite3.Connection, job_id: JobId, now_s: float, why: str,
                       reason: str) -> None:
         """Ask the job's run to stop (``reason``: preempt or move); a planned run that was
@@ -379,8 +367,10 @@ class LiveService:
 
         A planned run launches only once every GPU it needs is free of other runs: a run
         planned onto GPUs that a preempted or moving run still drains waits for that run to
-        exit, so no GPU ever runs two jobs, not even inside a grace period. A launch never
-        blocks: a run still starting stays ``planned`` until :meth:`_confirm` sees it run.
+        exit, so no GPU ever runs two jobs, not even inside a grace period -- unless a packing
+        policy paired them: a partner's run (a *rider*, :func:`~tessera.live.sharing.riders`)
+        holds no GPUs of its own and launches once its host runs. A launch never blocks: a
+        run still starting stays ``planned`` until :meth:`_confirm` sees it run.
         """
         for key in sorted(self._launching):
             cur = self.store.allocation(*key)
@@ -393,7 +383,7 @@ class LiveService:
         draining: set[str] = set()
         holding = self.store.allocations(HOLDING)
         ride = riders(holding) if self.policy.packs else {}  # runs on a partner's GPUs
-        status = {(a.job_id, a.run): a.status for a in holding}
+        status = {(a.job_id, a.run): a.status for a in holding} if ride else {}
         for a in holding:
             if a.status == "planned":
                 continue
@@ -425,21 +415,6 @@ class LiveService:
                     self.executor.stop(a.job_id, a.run, self.opts.grace_s):
                 self._signalled.add((a.job_id, a.run))
 
-    def _sharing_event(self, a: Allocation, host: tuple[str, int]) -> tuple[tuple[str, str], ...]:
-        """Record, on both jobs, how run ``a`` shares its host's GPUs; the variables its ranks
-        get (:meth:`~tessera.live.sharing.Mechanism.env`)."""
-        mech = self.executor.sharing_mechanism(host)  # type: ignore[attr-defined]
-        gpus = replace(a.placement, colocated_with=()).describe()
-        now_s = self.clock()
-        with self.store.tx() as db:
-            self.store.event(db, now_s, a.job_id, "sharing",
-                             f"run {a.run}: sharing {gpus} with job {host[0]} (run {host[1]}) "
-                             f"by {mech.kind}")
-            self.store.event(db, now_s, host[0], "sharing",
-                             f"run {host[1]}: job {a.job_id} (run {a.run}) joins its GPUs "
-                             f"by {mech.kind}")
-        return mech.env()
-
     def _confirm(self, a: Allocation, now_s: float) -> None:
         """How a launched run is doing (see :func:`tessera.live.launches.confirm`)."""
         from tessera.live.launches import confirm
@@ -466,7 +441,10 @@ class LiveService:
                     self.store.event(db, self.clock(), a.job_id, kind, f"run {a.run}: {note}")
         env = job.env if batch is None else (*job.env, ("TESSERA_GLOBAL_BATCH", str(batch)))
         if host is not None:
-            env = (*env, *self._sharing_event(a, host))
+            mech = self.executor.sharing_mechanism(host)  # type: ignore[attr-defined]
+            with self.store.tx() as db:
+                record_sharing(self.store, db, a, host, mech, self.clock())
+            env = (*env, *mech.env())
         spec = LaunchSpec(a.job_id, a.run, job.argv, env, a.placement, ckpt,
                           local_batches=batches.batches if batches else None,
                           rank_env=roles.envs if roles and roles.envs else None,

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tessera.live.store import Allocation
+from tessera.live.store import Allocation, Store
 from tessera.model.jobs import JobId
 from tessera.sched.snapshot import Placement
 
@@ -157,3 +158,27 @@ def relabels(started: Iterable[JobId], placements: Mapping[JobId, Placement],
 
 def _joined_second(a: Allocation, mate: Allocation | None) -> bool:
     return mate is not None and (a.created_s, a.job_id) > (mate.created_s, mate.job_id)
+
+
+def relabel_run(store: Store, db: sqlite3.Connection, a: Allocation, p: Placement,
+                now_s: float) -> None:
+    """``a``'s run keeps its GPUs, only the job sharing them changes: store the new label and
+    say so in the job's events."""
+    store.set_allocation(db, a.job_id, a.run, colocated_with=",".join(p.colocated_with))
+    if p.colocated_with:
+        what = (f"run {a.run} now shares {p.describe()} with job "
+                f"{', '.join(p.colocated_with)}; it keeps running")
+    else:
+        what = (f"run {a.run} has {p.describe()} to itself again (job "
+                f"{', '.join(a.placement.colocated_with)} left); it keeps running")
+    store.event(db, now_s, a.job_id, "sharing", what)
+
+
+def record_sharing(store: Store, db: sqlite3.Connection, a: Allocation, host: RunKey,
+                   mech: Mechanism, now_s: float) -> None:
+    """Say, in both jobs' events, how run ``a`` shares the GPUs of run ``host``."""
+    gpus = replace(a.placement, colocated_with=()).describe()
+    store.event(db, now_s, a.job_id, "sharing",
+                f"run {a.run}: sharing {gpus} with job {host[0]} (run {host[1]}) by {mech.kind}")
+    store.event(db, now_s, host[0], "sharing",
+                f"run {host[1]}: job {a.job_id} (run {a.run}) joins its GPUs by {mech.kind}")
