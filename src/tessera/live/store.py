@@ -154,14 +154,15 @@ def _job(row: tuple[Any, ...], specs: dict[str, LiveJob]) -> JobRecord:
 def _alloc(row: tuple[Any, ...]) -> Allocation:
     """An allocation row; a mixed gang's ``gpus_json`` lists ``[node, gpus, flavor]`` triples."""
     entries = json.loads(row[3])
+    # The global batch an elastic job's run was planned at; the jobs sharing its GPUs.
+    batch = int(row[11]) if row[11] is not None else None
+    mates = tuple(JobId(j) for j in row[12].split(",")) if row[12] else ()
     if entries and len(entries[0]) == 3:
         p = Placement.mixed(tuple((n, f, int(c)) for n, c, f in entries))
+        if batch is not None or mates:
+            p = replace(p, global_batch_samples=batch, colocated_with=mates)
     else:
-        p = Placement(row[2], tuple((n, int(c)) for n, c in entries))
-    if row[11] is not None:  # the global batch an elastic job's run was planned at
-        p = replace(p, global_batch_samples=int(row[11]))
-    if row[12]:  # the jobs sharing the run's GPUs (co-location)
-        p = replace(p, colocated_with=tuple(JobId(j) for j in row[12].split(",")))
+        p = Placement(row[2], tuple((n, int(c)) for n, c in entries), (), batch, mates)
     return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10])
 
 
