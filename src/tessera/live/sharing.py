@@ -9,8 +9,10 @@ twins of the simulator's :mod:`tessera.sim.sharing`:
   the pair, by when its allocation was written) counts them; the other is a *rider*
   (:func:`riders`) and holds nothing of its own: the free GPUs the decision core sees, the
   launch gate and the cluster view count the set once. A rider launches only once its host
-  runs, on the host's GPUs (the local executor gives both runs the same
-  ``CUDA_VISIBLE_DEVICES``).
+  runs, on the host's GPUs (``LaunchSpec.share_with``): the local executor gives both runs the
+  same ``CUDA_VISIBLE_DEVICES``; the Ray executor runs the rider in the bundles of the
+  placement group that holds the host's GPUs, so Ray assigns it the same node and devices and
+  reserves them once.
 * **A label change is not a restart.** When a partner comes or goes (joins, completes, fails,
   is preempted or moves away), the run that stays keeps running: its allocation is relabelled
   in place (:func:`relabels`); nothing stops, nothing is charged. The exception is the
