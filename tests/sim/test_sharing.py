@@ -140,7 +140,7 @@ def test_gavel_packed_twins_run_in_tessera_drivers_other_gavel_only_policies_do_
         simulate(wl, cluster, "fifo_packed", events)
 
 
-def test_live_service_still_refuses_packing_policies() -> None:
+def test_packing_is_refused_only_where_gpus_cannot_be_shared() -> None:
     why = gavel_loop_only(make_policy("hetero_pack"))
     assert why is not None and "live service" in why and "one job per GPU" in why
     assert gavel_loop_only(make_policy("hetero_pack"), shares_gpus=True) is None

@@ -38,7 +38,7 @@ from pathlib import Path
 from tessera.errors import SpecError
 from tessera.live import lifecycle, memory
 from tessera.live.batches import plan_local_batches, plan_rank_roles
-from tessera.live.executors.base import Executor, LaunchSpec
+from tessera.live.executors.base import Executor, LaunchSpec, SharingExecutor
 from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
 from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
@@ -78,7 +78,8 @@ class LiveService:
         self.cluster = cluster
         self.tenancy = tenancy
         self.policy = make_policy(policy)
-        refusal = gavel_loop_only(self.policy, getattr(executor, "shares_gpus", False))
+        refusal = gavel_loop_only(self.policy, isinstance(executor, SharingExecutor)
+                                  and executor.shares_gpus)
         if refusal is not None:
             raise SpecError(refusal)
         self.oracle = ThroughputOracle(default_throughputs(), cluster,
@@ -441,7 +442,8 @@ class LiveService:
                     self.store.event(db, self.clock(), a.job_id, kind, f"run {a.run}: {note}")
         env = job.env if batch is None else (*job.env, ("TESSERA_GLOBAL_BATCH", str(batch)))
         if host is not None:
-            mech = self.executor.sharing_mechanism(host)  # type: ignore[attr-defined]
+            assert isinstance(self.executor, SharingExecutor)   # checked at construction
+            mech = self.executor.sharing_mechanism(host)
             with self.store.tx() as db:
                 record_sharing(self.store, db, a, host, mech, self.clock())
             env = (*env, *mech.env())

@@ -31,10 +31,13 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from tessera.errors import SpecError
 from tessera.sched.snapshot import Placement
+
+if TYPE_CHECKING:
+    from tessera.live.sharing import Mechanism
 
 RunState = Literal["absent", "starting", "unplaceable", "running", "exited", "lost"]
 
@@ -165,6 +168,19 @@ class Executor(Protocol):
         """Rank ``rank``'s output from byte ``offset``; ``None`` when there is none."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SharingExecutor(Executor, Protocol):
+    """An executor that can start a run on GPUs another run holds (co-location).
+
+    ``sharing_mechanism(host)`` says how the two processes will share the host run's GPUs on
+    that run's node: MPS when its control daemon runs there, time-slicing otherwise.
+    """
+
+    shares_gpus: bool
+
+    def sharing_mechanism(self, host: tuple[str, int]) -> Mechanism: ...
 
 
 def base_env(user: str | None = None, visible_devices: str | None = None) -> dict[str, str]:
