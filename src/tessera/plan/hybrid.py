@@ -23,6 +23,7 @@ plan leaves idle are reported as dropped, with the reason.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -259,9 +260,15 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     prepared, last_error = _prepare_settings(model, chain, counts, global_bsz, cm, gpus_per_node,
                                              proto, best.step_time_s if best else math.inf,
                                              (dp_copies, micro_bsz), links)
-    for prep in sorted(prepared, key=lambda p: p.lower_bound_s):   # most promising first
-        if best is not None and prep.lower_bound_s >= best.step_time_s:
-            break                            # sorted: no later setting can win either
+    heap = [(prep.lower_bound_s, k, prep) for k, prep in enumerate(prepared)]
+    heapq.heapify(heap)
+    while heap:                              # most promising setting first
+        bound, k, prep = heapq.heappop(heap)
+        if best is not None and bound >= best.step_time_s:
+            break                            # no setting left can win
+        if prep.tighten():                   # a tighter bound first: it may rule this one out
+            heapq.heappush(heap, (prep.lower_bound_s, k, prep))
+            continue
         p = walk_search(prep, best.step_time_s if best is not None else math.inf)
         if p is not None and (best is None or p.step_time_s < best.step_time_s):
             cfg = prep.config
