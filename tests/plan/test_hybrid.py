@@ -89,6 +89,20 @@ def test_idle_devices_are_dropped_with_a_reason(cm: CostModel) -> None:
     assert "no faster" in plan.dropped[0].reason
 
 
+def test_dropped_data_parallel_gpus_on_several_servers_are_counted_per_server(
+        cm: CostModel) -> None:
+    """Four T4s on two 2-GPU servers: the reason counts each server's two, not "all 2" of 4."""
+    plan = plan_hybrid(layered_model("resnet50"), parse_devices("H100:4,T4:4"), 64,
+                       cost_model=cm, gpus_per_node=2)
+    assert plan.kind == "data-parallel"
+    t4 = next(d for d in plan.dropped if d.flavor.short == "T4")
+    assert t4.count == 4
+    assert t4.reason.startswith("2 on t4-0000: using all 2 would make a step ")
+    assert "; 2 on t4-0001: using all 2 would make a step " in t4.reason
+    h100 = next(d for d in plan.dropped if d.flavor.short == "H100-80GB")
+    assert h100.count == 2 and h100.reason.startswith("on h100-80gb-0000: using all 2 ")
+
+
 def test_hybrid_bad_input(cm: CostModel) -> None:
     with pytest.raises(SpecError, match="positive"):
         plan_hybrid(gpt(), parse_devices("V100:2"), 0, cost_model=cm)
