@@ -3,7 +3,8 @@
 Run: ``PYTHONPATH=src python benchmarks/bench_plan.py [--quick]``. Prints four tables (timings
 are single runs or medians on a shared, noisy machine):
 
-1. data-parallel split times at 8/64/256 devices (target: 64 devices under 10 ms);
+1. data-parallel split times at 8/64/256 devices, CPU and wall (target: 64 devices under
+   10 ms of CPU time; wall time on a loaded machine also counts other processes' turns);
 2. the pipeline search against exhaustive enumeration of the same space on seeded random small
    cases (target: 0.0 % gap), with both run times;
 3. the figures of issue 13 (old planner's answer → now);
@@ -45,27 +46,31 @@ from tessera.plan.pipeline import FlavorGroup, PipelineConfig, plan_pipeline
 FLAVORS = ("A100-40GB", "V100", "T4", "RTX-2080Ti")
 
 
-def median_s(fn: Callable[[], object], repeat: int) -> float:
-    times = []
+def median_s(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Median (wall s, CPU s) of ``repeat`` calls: on a loaded machine wall time counts the
+    time other processes held the cores, CPU time only this one's work."""
+    walls, cpus = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def split_table(cm: CostModel) -> None:
-    print(f"{'DP split':<42} {'time':>10}  result")
+    print(f"{'DP split':<42} {'cpu':>9} {'wall':>9}  result (target judged on CPU time)")
     for n in (8, 64, 256):
         counts = {resolve_flavor(f): n // 4 for f in FLAVORS}
         devices = dp_devices("imagenet", nodes_for(counts), cm)
         grad = cm.gradient_bytes("imagenet")
         plan = split_batch(devices, 100 * n, grad)
-        t = median_s(lambda d=devices, b=100 * n, g=grad: split_batch(d, b, g),
-                     7 if n < 256 else 3)
-        target = ("  (< 10 ms: " + ("ok)" if t < 0.010 else "MISSED)")) if n == 64 else ""
-        print(f"{f'{n} devices, imagenet, B={100 * n}':<42} {t * 1e3:>8.2f} ms  "
-              f"eff {plan.efficiency:.1%}, {len(plan.shares)} used{target}")
+        wall, cpu = median_s(lambda d=devices, b=100 * n, g=grad: split_batch(d, b, g),
+                             9 if n < 256 else 3)
+        target = ("  (< 10 ms: " + ("ok)" if cpu < 0.010 else "MISSED)")) if n == 64 else ""
+        print(f"{f'{n} devices, imagenet, B={100 * n}':<42} {cpu * 1e3:>6.2f} ms "
+              f"{wall * 1e3:>6.2f} ms  eff {plan.efficiency:.1%}, {len(plan.shares)} used"
+              f"{target}")
 
 
 def random_case(rng: random.Random, cm: CostModel
@@ -137,10 +142,13 @@ def issue_table(cm: CostModel) -> None:
               f"{a.step_time_s:.4f} s; {b.step_time_s:.4f} s")
 
 
+#: (model, devices, global batch). ``gpt-256x4096`` is the "few hundred layers" case: 256
+#: GPT blocks of hidden 4096 (51.5B parameters) plus embedding and head.
 SCALE_CASES = (("llama-70b", "H100:8,A100:8", 64),
                ("llama-70b", "H100:16,A100:16,V100:32", 256),
                ("llama-7b", "H100:8,A100:16,V100:32", 512),
                ("gpt3-175b", "H100:32,A100:32", 256),
+               ("gpt-256x4096", "H100:16,A100:16,V100:32", 256),
                ("llama-70b", "H100:64,A100:64,V100:128", 1024))
 
 

@@ -266,7 +266,7 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
         bound, k, prep = heapq.heappop(heap)
         if best is not None and bound >= best.step_time_s:
             break                            # no setting left can win
-        if prep.tighten():                   # a tighter bound first: it may rule this one out
+        if prep.tighten(best.step_time_s if best is not None else math.inf):   # may rule it out
             heapq.heappush(heap, (prep.lower_bound_s, k, prep))
             continue
         p = walk_search(prep, best.step_time_s if best is not None else math.inf)

@@ -218,6 +218,7 @@ class _Search:
         self._solved: list[_Solved] = []
         self._by_order: dict[tuple[int, ...], list[_Solved]] = {o: [] for o in self.orders}
         self.reused = 0
+        self.floor_t_s = 0.0     # a lower bound on every plan's bottleneck (t_bal)
 
     def order_bound(self, order: tuple[int, ...], sum_s: float = 0.0) -> float:
         """Lower bound on the step time of every plan of ``order`` whose Σt is at least
@@ -225,7 +226,7 @@ class _Search:
         ``max_s (t_s + A_s/(M−1))`` (for every plan ``(M−1)·W ≤ (M−1)·max t + max A``)."""
         m1 = self.sc.config.n_micro - 1
         return max(self.least_sum.get(order, 0.0), sum_s) + m1 * max(
-            self.least_max.get(order, 0.0), self.least_weighted.get(order, 0.0))
+            self.least_max.get(order, 0.0), self.least_weighted.get(order, 0.0), self.floor_t_s)
 
     def solve(self, tau_s: float, alpha_s: float, *, bottleneck: bool = False,
               best_step_s: float = math.inf, sync_weight: float = 0.0) -> OrderResult | None:
@@ -350,13 +351,21 @@ class PreparedSearch:
             self.least_weighted_s, self.balanced_s)
         return self.least_sum_s + (self.config.n_micro - 1) * w
 
-    def tighten(self) -> bool:
-        """Run the next bounding round; ``False`` when the bound is already the tightest."""
+    def tighten(self, beat_s: float = math.inf) -> bool:
+        """Run the next bounding round; ``False`` when the bound is already the tightest.
+
+        Flavor orders that cannot beat ``beat_s`` (their own ``Σt_min + (M − 1)·t_bal``) are
+        left out of the round, and out of every later one; if all are, no plan of this
+        setting beats ``beat_s`` and the bound becomes infinite. So pass only a step time
+        some plan already achieves (the search's incumbent only improves).
+        """
         if self.least_weighted_s is not None:
             return False
-        weighted = self.search.solve(math.inf, math.inf, bottleneck=True,
+        weighted = self.search.solve(math.inf, math.inf, bottleneck=True, best_step_s=beat_s,
                                      sync_weight=1.0 / max(self.config.n_micro - 1, 1))
-        assert weighted is not None                  # a plan fits, so it has a bottleneck
+        if weighted is None:
+            self.least_weighted_s = math.inf
+            return True
         self.least_weighted_s = weighted.sum_time_s
         self.first_plans.append(weighted.stages)
         return True
@@ -397,8 +406,9 @@ def prepare_search(model: LayeredModel, groups: Sequence[FlavorGroup],
     unconstrained = search.solve(math.inf, math.inf)
     if unconstrained is None:
         raise SpecError(no_fit_message(model, groups, config))
-    return PreparedSearch(model.name, search, unconstrained.sum_time_s,
-                          balanced_time_s(model, groups, config), [unconstrained.stages])
+    search.floor_t_s = balanced_time_s(model, groups, config)
+    return PreparedSearch(model.name, search, unconstrained.sum_time_s, search.floor_t_s,
+                          [unconstrained.stages])
 
 
 def _seed(prep: PreparedSearch) -> tuple[float, tuple[Stage, ...]]:
@@ -424,11 +434,12 @@ def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan 
     """
     search, config = prep.search, prep.config
     m1 = config.n_micro - 1
-    prep.tighten()
+    prep.tighten(beat_s)
     if prep.lower_bound_s >= beat_s:
         return None
-    least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True)
-    assert least_bottleneck is not None and prep.least_weighted_s is not None
+    least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True, best_step_s=beat_s)
+    if least_bottleneck is None or prep.least_weighted_s is None:
+        return None                  # every flavor order is bounded out
     prep.first_plans.append(least_bottleneck.stages)
     t_lb, w_lb = least_bottleneck.sum_time_s, max(prep.least_weighted_s, prep.balanced_s)
     walk = _AlphaWalk(search, *search.candidates()[1:], t_lb, beat_s)
