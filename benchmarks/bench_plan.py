@@ -8,12 +8,13 @@ are single runs or medians on a shared, noisy machine):
 2. the pipeline search against exhaustive enumeration of the same space on seeded random small
    cases (target: 0.0 % gap), with both run times;
 3. the figures of issue 13 (old planner's answer → now);
-4. hybrid 3-D planning time for LLaMA-70B (and LLaMA-7B, GPT-3 175B) at 16/64/256 GPUs
-   (``--quick`` stops at 64), with the plan's shape and step time. With ``--base SRC`` (the
+4. hybrid 3-D planning time for LLaMA-70B (and LLaMA-7B, GPT-3 175B, a 256-layer GPT) at
+   16/64/256 GPUs (``--quick`` stops at 64), with the plan's shape and step time. With
+   ``--base SRC`` (the
    ``src`` folder of another checkout, e.g. a worktree of ``main``) each case is planned by
    both versions in turn, each in a fresh process, and the table shows CPU and wall time of
-   both, their ratio and whether the step times agree; ``--base-max-gpus N`` (default 64)
-   skips the base run on larger cases (the old search took about 1000 s at 256 GPUs).
+   both, their ratio and whether the step times agree (with the base's plan shape when it
+   differs); ``--base-max-gpus N`` (default 64) skips the base run on larger cases.
 
 ``--one MODEL DEVICES BATCH`` plans one case and prints ``wall cpu step shape`` (used by the
 A/B); ``--scale-only`` prints only table 4.
@@ -181,7 +182,7 @@ def scale_table(quick: bool, base: str | None, base_max_gpus: int) -> None:
     print(f"\n3-D planning time (CPU s / wall s{'; base = ' + base if base else ''})")
     head = f"{'case':<50} {'new cpu':>8} {'wall':>7}"
     if base:
-        head += f" {'base cpu':>9} {'wall':>7} {'cpu ratio':>9}  same step"
+        head += f" {'base cpu':>9} {'wall':>7} {'cpu ratio':>9}  same step (and shape)"
     print(head + "  plan")
     here = str(Path(__file__).resolve().parents[1] / "src")
     for name, devs, batch in SCALE_CASES:
@@ -204,6 +205,8 @@ def scale_table(quick: bool, base: str | None, base_max_gpus: int) -> None:
             else:
                 same = "yes" if math.isclose(old[2], step, rel_tol=1e-9) else (
                     f"NO ({old[2]:.4f} s)")
+                if old[3] != shape:
+                    same += f", other shape: {old[3]}"
                 row += f" {old[1]:>9.1f} {old[0]:>7.1f} {old[1] / cpu:>8.1f}x  {same}"
         print(f"{row}  {shape}, step {step:.2f} s", flush=True)
 
