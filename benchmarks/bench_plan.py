@@ -10,11 +10,11 @@ are single runs or medians on a shared, noisy machine):
 3. the figures of issue 13 (old planner's answer → now);
 4. hybrid 3-D planning time for LLaMA-70B (and LLaMA-7B, GPT-3 175B, a 256-layer GPT) at
    16/64/256 GPUs (``--quick`` stops at 64), with the plan's shape and step time. With
-   ``--base SRC`` (the
-   ``src`` folder of another checkout, e.g. a worktree of ``main``) each case is planned by
-   both versions in turn, each in a fresh process, and the table shows CPU and wall time of
-   both, their ratio and whether the step times agree (with the base's plan shape when it
-   differs); ``--base-max-gpus N`` (default 64) skips the base run on larger cases.
+   ``--base SRC`` (the ``src`` folder of another checkout, e.g. a worktree of ``main``) each
+   case is planned by both versions in turn, each in a fresh process, and the table shows CPU
+   and wall time of both, their ratio and whether the step times agree (with the base's plan
+   shape when it differs); ``--base-max-gpus N`` (default 64) skips the base run on larger
+   cases.
 
 ``--one MODEL DEVICES BATCH`` plans one case and prints ``wall cpu step shape`` (used by the
 A/B); ``--scale-only`` prints only table 4.
