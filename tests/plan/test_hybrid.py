@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tessera.errors import NoProfileError, SpecError
 from tessera.perf.steptime import CostModel
@@ -64,6 +68,32 @@ def test_hybrid_equals_exhaustive(cm: CostModel, name: str, devices: str, batch:
     best = exhaustive_hybrid_step_s(model, counts, batch, cm, base=SMALL)
     assert plan.step_time_s == pytest.approx(best, rel=1e-9)
     assert plan.throughput_samples_per_s == pytest.approx(batch / plan.step_time_s)
+
+
+@st.composite
+def hybrid_cases(draw: st.DrawFn) -> tuple[str, str, int]:
+    hidden = draw(st.sampled_from([1024, 2048]))
+    flavors = draw(st.lists(st.sampled_from(["A100-40GB", "V100", "T4", "RTX-2080Ti"]),
+                            min_size=1, max_size=3, unique=True))
+    devices = ",".join(f"{f}:{draw(st.integers(1, 2))}" for f in flavors)
+    return f"gpt-{draw(st.integers(1, 2))}x{hidden}", devices, draw(st.sampled_from([2, 4, 8]))
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(hybrid_cases())
+def test_hybrid_equals_exhaustive_on_random_cases(case: tuple[str, str, int]) -> None:
+    """The lazily bounded walk over (copies × micro-batch) settings, each bound tightened and
+    each flavor order cut against the incumbent, still returns the whole space's optimum."""
+    name, devices, batch = case
+    cm = CostModel()
+    model, counts = layered_model(name), parse_devices(devices)
+    best = exhaustive_hybrid_step_s(model, counts, batch, cm, base=SMALL)
+    try:
+        got = plan_hybrid(model, counts, batch, cost_model=cm, base=SMALL).step_time_s
+    except SpecError:
+        got = math.inf
+    assert got == pytest.approx(best, rel=1e-9) or got == best == math.inf
 
 
 def test_small_model_prefers_data_parallel(cm: CostModel) -> None:
