@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tessera.errors import NoProfileError, SpecError
 from tessera.perf.steptime import CostModel
@@ -66,6 +70,32 @@ def test_hybrid_equals_exhaustive(cm: CostModel, name: str, devices: str, batch:
     assert plan.throughput_samples_per_s == pytest.approx(batch / plan.step_time_s)
 
 
+@st.composite
+def hybrid_cases(draw: st.DrawFn) -> tuple[str, str, int]:
+    hidden = draw(st.sampled_from([1024, 2048]))
+    flavors = draw(st.lists(st.sampled_from(["A100-40GB", "V100", "T4", "RTX-2080Ti"]),
+                            min_size=1, max_size=3, unique=True))
+    devices = ",".join(f"{f}:{draw(st.integers(1, 2))}" for f in flavors)
+    return f"gpt-{draw(st.integers(1, 2))}x{hidden}", devices, draw(st.sampled_from([2, 4, 8]))
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(hybrid_cases())
+def test_hybrid_equals_exhaustive_on_random_cases(case: tuple[str, str, int]) -> None:
+    """The lazily bounded walk over (copies × micro-batch) settings, each bound tightened and
+    each flavor order cut against the incumbent, still returns the whole space's optimum."""
+    name, devices, batch = case
+    cm = CostModel()
+    model, counts = layered_model(name), parse_devices(devices)
+    best = exhaustive_hybrid_step_s(model, counts, batch, cm, base=SMALL)
+    try:
+        got = plan_hybrid(model, counts, batch, cost_model=cm, base=SMALL).step_time_s
+    except SpecError:
+        got = math.inf
+    assert got == pytest.approx(best, rel=1e-9) or got == best == math.inf
+
+
 def test_small_model_prefers_data_parallel(cm: CostModel) -> None:
     plan = plan_hybrid(resnet50(), parse_devices("A100:2,V100:4,T4:2"), 256, cost_model=cm)
     assert plan.kind == "data-parallel" and plan.dp is not None
@@ -87,6 +117,20 @@ def test_idle_devices_are_dropped_with_a_reason(cm: CostModel) -> None:
                        cost_model=cm, base=SMALL)
     assert [(d.flavor.short, d.count) for d in plan.dropped] == [("T4", 2)]
     assert "no faster" in plan.dropped[0].reason
+
+
+def test_dropped_data_parallel_gpus_on_several_servers_are_counted_per_server(
+        cm: CostModel) -> None:
+    """Four T4s on two 2-GPU servers: the reason counts each server's two, not "all 2" of 4."""
+    plan = plan_hybrid(layered_model("resnet50"), parse_devices("H100:4,T4:4"), 64,
+                       cost_model=cm, gpus_per_node=2)
+    assert plan.kind == "data-parallel"
+    t4 = next(d for d in plan.dropped if d.flavor.short == "T4")
+    assert t4.count == 4
+    assert t4.reason.startswith("2 on t4-0000: using all 2 would make a step ")
+    assert "; 2 on t4-0001: using all 2 would make a step " in t4.reason
+    h100 = next(d for d in plan.dropped if d.flavor.short == "H100-80GB")
+    assert h100.count == 2 and h100.reason.startswith("on h100-80gb-0000: using all 2 ")
 
 
 def test_hybrid_bad_input(cm: CostModel) -> None:

@@ -4,24 +4,34 @@ the decision core and the simulator, from the cache the live service launches ra
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
 from tessera.errors import SpecError
 from tessera.model.jobs import ElasticRange, JobSpec, JobState, ThreeDParallel
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.context import DecisionContext
+from tessera.sched.core import decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.mixed_placement import Releases, try_mixed
 from tessera.sched.options import PlacementOptions
 from tessera.sched.oracle import ThroughputOracle, rate_key
 from tessera.sched.placement import FreeGpus
-from tessera.sched.plans import NoPlanError, ThreeDPlans, gang_shape
-from tessera.sched.reasons import CannotRun, PendingKind, pending_reasons
+from tessera.sched.plans import DEFAULT_MAX_PLANS, NoPlanError, ThreeDPlans, gang_shape
+from tessera.sched.policy import make_policy
+from tessera.sched.reasons import (
+    CannotRun,
+    MixNoPlan,
+    NoCapacity,
+    PendingKind,
+    pending_reasons,
+)
 from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import JobView, Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
-from tests.builders import make_cluster, make_job, make_workload, plan_json
+from tests.builders import make_cluster, make_job, make_workload, plan_json, snapshot, view
 
 MODEL, BATCH = "gpt3-1.3b", 16
 P3 = ThreeDParallel(MODEL, BATCH)
@@ -165,7 +175,54 @@ def test_a_simulated_3d_job_no_plan_fits_is_rejected_with_the_planners_message()
 def test_a_3d_job_never_shares_cached_rates_with_a_data_parallel_job_of_its_type() -> None:
     oracle = ThroughputOracle(default_throughputs(), _cluster())
     dp, p3 = _job(gpus=4, p3=None), _job(gpus=4)
-    for view in (oracle, oracle.as_agnostic()):
-        first = view.rates(dp)
-        assert view.rates(p3) != first and view.rates(dp) == first
+    for orc in (oracle, oracle.as_agnostic()):
+        first = orc.rates(dp)
+        assert orc.rates(p3) != first and orc.rates(dp) == first
     assert rate_key(dp) != rate_key(p3)
+
+
+def test_the_plan_cache_forgets_the_least_recently_used_shape_beyond_its_cap() -> None:
+    assert ThreeDPlans().max_plans == DEFAULT_MAX_PLANS
+    plans = ThreeDPlans(max_plans=2)
+    a, b, c = ((("n1", 4, A100),), (("n1", 4, V100),), (("n1", 2, A100), ("n2", 2, V100)))
+    first_a, first_b = plans.plan(P3, a), plans.plan(P3, b)
+    assert plans.plan(P3, a) is first_a             # a hit makes a the most recently used
+    plans.plan(P3, c)                               # a third shape: b, the least recent, goes
+    assert len(plans) == 2
+    assert plans.plan(P3, a) is first_a
+    again_b = plans.plan(P3, b)                     # searched again: an equal, new plan
+    assert again_b is not first_b and again_b.plan == first_b.plan
+    with pytest.raises(SpecError, match="at least 1 plan, got max_plans=0"):
+        ThreeDPlans(max_plans=0)
+
+
+#: Seven flavors, each with one 8-GPU server: more than one pipeline plan may mix.
+SEVEN = ("V100-32GB", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "RTX-6000", "A10")
+
+
+def test_a_3d_job_whose_free_mix_fits_no_plan_is_told_the_planners_reason() -> None:
+    """Every flavor alone could run the job (7 GPUs of one server), but each server has one
+    GPU free; the mix of those seven fits no plan, and the job is told so, not just that
+    capacity is short."""
+    builder = make_cluster()
+    for f in SEVEN:
+        builder = builder.node(f.lower(), gpus=8)
+    cluster = builder.build()
+    busy = [view(make_job(f"busy{k}", 7, steps=10**6), JobState.RUNNING,
+                 Placement(n.flavor.short, ((n.node_id, 7),)))
+            for k, n in enumerate(cluster.nodes)]
+    job = make_job("big", 7, steps=50, parallelism=ThreeDParallel("llama-7b", 14))
+    oracle = ThroughputOracle(default_throughputs(), cluster)
+    assert len(oracle.real_rates(job)) == len(SEVEN)        # one flavor alone fits
+    snap = snapshot(cluster, *busy, view(job))
+    mixed = decide(snap, make_policy("fifo"), DecisionContext(oracle, random.Random(0)),
+                   PlacementOptions(mixed_gangs=True))
+    reason = mixed.pending["big"]
+    assert "big" not in mixed.placements and reason.kind is PendingKind.CAPACITY
+    assert isinstance(reason.detail, MixNoPlan)
+    assert "no 3-D plan of llama-7b fits 1×" in str(reason) and "at most 6 GPU flavors" in str(
+        reason)
+    # Without mixed gangs the free mix is no option, and the reason is plain capacity.
+    plain = decide(snap, make_policy("fifo"), DecisionContext(oracle, random.Random(0)),
+                   PlacementOptions())
+    assert isinstance(plain.pending["big"].detail, NoCapacity)

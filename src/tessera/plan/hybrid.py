@@ -23,6 +23,7 @@ plan leaves idle are reported as dropped, with the reason.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from tessera.model.gpus import GpuFlavor
 from tessera.perf.memory import MemoryBudget, TrainingFootprint
 from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.api import default_cost_model, nodes_for
-from tessera.plan.dp import DpDevice, DpPlan, split_batch
+from tessera.plan.dp import DpDevice, DpPlan, DroppedClass, split_batch
 from tessera.plan.models import LayeredModel, coarsen
 from tessera.plan.pipeline import (
     DEFAULT_PASS_OVERHEAD_S,
@@ -259,9 +260,15 @@ def plan_hybrid(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     prepared, last_error = _prepare_settings(model, chain, counts, global_bsz, cm, gpus_per_node,
                                              proto, best.step_time_s if best else math.inf,
                                              (dp_copies, micro_bsz), links)
-    for prep in sorted(prepared, key=lambda p: p.lower_bound_s):   # most promising first
-        if best is not None and prep.lower_bound_s >= best.step_time_s:
-            break                            # sorted: no later setting can win either
+    heap = [(prep.lower_bound_s, k, prep) for k, prep in enumerate(prepared)]
+    heapq.heapify(heap)
+    while heap:                              # most promising setting first
+        bound, k, prep = heapq.heappop(heap)
+        if best is not None and bound >= best.step_time_s:
+            break                            # no setting left can win
+        if prep.tighten(best.step_time_s if best is not None else math.inf):   # may rule it out
+            heapq.heappush(heap, (prep.lower_bound_s, k, prep))
+            continue
         p = walk_search(prep, best.step_time_s if best is not None else math.inf)
         if p is not None and (best is None or p.step_time_s < best.step_time_s):
             cfg = prep.config
@@ -356,7 +363,7 @@ def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int],
     """Name the GPUs the plan leaves idle (the search proved using them would not help)."""
     if plan.dp is not None:
         used = {f: sum(1 for sh in plan.dp.shares if sh.flavor == f) for f in counts}
-        reasons = {d.flavor: d.reason for d in plan.dp.dropped}
+        reasons = {f: _dp_reason([d for d in plan.dp.dropped if d.flavor == f]) for f in counts}
     else:
         used = {f: plan.dp_copies * sum(st.gpus for st in plan.stages if st.flavor == f)
                 for f in counts}
@@ -372,3 +379,15 @@ def _with_dropped(plan: HybridPlan, counts: Mapping[GpuFlavor, int],
     return HybridPlan(plan.model, plan.kind, plan.global_bsz, plan.dp_copies, plan.micro_bsz,
                       plan.n_micro, plan.stages, plan.dp, plan.step_time_s, tuple(dropped),
                       estimated)
+
+
+def _dp_reason(classes: list[DroppedClass]) -> str:
+    """One flavor's reason from the data-parallel planner's per-server ones.
+
+    Each server's reason speaks of that server's GPUs (``using all 2 would …``), so the
+    server is named, and with several servers each with its count
+    (``2 on t4-0000: using all 2 would …; 2 on t4-0001: …``).
+    """
+    if len(classes) == 1:
+        return f"on {classes[0].node_id}: {classes[0].reason}"
+    return "; ".join(f"{d.count} on {d.node_id}: {d.reason}" for d in classes)

@@ -159,66 +159,118 @@ def canonical_groups(groups: Sequence[FlavorGroup]) -> list[FlavorGroup]:
     return sorted((g for g in groups if g.count > 0), key=lambda g: g.flavor.name)
 
 
+@dataclass(frozen=True, slots=True)
+class _Solved:
+    """A least-Σt answer under caps (τ, α) (``None``: nothing meets them), with its plan's
+    Σt, largest stage time and largest sync time."""
+
+    tau_s: float
+    alpha_s: float
+    result: OrderResult | None
+    sum_s: float
+    max_t_s: float
+    max_a_s: float
+
+    @classmethod
+    def of(cls, tau_s: float, alpha_s: float, r: OrderResult | None) -> _Solved:
+        if r is None:
+            return cls(tau_s, alpha_s, None, math.inf, 0.0, 0.0)
+        return cls(tau_s, alpha_s, r, r.sum_time_s, max(x.time_s for x in r.stages),
+                   max(x.allreduce_s for x in r.stages))
+
+
+def _looser(solved: Sequence[_Solved], tau_s: float, alpha_s: float) -> _Solved | None:
+    """An earlier answer that is also the answer under caps (τ, α), if any.
+
+    Caps only remove plans, so an answer under looser caps (τ' ≥ τ, α' ≥ α) whose plan meets
+    the tighter caps is the tighter problem's answer (the least Σt of a larger set, and in
+    it); if nothing met the looser caps, nothing meets the tighter ones. (For whole rounds:
+    orders skipped then are skipped now, since the incumbent only improves.)
+    """
+    for x in reversed(solved):
+        if x.tau_s >= tau_s and x.alpha_s >= alpha_s and (
+                x.result is None or (x.max_t_s <= tau_s and x.max_a_s <= alpha_s)):
+            return x
+    return None
+
+
 class _Search:
-    """One model × groups × config: the DP over all flavor orders, round by round."""
+    """One model × groups × config: the DP over all flavor orders, round by round.
+
+    Besides whole rounds, it remembers each flavor order's own capped answers: a later round
+    with tighter caps re-solves an order only when the order's answer under looser caps breaks
+    the new ones (caps only remove plans, so an answer that meets them stays the least Σt),
+    and skips an order whose least Σt under looser caps plus ``(M − 1)·W`` already reaches the
+    best step time (W: the order's least ``max_s (t_s + A_s/(M − 1))``, see
+    :meth:`order_bound`).
+    """
 
     def __init__(self, sc: StageCosts) -> None:
         self.sc = sc
         self.orders = list(itertools.permutations(range(len(sc.groups))))
         self.rounds = 0
-        # per order: least Σt and least max t over all its plans (filled by the uncapped rounds)
+        # per order: least Σt, least max t and least max(t + A/(M−1)) over all its plans
+        # (filled by the uncapped rounds)
         self.least_sum: dict[tuple[int, ...], float] = {}
         self.least_max: dict[tuple[int, ...], float] = {}
+        self.least_weighted: dict[tuple[int, ...], float] = {}
         # capped least-Σt rounds solved so far: (τ, α, result, its max t, its max A)
-        self._solved: list[tuple[float, float, OrderResult | None, float, float]] = []
+        self._solved: list[_Solved] = []
+        self._by_order: dict[tuple[int, ...], list[_Solved]] = {o: [] for o in self.orders}
         self.reused = 0
+        self.floor_t_s = 0.0     # a lower bound on every plan's bottleneck (t_bal)
 
-    def order_bound(self, order: tuple[int, ...]) -> float:
-        """Lower bound on the step time of every plan of ``order``: ``Σt_min + (M−1)·t_min``."""
+    def order_bound(self, order: tuple[int, ...], sum_s: float = 0.0) -> float:
+        """Lower bound on the step time of every plan of ``order`` whose Σt is at least
+        ``sum_s``: ``max(Σt_min, sum_s) + (M−1)·W`` with W the order's least
+        ``max_s (t_s + A_s/(M−1))`` (for every plan ``(M−1)·W ≤ (M−1)·max t + max A``)."""
         m1 = self.sc.config.n_micro - 1
-        return self.least_sum.get(order, 0.0) + m1 * self.least_max.get(order, 0.0)
+        return max(self.least_sum.get(order, 0.0), sum_s) + m1 * max(
+            self.least_max.get(order, 0.0), self.least_weighted.get(order, 0.0), self.floor_t_s)
 
     def solve(self, tau_s: float, alpha_s: float, *, bottleneck: bool = False,
               best_step_s: float = math.inf, sync_weight: float = 0.0) -> OrderResult | None:
         """Best plan under the caps over the flavor orders that could still beat
         ``best_step_s`` (``sync_weight``: see :class:`~tessera.plan.pipeline_dp.RoundCaps`)."""
         plain = not bottleneck and not sync_weight
-        if plain and (known := self._known(tau_s, alpha_s)) is not None:
+        if plain and (known := _looser(self._solved, tau_s, alpha_s)) is not None:
             self.reused += 1
-            return known[0]
+            return known.result
         caps = RoundCaps(tau_s, alpha_s, sync_weight)
-        uncapped = math.isinf(tau_s) and math.isinf(alpha_s) and not sync_weight
+        uncapped = math.isinf(tau_s) and math.isinf(alpha_s)
         best: OrderResult | None = None
         for order in self.orders:
-            if self.order_bound(order) >= best_step_s:
-                continue
-            r = solve_order(self.sc, order, caps, bottleneck=bottleneck)
+            r = self._solve_order(order, caps, bottleneck, best_step_s)
             if uncapped:
                 value = r.sum_time_s if r is not None else math.inf
-                (self.least_max if bottleneck else self.least_sum)[order] = value
+                (self.least_weighted if sync_weight else
+                 self.least_max if bottleneck else self.least_sum)[order] = value
             if r is not None and (best is None or r.sum_time_s < best.sum_time_s):
                 best = r
         self.rounds += 1
         if plain:
-            self._solved.append((tau_s, alpha_s, best,
-                                 max((x.time_s for x in best.stages), default=0.0) if best else 0.0,
-                                 max((x.allreduce_s for x in best.stages), default=0.0)
-                                 if best else 0.0))
+            self._solved.append(_Solved.of(tau_s, alpha_s, best))
         return best
 
-    def _known(self, tau_s: float, alpha_s: float) -> tuple[OrderResult | None] | None:
-        """An earlier least-Σt round that answers caps (τ, α) too, if any.
-
-        Caps only remove plans, so a round with looser caps (τ' ≥ τ, α' ≥ α) whose best plan
-        meets the tighter caps has the tighter round's answer (the least Σt of a larger set,
-        and in it); if it found nothing, neither would the tighter one. Orders skipped then are
-        skipped now (the incumbent only improves), so the answer holds for them too.
-        """
-        for tau2, alpha2, r, r_t, r_a in reversed(self._solved):
-            if tau2 >= tau_s and alpha2 >= alpha_s and (r is None or (r_t <= tau_s
-                                                                     and r_a <= alpha_s)):
-                return (r,)
-        return None
+    def _solve_order(self, order: tuple[int, ...], caps: RoundCaps, bottleneck: bool,
+                     best_step_s: float) -> OrderResult | None:
+        """One order's answer: from an earlier looser round when that answers it, ``None``
+        when the order cannot beat ``best_step_s``, else by its DP."""
+        plain = not bottleneck and not caps.sync_weight
+        if not plain:
+            if self.order_bound(order) >= best_step_s:
+                return None
+            return solve_order(self.sc, order, caps, bottleneck=bottleneck)
+        memo = self._by_order[order]
+        if (known := _looser(memo, caps.tau_s, caps.alpha_s)) is not None:
+            return known.result
+        floor = max((x.sum_s for x in memo if x.tau_s >= caps.tau_s and x.alpha_s >= caps.alpha_s),
+                    default=0.0)
+        if self.order_bound(order, floor) >= best_step_s:
+            return None
+        r = solve_order(self.sc, order, caps)
+        memo.append(_Solved.of(caps.tau_s, caps.alpha_s, r))
+        return r
 
     def candidates(self) -> tuple[list[float], list[float]]:
         """Sorted distinct stage times and gradient-sync times of options that fit at all."""
@@ -263,21 +315,30 @@ def search_pipeline(model: LayeredModel, groups: Sequence[FlavorGroup],
 
 @dataclass
 class PreparedSearch:
-    """One model × groups × config after its cheap first rounds.
+    """One model × groups × config after its first, bounding rounds.
+
+    Its lower bound tightens in stages, each a DP round, so that a caller comparing many
+    settings (the hybrid search) pays for a tight bound only where a loose one does not
+    already rule the setting out: first ``Σt_min + (M − 1)·t_bal`` (t_bal: the per-micro-batch
+    time of a perfectly balanced pipeline, which no bottleneck beats), then, after
+    :meth:`tighten`, ``Σt_min + (M − 1)·W`` with W the least ``max_s (t_s + A_s/(M − 1))`` of
+    any plan (for every plan ``(M − 1)·W ≤ (M − 1)·max t + max A``).
 
     Attributes:
         model_name: the model planned.
         search: the DP state (stage prices, per-order bounds, rounds run so far).
         least_sum_s: the least Σt of any plan.
-        least_bottleneck_s: the least max t of any plan.
-        first_plans: the plans of those two rounds (they fit; the walk's first incumbents).
+        balanced_s: t_bal, a lower bound on every plan's bottleneck.
+        least_weighted_s: W once :meth:`tighten` ran, else ``None``.
+        first_plans: the plans of the bounding rounds (they fit; the walk's first incumbents).
     """
 
     model_name: str
     search: _Search
     least_sum_s: float
-    least_bottleneck_s: float
-    first_plans: tuple[tuple[Stage, ...], ...]
+    balanced_s: float
+    first_plans: list[tuple[Stage, ...]]
+    least_weighted_s: float | None = None
 
     @property
     def config(self) -> PipelineConfig:
@@ -285,15 +346,49 @@ class PreparedSearch:
 
     @property
     def lower_bound_s(self) -> float:
-        """No plan of this setting is faster: ``Σt_min + (M − 1)·t_min``."""
-        return self.least_sum_s + (self.config.n_micro - 1) * self.least_bottleneck_s
+        """No plan of this setting is faster (the tightest bound computed so far)."""
+        w = self.balanced_s if self.least_weighted_s is None else max(
+            self.least_weighted_s, self.balanced_s)
+        return self.least_sum_s + (self.config.n_micro - 1) * w
+
+    def tighten(self, beat_s: float = math.inf) -> bool:
+        """Run the next bounding round; ``False`` when the bound is already the tightest.
+
+        Flavor orders that cannot beat ``beat_s`` (their own ``Σt_min + (M − 1)·t_bal``) are
+        left out of the round, and out of every later one; if all are, no plan of this
+        setting beats ``beat_s`` and the bound becomes infinite. So pass only a step time
+        some plan already achieves (the search's incumbent only improves).
+        """
+        if self.least_weighted_s is not None:
+            return False
+        weighted = self.search.solve(math.inf, math.inf, bottleneck=True, best_step_s=beat_s,
+                                     sync_weight=1.0 / max(self.config.n_micro - 1, 1))
+        if weighted is None:
+            self.least_weighted_s = math.inf
+            return True
+        self.least_weighted_s = weighted.sum_time_s
+        self.first_plans.append(weighted.stages)
+        return True
+
+
+def balanced_time_s(model: LayeredModel, groups: Sequence[FlavorGroup],
+                    config: PipelineConfig) -> float:
+    """A lower bound on any pipeline's bottleneck ``max_s t_s``.
+
+    A stage's time is at least the fixed pass cost plus its work over its GPUs' FLOP/s, and
+    the bottleneck is at least the rate-weighted mean of the stage times, so at least the pass
+    cost plus one micro-batch's work over all offered FLOP/s.
+    """
+    rate = sum(g.count * g.flops_per_s for g in groups)
+    if rate <= 0:
+        return math.inf
+    return config.overhead_s + config.micro_bsz * model.train_flops_per_sample / rate
 
 
 def prepare_search(model: LayeredModel, groups: Sequence[FlavorGroup],
                    config: PipelineConfig) -> PreparedSearch:
-    """Run the two rounds that bound a setting (see :func:`walk_search`): uncapped, they give
-    the least Σt and the least bottleneck of any plan, so the lower bound
-    ``Σt_min + (M − 1)·t_min``, and two plans that fit.
+    """Run the round that bounds a setting loosely (see :class:`PreparedSearch`): uncapped,
+    it gives the least Σt of any plan and one plan that fits.
 
     Raises:
         SpecError: no partition fits in memory.
@@ -311,11 +406,9 @@ def prepare_search(model: LayeredModel, groups: Sequence[FlavorGroup],
     unconstrained = search.solve(math.inf, math.inf)
     if unconstrained is None:
         raise SpecError(no_fit_message(model, groups, config))
-    least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True)
-    assert least_bottleneck is not None          # any plan that fits has a bottleneck
-    return PreparedSearch(model.name, search, unconstrained.sum_time_s,
-                          least_bottleneck.sum_time_s,
-                          (unconstrained.stages, least_bottleneck.stages))
+    search.floor_t_s = balanced_time_s(model, groups, config)
+    return PreparedSearch(model.name, search, unconstrained.sum_time_s, search.floor_t_s,
+                          [unconstrained.stages])
 
 
 def _seed(prep: PreparedSearch) -> tuple[float, tuple[Stage, ...]]:
@@ -325,12 +418,7 @@ def _seed(prep: PreparedSearch) -> tuple[float, tuple[Stage, ...]]:
     incumbent: the walk's exactness does not depend on it, but a good one cuts the walk short.
     """
     search, m = prep.search, prep.config.n_micro
-    seeds = list(prep.first_plans)
-    weighted = search.solve(math.inf, math.inf, bottleneck=True,
-                            sync_weight=1.0 / max(m - 1, 1))
-    if weighted is not None:
-        seeds.append(weighted.stages)
-    best = min(seeds, key=lambda st: step_time_s(st, m))
+    best = min(prep.first_plans, key=lambda st: step_time_s(st, m))
     polished = search.solve(max(s.time_s for s in best), max(s.allreduce_s for s in best))
     if polished is not None and step_time_s(polished.stages, m) < step_time_s(best, m):
         best = polished.stages
@@ -346,9 +434,14 @@ def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan 
     """
     search, config = prep.search, prep.config
     m1 = config.n_micro - 1
-    t_lb = prep.least_bottleneck_s
+    prep.tighten(beat_s)
     if prep.lower_bound_s >= beat_s:
         return None
+    least_bottleneck = search.solve(math.inf, math.inf, bottleneck=True, best_step_s=beat_s)
+    if least_bottleneck is None or prep.least_weighted_s is None:
+        return None                  # every flavor order is bounded out
+    prep.first_plans.append(least_bottleneck.stages)
+    t_lb, w_lb = least_bottleneck.sum_time_s, max(prep.least_weighted_s, prep.balanced_s)
     walk = _AlphaWalk(search, *search.candidates()[1:], t_lb, beat_s)
     seed_step_s, seed_stages = _seed(prep)
     walk.consider(seed_step_s, seed_stages)
@@ -357,7 +450,7 @@ def walk_search(prep: PreparedSearch, beat_s: float = math.inf) -> PipelinePlan 
     tau = math.inf
     while True:                      # τ walks down the (Σt, max t) front
         first_sum, max_t = walk.run(tau)
-        if not math.isfinite(first_sum) or first_sum + m1 * t_lb >= walk.best_s:
+        if not math.isfinite(first_sum) or first_sum + m1 * w_lb >= walk.best_s:
             break
         # next τ: below this level's bottlenecks, and low enough to beat the best with Σt ≥ now
         below = bisect.bisect_left(

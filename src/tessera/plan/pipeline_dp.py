@@ -56,8 +56,8 @@ class RoundCaps:
     With ``sync_weight`` w > 0 a span's price is ``t + w·A`` instead of ``t`` (the option
     chosen per span is the one with the least such price): the bottleneck DP then minimises
     ``max_s (t_s + w·A_s)``, which with w = 1/(M − 1) is the part ``(M−1)·max t + max A`` of
-    the step time stage by stage — the search's first guess of a good plan (a seed), never
-    used as a bound.
+    the step time stage by stage: its least value W bounds every plan
+    (``(M−1)·W ≤ (M−1)·max t + max A``), and its plan is a first guess of a good one.
     """
 
     tau_s: float

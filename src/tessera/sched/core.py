@@ -34,6 +34,7 @@ from typing import Any
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.context import DecisionContext
 from tessera.sched.elastic import sized_views, with_batches, within_quotas
+from tessera.sched.mixed_placement import mixed_no_plan
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.packing import colocate, partners_for, unpair
 from tessera.sched.placement import FreeGpus
@@ -317,4 +318,6 @@ def _reasons(
 ) -> dict[JobId, PendingReason]:
     """A reason for every job in ``jobs`` (all of them left waiting)."""
     local = {j.spec.job_id: needs_locality(j, now_s, opts) for j in jobs}
-    return pending_reasons(jobs, ranking.candidates, oracle, free, local)
+    no_plan = {j.spec.job_id: why for j in jobs
+               if (why := mixed_no_plan(j, free, oracle, now_s, opts)) is not None}
+    return pending_reasons(jobs, ranking.candidates, oracle, free, local, no_plan)

@@ -4,7 +4,8 @@ The planner predicts a mixed gang's speed (:mod:`tessera.sched.mixed`); this mod
 when the decision core takes one. A mix is tried for a job only at its turn in the ranking,
 only when no single flavor has room, and kept only when it is fast enough and finishes the job
 no later than waiting for one flavor would (:func:`try_mixed`). A running mix moves to a single
-flavor when that is faster (:func:`mixed_upgrade`).
+flavor when that is faster (:func:`mixed_upgrade`). A 3-D job left waiting because the mix it
+would take fits no plan is told the planner's reason (:func:`mixed_no_plan`).
 """
 
 from __future__ import annotations
@@ -105,3 +106,26 @@ def try_mixed(j: JobView, free: FreeGpus, oracle: ThroughputOracle, now_s: float
             if wait + start_cost + left / r.consolidated < mixed_done_s:
                 return None
     return placed
+
+
+def mixed_no_plan(j: JobView, free: FreeGpus, oracle: ThroughputOracle, now_s: float,
+                  opts: PlacementOptions) -> str | None:
+    """Why the mixed gang :func:`try_mixed` would form for a waiting 3-D job fits no plan.
+
+    ``None`` unless mixed gangs are allowed, the job asks for a 3-D plan, may spread, no
+    single flavor has its gang free but its flavors together do, and the planner finds no
+    plan for the gang they form (say a model too big for the free T4s and K80s, while it
+    fits the busy A100s): then the job waits for one flavor's capacity, and the message says
+    why the free mix is no use — the planner's own, with the gang's shape.
+    """
+    g = j.spec.num_gpus
+    if (not opts.mixed_gangs or j.spec.parallelism is None or g < 2
+            or needs_locality(j, now_s, opts)):
+        return None
+    rates = oracle.rates(j.spec)
+    if len(rates) < 2 or any(free.total_free(r.flavor) >= g for r in rates):
+        return None
+    placed = free.find_mixed([r.flavor for r in sorted(rates, key=lambda r: -r.spread)], g)
+    if placed is None or not placed.is_mixed:
+        return None
+    return oracle.plans.why_not(j.spec.parallelism, placed.parts())

@@ -22,12 +22,17 @@ is remembered too, with the planner's message (``llama-7b does not fit on these 
 which is what a job left pending for it is told.
 
 The cache belongs to whoever owns the oracle (one simulation run, one live service), as the
-oracle's other caches do; it is never process-wide.
+oracle's other caches do; it is never process-wide. It is bounded: it keeps the
+:data:`DEFAULT_MAX_PLANS` (or ``max_plans``) most recently used shapes and forgets the least
+recently used one beyond that (a long-running service sees gang shapes come and go; a plan
+forgotten is searched again if its shape comes back, at the planner's cost — seconds for a
+large model — with the same answer).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -46,6 +51,11 @@ GangShape = tuple[tuple[tuple[str, int], ...], int, int]
 
 #: Largest tensor-parallel degree a plan may use (one 8-GPU server).
 MAX_TP = 8
+
+#: Plans (or no-fit messages) a :class:`ThreeDPlans` keeps: one per (model, global batch, gang
+#: shape). A plan is a few kilobytes, so the cap bounds memory at a few megabytes while
+#: holding every shape a cluster of a few hundred GPUs offers its 3-D jobs at once.
+DEFAULT_MAX_PLANS = 1024
 
 
 class NoPlanError(SpecError):
@@ -79,11 +89,19 @@ class ThreeDPlans:
     Args:
         cost_model: the planner's cost model; default one over the bundled profiles that
             estimates unprofiled flavors with the roofline, as ``tessera plan`` does.
+        max_plans: most entries kept (least recently used forgotten first).
+
+    Raises:
+        SpecError: ``max_plans`` is below 1.
     """
 
-    def __init__(self, cost_model: CostModel | None = None) -> None:
+    def __init__(self, cost_model: CostModel | None = None,
+                 max_plans: int = DEFAULT_MAX_PLANS) -> None:
+        if max_plans < 1:
+            raise SpecError(f"a plan cache must hold at least 1 plan, got max_plans={max_plans}")
         self._cm = cost_model or CostModel(estimate_unprofiled=True)
-        self._plans: dict[tuple[str, int, GangShape], RankedPlan | str] = {}
+        self.max_plans = max_plans
+        self._plans: OrderedDict[tuple[str, int, GangShape], RankedPlan | str] = OrderedDict()
 
     def plan(self, job: ThreeDParallel, parts: Sequence[tuple[str, int, str]]) -> RankedPlan:
         """The plan of ``job`` on a gang of ``parts``' shape (ranks laid out on the first
@@ -97,6 +115,10 @@ class ThreeDPlans:
         hit = self._plans.get(key)
         if hit is None:
             hit = self._plans[key] = self._search(job, tuple(parts), key[2])
+            while len(self._plans) > self.max_plans:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
         if isinstance(hit, str):
             raise NoPlanError(hit)
         return hit

@@ -72,7 +72,17 @@ class Fragmented:
     largest_block_gpus: int
 
 
-Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented
+@dataclass(frozen=True, slots=True)
+class MixNoPlan:
+    """Not enough free GPUs of any one flavor, and the free mixed gang fits no 3-D plan."""
+
+    needs_gpus: int
+    why: str
+    """The planner's message for the free mix (see ``mixed_placement.mixed_no_plan``)."""
+    rank: int
+
+
+Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,24 +107,36 @@ class PendingReason:
                     f"free now: {free}; ranked #{d.rank} by the policy")
         if isinstance(d, CannotRun):
             return d.why
+        if isinstance(d, MixNoPlan):
+            return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "
+                    f"planner can use; {d.why}; ranked #{d.rank} by the policy")
         return "cannot run on this cluster"
 
 
 def pending_reasons(
     jobs: list[JobView], candidates: tuple[tuple[JobId, str], ...], oracle: ThroughputOracle,
     free: FreeGpus, needs_locality: dict[JobId, bool],
+    mix_no_plan: dict[JobId, str] | None = None,
 ) -> dict[JobId, PendingReason]:
     """A reason for every job in ``jobs`` (all of them left waiting), given the policy's
-    ranking ``candidates``, the GPUs left free, and whether each job needs one node now."""
+    ranking ``candidates``, the GPUs left free, whether each job needs one node now, and —
+    for 3-D jobs whose free mixed gang fits no plan — the planner's message."""
     rank_pos: dict[JobId, int] = {}
     for jid, _fl in candidates:
         rank_pos.setdefault(jid, len(rank_pos) + 1)
     infos = {f: free.info(f) for f in free.flavors()}
-    return {
+    reasons = {
         j.spec.job_id: _reason(j, oracle, infos, rank_pos.get(j.spec.job_id, 0),
                                needs_locality[j.spec.job_id])
         for j in jobs
     }
+    for jid, why in (mix_no_plan or {}).items():
+        if reasons[jid].kind is PendingKind.CAPACITY:
+            held = reasons[jid].detail
+            assert isinstance(held, NoCapacity)
+            reasons[jid] = PendingReason(PendingKind.CAPACITY,
+                                         MixNoPlan(held.needs_gpus, why, held.rank))
+    return reasons
 
 
 def _reason(
