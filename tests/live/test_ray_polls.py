@@ -96,6 +96,22 @@ def test_a_snapshot_asked_before_a_rank_started_never_calls_it_absent() -> None:
     assert polls.polls([("n1", ("b", 1, 0))], {"n1"}) == [("exited", 0, False)]
 
 
+def test_a_rank_half_started_when_its_host_answered_is_not_absent() -> None:
+    """What the reverted non-blocking polls (commit 495eb96) got wrong: they kept a rank that
+    started after the ask as running only when the snapshot *lacked* it, but a host answering
+    while ``start`` was half done (rank registered, no guardian yet) reports it ``absent``."""
+    hosts = _Hosts({"n1": {("a", 1, 0): RUNNING}})
+    polls = _polls(hosts)
+    polls.confirm("a", 1)
+    polls.polls([("n1", ("a", 1, 0))], {"n1"})  # snapshot 1 asked
+    hosts.held["n1"][("b", 1, 0)] = ABSENT  # b's start is under way on the host
+    hosts.answer()
+    hosts.held["n1"][("b", 1, 0)] = RUNNING
+    polls.confirm("b", 1)
+    hosts.now_s += 0.05
+    assert polls.polls([("n1", ("b", 1, 0))], {"n1"}) == [RUNNING]
+
+
 def test_a_rank_missing_from_a_snapshot_asked_after_it_started_is_absent() -> None:
     hosts = _Hosts({"n1": {("a", 1, 0): RUNNING}})
     polls = _polls(hosts)
