@@ -69,6 +69,22 @@ def _wait(pred: Any, timeout_s: float) -> bool:
     return False
 
 
+def _cluster_cpu_s(svc: LiveService) -> float:
+    """CPU seconds used so far by the embedded Ray cluster's processes (head, workers, rank
+    hosts) and the children they reaped (the ranks' guardians and commands)."""
+    from tessera.live.executors.ray_cluster import cluster_pids
+
+    head = getattr(svc.executor, "head", None)
+    if head is None:
+        return 0.0
+    total = 0
+    for pid in cluster_pids(str(head.temp_dir)):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def bench_throughput(root: Path, jobs: int) -> dict[str, float]:
     svc = _service(root / "tput", "v100:64,t4:64")
     launched: list[float] = []
@@ -80,11 +96,13 @@ def bench_throughput(root: Path, jobs: int) -> dict[str, float]:
 
     svc.executor.launch = timed_launch  # type: ignore[method-assign]
     try:
+        cpu0_s, ray0_s = time.process_time(), _cluster_cpu_s(svc)
         t0 = time.time()
         ids = [svc.submit(parse_request(f"name: b{i}\nqueue: bench\ncommand: sleep 1"),
                           ADMIN).job_id for i in range(jobs)]
         finished = _wait(lambda: all(r.final for r in svc.store.jobs()), 60 + 10 * jobs)
         t_end = time.time()
+        cpu_s, ray_cpu_s = time.process_time() - cpu0_s, _cluster_cpu_s(svc) - ray0_s
         running = sorted(t for j in ids if (t := _event_s(svc, j, "running")) is not None)
         print(f"{jobs} one-GPU `sleep 1` gangs, submitted at once (128 pretend GPUs):")
         if launched:
@@ -96,11 +114,15 @@ def bench_throughput(root: Path, jobs: int) -> dict[str, float]:
         ok = sum(r.state.value == "succeeded" for r in svc.store.jobs())
         print(f"  finished:  {ok} succeeded in {t_end - t0:.2f} s = {ok / (t_end - t0):.2f} "
               f"jobs/s{'' if finished else ' (timed out)'}")
+        print(f"  CPU:       service {1000 * cpu_s / jobs:.0f} ms/gang, Ray cluster with the "
+              f"ranks {1000 * ray_cpu_s / jobs:.0f} ms/gang; load average "
+              f"{os.getloadavg()[0]:.1f}")
         return {"launched_per_s": len(launched) / max(launched[-1] - t0, 1e-9) if launched
                 else 0.0,
                 "running_per_s": len(running) / max(running[-1] - t0, 1e-9) if running
                 else 0.0,
-                "finished_per_s": ok / (t_end - t0), "succeeded": float(ok)}
+                "finished_per_s": ok / (t_end - t0), "succeeded": float(ok),
+                "service_cpu_ms": 1000 * cpu_s / jobs, "ray_cpu_ms": 1000 * ray_cpu_s / jobs}
     finally:
         svc.stop()
 
@@ -132,6 +154,8 @@ ROWS = (("gangs launched/s (the loop free again)", "launched_per_s", "{:.1f}"),
         ("gangs running/s (every rank's command started)", "running_per_s", "{:.1f}"),
         ("jobs finished/s", "finished_per_s", "{:.2f}"),
         ("jobs succeeded", "succeeded", "{:.0f}"),
+        ("service CPU per gang (ms)", "service_cpu_ms", "{:.0f}"),
+        ("Ray cluster + ranks CPU per gang (ms)", "ray_cpu_ms", "{:.0f}"),
         ("submit → running, median (ms)", "latency_median_ms", "{:.0f}"),
         ("submit → running, max (ms)", "latency_max_ms", "{:.0f}"))
 

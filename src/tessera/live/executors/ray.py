@@ -9,12 +9,14 @@ For run ``r`` of job ``j`` on ``g`` GPUs:
 2. ``status`` moves the launch on without blocking, one step per call while the run is
    ``starting``: the group is placed → one **bundle slot** task per bundle learns its node and
    the GPU ids Ray reserved for it (and, on bundle 0's node, a free port for ``MASTER_PORT``;
-   :mod:`~tessera.live.executors.ray_hosts`) → the ranks' nodes go into the run record → the
-   warm **rank host** of each rank's node (:mod:`~tessera.live.executors.ray_worker`) starts
-   the rank's command with ``CUDA_VISIBLE_DEVICES`` = its GPU, logging to a file on that node →
-   ``running``. A group that no alive node could ever hold is ``unplaceable`` at once, one still
-   pending after ``place_timeout_s`` is ``unplaceable`` then; either way the group is removed
-   and ``detail`` names what is missing.
+   :mod:`~tessera.live.executors.ray_hosts`), on the *placer* thread, one launch at a time →
+   on the *starter* thread, while the placer asks about the next launch, the ranks' nodes go
+   into the run record and the warm **rank host** of each rank's node
+   (:mod:`~tessera.live.executors.ray_worker`) is asked to start the rank's command with
+   ``CUDA_VISIBLE_DEVICES`` = its GPU, logging to a file on that node → once every start call
+   has returned, ``running``. A group that no alive node could ever hold is ``unplaceable`` at
+   once, one still pending after ``place_timeout_s`` is ``unplaceable`` then; either way the
+   group is removed and ``detail`` names what is missing.
 3. Each rank's host writes an **exit record** (status, stop flag, the tail of its log) to Ray's
    KV when the command ends, so the status of a run that ended while the service was down --
    or whose host died afterwards -- is read from the cluster, not from the service's memory.
@@ -23,6 +25,10 @@ For run ``r`` of job ``j`` on ``g`` GPUs:
    the background, removes the placement group, keeps the exit records in the service's runs
    directory and prunes them from the KV; ``read_log`` asks the rank's host for its log (the
    exit record's tail once the rank is forgotten), so no shared filesystem is needed.
+
+A running run's state comes from snapshots of every host's ranks, asked for every
+``POLL_TTL_S`` and never waited for by the scheduling loop (:mod:`~tessera.live.executors.
+ray_polls`, which also says why a snapshot asked before a rank started must not judge it).
 
 Every name is derived from ``(job, run)``, so ``launch`` is idempotent: after a restart it finds
 what exists and creates only what is missing; a rank starts at most once on its node (the
@@ -81,6 +87,7 @@ from tessera.live.executors.ray_cluster import (
     unplaceable_reason,
 )
 from tessera.live.executors.ray_hosts import BundleSlot, HostPool, bundle_slot
+from tessera.live.executors.ray_polls import RankPolls
 from tessera.live.executors.ray_records import (
     NAMESPACE,
     exit_key,
@@ -186,11 +193,12 @@ class RayExecutor:
         self._nodes_of: dict[tuple[str, int], list[str]] = {}  # run → node of each rank
         self._launching: dict[tuple[str, int], _Launch] = {}
         self._placer = ThreadPoolExecutor(1, thread_name_prefix="tessera-ray-place")
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="tessera-ray-start")
         self._releasing = ThreadPoolExecutor(4, thread_name_prefix="tessera-ray-release")
         self._nodes: list[dict[str, float]] = []
         self._nodes_at_s = float("-inf")
-        self._polled: dict[RankKey, tuple[str, int | None, bool]] = {}  # see _polls
-        self._polled_at_s = float("-inf")
+        self._polls = RankPolls(lambda node: self.hosts.host(node).poll_all.remote(),
+                                self.hosts.forget_host, POLL_TTL_S)
         self._ready: set[Any] = set()  # refs of launches known to be ready
         self._ready_at_s = float("-inf")
         self._users: dict[str, set[tuple[str, int]]] = {}  # group → runs using it
@@ -272,7 +280,8 @@ class RayExecutor:
                     self._teardown(*key)
                     return RunStatus("unplaceable", detail=why)
                 return RunStatus("starting", detail="waiting for the placement group")
-            ln.placing = self._placer.submit(self._place_ranks, ln)
+            ln.placing = Future()
+            self._placer.submit(self._place, ln, ln.placing)
         if not ln.placing.done():
             return RunStatus("starting", detail="placing the ranks")
         try:
@@ -290,8 +299,7 @@ class RayExecutor:
         except ray.exceptions.RayError as e:
             self.stop(*key, 0.0)
             return RunStatus("lost", detail=f"a rank could not start: {_first_line(e)}")
-        for rank in range(len(started)):  # started: the next poll snapshot tells the rest
-            self._polled[(*key, rank)] = ("running", None, False)
+        self._polls.confirm(*key)  # started: a snapshot asked from now on tells the rest
         return RunStatus("running")
 
     def _all_ready(self, refs: list[Any]) -> bool:
@@ -318,10 +326,20 @@ class RayExecutor:
             return []
         return ln.placing.result()
 
-    def _place_ranks(self, ln: _Launch) -> list[Any]:
-        """On the placer thread: learn each bundle's node and GPUs (:func:`bundle_slot`, one
-        task per bundle holding exactly its resources), record each rank's node in the run
-        record, and ask each rank's host to start it; returns the start calls' refs.
+    def _place(self, ln: _Launch, done: Future[list[Any]]) -> None:
+        """On the placer thread: learn where the ranks go, then hand them to the starter
+        thread, which records and starts them while the placer asks about the next launch;
+        ``done`` gets the start calls' refs (or the error)."""
+        try:
+            slots = self._place_ranks(ln)
+        except Exception as e:
+            done.set_exception(e)
+            return
+        self._starter.submit(self._start_ranks, ln, slots, done)
+
+    def _place_ranks(self, ln: _Launch) -> list[BundleSlot]:
+        """On the placer thread: each bundle's node and GPUs (:func:`bundle_slot`, one task per
+        bundle holding exactly its resources).
 
         One launch at a time: the slot tasks then reuse one pooled Ray worker (a burst of them
         would make Ray start a worker process for each, the very cost the hosts avoid).
@@ -335,6 +353,19 @@ class RayExecutor:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     ln.pg, placement_group_bundle_index=bundle)).remote())
         slots: list[BundleSlot] = ray.get(refs, timeout=SLOT_TIMEOUT_S)
+        return slots
+
+    def _start_ranks(self, ln: _Launch, slots: list[BundleSlot],
+                     done: Future[list[Any]]) -> None:
+        """On the starter thread: record each rank's node in the run record (before any rank
+        starts, so a restarted service finds them), then ask each rank's host to start it;
+        ``done`` gets the start calls' refs (or the error)."""
+        try:
+            done.set_result(self._record_and_start(ln.spec, slots))
+        except Exception as e:
+            done.set_exception(e)
+
+    def _record_and_start(self, spec: LaunchSpec, slots: list[BundleSlot]) -> list[Any]:
         nodes: list[str] = []
         gpus: list[str] = []
         for slot, (_node, count, _flavor) in zip(slots, spec.placement.parts(), strict=True):
@@ -362,15 +393,15 @@ class RayExecutor:
 
     # -- observing -----------------------------------------------------------------------------
 
-    def _find(self, job_id: str, run: int) -> list[tuple[Any, RankKey]]:
-        """Each rank's host and key, from memory or the run record (``[]``: not started)."""
+    def _find(self, job_id: str, run: int) -> list[tuple[str, RankKey]]:
+        """Each rank's node and key, from memory or the run record (``[]``: not started)."""
         nodes = self._nodes_of.get((job_id, run))
         if nodes is None:
             rec = get(run_key(job_id, run))
             nodes = [str(n) for n in rec.get("nodes", [])] if rec else []
             if nodes:
                 self._nodes_of[(job_id, run)] = nodes
-        return [(self.hosts.host(n), (job_id, run, r)) for r, n in enumerate(nodes)]
+        return [(n, (job_id, run, r)) for r, n in enumerate(nodes)]
 
     def status(self, job_id: str, run: int) -> RunStatus:
         ln = self._launching.get((job_id, run))
@@ -383,7 +414,10 @@ class RayExecutor:
         if not ranks:
             return status_from_records(job_id, run) or RunStatus("absent")
         try:
-            polls = self._polls([k for _h, k in ranks])
+            # The placer thread adds runs to ``_nodes_of``: copy its values in one C call
+            # (under the GIL) before walking them, or the walk can see the dict change size.
+            polls = self._polls.polls(ranks, {n for ns in tuple(self._nodes_of.values())
+                                              for n in ns})
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
             recorded = status_from_records(job_id, run)
             if recorded is not None:
@@ -400,8 +434,8 @@ class RayExecutor:
             detail = f"rank {i} exited with {rc}"
             why, timed_out = "", False
             with contextlib.suppress(ray.exceptions.RayError):  # its guardian's verdict
-                host, k = ranks[i]
-                why, timed_out = ray.get(host.outcome.remote(k), timeout=10)
+                node, k = ranks[i]
+                why, timed_out = ray.get(self.hosts.host(node).outcome.remote(k), timeout=10)
             return RunStatus("exited", rc, False, f"{detail}: {why}" if why else detail,
                              timed_out)
         if all(state == "exited" for state, _rc, _s in polls):
@@ -409,45 +443,16 @@ class RayExecutor:
             return RunStatus("exited", rc, stopped)
         return RunStatus("running")
 
-    def _polls(self, keys: list[RankKey]) -> list[tuple[str, int | None, bool]]:
-        """Each rank's ``(state, status, stopped)``, from one ``poll_all`` per node for all
-        runs, taken at most every :data:`POLL_TTL_S` (the service asks about every run in
-        turn; a round trip per run cost tens of milliseconds each on a busy machine). A rank
-        missing from a snapshot taken before it started is asked about afresh.
-
-        Raises:
-            RayActorError: the host of one of ``keys`` died.
-            GetTimeoutError: a host did not answer in time.
-        """
-        now_s = time.monotonic()
-        if now_s - self._polled_at_s >= POLL_TTL_S or any(k not in self._polled for k in keys):
-            # The placer thread adds runs to ``_nodes_of``: copy its values in one C call (under
-            # the GIL) before walking them, or the walk can see the dict change size.
-            nodes = {n for ns in tuple(self._nodes_of.values()) for n in ns}
-            nodes.update(self._nodes_of.get(keys[0][:2], []) if keys else [])
-            refs = {n: self.hosts.host(n).poll_all.remote() for n in nodes}
-            snapshot: dict[RankKey, tuple[str, int | None, bool]] = {}
-            failed: BaseException | None = None
-            for n, ref in refs.items():
-                try:
-                    snapshot.update(ray.get(ref, timeout=10))
-                except ray.exceptions.RayActorError as e:
-                    self.hosts.forget_host(n)
-                    failed = e
-            self._polled, self._polled_at_s = snapshot, now_s
-            if failed is not None and any(k not in snapshot for k in keys):
-                raise failed
-        return [self._polled.get(k, ("absent", None, False)) for k in keys]
-
     def read_log(self, job_id: str, run: int, rank: int, offset: int,
                  limit_bytes: int) -> LogChunk | None:
         """From the rank's host while it holds the rank, else from its exit record's tail (in
         the KV, or in the runs directory once pruned)."""
         ranks = self._find(job_id, run)
         if rank < len(ranks):
-            host, k = ranks[rank]
+            node, k = ranks[rank]
             with contextlib.suppress(ray.exceptions.RayError):
-                got = ray.get(host.read_log.remote(k, offset, limit_bytes), timeout=10)
+                got = ray.get(self.hosts.host(node).read_log.remote(k, offset, limit_bytes),
+                              timeout=10)
                 if got is not None:
                     return got
         rec = get(exit_key(job_id, run, rank)) or saved_exit(self.runs_dir, job_id, run, rank)
@@ -463,9 +468,9 @@ class RayExecutor:
             return True
         if ln is not None:  # commands are being started: stop them once they run
             return False
-        for host, k in self._find(job_id, run):
+        for node, k in self._find(job_id, run):
             with contextlib.suppress(ray.exceptions.RayActorError):
-                host.stop.remote(k, grace_s)
+                self.hosts.host(node).stop.remote(k, grace_s)
         return True
 
     def release(self, job_id: str, run: int) -> None:
@@ -478,19 +483,20 @@ class RayExecutor:
     def _teardown(self, job_id: str, run: int, prune_records: bool = False,
                   placing: Future[list[Any]] | None = None) -> None:
         """Ask the hosts to forget the run's ranks; the rest happens in the background. A run
-        the placer is still placing is torn down on the placer's thread once that is done,
+        the placer is still placing is torn down once that is done (on the thread that ends it),
         so a rank it starts meanwhile is never missed."""
         def send() -> None:
             ranks = self._find(job_id, run)
             self._nodes_of.pop((job_id, run), None)
+            self._polls.forget(job_id, run)
             forgets = []
-            for host, k in ranks:
+            for node, k in ranks:
                 with contextlib.suppress(ray.exceptions.RayActorError):
-                    forgets.append((k[2], host.forget.remote(k)))
+                    forgets.append((k[2], self.hosts.host(node).forget.remote(k)))
             self._releasing.submit(self._finish_teardown, job_id, run, forgets, prune_records)
 
-        if placing is not None and not placing.done():
-            self._placer.submit(send)
+        if placing is not None:
+            placing.add_done_callback(lambda _done: send())  # at once if it is done
         else:
             send()
 
@@ -545,6 +551,7 @@ class RayExecutor:
         """Disconnect; running ranks keep going on their hosts and are adopted on the next
         start. The embedded head stops too when no host holds a rank, else it keeps the runs."""
         self._placer.shutdown(wait=True)
+        self._starter.shutdown(wait=True)
         self._releasing.shutdown(wait=True)
         self._nodes_of.clear()
         held = self.hosts.held() if ray.is_initialized() else []
