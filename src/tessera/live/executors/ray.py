@@ -361,11 +361,12 @@ class RayExecutor:
         starts, so a restarted service finds them), then ask each rank's host to start it;
         ``done`` gets the start calls' refs (or the error)."""
         try:
-            done.set_result(self._record_and_start(ln.spec, slots))
+            done.set_result(self._record_and_start(ln, slots))
         except Exception as e:
             done.set_exception(e)
 
-    def _record_and_start(self, spec: LaunchSpec, slots: list[BundleSlot]) -> list[Any]:
+    def _record_and_start(self, ln: _Launch, slots: list[BundleSlot]) -> list[Any]:
+        spec = ln.spec
         nodes: list[str] = []
         gpus: list[str] = []
         for slot, (_node, count, _flavor) in zip(slots, spec.placement.parts(), strict=True):
