@@ -39,6 +39,7 @@ from tessera.model.jobs import JobId, JobState, Workload
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
+from tessera.sched.free_book import FreeBook
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import Placement, Snapshot
@@ -117,7 +118,8 @@ class SimWorld:
         self.last_t = 0.0
         self.c = Counters()
         self.phase_ms: dict[str, float] = {}
-        self.free: dict[str, int] = {n.node_id: n.gpus for n in cluster.nodes}
+        # Free GPUs per node, with the per-flavor buckets a round's placement starts from.
+        self.free = FreeBook(self.ctx.layout(cluster))
         self.quotas = (config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
         self.validation = PreRunValidation(config.validation, oracle)
@@ -181,7 +183,7 @@ class SimWorld:
         return Snapshot(
             now_s=t_s, cluster=self.cluster, jobs=split.jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
-            free_gpus=dict(self.free) if free_gpus else None, quotas=self.quotas,
+            free_gpus=self.free.counts() if free_gpus else None, quotas=self.quotas,
             split_hint=split,
         )
 
