@@ -107,8 +107,9 @@ class SimWorld:
         flaky_rng = random.Random(config.seed + 104729)
         for j in self.jobs:
             j.flaky = flaky_rng.random() < fcfg.job_failure_rate
-        self.active: dict[int, SimJob] = {}
         self.views = ViewBook(self.jobs)  # (snapshots rebuild only the changed jobs' views)
+        # The active jobs, in index order; every job joining or leaving is noted in the book.
+        self.active: dict[int, SimJob] = self.views.active_jobs()
         self.running: dict[int, SimJob] = {}
         self.policy_state: object = None
         self.samples: list[Sample] = []
@@ -179,7 +180,7 @@ class SimWorld:
         when the world books them (``free_gpus``; otherwise the core derives them from the
         running gangs)."""
         self._catch_up()
-        split = self.views.split(self.active)
+        split = self.views.split(self.active, self.ctx.stay_put)
         return Snapshot(
             now_s=t_s, cluster=self.cluster, jobs=split.jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
@@ -244,7 +245,6 @@ class SimWorld:
         if not self.active:
             self.next_sample_s = max(self.next_sample_s, t_s - t_s % self.cfg.sample_every_s)
         self.active[job.idx] = job
-        self.views.touch(job.idx)
         self.active_cum[job.idx] = self.active_integral
         job.last_update_s = t_s
         job.pending_since_s = t_s
@@ -260,7 +260,6 @@ class SimWorld:
         job.finish_s = t_s
         job.set_wait(None, t_s)
         del self.active[job.idx]
-        self.views.touch(job.idx)
         self.close_ftf(job)
         return 1
 
@@ -283,7 +282,6 @@ class SimWorld:
         move(job, JobState.FAILED)
         job.attempts += 1
         del self.active[job.idx]
-        self.views.touch(job.idx)
         self.close_ftf(job)
         job.set_wait(None, t_s)
         if job.attempts <= job.max_retries:
@@ -299,9 +297,7 @@ class SimWorld:
         job.last_update_s = t_s
         job.startup_s = self.sched.restore_s
         job.view = None
-        self.active[job.idx] = job
-        self.views.touch(job.idx)
-        self.active = dict(sorted(self.active.items()))
+        self.active[job.idx] = job  # (sorted in among the later jobs: see ActiveJobs)
         self.active_cum[job.idx] = self.active_integral
         self.validation.begin(job)
 
