@@ -148,8 +148,10 @@ class SimWorld:
             self.active_integral += len(self.active) * (t_s - self.last_t)
             if advance_running and self.running:
                 self._ticks.append(t_s)
+        busy = -1  # (counted once per tick: nothing runs or stops between its samples)
         while t_s >= self.next_sample_s and t_s > self.last_t:
-            busy = sum(j.spec.num_gpus for j in self.running.values())
+            if busy < 0:
+                busy = sum(j.spec.num_gpus for j in self.running.values())
             self.samples.append(
                 Sample(self.next_sample_s, busy, len(self.active) - len(self.running),
                        len(self.running))
