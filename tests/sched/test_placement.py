@@ -170,3 +170,21 @@ def test_stale_counts_refuse_to_be_read_and_the_round_uses_the_running_gangs() -
     snap = Snapshot(0.0, c, (running,), free_gpus=counts)
     free = FreeGpus.of_snapshot(snap, layout)
     assert free.total_free("K80") == 2 and free.free_on(layout.by_flavor["K80"][0]) == 0
+
+
+def test_a_spread_gang_is_the_first_look_over_a_book_too() -> None:
+    """A gang bigger than any node is the round's first look at its flavor: the nodes it
+    takes go to the end of their buckets, over a book as over counts."""
+    c = make_cluster().node("v100", gpus=4, count=4).build()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    ids = layout.by_flavor["V100-16GB"]
+    book[ids[2]] = 1  # node 2 has one free GPU, the others four
+    answers = []
+    for free in (FreeGpus(c.nodes, base=book), FreeGpus(c.nodes, dict(book), layout)):
+        big = free.find("V100-16GB", 7, require_locality=False)  # leaves node 1 one GPU
+        assert big is not None
+        free.take(big)
+        answers.append((big, free.find("V100-16GB", 1, require_locality=True)))
+    assert answers[0] == answers[1]
+    assert answers[0][1] is not None and answers[0][1].gpus_by_node == ((ids[2], 1),)

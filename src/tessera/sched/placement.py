@@ -305,6 +305,8 @@ class FreeGpus:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
         if gpus > self.total_free(flavor):
             return None
+        if flavor not in self._late and flavor not in self._buckets:
+            self._look(flavor)  # (the first look, even for a gang no single node can hold)
         first = self._first
         for k in range(gpus, self._size.get(flavor, 0) + 1):
             node = first(flavor, k)
