@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.sched.placement import FreeGpus
-from tests.builders import make_cluster
+from tessera.model.cluster import ClusterSpec
+from tessera.model.jobs import JobState
+from tessera.sched.free_book import FreeBook
+from tessera.sched.placement import FreeGpus, Layout
+from tessera.sched.snapshot import JobView, Placement, Snapshot
+from tests.builders import make_cluster, make_job
 
 
 def test_best_fit_prefers_the_tightest_node() -> None:
@@ -76,3 +81,110 @@ def test_property_all_or_nothing_never_over(nodes: list[int], gangs: list[tuple[
             used[node_id] += k
     cap = {n.node_id: n.gpus for n in c.nodes}
     assert all(used[n] <= cap[n] for n in cap)
+
+
+def _mixed_sizes_cluster() -> ClusterSpec:
+    return (make_cluster().node("v100", gpus=4, count=3).node("v100", gpus=8, count=2)
+            .node("k80", gpus=2, count=3).build())
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["find", "release", "info"]),
+                              st.sampled_from(["V100-16GB", "K80"]), st.integers(1, 10),
+                              st.booleans()), min_size=1, max_size=20),
+       booked=st.lists(st.integers(0, 7), min_size=0, max_size=6))
+def test_property_a_round_over_a_book_answers_as_one_over_counts(
+        ops: list[tuple[str, str, int, bool]], booked: list[int]) -> None:
+    """Whatever a round asks, in whatever order (changes before or after its first look at a
+    flavor), starting from a driver's book gives the same answers as starting from counts."""
+    c = _mixed_sizes_cluster()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    held: list[Placement] = []
+    setup = FreeGpus(c.nodes, None, layout)
+    for i in booked:  # the driver's bookings before the round
+        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
+        if p is not None:
+            setup.take(p)
+            held.append(p)
+            for n, k in p.gpus_by_node:
+                book[n] -= k
+    over_book = FreeGpus(c.nodes, base=book)
+    plain = FreeGpus(c.nodes, dict(book), layout)
+    for op, flavor, gpus, local in ops:
+        if op == "info":
+            assert over_book.info(flavor) == plain.info(flavor)
+        elif op == "release" and held:
+            p = held.pop(gpus % len(held))
+            over_book.release(p)
+            plain.release(p)
+        else:
+            a, b = over_book.find(flavor, gpus, local), plain.find(flavor, gpus, local)
+            assert a == b
+            if a is not None:
+                over_book.take(a)
+                plain.take(a)
+                held.append(a)
+        assert over_book.total_free(flavor) == plain.total_free(flavor)
+
+
+def test_a_book_keeps_counts_totals_and_sorted_buckets() -> None:
+    c = _mixed_sizes_cluster()
+    book = FreeBook(Layout.of(c.nodes))
+    ids = book.layout.by_flavor["V100-16GB"]
+    book[ids[3]] = 0
+    book[ids[1]] = 2
+    book[ids[0]] = 2
+    assert book.total("V100-16GB") == sum(book[n] for n in ids)
+    assert book.positions("V100-16GB", 2) == [0, 1]
+    assert book.positions("V100-16GB", 0) == [3]
+    assert book.positions("V100-16GB", 4) == [2]
+
+
+def test_a_node_off_its_range_keeps_the_round_off_the_book() -> None:
+    """A shared gang's second booking briefly takes a node below 0: a round then starts from
+    the counts, and the book is back on its buckets once the count is."""
+    c = make_cluster().node("k80", gpus=2, count=2).build()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    node = layout.by_flavor["K80"][0]
+    book[node] = -1
+    assert not book.in_range
+    snap = Snapshot(0.0, c, (), free_gpus=book.counts())
+    assert FreeGpus.of_snapshot(snap, layout).total_free("K80") == 1
+    book[node] = 2
+    assert book.in_range and book.positions("K80", 2) == [0, 1]
+
+
+def test_stale_counts_refuse_to_be_read_and_the_round_uses_the_running_gangs() -> None:
+    c = make_cluster().node("k80", gpus=2, count=2).build()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    counts = book.counts()
+    node = layout.by_flavor["K80"][1]
+    book[node] = 0  # the driver books a change after the snapshot was taken
+    with pytest.raises(RuntimeError, match="free-GPU counts were taken at book version 0"):
+        counts[node]
+    running = JobView(make_job("a", gpus=2), JobState.RUNNING, 10.0,
+                      Placement("K80", ((layout.by_flavor["K80"][0], 2),)))
+    snap = Snapshot(0.0, c, (running,), free_gpus=counts)
+    free = FreeGpus.of_snapshot(snap, layout)
+    assert free.total_free("K80") == 2 and free.free_on(layout.by_flavor["K80"][0]) == 0
+
+
+def test_a_spread_gang_is_the_first_look_over_a_book_too() -> None:
+    """A gang bigger than any node is the round's first look at its flavor: the nodes it
+    takes go to the end of their buckets, over a book as over counts."""
+    c = make_cluster().node("v100", gpus=4, count=4).build()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    ids = layout.by_flavor["V100-16GB"]
+    book[ids[2]] = 1  # node 2 has one free GPU, the others four
+    answers = []
+    for free in (FreeGpus(c.nodes, base=book), FreeGpus(c.nodes, dict(book), layout)):
+        big = free.find("V100-16GB", 7, require_locality=False)  # leaves node 1 one GPU
+        assert big is not None
+        free.take(big)
+        answers.append((big, free.find("V100-16GB", 1, require_locality=True)))
+    assert answers[0] == answers[1]
+    assert answers[0][1] is not None and answers[0][1].gpus_by_node == ((ids[2], 1),)

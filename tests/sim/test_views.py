@@ -88,3 +88,20 @@ def test_a_split_of_other_jobs_is_never_trusted() -> None:
     wrong = JobSplit(views[:1], views[:1], ())
     snap = Snapshot(0.0, make_cluster().node("v100", gpus=4).build(), views, split_hint=wrong)
     assert snap.split() == JobSplit(views, (), views)
+
+
+def test_active_jobs_stay_in_index_order_and_report_every_change() -> None:
+    jobs = [SimJob(make_job(f"j{i}"), i, 0) for i in range(4)]
+    book = ViewBook(jobs)
+    active = book.active_jobs()
+    for i in (0, 2, 3):
+        active[i] = jobs[i]
+    assert [v.job_id for v in book.split(active).jobs] == ["j0", "j2", "j3"]
+    active[1] = jobs[1]  # a retry rejoins among later jobs
+    del active[3]
+    assert list(active) == [0, 1, 2]
+    assert [v.job_id for v in book.split(active).jobs] == ["j0", "j1", "j2"]
+    active.pop(0)
+    assert [v.job_id for v in book.split(active).waiting] == ["j1", "j2"]
+    with pytest.raises(TypeError, match="item assignment, del and pop only"):
+        active.update({3: jobs[3]})

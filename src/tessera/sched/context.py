@@ -21,17 +21,28 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tessera.sched.lp import LpSolver
 from tessera.sched.oracle import ThroughputOracle
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tessera.model.cluster import ClusterSpec
     from tessera.model.jobs import JobId
     from tessera.sched.options import PlacementOptions
     from tessera.sched.placement import Layout
-    from tessera.sched.snapshot import Placement
+    from tessera.sched.snapshot import JobSplit, JobView, Placement
+
+
+class UnheldGangs(Protocol):
+    """A driver that follows its running gangs between rounds (see :class:`StayPut`)."""
+
+    def unheld(self, split: JobSplit, stay_put: StayPut) -> Sequence[JobView] | None:
+        """A subset of ``split.running``, in its order, holding every job ``stay_put`` does
+        not hold (:meth:`StayPut.holds`); ``None`` if the driver no longer describes
+        ``split``."""
 
 
 class StayPut:
@@ -47,13 +58,24 @@ class StayPut:
     never remembered, as GPUs may free up. A new run is a new placement, so the memory
     never outlives the run it describes. It is valid for one oracle view and one pair of
     migration settings, and forgets everything when either changes.
+
+    Most running gangs are remembered, so finding the few that are not is a walk over every
+    running gang -- at every event. A driver that follows its running gangs between rounds
+    may offer to say which of them can still be unremembered (:meth:`narrow`, a
+    :class:`UnheldGangs`); a round then asks it and looks at those alone (:meth:`unsettled`).
+    The offer holds for one split of the jobs (the snapshot's
+    :class:`~tessera.sched.snapshot.JobSplit`); a round over any other split, or one the
+    driver can no longer answer for, walks every running gang.
     """
 
-    __slots__ = ("_by_job", "_terms")
+    __slots__ = ("_by_job", "_hint", "_terms", "generation")
 
     def __init__(self) -> None:
         self._by_job: dict[JobId, Placement] = {}
         self._terms: tuple[ThroughputOracle, float, float] | None = None
+        self._hint: tuple[JobSplit, UnheldGangs] | None = None
+        self.generation = 0
+        """Bumped whenever the memory forgets (a driver's hint is valid for one generation)."""
 
     def under(self, oracle: ThroughputOracle, opts: PlacementOptions,
               live_jobs: int) -> dict[JobId, Placement]:
@@ -65,11 +87,37 @@ class StayPut:
         held = self._terms
         if (held is None or held[0] is not oracle or held[1] != opts.migration_cost_s
                 or held[2] != opts.upgrade_min_gain):
-            self._by_job = {}
+            self._forget()
             self._terms = (oracle, opts.migration_cost_s, opts.upgrade_min_gain)
         elif len(self._by_job) > 2 * live_jobs + 1024:
-            self._by_job = {}
+            self._forget()
         return self._by_job
+
+    def _forget(self) -> None:
+        self._by_job = {}
+        self.generation += 1
+
+    def holds(self, view: JobView) -> bool:
+        """Whether ``view``'s run is remembered (a job without a placement counts as held:
+        there is nothing to move)."""
+        return self._by_job.get(view.spec.job_id) is view.placement
+
+    def narrow(self, split: JobSplit, source: UnheldGangs) -> None:
+        """A driver's offer for the next round over ``split``: ``source`` can tell which of
+        its running jobs the memory may not hold."""
+        self._hint = (split, source)
+
+    def unsettled(self, split: JobSplit) -> list[JobView]:
+        """The running jobs of ``split`` the memory does not hold, in order (from the
+        driver's offer when it answers for this split, else walking them all)."""
+        hint = self._hint
+        jobs: Sequence[JobView] | None = None
+        if hint is not None and hint[0] is split:
+            jobs = hint[1].unheld(split, self)
+        if jobs is None:
+            jobs = split.running
+        never = self._by_job
+        return [j for j in jobs if never.get(j.spec.job_id) is not j.placement]
 
 
 @dataclass(slots=True)

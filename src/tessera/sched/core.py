@@ -185,8 +185,8 @@ def _waiting_first(
     backfill(ranking.candidates, by_wait, new, free, oracle, now_s, opts,
              Releases(admitted, now_s))
     if policy.preemptive and len(new) == len(waiting):
-        upgrade(split.running, new, free, oracle, now_s, opts,
-                ctx.stay_put.under(oracle, opts, len(admitted)))
+        never = ctx.stay_put.under(oracle, opts, len(admitted))
+        upgrade(ctx.stay_put.unsettled(split), new, free, oracle, now_s, opts, never)
     lap("place")
     if len(new) < len(waiting) and policy.preemptive:
         return None
@@ -208,7 +208,8 @@ def _full_round(
     oracle = ctx.oracle.as_agnostic() if policy.agnostic else ctx.oracle
     free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
     by_id = {j.spec.job_id: j for j in admitted}
-    running = view.split().running
+    split = view.split()
+    running = split.running
     ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver))
     lap("order")
     sized = by_id
@@ -233,8 +234,9 @@ def _full_round(
                            now_s, opts)
         if len(run) == len(by_id):
             moved: dict[JobId, Placement] = {}
-            upgrade(admitted if ranking.sizes else running, moved, free, oracle, now_s, opts,
-                    ctx.stay_put.under(oracle, opts, len(admitted)))
+            never = ctx.stay_put.under(oracle, opts, len(admitted))
+            upgrade(admitted if ranking.sizes else ctx.stay_put.unsettled(split), moved, free,
+                    oracle, now_s, opts, never)
             run.update(moved)
     notes = ranking.notes
     if ranking.sizes:

@@ -12,6 +12,9 @@ Rules, in order:
 4. **Never over-allocate.** :class:`FreeGpus` is the only bookkeeper and refuses to go below 0.
 
 ``FreeGpus`` is a scratch structure owned by one decision round; the snapshot stays immutable.
+A round starts either from per-node counts (it then builds a flavor's buckets when it first
+needs them) or from a driver's :class:`~tessera.sched.free_book.FreeBook`, whose buckets are
+kept up to date between rounds (it then builds nothing; see :class:`FreeGpus`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.model.cluster import Node
+from tessera.sched.free_book import FreeBook, FreeCounts
 from tessera.sched.snapshot import Placement, Snapshot
 
 
@@ -43,13 +47,17 @@ class Layout:
     rack: Mapping[str, str]
     by_flavor: Mapping[str, tuple[str, ...]]
     size: Mapping[str, int]
+    position: Mapping[str, int]
+    """Each node's index in its flavor's ``by_flavor`` tuple."""
 
     @classmethod
     def of(cls, nodes: tuple[Node, ...]) -> Layout:
         by_flavor: dict[str, list[str]] = defaultdict(list)
         size: dict[str, int] = {}
+        position: dict[str, int] = {}
         for n in nodes:
             f = n.flavor.short
+            position[n.node_id] = len(by_flavor[f])
             by_flavor[f].append(n.node_id)
             size[f] = max(size.get(f, 0), n.gpus)
         return cls(
@@ -58,6 +66,7 @@ class Layout:
             rack={n.node_id: n.rack for n in nodes},
             by_flavor={f: tuple(ids) for f, ids in by_flavor.items()},
             size=size,
+            position=position,
         )
 
 
@@ -80,13 +89,25 @@ def _sum_over(free: Mapping[str, int], nodes: tuple[str, ...]) -> int:
 
 
 class FreeGpus:
-    """Free GPU counts per node, grouped by flavor.
+    """Free GPU counts per node, grouped by flavor: one round's scratch copy.
+
+    Best fit keeps the nodes of each flavor in *buckets* by free-GPU count. Which of two
+    equally good nodes a gang gets depends on a bucket's order, so that order is part of every
+    result: the flavor's nodes in layout order as they stood when the round first looked at
+    the flavor, then the nodes the round changed since, in the order it last changed them.
+    A round started from per-node counts builds a flavor's buckets at that first look (a walk
+    over its nodes). A round started from a driver's :class:`~tessera.sched.free_book.FreeBook`
+    (``base``) reads the book's sorted buckets instead and notes only the nodes it changes --
+    unless it changed nodes of the flavor before its first look, when it builds them too. The
+    order, and so every placement, is the same either way.
 
     Args:
         nodes: the nodes that are up.
         free: free GPUs per node if the caller already knows them (copied, never mutated);
             otherwise every node starts fully free.
         layout: the nodes' static layout, when the caller has it cached.
+        base: a driver's book to start from instead (its layout and counts are used; the book
+            must not change while this copy is in use).
     """
 
     def __init__(
@@ -94,33 +115,54 @@ class FreeGpus:
         nodes: tuple[Node, ...],
         free: Mapping[str, int] | None = None,
         layout: Layout | None = None,
+        base: FreeBook | None = None,
     ) -> None:
-        lay = layout or Layout.of(nodes)
+        lay = base.layout if base is not None else layout or Layout.of(nodes)
         self._layout = lay
         self._rack = lay.rack
         self._flavor = lay.flavor
         self._by_flavor = lay.by_flavor
         self._size = lay.size
-        if free is None:
-            self._free: dict[str, int] = dict(lay.capacity)
+        self._base = base
+        self._total: dict[str, int]
+        if base is not None:
+            self._free = base.counts_copy()
+            self._total = base.totals()
         else:
-            self._free = {n: free.get(n, c) for n, c in lay.capacity.items()} if len(
-                free) != len(lay.capacity) else dict(free)
-        self._total: dict[str, int] = {}
+            if free is None:
+                self._free = dict(lay.capacity)
+            else:
+                self._free = {n: free.get(n, c) for n, c in lay.capacity.items()} if len(
+                    free) != len(lay.capacity) else dict(free)
+            self._total = {}
         # flavor -> free count -> nodes with exactly that many free GPUs (insertion-ordered);
         # built on first use of a flavor, so a round that touches one flavor pays for one.
         self._buckets: dict[str, list[dict[str, None]]] = {}
+        # Over a book: flavor -> nodes changed since the first look, in order of last change;
+        # and the flavors changed before their first look (those build their own buckets).
+        self._late: dict[str, dict[str, None]] = {}
+        self._early: set[str] = set()
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
         """Free GPUs of a snapshot: the driver's counts when it keeps them, otherwise every
         up node's GPUs minus those the snapshot's running gangs hold.
 
+        Counts from a driver's book start the round from the book itself when it describes
+        these very nodes (``layout`` is the book's and every node is up); counts the driver
+        has changed since the snapshot was taken are not trusted: the running gangs decide.
+
         Args:
             layout: the cluster's layout, when the caller has it cached (ignored while some
                 nodes are down).
         """
         free = snapshot.free_gpus
+        if isinstance(free, FreeCounts):
+            book = free.current()
+            if book is None:
+                free = None
+            elif book.layout is layout and not snapshot.down_nodes and book.in_range:
+                return cls(snapshot.cluster.nodes, base=book)
         if free is None:
             used: dict[str, int] = {}
             for j in snapshot.jobs:
@@ -132,15 +174,58 @@ class FreeGpus:
             return cls(snapshot.up_nodes(), free)
         return cls(snapshot.cluster.nodes, free, layout)
 
-    def _bucketed(self, flavor: str) -> list[dict[str, None]]:
-        buckets = self._buckets.get(flavor)
-        if buckets is None:
-            buckets = [{} for _ in range(self._size.get(flavor, 0) + 1)]
-            free = self._free
-            for i in self._by_flavor.get(flavor, ()):
-                buckets[free[i]][i] = None
-            self._buckets[flavor] = buckets
+    def _look(self, flavor: str) -> list[dict[str, None]] | None:
+        """The round's first look at ``flavor``: start noting changes over the book (returns
+        ``None``), or build the flavor's buckets from the counts (returns them)."""
+        if self._base is not None and flavor not in self._early and flavor in self._by_flavor:
+            self._late[flavor] = {}
+            return None
+        buckets: list[dict[str, None]] = [{} for _ in range(self._size.get(flavor, 0) + 1)]
+        free = self._free
+        for i in self._by_flavor.get(flavor, ()):
+            buckets[free[i]][i] = None
+        self._buckets[flavor] = buckets
         return buckets
+
+    def _first(self, flavor: str, count: int) -> str | None:
+        """The first node of ``flavor`` with exactly ``count`` free GPUs, in bucket order
+        (see the class docstring); ``None`` if there is none."""
+        late = self._late.get(flavor)
+        if late is None:
+            buckets = self._buckets.get(flavor)
+            if buckets is None:
+                buckets = self._look(flavor)
+            if buckets is not None:
+                bucket = buckets[count]
+                return next(iter(bucket)) if bucket else None
+            late = self._late[flavor]
+        ids = self._by_flavor[flavor]
+        assert self._base is not None
+        for pos in self._base.positions(flavor, count):
+            n = ids[pos]
+            if n not in late:
+                return n
+        if late:
+            free = self._free
+            for n in late:
+                if free[n] == count:
+                    return n
+        return None
+
+    def _note(self, node_id: str, old: int, new: int) -> None:
+        """Move ``node_id`` from bucket ``old`` to bucket ``new`` (its count is the caller's)."""
+        flavor = self._flavor[node_id]
+        buckets = self._buckets.get(flavor)
+        if buckets is not None:
+            del buckets[old][node_id]
+            buckets[new][node_id] = None
+            return
+        late = self._late.get(flavor)
+        if late is not None:
+            late.pop(node_id, None)
+            late[node_id] = None
+        else:
+            self._early.add(flavor)
 
     def flavors(self) -> tuple[str, ...]:
         return tuple(self._by_flavor)
@@ -153,16 +238,14 @@ class FreeGpus:
         return t
 
     def info(self, flavor: str) -> BlockInfo:
-        buckets = self._bucketed(flavor)
-        largest = next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0)
+        first = self._first
+        largest = next((k for k in range(self._size.get(flavor, 0), 0, -1)
+                        if first(flavor, k) is not None), 0)
         return BlockInfo(self.total_free(flavor), largest)
 
     def _move(self, node_id: str, delta: int) -> None:
         old = self._free[node_id]
-        buckets = self._buckets.get(self._flavor[node_id])
-        if buckets is not None:
-            del buckets[old][node_id]
-            buckets[old + delta][node_id] = None
+        self._note(node_id, old, old + delta)
         self._free[node_id] = old + delta
 
     def free_on(self, node_id: str) -> int:
@@ -209,6 +292,8 @@ class FreeGpus:
             if buckets is not None:
                 del buckets[old][node_id]
                 buckets[new][node_id] = None
+            else:
+                self._note(node_id, old, new)
             free[node_id] = new
         self._total[flavor] = total + sign * placement.num_gpus
 
@@ -220,10 +305,13 @@ class FreeGpus:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
         if gpus > self.total_free(flavor):
             return None
-        buckets = self._bucketed(flavor)
-        for k in range(gpus, len(buckets)):
-            if buckets[k]:
-                return Placement(flavor, ((next(iter(buckets[k])), gpus),))
+        if flavor not in self._late and flavor not in self._buckets:
+            self._look(flavor)  # (the first look, even for a gang no single node can hold)
+        first = self._first
+        for k in range(gpus, self._size.get(flavor, 0) + 1):
+            node = first(flavor, k)
+            if node is not None:
+                return Placement(flavor, ((node, gpus),))
         if require_locality:
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])

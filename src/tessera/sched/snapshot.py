@@ -194,13 +194,16 @@ class QueueQuota:
     weight: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class JobSplit:
     """A snapshot's jobs split into the running and the rest, each in snapshot order.
 
     An event round looks at the waiting jobs first and at the running gangs only to move
     them (:func:`~tessera.sched.core.decide`), so it splits the jobs once; a driver that keeps
     the split between rounds may hand it over with the snapshot (``Snapshot.split_hint``).
+    A driver that keeps only the waiting jobs may leave the running ones to be picked out of
+    ``jobs`` when first asked for (``running=None``): an event round that places a newcomer
+    and moves nobody never asks.
 
     Attributes:
         jobs: the tuple this split describes (a split describes exactly one tuple).
@@ -209,7 +212,7 @@ class JobSplit:
     """
 
     jobs: tuple[JobView, ...]
-    running: tuple[JobView, ...]
+    _running: tuple[JobView, ...] | None
     waiting: tuple[JobView, ...]
 
     @classmethod
@@ -218,6 +221,22 @@ class JobSplit:
         running = JobState.RUNNING
         return cls(jobs, tuple([j for j in jobs if j.state is running]),
                    tuple([j for j in jobs if j.state is not running]))
+
+    @property
+    def running(self) -> tuple[JobView, ...]:
+        """The jobs whose state is RUNNING, in snapshot order."""
+        run = self._running
+        if run is None:
+            state = JobState.RUNNING
+            run = tuple([j for j in self.jobs if j.state is state])
+            object.__setattr__(self, "_running", run)
+        return run
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobSplit):
+            return NotImplemented
+        return (self.jobs == other.jobs and self.waiting == other.waiting
+                and self.running == other.running)
 
 
 @dataclass(frozen=True, slots=True)

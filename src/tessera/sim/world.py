@@ -39,6 +39,7 @@ from tessera.model.jobs import JobId, JobState, Workload
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import infeasibility
+from tessera.sched.free_book import FreeBook
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import Placement, Snapshot
@@ -106,8 +107,9 @@ class SimWorld:
         flaky_rng = random.Random(config.seed + 104729)
         for j in self.jobs:
             j.flaky = flaky_rng.random() < fcfg.job_failure_rate
-        self.active: dict[int, SimJob] = {}
         self.views = ViewBook(self.jobs)  # (snapshots rebuild only the changed jobs' views)
+        # The active jobs, in index order; every job joining or leaving is noted in the book.
+        self.active: dict[int, SimJob] = self.views.active_jobs()
         self.running: dict[int, SimJob] = {}
         self.policy_state: object = None
         self.samples: list[Sample] = []
@@ -117,7 +119,8 @@ class SimWorld:
         self.last_t = 0.0
         self.c = Counters()
         self.phase_ms: dict[str, float] = {}
-        self.free: dict[str, int] = {n.node_id: n.gpus for n in cluster.nodes}
+        # Free GPUs per node, with the per-flavor buckets a round's placement starts from.
+        self.free = FreeBook(self.ctx.layout(cluster))
         self.quotas = (config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
         self.validation = PreRunValidation(config.validation, oracle)
@@ -145,8 +148,10 @@ class SimWorld:
             self.active_integral += len(self.active) * (t_s - self.last_t)
             if advance_running and self.running:
                 self._ticks.append(t_s)
+        busy = -1  # (counted once per tick: nothing runs or stops between its samples)
         while t_s >= self.next_sample_s and t_s > self.last_t:
-            busy = sum(j.spec.num_gpus for j in self.running.values())
+            if busy < 0:
+                busy = sum(j.spec.num_gpus for j in self.running.values())
             self.samples.append(
                 Sample(self.next_sample_s, busy, len(self.active) - len(self.running),
                        len(self.running))
@@ -177,11 +182,11 @@ class SimWorld:
         when the world books them (``free_gpus``; otherwise the core derives them from the
         running gangs)."""
         self._catch_up()
-        split = self.views.split(self.active)
+        split = self.views.split(self.active, self.ctx.stay_put)
         return Snapshot(
             now_s=t_s, cluster=self.cluster, jobs=split.jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
-            free_gpus=dict(self.free) if free_gpus else None, quotas=self.quotas,
+            free_gpus=self.free.counts() if free_gpus else None, quotas=self.quotas,
             split_hint=split,
         )
 
@@ -242,7 +247,6 @@ class SimWorld:
         if not self.active:
             self.next_sample_s = max(self.next_sample_s, t_s - t_s % self.cfg.sample_every_s)
         self.active[job.idx] = job
-        self.views.touch(job.idx)
         self.active_cum[job.idx] = self.active_integral
         job.last_update_s = t_s
         job.pending_since_s = t_s
@@ -258,7 +262,6 @@ class SimWorld:
         job.finish_s = t_s
         job.set_wait(None, t_s)
         del self.active[job.idx]
-        self.views.touch(job.idx)
         self.close_ftf(job)
         return 1
 
@@ -281,7 +284,6 @@ class SimWorld:
         move(job, JobState.FAILED)
         job.attempts += 1
         del self.active[job.idx]
-        self.views.touch(job.idx)
         self.close_ftf(job)
         job.set_wait(None, t_s)
         if job.attempts <= job.max_retries:
@@ -297,9 +299,7 @@ class SimWorld:
         job.last_update_s = t_s
         job.startup_s = self.sched.restore_s
         job.view = None
-        self.active[job.idx] = job
-        self.views.touch(job.idx)
-        self.active = dict(sorted(self.active.items()))
+        self.active[job.idx] = job  # (sorted in among the later jobs: see ActiveJobs)
         self.active_cum[job.idx] = self.active_integral
         self.validation.begin(job)
 
