@@ -102,9 +102,10 @@ def sia_configs(nodes: tuple[Node, ...], max_gpus: int | None = None) -> tuple[C
     return tuple(out)
 
 
+@lru_cache(maxsize=64)
 def all_counts_configs(nodes: tuple[Node, ...], max_gpus: int) -> tuple[Config, ...]:
     """Every GPU count from 1 to ``max_gpus`` on every flavor (Pollux allocates replicas one by
-    one), capped at each flavor's GPUs."""
+    one), capped at each flavor's GPUs. (Cached as :func:`sia_configs` is.)"""
     out: list[Config] = []
     for fl, (count, per) in flavor_nodes(nodes).items():
         out += [Config(fl, n, per) for n in range(1, min(max_gpus, count * per) + 1)]
