@@ -36,8 +36,9 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from tessera.model.cluster import ClusterSpec, load_cluster
@@ -132,8 +133,17 @@ def comparison(sets: list[str], per_set: int | None, labels: list[str], calibrat
                per_workload: bool = False) -> None:
     tasks = [(f"sia-{s}-{i}", label, calibrated, from_m0) for s in sets
              for i in range(first, (per_set or SETS[s]) + 1) for label in labels]
+    results = []
     with ProcessPoolExecutor(procs) as pool:
-        results = list(pool.map(run_one, tasks))
+        for done in as_completed([pool.submit(run_one, t) for t in tasks]):
+            name, label, r = done.result()
+            results.append((name, label, r))
+            print(f"  done {name} {label}: avg JCT {r.avg_h!r} h, {r.cpu_s:.1f} s CPU, "
+                  f"{r.wall_s:.1f} s wall", file=sys.stderr, flush=True)
+    order = {(f"sia-{s}-{i}", label): k for k, (s, i, label) in enumerate(
+        (s, i, label) for s in sets for i in range(first, (per_set or SETS[s]) + 1)
+        for label in labels)}
+    results.sort(key=lambda t: order[(t[0], t[1])])
     print(f"\nSia workloads on sia-64 ({'calibrated as Sia' if calibrated else 'uncalibrated'}"
           f"; elastic batches from {'M0' if from_m0 else 'the trace batch'}); means over "
           "workloads")
@@ -237,6 +247,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="philly-1..2 only, 1 latency repeat")
     ap.add_argument("--latency-only", action="store_true")
+    ap.add_argument("--no-latency", action="store_true", help="part 1 only")
     args = ap.parse_args()
     if find_data("traces/sia_workloads") is None:
         print("../shared/data/traces/sia_workloads not found: part 1 skipped")
@@ -245,7 +256,8 @@ def main() -> None:
         per_set = 2 if args.quick else args.per_set
         comparison(sets, per_set, args.policies.split(","), not args.uncalibrated, args.procs,
                    not args.trace_batch_floor, args.first, args.per_workload)
-    latency(1 if args.quick else args.repeats)
+    if not args.no_latency:
+        latency(1 if args.quick else args.repeats)
 
 
 if __name__ == "__main__":
