@@ -160,17 +160,14 @@ def _dp(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config]
                if pinned.get(j, c) == c and configs[c].flavor in axis
                and configs[c].num_gpus <= capacity[configs[c].flavor]]
               for j, row in enumerate(values)]
-    lows = _needed_from(usable, [capacity[f] for f in flavors])
     for j, opts in enumerate(usable):
         best = tables[-1]
         new = best.copy() if j not in pinned else np.full(shape, -np.inf)
-        low = lows[j]
         for _k, ax, g, v in opts:
-            src = [slice(lo, None) for lo in low]
-            dst = list(src)
-            start = max(low[ax], g)
-            src[ax] = slice(start - g, shape[ax] - g)
-            dst[ax] = slice(start, None)
+            src = [slice(None)] * len(shape)
+            dst = [slice(None)] * len(shape)
+            src[ax] = slice(0, shape[ax] - g)
+            dst[ax] = slice(g, None)
             c_view, t_view = buf[tuple(dst)], new[tuple(dst)]
             np.add(best[tuple(src)], v, out=c_view)
             np.maximum(t_view, c_view, out=t_view)
@@ -188,25 +185,6 @@ def _dp(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config]
             picked[j] = c
             at[axis[configs[c].flavor]] -= configs[c].num_gpus
     return Choices(picked, total)
-
-
-def _needed_from(usable: Sequence[Sequence[tuple[int, int, int, float]]],
-                 capacity: list[int]) -> list[list[int]]:
-    """Per job, the lowest free GPUs per flavor at which the table after its step is ever
-    read: the answer is read at full capacity, and the jobs after ``j`` take at most their
-    largest option of each flavor from it, so states below ``capacity − Σ_{k>j} largest_k``
-    are never reached (not by the later steps, not by :func:`_pick`). Each step computes only
-    the states at or above it: the same values as the whole table there, far less work when
-    the last jobs are small (new jobs may take 1 GPU before they first run)."""
-    lows: list[list[int]] = []
-    after = [0] * len(capacity)
-    for opts in reversed(usable):
-        lows.append([max(c - a, 0) for c, a in zip(capacity, after, strict=True)])
-        most = [0] * len(capacity)
-        for _k, ax, g, _v in opts:
-            most[ax] = max(most[ax], g)
-        after = [a + m for a, m in zip(after, most, strict=True)]
-    return lows[::-1]
 
 
 def _pick(best: np.ndarray, opts: Sequence[tuple[int, int, int, float]], at: list[int],
