@@ -11,7 +11,10 @@
   Gavel's max-sum-throughput policy on the same rigid jobs).
 
 Jobs are calibrated as Sia's simulator does (:func:`tessera.workload.elastic.sia_calibrated`:
-cifar10 1.8×, other models 1.2× slower than profiled) unless ``--uncalibrated``. Printed per
+cifar10 1.8×, other models 1.2× slower than profiled) unless ``--uncalibrated``, and, for the
+elastic policies, tune their batch from their model's smallest validated batch ``M0`` up, as
+Sia's simulator's adaptive jobs do (:func:`tuned_from_m0`), unless ``--trace-batch-floor``
+(the trace's batch as the floor, this benchmark's setting before 2026-12-02). Printed per
 set: mean over its workloads of the average JCT, p99 JCT, makespan (h) and GPU-hours per job,
 resizes per job, beside Sia's Table 3 average JCT and the ratio to it.
 
@@ -33,12 +36,14 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from tessera.model.cluster import ClusterSpec, load_cluster
-from tessera.model.jobs import JobId, JobSpec, JobState
+from tessera.model.jobs import JobId, JobSpec, JobState, Workload
+from tessera.perf.efficiency import load_efficiency
 from tessera.perf.sia_table import sia_throughputs
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import decide
@@ -75,15 +80,43 @@ class Row:
     resizes_per_job: float
     unfinished: int
     wall_s: float
+    cpu_s: float
 
 
-def run_one(task: tuple[str, str, bool]) -> tuple[str, str, Row]:
-    """Simulate one (workload, policy label) pair."""
-    name, label, calibrated = task
+def tuned_from_m0(workload: Workload) -> Workload:
+    """``workload`` with every elastic job's batch range starting at its model's ``M0``.
+
+    Sia's trace gives each job a batch (cifar10 2,048 or 4,096, deepspeech2 320 or 640, bert
+    384, imagenet 1,600 or 3,200, yolov3 64), which Tessera's Sia reader makes the job's
+    initial batch and so the floor of its tuning. Sia's simulator does not: an adaptive job
+    tunes its batch between ``max(M0, smallest local batch × GPUs)`` and the model's largest
+    validated batch (``Job.update_local_bsz`` → ``GoodputFunction.optimize`` in Sia's
+    artifact, ``M0`` = ``Application.init_batch_size``, the smallest validation batch); the
+    trace's batch only caps the batch its *policy* plans with (``Job.get_speedup_fn``), which
+    is not modelled here (policies plan up to the model's largest batch, as the job runs).
+    Jobs without an elastic range are unchanged."""
+    jobs = []
+    for j in workload.jobs:
+        e = j.elastic
+        if e is not None:
+            m0 = load_efficiency(e.efficiency_model).initial_batch_samples
+            j = replace(j, elastic=replace(e, initial_batch_samples=m0))
+        jobs.append(j)
+    return replace(workload, jobs=tuple(jobs),
+                   notes=(*workload.notes, "elastic jobs tune their batch from their model's M0"))
+
+
+def run_one(task: tuple[str, str, bool] | tuple[str, str, bool, bool]) -> tuple[str, str, Row]:
+    """Simulate one (workload, policy label[, calibrated[, batch from M0]]) pair."""
+    name, label, calibrated = task[:3]
+    from_m0 = task[3] if len(task) > 3 else True
+    cpu0 = time.process_time()
     table = sia_throughputs()
     w = load_trace(name, throughputs=table)
     if calibrated:
         w = sia_calibrated(w)
+    if from_m0 and label != "gavel":
+        w = tuned_from_m0(w)
     pol, round_s = POLICIES[label]
     cfg = SimConfig(scheduler=SchedulerSettings(round_s=round_s))
     r = simulate(w, load_cluster("sia-64"), pol, cfg, table)
@@ -91,20 +124,32 @@ def run_one(task: tuple[str, str, bool]) -> tuple[str, str, Row]:
     busy_s = sum(float(x.split("=")[1]) for j in r.jobs
                  for x in j.gpu_s_by_flavor.split(";") if x)
     return name, label, Row(s.avg_jct_s / 3600, s.p99_jct_s / 3600, s.makespan_s / 3600,
-                            busy_s / 3600 / s.jobs, s.resizes / s.jobs, s.unfinished, r.wall_s)
+                            busy_s / 3600 / s.jobs, s.resizes / s.jobs, s.unfinished, r.wall_s,
+                            time.process_time() - cpu0)
 
 
 def comparison(sets: list[str], per_set: int | None, labels: list[str], calibrated: bool,
-               procs: int) -> None:
-    tasks = [(f"sia-{s}-{i}", label, calibrated) for s in sets
-             for i in range(1, (per_set or SETS[s]) + 1) for label in labels]
+               procs: int, from_m0: bool = True, first: int = 1,
+               per_workload: bool = False) -> None:
+    tasks = [(f"sia-{s}-{i}", label, calibrated, from_m0) for s in sets
+             for i in range(first, (per_set or SETS[s]) + 1) for label in labels]
+    results = []
     with ProcessPoolExecutor(procs) as pool:
-        results = list(pool.map(run_one, tasks))
-    print(f"\nSia workloads on sia-64 ({'calibrated as Sia' if calibrated else 'uncalibrated'}); "
-          "means over workloads")
+        for done in as_completed([pool.submit(run_one, t) for t in tasks]):
+            name, label, r = done.result()
+            results.append((name, label, r))
+            print(f"  done {name} {label}: avg JCT {r.avg_h!r} h, {r.cpu_s:.1f} s CPU, "
+                  f"{r.wall_s:.1f} s wall", file=sys.stderr, flush=True)
+    order = {(f"sia-{s}-{i}", label): k for k, (s, i, label) in enumerate(
+        (s, i, label) for s in sets for i in range(first, (per_set or SETS[s]) + 1)
+        for label in labels)}
+    results.sort(key=lambda t: order[(t[0], t[1])])
+    print(f"\nSia workloads on sia-64 ({'calibrated as Sia' if calibrated else 'uncalibrated'}"
+          f"; elastic batches from {'M0' if from_m0 else 'the trace batch'}); means over "
+          "workloads")
     print(f"{'set':9} {'policy':13} {'n':>2} {'avg JCT h':>9} {'Sia T3':>6} {'ratio':>6} "
           f"{'p99 h':>6} {'mksp h':>7} {'GPU-h/job':>9} {'resz/job':>8} {'unfin':>5} "
-          f"{'wall s':>6}")
+          f"{'CPU s':>6} {'wall s':>6}")
     for s in sets:
         for label in labels:
             rows = [r for name, lab, r in results if lab == label and name.startswith(f"sia-{s}-")]
@@ -117,7 +162,12 @@ def comparison(sets: list[str], per_set: int | None, labels: list[str], calibrat
                   f"{statistics.mean(r.gpu_h_per_job for r in rows):9.2f} "
                   f"{statistics.mean(r.resizes_per_job for r in rows):8.2f} "
                   f"{sum(r.unfinished for r in rows):5d} "
+                  f"{statistics.mean(r.cpu_s for r in rows):6.1f} "
                   f"{statistics.mean(r.wall_s for r in rows):6.1f}")
+    if per_workload:
+        print("\nper workload: avg JCT h (full precision), CPU s, wall s")
+        for name, label, r in results:
+            print(f"{name:18} {label:13} {r.avg_h!r:22} {r.cpu_s:6.1f} {r.wall_s:6.1f}")
 
 
 MODELS = (("cifar10", 2048), ("deepspeech2", 320), ("bert", 384), ("yolov3", 64),
@@ -188,18 +238,26 @@ def main() -> None:
     ap.add_argument("--per-set", type=int, default=None, help="workloads per set (default all)")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--uncalibrated", action="store_true", help="jobs as profiled")
+    ap.add_argument("--trace-batch-floor", action="store_true",
+                    help="elastic jobs tune their batch from the trace's batch, not M0")
+    ap.add_argument("--first", type=int, default=1, help="first workload of each set")
+    ap.add_argument("--per-workload", action="store_true",
+                    help="also print each workload's average JCT (full precision) and CPU s")
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="philly-1..2 only, 1 latency repeat")
     ap.add_argument("--latency-only", action="store_true")
+    ap.add_argument("--no-latency", action="store_true", help="part 1 only")
     args = ap.parse_args()
     if find_data("traces/sia_workloads") is None:
         print("../shared/data/traces/sia_workloads not found: part 1 skipped")
     elif not args.latency_only:
         sets = ["philly"] if args.quick else args.sets.split(",")
         per_set = 2 if args.quick else args.per_set
-        comparison(sets, per_set, args.policies.split(","), not args.uncalibrated, args.procs)
-    latency(1 if args.quick else args.repeats)
+        comparison(sets, per_set, args.policies.split(","), not args.uncalibrated, args.procs,
+                   not args.trace_batch_floor, args.first, args.per_workload)
+    if not args.no_latency:
+        latency(1 if args.quick else args.repeats)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
-from tessera.errors import NoProfileError, SpecError
-from tessera.perf.goodput import best_batch, goodput, packed_placement
+from tessera.errors import NoProfileError, SpecError, TraceFormatError
+from tessera.perf.goodput import best_batch, goodput, load_step_times, packed_placement
 from tests.sia_hand import BUNDLED, rows, step_sync
 
 
@@ -107,3 +109,43 @@ def test_best_batch_refuses_impossible_configurations() -> None:
         best_batch("bert", "V100", (8, 8), 0.0, max_batch=48)
     with pytest.raises(NoProfileError, match="never measured"):
         goodput("cifar10", "T4", (9,), 1024, 0.0)
+
+
+def _scalability(model: str, suffix: str, nodes: int, gpus: int) -> dict[int, tuple[float, float]]:
+    return {int(r["local_bsz"]): (float(r["step_time"]), float(r["sync_time"]))
+            for r in rows(BUNDLED / model / f"scalability-{suffix}.csv")
+            if int(r["num_nodes"]) == nodes and int(r["num_replicas"]) == gpus}
+
+
+def test_a_gang_beyond_the_placement_files_takes_the_scalability_rows() -> None:
+    # 24 T4s on six servers: no placement file has it, Sia's scalability file measured it.
+    # At a measured (servers, GPUs, local batch) the interpolation returns the row itself.
+    measured = _scalability("deepspeech2", "aws", 6, 24)
+    times = load_step_times("deepspeech2", "T4")
+    assert times.measured_local_batches((4,) * 6) == tuple(sorted(measured))
+    for b, (step, sync) in measured.items():
+        assert times.step_and_sync_s((4,) * 6, b) == pytest.approx((step, sync), rel=1e-9)
+    est = goodput("deepspeech2", "T4", (4,) * 6, 24 * 20, 0.0)
+    assert est.iteration_time_s == pytest.approx(measured[20][0], rel=1e-9)
+
+
+def test_a_gang_between_measured_sizes_is_interpolated_inside_the_measured_hull() -> None:
+    # 20 T4s on five servers lies between the four-server placements and the six-server
+    # scalability rows: answered, between its neighbours at the same local batch.
+    times = load_step_times("deepspeech2", "T4")
+    step, _sync = times.step_and_sync_s((4,) * 5, 20)
+    four, _ = step_sync(BUNDLED, "deepspeech2", "aws", [4, 4, 4, 4], 20)
+    six = _scalability("deepspeech2", "aws", 6, 24)[20][0]
+    assert min(four, six) <= step <= max(four, six)
+    with pytest.raises(NoProfileError, match="beyond them the scalability rows"):
+        times.step_and_sync_s((9,), 20)  # nine GPUs on one server: outside the hull
+
+
+def test_a_bad_scalability_row_is_named(tmp_path: Path) -> None:
+    model = tmp_path / "cifar10"
+    model.mkdir()
+    shutil.copy(BUNDLED / "cifar10" / "placements-aws.csv", model)
+    (model / "scalability-aws.csv").write_text(
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n6,24.5,32,1.0,0.1\n")
+    with pytest.raises(TraceFormatError, match=r"cifar10/scalability-aws.csv:2.*must be whole"):
+        load_step_times("cifar10", "T4", root=tmp_path)

@@ -20,6 +20,15 @@ what lets bert and yolov3 keep their large batches on the 11-16 GB GPUs. Step an
 from the measured placement (:mod:`tessera.perf.sia`), interpolated linearly between measured
 local batches and never extrapolated.
 
+**Placements that were not measured** (more than 16 GPUs, or servers laid out as no placement
+file has them, e.g. 24 T4s on six servers) are answered as Sia's simulator answers them
+(``Application.get_throughput`` in Sia's ``applications.py``): linear interpolation over
+``(servers, GPUs, local batch)`` between the placement rows (averaged per servers and GPUs) and
+the *scalability* files, which measured gangs of up to 64 T4s on 16 servers, 24 RTX 2080 Tis on
+3 and 16 A100s on 2 (:class:`ScaledSteps`, SciPy's ``LinearNDInterpolator``, as Sia). The local
+batches tried there are those the scalability rows measured on at least as many servers and
+GPUs (Sia's ``get_max_local_bsz``); outside the measured hull there is no answer.
+
 The **best batch** for a configuration maximises goodput over the global batches between the
 initial and the largest profiled one. The candidates are the batches ``N × k × b`` whose split
 uses a measured micro-batch ``b`` with ``k`` the fewest passes that fit, plus the range's two
@@ -34,16 +43,20 @@ function numerically).
 
 from __future__ import annotations
 
+import csv
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from tessera.errors import NoProfileError, SpecError
+import numpy as np
+from scipy.interpolate import LinearNDInterpolator
+
+from tessera.errors import NoProfileError, SpecError, TraceFormatError
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.efficiency import EfficiencyProfile, load_efficiency
-from tessera.perf.sia import load_sia_profile
+from tessera.perf.sia import SIA_SUFFIX_FLAVOR, load_sia_profile, model_dir
 from tessera.perf.sia_table import interpolate_step_time
 
 Placement = tuple[int, ...]
@@ -112,16 +125,21 @@ class StepTimes:
     model: str
     flavor: GpuFlavor
     points: dict[str, tuple[tuple[int, float, float], ...]]
+    scaled: ScaledSteps | None = None
 
     def _points(self, placement: Placement) -> tuple[tuple[int, float, float], ...]:
-        try:
-            return self.points[_key(placement)]
-        except KeyError:
+        key = _key(placement)
+        got = self.points.get(key)
+        if got is None and self.scaled is not None:
+            got = self.scaled.points(placement)
+        if not got:
             have = sorted({sum(int(c) for c in k) for k in self.points})
             raise NoProfileError(
                 f"{self.model} on {self.flavor.short}: placement {list(placement)} was never "
-                f"measured (measured gang sizes: {have[0]}-{have[-1]})"
-            ) from None
+                f"measured (measured gang sizes: {have[0]}-{have[-1]}"
+                f"{'' if self.scaled is None else ', beyond them the scalability rows'})"
+            )
+        return got
 
     def local_batch_range(self, placement: Placement) -> tuple[int, int]:
         """Smallest and largest measured local batch at ``placement`` (the largest fits memory)."""
@@ -171,9 +189,55 @@ class StepTimes:
         return config.accumulation_steps * (step - sync) + sync
 
 
+ScaleRow = tuple[int, int, int, float, float]
+"""One measured ``(servers, GPUs, local batch, step time s, sync time s)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledSteps:
+    """Step and sync times of placements no placement file measured, as Sia's simulator
+    computes them (module doc): linear over ``(servers, GPUs, local batch)`` between the
+    placement rows, averaged per ``(servers, GPUs, local batch)``, and the scalability rows.
+
+    Attributes:
+        cloud: the interpolation's data points.
+        scalability: the scalability rows alone (they say which local batches fit).
+    """
+
+    cloud: tuple[ScaleRow, ...]
+    scalability: tuple[ScaleRow, ...]
+    _memo: dict[tuple[int, int], tuple[tuple[int, float, float], ...]] = field(
+        default_factory=dict, compare=False, repr=False)
+    _interp: list[LinearNDInterpolator] = field(default_factory=list, compare=False, repr=False)
+
+    def points(self, placement: Placement) -> tuple[tuple[int, float, float], ...]:
+        """``(local batch, step s, sync s)`` at ``placement`` for each local batch the
+        scalability rows measured on at least as many servers and GPUs, inside the measured
+        hull (empty: no answer)."""
+        nodes, gpus = sum(1 for g in placement if g), sum(placement)
+        got = self._memo.get((nodes, gpus))
+        if got is None:
+            batches = sorted({b for n, r, b, _s, _y in self.scalability
+                              if n >= nodes and r >= gpus})
+            out = []
+            if batches and self.cloud:
+                if not self._interp:
+                    xs = np.asarray([row[:3] for row in self.cloud], dtype=float)
+                    ys = np.asarray([row[3:] for row in self.cloud], dtype=float)
+                    self._interp.append(LinearNDInterpolator(xs, ys))
+                # Sia caps the servers at 16, the most its scalability rows measured.
+                at = np.asarray([(min(nodes, 16), gpus, b) for b in batches], dtype=float)
+                for b, (step, sync) in zip(batches, self._interp[0](at), strict=True):
+                    if math.isfinite(step) and math.isfinite(sync) and step > 0:
+                        out.append((b, float(step), float(sync)))
+            got = self._memo[(nodes, gpus)] = tuple(out)
+        return got
+
+
 def load_step_times(model: str, flavor: str | GpuFlavor,
                     root: str | Path | None = None) -> StepTimes:
-    """The placement profiles of ``model`` on ``flavor`` as :class:`StepTimes` (cached)."""
+    """The placement profiles of ``model`` on ``flavor`` as :class:`StepTimes` (cached), with
+    its scalability rows for placements beyond them (:class:`ScaledSteps`)."""
     fl = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
     return _step_times(model, fl.name, None if root is None else str(root))
 
@@ -182,10 +246,12 @@ def load_step_times(model: str, flavor: str | GpuFlavor,
 def _step_times(model: str, flavor_name: str, root: str | None) -> StepTimes:
     prof = load_sia_profile(model, flavor_name, root)
     acc: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    grouped: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
     for p, b, st, sy in zip(prof.placement, prof.local_bsz, prof.step_time_s, prof.sync_time_s,
                             strict=True):
         if st > 0:
             acc[_key(p)][b].append((st, sy))
+            grouped[(len(p), sum(int(c) for c in p), b)].append((st, sy))
     points = {
         key: tuple(
             (b, sum(s for s, _ in v) / len(v), sum(y for _, y in v) / len(v))
@@ -193,7 +259,36 @@ def _step_times(model: str, flavor_name: str, root: str | None) -> StepTimes:
         )
         for key, by_b in acc.items()
     }
-    return StepTimes(model, prof.flavor, points)
+    scale = _scalability_rows(model, flavor_name, root)
+    cloud = tuple((n, r, b, sum(s for s, _ in v) / len(v), sum(y for _, y in v) / len(v))
+                  for (n, r, b), v in sorted(grouped.items())) + scale
+    return StepTimes(model, prof.flavor, points, ScaledSteps(cloud, scale) if scale else None)
+
+
+def _scalability_rows(model: str, flavor_name: str, root: str | None) -> tuple[ScaleRow, ...]:
+    """The rows of ``model``'s ``scalability-<suffix>.csv`` files of ``flavor_name`` (columns
+    read by header; rows with a non-positive step time skipped, as for placements)."""
+    out: list[ScaleRow] = []
+    for f in sorted(model_dir(model, root).iterdir(), key=lambda f: f.name):
+        name = f.name
+        if not (name.startswith("scalability-") and name.endswith(".csv")):
+            continue
+        suffix = name[len("scalability-"):-len(".csv")]
+        if suffix not in SIA_SUFFIX_FLAVOR or resolve_flavor(
+                SIA_SUFFIX_FLAVOR[suffix]).name != flavor_name:
+            continue
+        for line, row in enumerate(csv.DictReader(f.read_text().splitlines()), start=2):
+            try:
+                n, g, b = (float(row[c]) for c in ("num_nodes", "num_replicas", "local_bsz"))
+                if not (n.is_integer() and g.is_integer() and b.is_integer()):
+                    raise ValueError(f"servers, GPUs and local batch must be whole: {n}, {g}, {b}")
+                r = (int(n), int(g), int(b), float(row["step_time"]), float(row["sync_time"]))
+            except (KeyError, ValueError, TypeError) as e:
+                raise TraceFormatError(f"{model}/{name}", line, None,
+                                       f"bad scalability row: {e}") from None
+            if r[3] > 0:
+                out.append(r)
+    return tuple(out)
 
 
 def estimate(times: StepTimes, efficiency: EfficiencyProfile, placement: Placement,

@@ -14,10 +14,12 @@ simulators do:
   only from one epoch of the validation curves to the next, so a round-long lag is a small
   fraction of an epoch for every model here. A changed speed re-books the job's completion;
 * **cost** -- every start, resize (new GPU count), migration (same count, other GPUs) and
-  resume after a preemption holds the new GPUs for the model's checkpoint-restore time as Sia
-  measured it (:data:`~tessera.sched.elastic_goodput.RESTART_S`, 25-250 s) instead of the
-  rigid ``checkpoint_s + restore_s`` (the first start too: Sia's simulator charges a job's
-  start-up like any re-allocation); resizes are counted apart from migrations;
+  resume after a preemption holds the new GPUs for the model's checkpoint-restore time as Sia's
+  simulator charges it (:data:`~tessera.sched.elastic_goodput.RESCALE_S`, 25-250 s; its
+  policy assumes the shorter :data:`~tessera.sched.elastic_goodput.RESTART_S` for cifar10 and
+  yolov3) instead of the rigid ``checkpoint_s + restore_s`` (the first start too: Sia's
+  simulator charges a job's start-up like any re-allocation); resizes are counted apart from
+  migrations;
 * **calibration** -- the true speed is the profile's divided by ``ElasticRange.slowdown``
   (Sia's simulator slows its models 1.2-1.8×, :func:`tessera.workload.elastic.sia_calibrated`);
   policies plan with the profile.
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tessera.model.jobs import JobState
-from tessera.sched.elastic_goodput import GoodputModel, restart_s
+from tessera.sched.elastic_goodput import GoodputModel, rescale_s
 from tessera.sched.snapshot import Placement
 from tessera.sim.state import SimJob
 
@@ -55,14 +57,14 @@ class ElasticRuns:
         Pollux's simulators charge the start-up like any re-allocation)."""
         self._running[job.idx] = job
         if job.first_start_s is None and job.spec.elastic is not None:
-            job.startup_s = restart_s(job.spec.elastic)
+            job.startup_s = rescale_s(job.spec.elastic)
         return self.model.steps_per_s(job.spec, p, self._progress(job))
 
     def restart_s(self, job: SimJob, default_s: float) -> float:
         """What the next start of ``job`` after a stop costs: its model's checkpoint-restore
         time if it is elastic, else ``default_s``."""
         e = job.spec.elastic
-        return default_s if e is None else restart_s(e)
+        return default_s if e is None else rescale_s(e)
 
     def moved(self, job: SimJob, new: Placement) -> None:
         """Count a running job's new placement as a resize or a migration."""

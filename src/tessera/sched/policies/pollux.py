@@ -39,8 +39,10 @@ import math
 
 from pydantic import Field
 
+from tessera.model.gpus import GpuFlavor
+from tessera.model.jobs import ElasticRange
 from tessera.perf.goodput import packed_placement
-from tessera.sched.elastic_goodput import all_counts_configs, progress_samples
+from tessera.sched.elastic_goodput import Config, all_counts_configs, progress_samples
 from tessera.sched.elastic_ilp import choose_configs
 from tessera.sched.elastic_policy import (
     ConfigSet,
@@ -91,6 +93,13 @@ def fitness(speedups: list[float], p: float) -> float:
 class Pollux(ElasticPolicy):
     Config = PolluxConfig
 
+    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
+                 name: str = "") -> None:
+        super().__init__(config, agnostic, name)
+        self._rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
+                         tuple[dict[int, float], tuple[tuple[int, float, float], ...]]] = {}
+        self._row_configs: tuple[Config, ...] = ()
+
     def rank(self, ctx: PolicyContext) -> Ranking:
         cfg = self.config
         assert isinstance(cfg, PolluxConfig)
@@ -129,12 +138,41 @@ class Pollux(ElasticPolicy):
                 if c is not None:
                     out.append((c, spec.num_gpus / fair))
             return out
-        progress = progress_samples(v, now_s)
+        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress_samples(v, now_s))
+        if not blind:
+            return []
+        base_n = max((n for n in blind if n <= fair), default=min(blind))
+        base = blind[base_n]
+        out = []
+        for c, g, b in row:
+            out.append((c, g / base))
+            batches[(j, c)] = b
+        return out
+
+    def _blind_row(self, sets: ConfigSet, v: JobView, hi: int, progress: float,
+                   ) -> tuple[dict[int, float], tuple[tuple[int, float, float], ...]]:
+        """Elastic job ``v``'s type-blind goodput per GPU count up to ``hi``, and ``(index,
+        goodput, best batch)`` of each base configuration it may take.
+
+        Cached per (range, flavors, ``hi``, epochs under way) for one configuration tuple, as
+        :meth:`GoodputModel.row` is: every estimate it is made of depends on progress only
+        through those epochs, so the cache is exact."""
+        spec = v.spec
+        e = spec.elastic
+        assert e is not None
+        configs = sets.base_configs
+        if configs is not self._row_configs or len(self._rows) > 65536:
+            self._rows.clear()
+            self._row_configs = configs
+        key = (e, spec.flavors, hi, self.model.epochs(e.efficiency_model, progress))
+        got = self._rows.get(key)
+        if got is not None:
+            return got
         blind: dict[int, float] = {}
         batch: dict[tuple[str, int], float] = {}
         per_flavor = _per_node(sets)
-        for n in sorted({c.num_gpus for c in sets.configs[:sets.base]}):
-            if not e.min_gpus <= n <= min(e.max_gpus, most):
+        for n in sorted({c.num_gpus for c in configs}):
+            if not e.min_gpus <= n <= hi:
                 continue
             goods = []
             for fl, per in per_flavor.items():
@@ -144,18 +182,14 @@ class Pollux(ElasticPolicy):
                     batch[(fl, n)] = est.config.global_batch_samples
             if goods:
                 blind[n] = sum(goods) / len(goods)
-        if not blind:
-            return []
-        base_n = max((n for n in blind if n <= fair), default=min(blind))
-        base = blind[base_n]
-        out = []
-        for c, config in enumerate(sets.configs[:sets.base]):
+        row = []
+        for c, config in enumerate(configs):
             g = blind.get(config.num_gpus)
             b = batch.get((config.flavor, config.num_gpus))
             if g is not None and b is not None and sets.allowed(spec, c):
-                out.append((c, g / base))
-                batches[(j, c)] = b
-        return out
+                row.append((c, g, b))
+        got = self._rows[key] = (blind, tuple(row))
+        return got
 
 
 def _per_node(sets: ConfigSet) -> dict[str, int]:

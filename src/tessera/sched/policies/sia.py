@@ -32,9 +32,12 @@ throughput normalised so their slowest flavor is worth their GPU count (as Sia d
 
 Known differences from Sia's simulator: Sia fits a job's throughput model to the step times it
 observes and projects it to GPU types the job has not run on; here the goodput model is the
-measured profile of every type from the start (only the doubling cap above is kept).
-Configurations bigger than the profiled placements (more than 16 GPUs) have no goodput here and
-are never chosen, where Sia extrapolates its fitted model to them.
+measured profile of every type from the start (only the doubling cap above is kept), with
+gangs beyond the placement files (20-24 T4s, 24 RTX 2080 Tis) interpolated from the
+scalability rows as Sia's simulator computes their true speed
+(:mod:`tessera.perf.goodput`). Sia's policy plans a job's goodput with batches up to the
+trace's batch (its speed-up function's cap) while the job then runs at the best batch up to
+the model's largest; here the policy plans with the batches the job runs at.
 """
 
 from __future__ import annotations
