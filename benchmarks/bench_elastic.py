@@ -13,8 +13,9 @@
 Jobs are calibrated as Sia's simulator does (:func:`tessera.workload.elastic.sia_calibrated`:
 cifar10 1.8×, other models 1.2× slower than profiled) unless ``--uncalibrated``, and, for the
 elastic policies, tune their batch from their model's smallest validated batch ``M0`` up, as
-Sia's simulator's adaptive jobs do (:func:`tuned_from_m0`), unless ``--trace-batch-floor``
-(the trace's batch as the floor, this benchmark's setting before 2026-12-02). Printed per
+Sia's simulator's adaptive jobs do (:func:`tessera.workload.elastic.tuned_from_m0`), unless
+``--trace-batch-floor`` (the trace's batch as the floor, this benchmark's setting before
+2026-12-02). Printed per
 set: mean over its workloads of the average JCT, p99 JCT, makespan (h) and GPU-hours per job,
 resizes per job, beside Sia's Table 3 average JCT and the ratio to it.
 
@@ -42,8 +43,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from tessera.model.cluster import ClusterSpec, load_cluster
-from tessera.model.jobs import JobId, JobSpec, JobState, Workload
-from tessera.perf.efficiency import load_efficiency
+from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.sia_table import sia_throughputs
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import decide
@@ -55,7 +55,7 @@ from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace
 from tessera.workload.datadir import find_data
-from tessera.workload.elastic import elastic_range, sia_calibrated
+from tessera.workload.elastic import elastic_range, sia_calibrated, tuned_from_m0
 
 SETS = {"philly": 8, "saturn": 10, "newtrace": 10}
 SIA_TABLE3_H = {  # Sia (SOSP'23) Table 3, average JCT (h): Philly / Helios / newTrace
@@ -81,29 +81,6 @@ class Row:
     unfinished: int
     wall_s: float
     cpu_s: float
-
-
-def tuned_from_m0(workload: Workload) -> Workload:
-    """``workload`` with every elastic job's batch range starting at its model's ``M0``.
-
-    Sia's trace gives each job a batch (cifar10 2,048 or 4,096, deepspeech2 320 or 640, bert
-    384, imagenet 1,600 or 3,200, yolov3 64), which Tessera's Sia reader makes the job's
-    initial batch and so the floor of its tuning. Sia's simulator does not: an adaptive job
-    tunes its batch between ``max(M0, smallest local batch × GPUs)`` and the model's largest
-    validated batch (``Job.update_local_bsz`` → ``GoodputFunction.optimize`` in Sia's
-    artifact, ``M0`` = ``Application.init_batch_size``, the smallest validation batch); the
-    trace's batch only caps the batch its *policy* plans with (``Job.get_speedup_fn``), which
-    is not modelled here (policies plan up to the model's largest batch, as the job runs).
-    Jobs without an elastic range are unchanged."""
-    jobs = []
-    for j in workload.jobs:
-        e = j.elastic
-        if e is not None:
-            m0 = load_efficiency(e.efficiency_model).initial_batch_samples
-            j = replace(j, elastic=replace(e, initial_batch_samples=m0))
-        jobs.append(j)
-    return replace(workload, jobs=tuple(jobs),
-                   notes=(*workload.notes, "elastic jobs tune their batch from their model's M0"))
 
 
 def run_one(task: tuple[str, str, bool] | tuple[str, str, bool, bool]) -> tuple[str, str, Row]:

@@ -3,15 +3,23 @@ model without efficiency data stays rigid with a note."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.errors import SpecError
 from tessera.model.jobs import ElasticRange
+from tessera.perf.efficiency import load_efficiency
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
-from tessera.workload.elastic import elastic_or_rigid, elastic_range, rigid_duration_s
-from tests.builders import RESNET, make_cluster, make_job
+from tessera.workload.elastic import (
+    elastic_or_rigid,
+    elastic_range,
+    rigid_duration_s,
+    tuned_from_m0,
+)
+from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 
 def _range(lo: int = 1, hi: int = 16, b0: int = 128, b1: int = 4096) -> ElasticRange:
@@ -68,3 +76,16 @@ def test_rigid_duration_refuses_what_was_never_measured() -> None:
     with pytest.raises(SpecError, match="outside the profiled range 20-640"):
         rigid_duration_s("deepspeech2", "V100", 4, 1280)
     assert rigid_duration_s("deepspeech2", "V100", 4, 320) > 0
+
+
+def test_tuned_from_m0_starts_elastic_batches_at_the_models_smallest_validated_batch() -> None:
+    m0 = load_efficiency("bert").initial_batch_samples
+    elastic = replace(make_job("e", gpus=2), elastic=elastic_range("bert", 2, 384))
+    rigid = make_job("r", gpus=2)
+    tuned = tuned_from_m0(make_workload(elastic, rigid))
+    assert m0 < 384
+    e = tuned.jobs[0].elastic
+    assert e is not None and e.initial_batch_samples == m0
+    assert e.max_batch_samples == elastic.elastic.max_batch_samples  # type: ignore[union-attr]
+    assert tuned.jobs[1] == rigid
+    assert any("M0" in n for n in tuned.notes)

@@ -124,3 +124,26 @@ def sia_calibrated(workload: Workload) -> Workload:
                             elastic=replace(e, slowdown=e.slowdown * s)))
     note = "calibrated as Sia's simulator: cifar10 1.8x, other models 1.2x slower than profiled"
     return replace(workload, jobs=tuple(jobs), notes=(*workload.notes, note))
+
+
+def tuned_from_m0(workload: Workload) -> Workload:
+    """``workload`` with every elastic job's batch range starting at its model's ``M0``.
+
+    Sia's trace gives each job a batch (cifar10 2,048 or 4,096, deepspeech2 320 or 640, bert
+    384, imagenet 1,600 or 3,200, yolov3 64), which Tessera's Sia reader makes the job's
+    initial batch and so the floor of its tuning. Sia's simulator does not: an adaptive job
+    tunes its batch between ``max(M0, smallest local batch × GPUs)`` and the model's largest
+    validated batch (``Job.update_local_bsz`` → ``GoodputFunction.optimize`` in Sia's
+    artifact, ``M0`` = ``Application.init_batch_size``, the smallest validation batch); the
+    trace's batch only caps the batch its *policy* plans with (``Job.get_speedup_fn``), which
+    is not modelled here (policies plan up to the model's largest batch, as the job runs).
+    Jobs without an elastic range are unchanged."""
+    jobs = []
+    for j in workload.jobs:
+        e = j.elastic
+        if e is not None:
+            m0 = load_efficiency(e.efficiency_model).initial_batch_samples
+            j = replace(j, elastic=replace(e, initial_batch_samples=m0))
+        jobs.append(j)
+    return replace(workload, jobs=tuple(jobs),
+                   notes=(*workload.notes, "elastic jobs tune their batch from their model's M0"))
