@@ -155,3 +155,15 @@ def test_a_failed_matching_lp_is_reported_not_silent(monkeypatch: pytest.MonkeyP
     assert out == selected
     assert why == ("hetero_srpt matching LP: HiGHS ended with Infeasible; kept the greedy "
                    "flavor order",)
+
+
+def test_a_running_job_with_nothing_left_ranks_first_without_dividing_by_zero() -> None:
+    # its remaining time on its own flavor is 0 s and it pays no restart there: the best
+    # cost is 0, which must rank it first rather than raise ZeroDivisionError
+    c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
+    a, b = _two_jobs()
+    done = view(a, JobState.RUNNING, Placement("V100-16GB", (("v100-16gb-0000", 1),)),
+                remaining_steps=0.0)
+    out = _decide(c, done, view(b))
+    assert out.placements["a"].flavor == "V100-16GB"
+    assert out.placements["b"].flavor == "K80"

@@ -188,7 +188,7 @@ class HeteroSrpt(Policy):
             cur = p.flavor if p is not None and j.state is _RUNNING else None
             cost = {f: tau * top / rate + (0.0 if f == cur else restart_s) for f, rate in rates}
             best = min(cost.values())
-            prio = 1.0 / (best * g_pow)
+            prio = 1.0 / (best * g_pow) if best > 0.0 else INF  # done: finishing now
             run_s = j.run_s_by_flavor
             ran = run_s[0][1] if len(run_s) == 1 else sum(t for _f, t in run_s)
             waited = now - spec.submit_time_s - ran
