@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 
 from tessera.model.cluster import ClusterSpec, Node, make_nodes
 from tessera.model.jobs import JobId, JobSpec, JobState, Workload
+from tessera.perf.profiles import default_throughputs
+from tessera.sched.policy import make_policy
 from tessera.sched.snapshot import JobView, Placement, Snapshot
+from tessera.sim.config import SimConfig
+from tessera.sim.engine import Simulator
 
 RESNET = "ResNet-18 (batch size 64)"
 RECO = "Recommendation (batch size 1024)"
@@ -84,3 +88,14 @@ def plan_json(model: str, devices: str, global_batch: int,
     assert out.exit_code == 0, out.output
     result: dict[str, object] = json.loads(out.output)
     return result
+
+
+def busy_simulator(policy: str, cfg: SimConfig, k80_nodes: int = 2) -> Simulator:
+    """A :class:`~tessera.sim.engine.Simulator` of 40 jobs of 1-4 GPUs arriving every 40 s on
+    two 4-GPU V100 nodes and ``k80_nodes`` 4-GPU K80 nodes: busy enough that jobs wait, are
+    preempted and fail (with ``cfg``'s failures), for tests that check the simulator's books
+    at every decision."""
+    c = make_cluster().node("v100", gpus=4, count=2).node("k80", gpus=4, count=k80_nodes).build()
+    jobs = [make_job(f"j{i}", gpus=1 + i % 4, steps=2e4 + 5e3 * (i % 7), submit_s=40 * i,
+                     max_retries=2) for i in range(40)]
+    return Simulator(make_workload(*jobs), c, make_policy(policy), cfg, default_throughputs())

@@ -19,19 +19,16 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from tessera.perf.profiles import default_throughputs
 from tessera.sched.context import StayPut
 from tessera.sched.core import Decision
 from tessera.sched.free_book import FreeBook
 from tessera.sched.placement import FreeGpus
-from tessera.sched.policy import make_policy
 from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import JobSplit, JobView, Snapshot
 from tessera.sim.config import FailureConfig, SimConfig
-from tessera.sim.engine import Simulator
 from tessera.sim.views import ViewBook
 from tessera.sim.world import SimWorld
-from tests.builders import make_cluster, make_job, make_workload
+from tests.builders import busy_simulator
 
 _FAILING = FailureConfig(job_failure_rate=0.5, retry_delay_s=30.0)
 
@@ -77,10 +74,7 @@ def check_unheld(world: SimWorld, snap: Snapshot) -> None:
 def _checked_run(policy: str, cfg: SimConfig,
                  checks: Sequence[Callable[[SimWorld, Snapshot], None]]) -> int:
     """Run ``policy`` and apply ``checks`` before every decision; returns the decisions."""
-    c = make_cluster().node("v100", gpus=4, count=2).node("k80", gpus=4, count=3).build()
-    jobs = [make_job(f"j{i}", gpus=1 + i % 4, steps=2e4 + 5e3 * (i % 7), submit_s=40 * i,
-                     max_retries=2) for i in range(40)]
-    sim = Simulator(make_workload(*jobs), c, make_policy(policy), cfg, default_throughputs())
+    sim = busy_simulator(policy, cfg, k80_nodes=3)
     world = sim.world
     decisions = 0
     world_decide = world.decide

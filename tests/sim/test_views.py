@@ -11,23 +11,17 @@ from __future__ import annotations
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.perf.profiles import default_throughputs
-from tessera.sched.policy import make_policy
 from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import JobSplit, Snapshot
 from tessera.sim.config import FailureConfig, SimConfig
-from tessera.sim.engine import Simulator
 from tessera.sim.state import SimJob
 from tessera.sim.views import ViewBook
-from tests.builders import make_cluster, make_job, make_workload
+from tests.builders import busy_simulator, make_cluster, make_job
 
 
 def _checked_run(policy: str, cfg: SimConfig) -> int:
     """Run ``policy`` and compare every snapshot with a fresh build; returns the checks."""
-    c = make_cluster().node("v100", gpus=4, count=2).node("k80", gpus=4, count=2).build()
-    jobs = [make_job(f"j{i}", gpus=1 + i % 4, steps=2e4 + 5e3 * (i % 7), submit_s=40 * i,
-                     max_retries=2) for i in range(40)]
-    sim = Simulator(make_workload(*jobs), c, make_policy(policy), cfg, default_throughputs())
+    sim = busy_simulator(policy, cfg, k80_nodes=2)
     world = sim.world
     checks = 0
     book_snapshot = world.snapshot
