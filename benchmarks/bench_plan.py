@@ -22,6 +22,7 @@ A/B); ``--scale-only`` prints only table 4.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import random
@@ -212,20 +213,27 @@ def scale_table(quick: bool, base: str | None, base_max_gpus: int) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--one"]:
-        wall, cpu, step, shape = plan_one(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer exhaustive cases; table 4 stops at 64 GPUs")
+    ap.add_argument("--scale-only", action="store_true", help="print only table 4")
+    ap.add_argument("--base", metavar="SRC", default=None,
+                    help="another checkout's src/: plan each table-4 case with both versions")
+    ap.add_argument("--base-max-gpus", type=int, default=64, metavar="N",
+                    help="skip the base run on cases above N GPUs (default 64)")
+    ap.add_argument("--one", nargs=3, metavar=("MODEL", "DEVICES", "BATCH"),
+                    help="plan one case and print 'wall cpu step shape' (used by the A/B)")
+    args = ap.parse_args()
+    if args.one:
+        wall, cpu, step, shape = plan_one(args.one[0], args.one[1], int(args.one[2]))
         print(f"{wall} {cpu} {step} {shape}")
         return
-    quick = "--quick" in sys.argv
-    base = sys.argv[sys.argv.index("--base") + 1] if "--base" in sys.argv else None
-    base_max = (int(sys.argv[sys.argv.index("--base-max-gpus") + 1])
-                if "--base-max-gpus" in sys.argv else 64)
-    if "--scale-only" not in sys.argv:
+    if not args.scale_only:
         cm = CostModel(estimate_unprofiled=True)
         split_table(cm)
-        exhaustive_table(cm, 12 if quick else 40)
+        exhaustive_table(cm, 12 if args.quick else 40)
         issue_table(cm)
-    scale_table(quick, base, base_max)
+    scale_table(args.quick, args.base, args.base_max_gpus)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ independent scripts; this only sequences them and reports each one's wall time.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -23,7 +24,10 @@ QUICK = {
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="pass each benchmark its small-size options where it has them")
+    quick = ap.parse_args().quick
     failed = 0
     for script in sorted(HERE.glob("bench_*.py")):
         args = QUICK.get(script.name, []) if quick else []
