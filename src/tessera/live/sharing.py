@@ -91,11 +91,10 @@ def mechanism(environ: Mapping[str, str] | None = None) -> Mechanism:
 
 
 def same_gpus(a: Placement, b: Placement) -> bool:
-    """Whether two placements are the same gang, whoever shares it: every compared field of
-    :class:`~tessera.sched.snapshot.Placement` equal but ``colocated_with``."""
-    return (a.flavor == b.flavor and a.gpus_by_node == b.gpus_by_node
-            and a.node_flavors == b.node_flavors
-            and a.global_batch_samples == b.global_batch_samples)
+    """Whether two placements are the same gang, whoever shares it: the same GPUs
+    (:meth:`Placement.same_gpus <tessera.sched.snapshot.Placement.same_gpus>`) at the same
+    batch, i.e. every compared field of a placement equal but ``colocated_with``."""
+    return a.same_gpus(b) and a.global_batch_samples == b.global_batch_samples
 
 
 def riders(allocations: Iterable[Allocation]) -> dict[RunKey, RunKey]:

@@ -100,6 +100,12 @@ class Placement:
         return sum(c for (_n, c), f in zip(self.gpus_by_node, self.node_flavors, strict=True)
                    if f == flavor)
 
+    def same_gpus(self, other: Placement) -> bool:
+        """Whether ``other`` holds the same GPUs (flavor, GPUs per node, each node's flavor),
+        whoever shares them and at whatever batch: the test co-location is built on."""
+        return (self.flavor == other.flavor and self.gpus_by_node == other.gpus_by_node
+                and self.node_flavors == other.node_flavors)
+
     def describe(self) -> str:
         if self.node_flavors:
             nodes = "+".join(f"{n}:{c}×{f}" for (n, c), f in

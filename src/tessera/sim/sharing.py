@@ -36,8 +36,9 @@ from tessera.sim.world import COMPLETE, FAIL, SimWorld
 
 
 def same_gpus(a: Placement, b: Placement) -> bool:
-    """Whether two placements hold the same GPUs (flavor and GPUs per node), whoever shares."""
-    return a.flavor == b.flavor and a.gpus_by_node == b.gpus_by_node and not a.is_mixed
+    """Whether two single-flavor placements hold the same GPUs, whoever shares them (a mixed
+    gang is never shared)."""
+    return a.same_gpus(b) and not a.is_mixed
 
 
 class SharingWorld(SimWorld):
