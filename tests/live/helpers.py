@@ -71,6 +71,28 @@ def wait_for(pred: Callable[[], bool], timeout_s: float = 20.0, what: str = "con
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
+def wait_for_job(svc: LiveService, job_id: str, state: str = "succeeded",
+                 timeout_s: float = 20.0) -> None:
+    """Wait until the job reaches ``state``; fail at once if it ends in another final state
+    (succeeded or cancelled), and on any failure say where the job stood and its last events,
+    so a slow job and a broken one read differently in the log."""
+    final = {"succeeded", "cancelled"}
+    deadline = time.monotonic() + timeout_s
+    now = ""
+    while time.monotonic() < deadline:
+        rec = svc.store.get(job_id)
+        now = rec.state.value if rec is not None else "unknown"
+        if now == state:
+            return
+        if now in final:
+            break
+        time.sleep(0.05)
+    events = "\n".join(f"  {e.ts_s:.2f} {e.kind} {e.from_state}->{e.to_state} {e.detail}"
+                       for e in svc.store.events(job_id)[-20:])
+    why = f"it ended {now}" if now in final else f"timed out after {timeout_s} s, still {now}"
+    raise AssertionError(f"job {job_id} never reached {state}: {why}; its last events:\n{events}")
+
+
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tessera.live.api import create_app
 from tessera.live.service import LiveService
-from tests.live.helpers import ADMIN, TEAM_A, TEAM_B, auth, make_service, wait_for
+from tests.live.helpers import (
+    ADMIN,
+    TEAM_A,
+    TEAM_B,
+    auth,
+    make_service,
+    wait_for,
+    wait_for_job,
+)
 
 SLEEP = {"name": "nap", "command": "sleep 0.2", "gpus": 1}
 
@@ -131,3 +140,14 @@ def test_queues_and_cluster(api: TestClient) -> None:
     assert [(q["name"], q["used_gpus"], q["running"]) for q in mine] == [("team-b", 2, 1)]
     flavors = api.get("/api/cluster", headers=auth(TEAM_B)).json()["flavors"]
     assert flavors[0]["queue_used_gpus"] == 2 and flavors[0]["total_gpus"] == 4
+
+
+def test_waiting_for_a_job_that_ended_otherwise_fails_at_once_with_its_events(
+        api: TestClient, service: LiveService) -> None:
+    """The test helper ``wait_for_job`` tells a job that ended in another final state from a
+    slow one, and shows the job's last events."""
+    jid = api.post("/api/jobs", json={**SLEEP, "command": "sleep 30"},
+                   headers=auth(TEAM_A)).json()["job_id"]
+    assert api.post(f"/api/jobs/{jid}/cancel", headers=auth(TEAM_A)).status_code == 200
+    with pytest.raises(AssertionError, match=r"it ended cancelled; its last events:\n.*pending"):
+        wait_for_job(service, jid, "succeeded", timeout_s=60)

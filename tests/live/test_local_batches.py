@@ -33,7 +33,7 @@ from tessera.plan.batch_split import integer_split
 from tessera.plan.dp import DEFAULT_MAX_MICRO_STEPS
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.snapshot import Placement
-from tests.live.helpers import TEAM_A, auth, make_service, wait_for
+from tests.live.helpers import TEAM_A, auth, make_service, wait_for_job
 
 RECORD = ('echo "$RANK ${TESSERA_LOCAL_BATCH-unset} $TESSERA_FLAVOR" '
           '> "$TESSERA_CHECKPOINT_DIR/rank-$RANK"')
@@ -53,8 +53,7 @@ def _run(tmp_path: Path, job: dict[str, object]) -> tuple[list[tuple[int, str, s
             r = api.post("/api/jobs", json=body, headers=auth(TEAM_A))
             assert r.status_code == 201, r.text
             jid = r.json()["job_id"]
-            wait_for(lambda: api.get(f"/api/jobs/{jid}", headers=auth(TEAM_A)).json()["state"]
-                     == "succeeded", what="the job to finish")
+            wait_for_job(svc, jid, "succeeded", timeout_s=60)
             events = [e.detail for e in svc.store.events(jid)]
     finally:
         svc.stop()

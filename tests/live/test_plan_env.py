@@ -19,7 +19,7 @@ from tessera.plan.ranks import PLAN_ENV_VARS
 from tessera.sched.plans import ThreeDPlans
 from tessera.sched.snapshot import Placement
 from tests.builders import plan_json
-from tests.live.helpers import TEAM_A, auth, make_service, wait_for
+from tests.live.helpers import TEAM_A, auth, make_service, wait_for_job
 
 RECORD = ('env | grep "^TESSERA_\\|^RANK=\\|^LOCAL_RANK=" | sort '
           '> "$TESSERA_CHECKPOINT_DIR/rank-$RANK"')
@@ -64,8 +64,7 @@ def test_each_ranks_environment_matches_tessera_plan_json(tmp_path: Path) -> Non
             r = api.post("/api/jobs", json=body, headers=auth(TEAM_A))
             assert r.status_code == 201, r.text
             jid = r.json()["job_id"]
-            wait_for(lambda: api.get(f"/api/jobs/{jid}", headers=auth(TEAM_A)).json()["state"]
-                     == "succeeded", what="the job to finish", timeout_s=120)
+            wait_for_job(svc, jid, "succeeded", timeout_s=120)
             events = [e.detail for e in svc.store.events(jid)]
             rec = svc.store.get(jid)
             assert rec is not None
