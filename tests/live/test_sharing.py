@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from tessera.errors import SpecError
+from tessera.live.executors.local import LocalExecutor
+from tessera.live.options import ServiceOptions
 from tessera.live.service import LiveService
 from tessera.live.sharing import counted, mechanism, relabels, riders
 from tessera.live.spec import parse_request, to_live_job
@@ -278,3 +280,21 @@ def test_partner_ranks_get_the_hosts_devices(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="no launch record"):
         ex.launch(LaunchSpec("s", 1, ("true",), (), p, str(tmp_path / "ck-s"),
                              share_with=("nobody", 1)))
+
+
+def test_gavels_round_mechanism_refused_in_events_mode(tmp_path: Path) -> None:
+    """Gavel's packing policies change shares only at round boundaries: the live service
+    refuses them in ``mode: events`` in the same words as the simulator, before any state."""
+    from tessera.live.server import live_policy
+    from tessera.live.store import Store
+
+    events = SchedulerSettings(mode="events")
+    with pytest.raises(SpecError, match="run it in rounds mode, not events"):
+        live_policy("max_min_fairness_packed", "local", events)
+    live_policy("max_min_fairness_packed", "local", SchedulerSettings(mode="rounds"))
+    live_policy("hetero_pack", "local", events)  # ours decides on events too
+    write_config(tmp_path / "s")
+    with pytest.raises(SpecError, match="run it in rounds mode, not events"):
+        LiveService(Store(tmp_path / "s" / "state.db"), LocalExecutor(tmp_path / "w" / "runs"),
+                    load_cluster("v100:1", 1), load_tenancy(tmp_path / "s"), "fifo_packed",
+                    tmp_path / "w", ServiceOptions(scheduler=events))

@@ -35,6 +35,7 @@ from tessera.live.store import Store
 from tessera.live.tenancy import ensure_config, load_tenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.sched.policy import gavel_loop_only, make_policy
+from tessera.sched.settings import SchedulerSettings
 
 if TYPE_CHECKING:
     import uvicorn
@@ -84,7 +85,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
             that cannot start (one line, whatever the executor raised).
     """
     if cfg.policy is not None:  # a policy the service cannot run is refused before any state
-        live_policy(cfg.policy, cfg.executor)
+        live_policy(cfg.policy, cfg.executor, cfg.options.scheduler)
     connect_ray(cfg)  # before any state is written: a wrong address changes nothing
     check_run_as(cfg.run_as)
     layout = cfg.layout
@@ -115,15 +116,19 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
     return svc, token
 
 
-def live_policy(name: str, executor: str = "local") -> None:
+def live_policy(name: str, executor: str = "local",
+                settings: SchedulerSettings | None = None) -> None:
     """Check that the live service can run policy ``name`` with ``executor``.
 
     Raises:
         SpecError: an unknown name or bad options, or a policy only the simulator's Gavel
             loop runs, or a packing policy on an executor that cannot share GPUs
-            (:func:`~tessera.sched.policy.gavel_loop_only`).
+            (:func:`~tessera.sched.policy.gavel_loop_only`), or Gavel's round mechanism in
+            events mode (``settings.mode``).
     """
-    refusal = gavel_loop_only(make_policy(name), executor in SHARING_EXECUTORS)
+    policy = make_policy(name)
+    in_rounds = (settings or SchedulerSettings()).uses_rounds(policy)
+    refusal = gavel_loop_only(policy, executor in SHARING_EXECUTORS, in_rounds)
     if refusal is not None:
         raise SpecError(refusal)
 
@@ -220,7 +225,7 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
     sock = reserve_port(host, port)
     try:
         if cfg.policy is not None:  # a policy the service cannot run changes nothing either
-            live_policy(cfg.policy, cfg.executor)
+            live_policy(cfg.policy, cfg.executor, cfg.options.scheduler)
         connect_ray(cfg)  # before any state is written: a wrong address changes nothing
         layout = cfg.layout
         prepare(layout)

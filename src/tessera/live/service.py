@@ -78,14 +78,15 @@ class LiveService:
         self.cluster = cluster
         self.tenancy = tenancy
         self.policy = make_policy(policy)
+        self.opts = options or ServiceOptions()
         refusal = gavel_loop_only(self.policy, isinstance(executor, SharingExecutor)
-                                  and executor.shares_gpus)
+                                  and executor.shares_gpus,
+                                  self.opts.scheduler.uses_rounds(self.policy))
         if refusal is not None:
             raise SpecError(refusal)
         self.oracle = ThroughputOracle(default_throughputs(), cluster,
                                        agnostic=self.policy.agnostic, unprofiled_uniform=True)
         self.work_dir = work_dir  # runs and default checkpoints; never the state dir
-        self.opts = options or ServiceOptions()
         self.settings = self.opts.scheduler
         self.clock = clock
         self.ctx = DecisionContext(self.oracle, random.Random(self.opts.seed))

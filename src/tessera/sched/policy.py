@@ -158,7 +158,8 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     return cls(config, agnostic=agnostic, name=base)
 
 
-def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
+def gavel_loop_only(policy: Policy, shares_gpus: bool = False,
+                    in_rounds: bool = True) -> str | None:
     """Why ``policy`` cannot run outside the simulator's Gavel loop here, or ``None``.
 
     Gavel's own policies (``GAVEL_ONLY``) reproduce Gavel's simulator and need its loop
@@ -169,7 +170,10 @@ def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
     refuses such a policy with this reason on an executor that cannot, rather than run it with
     GPUs counted wrong. Gavel's packing policies (``max_min_fairness_packed``, ``fifo_packed``,
     ``gandiva``) only rank and pair jobs, so those worlds run them too, with Tessera's costs;
-    the rest of Gavel's own set keeps its loop.
+    the rest of Gavel's own set keeps its loop. Gavel's policies are round mechanisms (their
+    shares change only at round boundaries), so they are refused outside rounds
+    (``in_rounds=False``: the settings' ``mode`` is ``events``) by the simulator and the live
+    service alike.
     """
     from tessera.sched.policies.gavel_compat import GAVEL_ONLY
 
@@ -180,6 +184,9 @@ def gavel_loop_only(policy: Policy, shares_gpus: bool = False) -> str | None:
         return (f"policy {policy.display_name!r} co-locates jobs on shared GPUs, which the live "
                 "service cannot run on this executor (it launches one job per GPU): serve it "
                 "with --executor local, or simulate it with tessera simulate")
+    if policy.name in GAVEL_ONLY and not in_rounds:
+        return (f"policy {policy.display_name!r} is Gavel's round mechanism (its shares change "
+                "only at round boundaries): run it in rounds mode, not events")
     return None
 
 

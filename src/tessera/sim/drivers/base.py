@@ -33,18 +33,15 @@ class Driver(ABC):
 
 def driver_for(config: SimConfig, policy: Policy) -> Driver:
     """The driver a run's effective settings call for."""
-    from tessera.sched.policies.gavel_compat import GAVEL_ONLY
     from tessera.sim.drivers.gavel import GavelDriver
     from tessera.sim.drivers.heap import EventDriver, RoundDriver
 
     if config.compat == "gavel":
         return GavelDriver()
-    refusal = gavel_loop_only(policy, shares_gpus=True)
+    rounds = config.scheduler.uses_rounds(policy)
+    refusal = gavel_loop_only(policy, shares_gpus=True, in_rounds=rounds)
     if refusal is not None:
         raise SpecError(refusal)
-    if policy.name in GAVEL_ONLY and not config.scheduler.uses_rounds(policy):
-        raise SpecError(f"policy {policy.display_name!r} is Gavel's round mechanism (its shares "
-                        "change only at round boundaries): run it in rounds mode, not events")
-    if config.scheduler.uses_rounds(policy):
+    if rounds:
         return RoundDriver()
     return EventDriver()
