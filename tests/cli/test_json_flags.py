@@ -48,3 +48,32 @@ def test_simulate_sia_calibration_slows_elastic_jobs(tmp_path: Path) -> None:
         assert res["succeeded"] == 12 and res["resizes"] > 0
         avg.append(res["avg_jct_s"])
     assert avg[1] > avg[0] * 1.1
+
+
+def test_sia_calibration_tunes_batches_from_m0_for_elastic_policies_only(tmp_path: Path) -> None:
+    """Under ``--sia-calibration`` elastic policies run Sia's adaptive jobs from their model's
+    ``M0`` (as ``bench_elastic.py`` does), rigid ones at the trace's batch: one run of both
+    gives what each gets alone on its own workload."""
+    from tessera.model.cluster import load_cluster
+    from tessera.perf.tables import load_throughputs
+    from tessera.sched.settings import SchedulerSettings
+    from tessera.sim.config import SimConfig
+    from tessera.sim.engine import simulate
+    from tessera.workload import load_trace
+    from tessera.workload.elastic import sia_calibrated, tuned_from_m0
+
+    r = runner.invoke(app, ["simulate", "-t", "sia-philly-1", "-c", "sia-64", "--throughputs",
+                            "sia", "-p", "sia,fifo", "--round-s", "60", "--limit", "12",
+                            "--sia-calibration", "--workers", "1", "--no-plots", "--json",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)["results"]
+    cluster, table = load_cluster("sia-64"), load_throughputs("sia")
+    base = sia_calibrated(load_trace("sia-philly-1", limit=12, throughputs=table))
+    cfg = SimConfig(scheduler=SchedulerSettings(round_s=60))
+    tuned = simulate(tuned_from_m0(base), cluster, "sia", cfg, table).summary.avg_jct_s
+    plain = simulate(base, cluster, "sia", cfg, table).summary.avg_jct_s
+    rigid = simulate(base, cluster, "fifo", cfg, table).summary.avg_jct_s
+    assert tuned != plain
+    assert got["sia"]["avg_jct_s"] == tuned
+    assert got["fifo"]["avg_jct_s"] == rigid

@@ -88,10 +88,13 @@ def run_simulation(
     loaded = read_trace(trace, format=trace_format, on_error=on_error,  # type: ignore[arg-type]
                         limit=limit, throughputs=table)
     workload = loaded.workload
+    elastic_workload = None
     if sia_calibration:
-        from tessera.workload.elastic import sia_calibrated
+        from tessera.workload.elastic import sia_calibrated, tuned_from_m0
 
         workload = sia_calibrated(workload)
+        if any(make_policy(p).elastic for p in policies):
+            elastic_workload = tuned_from_m0(workload)
     failures = FailureConfig.model_validate(
         {k[8:]: v for k, v in config_updates.items() if k.startswith("failure_")})
     validation = ValidationConfig.model_validate(
@@ -107,6 +110,9 @@ def run_simulation(
         err.print(f"[bold]trace[/] {workload.name}: {len(workload)} jobs ({loaded.format})")
         for note in workload.notes:
             err.print(f"  [dim]{note}[/]")
+        if elastic_workload is not None:
+            err.print(f"  [dim]{elastic_workload.notes[-1]} (elastic policies; rigid ones run "
+                      "the trace's batch)[/]")
         for row in loaded.skipped[:10]:
             err.print(f"  [yellow]skipped[/] {row}")
         err.print(f"[bold]cluster[/] {cluster.describe()}")
@@ -125,7 +131,7 @@ def run_simulation(
         off = [s.name for s in shown if s.value in ("off", "none")]
         if off:
             err.print(f"[bold]off[/] {', '.join(off)}")
-    spec = RunSpec(workload, cluster, config, table)
+    spec = RunSpec(workload, cluster, config, table, elastic_workload)
     with Progress(
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=err, transient=as_json, disable=not err.is_terminal,
@@ -241,7 +247,9 @@ def register(app: typer.Typer) -> None:
         plots: bool = typer.Option(True, help="Write PNG plots and the HTML report."),
         sia_calibration: bool = typer.Option(False, help="Run a Sia workload's elastic jobs "
                                              "as Sia's simulator does (cifar10 1.8×, other "
-                                             "models 1.2× slower than profiled), to compare "
+                                             "models 1.2× slower than profiled; under elastic "
+                                             "policies they tune their batch from their "
+                                             "model's smallest validated batch M0), to compare "
                                              "with Sia's published figures."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:

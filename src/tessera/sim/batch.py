@@ -16,6 +16,7 @@ from typing import Any
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable
+from tessera.sched.policy import make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult
@@ -25,12 +26,25 @@ ProgressSink = Callable[[str, int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """Inputs shared by every policy of a batch."""
+    """Inputs shared by every policy of a batch.
+
+    ``elastic_workload``, when given, is the same jobs as elastic policies run them (e.g. Sia's
+    adaptive jobs tuning their batch from their model's ``M0``,
+    :func:`tessera.workload.elastic.tuned_from_m0`), while rigid policies run ``workload``:
+    a rigid job keeps the trace's batch, so one workload cannot serve both.
+    """
 
     workload: Workload
     cluster: ClusterSpec
     config: SimConfig
     table: ThroughputTable
+    elastic_workload: Workload | None = None
+
+    def workload_for(self, policy: str) -> Workload:
+        """The workload ``policy`` runs (see the class docstring)."""
+        if self.elastic_workload is not None and make_policy(policy).elastic:
+            return self.elastic_workload
+        return self.workload
 
 
 def _throttled(
@@ -49,7 +63,7 @@ def _throttled(
 
 def _run_one(spec: RunSpec, policy: str, queue: Any) -> SimResult:
     return simulate(
-        spec.workload, spec.cluster, policy, spec.config, spec.table,
+        spec.workload_for(policy), spec.cluster, policy, spec.config, spec.table,
         progress=_throttled(policy, queue.put) if queue is not None else None,
     )
 
@@ -66,7 +80,7 @@ def run_policies(
         for p in policies:
             sink = (lambda msg: progress(*msg)) if progress else None
             out.append(
-                simulate(spec.workload, spec.cluster, p, spec.config, spec.table,
+                simulate(spec.workload_for(p), spec.cluster, p, spec.config, spec.table,
                          progress=_throttled(p, sink) if sink else None)
             )
         return out
