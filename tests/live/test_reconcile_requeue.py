@@ -29,7 +29,7 @@ def _running_job(tmp_path: Path) -> tuple[Path, str]:
     svc.round(svc.clock())
     [a] = svc.store.allocations(job_id=jid)
     with svc.store.tx() as db:
-        lifecycle.mark_running(svc.store, db, a, svc.clock(), "run 1 launched")
+        lifecycle.mark_running(svc.store, db, a, svc.clock(), "run 1 launched", svc.speeds)
     return state, jid
 
 

@@ -45,7 +45,8 @@ def confirm(svc: LiveService, a: Allocation, now_s: float) -> None:
     svc._launching.discard(key)
     if st.state != "unplaceable":
         with svc.store.tx() as db:
-            lifecycle.mark_running(svc.store, db, a, svc.clock(), f"run {a.run} launched")
+            lifecycle.mark_running(svc.store, db, a, svc.clock(), f"run {a.run} launched",
+                                   svc.speeds)
         svc._backoff.pop(a.job_id, None)
         return
     last_s = svc._backoff.get(a.job_id, (0.0, MIN_BACKOFF_S / 2))[1]

@@ -21,13 +21,15 @@ import json
 import sqlite3
 
 from tessera.live.executors.base import RunStatus
+from tessera.live.speeds import RunSpeeds
 from tessera.live.store import Allocation, Store
 from tessera.model.jobs import JobState
 
 
 def mark_running(store: Store, db: sqlite3.Connection, a: Allocation, now_s: float,
-                 detail: str) -> None:
-    """A planned run is confirmed started: allocation running, job ADMITTED → RUNNING."""
+                 detail: str, speeds: RunSpeeds) -> None:
+    """A planned run is confirmed started: allocation running, job ADMITTED → RUNNING; a run
+    that joins a partner's GPUs slows that partner from now (``speeds``)."""
     rec = store.get(a.job_id)
     cur = store.allocation(a.job_id, a.run)
     if rec is None or cur is None:
@@ -36,16 +38,23 @@ def mark_running(store: Store, db: sqlite3.Connection, a: Allocation, now_s: flo
         store.set_allocation(db, a.job_id, a.run, status="running", started_s=now_s)
     elif cur.started_s is None:  # cancelled while it was being launched: still record the start
         store.set_allocation(db, a.job_id, a.run, started_s=now_s)
+    if cur.started_s is None:
+        started = store.allocation(a.job_id, a.run)
+        assert started is not None
+        speeds.joined(store, db, started, now_s)
     if rec.state is JobState.ADMITTED:
         first = rec.first_start_s if rec.first_start_s is not None else now_s
         store.transition(db, a.job_id, JobState.RUNNING, now_s, detail, first_start_s=first)
 
 
 def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatus,
-               now_s: float) -> str:
-    """Record that run ``a`` ended with ``st`` and move its job on; returns what happened."""
+               now_s: float, speeds: RunSpeeds) -> str:
+    """Record that run ``a`` ended with ``st`` and move its job on; returns what happened.
+    The run's steps (at the speeds it ran, ``speeds``) join the job's; a partner that shared
+    its GPUs runs alone from now."""
     rec = store.get(a.job_id)
     assert rec is not None
+    steps_done = speeds.done_before(rec) + speeds.ended(store, db, a, now_s)
     started = a.started_s if a.started_s is not None else now_s
     dur_s = max(now_s - started, 0.0)
     run_s = dict(rec.run_s_by_flavor)
@@ -57,7 +66,7 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
                          exit_code=st.exit_code, detail=detail)
     store.update_job(db, a.job_id, last_run_end_s=now_s, run_s_json=json.dumps(run_s),
                      attained_gpu_s=rec.attained_gpu_s + dur_s * a.placement.num_gpus,
-                     exit_code=st.exit_code)
+                     exit_code=st.exit_code, steps_done=steps_done)
     state = rec.state
     if rec.final or state not in (JobState.ADMITTED, JobState.RUNNING):
         store.event(db, now_s, a.job_id, "run-ended", f"run {a.run}: {detail}")

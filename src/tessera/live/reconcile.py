@@ -50,7 +50,8 @@ def reconcile(svc: LiveService) -> dict[str, int]:
             counts["to_launch"] += 1
             continue
         with store.tx() as db:
-            lifecycle.mark_running(store, db, a, now, f"run {a.run} adopted after restart")
+            lifecycle.mark_running(store, db, a, now, f"run {a.run} adopted after restart",
+                                   svc.speeds)
         counts["adopted"] += 1
     lost_with_cluster = bool(getattr(ex, "runs_lost_with_cluster", False))
     for a in store.allocations(("running", "stopping")):
@@ -82,7 +83,7 @@ def _requeue(svc: LiveService, job_id: str, run: int, now_s: float) -> None:
         assert a is not None
         lifecycle.finish_run(store, db, a, RunStatus(
             "exited", None, True, "the embedded Ray head was gone after the restart; "
-            "requeued without a retry"), now_s)
+            "requeued without a retry"), now_s, svc.speeds)
     svc.executor.release(job_id, run)
 
 

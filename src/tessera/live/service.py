@@ -44,6 +44,7 @@ from tessera.live.options import ServiceOptions
 from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
 from tessera.live.sharing import record_sharing, relabel_run, relabels, riders
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
+from tessera.live.speeds import RunSpeeds
 from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
 from tessera.live.view import build_snapshot
@@ -89,6 +90,7 @@ class LiveService:
         self.work_dir = work_dir  # runs and default checkpoints; never the state dir
         self.settings = self.opts.scheduler
         self.clock = clock
+        self.speeds = RunSpeeds(self.oracle)  # progress alone or sharing GPUs (live.speeds)
         self.ctx = DecisionContext(self.oracle, random.Random(self.opts.seed))
         self.uses_rounds = self.settings.uses_rounds(self.policy)
         self.placement = self.settings.placement()
@@ -257,7 +259,7 @@ class LiveService:
                 st = type(st)("lost", detail="executor has no record of this run")
             crash_point("before-exit-recorded")
             with self.store.tx() as db:
-                what = lifecycle.finish_run(self.store, db, a, st, now_s)
+                what = lifecycle.finish_run(self.store, db, a, st, now_s, self.speeds)
             self.executor.release(a.job_id, a.run)
             self._signalled.discard((a.job_id, a.run))
             log.info("job %s run %s: %s", a.job_id, a.run, what)
@@ -467,7 +469,7 @@ class LiveService:
                 assert a2 is not None
                 lifecycle.finish_run(self.store, db, a2,
                                      RunStatus("lost", detail=f"launch failed: {e}"),
-                                     self.clock())
+                                     self.clock(), self.speeds)
             return
         crash_point("after-launch")
         self._confirm(a, self.clock())

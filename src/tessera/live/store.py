@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     runs INTEGER NOT NULL DEFAULT 0, pending_since_s REAL NOT NULL, last_run_end_s REAL,
     first_start_s REAL, finish_s REAL, attained_gpu_s REAL NOT NULL DEFAULT 0,
     run_s_json TEXT NOT NULL DEFAULT '{}', reason TEXT NOT NULL DEFAULT '',
-    final INTEGER NOT NULL DEFAULT 0, exit_code INTEGER);
+    final INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, steps_done REAL);
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(final, seq);
 CREATE INDEX IF NOT EXISTS jobs_seq ON jobs(seq);
 CREATE TABLE IF NOT EXISTS queues (
@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS allocations (
     status TEXT NOT NULL, stop_reason TEXT, created_s REAL NOT NULL, started_s REAL,
     ended_s REAL, exit_code INTEGER, detail TEXT NOT NULL DEFAULT '',
     global_batch_samples INTEGER, colocated_with TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (job_id, run));
+    steps REAL NOT NULL DEFAULT 0, settled_s REAL, PRIMARY KEY (job_id, run));
 CREATE INDEX IF NOT EXISTS alloc_status ON allocations(status);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts_s REAL NOT NULL, job_id TEXT, kind TEXT NOT NULL,
@@ -90,6 +90,9 @@ class JobRecord:
     reason: str
     final: bool
     exit_code: int | None
+    steps_done: float | None = None
+    """Steps of the runs that ended (:mod:`tessera.live.speeds`); ``None`` for a job stored
+    before runs kept their steps."""
 
     @property
     def job_id(self) -> str:
@@ -114,6 +117,10 @@ class Allocation:
     ended_s: float | None
     exit_code: int | None
     detail: str
+    steps: float = 0.0
+    """Steps the run made up to ``settled_s`` (:mod:`tessera.live.speeds`)."""
+    settled_s: float | None = None
+    """When the run's speed last changed (a partner came or went); ``None``: never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +146,8 @@ class Event:
 
 
 _JOB_COLS = ("spec_json, seq, state, attempts, runs, pending_since_s, last_run_end_s, "
-             "first_start_s, finish_s, attained_gpu_s, run_s_json, reason, final, exit_code")
+             "first_start_s, finish_s, attained_gpu_s, run_s_json, reason, final, exit_code, "
+             "steps_done")
 
 
 def _job(row: tuple[Any, ...], specs: dict[str, LiveJob]) -> JobRecord:
@@ -148,7 +156,7 @@ def _job(row: tuple[Any, ...], specs: dict[str, LiveJob]) -> JobRecord:
         job = specs[row[0]] = LiveJob.from_json(row[0])
     return JobRecord(job, row[1], JobState(row[2]), row[3], row[4], row[5],
                      row[6], row[7], row[8], row[9], json.loads(row[10]), row[11], bool(row[12]),
-                     row[13])
+                     row[13], row[14])
 
 
 def _alloc(row: tuple[Any, ...]) -> Allocation:
@@ -163,7 +171,8 @@ def _alloc(row: tuple[Any, ...]) -> Allocation:
             p = replace(p, global_batch_samples=batch, colocated_with=mates)
     else:
         p = Placement(row[2], tuple((n, int(c)) for n, c in entries), (), batch, mates)
-    return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10])
+    return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10],
+                      row[13], row[14])
 
 
 class Store:
@@ -184,6 +193,11 @@ class Store:
         if "colocated_with" not in columns:  # a state file from before co-location
             self._db.execute("ALTER TABLE allocations ADD COLUMN colocated_with TEXT NOT NULL "
                              "DEFAULT ''")
+        if "steps" not in columns:  # ... from before runs kept their steps (live.speeds)
+            self._db.execute("ALTER TABLE allocations ADD COLUMN steps REAL NOT NULL DEFAULT 0")
+            self._db.execute("ALTER TABLE allocations ADD COLUMN settled_s REAL")
+        if "steps_done" not in {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}:
+            self._db.execute("ALTER TABLE jobs ADD COLUMN steps_done REAL")
         self._lock = threading.RLock()
         self._specs: dict[str, LiveJob] = {}
 
@@ -252,7 +266,7 @@ class Store:
                 text = n.job.to_json()
                 db.execute(
                     "INSERT INTO jobs (job_id, seq, queue, state, spec_json, submit_time_s,"
-                    " pending_since_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " pending_since_s, steps_done) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                     (s.job_id, seq, s.queue, JobState.PENDING.value, text, n.now_s, n.now_s))
                 self._event(db, n.now_s, s.job_id, "submitted", None, JobState.PENDING,
                             f"{s.num_gpus} GPU(s) on queue {s.queue}")
@@ -260,7 +274,7 @@ class Store:
                     self._event(db, n.now_s, s.job_id, n.note_kind, None, None, n.note)
                 self._specs[text] = n.job
                 out.append(JobRecord(n.job, seq, JobState.PENDING, 0, 0, n.now_s, None, None,
-                                     None, 0.0, {}, "", False, None))
+                                     None, 0.0, {}, "", False, None, 0.0))
         return out
 
     def get(self, job_id: str) -> JobRecord | None:

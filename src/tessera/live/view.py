@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tessera.live.sharing import counted
+from tessera.live.speeds import RunSpeeds, running_mates
 from tessera.live.store import Allocation, JobRecord
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
@@ -43,17 +44,6 @@ def free_gpus(cluster: ClusterSpec, holding: list[Allocation]) -> dict[str, int]
     return {n.node_id: max(n.gpus - used.get(n.node_id, 0), 0) for n in cluster.nodes}
 
 
-def progress_steps(rec: JobRecord, oracle: ThroughputOracle, current: Allocation | None,
-                   now_s: float) -> float:
-    """Steps done so far: past runs per flavor plus the current run's elapsed time."""
-    spec = rec.job.spec
-    done = sum(s * oracle.rate(spec, f, True) for f, s in rec.run_s_by_flavor.items())
-    if current is not None and current.started_s is not None:
-        p = current.placement
-        done += (now_s - current.started_s) * oracle.placement_rate(spec, p)
-    return done
-
-
 def build_snapshot(
     now_s: float,
     cluster: ClusterSpec,
@@ -68,6 +58,9 @@ def build_snapshot(
     current = {a.job_id: a for a in holding if a.status in ("planned", "running")}
     draining = [a for a in holding if a.status == "stopping"]
     draining_jobs = {a.job_id for a in draining}
+    mates = running_mates(holding)
+    specs = {r.job_id: r.job.spec for r in records}
+    speeds = RunSpeeds(oracle)
     views: list[JobView] = []
     for rec in records:
         jid = rec.job_id
@@ -79,13 +72,20 @@ def build_snapshot(
             state, placement = JobState.RUNNING, alloc.placement
         else:
             continue
-        remaining = max(spec.total_steps - progress_steps(rec, oracle, alloc, now_s), 1e-3)
+        done = speeds.done_before(rec)
         run_s = dict(rec.run_s_by_flavor)
         ran_s, rate, since_s = 0.0, 0.0, 0.0
-        if state is JobState.RUNNING and alloc is not None and alloc.started_s is not None:
-            # The current run counts up to now, as the simulator's views do.
-            ran_s = max(now_s - alloc.started_s, 0.0)
-            rate, since_s = oracle.placement_rate(spec, alloc.placement), alloc.started_s
+        if alloc is not None and alloc.started_s is not None:
+            # The current run counts up to now, as the simulator's views do, at the speed it
+            # runs now: beside a partner's run at their pair speed (live.speeds).
+            mate = mates.get((jid, alloc.run))
+            now_rate = speeds.rate(spec, alloc, specs.get(mate.job_id) if mate else None)
+            done = done + speeds.steps(alloc, now_rate, now_s)
+            if state is JobState.RUNNING:
+                ran_s = max(now_s - alloc.started_s, 0.0)
+                rate, since_s = now_rate, alloc.started_s
+        remaining = max(spec.total_steps - done, 1e-3)
+        if ran_s > 0 and alloc is not None:
             g = alloc.placement.num_gpus
             for f, n in alloc.placement.flavor_counts():
                 run_s[f] = run_s.get(f, 0.0) + (ran_s if n == g else ran_s * n / g)
