@@ -8,6 +8,7 @@ and 51.33 beside ResNet-18 (batch size 32), which runs 29.95 steps/s either way.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from tessera.live import lifecycle
 from tessera.live.executors.base import RunStatus
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
+from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tessera.live.view import build_snapshot
 from tessera.model.jobs import JobId, JobState
@@ -129,3 +131,30 @@ def test_a_job_stored_before_runs_kept_steps_counts_its_runs_by_flavor(
     _end(svc, jid, 110.0)
     rec = svc.store.get(jid)
     assert rec is not None and rec.steps_done == pytest.approx(30 * LM_ALONE)
+
+
+def test_a_state_file_from_before_gains_the_step_columns(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as db:  # the jobs and allocations tables before runs kept steps
+        db.execute(
+            "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, queue TEXT NOT "
+            "NULL, state TEXT NOT NULL, spec_json TEXT NOT NULL, submit_time_s REAL NOT NULL, "
+            "attempts INTEGER NOT NULL DEFAULT 0, runs INTEGER NOT NULL DEFAULT 0, "
+            "pending_since_s REAL NOT NULL, last_run_end_s REAL, first_start_s REAL, "
+            "finish_s REAL, attained_gpu_s REAL NOT NULL DEFAULT 0, run_s_json TEXT NOT NULL "
+            "DEFAULT '{}', reason TEXT NOT NULL DEFAULT '', final INTEGER NOT NULL DEFAULT 0, "
+            "exit_code INTEGER)")
+        db.execute(
+            "CREATE TABLE allocations (job_id TEXT NOT NULL, run INTEGER NOT NULL, flavor TEXT "
+            "NOT NULL, gpus_json TEXT NOT NULL, status TEXT NOT NULL, stop_reason TEXT, "
+            "created_s REAL NOT NULL, started_s REAL, ended_s REAL, exit_code INTEGER, detail "
+            "TEXT NOT NULL DEFAULT '', global_batch_samples INTEGER, colocated_with TEXT NOT "
+            "NULL DEFAULT '', PRIMARY KEY (job_id, run))")
+        db.execute("INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s,"
+                   " started_s) VALUES ('j-0', 1, 'T4', '[[\"n0\", 1]]', 'running', 0, 5)")
+    store = Store(old)
+    a = store.allocation("j-0", 1)
+    assert a is not None and a.steps == 0.0 and a.settled_s is None and a.started_s == 5
+    cols = {r[1] for r in store._read("PRAGMA table_info(jobs)")}
+    assert "steps_done" in cols
+    store.close()
