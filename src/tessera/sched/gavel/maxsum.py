@@ -11,10 +11,11 @@ size, no priority weight, no reference throughput), so the objective adds up ste
 jobs as if they were the same unit of work. It is an efficiency objective with no notion of
 fairness (Gavel's paper offers it as such, next to its fairness policies), and two things follow:
 
-* **slow jobs starve.** A GPU of flavor ``j`` goes to whichever job does the most steps/s on
-  it per GPU it takes (``T[m, j] / sf_m``); a job that is slow everywhere, or a large gang whose
-  throughput does not grow with its size, can get a zero share for as long as faster-stepping
-  jobs keep the flavor full (the round mechanism only hands it GPUs nobody with a share wants);
+* **slow jobs starve.** GPUs go to the jobs that add the most steps/s per GPU they take
+  (``T[m, j] / sf_m``, all flavors weighed at once); a job that is slow everywhere, or a gang
+  whose throughput does not grow with its size, can get a zero share for as long as
+  faster-stepping jobs keep the flavor full (the round mechanism only hands it GPUs nobody with
+  a share wants);
 * **the answer depends on what a "step" is.** A model with a small batch makes many cheap steps
   per second and looks more valuable than one with large, expensive steps.
 

@@ -271,9 +271,12 @@ class MaxSumThroughput(GavelAllocationPolicy):
     """Gavel's ``max_sum_throughput_perf``: shares that maximise ``Σ_m Σ_j T[m,j] X[m,j]``.
 
     What it optimises: the whole cluster's steps per second, with every job's steps counted
-    alike (no gang size, weight or reference throughput in the objective). Each flavor's GPUs go
-    to the jobs that make the most steps/s per GPU there; the round mechanism then gives every
-    job turns in proportion to its share, fastest flavor's list first.
+    alike (no gang size, weight or reference throughput in the objective). GPUs go to the jobs
+    that add the most steps/s per GPU, all flavors weighed at once: a job lands where its
+    advantage is largest, not simply on its fastest flavor (two jobs at 3 and 1 steps/s on a
+    fast and a slow GPU, and at 2 and 1.5: the first takes the fast GPU, 3 + 1.5 > 2 + 1). The
+    round mechanism then gives every job turns in proportion to its share, fastest flavor's
+    list first.
 
     Known weakness (Gavel presents it as an efficiency policy, not a fair one): a job that is
     slow on every flavor, or a gang whose throughput grows less than its size, gets a zero share
@@ -281,8 +284,9 @@ class MaxSumThroughput(GavelAllocationPolicy):
     grow without bound under load. It is the Gavel baseline Sia's artifact runs
     (``gavel_default_policy``); ``max_min_fairness`` is the fair one.
 
-    The ``-agnostic`` twin sees every usable flavor at the reference speed, so only the count of
-    running steps/s at that speed matters; Gavel has no such policy.
+    The ``-agnostic`` twin sees every usable flavor at the reference speed: it still favours
+    jobs with many steps/s at that speed but cannot tell flavors apart. Gavel has no such
+    policy.
     """
 
     def allocate(
