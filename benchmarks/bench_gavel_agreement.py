@@ -16,7 +16,8 @@ Gavel::
 (Gavel names: ``fifo`` = our ``fifo-agnostic``, ``fifo_perf`` = ``fifo``, ``max_min_fairness`` =
 ``max_min_fairness-agnostic``, ``max_min_fairness_perf`` = ``max_min_fairness``,
 ``finish_time_fairness_perf`` = ``finish_time_fairness``, ``min_total_duration_perf`` =
-``min_total_duration``, ``min_total_duration`` = ``min_total_duration-agnostic``;
+``min_total_duration``, ``min_total_duration`` = ``min_total_duration-agnostic``,
+``max_sum_throughput_perf`` = ``max_sum_throughput``;
 ``fifo_packed``, ``max_min_fairness_packed``, ``gandiva`` and ``allox`` keep their names.)
 
 If ``GAVEL_RESULTS`` names a JSON file ``{"<our policy name or Gavel's>": avg_jct_seconds}``
@@ -56,6 +57,7 @@ POLICIES = (
     ("min_total_duration-agnostic", "min_total_duration"),
     ("gandiva", "gandiva"),
     ("allox", "allox"),
+    ("max_sum_throughput", "max_sum_throughput_perf"),
 )
 #: Gavel's policies that only run one-GPU traces (AlloX asserts it; the packed max-min LP's
 #: row reshape fails on mixed gang sizes).

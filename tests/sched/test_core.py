@@ -146,8 +146,8 @@ def test_feasible_job_has_no_reason() -> None:
 
 
 @pytest.mark.parametrize("policy", ["fifo", "sjf", "srtf", "las", "max_min_fairness",
-                                    "finish_time_fairness", "min_makespan", "hetero_srpt",
-                                    "max_min_fairness-agnostic", "las-agnostic"])
+                                    "finish_time_fairness", "min_makespan", "max_sum_throughput",
+                                    "hetero_srpt", "max_min_fairness-agnostic", "las-agnostic"])
 def test_every_policy_is_deterministic_and_never_over_allocates(policy: str) -> None:
     c = make_cluster().node("v100", gpus=4).node("p100", gpus=4).node("k80", gpus=4).build()
     rng = random.Random(1)

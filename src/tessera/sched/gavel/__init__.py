@@ -7,6 +7,7 @@ one module each:
 
 * :mod:`.problem` -- the matrix, which pairs are variables, the base constraints;
 * :mod:`.maxmin` -- the max-min LP (max-min fairness / LAS, makespan);
+* :mod:`.maxsum` -- the max-sum-throughput LP (Gavel's ``max_sum_throughput_perf``);
 * :mod:`.rho` -- the finish-time-fairness (Themis ρ) search;
 * :mod:`.mechanism` -- priorities from shares vs. time received, and the per-flavor lists;
 * :mod:`.state` -- Gavel's own bookkeeping between rounds (``--compat gavel``);
@@ -18,6 +19,7 @@ from the caller (``PolicyContext.solver``), never from a module global.
 """
 
 from tessera.sched.gavel.maxmin import max_min_shares
+from tessera.sched.gavel.maxsum import max_sum_shares
 from tessera.sched.gavel.mechanism import RoundState, Shares, priorities, ranked_entries
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.rho import RhoInputs, RhoSearch, min_max_rho
@@ -49,6 +51,7 @@ __all__ = [
     "base_constraints",
     "credit_round",
     "max_min_shares",
+    "max_sum_shares",
     "min_max_rho",
     "priorities",
     "ranked_entries",

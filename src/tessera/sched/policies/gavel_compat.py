@@ -29,9 +29,10 @@ policies' share computations and the twin lookup. What is reproduced (see
   without a share keeps its GPUs idle;
 * **policies** -- ``fifo`` (agnostic: Gavel's base mode with its type-selection bug and its
   ``random.Random(seed)`` stream; aware: ``fifo_perf``), ``max_min_fairness`` (normalised by
-  the capacity-weighted mean throughput; agnostic: every throughput 1) and
+  the capacity-weighted mean throughput; agnostic: every throughput 1),
   ``finish_time_fairness`` (ρ against the 1/N isolated share, with Gavel's cumulative isolated
-  time ``C``; agnostic: the V100 throughput copied to every flavor).
+  time ``C``; agnostic: the V100 throughput copied to every flavor) and
+  ``max_sum_throughput`` (``max_sum_throughput_perf``; Gavel has no agnostic one).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from tessera.sched.gavel import (
     ShareProblem,
     SolverName,
     max_min_shares,
+    max_sum_shares,
     min_max_rho,
 )
 from tessera.sched.policies.gavel_mechanism import (
@@ -214,11 +216,33 @@ class GavelFinishTimeFairness(GavelCompatPolicy):
         return x, new_mem, fallbacks
 
 
+class GavelMaxSumThroughput(GavelCompatPolicy):
+    """``max_sum_throughput_perf``: ``max Σ T·X`` on Gavel's exact LP (every pair a variable).
+
+    Gavel builds it as the cost-normalised policy with no instance costs, so its name carries
+    "Perf" (no type shuffle) and its shares are the solver's point on a usually degenerate
+    optimum: ECOS' near-centre one under ``solver=ecos``.
+    """
+
+    def allocate(
+        self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
+        backend: Backend,
+    ) -> tuple[np.ndarray, Any, tuple[str, ...]]:
+        if not p.jobs:
+            return np.zeros(p.shape), memory, ()
+        s = max_sum_shares(p, backend, "Gavel max-sum throughput LP", gavel_form=True)
+        assert s.x is not None
+        return s.x, memory, s.fallbacks
+
+
 _COMPAT: dict[str, type[GavelCompatPolicy]] = {
     "fifo": GavelFifo,
     "max_min_fairness": GavelMaxMinFairness,
     "finish_time_fairness": GavelFinishTimeFairness,
+    "max_sum_throughput": GavelMaxSumThroughput,
 }
+#: Twins Gavel only has heterogeneity-aware: their ``-agnostic`` name keeps our policy.
+_AWARE_ONLY = frozenset({"max_sum_throughput"})
 
 
 #: Registered policies that are Gavel's own (no Tessera version): ``--compat gavel`` only.
@@ -227,7 +251,8 @@ GAVEL_ONLY = frozenset({"max_min_fairness_packed", "fifo_packed", "gandiva",
 
 
 def has_gavel_twin(name: str) -> bool:
-    """Whether ``name`` (without ``-agnostic``) has a Gavel-compat twin."""
+    """Whether ``name`` (without ``-agnostic``) has a Gavel-compat twin (``max_sum_throughput``
+    has one for its aware form only)."""
     return name in _COMPAT
 
 
@@ -236,7 +261,8 @@ def gavel_compat_policy(policy: Policy, seed: int = 0, solver: SolverName = "aut
     when Gavel has no such policy (it then only gets Gavel's round timing from the simulator).
 
     ``fifo-agnostic`` is Gavel's ``fifo``, ``fifo`` is ``fifo_perf``; likewise
-    ``max_min_fairness[-agnostic]`` and ``finish_time_fairness[-agnostic]``.
+    ``max_min_fairness[-agnostic]`` and ``finish_time_fairness[-agnostic]``;
+    ``max_sum_throughput`` is ``max_sum_throughput_perf`` (its agnostic name keeps our policy).
     """
     if policy.name in GAVEL_ONLY and isinstance(policy, (GavelCompatPolicy, GavelPackedPolicy)):
         # A policy that exists only as Gavel's: run it with the run's seed and solver.
@@ -246,7 +272,7 @@ def gavel_compat_policy(policy: Policy, seed: int = 0, solver: SolverName = "aut
     if isinstance(policy, GavelCompatPolicy):
         return policy
     cls = _COMPAT.get(policy.name)
-    if cls is None:
+    if cls is None or (policy.agnostic and policy.name in _AWARE_ONLY):
         return policy
     reset = getattr(policy.config, "reallocation_interval_s", RESET_INTERVAL_S)
     cfg = GavelCompatConfig(seed=seed, solver=solver, reset_interval_s=reset)

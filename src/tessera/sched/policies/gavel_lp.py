@@ -11,6 +11,9 @@ Each policy computes time shares ``X[job, flavor]`` with :mod:`tessera.sched.gav
   than on its isolated fair share (:mod:`tessera.sched.gavel.rho`).
 * ``min_makespan``: finish everything as early as possible: maximise a common progress rate
   ``r`` with ``thr_m(X) >= r · R_m``; the makespan is ``1/r``.
+* ``max_sum_throughput`` (Gavel's ``max_sum_throughput_perf``): maximise the cluster's total
+  steps/s ``Σ_m Σ_j T[m,j] X[m,j]``; efficient, unfair: slow jobs can starve
+  (:mod:`tessera.sched.gavel.maxsum`).
 
 Shares are recomputed when the set of jobs changes, but at most once per
 ``reallocation_interval_s`` (Gavel: 1,920 s); in between, :mod:`tessera.sched.gavel.mechanism`
@@ -37,6 +40,7 @@ from tessera.sched.gavel import (
     ShareProblem,
     Shares,
     max_min_shares,
+    max_sum_shares,
     min_max_rho,
     priorities,
     ranked_entries,
@@ -255,5 +259,39 @@ class MinMakespan(GavelAllocationPolicy):
         now = ctx.snapshot.now_s
         r = np.array([max(j.remaining_at(now), 1e-9) for j in ctx.snapshot.jobs])
         s = max_min_shares(p, p.tput / r[:, None], backend, "min-makespan LP")
+        assert s.x is not None
+        return s.x, s.fallbacks
+
+
+@POLICIES.register(
+    "max_sum_throughput",
+    "Gavel max-sum throughput: maximise the total steps/s (LP); unfair, slow jobs can starve.",
+)
+class MaxSumThroughput(GavelAllocationPolicy):
+    """Gavel's ``max_sum_throughput_perf``: shares that maximise ``Σ_m Σ_j T[m,j] X[m,j]``.
+
+    What it optimises: the whole cluster's steps per second, with every job's steps counted
+    alike (no gang size, weight or reference throughput in the objective). GPUs go to the jobs
+    that add the most steps/s per GPU, all flavors weighed at once: a job lands where its
+    advantage is largest, not simply on its fastest flavor (two jobs at 3 and 1 steps/s on a
+    fast and a slow GPU, and at 2 and 1.5: the first takes the fast GPU, 3 + 1.5 > 2 + 1). The
+    round mechanism then gives every job turns in proportion to its share, fastest flavor's
+    list first.
+
+    Known weakness (Gavel presents it as an efficiency policy, not a fair one): a job that is
+    slow on every flavor, or a gang whose throughput grows less than its size, gets a zero share
+    while faster-stepping jobs fill the cluster, and only runs on GPUs left over; its JCT can
+    grow without bound under load. It is the Gavel baseline Sia's artifact runs
+    (``gavel_default_policy``); ``max_min_fairness`` is the fair one.
+
+    The ``-agnostic`` twin sees every usable flavor at the reference speed: it still favours
+    jobs with many steps/s at that speed but cannot tell flavors apart. Gavel has no such
+    policy.
+    """
+
+    def allocate(
+        self, ctx: PolicyContext, p: ShareProblem, backend: Backend
+    ) -> tuple[np.ndarray, tuple[str, ...]]:
+        s = max_sum_shares(p, backend)
         assert s.x is not None
         return s.x, s.fallbacks
