@@ -148,7 +148,7 @@ def decide(
 
     # 1. Admission.
     admitted, held = _admit(snapshot)
-    view = replace(snapshot, jobs=tuple(admitted)) if held else snapshot
+    view = snapshot.with_jobs(tuple(admitted)) if held else snapshot
     lap("admit")
 
     # 2-5. Ordering, placement, preemption, reasons.
@@ -175,7 +175,7 @@ def _waiting_first(
     free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
     split = view.split()
     waiting = split.waiting
-    ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), oracle, ctx.rng,
+    ranking = policy.rank(PolicyContext(view.with_jobs(tuple(waiting)), oracle, ctx.rng,
                                         ctx.solver))
     lap("order")
     if ranking.sizes:  # an elastic allocation sizes everyone: it needs the full round
