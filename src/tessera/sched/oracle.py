@@ -98,6 +98,7 @@ class ThroughputOracle:
         self._twin: ThroughputOracle | None = None
         self._upgrades: dict[tuple[RateKey, str, bool],
                              tuple[str, float, float] | None] = {}
+        self._fastest_first: dict[RateKey, tuple[str, ...]] = {}
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
         self.plans: ThreeDPlans = plans if plans is not None else (
@@ -228,6 +229,21 @@ class ThroughputOracle:
         view = tuple(FlavorRate(r.flavor, ref.consolidated, ref.consolidated) for r in real)
         self._view[key] = view
         return view
+
+    def fastest_first(self, job: JobSpec) -> tuple[str, ...]:
+        """The job's usable flavors, fastest first as a policy sees them (cached per rate key:
+        event-driven policies ask for every job they rank, at every event).
+
+        Aware oracles order by real speed; agnostic ones see equal speeds, so the order falls
+        back to the order of :meth:`rates` (the job's own preference, or the cluster's), which
+        the sort keeps stable.
+        """
+        key = rate_key(job)
+        hit = self._fastest_first.get(key)
+        if hit is None:
+            hit = tuple(r.flavor for r in sorted(self.rates(job), key=lambda r: -r.consolidated))
+            self._fastest_first[key] = hit
+        return hit
 
     def faster_than(
         self, job: JobSpec, flavor: str, consolidated: bool
