@@ -38,7 +38,7 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState, Workload
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
-from tessera.sched.feasibility import infeasibility
+from tessera.sched.feasibility import Feasibility
 from tessera.sched.free_book import FreeBook
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy
@@ -47,6 +47,7 @@ from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.failures import FailureTimes
 from tessera.sim.metrics import Counters, Sample, SimResult, run_gpu_hours, summarize
+from tessera.sim.running import RunningJobs
 from tessera.sim.state import SimJob, move
 from tessera.sim.validation import PreRunValidation
 from tessera.sim.views import ViewBook
@@ -110,7 +111,7 @@ class SimWorld:
         self.views = ViewBook(self.jobs)  # (snapshots rebuild only the changed jobs' views)
         # The active jobs, in index order; every job joining or leaving is noted in the book.
         self.active: dict[int, SimJob] = self.views.active_jobs()
-        self.running: dict[int, SimJob] = {}
+        self.running = RunningJobs()  # (keeps the GPUs they ask for: every sample reads it)
         self.policy_state: object = None
         self.samples: list[Sample] = []
         self.next_sample_s = 0.0
@@ -124,6 +125,7 @@ class SimWorld:
         self.quotas = (config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
         self.validation = PreRunValidation(config.validation, oracle)
+        self.infeasibility = Feasibility(cluster, oracle, self.sched.mixed_gangs)
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
         self.by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.jobs}
@@ -148,10 +150,8 @@ class SimWorld:
             self.active_integral += len(self.active) * (t_s - self.last_t)
             if advance_running and self.running:
                 self._ticks.append(t_s)
-        busy = -1  # (counted once per tick: nothing runs or stops between its samples)
+        busy = self.running.gpus
         while t_s >= self.next_sample_s and t_s > self.last_t:
-            if busy < 0:
-                busy = sum(j.spec.num_gpus for j in self.running.values())
             self.samples.append(
                 Sample(self.next_sample_s, busy, len(self.active) - len(self.running),
                        len(self.running))
@@ -238,7 +238,7 @@ class SimWorld:
 
     def arrive(self, job: SimJob, t_s: float) -> None:
         """``job`` is submitted at ``t_s``: rejected if it can never run here, else active."""
-        reason = infeasibility(job.spec, self.cluster, self.truth, self.sched.mixed_gangs)
+        reason = self.infeasibility(job.spec)
         if reason is not None:
             job.rejected = reason
             move(job, JobState.CANCELLED)
