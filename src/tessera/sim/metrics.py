@@ -283,7 +283,7 @@ def summarize(
                 pending_s=pending,
                 preemptions=j.preemptions, migrations=j.migrations, failures=j.attempts,
                 lost_gpu_h=j.lost_gpu_s / 3600.0, ftf_rho=rho, ideal_s=t_id,
-                gpu_s_by_flavor=";".join(f"{f}={s:.0f}" for f, s in j.busy_gpu_s.items()),
+                gpu_s_by_flavor=";".join([f"{f}={s:.0f}" for f, s in j.busy_gpu_s.items()]),
                 reason=j.rejected or "", resizes=j.resizes,
             )
         )
