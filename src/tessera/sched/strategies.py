@@ -32,7 +32,7 @@ __all__ = ["PlacementOptions", "Releases", "backfill", "needs_locality", "place_
 def place_rounds(
     candidates: tuple[tuple[JobId, str], ...],
     by_id: dict[JobId, JobView],
-    admitted: list[JobView],
+    admitted: Sequence[JobView],
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
@@ -94,7 +94,7 @@ def place_rounds(
 def place_events(
     candidates: tuple[tuple[JobId, str], ...],
     by_id: dict[JobId, JobView],
-    admitted: list[JobView],
+    admitted: Sequence[JobView],
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
