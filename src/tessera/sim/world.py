@@ -40,7 +40,7 @@ from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import Feasibility
 from tessera.sched.free_book import FreeBook
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import Placement, Snapshot
 from tessera.sim.config import SimConfig
@@ -388,12 +388,15 @@ class SimWorld:
                 j.pending_s += self.last_t - j.pending_since_s
         for j in self.active.values():
             self.close_ftf(j)
-        iso = [
-            j.spec.total_steps / r if (r := max(
-                (x.consolidated for x in self.truth.real_rates(j.spec)), default=0.0)) > 0
-            else math.inf
-            for j in self.jobs
-        ]
+        best: dict[RateKey, float] = {}  # (the true rate on the fastest flavor, per rate key)
+        iso = []
+        for j in self.jobs:
+            key = rate_key(j.spec)
+            r = best.get(key)
+            if r is None:
+                r = best[key] = max((x.consolidated for x in self.truth.real_rates(j.spec)),
+                                    default=0.0)
+            iso.append(j.spec.total_steps / r if r > 0 else math.inf)
         return summarize(
             self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs, iso,
             self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,
