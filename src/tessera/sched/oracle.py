@@ -32,6 +32,10 @@ RateKey = tuple[str, int, tuple[GpuFlavor, ...], ThreeDParallel | None]
 """What a job's per-flavor rates depend on: job type, gang size, allowed flavors, parallelism."""
 
 
+_UNKNOWN = object()
+"""A cache miss (``None`` is a cached answer)."""
+
+
 def rate_key(job: JobSpec) -> RateKey:
     """The key under which jobs share per-flavor rates (a 3-D job never shares with a
     data-parallel one of the same type, nor with one of another model or batch)."""
@@ -251,8 +255,9 @@ class ThroughputOracle:
         """``(fastest flavor, its rate, current rate)`` when ``job`` would run faster on
         another flavor than on ``flavor``, else ``None`` (cached; the policy's view)."""
         key = (rate_key(job), flavor, consolidated)
-        if key in self._upgrades:
-            return self._upgrades[key]
+        hit = self._upgrades.get(key, _UNKNOWN)
+        if hit is not _UNKNOWN:
+            return hit  # type: ignore[return-value]
         rates = self.rates(job)
         current = next((r for r in rates if r.flavor == flavor), None)
         answer: tuple[str, float, float] | None = None

@@ -276,7 +276,7 @@ def backfill(
     for i, (jid, fl) in enumerate(candidates):
         if jid in run:
             continue
-        if all(free.total_free(f) == 0 for f in flavors):
+        if not any(map(free.total_free, flavors)):  # (no flavor has a free GPU left)
             break
         j = by_id.get(jid)
         if j is None:

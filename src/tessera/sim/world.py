@@ -305,7 +305,8 @@ class SimWorld:
 
     def stop(self, job: SimJob, t_s: float) -> None:
         """Settle ``job``'s run up to ``t_s`` and give its GPUs back (its state is the caller's)."""
-        job.advance_each(self._ticks)
+        if self._ticks:  # (events mode notes none)
+            job.advance_each(self._ticks)
         job.advance(t_s)
         if job.state is JobState.RUNNING:
             self._account_run(job, t_s)

@@ -21,7 +21,7 @@ def candidates_in_order(
 ) -> tuple[tuple[JobId, str], ...]:
     """Expand an ordered job list into (job, flavor) candidates, flavors fastest first."""
     fastest_first = ctx.oracle.fastest_first
-    return tuple((j.spec.job_id, fl) for j in ordered for fl in fastest_first(j.spec))
+    return tuple([(j.spec.job_id, fl) for j in ordered for fl in fastest_first(j.spec)])
 
 
 def remaining_s(ctx: PolicyContext, job: JobView) -> float:
