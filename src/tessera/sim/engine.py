@@ -94,10 +94,18 @@ def _collector_skips_long_lived() -> Iterator[Callable[[], None]]:
     ``gc.freeze`` moves what exists out of its reach: at the start, and again through the
     callable this yields (once the world is built); the objects the run makes as it goes are
     still collected, and ``gc.unfreeze`` hands the frozen ones back at the end. Nothing
-    about the result depends on when the collector runs.
+    about the result depends on when the collector runs. If the caller has frozen objects
+    itself, the collector is left as it is (unfreezing would hand back the caller's too).
     """
+    if gc.get_freeze_count():
+        yield _leave_alone
+        return
     gc.freeze()
     try:
         yield gc.freeze
     finally:
         gc.unfreeze()
+
+
+def _leave_alone() -> None:
+    """Freeze nothing (the caller manages the collector)."""
