@@ -10,7 +10,7 @@ from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import PendingKind, PlacementOptions, decide
-from tessera.sched.feasibility import infeasibility
+from tessera.sched.feasibility import Feasibility, infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import make_policy
 from tessera.sched.snapshot import Placement, QueueQuota
@@ -137,6 +137,19 @@ def test_infeasible_jobs_are_explained(job, match: str) -> None:  # type: ignore
     oracle = ThroughputOracle(default_throughputs(), c)
     reason = infeasibility(job, c, oracle)
     assert reason is not None and match in reason
+
+
+def test_feasibility_answers_as_infeasibility_once_per_kind_of_job() -> None:
+    c = make_cluster().node("v100", gpus=8, count=2).node("k80", gpus=4).build()
+    oracle = ThroughputOracle(default_throughputs(), c)
+    jobs = [make_job(f"x{i}", g, job_type=t, requires_locality=loc, flavors=fl)
+            for i, (g, t, loc, fl) in enumerate(
+                (g, t, loc, fl) for g in (1, 2, 9, 64) for t in (RESNET, RECO)
+                for loc in (False, True) for fl in ((), ("k80",), ("a100",)))]
+    for mixed in (False, True):
+        check = Feasibility(c, oracle, mixed)
+        for job in jobs + jobs:  # (the second pass is answered from what was worked out)
+            assert check(job) == infeasibility(job, c, oracle, mixed), job
 
 
 def test_feasible_job_has_no_reason() -> None:

@@ -111,6 +111,7 @@ def test_property_a_round_over_a_book_answers_as_one_over_counts(
                 book[n] -= k
     over_book = FreeGpus(c.nodes, base=book)
     plain = FreeGpus(c.nodes, dict(book), layout)
+    booked_counts = dict(book)
     for op, flavor, gpus, local in ops:
         if op == "info":
             assert over_book.info(flavor) == plain.info(flavor)
@@ -126,6 +127,10 @@ def test_property_a_round_over_a_book_answers_as_one_over_counts(
                 plain.take(a)
                 held.append(a)
         assert over_book.total_free(flavor) == plain.total_free(flavor)
+    for node in [*layout.capacity, "no-such-node"]:  # (each node's count, changed or not)
+        assert over_book.free_on(node) == plain.free_on(node)
+    assert all(over_book.can_take(p) == plain.can_take(p) for p in held)
+    assert dict(book) == booked_counts  # the round's changes stay its own
 
 
 def test_a_book_keeps_counts_totals_and_sorted_buckets() -> None:

@@ -1,12 +1,14 @@
 """The world's incremental books equal fresh builds at every decision of whole runs.
 
-Two structures are kept up to date between rounds instead of being rebuilt at each one:
+Three structures are kept up to date between rounds instead of being rebuilt at each one:
 
 * the free-GPU book (:class:`~tessera.sched.free_book.FreeBook`): per-node counts, per-flavor
   totals and layout-ordered buckets, which a round's placement starts from;
 * the view book's running gangs the move memory may not hold
   (:meth:`~tessera.sim.views.ViewBook.unheld`), which an upgrade check looks at instead of
-  every running gang.
+  every running gang;
+* the GPUs the running jobs ask for (:class:`~tessera.sim.running.RunningJobs`), which every
+  utilisation sample reads.
 
 These tests check both against a build from scratch at every decision (event and round
 drivers, preemptions and moves, failures with retries), and that a deliberately broken book
@@ -25,7 +27,7 @@ from tessera.sched.free_book import FreeBook
 from tessera.sched.placement import FreeGpus
 from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import JobSplit, JobView, Snapshot
-from tessera.sim.config import FailureConfig, SimConfig
+from tessera.sim.config import FailureConfig, SimConfig, ValidationConfig
 from tessera.sim.views import ViewBook
 from tessera.sim.world import SimWorld
 from tests.builders import busy_simulator
@@ -71,6 +73,11 @@ def check_unheld(world: SimWorld, snap: Snapshot) -> None:
     assert stay_put.unsettled(split) == walked
 
 
+def check_running(world: SimWorld, snap: Snapshot) -> None:
+    """The running jobs' GPU count the samples read equals a fresh sum."""
+    assert world.running.gpus == sum(j.spec.num_gpus for j in world.running.values())
+
+
 def _checked_run(policy: str, cfg: SimConfig,
                  checks: Sequence[Callable[[SimWorld, Snapshot], None]]) -> int:
     """Run ``policy`` and apply ``checks`` before every decision; returns the decisions."""
@@ -100,7 +107,13 @@ def _checked_run(policy: str, cfg: SimConfig,
 def test_books_equal_fresh_builds_at_every_decision(policy: str, mode: str,
                                                     failures: FailureConfig) -> None:
     cfg = SimConfig(scheduler=SchedulerSettings(mode=mode), failures=failures)  # type: ignore[arg-type]
-    assert _checked_run(policy, cfg, (check_free, check_unheld)) > 10
+    assert _checked_run(policy, cfg, (check_free, check_unheld, check_running)) > 10
+
+
+def test_running_gpus_equal_a_fresh_sum_with_pre_run_validation() -> None:
+    # (validation swaps a job's spec for a 1-GPU one and back: only while it is stopped)
+    cfg = SimConfig(failures=_FAILING, validation=ValidationConfig(min_gpus=2, validation_s=60))
+    assert _checked_run("las", cfg, (check_running,)) > 10
 
 
 def test_a_book_that_forgets_its_buckets_fails_the_check(

@@ -136,3 +136,29 @@ def test_property_everything_finishes_and_nothing_is_over_allocated(
     assert 0 < r.summary.utilization <= 1.0 + 1e-9
     for j in r.jobs:
         assert j.jct_s is not None and j.jct_s >= 0
+
+
+def test_a_run_hands_the_objects_it_froze_back_to_the_collector() -> None:
+    import gc
+
+    c = make_cluster().node("v100", gpus=4).build()
+    w = make_workload(*[make_job(f"j{i}", gpus=1 + i % 2, submit_s=10 * i) for i in range(6)])
+    before = gc.get_freeze_count()
+    first = simulate(w, c, "las")
+    assert gc.get_freeze_count() == before
+    with pytest.raises(KeyError):  # (a table that cannot answer fails inside the run)
+        simulate(w, c, "las", table=_NoTable())  # type: ignore[arg-type]
+    assert gc.get_freeze_count() == before
+    assert simulate(w, c, "las").summary == first.summary
+    gc.freeze()  # a caller that froze objects itself keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        assert simulate(w, c, "las").summary == first.summary
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+class _NoTable:
+    def __getattr__(self, name: str) -> object:
+        raise KeyError(name)

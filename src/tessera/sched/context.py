@@ -27,7 +27,7 @@ from tessera.sched.lp import LpSolver
 from tessera.sched.oracle import ThroughputOracle
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from tessera.model.cluster import ClusterSpec
     from tessera.model.jobs import JobId
@@ -101,6 +101,12 @@ class StayPut:
         """Whether ``view``'s run is remembered (a job without a placement counts as held:
         there is nothing to move)."""
         return self._by_job.get(view.spec.job_id) is view.placement
+
+    def unheld_of(self, views: Mapping[int, JobView]) -> dict[int, JobView]:
+        """``views`` less the jobs the memory holds (:meth:`holds`, in one pass: a driver
+        filters its open gangs at every event)."""
+        never = self._by_job
+        return {i: v for i, v in views.items() if never.get(v.spec.job_id) is not v.placement}
 
     def narrow(self, split: JobSplit, source: UnheldGangs) -> None:
         """A driver's offer for the next round over ``split``: ``source`` can tell which of

@@ -27,7 +27,7 @@ Phases, each timed:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -84,10 +84,12 @@ class Decision:
     phase_ms: tuple[tuple[str, float], ...] = ()
 
 
-def _admit(snapshot: Snapshot) -> tuple[list[JobView], dict[JobId, PendingReason]]:
-    """Hold pending jobs whose queue would exceed nominal quota + borrowing limit."""
+def _admit(snapshot: Snapshot) -> tuple[Sequence[JobView], dict[JobId, PendingReason]]:
+    """Hold pending jobs whose queue would exceed nominal quota + borrowing limit (without
+    quotas: every job, the snapshot's own tuple -- an event round does not copy the active
+    jobs)."""
     if not snapshot.quotas:
-        return list(snapshot.jobs), {}
+        return snapshot.jobs, {}
     usage: dict[str, int] = {}
     for j in snapshot.jobs:
         if j.running:  # at the GPUs it holds: an elastic job may have grown or shrunk
@@ -148,7 +150,7 @@ def decide(
 
     # 1. Admission.
     admitted, held = _admit(snapshot)
-    view = replace(snapshot, jobs=tuple(admitted)) if held else snapshot
+    view = snapshot.with_jobs(tuple(admitted)) if held else snapshot
     lap("admit")
 
     # 2-5. Ordering, placement, preemption, reasons.
@@ -160,8 +162,8 @@ def decide(
 
 
 def _waiting_first(
-    view: Snapshot, admitted: list[JobView], held: dict[JobId, PendingReason], policy: Policy,
-    ctx: DecisionContext, opts: PlacementOptions, lap: _Laps,
+    view: Snapshot, admitted: Sequence[JobView], held: dict[JobId, PendingReason],
+    policy: Policy, ctx: DecisionContext, opts: PlacementOptions, lap: _Laps,
 ) -> Decision | None:
     """An event-driven round that ranks the waiting jobs alone, or ``None`` when it cannot.
 
@@ -175,7 +177,7 @@ def _waiting_first(
     free = FreeGpus.of_snapshot(view, ctx.layout(view.cluster))
     split = view.split()
     waiting = split.waiting
-    ranking = policy.rank(PolicyContext(replace(view, jobs=tuple(waiting)), oracle, ctx.rng,
+    ranking = policy.rank(PolicyContext(view.with_jobs(tuple(waiting)), oracle, ctx.rng,
                                         ctx.solver))
     lap("order")
     if ranking.sizes:  # an elastic allocation sizes everyone: it needs the full round
@@ -200,8 +202,8 @@ def _waiting_first(
 
 
 def _full_round(
-    view: Snapshot, admitted: list[JobView], held: dict[JobId, PendingReason], policy: Policy,
-    ctx: DecisionContext, opts: PlacementOptions, lap: _Laps,
+    view: Snapshot, admitted: Sequence[JobView], held: dict[JobId, PendingReason],
+    policy: Policy, ctx: DecisionContext, opts: PlacementOptions, lap: _Laps,
 ) -> Decision:
     """Rank every admitted job and place them with the policy's strategy (rounds or events)."""
     now_s = view.now_s
@@ -286,7 +288,7 @@ class _Placements(Mapping[JobId, Placement]):
     ones. Built lazily, so an event round that starts a few jobs does not copy every running
     job's placement."""
 
-    def __init__(self, jobs: list[JobView], new: dict[JobId, Placement]) -> None:
+    def __init__(self, jobs: Sequence[JobView], new: dict[JobId, Placement]) -> None:
         self._jobs = jobs
         self._new = new
         self._all: dict[JobId, Placement] | None = None

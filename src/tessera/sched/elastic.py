@@ -27,7 +27,7 @@ smaller count than the policy chose would need another batch, which only the pol
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tessera.errors import SpecError
@@ -77,7 +77,7 @@ def even_batch(batch: float, num_gpus: int, low: int, high: int) -> int | None:
 
 
 def sized_views(
-    jobs: list[JobView], sizes: Mapping[JobId, ElasticSize]
+    jobs: Sequence[JobView], sizes: Mapping[JobId, ElasticSize]
 ) -> list[JobView]:
     """``jobs`` with each sized job's ``spec.num_gpus`` set to its chosen count.
 

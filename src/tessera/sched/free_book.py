@@ -103,6 +103,11 @@ class FreeBook(Mapping[str, int]):
         """A copy of the free GPUs per node."""
         return dict(self._free)
 
+    def live_counts(self) -> Mapping[str, int]:
+        """The free GPUs per node, the book's own dict: it changes with the book; read it,
+        never change it."""
+        return self._free
+
     @property
     def in_range(self) -> bool:
         """Whether every node's count is within ``0..capacity`` (see the module docstring)."""

@@ -32,6 +32,10 @@ RateKey = tuple[str, int, tuple[GpuFlavor, ...], ThreeDParallel | None]
 """What a job's per-flavor rates depend on: job type, gang size, allowed flavors, parallelism."""
 
 
+_UNKNOWN = object()
+"""A cache miss (``None`` is a cached answer)."""
+
+
 def rate_key(job: JobSpec) -> RateKey:
     """The key under which jobs share per-flavor rates (a 3-D job never shares with a
     data-parallel one of the same type, nor with one of another model or batch)."""
@@ -98,6 +102,7 @@ class ThroughputOracle:
         self._twin: ThroughputOracle | None = None
         self._upgrades: dict[tuple[RateKey, str, bool],
                              tuple[str, float, float] | None] = {}
+        self._fastest_first: dict[RateKey, tuple[str, ...]] = {}
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
         self.plans: ThreeDPlans = plans if plans is not None else (
@@ -229,14 +234,30 @@ class ThroughputOracle:
         self._view[key] = view
         return view
 
+    def fastest_first(self, job: JobSpec) -> tuple[str, ...]:
+        """The job's usable flavors, fastest first as a policy sees them (cached per rate key:
+        event-driven policies ask for every job they rank, at every event).
+
+        Aware oracles order by real speed; agnostic ones see equal speeds, so the order falls
+        back to the order of :meth:`rates` (the job's own preference, or the cluster's), which
+        the sort keeps stable.
+        """
+        key = rate_key(job)
+        hit = self._fastest_first.get(key)
+        if hit is None:
+            hit = tuple(r.flavor for r in sorted(self.rates(job), key=lambda r: -r.consolidated))
+            self._fastest_first[key] = hit
+        return hit
+
     def faster_than(
         self, job: JobSpec, flavor: str, consolidated: bool
     ) -> tuple[str, float, float] | None:
         """``(fastest flavor, its rate, current rate)`` when ``job`` would run faster on
         another flavor than on ``flavor``, else ``None`` (cached; the policy's view)."""
         key = (rate_key(job), flavor, consolidated)
-        if key in self._upgrades:
-            return self._upgrades[key]
+        hit = self._upgrades.get(key, _UNKNOWN)
+        if hit is not _UNKNOWN:
+            return hit  # type: ignore[return-value]
         rates = self.rates(job)
         current = next((r for r in rates if r.flavor == flavor), None)
         answer: tuple[str, float, float] | None = None

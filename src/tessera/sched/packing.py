@@ -29,7 +29,7 @@ or keeps the running pairs (a round that may not stop running jobs, e.g. a fill 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -170,11 +170,11 @@ class Unpaired:
         riders: ``{rider: host}`` of every running pair.
     """
 
-    jobs: list[JobView]
+    jobs: Sequence[JobView]
     riders: dict[JobId, JobId]
 
 
-def unpair(admitted: list[JobView], ranking: Ranking, keep: bool) -> Unpaired:
+def unpair(admitted: Sequence[JobView], ranking: Ranking, keep: bool) -> Unpaired:
     """Show each running pair's GPUs once to the placement strategies.
 
     The *rider* of a pair is the job the policy names as a partner this round, else the one it

@@ -88,6 +88,28 @@ def _sum_over(free: Mapping[str, int], nodes: tuple[str, ...]) -> int:
     return sum(hit[1](free))
 
 
+class _ChangedOver(dict[str, int]):
+    """A round's free counts over a driver's book: holds the nodes the round changed and reads
+    the rest from the book's own counts (which do not change while the round runs).
+
+    Copying every node's count at the start of each round walked all 552 servers of the full
+    Philly table at every event, although an event round changes one or two. Reads by key and
+    ``get`` answer as a full copy would; the mapping is never iterated.
+    """
+
+    __slots__ = ("_base",)
+
+    def __init__(self, base: Mapping[str, int]) -> None:
+        super().__init__()
+        self._base = base
+
+    def __missing__(self, node_id: str) -> int:
+        return self._base[node_id]
+
+    def get(self, node_id: str, default: Any = None) -> Any:
+        return super().get(node_id, self._base.get(node_id, default))
+
+
 class FreeGpus:
     """Free GPU counts per node, grouped by flavor: one round's scratch copy.
 
@@ -125,8 +147,9 @@ class FreeGpus:
         self._size = lay.size
         self._base = base
         self._total: dict[str, int]
+        self._free: dict[str, int]
         if base is not None:
-            self._free = base.counts_copy()
+            self._free = _ChangedOver(base.live_counts())
             self._total = base.totals()
         else:
             if free is None:

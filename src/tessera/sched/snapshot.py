@@ -283,6 +283,14 @@ class Snapshot:
             return hint
         return JobSplit.of(self.jobs)
 
+    def with_jobs(self, jobs: tuple[JobView, ...]) -> Snapshot:
+        """This snapshot with other jobs: ``dataclasses.replace(self, jobs=jobs)``, built
+        directly (an event round narrows its snapshot to the waiting jobs at every event, and
+        ``replace`` walks the fields by name). The split hint goes along and, describing
+        other jobs, is not used (see :meth:`split`)."""
+        return Snapshot(self.now_s, self.cluster, jobs, self.quotas, self.policy_state,
+                        self.round_s, self.down_nodes, self.free_gpus, self.split_hint)
+
     def up_nodes(self) -> tuple[Node, ...]:
         if not self.down_nodes:
             return self.cluster.nodes

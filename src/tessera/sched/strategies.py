@@ -32,7 +32,7 @@ __all__ = ["PlacementOptions", "Releases", "backfill", "needs_locality", "place_
 def place_rounds(
     candidates: tuple[tuple[JobId, str], ...],
     by_id: dict[JobId, JobView],
-    admitted: list[JobView],
+    admitted: Sequence[JobView],
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
@@ -94,7 +94,7 @@ def place_rounds(
 def place_events(
     candidates: tuple[tuple[JobId, str], ...],
     by_id: dict[JobId, JobView],
-    admitted: list[JobView],
+    admitted: Sequence[JobView],
     free: FreeGpus,
     oracle: ThroughputOracle,
     preemptive: bool,
@@ -276,7 +276,7 @@ def backfill(
     for i, (jid, fl) in enumerate(candidates):
         if jid in run:
             continue
-        if all(free.total_free(f) == 0 for f in flavors):
+        if not any(map(free.total_free, flavors)):  # (no flavor has a free GPU left)
             break
         j = by_id.get(jid)
         if j is None:

@@ -8,7 +8,10 @@ the round driver, or Gavel's loop under ``compat="gavel"``. Every driver asks th
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
@@ -71,7 +74,38 @@ def simulate(
         progress: called as ``progress(jobs_done, jobs_total)`` as the run advances.
     """
     pol = make_policy(policy) if isinstance(policy, str) else policy
-    sim = Simulator(
-        workload, cluster, pol, config or SimConfig(), table or default_throughputs(), progress
-    )
-    return sim.run()
+    with _collector_skips_long_lived() as long_lived:
+        sim = Simulator(
+            workload, cluster, pol, config or SimConfig(), table or default_throughputs(),
+            progress
+        )
+        long_lived()  # (the world's records of every job live as long as the run)
+        return sim.run()
+
+
+@contextmanager
+def _collector_skips_long_lived() -> Iterator[Callable[[], None]]:
+    """Keep Python's cycle collector off the objects that outlive a run's events.
+
+    A run allocates as it goes (views, placements, samples, one record per job), and every
+    so often the collector's oldest generation walks every tracked object in the process --
+    the workload's specs (82,247 on the full Philly table), the world's record of each job,
+    the oracle's tables, whatever the caller holds -- none of which the run frees.
+    ``gc.freeze`` moves what exists out of its reach: at the start, and again through the
+    callable this yields (once the world is built); the objects the run makes as it goes are
+    still collected, and ``gc.unfreeze`` hands the frozen ones back at the end. Nothing
+    about the result depends on when the collector runs. If the caller has frozen objects
+    itself, the collector is left as it is (unfreezing would hand back the caller's too).
+    """
+    if gc.get_freeze_count():
+        yield _leave_alone
+        return
+    gc.freeze()
+    try:
+        yield gc.freeze
+    finally:
+        gc.unfreeze()
+
+
+def _leave_alone() -> None:
+    """Freeze nothing (the caller manages the collector)."""

@@ -204,15 +204,13 @@ def run_gpu_hours(
     A consolidated single-flavor run books nothing extra.
     """
     p = job.placement
-    if p is None:
+    if p is None or (p.consolidated and not p.is_mixed and not validating):
         return []
     held_h = max(t_s - job.run_started_s, 0.0) * p.num_gpus / 3600
     if validating:
         return [("validation_gpu_h", held_h)]
     if p.is_mixed:
         return [("mixed_gpu_h", held_h)]
-    if p.consolidated:
-        return []
     out = [("split_gpu_h", held_h)]
     cons = truth.rate(job.spec, p.flavor, True)
     progressed = max(t_s - max(job.progress_from_s, job.run_started_s), 0.0)
@@ -283,7 +281,7 @@ def summarize(
                 pending_s=pending,
                 preemptions=j.preemptions, migrations=j.migrations, failures=j.attempts,
                 lost_gpu_h=j.lost_gpu_s / 3600.0, ftf_rho=rho, ideal_s=t_id,
-                gpu_s_by_flavor=";".join(f"{f}={s:.0f}" for f, s in j.busy_gpu_s.items()),
+                gpu_s_by_flavor=";".join([f"{f}={s:.0f}" for f, s in j.busy_gpu_s.items()]),
                 reason=j.rejected or "", resizes=j.resizes,
             )
         )

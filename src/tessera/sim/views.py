@@ -187,6 +187,5 @@ class ViewBook:
             # The memory forgot (or is another): every running gang may be unheld again.
             self._open = self._running_views(self._views.items())
             self._memory = memory
-        holds = stay_put.holds
-        self._open = open_ = {i: v for i, v in self._open.items() if not holds(v)}
+        self._open = open_ = stay_put.unheld_of(self._open)
         return tuple(map(open_.__getitem__, sorted(open_)))

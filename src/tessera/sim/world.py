@@ -38,15 +38,16 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState, Workload
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
-from tessera.sched.feasibility import infeasibility
+from tessera.sched.feasibility import Feasibility
 from tessera.sched.free_book import FreeBook
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import Placement, Snapshot
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.failures import FailureTimes
 from tessera.sim.metrics import Counters, Sample, SimResult, run_gpu_hours, summarize
+from tessera.sim.running import RunningJobs
 from tessera.sim.state import SimJob, move
 from tessera.sim.validation import PreRunValidation
 from tessera.sim.views import ViewBook
@@ -110,7 +111,7 @@ class SimWorld:
         self.views = ViewBook(self.jobs)  # (snapshots rebuild only the changed jobs' views)
         # The active jobs, in index order; every job joining or leaving is noted in the book.
         self.active: dict[int, SimJob] = self.views.active_jobs()
-        self.running: dict[int, SimJob] = {}
+        self.running = RunningJobs()  # (keeps the GPUs they ask for: every sample reads it)
         self.policy_state: object = None
         self.samples: list[Sample] = []
         self.next_sample_s = 0.0
@@ -124,6 +125,7 @@ class SimWorld:
         self.quotas = (config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
         self.validation = PreRunValidation(config.validation, oracle)
+        self.infeasibility = Feasibility(cluster, oracle, self.sched.mixed_gangs)
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
         self.by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.jobs}
@@ -148,10 +150,8 @@ class SimWorld:
             self.active_integral += len(self.active) * (t_s - self.last_t)
             if advance_running and self.running:
                 self._ticks.append(t_s)
-        busy = -1  # (counted once per tick: nothing runs or stops between its samples)
+        busy = self.running.gpus
         while t_s >= self.next_sample_s and t_s > self.last_t:
-            if busy < 0:
-                busy = sum(j.spec.num_gpus for j in self.running.values())
             self.samples.append(
                 Sample(self.next_sample_s, busy, len(self.active) - len(self.running),
                        len(self.running))
@@ -238,7 +238,7 @@ class SimWorld:
 
     def arrive(self, job: SimJob, t_s: float) -> None:
         """``job`` is submitted at ``t_s``: rejected if it can never run here, else active."""
-        reason = infeasibility(job.spec, self.cluster, self.truth, self.sched.mixed_gangs)
+        reason = self.infeasibility(job.spec)
         if reason is not None:
             job.rejected = reason
             move(job, JobState.CANCELLED)
@@ -305,7 +305,8 @@ class SimWorld:
 
     def stop(self, job: SimJob, t_s: float) -> None:
         """Settle ``job``'s run up to ``t_s`` and give its GPUs back (its state is the caller's)."""
-        job.advance_each(self._ticks)
+        if self._ticks:  # (events mode notes none)
+            job.advance_each(self._ticks)
         job.advance(t_s)
         if job.state is JobState.RUNNING:
             self._account_run(job, t_s)
@@ -388,12 +389,15 @@ class SimWorld:
                 j.pending_s += self.last_t - j.pending_since_s
         for j in self.active.values():
             self.close_ftf(j)
-        iso = [
-            j.spec.total_steps / r if (r := max(
-                (x.consolidated for x in self.truth.real_rates(j.spec)), default=0.0)) > 0
-            else math.inf
-            for j in self.jobs
-        ]
+        best: dict[RateKey, float] = {}  # (the true rate on the fastest flavor, per rate key)
+        iso = []
+        for j in self.jobs:
+            key = rate_key(j.spec)
+            r = best.get(key)
+            if r is None:
+                r = best[key] = max((x.consolidated for x in self.truth.real_rates(j.spec)),
+                                    default=0.0)
+            iso.append(j.spec.total_steps / r if r > 0 else math.inf)
         return summarize(
             self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs, iso,
             self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,

@@ -13,17 +13,15 @@ def flavors_fastest_first(ctx: PolicyContext, job: JobView) -> tuple[str, ...]:
     Aware policies see real speeds; agnostic ones see equal speeds, so the order falls back to
     the job's own preference order (or the cluster's order), which the sort keeps stable.
     """
-    rates = ctx.oracle.rates(job.spec)
-    return tuple(r.flavor for r in sorted(rates, key=lambda r: -r.consolidated))
+    return ctx.oracle.fastest_first(job.spec)
 
 
 def candidates_in_order(
     ctx: PolicyContext, ordered: list[JobView]
 ) -> tuple[tuple[JobId, str], ...]:
     """Expand an ordered job list into (job, flavor) candidates, flavors fastest first."""
-    return tuple(
-        (j.job_id, fl) for j in ordered for fl in flavors_fastest_first(ctx, j)
-    )
+    fastest_first = ctx.oracle.fastest_first
+    return tuple([(j.spec.job_id, fl) for j in ordered for fl in fastest_first(j.spec)])
 
 
 def remaining_s(ctx: PolicyContext, job: JobView) -> float:
