@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 from tessera.errors import SpecError
@@ -135,6 +136,54 @@ def test_the_solver_matches_exhaustive_search(seed: int, solver: str,
         assert c in {k for k, _v in values[j]}
         used[CONFIGS[c].flavor] = used.get(CONFIGS[c].flavor, 0) + CONFIGS[c].num_gpus
     assert all(used[f] <= capacity[f] for f in used)
+
+
+THREE = tuple(Config(f, n, per) for f, per in (("A100-40GB", 8), ("RTX2080Ti", 8), ("T4", 4))
+              for n in range(1, 9))
+
+
+def _plain_dp_tables(usable, shape, pinned):  # type: ignore[no-untyped-def]
+    """The knapsack's tables the plain way: one shifted slice per option, in option order."""
+    tables = [np.zeros(shape)]
+    for j, opts in enumerate(usable):
+        best = tables[-1]
+        new = best.copy() if j not in pinned else np.full(shape, -np.inf)
+        for _k, ax, g, v in opts:
+            src = [slice(None)] * len(shape)
+            dst = [slice(None)] * len(shape)
+            src[ax] = slice(0, shape[ax] - g)
+            dst[ax] = slice(g, None)
+            new[tuple(dst)] = np.maximum(new[tuple(dst)], best[tuple(src)] + v)
+        tables.append(new)
+    return tables
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_dp_step_gives_the_plain_tables_bit_for_bit(seed: int) -> None:
+    """Option by option along the outermost axis (:func:`elastic_ilp._step`) or one slice per
+    option: the same tables, so the same picks, ties included (values on a coarse grid tie
+    often; some jobs pinned)."""
+    rng = random.Random(seed)
+    capacity = {"A100-40GB": rng.randint(0, 8), "RTX2080Ti": rng.randint(0, 8),
+                "T4": rng.randint(0, 8)}
+    flavors = sorted(capacity)
+    shape = tuple(capacity[f] + 1 for f in flavors)
+    values = [[(c, rng.randint(1, 12) / 4) for c in rng.sample(range(len(THREE)), 7)]
+              for _ in range(rng.randint(1, 9))]
+    pinned = {j: row[0][0] for j, row in enumerate(values) if rng.random() < 0.15}
+    usable = [[(k, flavors.index(THREE[c].flavor), THREE[c].num_gpus, v)
+               for k, (c, v) in enumerate(row)
+               if pinned.get(j, c) == c and THREE[c].num_gpus <= capacity[THREE[c].flavor]]
+              for j, row in enumerate(values)]
+    plain = _plain_dp_tables(usable, shape, pinned)
+    best = np.zeros(shape)
+    buf = np.empty(best.size)
+    for j, opts in enumerate(usable):
+        best = elastic_ilp._step(best, opts, j in pinned, buf)
+        assert np.array_equal(best, plain[j + 1])
+    got = elastic_ilp._dp(values, THREE, capacity, pinned)
+    if not got.fallback:
+        assert repr(got.objective) == repr(float(plain[-1][tuple(capacity[f] for f in flavors)]))
 
 
 def test_a_pinned_job_keeps_its_configuration() -> None:
