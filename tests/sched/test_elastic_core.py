@@ -291,7 +291,7 @@ def test_every_chosen_batch_splits_evenly_or_says_why_not(policy: str) -> None:
     # 2047-4093 holds multiples of every count; 4093-4095 holds none of 8
     views.append(view(make_job("odd", 8, job_type=CIFAR_TYPE,
                                elastic=ElasticRange(8, 8, 4093, 4095, "cifar10", 5e6))))
-    ctx = PolicyContext(snapshot(c, *views, round_s=60.0),
+    ctx = PolicyContext(snapshot(c, *views, now_s=600.0, round_s=60.0),
                         ThroughputOracle(sia_throughputs(), c), random.Random(0))
     r = make_policy(policy, {"explore": False}).rank(ctx)  # (sizes above 1 GPU at once)
     assert JobId("odd") in r.sizes and len(r.sizes) > 1
