@@ -165,6 +165,25 @@ def test_pollux_damps_a_waiting_job_as_pollux_does() -> None:
     assert _rank("pollux", _views()[:1], now_s=60.0).sizes["a"].num_gpus == 1
 
 
+def test_pollux_measures_speed_ups_against_the_fair_share_past_the_exploration_cap() -> None:
+    """Pollux's base goodput is its model's at the fair share, whatever the job may be given
+    now (``Problem.__init__``): a job that never ran, capped at 1 GPU, is at 1 GPU as far from
+    its fair share (4 of 12 GPUs among 3 jobs) as any other job."""
+    from tessera.sched.elastic_goodput import all_counts_configs
+    from tessera.sched.elastic_policy import ConfigSet
+    from tessera.sched.policies.pollux import Pollux
+
+    nodes = _cluster().nodes
+    sets = ConfigSet(all_counts_configs(nodes, 4), nodes)
+    pol = make_policy("pollux")
+    assert isinstance(pol, Pollux)
+    v = _views()[0]
+    capped = dict(pol._speedups(sets, v, 0, 4, 1, 600.0, (), {}))
+    free = dict(pol._speedups(sets, v, 0, 4, 4, 600.0, (), {}))
+    assert set(capped) < set(free)  # at most 1 GPU, one option per flavor
+    assert all(capped[c] == free[c] < 1.0 for c in capped)
+
+
 def test_pollux_gives_no_job_more_gpus_than_the_smallest_flavor_holds() -> None:
     """Sia's heterogeneity-unaware runs cap a job at the GPUs of its smallest GPU type."""
     c = make_cluster().node("T4", gpus=4).node("A100-40GB", gpus=8, count=2).build()

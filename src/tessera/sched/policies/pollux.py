@@ -6,8 +6,10 @@ of the jobs' speed-ups:
 * **speed-up** of job ``j`` on an allocation ``a``: ``goodput_j(a) / goodput_j(fair share)``,
   where the fair share is ``ceil(total GPUs / active jobs)`` GPUs on one server and each goodput
   is at the best batch for its GPUs (the job tunes its own batch, AdaptDL-style, with gradient
-  accumulation). In its simulator Pollux scales speed-ups by ``servers / total GPUs`` (a job's
-  dominant share times the servers), so a speed-up of 1 is one server's worth;
+  accumulation). The fair share's goodput is taken whatever the job may be given this round
+  (the exploration cap below), as Pollux's ``Problem.__init__`` asks its model for it. In its
+  simulator Pollux scales speed-ups by ``servers / total GPUs`` (a job's dominant share times
+  the servers), so a speed-up of 1 is one server's worth;
 * **restart penalty** (:func:`pollux_factor`): an allocation different from the job's current
   one is multiplied by ``max(age − restarts × 30 s, 0) / (age + 30 s)``. As in Pollux's
   ``Problem._evaluate`` (a restart is any state but the base one), a waiting job's allocation
@@ -172,11 +174,12 @@ class Pollux(ElasticPolicy):
                 if c is not None:
                     out.append((c, spec.num_gpus / fair))
             return out
-        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress_samples(v, now_s))
+        progress = progress_samples(v, now_s)
+        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress)
         if not blind:
             return []
-        base_n = max((n for n in blind if n <= fair), default=min(blind))
-        base = blind[base_n]
+        at_fair = self._blind_row(sets, v, min(e.max_gpus, max(most, fair)), progress)[0]
+        base = at_fair[max((n for n in at_fair if n <= fair), default=min(at_fair))]
         out = []
         for c, g, b in row:
             out.append((c, g / base))
