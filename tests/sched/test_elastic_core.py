@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 from tessera.errors import SpecError
@@ -137,6 +138,54 @@ def test_the_solver_matches_exhaustive_search(seed: int, solver: str,
     assert all(used[f] <= capacity[f] for f in used)
 
 
+THREE = tuple(Config(f, n, per) for f, per in (("A100-40GB", 8), ("RTX2080Ti", 8), ("T4", 4))
+              for n in range(1, 9))
+
+
+def _plain_dp_tables(usable, shape, pinned):  # type: ignore[no-untyped-def]
+    """The knapsack's tables the plain way: one shifted slice per option, in option order."""
+    tables = [np.zeros(shape)]
+    for j, opts in enumerate(usable):
+        best = tables[-1]
+        new = best.copy() if j not in pinned else np.full(shape, -np.inf)
+        for _k, ax, g, v in opts:
+            src = [slice(None)] * len(shape)
+            dst = [slice(None)] * len(shape)
+            src[ax] = slice(0, shape[ax] - g)
+            dst[ax] = slice(g, None)
+            new[tuple(dst)] = np.maximum(new[tuple(dst)], best[tuple(src)] + v)
+        tables.append(new)
+    return tables
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_dp_step_gives_the_plain_tables_bit_for_bit(seed: int) -> None:
+    """Option by option along the outermost axis (:func:`elastic_ilp._step`) or one slice per
+    option: the same tables, so the same picks, ties included (values on a coarse grid tie
+    often; some jobs pinned)."""
+    rng = random.Random(seed)
+    capacity = {"A100-40GB": rng.randint(0, 8), "RTX2080Ti": rng.randint(0, 8),
+                "T4": rng.randint(0, 8)}
+    flavors = sorted(capacity)
+    shape = tuple(capacity[f] + 1 for f in flavors)
+    values = [[(c, rng.randint(1, 12) / 4) for c in rng.sample(range(len(THREE)), 7)]
+              for _ in range(rng.randint(1, 9))]
+    pinned = {j: row[0][0] for j, row in enumerate(values) if rng.random() < 0.15}
+    usable = [[(k, flavors.index(THREE[c].flavor), THREE[c].num_gpus, v)
+               for k, (c, v) in enumerate(row)
+               if pinned.get(j, c) == c and THREE[c].num_gpus <= capacity[THREE[c].flavor]]
+              for j, row in enumerate(values)]
+    plain = _plain_dp_tables(usable, shape, pinned)
+    best = np.zeros(shape)
+    buf = np.empty(best.size)
+    for j, opts in enumerate(usable):
+        best = elastic_ilp._step(best, opts, j in pinned, buf)
+        assert np.array_equal(best, plain[j + 1])
+    got = elastic_ilp._dp(values, THREE, capacity, pinned)
+    if not got.fallback:
+        assert repr(got.objective) == repr(float(plain[-1][tuple(capacity[f] for f in flavors)]))
+
+
 def test_a_pinned_job_keeps_its_configuration() -> None:
     values = [[(2, 1.0), (0, 5.0)], [(1, 3.0)]]
     got = choose_configs(values, CONFIGS, {"T4": 4, "A100-40GB": 0}, pinned={0: 2})
@@ -242,7 +291,7 @@ def test_every_chosen_batch_splits_evenly_or_says_why_not(policy: str) -> None:
     # 2047-4093 holds multiples of every count; 4093-4095 holds none of 8
     views.append(view(make_job("odd", 8, job_type=CIFAR_TYPE,
                                elastic=ElasticRange(8, 8, 4093, 4095, "cifar10", 5e6))))
-    ctx = PolicyContext(snapshot(c, *views, round_s=60.0),
+    ctx = PolicyContext(snapshot(c, *views, now_s=600.0, round_s=60.0),
                         ThroughputOracle(sia_throughputs(), c), random.Random(0))
     r = make_policy(policy, {"explore": False}).rank(ctx)  # (sizes above 1 GPU at once)
     assert JobId("odd") in r.sizes and len(r.sizes) > 1

@@ -14,7 +14,7 @@ from tessera.perf.sia_table import sia_throughputs
 from tessera.sched.elastic_policy import ElasticMemory, realloc_factor
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policies.goodput_srpt import paid_restart
-from tessera.sched.policies.pollux import fitness, power_term
+from tessera.sched.policies.pollux import fitness, pollux_factor, power_term
 from tessera.sched.policy import PolicyContext, make_policy
 from tessera.sched.snapshot import Placement
 from tessera.workload.elastic import elastic_range
@@ -102,10 +102,10 @@ def test_sia_damps_a_change_for_a_job_that_restarted_before() -> None:
 
 def test_sia_and_pollux_grow_a_new_job_by_doubling() -> None:
     for policy in ("sia", "pollux", "goodput_srpt"):
-        ranking = _rank(policy, _views()[:1])
+        ranking = _rank(policy, _views()[:1], now_s=600.0)
         assert ranking.sizes["a"].num_gpus == 1, policy  # never run: at most 1 GPU
         mem = ElasticMemory(largest_run={make_job("a").job_id: 2})
-        ranking = _rank(policy, _views()[:1], state=mem)
+        ranking = _rank(policy, _views()[:1], now_s=600.0, state=mem)
         assert ranking.sizes["a"].num_gpus <= 4, policy
 
 
@@ -117,19 +117,22 @@ def test_pollux_fitness_matches_hand_values() -> None:
 
 
 def test_pollux_picks_the_exhaustive_optimum_of_its_power_mean() -> None:
-    ranking = _rank("pollux", _views(), explore=False)
-    nodes, total, fair = 2, 12, math.ceil(12 / 3)
+    ranking = _rank("pollux", _views(), now_s=600.0, explore=False)
+    fair = math.ceil(12 / 3)
     per = {"T4": 4, "A100-40GB": 8}
+    # speed-ups scaled as over servers of 4 GPUs (the smallest server), damped as the jobs
+    # wait (age 600 s, no restarts), at most 4 GPUs a job (the T4s: the smallest flavor)
+    scale, damped = 1 / 4, 600 / 630
     blind = {}
     for jid, m, b in JOBS:
         by_n = {}
-        for n in range(1, 9):
+        for n in range(1, 5):
             # type-blind: the mean over flavors of n GPUs packed on each flavor's servers
             goods = [g for fl in per if (g := _goodput(m, b, fl, n, per[fl])) is not None]
             if goods:
                 by_n[n] = sum(goods) / len(goods)
         base = by_n[max(n for n in by_n if n <= fair)]
-        blind[jid] = {n: g / base * nodes / total for n, g in by_n.items()}
+        blind[jid] = {n: g / base * scale * damped for n, g in by_n.items()}
 
     def value(choice) -> float | None:  # type: ignore[no-untyped-def]
         used = {"T4": 0, "A100-40GB": 0}
@@ -150,6 +153,45 @@ def test_pollux_picks_the_exhaustive_optimum_of_its_power_mean() -> None:
     chosen = tuple((flavor[j], ranking.sizes[j].num_gpus) if j in ranking.sizes else None
                    for j in blind)
     assert value(chosen) == pytest.approx(best, rel=1e-6)
+
+
+def test_pollux_damps_a_waiting_job_as_pollux_does() -> None:
+    """Pollux counts any allocation but the current one as a restart, a waiting job's first
+    one included, and exempts no young job: at age 0 every allocation is worth nothing."""
+    assert pollux_factor(10.0, 0, 30.0) == pytest.approx(0.25)
+    assert pollux_factor(20.0, 5, 30.0) == 0.0  # (Sia's realloc_factor: 1, too young)
+    assert pollux_factor(1000.0, 2, 30.0) == pytest.approx(940 / 1030)
+    assert _rank("pollux", _views()[:1], now_s=0.0).sizes == {}
+    assert _rank("pollux", _views()[:1], now_s=60.0).sizes["a"].num_gpus == 1
+
+
+def test_pollux_measures_speed_ups_against_the_fair_share_past_the_exploration_cap() -> None:
+    """Pollux's base goodput is its model's at the fair share, whatever the job may be given
+    now (``Problem.__init__``): a job that never ran, capped at 1 GPU, is at 1 GPU as far from
+    its fair share (4 of 12 GPUs among 3 jobs) as any other job."""
+    from tessera.sched.elastic_goodput import all_counts_configs
+    from tessera.sched.elastic_policy import ConfigSet
+    from tessera.sched.policies.pollux import Pollux
+
+    nodes = _cluster().nodes
+    sets = ConfigSet(all_counts_configs(nodes, 4), nodes)
+    pol = make_policy("pollux")
+    assert isinstance(pol, Pollux)
+    v = _views()[0]
+    capped = dict(pol._speedups(sets, v, 0, 4, 1, 600.0, (), {}))
+    free = dict(pol._speedups(sets, v, 0, 4, 4, 600.0, (), {}))
+    assert set(capped) < set(free)  # at most 1 GPU, one option per flavor
+    assert all(capped[c] == free[c] < 1.0 for c in capped)
+
+
+def test_pollux_gives_no_job_more_gpus_than_the_smallest_flavor_holds() -> None:
+    """Sia's heterogeneity-unaware runs cap a job at the GPUs of its smallest GPU type."""
+    c = make_cluster().node("T4", gpus=4).node("A100-40GB", gpus=8, count=2).build()
+    job = view(make_job("a", 1, job_type=TYPE, elastic=elastic_range("cifar10", 1, 2048)))
+    snap = snapshot(c, job, now_s=600.0, round_s=60.0)
+    ctx = PolicyContext(snap, ThroughputOracle(sia_throughputs(), c), random.Random(0))
+    ranking = make_policy("pollux", {"explore": False}).rank(ctx)
+    assert ranking.sizes["a"].num_gpus == 4
 
 
 def test_goodput_srpt_charges_a_restart_against_the_time_left() -> None:

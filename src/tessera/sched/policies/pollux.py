@@ -6,10 +6,16 @@ of the jobs' speed-ups:
 * **speed-up** of job ``j`` on an allocation ``a``: ``goodput_j(a) / goodput_j(fair share)``,
   where the fair share is ``ceil(total GPUs / active jobs)`` GPUs on one server and each goodput
   is at the best batch for its GPUs (the job tunes its own batch, AdaptDL-style, with gradient
-  accumulation). In its simulator Pollux scales speed-ups by ``servers / total GPUs`` (a job's
-  dominant share times the servers), so a speed-up of 1 is one server's worth;
-* **restart penalty**: an allocation different from the job's current one is multiplied by
-  ``(age − restarts × 30 s) / (age + 30 s)``;
+  accumulation). The fair share's goodput is taken whatever the job may be given this round
+  (the exploration cap below), as Pollux's ``Problem.__init__`` asks its model for it. In its
+  simulator Pollux scales speed-ups by ``servers / total GPUs`` (a job's dominant share times
+  the servers), so a speed-up of 1 is one server's worth;
+* **restart penalty** (:func:`pollux_factor`): an allocation different from the job's current
+  one is multiplied by ``max(age − restarts × 30 s, 0) / (age + 30 s)``. As in Pollux's
+  ``Problem._evaluate`` (a restart is any state but the base one), a waiting job's allocation
+  is such a change too, and no young job is exempt: a job is worth nothing in the round it
+  arrives at age 0 (Sia's own factor, :func:`~tessera.sched.elastic_policy.realloc_factor`,
+  spares jobs younger than one restart and jobs not running);
 * **exploration**: a job may get at most twice the most GPUs it has run on (1 at first), as its
   throughput model is fitted to the placements it has run on;
 * **fairness**: the power mean with ``p = −1`` over jobs of ``speed-up + 10⁻³``, maximised; a
@@ -31,6 +37,18 @@ cluster. Here its goodput for ``n`` GPUs is the mean over the cluster's flavors 
 goodput of ``n`` GPUs of each (what one model fitted to a job's runs on every type would
 predict), the same whichever flavor the core then places the gang on; the simulator runs the
 gang at its flavor's true speed. Allocations are of one flavor at a time (the core's gangs).
+As in Sia's heterogeneity-unaware runs (its artifact, ``sia-simulator/``): Pollux sees the
+cluster as servers of the smallest server's GPUs (``cluster_unaware.py``, ``get_node_infos``:
+16 "virtual nodes" of 4 GPUs on ``sia-64``), so speed-ups are scaled by ``1 / (GPUs of the
+smallest server)``; and no job gets more GPUs than the smallest GPU type holds
+(``multi_simulator_unaware.py``: ``max_num_replicas``, the least over types of their GPUs,
+which ``cluster_unaware.py`` ``get_unaware_job_info`` applies to every job: 16 on
+``sia-64``), so that any allocation fits on one type. What remains different there: Sia's
+Pollux spreads a job's replicas over virtual nodes without knowing their type and, when they
+span types, keeps the most numerous type's and drops the others
+(``ClusterUnaware.fix_allocations_by_dropping``), so its jobs may run on fewer GPUs than
+allocated, where here every gang is of one flavor; and each job's throughput model is fitted
+online to the placements it ran on, whatever their types (``job.py``, ``h_unaware``).
 """
 
 from __future__ import annotations
@@ -50,7 +68,6 @@ from tessera.sched.elastic_policy import (
     ElasticPolicy,
     answer,
     capacity,
-    damp_changes,
 )
 from tessera.sched.oracle import FlavorRate
 from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
@@ -62,7 +79,8 @@ class PolluxConfig(PolicyConfig):
 
     p: float = Field(-1.0, lt=0, description="Power-mean exponent over speed-ups (< 0).")
     restart_s: float = Field(30.0, ge=0, description="Restart delay its damping assumes (s).")
-    max_gpus: int = Field(64, ge=1, description="Most GPUs one job may be given.")
+    max_gpus: int = Field(64, ge=1, description="Most GPUs one job may be given (and never more "
+                          "than the smallest flavor holds).")
     mip_rel_gap: float = Field(1e-4, ge=0, description="HiGHS' relative MIP gap.")
     time_limit_s: float = Field(10.0, gt=0, description="HiGHS' time limit per round (s).")
     explore: bool = Field(
@@ -77,6 +95,22 @@ EPS = 1e-3
 def power_term(speedup: float, p: float) -> float:
     """A job's term ``(speedup + ε)^p`` in Pollux's power-mean fitness."""
     return (speedup + EPS) ** p
+
+
+def pollux_factor(age_s: float, restarts: int, restart_s: float) -> float:
+    """Pollux's re-allocation factor ``max(age − restarts × restart_s, 0) / (age + restart_s)``:
+    the share of its life a job would have spent making progress, had it paid one more restart
+    on top of those it paid (1 if both times are 0)."""
+    if age_s + restart_s <= 0:
+        return 1.0
+    return max(age_s - restarts * restart_s, 0.0) / (age_s + restart_s)
+
+
+def pollux_damped(values: list[tuple[int, float]], current: int | None, factor: float,
+                  ) -> list[tuple[int, float]]:
+    """``values`` with every configuration but ``current`` (``None``: a waiting job's, so all of
+    them) times ``factor``."""
+    return [(c, x if c == current else x * factor) for c, x in values]
 
 
 def fitness(speedups: list[float], p: float) -> float:
@@ -107,10 +141,11 @@ class Pollux(ElasticPolicy):
         nodes = snap.up_nodes()
         cap = capacity(nodes)
         total = sum(cap.values())
-        sets = ConfigSet(all_counts_configs(nodes, cfg.max_gpus), nodes)
+        most_gpus = min([cfg.max_gpus, *cap.values()])
+        sets = ConfigSet(all_counts_configs(nodes, most_gpus), nodes)
         memory = ElasticMemory.of(snap.policy_state)
         fair = math.ceil(total / max(len(snap.jobs), 1))
-        scale = len(nodes) / total if total else 0.0
+        scale = 1 / min(n.gpus for n in nodes) if nodes else 0.0
         floor = power_term(0.0, cfg.p)
         values: list[list[tuple[int, float]]] = []
         batches: dict[tuple[int, int], float] = {}
@@ -118,8 +153,9 @@ class Pollux(ElasticPolicy):
             most = memory.explored_max(v) if cfg.explore else 1 << 30
             rates = ctx.oracle.rates(v.spec) if v.spec.elastic is None else ()
             speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches)
-            speedups = damp_changes(speedups, v, sets.current(v), memory, snap.now_s,
-                                    cfg.restart_s)
+            speedups = pollux_damped(speedups, sets.current(v), pollux_factor(
+                snap.now_s - v.spec.submit_time_s, memory.restarts.get(v.spec.job_id, 0),
+                cfg.restart_s))
             values.append([(c, floor - power_term(s * scale, cfg.p)) for c, s in speedups])
         choices = choose_configs(values, sets.configs, cap, None, cfg.mip_rel_gap,
                                  cfg.time_limit_s)
@@ -138,11 +174,12 @@ class Pollux(ElasticPolicy):
                 if c is not None:
                     out.append((c, spec.num_gpus / fair))
             return out
-        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress_samples(v, now_s))
+        progress = progress_samples(v, now_s)
+        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress)
         if not blind:
             return []
-        base_n = max((n for n in blind if n <= fair), default=min(blind))
-        base = blind[base_n]
+        at_fair = self._blind_row(sets, v, min(e.max_gpus, max(most, fair)), progress)[0]
+        base = at_fair[max((n for n in at_fair if n <= fair), default=min(at_fair))]
         out = []
         for c, g, b in row:
             out.append((c, g / base))
