@@ -35,6 +35,33 @@ def _ray_auth_restored(request: pytest.FixtureRequest) -> Iterator[None]:
     _reread_ray_config()
 
 
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Kill the local runners a test left running under its own ``tmp_path``.
+
+    A service that stops leaves its runs running on purpose (a restarted service adopts them),
+    so a test that stops a service with a job still running would leave the run's process tree
+    behind for the rest of the session. Killing the runner is enough: its guardians die with
+    it and take the run's whole tree (``executors/guardian.py``)."""
+    tmp = request.getfixturevalue("tmp_path")
+    yield
+    import contextlib
+    import signal
+
+    mark = str(tmp)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"runner.py") for a in argv) and any(
+                a.decode(errors="replace").startswith(mark) for a in argv):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
+
+
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[LiveService]:
     svc = make_service(tmp_path / "state")
