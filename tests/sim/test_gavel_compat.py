@@ -151,6 +151,26 @@ def test_multi_gpu_job_with_fewer_steps_left_than_gpus_is_dropped() -> None:
     assert r.summary.avg_jct_s == pytest.approx(L)
 
 
+def test_gang_runs_where_only_its_consolidated_speed_was_measured() -> None:
+    """Gavel's ``_throughputs`` are the consolidated table only (it never reads
+    ``k80_unconsolidated``), so a job type measured as a 2-GPU gang on K80 *consolidated* but
+    only as one GPU *unconsolidated* (ResNet-50, bs 64) still runs there: fifo_perf gives it
+    the only type, ``int(1.2636·360) = 454`` steps a round at the consolidated rate, two rounds
+    back to back. (Tessera once dropped the flavor because the split speed was missing, and
+    rejected the job; on the 120-job multi-GPU agreement trace that made fifo_perf 266 s off.)
+    """
+    r50 = "ResNet-50 (batch size 64)"
+    rate = T.throughput(r50, "k80", 2)
+    per_round = int(rate * 360)
+    assert per_round == 454
+    c = make_cluster().node("k80", gpus=1, count=2).build()
+    w = make_workload(make_job("big", gpus=2, steps=2 * per_round, job_type=r50))
+    for policy in ("fifo", "max_min_fairness"):
+        got = {j.job_id: j for j in simulate(w, c, policy, GAVEL).jobs}["big"]
+        assert got.outcome == "succeeded"
+        assert got.jct_s == pytest.approx(2 * per_round / rate)
+
+
 def test_policy_state_is_gavel_state_and_deficits_accumulate() -> None:
     """After the run above the state is Gavel's; deficits are never zeroed at resets."""
     c = make_cluster().node("v100", gpus=1).build()
