@@ -152,6 +152,22 @@ def test_feasibility_answers_as_infeasibility_once_per_kind_of_job() -> None:
             assert check(job) == infeasibility(job, c, oracle, mixed), job
 
 
+def test_missing_split_speed_drops_a_flavor_unless_gangs_always_run_consolidated() -> None:
+    """ResNet-50 (bs 64) was measured as a 2-GPU gang on K80 consolidated only. Tessera's own
+    simulation may have to split the gang (1-GPU servers here), so with no split speed K80
+    cannot run it; Gavel compatibility (``split_large_gangs=False``) always runs the
+    consolidated speed, so K80 stays runnable at 1.2636 steps/s."""
+    c = make_cluster().node("k80", gpus=1, count=2).node("v100", gpus=1, count=2).build()
+    job = make_job("x", 2, job_type="ResNet-50 (batch size 64)")
+    table = default_throughputs()
+    ours = ThroughputOracle(table, c)
+    assert [r.flavor for r in ours.real_rates(job)] == ["V100-16GB"]
+    gavel = ThroughputOracle(table, c, split_large_gangs=False)
+    k80 = {r.flavor: r for r in gavel.real_rates(job)}["K80"]
+    assert k80.consolidated == k80.spread == table.throughput(job.job_type, "k80", 2)
+    assert gavel.rate(job, "K80", True) == pytest.approx(1.2636370655757299)
+
+
 def test_feasible_job_has_no_reason() -> None:
     c = make_cluster().node("v100", gpus=8).build()
     oracle = ThroughputOracle(default_throughputs(), c)

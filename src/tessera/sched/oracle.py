@@ -77,8 +77,11 @@ class ThroughputOracle:
                 rate 1.0 everywhere it is allowed (the live service's jobs are arbitrary
                 commands); otherwise such a job cannot be placed.
             split_large_gangs: a gang larger than every node of a flavor runs at the split
-                speed even when asked for the consolidated one (off for Gavel compatibility,
-                where every gang runs at its consolidated speed).
+                speed even when asked for the consolidated one, and a flavor where the split
+                speed was never measured cannot run the gang at all. Off for Gavel
+                compatibility, where every gang runs at its consolidated speed: there a
+                flavor with a consolidated measurement is runnable even if the split one is
+                missing (Gavel's ``_throughputs`` never read ``*_unconsolidated``).
             cost_model: the planner's cost model, used to predict mixed gangs of jobs that
                 name a profiled model; ``None``: the oracle makes its own over the bundled Sia
                 profiles when it first needs one.
@@ -136,9 +139,14 @@ class ThroughputOracle:
         for f in allowed:
             try:
                 c = self.table.throughput(job.job_type, f, job.num_gpus, True)
-                s = self.table.throughput(job.job_type, f, job.num_gpus, False)
             except NoProfileError:
                 continue
+            try:
+                s = self.table.throughput(job.job_type, f, job.num_gpus, False)
+            except NoProfileError:
+                if self.split_large_gangs:
+                    continue  # a gang we may have to split, with no split speed: cannot run
+                s = 0.0  # consolidated always (Gavel): the split speed is never needed
             if c > 0:
                 spread = s if s > 0 else c
                 # A gang larger than any node of this flavor is always split.

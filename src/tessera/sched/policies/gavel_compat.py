@@ -159,10 +159,14 @@ class GavelMaxMinFairness(GavelCompatPolicy):
         if not p.jobs:
             return np.zeros(p.shape), memory, ()
         t = np.ones_like(p.tput) if self.agnostic else p.tput
-        share = p.capacity / p.capacity.sum()
-        prop = t @ share
+        # Gavel's operation order, so that ECOS sees the same bits (ProportionalPolicy's 1/m
+        # slices rescaled by the largest row sum; then T · (1/w · 1/P) · sf).
+        m = len(p.jobs)
+        x_prop = np.tile(p.capacity / m, (m, 1))
+        x_prop = x_prop / x_prop.sum(axis=1).max()
+        prop = np.sum(t * x_prop, axis=1)
         prop = np.where(prop > 0, prop, np.inf)
-        coef = t * (p.scale / (p.weight * prop))[:, None]
+        coef = (t * ((1.0 / p.weight) * (1.0 / prop))[:, None]) * p.scale[:, None]
         s = max_min_shares(p, coef, backend, "Gavel max-min fairness LP", gavel_form=True)
         assert s.x is not None
         return s.x, memory, s.fallbacks
