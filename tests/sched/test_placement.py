@@ -133,6 +133,66 @@ def test_property_a_round_over_a_book_answers_as_one_over_counts(
     assert dict(book) == booked_counts  # the round's changes stay its own
 
 
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["find", "release_each", "info", "retake"]),
+                              st.sampled_from(["V100-16GB", "K80"]), st.integers(1, 10),
+                              st.booleans()), min_size=1, max_size=20),
+       booked=st.lists(st.integers(0, 7), min_size=0, max_size=6),
+       from_book=st.booleans())
+def test_property_release_each_and_take_if_free_answer_as_one_at_a_time(
+        ops: list[tuple[str, str, int, bool]], booked: list[int], from_book: bool) -> None:
+    """Giving several gangs back at once (before or after a flavor's first look), and taking a
+    gang only if it is free, leave a round where releasing and taking one by one would: the
+    same counts, totals, and answers (bucket order included)."""
+    c = _mixed_sizes_cluster()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    held: list[Placement] = []
+    setup = FreeGpus(c.nodes, None, layout)
+    for i in booked:
+        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
+        if p is not None:
+            setup.take(p)
+            held.append(p)
+            for n, k in p.gpus_by_node:
+                book[n] -= k
+
+    def round_copy() -> FreeGpus:
+        return (FreeGpus(c.nodes, base=book) if from_book
+                else FreeGpus(c.nodes, dict(book), layout))
+
+    bulk, single = round_copy(), round_copy()
+    released: list[Placement] = []
+    for op, flavor, gpus, local in ops:
+        if op == "info":
+            assert bulk.info(flavor) == single.info(flavor)
+        elif op == "release_each" and held:
+            some = [held.pop(k % len(held)) for k in range(min(gpus % 4 + 1, len(held)))]
+            bulk.release_each(some)
+            for p in some:
+                single.release(p)
+            released += some
+        elif op == "retake" and released:
+            p = released.pop(gpus % len(released))
+            fits = single.can_take(p)
+            if fits:
+                single.take(p)
+            assert bulk.take_if_free(p) is fits
+        else:
+            a, b = bulk.find(flavor, gpus, local), single.find(flavor, gpus, local)
+            assert a == b
+            if a is not None:
+                bulk.take(a)
+                single.take(a)
+                held.append(a)
+        for f in ("V100-16GB", "K80"):
+            assert bulk.total_free(f) == single.total_free(f)
+    for f in ("V100-16GB", "K80"):
+        assert bulk.info(f) == single.info(f)
+        for g in (1, 2, 3, 4):
+            assert bulk.find(f, g, True) == single.find(f, g, True)
+
+
 def test_a_book_keeps_counts_totals_and_sorted_buckets() -> None:
     c = _mixed_sizes_cluster()
     book = FreeBook(Layout.of(c.nodes))

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.sched.snapshot import Placement
-from tessera.sim.state import SimJob
+from tessera.sched.snapshot import JobView, Placement
+from tessera.sim.state import SimJob, new_view, steps_from
 from tests.builders import make_job
 
 
@@ -52,6 +52,47 @@ def test_advance_each_matches_advancing_at_every_event_bit_for_bit(
     stopped.state = JobState.PENDING
     stopped.advance_each(times)
     assert stopped.attained_gpu_s == 0.0 and stopped.last_update_s == max(times)
+
+
+@pytest.mark.parametrize("steps", [1e9, 900.0])  # (the second runs out: remaining clamps at 0)
+def test_jobs_sharing_one_round_of_steps_match_advancing_at_every_event(steps: float) -> None:
+    """A round's catch-up hands every running job the same cache of step lengths (per last
+    update): jobs whose progress has begun take the short path, those still restoring or
+    running a partial gang the long one, and each ends where advancing at every event would."""
+    rng = random.Random(11)
+    times = sorted(rng.uniform(0, 3000) for _ in range(40))
+    whole = Placement("V100-16GB", (("v", 2),))
+    cases = [  # (placement, gang size, last update, progress from)
+        (whole, 2, 0.0, 0.0), (whole, 2, 0.0, 0.0), (whole, 2, times[5], times[5]),
+        (whole, 2, times[5], times[5] + 30.0), (whole, 2, 0.0, times[3] + 0.5),
+        (Placement("V100-16GB", (("v", 1),)), 2, 0.0, 0.0),
+        (whole, 2, times[-1] + 1.0, 0.0),  # (nothing left to step through)
+    ]
+    cache: dict[float, tuple[list[float], float]] = {}
+    for placement, gpus, last_s, from_s in cases:
+        one = _running(gpus, placement, steps, 0.731, from_s)
+        many = _running(gpus, placement, steps, 0.731, from_s)
+        one.last_update_s = many.last_update_s = last_s
+        for t in times:
+            one.advance(t)
+        many.advance_each(times, cache)
+        assert _books(one) == _books(many)
+    assert set(cache) == {0.0, times[5], times[-1] + 1.0}
+
+
+def test_steps_skip_times_not_past_the_last_one() -> None:
+    assert steps_from([5.0, 3.0, 7.0, 7.0, 6.0], 4.0) == ([1.0, 2.0], 7.0)
+    assert steps_from([1.0, 2.0], 4.0) == ([], 4.0)
+
+
+def test_new_view_equals_the_dataclass_built_view() -> None:
+    j = _running(2, Placement("V100-16GB", (("v", 2),)), 1e6, 0.5, 3.0)
+    fields = (j.spec, JobState.RUNNING, 11.0, j.placement, 12.0, (("K80", 1.5),), 13.0, None,
+              2, 16.0, 0.5, 3.0)
+    fast, built = new_view(*fields), JobView(*fields)
+    assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
+    with pytest.raises(AttributeError):
+        fast.remaining_steps = 1.0  # type: ignore[misc]
 
 
 def test_advance_each_with_no_later_time_changes_nothing() -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,6 +291,39 @@ class FreeGpus:
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs back (a preemption being considered)."""
         self._shift(placement, 1)
+
+    def release_each(self, placements: Iterable[Placement]) -> None:
+        """``release(p)`` for each of ``placements`` in order, with the same result: a
+        round-based round gives every running gang back before it selects. A flavor the round
+        has not looked at yet keeps no buckets, so its gangs only change the counts and the
+        total here (``_note`` would only mark the flavor as changed before its first look)."""
+        free = self._free
+        totals = self._total
+        early = self._early
+        shift = self._shift
+        looked = self._buckets
+        late = self._late
+        for p in placements:
+            flavor = p.flavor
+            if p.is_mixed or flavor in looked or flavor in late:
+                shift(p, 1)
+                continue
+            total = totals.get(flavor)
+            if total is None:
+                total = self.total_free(flavor)
+            for node_id, count in p.gpus_by_node:
+                free[node_id] += count
+            early.add(flavor)
+            totals[flavor] = total + p.num_gpus
+
+    def take_if_free(self, placement: Placement) -> bool:
+        """``take(placement)`` if ``can_take(placement)``; returns whether it was taken."""
+        free = self._free
+        for node_id, count in placement.gpus_by_node:
+            if free.get(node_id, 0) < count:
+                return False
+        self._shift(placement, -1)
+        return True
 
     def _shift(self, placement: Placement, sign: int) -> None:
         if placement.is_mixed:

@@ -45,14 +45,14 @@ def place_rounds(
     each flavor has GPUs left (by count); (c) selected running jobs keep their GPUs; (d) the
     rest are placed largest gang first; (e) what fragmented gangs could not use is backfilled.
     """
-    for j in admitted:  # the free counts exclude running gangs: give their GPUs back
-        if j.running and j.placement is not None:
-            free.release(j.placement)
+    running = JobState.RUNNING
+    held = [j for j in admitted if j.state is running and j.placement is not None]
+    # the free counts exclude running gangs: give their GPUs back
+    free.release_each([j.placement for j in held if j.placement is not None])
     run: dict[JobId, Placement] = {}
     if not preemptive:
-        for j in admitted:
-            if j.running and j.placement is not None and free.can_take(j.placement):
-                free.take(j.placement)
+        for j in held:
+            if j.placement is not None and free.take_if_free(j.placement):
                 run[j.job_id] = j.placement
     count = {f: free.total_free(f) for f in free.flavors()}
     largest = {f: free.info(f).largest_block for f in free.flavors()}
@@ -67,16 +67,16 @@ def place_rounds(
         if cand is None:
             continue
         g = cand.spec.num_gpus
-        local = needs_locality(cand, now_s, opts)
-        if g <= count.get(fl, 0) and (not local or g <= largest.get(fl, 0)):
+        if g <= count.get(fl, 0) and (g <= largest.get(fl, 0)
+                                      or not needs_locality(cand, now_s, opts)):
             selected[jid] = fl
             count[fl] -= g
             left -= g
     for jid, fl in selected.items():
-        p = by_id[jid].placement
-        if (by_id[jid].running and p is not None and p.flavor == fl
-                and p.num_gpus == by_id[jid].spec.num_gpus and free.can_take(p)):
-            free.take(p)
+        j = by_id[jid]
+        p = j.placement
+        if (p is not None and j.state is running and p.flavor == fl
+                and p.num_gpus == j.spec.num_gpus and free.take_if_free(p)):
             run[jid] = p
     rest = sorted((jid for jid in selected if jid not in run),
                   key=lambda jid: -by_id[jid].spec.num_gpus)

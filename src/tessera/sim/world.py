@@ -161,10 +161,12 @@ class SimWorld:
 
     def _catch_up(self) -> None:
         """Advance every running job through the noted event times (see :meth:`tick`)."""
-        if self._ticks:
+        ticks = self._ticks
+        if ticks:
+            steps: dict[float, tuple[list[float], float]] = {}
             for j in self.running.values():
-                j.advance_each(self._ticks)
-            self._ticks.clear()
+                j.advance_each(ticks, steps)
+            ticks.clear()
 
     def add(self, key: str, value: float) -> None:
         """Add ``value`` to the run's extra metric ``key``."""

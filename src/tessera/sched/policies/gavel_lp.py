@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from itertools import chain, repeat
 from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from tessera.model.jobs import JobId
+from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.gavel import (
     Backend,
     RhoInputs,
@@ -43,9 +44,9 @@ from tessera.sched.gavel import (
     max_sum_shares,
     min_max_rho,
     priorities,
-    ranked_entries,
 )
 from tessera.sched.gavel.mechanism import ShareNotes
+from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
 
@@ -80,12 +81,98 @@ def build_problem(ctx: PolicyContext, jobs: Sequence[JobView] | None = None) -> 
     )
 
 
+class _Rows:
+    """What a round of Gavel's mechanism reads per job that does not change between rounds:
+    each job's share and time run at the last reallocation (fixed until the next one), and
+    which flavors its spec can use (fixed for the oracle and the flavors that are up).
+
+    Rows are kept in a fixed column order (the flavors sorted by name; a round's flavor
+    order, shuffled for agnostic policies, is a permutation of it); the matrices have one
+    extra row of zeros, the row of a job the reallocation did not know. The arithmetic a
+    round does on them is the one it did on rebuilt matrices, so the ranking is the same
+    bit for bit.
+    """
+
+    __slots__ = ("_kinds", "_usable", "at_reset", "col", "kind_of", "oracle", "row_of",
+                 "state", "x")
+
+    def __init__(self, state: RoundState, oracle: ThroughputOracle, columns: tuple[str, ...],
+                 kinds: _Rows | None) -> None:
+        self.state = state
+        self.oracle = oracle
+        self.col = {f: k for k, f in enumerate(columns)}
+        jids = list(state.shares.jobs)
+        row_of = {jid: m for m, jid in enumerate(jids)}
+        for jid in state.run_at_reset:
+            row_of.setdefault(jid, len(row_of))
+        self.row_of = row_of
+        n, f_count = len(row_of), len(columns)
+        self.x = np.zeros((n + 1, f_count))
+        self.x[:len(jids)] = state.shares.aligned(jids, columns)[0]
+        self.at_reset = np.zeros((n + 1, f_count))
+        col = self.col
+        where = [(row_of[jid], col[f], ran) for jid, ran_by_flavor in state.run_at_reset.items()
+                 for f, ran in ran_by_flavor if f in col]
+        if where:
+            m, k, ran = zip(*where, strict=True)
+            np.add.at(self.at_reset, (np.array(m, dtype=np.intp), np.array(k, dtype=np.intp)),
+                      np.array(ran))
+        # (job id -> (its spec, its kind)); a kind is a row of ``_usable``
+        self.kind_of: dict[JobId, tuple[JobSpec, int]] = {}
+        self._kinds: dict[RateKey, int] = {}
+        self._usable: list[list[bool]] = []
+        if kinds is not None and kinds.oracle is oracle and kinds.col == self.col:
+            self.kind_of, self._kinds, self._usable = kinds.kind_of, kinds._kinds, kinds._usable
+
+    @classmethod
+    def of(cls, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[str],
+           last: _Rows | None) -> _Rows:
+        """The rows of ``state``, keeping ``last``'s usable flavors when they still apply."""
+        return cls(state, oracle, tuple(sorted(flavors)), last)
+
+    def serves(self, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[str]
+               ) -> bool:
+        """Whether these rows are ``state``'s, for ``oracle`` and this set of flavors."""
+        col = self.col
+        return (state is self.state and oracle is self.oracle and len(flavors) == len(col)
+                and all(f in col for f in flavors))
+
+    def perm(self, flavors: Sequence[str]) -> list[int]:
+        """The fixed columns in ``flavors``' order."""
+        return [self.col[f] for f in flavors]
+
+    def kind(self, jid: JobId, spec: JobSpec, oracle: ThroughputOracle) -> int:
+        """The kind of ``spec`` (which flavors it can use), noted for ``jid``."""
+        key = rate_key(spec)
+        k = self._kinds.get(key)
+        if k is None:
+            row = [False] * len(self.col)
+            for r in oracle.rates(spec):
+                c = self.col.get(r.flavor)
+                if c is not None:
+                    row[c] = True
+            k = self._kinds[key] = len(self._usable)
+            self._usable.append(row)
+        self.kind_of[jid] = (spec, k)
+        return k
+
+    def usable(self) -> np.ndarray:
+        """Which flavors each kind can use, one row per kind."""
+        return np.array(self._usable, dtype=bool).reshape(len(self._usable), len(self.col))
+
+
 class GavelAllocationPolicy(Policy):
     """Base for LP policies realised by Gavel's round mechanism."""
 
     preemptive = True
     round_based = True
     Config = GavelConfig
+
+    def __init__(
+        self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""
+    ) -> None:
+        super().__init__(config, agnostic, name)
+        self._rows: _Rows | None = None
 
     @abstractmethod
     def allocate(
@@ -121,33 +208,55 @@ class GavelAllocationPolicy(Policy):
     def _candidates(
         self, ctx: PolicyContext, state: RoundState
     ) -> tuple[tuple[JobId, str], ...]:
-        """Per-flavor priority lists, concatenated in flavor order."""
+        """Per-flavor priority lists, concatenated in flavor order.
+
+        A job's share and its time run at the reset are fixed until the next reallocation,
+        and which flavors it can use is fixed for its spec, so both are kept per job
+        (:class:`_Rows`) and a round gathers them with one index per job; only the time each
+        job has run is read anew.
+        """
         snap = ctx.snapshot
         elapsed = max(snap.now_s - state.reset_s, 0.0)
         flavors = self._flavor_order(ctx)
-        col = {f: k for k, f in enumerate(flavors)}
-        ids = [j.job_id for j in snap.jobs]
-        x, _ = state.shares.aligned(ids, flavors)
-        received = np.zeros_like(x)
-        usable = np.zeros(x.shape, dtype=bool)
-        for m, j in enumerate(snap.jobs):
-            for r in ctx.oracle.rates(j.spec):
-                k = col.get(r.flavor)
-                if k is not None:
-                    usable[m, k] = True
-            for f, ran in j.run_s_by_flavor:
-                k = col.get(f)
-                if k is not None:
-                    received[m, k] += ran
-            for f, ran in state.run_at_reset.get(j.job_id, ()):
-                k = col.get(f)
-                if k is not None:
-                    received[m, k] -= ran
+        rows = self._rows
+        if rows is None or not rows.serves(state, ctx.oracle, flavors):
+            rows = self._rows = _Rows.of(state, ctx.oracle, flavors, rows)
+        col = rows.col
+        jobs = snap.jobs
+        n = len(jobs)
+        specs = [j.spec for j in jobs]
+        ids = [spec.job_id for spec in specs]
+        kind_of = rows.kind_of
+        kinds = [kind[1] if kind is not None and kind[0] is spec
+                 else rows.kind(jid, spec, ctx.oracle)
+                 for jid, spec, kind in zip(ids, specs, map(kind_of.get, ids), strict=True)]
+        where = np.fromiter(map(rows.row_of.get, ids, repeat(-1, n)), dtype=np.intp, count=n)
+        # Each job's time run per flavor, gathered in C: (flavor, seconds) pairs of all jobs
+        # in order, and the job each pair belongs to.
+        runs = [j.run_s_by_flavor for j in jobs]
+        received = np.zeros((n, len(col)))
+        pairs = list(chain.from_iterable(runs))
+        if pairs:
+            names, ran = zip(*pairs, strict=True)
+            at = np.repeat(np.arange(n), np.fromiter(map(len, runs), dtype=np.intp, count=n))
+            ks = np.fromiter(map(col.get, names, repeat(-1, len(names))), dtype=np.intp,
+                             count=len(names))
+            known = ks >= 0
+            np.add.at(received, (at[known], ks[known]), np.array(ran)[known])
+        perm = rows.perm(flavors)
+        x = rows.x[where][:, perm]
+        usable = rows.usable()[np.array(kinds, dtype=np.intp)][:, perm]
+        received = (received - rows.at_reset[where])[:, perm]
         frac = received / elapsed if elapsed > 0 else np.zeros_like(received)
         prio = priorities(x, frac, np.ones_like(usable))
         deficit = x * elapsed - received
-        order = ranked_entries(prio, deficit, x, usable, range(len(flavors)))
-        return tuple((ids[m], flavors[k]) for m, k in order)
+        out: list[tuple[JobId, str]] = []
+        whole = np.arange(n)
+        for k, fl in enumerate(flavors):
+            listed = whole[usable[:, k]]
+            keys = np.lexsort((listed, -x[listed, k], -deficit[listed, k], -prio[listed, k]))
+            out += zip(map(ids.__getitem__, listed[keys].tolist()), repeat(fl))
+        return tuple(out)
 
     def _flavor_order(self, ctx: PolicyContext) -> list[str]:
         present = list(ctx.snapshot.up_flavors())

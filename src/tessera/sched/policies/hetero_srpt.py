@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 import scipy.sparse as sp
@@ -81,6 +82,8 @@ class _Nodes:
     """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
     oracle: ThroughputOracle | None = None
     rates: dict[RateKey, _Usable] = field(default_factory=dict)
+    by_job: dict[JobId, tuple[JobSpec, _Usable]] = field(default_factory=dict)
+    """Each job's usable rates, noted with its spec (a job is looked up by id, not by key)."""
 
     @classmethod
     def of(cls, snap: Snapshot) -> _Nodes:
@@ -104,6 +107,7 @@ class _Nodes:
         if self.oracle is not oracle:
             self.oracle = oracle
             self.rates = {}
+            self.by_job = {}
         return self.rates
 
     def usable(self, ctx: PolicyContext, spec: JobSpec, gang_exponent: float) -> _Usable:
@@ -173,21 +177,51 @@ class HeteroSrpt(Policy):
         restart_s = cfg.restart_s
         aging_s = cfg.aging_s
         starvation = cfg.starvation_factor
+        # (the oracle's remaining time, inlined: JobView.remaining_at, then ÷ the best rate)
+        oracle_tau = type(self)._remaining_best_s is HeteroSrpt._remaining_best_s
+        by_job = nodes.by_job
         jobs = []
         for j in snap.jobs:
             spec = j.spec
-            key = rate_key(spec)
-            usable = rates_of.get(key)
-            if usable is None:
-                usable = rates_of[key] = nodes.usable(ctx, spec, cfg.gang_exponent)
+            hit = by_job.get(spec.job_id)
+            if hit is not None and hit[0] is spec:
+                usable = hit[1]
+            else:
+                key = rate_key(spec)
+                kept = rates_of.get(key)
+                if kept is None:
+                    kept = rates_of[key] = nodes.usable(ctx, spec, cfg.gang_exponent)
+                usable = kept
+                by_job[spec.job_id] = (spec, usable)
             rates, top, g_pow = usable
             if not rates:
                 continue
-            tau = remaining_best_s(j, top, now)
+            state = j.state
+            if oracle_tau:
+                steps_left = j.remaining_steps
+                rate_now = j.progress_rate
+                if state is _RUNNING and rate_now > 0:
+                    as_of = j.as_of_s
+                    pf = j.progress_from_s
+                    start = pf if pf > as_of else as_of  # (max(as_of, pf), without the call)
+                    if now > start:
+                        v = steps_left - rate_now * (now - start)
+                        steps_left = 0.0 if v < 0.0 else v
+                tau = steps_left / top
+            else:
+                tau = remaining_best_s(j, top, now)
             p = j.placement
-            cur = p.flavor if p is not None and j.state is _RUNNING else None
-            cost = {f: tau * top / rate + (0.0 if f == cur else restart_s) for f, rate in rates}
-            best = min(cost.values())
+            cur = p.flavor if p is not None and state is _RUNNING else None
+            if len(rates) == 1:
+                f, rate = rates[0]
+                best = tau * top / rate + (0.0 if f == cur else restart_s)
+                cost = {f: best}
+                order = [f]
+            else:
+                cost = {f: tau * top / rate + (0.0 if f == cur else restart_s)
+                        for f, rate in rates}
+                best = min(cost.values())
+                order = sorted(cost, key=cost.__getitem__)
             prio = 1.0 / (best * g_pow) if best > 0.0 else INF  # done: finishing now
             run_s = j.run_s_by_flavor
             ran = run_s[0][1] if len(run_s) == 1 else sum(t for _f, t in run_s)
@@ -198,13 +232,12 @@ class HeteroSrpt(Policy):
                 prio *= 1.0 + waited / aging_s
             if starvation is not None and waited > starvation * best:
                 prio = 1e30 * (1.0 + waited)
-            order = sorted(cost, key=cost.__getitem__)
-            jobs.append((prio, j, cost, order))
-        jobs.sort(key=lambda e: (-e[0], e[1].spec.submit_time_s, e[1].spec.job_id))
+            jobs.append(((-prio, spec.submit_time_s, spec.job_id), prio, j, cost, order))
+        jobs.sort(key=itemgetter(0))
         left = dict(cap)
         selected: list[tuple[JobView, dict[str, float], list[str]]] = []
         rest = []
-        for _p, j, cost, order in jobs:
+        for _key, _p, j, cost, order in jobs:
             g = j.spec.num_gpus
             for fl in order:
                 if left.get(fl, 0) >= g:
@@ -221,7 +254,7 @@ class HeteroSrpt(Policy):
         selected = self._finalize(selected, cap)
         displaced: set[JobId] = set()
         if cfg.defrag and snap.round_s is not None:
-            prio_of = {j.spec.job_id: p for p, j, *_ in jobs}
+            prio_of = {j.spec.job_id: p for _key, p, j, *_ in jobs}
             displaced = self._plan(snap, selected, prio_of, ctx)
         cands: list[tuple[JobId, str]] = []
         for j, _cost, order in selected:
@@ -281,8 +314,8 @@ class HeteroSrpt(Policy):
         for j, _cost, order in selected:
             fl = order[0]
             p = j.placement
-            if j.running and p is not None and p.flavor == fl and free.can_take(p):
-                free.take(p)  # (a gang shared by two jobs is taken once; the other is new)
+            if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
+                # (a gang shared by two jobs is taken once; the other is new)
                 if p.consolidated:
                     occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
             else:
