@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
+from tessera.sched.gavel.problem import JobClasses, ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
 from tessera.sched.lp import INF, LpModel
 
@@ -68,14 +68,10 @@ def max_min_shares(
         x, z = _lp(p, a, Variables.every_pair(p), backend, what)
         return Solved(x, fallbacks, z)
     usable = (p.tput > 0).astype(float)
-    key = np.hstack([a * usable, usable, p.scale[:, None]])
-    classes, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
-    first = np.zeros(len(classes), dtype=int)
-    first[inverse[::-1]] = np.arange(m_count)[::-1]
-    reduced = p.take(first, scale=p.scale[first] * counts)
-    x_c, z = _lp(reduced, a[first], Variables.runnable(reduced), backend, what)
-    return Solved(x_c[inverse], fallbacks, z)
+    c = JobClasses.of(np.hstack([a * usable, usable, p.scale[:, None]]))
+    reduced = c.reduce(p)
+    x_c, z = _lp(reduced, a[c.first], Variables.runnable(reduced), backend, what)
+    return Solved(x_c[c.inverse], fallbacks, z)
 
 
 def _lp(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
+from tessera.sched.gavel.problem import JobClasses, ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
 from tessera.sched.lp import INF, LpModel
 
@@ -70,15 +70,11 @@ def max_sum_shares(
     if gavel_form:
         x, total = _lp(p, p.tput, Variables.every_pair(p), backend, what)
         return Solved(x, fallbacks, total)
-    key = np.hstack([p.tput, p.scale[:, None]])
-    classes, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
-    first = np.zeros(len(classes), dtype=int)
-    first[inverse[::-1]] = np.arange(m_count)[::-1]
-    reduced = p.take(first, scale=p.scale[first] * counts)
-    gain = p.tput[first] * counts[:, None]
+    c = JobClasses.of(np.hstack([p.tput, p.scale[:, None]]))
+    reduced = c.reduce(p)
+    gain = p.tput[c.first] * c.counts[:, None]
     x_c, total = _lp(reduced, gain, Variables.runnable(reduced), backend, what)
-    return Solved(x_c[inverse], fallbacks, total)
+    return Solved(x_c[c.inverse], fallbacks, total)
 
 
 def _lp(

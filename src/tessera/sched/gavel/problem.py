@@ -66,6 +66,41 @@ class ShareProblem:
 
 
 @dataclass(frozen=True, slots=True)
+class JobClasses:
+    """Jobs whose LP rows are identical, merged into one *class* per distinct row.
+
+    Identical jobs are interchangeable in an allocation LP, so the max-min and max-sum LPs
+    solve one row per class with the class's gang sizes summed (a class of ``k`` jobs of
+    ``sf`` GPUs needs ``k·sf`` GPUs at share 1) and give every job its class's share: the
+    same optimum value, an even split among identical jobs, and far fewer rows when many
+    jobs look alike.
+
+    Attributes:
+        first: for each class, its first job's row.
+        inverse: for each job, its class.
+        counts: jobs per class.
+    """
+
+    first: np.ndarray
+    inverse: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def of(cls, key: np.ndarray) -> JobClasses:
+        """The classes of the rows of ``key`` (one row per job; equal rows, one class)."""
+        classes, inverse, counts = np.unique(key, axis=0, return_inverse=True,
+                                             return_counts=True)
+        inverse = inverse.reshape(-1)
+        first = np.zeros(len(classes), dtype=int)
+        first[inverse[::-1]] = np.arange(len(inverse))[::-1]
+        return cls(first, inverse, counts)
+
+    def reduce(self, p: ShareProblem) -> ShareProblem:
+        """One row per class: its first job's, with the class's gang sizes summed."""
+        return p.take(self.first, scale=p.scale[self.first] * self.counts)
+
+
+@dataclass(frozen=True, slots=True)
 class Variables:
     """The LP's columns: which ``(job, flavor)`` pairs carry a share, in column order.
 
