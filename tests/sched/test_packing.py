@@ -179,3 +179,59 @@ def test_running_state_is_untouched_by_packing_for_non_packing_policies() -> Non
     a = view(make_job("a", job_type=R18_16), JobState.PENDING)
     d = _decide(make_policy("hetero_gittins"), a)
     assert d.placements["a"].colocated_with == ()  # type: ignore[attr-defined]
+
+
+A3C = "A3C"
+MIXED = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
+
+
+def _decide_on(cluster: object, policy: Policy, *views_: object) -> object:
+    snap = snapshot(cluster, *views_, round_s=360.0)  # type: ignore[arg-type]
+    return decide(snap, policy, DecisionContext(ThroughputOracle(TABLE, cluster),  # type: ignore[arg-type]
+                                                random.Random(0)))
+
+
+def _flavors(d: object) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {str(j): (p.flavor, p.colocated_with)
+            for j, p in d.placements.items()}  # type: ignore[attr-defined]
+
+
+def test_hetero_pack_moves_a_job_from_a_slow_gpu_to_half_a_fast_one() -> None:
+    # One V100, one K80, nobody waits. ResNet-18 does 4.8 steps/s alone on the K80 and 20.4
+    # beside a ResNet-50 on the V100, which keeps 4.07 of its 4.39: the pair on the V100 wins.
+    a = view(make_job("a", job_type=R50_64, steps=1e6))
+    b = view(make_job("b", job_type=R18_16, steps=1e6, submit_s=1.0))
+    got = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), a, b))
+    assert set(got) == {"a", "b"}
+    assert {fl for fl, _with in got.values()} == {V100}
+    assert got["a"][1] == ("b",) and got["b"][1] == ("a",)
+    # Without ``move_slow`` only waiting jobs pair: each runs alone, one on each GPU.
+    alone = make_policy("hetero_pack", {"move_slow": False})
+    got = _flavors(_decide_on(MIXED, alone, a, b))
+    assert sorted(fl for fl, _with in got.values()) == sorted([V100, "K80"])
+    assert all(not w for _fl, w in got.values())
+
+
+def test_hetero_pack_leaves_a_job_on_its_slow_gpu_when_half_a_fast_one_is_worse() -> None:
+    # A3C beside a ResNet-50 on the V100 does 1.7 steps/s (3.4 alone on the K80) and costs
+    # the ResNet-50 a third of its speed: no pair.
+    a = view(make_job("a", job_type=R50_64, steps=1e6))
+    b = view(make_job("b", job_type=A3C, steps=1e6, submit_s=1.0))
+    got = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), a, b))
+    assert sorted(fl for fl, _with in got.values()) == sorted([V100, "K80"])
+    assert all(not w for _fl, w in got.values())
+
+
+def test_hetero_pack_counts_the_restart_of_a_running_job_that_would_move() -> None:
+    # The ResNet-18 already runs alone on the K80. With a restart as long as the round, moving
+    # it can gain nothing this round, so it stays; the same job waiting still joins the V100.
+    k80 = next(n for n in MIXED.nodes if n.flavor.short == "K80")
+    a = view(make_job("a", job_type=R50_64, steps=1e6))
+    running = view(make_job("b", job_type=R18_16, steps=1e6, submit_s=1.0), JobState.RUNNING,
+                   Placement("K80", ((k80.node_id, 1),)))
+    costly = make_policy("hetero_pack", {"restart_s": 360.0})
+    got = _flavors(_decide_on(MIXED, costly, a, running))
+    assert got["b"] == ("K80", ())
+    waiting = view(make_job("b", job_type=R18_16, steps=1e6, submit_s=1.0))
+    got = _flavors(_decide_on(MIXED, costly, a, waiting))
+    assert got["b"][0] == V100 and got["b"][1] == ("a",)

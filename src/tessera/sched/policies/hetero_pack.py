@@ -2,59 +2,81 @@
 
 ``hetero_gittins`` decides who runs (Gittins index over attained service, per GPU) and where
 (flavors matched by completion rate, whole nodes for gangs). ``hetero_pack`` keeps all of that
-and then uses the GPUs a second time: each job left waiting, in the same Gittins order, may join
-the GPUs of a job chosen to run, at the pair speeds Gavel measured.
+and then uses the GPUs a second time, at the pair speeds Gavel measured.
 
-**When to pack.** Two jobs sharing a GPU each run slower than alone; the pair pays when the
-two together do more work than one of them alone. With ``a_h``, ``a_p`` the jobs' speeds alone
-on the host's flavor and ``r_h``, ``r_p`` their measured speeds together, the pair's
-*normalised throughput* is ``r_h / a_h + r_p / a_p``: 1 is what the host alone does, 2 would be
-two whole GPUs. A waiting job joins the host where that sum is largest and above
-``1 + min_gain`` (default 1.2). Hosts take one partner (only pairs were measured).
+**What a pair is worth.** Two jobs sharing a GPU each run slower than alone. Measure each job's
+progress *normalised* by its best speed alone (``rate / best``: 1 is the job alone on its
+fastest flavor). A partner ``p`` joining host ``h`` on flavor ``f`` changes the round's
+normalised progress by
 
-**A variant measured worse.** ``by_remaining=True`` weighs by how close each job is to
-finishing instead, ``Δ = (r_p / best_p) / τ_p − ((a_h − r_h) / best_h) / τ_h`` (the round's
-change in expected completion rate, ``τ`` the Gittins remaining time): it shields hosts near
-their end but packs less, and on heavy Gavel-like traces it lost 2-3 % average JCT to the plain
-throughput test (``benchmarks/bench_packing.py``); at heavy load the queue, not the host,
-decides JCT.
+    net = (r_p − k_p) / best_p − (a_h − r_h) / best_h
 
-Only jobs that would otherwise wait are packed, so packing never delays a job's start, and
-``hetero_srpt``'s starvation rule still puts a job that waited too long first. A pair without a
-positive measurement, a job marked ``exclusive``, or a pair whose declared memory does not fit
-is never proposed (:func:`tessera.sched.packing.may_share`).
+with ``a_h`` the host's speed alone on ``f``, ``r_h``, ``r_p`` the measured speeds of the pair
+on ``f``, and ``k_p`` what the partner would do otherwise: 0 if it would wait, its speed alone
+on its own flavor if the round gives it one. The pair is formed when ``net`` exceeds
+``min_gain`` × the host's own normalised progress ``a_h / best_h``.
+
+**Two kinds of partner.** A job left waiting joins a host where the pair does more work than
+the host alone -- packing a queue. A job the round puts on a *slower* flavor may instead join a
+host on a faster one (``move_slow``): half a V100 often beats a whole K80, and the K80 it leaves
+goes to the next job in line. On a cluster that is busy but not full (a third of its GPUs K80s,
+most jobs on them for part of their life) this second kind is most of the gain: without it,
+``hetero_pack`` was 1.02-1.04× slower than Gavel's packed max-min on 400-job traces at 3 jobs
+per hour; with it 0.97-0.98× (``benchmarks/bench_packing.py``). A running job that moves pays
+its restart (``restart_s`` of the round) in the reckoning; a host never restarts for a partner.
+
+**Who pairs with whom.** Every (partner, host class) option above the threshold is taken
+greedily, largest ``net`` first; a host takes one partner (only pairs were measured), a job
+that took a partner is no longer a candidate partner, and within a class the host with the most
+expected work left is taken first (the one a slowdown costs least). Hosts alike in job type,
+gang size, flavor, allowed flavors and declared memory form a class, and partners alike in the
+same and in their alternative form a kind: each kind ranks the classes once, which keeps a round
+linear in the jobs.
+
+Packing never delays a job's start (the partners are jobs the round would leave waiting or
+slower), and ``hetero_srpt``'s starvation rule still puts a job that waited too long first. A
+pair without a positive measurement, a job marked ``exclusive``, or a pair whose declared memory
+does not fit is never proposed (:func:`tessera.sched.packing.may_share`).
+
+**Measured and dropped.** Weighing each job's progress by its expected completion rate (÷ its
+Gittins remaining time, as ``hetero_srpt`` weighs flavors) packed less where it mattered: 2-3 %
+worse average JCT on 100-job heavy traces and 14 % worse on a 400-job trace at 3 jobs/h. Taking
+options in the partners' Gittins order instead of by ``net``: 1.3 % worse on that trace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import heapq
 from dataclasses import replace
 
 from pydantic import Field
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
-from tessera.model.jobs import JobId, JobSpec
+from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
 from tessera.sched.packing import MEMORY_KEY, may_share
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
 from tessera.sched.policy import POLICIES, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
+from tessera.sched.snapshot import JobView, Snapshot
 
 _HostKind = tuple[str, int, str, tuple[GpuFlavor, ...], str | None]
 """Hosts that pair alike: job type, gang size, flavor, allowed flavors, declared memory."""
+_PartnerKind = tuple[str, int, tuple[GpuFlavor, ...], str | None, str | None, bool]
+"""Partners that pair alike: job type, gang size, allowed flavors, declared memory, the flavor
+the round gives it alone (``None``: it would wait), and whether moving costs it a restart."""
 
 
 class HeteroPackConfig(HeteroGittinsConfig):
     min_gain: float = Field(
-        0.2, ge=0,
-        description="pack when the pair does more than 1 + this times the work of one job "
-        "alone (with by_remaining: when the completion-rate gain exceeds this × the host's)",
+        0.1, ge=0,
+        description="pair when the round's normalised progress rises by more than this × the "
+        "host's own",
     )
-    by_remaining: bool = Field(
-        False, description="weigh the pair's speeds by 1/τ (expected completion rate) "
-        "instead of plain normalised throughput",
+    move_slow: bool = Field(
+        True, description="a job the round puts on a slower flavor may join a host on a faster "
+        "one (else only waiting jobs pair)",
     )
     scan_factor: int = Field(
         4, ge=1, description="waiting jobs examined per GPU-holding job (bounds a round's cost)"
@@ -63,8 +85,8 @@ class HeteroPackConfig(HeteroGittinsConfig):
 
 @POLICIES.register(
     "hetero_pack",
-    "Tessera, no oracle: hetero_gittins plus space sharing at measured pair speeds when the "
-    "pair raises the expected completion rate.",
+    "Tessera, no oracle: hetero_gittins plus space sharing at measured pair speeds, for jobs "
+    "that would wait or run on a slower flavor.",
 )
 class HeteroPack(HeteroGittins):
     """See the module docstring."""
@@ -81,136 +103,107 @@ class HeteroPack(HeteroGittins):
         cfg = self.config
         assert isinstance(cfg, HeteroPackConfig)
         snap = ctx.snapshot
-        now = snap.now_s
         by_id = {j.job_id: j for j in snap.jobs}
-        count: dict[str, int] = {}
-        for node in snap.up_nodes():
-            count[node.flavor.short] = count.get(node.flavor.short, 0) + node.gpus
-        hosts: dict[JobId, str] = {}
-        waiting: list[JobId] = []
-        seen: set[JobId] = set()
-        for jid, fl in base.candidates:  # the core's selection by count, replayed
-            if jid in hosts:
-                continue
-            g = by_id[jid].spec.num_gpus
-            if count.get(fl, 0) >= g:
-                count[fl] -= g
-                hosts[jid] = fl
-            elif jid not in seen:
-                waiting.append(jid)
-            seen.add(jid)
-        waiting = [j for j in dict.fromkeys(waiting) if j not in hosts]
-        if not hosts or not waiting:
+        hosts, waiting = _replay(base, by_id, snap)
+        if not hosts or not (waiting or cfg.move_slow):
             return base
-        tau: dict[JobId, float] = {}
-        best: dict[JobId, float] = {}
+        now = snap.now_s
+        work_left: dict[JobId, float] = {}
 
-        def weigh(j: JobView) -> tuple[float, float]:
-            jid = j.job_id
-            if jid not in tau:
-                rates = ctx.oracle.rates(j.spec)
-                top = max((r.consolidated for r in rates), default=0.0)
-                best[jid] = top
-                tau[jid] = self._remaining_best_s(j, top, now) if top > 0 else float("inf")
-            return tau[jid], best[jid]
+        def expected_left_s(jid: JobId) -> float:
+            if jid not in work_left:
+                j = by_id[jid]
+                top = ctx.oracle.best_rate(j.spec)
+                work_left[jid] = (self._remaining_best_s(j, top, now) if top > 0
+                                  else float("inf"))
+            return work_left[jid]
 
-        # Hosts that are alike (type, gang, flavor, allowed flavors, memory) pair alike: a
-        # waiting job is weighed against each class once, which keeps a round linear in the
-        # number of waiting jobs. Within a class the host with the most work left goes first
-        # (the one a slowdown costs least).
         classes: dict[_HostKind, list[JobId]] = {}
         for hid, fl in hosts.items():
             hs = by_id[hid].spec
-            if hs.exclusive:
-                continue
-            kind = (hs.job_type, hs.num_gpus, fl, hs.flavors, hs.extra.get(MEMORY_KEY))
-            classes.setdefault(kind, []).append(hid)
+            if not hs.exclusive:
+                kind = (hs.job_type, hs.num_gpus, fl, hs.flavors, hs.extra.get(MEMORY_KEY))
+                classes.setdefault(kind, []).append(hid)
         for members in classes.values():
-            members.sort(key=lambda hid: weigh(by_id[hid])[0])  # pop() takes the longest
-        partner_of: dict[JobId, JobId] = {}
-        # Plain normalised throughput depends on the jobs' kinds only: each kind of waiting job
-        # ranks the host classes once, and each such job takes the best class with a host left.
-        ranked: dict[tuple[object, ...], list[_HostKind]] = {}
-        for pid in waiting[: cfg.scan_factor * len(hosts)]:
+            members.sort(key=expected_left_s)  # the end of the list: the most work left
+        partners = waiting[: cfg.scan_factor * len(hosts)]
+        if cfg.move_slow:
+            partners += list(hosts)
+        restart = min(cfg.restart_s / snap.round_s, 1.0) if snap.round_s else 0.0
+        ranked: dict[_PartnerKind, list[tuple[float, _HostKind]]] = {}
+        heap: list[tuple[float, int, int, JobId]] = []
+        options: list[list[tuple[float, _HostKind]]] = []
+        for pid in partners:
             p = by_id[pid]
-            if p.spec.exclusive:
+            ps = p.spec
+            if ps.exclusive:
                 continue
-            if cfg.by_remaining:
-                choice = self._by_remaining(ctx, p, classes, by_id, weigh)
-            else:
-                ps = p.spec
-                pkind = (ps.job_type, ps.num_gpus, ps.flavors, ps.extra.get(MEMORY_KEY))
-                options = ranked.get(pkind)
-                if options is None:
-                    options = ranked[pkind] = self._ranked_classes(ctx, p, classes, by_id)
-                choice = next((key for key in options if classes[key]), None)
-            if choice is not None:
-                partner_of[pid] = classes[choice].pop()
+            alone = hosts.get(pid)
+            pays_restart = (alone is not None and p.state is JobState.RUNNING
+                            and p.placement is not None and p.placement.flavor == alone)
+            pkind = (ps.job_type, ps.num_gpus, ps.flavors, ps.extra.get(MEMORY_KEY), alone,
+                     pays_restart)
+            mine = ranked.get(pkind)
+            if mine is None:
+                mine = ranked[pkind] = self._ranked_classes(ctx, p, alone, restart * pays_restart,
+                                                            classes, by_id)
+            if mine:
+                heapq.heappush(heap, (-mine[0][0], len(options), 0, pid))
+                options.append(mine)
+        partner_of: dict[JobId, JobId] = {}
+        paired: set[JobId] = set()  # hosts that took a partner, and the partners
+        while heap:
+            _neg, n, i, pid = heapq.heappop(heap)
+            if pid in paired:
+                continue
+            members = classes[options[n][i][1]]
+            while members and members[-1] in paired:
+                members.pop()
+            if members:
+                hid = members.pop()
+                partner_of[pid] = hid
+                paired.update((pid, hid))
+            elif i + 1 < len(options[n]):
+                heapq.heappush(heap, (-options[n][i + 1][0], n, i + 1, pid))
         if not partner_of:
             return base
         cands = tuple(c for c in base.candidates if c[0] not in partner_of)
         return Ranking(cands, state=base.state, notes=base.notes, wakeup_s=base.wakeup_s,
                        fallbacks=base.fallbacks, colocate=partner_of)
 
-    def _ranked_classes(self, ctx: PolicyContext, p: JobView,
-                        classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
-                        ) -> list[_HostKind]:
-        """The host classes ``p`` may join, best normalised throughput first (ties: the first
-        class), keeping those above ``1 + min_gain``."""
+    def _ranked_classes(
+        self, ctx: PolicyContext, p: JobView, alone: str | None, restart_share: float,
+        classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
+    ) -> list[tuple[float, _HostKind]]:
+        """The host classes ``p`` may join with their ``net`` (see the module docstring), best
+        first (ties: the first class), keeping those above the threshold. ``alone``: the
+        flavor the round gives ``p`` by itself (``None``: it would wait); ``restart_share``:
+        the part of the round a move costs ``p``."""
         cfg = self.config
         assert isinstance(cfg, HeteroPackConfig)
-        if max((r.consolidated for r in ctx.oracle.rates(p.spec)), default=0.0) <= 0:
-            return []
-        scored: list[tuple[float, int, _HostKind]] = []
-        for i, (key, h, fl, rates) in enumerate(self._pairable(ctx, p, classes, by_id)):
-            best_h = max((r.consolidated for r in ctx.oracle.rates(h.spec)), default=0.0)
-            alone_h = ctx.oracle.rate(h.spec, fl, True)
-            alone_p = ctx.oracle.rate(p.spec, fl, True)
-            if best_h <= 0 or alone_h <= 0 or alone_p <= 0:
-                continue
-            gain = rates.first_steps_per_s / alone_h + rates.second_steps_per_s / alone_p - 1.0
-            if gain > cfg.min_gain:
-                scored.append((-gain, i, key))
-        scored.sort()
-        return [key for _g, _i, key in scored]
-
-    def _by_remaining(self, ctx: PolicyContext, p: JobView,
-                      classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
-                      weigh: Callable[[JobView], tuple[float, float]]) -> _HostKind | None:
-        """The host class where ``p`` raises the round's expected completion rate most
-        (``by_remaining``, see the module docstring), or ``None``."""
-        cfg = self.config
-        assert isinstance(cfg, HeteroPackConfig)
-        tau_p, best_p = weigh(p)
+        oracle = ctx.oracle
+        best_p = oracle.best_rate(p.spec)
         if best_p <= 0:
-            return None
-        choice: _HostKind | None = None
-        top_gain = 0.0
-        for key, h, _fl, rates in self._pairable(ctx, p, classes, by_id):
-            tau_h, best_h = weigh(h)
-            alone_h = ctx.oracle.rate(h.spec, key[2], True)
-            if best_h <= 0 or alone_h <= 0:
-                continue
-            own = (alone_h / best_h) / tau_h
-            gain = (rates.second_steps_per_s / best_p) / tau_p - (
-                (alone_h - rates.first_steps_per_s) / best_h) / tau_h
-            if gain > cfg.min_gain * own and gain > top_gain:
-                choice, top_gain = key, gain
-        return choice
-
-    def _pairable(self, ctx: PolicyContext, p: JobView,
-                  classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
-                  ) -> Iterator[tuple[_HostKind, JobView, str, PairRates]]:
-        """Each non-empty host class of ``p``'s gang size whose pair with ``p`` is measured
-        and allowed: ``(class, its representative host, flavor, the pair's rates)``, in the
-        classes' order."""
-        for key, members in classes.items():
-            if not members or key[1] != p.spec.num_gpus:
+            return []
+        kept = 0.0 if alone is None else oracle.rate(p.spec, alone, True) / best_p
+        scored: list[tuple[float, int, _HostKind]] = []
+        for i, (key, members) in enumerate(classes.items()):
+            fl = key[2]
+            if key[1] != p.spec.num_gpus or fl == alone:
                 continue
             h = by_id[members[-1]]
-            rates = self._pair(ctx.oracle.table, ctx.snapshot.cluster, h.spec, p.spec, key[2])
-            if rates is not None:
-                yield key, h, key[2], rates
+            rates = self._pair(oracle.table, ctx.snapshot.cluster, h.spec, p.spec, fl)
+            best_h = oracle.best_rate(h.spec)
+            alone_h = oracle.rate(h.spec, fl, True)
+            if rates is None or best_h <= 0 or alone_h <= 0:
+                continue
+            gained = rates.second_steps_per_s * (1.0 - restart_share) / best_p - kept
+            lost = (alone_h - rates.first_steps_per_s) / best_h
+            net = gained - lost
+            if net > cfg.min_gain * alone_h / best_h:
+                scored.append((-net, i, key))
+        scored.sort()
+        return [(-neg, key) for neg, _i, key in scored]
 
     def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
               partner: JobSpec, flavor: str) -> PairRates | None:
@@ -228,3 +221,26 @@ class HeteroPack(HeteroGittins):
                             replace(partner, exclusive=False), flavor)
             self._pairs[key] = None if isinstance(got, PairRefusal) else got
         return self._pairs[key]
+
+
+def _replay(base: Ranking, by_id: dict[JobId, JobView], snap: Snapshot
+            ) -> tuple[dict[JobId, str], list[JobId]]:
+    """The core's selection by count, replayed: ``({job: flavor it gets alone}, [jobs left
+    waiting, in the ranking's order])``."""
+    count: dict[str, int] = {}
+    for node in snap.up_nodes():
+        count[node.flavor.short] = count.get(node.flavor.short, 0) + node.gpus
+    hosts: dict[JobId, str] = {}
+    waiting: list[JobId] = []
+    seen: set[JobId] = set()
+    for jid, fl in base.candidates:
+        if jid in hosts:
+            continue
+        g = by_id[jid].spec.num_gpus
+        if count.get(fl, 0) >= g:
+            count[fl] -= g
+            hosts[jid] = fl
+        elif jid not in seen:
+            waiting.append(jid)
+        seen.add(jid)
+    return hosts, [j for j in dict.fromkeys(waiting) if j not in hosts]
