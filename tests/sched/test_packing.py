@@ -235,3 +235,15 @@ def test_hetero_pack_counts_the_restart_of_a_running_job_that_would_move() -> No
     waiting = view(make_job("b", job_type=R18_16, steps=1e6, submit_s=1.0))
     got = _flavors(_decide_on(MIXED, costly, a, waiting))
     assert got["b"][0] == V100 and got["b"][1] == ("a",)
+
+
+def test_hetero_pack_gives_the_fast_gpu_to_the_job_it_speeds_up_most() -> None:
+    # A young A3C (2× faster on a V100 than on a K80) and an old ResNet-50 (several times
+    # faster there). By completion rate the young job, expected to end soon, takes the V100
+    # (hetero_gittins); by normalised throughput the ResNet-50 does (hetero_pack).
+    young = view(make_job("young", job_type=A3C, steps=1e6, submit_s=1.0))
+    old = view(make_job("old", job_type=R50_64, steps=1e7), remaining_steps=5e6)
+    by_rate = _flavors(_decide_on(MIXED, make_policy("hetero_gittins"), young, old))
+    assert by_rate == {"young": (V100, ()), "old": ("K80", ())}
+    by_speedup = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), young, old))
+    assert by_speedup == {"young": ("K80", ()), "old": (V100, ())}

@@ -16,6 +16,14 @@ on ``f``, and ``k_p`` what the partner would do otherwise: 0 if it would wait, i
 on its own flavor if the round gives it one. The pair is formed when ``net`` exceeds
 ``min_gain`` × the host's own normalised progress ``a_h / best_h``.
 
+**Flavors by throughput.** ``hetero_gittins`` hands its flavors out by *completion rate*
+(speed ÷ expected work left), which puts a young job on the V100 even where an old one gains ten
+times more from it. ``hetero_pack`` weighs each job's flavors by its speed there relative to its
+best instead (every job counts alike), so the fast GPUs go to the jobs they speed up most; who
+runs at all is still decided by the Gittins order. On the heavy Gavel-like traces this alone
+took ``hetero_pack`` from 0.95-0.98× to 0.92-0.96× of the best Gavel policy; weights in between
+(``τ^-α`` for α = 0.25, 0.5, or ``1 / (τ + T)`` for T = 1, 10, 100 h) all did worse than α = 0.
+
 **Two kinds of partner.** A job left waiting joins a host where the pair does more work than
 the host alone -- packing a queue. A job the round puts on a *slower* flavor may instead join a
 host on a faster one (``move_slow``): half a V100 often beats a whole K80, and the K80 it leaves
@@ -56,8 +64,10 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
+from tessera.sched.lp import LpSolver
 from tessera.sched.packing import MEMORY_KEY, may_share
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
+from tessera.sched.policies.hetero_srpt import HeteroSrpt
 from tessera.sched.policy import POLICIES, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView, Snapshot
 
@@ -170,6 +180,22 @@ class HeteroPack(HeteroGittins):
         cands = tuple(c for c in base.candidates if c[0] not in partner_of)
         return Ranking(cands, state=base.state, notes=base.notes, wakeup_s=base.wakeup_s,
                        fallbacks=base.fallbacks, colocate=partner_of)
+
+    @staticmethod
+    def _match(
+        selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int],
+        solver: LpSolver,
+    ) -> tuple[list[tuple[JobView, dict[str, float], list[str]]], tuple[str, ...]]:
+        """The matching LP of :class:`HeteroSrpt`, each job's weights divided by its best one
+        (its seconds on each flavor over its seconds on the best): normalised throughput, not
+        completion rate (see the module docstring)."""
+        scaled = []
+        for j, cost, order in selected:
+            best = max(min(cost.values()), 1e-9)
+            scaled.append((j, {f: c / best for f, c in cost.items()}, order))
+        matched, fallbacks = HeteroSrpt._match(scaled, cap, solver)
+        costs = {id(j): cost for j, cost, _order in selected}
+        return [(j, costs[id(j)], order) for j, _c, order in matched], fallbacks
 
     def _ranked_classes(
         self, ctx: PolicyContext, p: JobView, alone: str | None, restart_share: float,
