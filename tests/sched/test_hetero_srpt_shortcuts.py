@@ -3,11 +3,12 @@
 A round of ``hetero_srpt`` skips work when it cannot change the answer:
 
 * the matching LP and ``_finalize`` when every selected job took its cheapest flavor;
-* the placement replay of ``_plan`` when no gang of more than one GPU is new to its flavor
-  and the kept jobs' GPUs fit their nodes (``_may_clear``).
+* in ``_plan``, taking the kept jobs one by one when their GPUs fit their nodes (the replay
+  starts from the counts less their GPUs), and the whole replay when, besides, no gang of
+  more than one GPU is new to its flavor.
 
-Whole busy runs check both at every decision against the long path; unit cases check that
-``_may_clear`` looks at every input that can make the replay clear a node.
+Whole busy runs check both at every decision against the long path; a unit case checks which
+jobs ``_kept`` counts as kept.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.builders import busy_simulator, make_job, view
 def test_the_shortcuts_answer_as_the_long_path_at_every_decision(
     policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    select, plan = HeteroSrpt._select, HeteroSrpt._plan
+    select, plan, kept = HeteroSrpt._select, HeteroSrpt._plan, HeteroSrpt._kept
     seen = {"first": 0, "skipped": 0, "replayed": 0, "cleared": 0}
 
     def checked_select(ranked: Any, cap: dict[str, int]) -> Any:
@@ -41,12 +42,14 @@ def test_the_shortcuts_answer_as_the_long_path_at_every_decision(
 
     def checked_plan(self: HeteroSrpt, snap: Any, selected: Any, ctx: Any) -> set[str]:
         got = plan(self, snap, selected, ctx)
+        # the long path: every kept job taken one by one (forced by a node that is not up)
         with monkeypatch.context() as m:
-            m.setattr(HeteroSrpt, "_may_clear", staticmethod(lambda *a: True))
+            m.setattr(HeteroSrpt, "_kept", staticmethod(
+                lambda sel: ({**kept(sel)[0], "nowhere": 1}, kept(sel)[1])))
             full = plan(self, snap, selected, ctx)
         assert got == full
-        may = HeteroSrpt._may_clear(selected, self._nodes_of(snap).placement.capacity)
-        seen["replayed" if may else "skipped"] += 1
+        gang = any(j.spec.num_gpus > 1 for j, _fl in kept(selected)[1])
+        seen["replayed" if gang else "skipped"] += 1
         seen["cleared"] += bool(got)
         return got
 
@@ -60,9 +63,6 @@ def test_the_shortcuts_answer_as_the_long_path_at_every_decision(
     assert seen["cleared"] > 0
 
 
-_CAP = {"n0": 4, "n1": 4}
-
-
 def _kept(name: str, gpus: int, node: str, flavor: str = "v100") -> tuple[Any, Any, Any]:
     p = Placement(flavor, ((node, gpus),))
     return (view(make_job(name, gpus), JobState.RUNNING, p), {}, [flavor])
@@ -72,19 +72,12 @@ def _new(name: str, gpus: int, flavor: str = "v100") -> tuple[Any, Any, Any]:
     return (view(make_job(name, gpus)), {}, [flavor])
 
 
-def test_may_clear_is_false_only_when_nothing_can_be_cleared() -> None:
-    assert not HeteroSrpt._may_clear([_kept("a", 2, "n0"), _kept("b", 2, "n0"),
-                                      _new("c", 1)], _CAP)
-    # a new gang of two GPUs
-    assert HeteroSrpt._may_clear([_kept("a", 2, "n0"), _new("c", 2)], _CAP)
-    # a running gang selected for another flavor is new there
+def test_kept_jobs_are_those_running_on_the_flavor_they_were_selected_for() -> None:
     moved = _kept("m", 2, "n1")
-    assert HeteroSrpt._may_clear([_kept("a", 2, "n0"), (moved[0], {}, ["k80", "v100"])], _CAP)
-    # a running gang that is not RUNNING any more (stopped) is new
     stopped = (view(make_job("s", 2), JobState.PENDING, Placement("v100", (("n1", 2),))), {},
                ["v100"])
-    assert HeteroSrpt._may_clear([stopped], _CAP)
-    # kept jobs that overfill a node: one of them would fail to take its place
-    assert HeteroSrpt._may_clear([_kept("a", 3, "n0"), _kept("b", 2, "n0")], _CAP)
-    # a kept job on a node that is not up
-    assert HeteroSrpt._may_clear([_kept("a", 1, "n9")], _CAP)
+    selected = [_kept("a", 2, "n0"), _new("c", 1), _kept("b", 3, "n0"),
+                (moved[0], {}, ["k80", "v100"]), stopped, _kept("d", 1, "n2")]
+    used, new = HeteroSrpt._kept(selected)
+    assert used == {"n0": 5, "n2": 1}
+    assert [(j.job_id, fl) for j, fl in new] == [("c", "v100"), ("m", "k80"), ("s", "v100")]

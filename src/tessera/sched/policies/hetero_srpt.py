@@ -42,7 +42,7 @@ so the defragmentation step is skipped. Pure: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -339,28 +339,42 @@ class HeteroSrpt(Policy):
 
         Returns the running jobs to stop this round (they are re-placed next round).
 
-        Only a gang of more than one GPU that is not kept where it runs can make the replay
-        clear a node. When there is none and the kept jobs' GPUs fit their nodes (so that no
-        kept job fails to take its place and turns into a new gang), the answer is "nobody",
-        and the replay is skipped: most rounds, when hardly anyone waits.
+        Kept jobs are taken first, in selection order, each where it runs. When their GPUs fit
+        their nodes, none fails to take its place, so the replay starts from the nodes' counts
+        less the kept GPUs (:meth:`_kept`); and then, unless a gang of more than one GPU is
+        new to its flavor, nothing can be cleared and the answer is "nobody" without a replay
+        (most rounds, when hardly anyone waits). Otherwise the kept jobs are taken one by one,
+        and one that finds its GPUs taken (a gang shared by two jobs) is new.
         """
         layout = self._nodes_of(snap)
-        if not self._may_clear(selected, layout.placement.capacity):
+        capacity = layout.placement.capacity
+        used, new = self._kept(selected)
+        fits = all(capacity.get(node_id, 0) >= count for node_id, count in used.items())
+        if fits and all(j.spec.num_gpus <= 1 for j, _fl in new):
             return set()
-        free = FreeGpus(layout.nodes, None, layout.placement)
+        occupants: dict[str, list[JobView]] = {}
+        if fits:
+            free = FreeGpus(layout.nodes, {node_id: capacity[node_id] - count
+                                           for node_id, count in used.items()},
+                            layout.placement)
+            fresh = {j.job_id for j, _fl in new}
+            for j, _cost, _order in selected:
+                p = j.placement
+                if p is not None and p.consolidated and j.job_id not in fresh:
+                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
+        else:
+            free = FreeGpus(layout.nodes, None, layout.placement)
+            new = []
+            for j, _cost, order in selected:
+                fl = order[0]
+                p = j.placement
+                if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
+                    if p.consolidated:
+                        occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
+                else:
+                    new.append((j, fl))
         by_flavor = layout.by_flavor
         node_max = layout.node_max
-        occupants: dict[str, list[JobView]] = {}
-        new: list[tuple[JobView, str]] = []
-        for j, _cost, order in selected:
-            fl = order[0]
-            p = j.placement
-            if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
-                # (a gang shared by two jobs is taken once; the other is new)
-                if p.consolidated:
-                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
-            else:
-                new.append((j, fl))
         new.sort(key=lambda e: -e[0].spec.num_gpus)
         displaced: set[JobId] = set()
         for j, fl in new:
@@ -380,20 +394,21 @@ class HeteroSrpt(Policy):
         return displaced
 
     @staticmethod
-    def _may_clear(selected: list[tuple[JobView, dict[str, float], list[str]]],
-                   gpus_of: Mapping[str, int]) -> bool:
-        """Whether :meth:`_plan`'s replay could clear a node: some selected gang of more than
-        one GPU is new to its first flavor, or the kept jobs' GPUs overfill a node (or use one
-        that is down), so that a kept job would fail to take its place and become new."""
+    def _kept(selected: list[tuple[JobView, dict[str, float], list[str]]]
+              ) -> tuple[dict[str, int], list[tuple[JobView, str]]]:
+        """The GPUs per node of the selected jobs that stay where they run (running on the
+        flavor they were selected for), and the others with that flavor, in order."""
         used: dict[str, int] = {}
+        new: list[tuple[JobView, str]] = []
         for j, _cost, order in selected:
+            fl = order[0]
             p = j.placement
-            if j.state is _RUNNING and p is not None and p.flavor == order[0]:
+            if j.state is _RUNNING and p is not None and p.flavor == fl:
                 for node_id, count in p.gpus_by_node:
                     used[node_id] = used.get(node_id, 0) + count
-            elif j.spec.num_gpus > 1:
-                return True
-        return any(gpus_of.get(node_id, 0) < count for node_id, count in used.items())
+            else:
+                new.append((j, fl))
+        return used, new
 
     @staticmethod
     def _split_hurts(ctx: PolicyContext, j: JobView, fl: str) -> bool:
