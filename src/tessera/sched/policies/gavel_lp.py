@@ -282,8 +282,9 @@ class GavelAllocationPolicy(Policy):
 
         A job's share and its time run at the reset are fixed until the next reallocation,
         and which flavors it can use is fixed for its spec, so both are kept per job
-        (:class:`_Rows`) and a round gathers them with one index per job; only the time each
-        job has run is read anew.
+        (:class:`_Rows`) and a round gathers them with one index per job -- or, when the jobs
+        and the flavor order are the last round's, takes the last gathering as it is
+        (:meth:`_Rows.gather`); only the time each job has run is read anew.
         """
         snap = ctx.snapshot
         elapsed = max(snap.now_s - state.reset_s, 0.0)
