@@ -2,7 +2,8 @@
 policy's at every decision of whole runs.
 
 * Gavel's mechanism (``max_min_fairness``, ``finish_time_fairness``) keeps each job's share,
-  time run at the reallocation and usable flavors until the next reallocation;
+  time run at the reallocation and usable flavors until the next reallocation, the rows it
+  gathered while the jobs stay the same, the flavor order and the shares' notes;
 * ``hetero_srpt`` keeps each job's usable rates by job id (with its spec).
 
 A fresh policy instance builds all of them from the snapshot; the kept ones must give the same
@@ -40,7 +41,8 @@ def test_kept_inputs_rank_as_a_fresh_policy_at_every_decision(policy: str) -> No
         for pol in (world.policy, make_policy(policy)):
             rng = random.Random()
             rng.setstate(seed)
-            answers.append(pol.rank(PolicyContext(snap, world.ctx.oracle, rng)).candidates)
+            ranking = pol.rank(PolicyContext(snap, world.ctx.oracle, rng))
+            answers.append((ranking.candidates, dict(ranking.notes)))
         assert answers[0] == answers[1]
         checked += 1
         return world_decide(snap, opts)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain, repeat
 from types import MappingProxyType
 from typing import Literal
@@ -32,6 +33,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.gavel import (
     Backend,
@@ -93,8 +95,8 @@ class _Rows:
     bit for bit.
     """
 
-    __slots__ = ("_kinds", "_usable", "at_reset", "col", "kind_of", "oracle", "row_of",
-                 "state", "x")
+    __slots__ = ("_kinds", "_usable", "_usable_array", "at_reset", "col", "gathered",
+                 "kind_of", "oracle", "row_of", "state", "x")
 
     def __init__(self, state: RoundState, oracle: ThroughputOracle, columns: tuple[str, ...],
                  kinds: _Rows | None) -> None:
@@ -121,8 +123,10 @@ class _Rows:
         self.kind_of: dict[JobId, tuple[JobSpec, int]] = {}
         self._kinds: dict[RateKey, int] = {}
         self._usable: list[list[bool]] = []
+        self._usable_array = np.zeros((0, f_count), dtype=bool)
         if kinds is not None and kinds.oracle is oracle and kinds.col == self.col:
             self.kind_of, self._kinds, self._usable = kinds.kind_of, kinds._kinds, kinds._usable
+        self.gathered: _Gathered | None = None
 
     @classmethod
     def of(cls, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[str],
@@ -157,8 +161,64 @@ class _Rows:
         return k
 
     def usable(self) -> np.ndarray:
-        """Which flavors each kind can use, one row per kind."""
-        return np.array(self._usable, dtype=bool).reshape(len(self._usable), len(self.col))
+        """Which flavors each kind can use, one row per kind (rebuilt when a kind was added;
+        kinds are only ever appended)."""
+        if len(self._usable_array) != len(self._usable):
+            self._usable_array = np.array(self._usable, dtype=bool).reshape(
+                len(self._usable), len(self.col))
+        return self._usable_array
+
+    def gather(self, specs: list[JobSpec], perm: list[int], oracle: ThroughputOracle
+               ) -> _Gathered:
+        """The rows of the jobs of ``specs`` (in that order), columns in ``perm``'s order.
+
+        The answer depends only on the specs (their ids and rate keys), these rows and
+        ``perm``; the last one is kept and returned again while all three are equal.
+        """
+        last = self.gathered
+        if last is not None and last.perm == perm and last.specs == specs:
+            return last
+        n = len(specs)
+        ids = [spec.job_id for spec in specs]
+        kind_of = self.kind_of
+        kinds = [kind[1] if kind is not None and kind[0] is spec
+                 else self.kind(jid, spec, oracle)
+                 for jid, spec, kind in zip(ids, specs, map(kind_of.get, ids), strict=True)]
+        where = np.fromiter(map(self.row_of.get, ids, repeat(-1, n)), dtype=np.intp, count=n)
+        x = self.x[where][:, perm]
+        usable = self.usable()[np.array(kinds, dtype=np.intp)][:, perm]
+        whole = np.arange(n)
+        lists = []
+        for k in range(len(perm)):
+            listed = whole[usable[:, k]]
+            lists.append((listed, -x[listed, k]))
+        got = self.gathered = _Gathered(specs=specs, perm=perm, ids=ids, x=x, usable=usable,
+                                        at_reset=self.at_reset[where], lists=tuple(lists))
+        return got
+
+
+@dataclass(frozen=True, slots=True)
+class _Gathered:
+    """One round's per-job rows of :class:`_Rows`, kept for the next round with the same jobs.
+
+    Attributes:
+        specs: the jobs' specs, in the snapshot's order (the key, with ``perm``).
+        perm: the fixed columns in the round's flavor order.
+        ids: the jobs' ids.
+        x: each job's share per flavor, in ``perm``'s order.
+        usable: whether each job can use each flavor, in ``perm``'s order.
+        at_reset: each job's seconds run per flavor at the reallocation, in the fixed order.
+        lists: per flavor (``perm``'s order), the jobs that can use it (their positions) and
+            their shares there, negated (the sort keys that do not change between rounds).
+    """
+
+    specs: list[JobSpec]
+    perm: list[int]
+    ids: list[JobId]
+    x: np.ndarray
+    usable: np.ndarray
+    at_reset: np.ndarray
+    lists: tuple[tuple[np.ndarray, np.ndarray], ...]
 
 
 class GavelAllocationPolicy(Policy):
@@ -173,6 +233,9 @@ class GavelAllocationPolicy(Policy):
     ) -> None:
         super().__init__(config, agnostic, name)
         self._rows: _Rows | None = None
+        # the last shares' notes (read-only, formatted on demand) and flavor order
+        self._notes: tuple[Shares, ShareNotes] | None = None
+        self._order: tuple[tuple[GpuFlavor, ...], list[str]] | None = None
 
     @abstractmethod
     def allocate(
@@ -185,14 +248,18 @@ class GavelAllocationPolicy(Policy):
         assert isinstance(cfg, GavelConfig)
         snap = ctx.snapshot
         state: RoundState | None = snap.policy_state
-        ids = frozenset(j.job_id for j in snap.jobs)
         if not snap.jobs:
             return Ranking((), state=state)
+        # (the set of jobs is built only once the interval has passed: most rounds it has not)
+        ids: frozenset[JobId] | None = None
         stale = state is None or (
-            ids != state.jobs and snap.now_s - state.reset_s >= cfg.reallocation_interval_s
+            snap.now_s - state.reset_s >= cfg.reallocation_interval_s
+            and (ids := frozenset(j.job_id for j in snap.jobs)) != state.jobs
         )
         fallbacks: tuple[str, ...] = ()
         if stale:
+            if ids is None:
+                ids = frozenset(j.job_id for j in snap.jobs)
             p = build_problem(ctx)
             x, fallbacks = self.allocate(ctx, p, Backend(ctx.lp()))
             state = RoundState(
@@ -202,8 +269,11 @@ class GavelAllocationPolicy(Policy):
                 jobs=ids,
             )
         assert state is not None
-        return Ranking(self._candidates(ctx, state), state=state,
-                       notes=ShareNotes(state.shares), fallbacks=fallbacks)
+        notes = self._notes
+        if notes is None or notes[0] is not state.shares:
+            notes = self._notes = (state.shares, ShareNotes(state.shares))
+        return Ranking(self._candidates(ctx, state), state=state, notes=notes[1],
+                       fallbacks=fallbacks)
 
     def _candidates(
         self, ctx: PolicyContext, state: RoundState
@@ -212,8 +282,9 @@ class GavelAllocationPolicy(Policy):
 
         A job's share and its time run at the reset are fixed until the next reallocation,
         and which flavors it can use is fixed for its spec, so both are kept per job
-        (:class:`_Rows`) and a round gathers them with one index per job; only the time each
-        job has run is read anew.
+        (:class:`_Rows`) and a round gathers them with one index per job -- or, when the jobs
+        and the flavor order are the last round's, takes the last gathering as it is
+        (:meth:`_Rows.gather`); only the time each job has run is read anew.
         """
         snap = ctx.snapshot
         elapsed = max(snap.now_s - state.reset_s, 0.0)
@@ -224,13 +295,8 @@ class GavelAllocationPolicy(Policy):
         col = rows.col
         jobs = snap.jobs
         n = len(jobs)
-        specs = [j.spec for j in jobs]
-        ids = [spec.job_id for spec in specs]
-        kind_of = rows.kind_of
-        kinds = [kind[1] if kind is not None and kind[0] is spec
-                 else rows.kind(jid, spec, ctx.oracle)
-                 for jid, spec, kind in zip(ids, specs, map(kind_of.get, ids), strict=True)]
-        where = np.fromiter(map(rows.row_of.get, ids, repeat(-1, n)), dtype=np.intp, count=n)
+        got = rows.gather([j.spec for j in jobs], rows.perm(flavors), ctx.oracle)
+        ids, x, usable = got.ids, got.x, got.usable
         # Each job's time run per flavor, gathered in C: (flavor, seconds) pairs of all jobs
         # in order, and the job each pair belongs to.
         runs = [j.run_s_by_flavor for j in jobs]
@@ -243,28 +309,30 @@ class GavelAllocationPolicy(Policy):
                              count=len(names))
             known = ks >= 0
             np.add.at(received, (at[known], ks[known]), np.array(ran)[known])
-        perm = rows.perm(flavors)
-        x = rows.x[where][:, perm]
-        usable = rows.usable()[np.array(kinds, dtype=np.intp)][:, perm]
-        received = (received - rows.at_reset[where])[:, perm]
+        received = (received - got.at_reset)[:, got.perm]
         frac = received / elapsed if elapsed > 0 else np.zeros_like(received)
         prio = priorities(x, frac, np.ones_like(usable))
         deficit = x * elapsed - received
         out: list[tuple[JobId, str]] = []
-        whole = np.arange(n)
         for k, fl in enumerate(flavors):
-            listed = whole[usable[:, k]]
-            keys = np.lexsort((listed, -x[listed, k], -deficit[listed, k], -prio[listed, k]))
+            listed, neg_share = got.lists[k]
+            keys = np.lexsort((listed, neg_share, -deficit[listed, k], -prio[listed, k]))
             out += zip(map(ids.__getitem__, listed[keys].tolist()), repeat(fl))
         return tuple(out)
 
     def _flavor_order(self, ctx: PolicyContext) -> list[str]:
-        present = list(ctx.snapshot.up_flavors())
+        """The round's flavor order: fastest first (kept while the up flavors are the same),
+        or shuffled by the round's ``rng`` for the agnostic twin."""
+        present = ctx.snapshot.up_flavors()
         if self.agnostic:
             flavors = [f.short for f in present]
             ctx.rng.shuffle(flavors)
             return flavors
-        return [f.short for f in sorted(present, key=lambda f: -f.fp32_tflops)]
+        kept = self._order
+        if kept is None or kept[0] != present:
+            kept = self._order = (
+                present, [f.short for f in sorted(present, key=lambda f: -f.fp32_tflops)])
+        return kept[1]
 
 
 def _agnostic_share(p: ShareProblem, backend: Backend) -> tuple[np.ndarray, tuple[str, ...]]:

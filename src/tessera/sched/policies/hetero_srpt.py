@@ -180,10 +180,14 @@ class HeteroSrpt(Policy):
         # (the oracle's remaining time, inlined: JobView.remaining_at, then ÷ the best rate)
         oracle_tau = type(self)._remaining_best_s is HeteroSrpt._remaining_best_s
         by_job = nodes.by_job
-        jobs = []
+        jobs: list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]] = []
+        # whether the first of each job's sorted flavors is the cheapest in the cost table's
+        # order (the matching LP's test; it can differ only if a cost is nan)
+        first_choice = True
         for j in snap.jobs:
             spec = j.spec
-            hit = by_job.get(spec.job_id)
+            jid = spec.job_id
+            hit = by_job.get(jid)
             if hit is not None and hit[0] is spec:
                 usable = hit[1]
             else:
@@ -192,7 +196,7 @@ class HeteroSrpt(Policy):
                 if kept is None:
                     kept = rates_of[key] = nodes.usable(ctx, spec, cfg.gang_exponent)
                 usable = kept
-                by_job[spec.job_id] = (spec, usable)
+                by_job[jid] = (spec, usable)
             rates, top, g_pow = usable
             if not rates:
                 continue
@@ -212,16 +216,30 @@ class HeteroSrpt(Policy):
                 tau = remaining_best_s(j, top, now)
             p = j.placement
             cur = p.flavor if p is not None and state is _RUNNING else None
+            # A flavor's cost is tau * top / rate, evaluated left to right as (tau * top) / rate.
+            tau_top = tau * top
             if len(rates) == 1:
                 f, rate = rates[0]
-                best = tau * top / rate + (0.0 if f == cur else restart_s)
+                best = tau_top / rate + (0.0 if f == cur else restart_s)
                 cost = {f: best}
                 order = [f]
+            elif len(rates) == 2:
+                # (the general case's min and stable sort, spelled out for two flavors: the
+                # second goes first only when strictly cheaper)
+                (f0, r0), (f1, r1) = rates
+                c0 = tau_top / r0 + (0.0 if f0 == cur else restart_s)
+                c1 = tau_top / r1 + (0.0 if f1 == cur else restart_s)
+                cost = {f0: c0, f1: c1}
+                if c1 < c0:
+                    best, order = c1, [f1, f0]
+                else:
+                    best, order = c0, [f0, f1]
             else:
-                cost = {f: tau * top / rate + (0.0 if f == cur else restart_s)
-                        for f, rate in rates}
+                cost = {f: tau_top / rate + (0.0 if f == cur else restart_s) for f, rate in rates}
                 best = min(cost.values())
                 order = sorted(cost, key=cost.__getitem__)
+                if order[0] != min(cost, key=cost.__getitem__):  # (only if a cost is nan)
+                    first_choice = False
             prio = 1.0 / (best * g_pow) if best > 0.0 else INF  # done: finishing now
             run_s = j.run_s_by_flavor
             ran = run_s[0][1] if len(run_s) == 1 else sum(t for _f, t in run_s)
@@ -232,12 +250,42 @@ class HeteroSrpt(Policy):
                 prio *= 1.0 + waited / aging_s
             if starvation is not None and waited > starvation * best:
                 prio = 1e30 * (1.0 + waited)
-            jobs.append(((-prio, spec.submit_time_s, spec.job_id), prio, j, cost, order))
+            jobs.append(((-prio, spec.submit_time_s, jid), j, cost, order))
         jobs.sort(key=itemgetter(0))
+        selected, rest, took_first = self._select(jobs, cap)
+        first_choice = first_choice and took_first
+        fallbacks: tuple[str, ...] = ()
+        if not first_choice:
+            if cfg.match:
+                selected, fallbacks = self._match(selected, cap, ctx.lp())
+            selected = self._finalize(selected, cap)
+        displaced: set[JobId] = set()
+        if cfg.defrag and snap.round_s is not None:
+            displaced = self._plan(snap, selected, ctx)
+        cands: list[tuple[JobId, str]] = [
+            (jid, f) for j, _cost, order in selected
+            if (jid := j.spec.job_id) not in displaced for f in order]
+        cands += [(j.spec.job_id, f) for j, order in rest for f in order]
+        return Ranking(tuple(cands), fallbacks=fallbacks)
+
+    @staticmethod
+    def _select(
+        ranked: list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]],
+        cap: dict[str, int],
+    ) -> tuple[list[tuple[JobView, dict[str, float], list[str]]],
+               list[tuple[JobView, list[str]]], bool]:
+        """Take jobs in priority order while some flavor of theirs has room by count.
+
+        Returns the selected jobs (each with its cost table and its flavors, the one it took
+        first), the others with their flavors, and whether every selected job took the first
+        of its flavors -- then the matching LP and :meth:`_finalize` leave the selection as it
+        is, and :meth:`rank` skips both.
+        """
         left = dict(cap)
         selected: list[tuple[JobView, dict[str, float], list[str]]] = []
-        rest = []
-        for _key, _p, j, cost, order in jobs:
+        rest: list[tuple[JobView, list[str]]] = []
+        first_choice = True
+        for _key, j, cost, order in ranked:
             g = j.spec.num_gpus
             for fl in order:
                 if left.get(fl, 0) >= g:
@@ -246,25 +294,12 @@ class HeteroSrpt(Policy):
                 rest.append((j, order))
                 continue
             left[fl] -= g
-            selected.append((j, cost, order if order[0] == fl else
-                             [fl] + [f for f in order if f != fl]))
-        fallbacks: tuple[str, ...] = ()
-        if cfg.match and selected:
-            selected, fallbacks = self._match(selected, cap, ctx.lp())
-        selected = self._finalize(selected, cap)
-        displaced: set[JobId] = set()
-        if cfg.defrag and snap.round_s is not None:
-            prio_of = {j.spec.job_id: p for _key, p, j, *_ in jobs}
-            displaced = self._plan(snap, selected, prio_of, ctx)
-        cands: list[tuple[JobId, str]] = []
-        for j, _cost, order in selected:
-            jid = j.spec.job_id
-            if jid not in displaced:
-                cands += [(jid, f) for f in order]
-        for j, order in rest:
-            jid = j.spec.job_id
-            cands += [(jid, f) for f in order]
-        return Ranking(tuple(cands), fallbacks=fallbacks)
+            if order[0] == fl:
+                selected.append((j, cost, order))
+            else:
+                first_choice = False
+                selected.append((j, cost, [fl] + [f for f in order if f != fl]))
+        return selected, rest, first_choice
 
     def _nodes_of(self, snap: Snapshot) -> _Nodes:
         """The up nodes' static layout, rebuilt only when the cluster or its down nodes change."""
@@ -297,29 +332,49 @@ class HeteroSrpt(Policy):
         self,
         snap: Snapshot,
         selected: list[tuple[JobView, dict[str, float], list[str]]],
-        prio: dict[JobId, float],
         ctx: PolicyContext,
     ) -> set[JobId]:
         """Replay the core's placement (:class:`FreeGpus`: kept jobs, then new gangs largest
         first, best fit, else spread); clear one node for a gang that would otherwise be split.
 
         Returns the running jobs to stop this round (they are re-placed next round).
+
+        Kept jobs are taken first, in selection order, each where it runs. When their GPUs fit
+        their nodes, none fails to take its place, so the replay starts from the nodes' counts
+        less the kept GPUs (:meth:`_kept`); and then, unless a gang of more than one GPU is
+        new to its flavor, nothing can be cleared and the answer is "nobody" without a replay
+        (most rounds, when hardly anyone waits). Otherwise the kept jobs are taken one by one,
+        and one that finds its GPUs taken (a gang shared by two jobs) is new.
         """
         layout = self._nodes_of(snap)
-        free = FreeGpus(layout.nodes, None, layout.placement)
+        capacity = layout.placement.capacity
+        used, new = self._kept(selected)
+        fits = all(capacity.get(node_id, 0) >= count for node_id, count in used.items())
+        if fits and all(j.spec.num_gpus <= 1 for j, _fl in new):
+            return set()
+        occupants: dict[str, list[JobView]] = {}
+        if fits:
+            free = FreeGpus(layout.nodes, {node_id: capacity[node_id] - count
+                                           for node_id, count in used.items()},
+                            layout.placement)
+            fresh = {j.job_id for j, _fl in new}
+            for j, _cost, _order in selected:
+                p = j.placement
+                if p is not None and p.consolidated and j.job_id not in fresh:
+                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
+        else:
+            free = FreeGpus(layout.nodes, None, layout.placement)
+            new = []
+            for j, _cost, order in selected:
+                fl = order[0]
+                p = j.placement
+                if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
+                    if p.consolidated:
+                        occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
+                else:
+                    new.append((j, fl))
         by_flavor = layout.by_flavor
         node_max = layout.node_max
-        occupants: dict[str, list[JobView]] = {}
-        new: list[tuple[JobView, str]] = []
-        for j, _cost, order in selected:
-            fl = order[0]
-            p = j.placement
-            if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
-                # (a gang shared by two jobs is taken once; the other is new)
-                if p.consolidated:
-                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
-            else:
-                new.append((j, fl))
         new.sort(key=lambda e: -e[0].spec.num_gpus)
         displaced: set[JobId] = set()
         for j, fl in new:
@@ -327,8 +382,7 @@ class HeteroSrpt(Policy):
             if g <= node_max.get(fl, 0):
                 placed = free.find(fl, g, True)
                 if placed is None and g > 1 and self._split_hurts(ctx, j, fl):
-                    node = self._clear(by_flavor.get(fl, ()), free, occupants, g,
-                                       prio[j.job_id], displaced)
+                    node = self._clear(by_flavor.get(fl, ()), free, occupants, g, displaced)
                     if node is not None:
                         placed = Placement(fl, ((node, g),))
                 if placed is not None:
@@ -338,6 +392,23 @@ class HeteroSrpt(Policy):
             if placed is not None:
                 free.take(placed)
         return displaced
+
+    @staticmethod
+    def _kept(selected: list[tuple[JobView, dict[str, float], list[str]]]
+              ) -> tuple[dict[str, int], list[tuple[JobView, str]]]:
+        """The GPUs per node of the selected jobs that stay where they run (running on the
+        flavor they were selected for), and the others with that flavor, in order."""
+        used: dict[str, int] = {}
+        new: list[tuple[JobView, str]] = []
+        for j, _cost, order in selected:
+            fl = order[0]
+            p = j.placement
+            if j.state is _RUNNING and p is not None and p.flavor == fl:
+                for node_id, count in p.gpus_by_node:
+                    used[node_id] = used.get(node_id, 0) + count
+            else:
+                new.append((j, fl))
+        return used, new
 
     @staticmethod
     def _split_hurts(ctx: PolicyContext, j: JobView, fl: str) -> bool:
@@ -352,7 +423,6 @@ class HeteroSrpt(Policy):
         free: FreeGpus,
         occupants: dict[str, list[JobView]],
         g: int,
-        prio: float,
         displaced: set[JobId],
     ) -> str | None:
         """The node where stopping the fewest GPUs of lower-priority small jobs frees ``g``
