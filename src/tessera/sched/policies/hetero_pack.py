@@ -1,8 +1,9 @@
 """``hetero_pack``: ``hetero_gittins`` that also space-shares GPUs (no oracle durations).
 
 ``hetero_gittins`` decides who runs (Gittins index over attained service, per GPU) and where
-(flavors matched by completion rate, whole nodes for gangs). ``hetero_pack`` keeps all of that
-and then uses the GPUs a second time, at the pair speeds Gavel measured.
+(flavors matched by completion rate, whole nodes for gangs). ``hetero_pack`` keeps its order and
+its gang rules, matches flavors by throughput instead, and then uses the GPUs a second time, at
+the pair speeds Gavel measured.
 
 **What a pair is worth.** Two jobs sharing a GPU each run slower than alone. Measure each job's
 progress *normalised* by its best speed alone (``rate / best``: 1 is the job alone on its
