@@ -119,9 +119,11 @@ class FreeGpus:
     the flavor, then the nodes the round changed since, in the order it last changed them.
     A round started from per-node counts builds a flavor's buckets at that first look (a walk
     over its nodes). A round started from a driver's :class:`~tessera.sched.free_book.FreeBook`
-    (``base``) reads the book's sorted buckets instead and notes only the nodes it changes --
-    unless it changed nodes of the flavor before its first look, when it builds them too. The
-    order, and so every placement, is the same either way.
+    (``base``) reads the book's sorted buckets instead and notes only the nodes it changes. The
+    nodes it changed *before* its first look (a round-based round gives every running gang back
+    first) are sorted by layout position at that look, per count, and merged with the book's
+    buckets as they are read, so no round over a book walks a flavor's nodes. The order, and so
+    every placement, is the same either way.
 
     Args:
         nodes: the nodes that are up.
@@ -162,9 +164,11 @@ class FreeGpus:
         # built on first use of a flavor, so a round that touches one flavor pays for one.
         self._buckets: dict[str, list[dict[str, None]]] = {}
         # Over a book: flavor -> nodes changed since the first look, in order of last change;
-        # and the flavors changed before their first look (those build their own buckets).
+        # flavor -> nodes changed before the first look; and, from the first look on, those
+        # nodes per count then, each bucket as (layout position, node) ascending.
         self._late: dict[str, dict[str, None]] = {}
-        self._early: set[str] = set()
+        self._early: dict[str, dict[str, None]] = {}
+        self._pre: dict[str, tuple[dict[str, None], list[list[tuple[int, str]]]]] = {}
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
@@ -200,8 +204,16 @@ class FreeGpus:
     def _look(self, flavor: str) -> list[dict[str, None]] | None:
         """The round's first look at ``flavor``: start noting changes over the book (returns
         ``None``), or build the flavor's buckets from the counts (returns them)."""
-        if self._base is not None and flavor not in self._early and flavor in self._by_flavor:
+        if self._base is not None and flavor in self._by_flavor:
             self._late[flavor] = {}
+            early = self._early.pop(flavor, None)
+            if early:
+                position = self._layout.position
+                free = self._free
+                pre: list[list[tuple[int, str]]] = [[] for _ in range(self._size[flavor] + 1)]
+                for pos, n in sorted([(position[n], n) for n in early]):
+                    pre[free[n]].append((pos, n))
+                self._pre[flavor] = (early, pre)
             return None
         buckets: list[dict[str, None]] = [{} for _ in range(self._size.get(flavor, 0) + 1)]
         free = self._free
@@ -224,10 +236,32 @@ class FreeGpus:
             late = self._late[flavor]
         ids = self._by_flavor[flavor]
         assert self._base is not None
-        for pos in self._base.positions(flavor, count):
-            n = ids[pos]
-            if n not in late:
-                return n
+        positions = self._base.positions(flavor, count)
+        pre = self._pre.get(flavor)
+        if pre is None:
+            for pos in positions:
+                n = ids[pos]
+                if n not in late:
+                    return n
+        else:
+            # The layout-ordered part merges two sorted sources: the book's nodes the round
+            # had not changed at its first look, and those it had (at their counts then);
+            # either kind changed since is in ``late`` instead.
+            early, pre_at = pre
+            found: str | None = None
+            found_pos = -1
+            for pos, n in pre_at[count]:
+                if n not in late:
+                    found, found_pos = n, pos
+                    break
+            for pos in positions:
+                if found is not None and pos > found_pos:
+                    break
+                n = ids[pos]
+                if n not in late and n not in early:
+                    return n
+            if found is not None:
+                return found
         if late:
             free = self._free
             for n in late:
@@ -248,7 +282,7 @@ class FreeGpus:
             late.pop(node_id, None)
             late[node_id] = None
         else:
-            self._early.add(flavor)
+            self._early.setdefault(flavor, {})[node_id] = None
 
     def flavors(self) -> tuple[str, ...]:
         return tuple(self._by_flavor)
@@ -296,7 +330,7 @@ class FreeGpus:
         """``release(p)`` for each of ``placements`` in order, with the same result: a
         round-based round gives every running gang back before it selects. A flavor the round
         has not looked at yet keeps no buckets, so its gangs only change the counts and the
-        total here (``_note`` would only mark the flavor as changed before its first look)."""
+        total here, and are noted as changed before the first look (as ``_note`` would)."""
         free = self._free
         totals = self._total
         early = self._early
@@ -311,9 +345,12 @@ class FreeGpus:
             total = totals.get(flavor)
             if total is None:
                 total = self.total_free(flavor)
+            changed = early.get(flavor)
+            if changed is None:
+                changed = early[flavor] = {}
             for node_id, count in p.gpus_by_node:
                 free[node_id] += count
-            early.add(flavor)
+                changed[node_id] = None
             totals[flavor] = total + p.num_gpus
 
     def take_if_free(self, placement: Placement) -> bool:
