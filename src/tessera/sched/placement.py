@@ -281,7 +281,7 @@ class FreeGpus:
         if late is not None:
             late.pop(node_id, None)
             late[node_id] = None
-        else:
+        elif self._base is not None:  # (without a book, every first look builds buckets)
             self._early.setdefault(flavor, {})[node_id] = None
 
     def flavors(self) -> tuple[str, ...]:
@@ -357,7 +357,9 @@ class FreeGpus:
         """``take(placement)`` if ``can_take(placement)``; returns whether it was taken."""
         free = self._free
         for node_id, count in placement.gpus_by_node:
-            if free.get(node_id, 0) < count:
+            # (a node the round changed is in ``free`` itself: read without ``get``, which
+            # over a book is a Python-level method)
+            if (free[node_id] if node_id in free else free.get(node_id, 0)) < count:
                 return False
         self._shift(placement, -1)
         return True
@@ -377,16 +379,23 @@ class FreeGpus:
             total = self.total_free(flavor)
         free = self._free
         all_buckets = self._buckets
+        all_late = self._late
         node_flavor = self._flavor
         for node_id, count in placement.gpus_by_node:
             old = free[node_id]
             new = old + sign * count
-            buckets = all_buckets.get(node_flavor[node_id])
+            node_fl = node_flavor[node_id]
+            buckets = all_buckets.get(node_fl)
             if buckets is not None:
                 del buckets[old][node_id]
                 buckets[new][node_id] = None
             else:
-                self._note(node_id, old, new)
+                late = all_late.get(node_fl)
+                if late is not None:  # (moved to the end of the order of change)
+                    late.pop(node_id, None)
+                    late[node_id] = None
+                else:
+                    self._note(node_id, old, new)
             free[node_id] = new
         self._total[flavor] = total + sign * placement.num_gpus
 
