@@ -394,7 +394,7 @@ class FreeGpus:
                 if late is not None:  # (moved to the end of the order of change)
                     late.pop(node_id, None)
                     late[node_id] = None
-                else:
+                elif self._base is not None:  # (without a book there is nothing to note)
                     self._note(node_id, old, new)
             free[node_id] = new
         self._total[flavor] = total + sign * placement.num_gpus
