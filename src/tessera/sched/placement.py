@@ -335,6 +335,8 @@ class FreeGpus:
         totals = self._total
         early = self._early
         shift = self._shift
+        own = dict.get  # (never a book's Python-level lookup for what the round holds)
+        counts = self._base.live_counts() if self._base is not None else free
         looked = self._buckets
         late = self._late
         for p in placements:
@@ -349,7 +351,8 @@ class FreeGpus:
             if changed is None:
                 changed = early[flavor] = {}
             for node_id, count in p.gpus_by_node:
-                free[node_id] += count
+                old = own(free, node_id)  # (over a book: the round's own count, if changed)
+                free[node_id] = (counts[node_id] if old is None else old) + count
                 changed[node_id] = None
             totals[flavor] = total + p.num_gpus
 
