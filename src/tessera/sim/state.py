@@ -314,7 +314,14 @@ def catch_up(jobs: Iterable[SimJob], times: Sequence[float]) -> None:
         busy_of = j.busy_gpu_s
         run_s = run_s_of.get(fl, 0.0)
         busy = busy_of.get(fl, 0.0)
-        if busy == attained:
+        if len(dts) == 1:  # (most rounds saw no event since the last: one step)
+            dt = dts[0]
+            attained += g * dt
+            run_s = run_s + dt
+            busy = busy + n * dt
+            left = remaining - rate * dt
+            remaining = 0.0 if left < 0.0 else left
+        elif busy == attained:
             # (a job that only ever ran whole gangs of this flavor: ``busy`` takes the very
             # operations ``attained`` takes -- ``n * dt`` with ``n == g`` -- so one sum is both)
             for dt in dts:
