@@ -169,6 +169,11 @@ class FreeGpus:
         self._late: dict[str, dict[str, None]] = {}
         self._early: dict[str, dict[str, None]] = {}
         self._pre: dict[str, tuple[dict[str, None], list[list[tuple[int, str]]]]] = {}
+        # Gangs given back and taken back again, not applied until the round next reads or
+        # changes anything (see take_back); while only releases happened over a book in range,
+        # taking back what was given back always fits.
+        self._deferred: list[Placement] = []
+        self._only_released = base is not None and base.in_range
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
@@ -288,6 +293,8 @@ class FreeGpus:
         return tuple(self._by_flavor)
 
     def total_free(self, flavor: str) -> int:
+        if self._deferred:
+            self._settle()
         t = self._total.get(flavor)
         if t is None:
             t = _sum_over(self._free, self._by_flavor.get(flavor, ()))
@@ -295,6 +302,8 @@ class FreeGpus:
         return t
 
     def info(self, flavor: str) -> BlockInfo:
+        if self._deferred:
+            self._settle()
         first = self._first
         largest = next((k for k in range(self._size.get(flavor, 0), 0, -1)
                         if first(flavor, k) is not None), 0)
@@ -307,6 +316,8 @@ class FreeGpus:
 
     def free_on(self, node_id: str) -> int:
         """Free GPUs on one node (0 for a node that is down or unknown)."""
+        if self._deferred:
+            self._settle()
         return self._free.get(node_id, 0)
 
     def capacity(self, flavor: str) -> int:
@@ -316,6 +327,8 @@ class FreeGpus:
 
     def take(self, placement: Placement) -> None:
         """Reserve a placement's GPUs; raises if that would over-allocate any node."""
+        if self._deferred:
+            self._settle()
         free = self._free
         for node_id, count in placement.gpus_by_node:
             if free.get(node_id, 0) < count:
@@ -324,6 +337,8 @@ class FreeGpus:
 
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs back (a preemption being considered)."""
+        if self._deferred:
+            self._settle()
         self._shift(placement, 1)
 
     def release_each(self, placements: Iterable[Placement]) -> None:
@@ -331,6 +346,8 @@ class FreeGpus:
         round-based round gives every running gang back before it selects. A flavor the round
         has not looked at yet keeps no buckets, so its gangs only change the counts and the
         total here, and are noted as changed before the first look (as ``_note`` would)."""
+        if self._deferred:
+            self._settle()
         free = self._free
         totals = self._total
         early = self._early
@@ -358,6 +375,8 @@ class FreeGpus:
 
     def take_if_free(self, placement: Placement) -> bool:
         """``take(placement)`` if ``can_take(placement)``; returns whether it was taken."""
+        if self._deferred:
+            self._settle()
         free = self._free
         for node_id, count in placement.gpus_by_node:
             # (a node the round changed is in ``free`` itself: read without ``get``, which
@@ -367,7 +386,36 @@ class FreeGpus:
         self._shift(placement, -1)
         return True
 
+    def take_back(self, placements: Sequence[Placement]) -> list[bool]:
+        """``[take_if_free(p) for p in placements]``, with the same result, for gangs this
+        round gave back and has not taken since.
+
+        A round-based round gives every running gang back, selects, and takes the staying
+        gangs back where they were; most rounds then read nothing more from this copy (nobody
+        waits). Over a book whose counts were in range, while the round has only given GPUs
+        back, each such gang fits whatever else is taken back, so the takes are noted and
+        applied, in order, when the round next reads or changes anything -- or never. Otherwise
+        they are taken one by one now.
+
+        Raises:
+            RuntimeError: when the noted takes are applied, if one no longer fits (a gang that
+                was not given back by this round was passed).
+        """
+        if not self._only_released or self._deferred:
+            return [self.take_if_free(p) for p in placements]
+        self._deferred = list(placements)
+        return [True] * len(self._deferred)
+
+    def _settle(self) -> None:
+        """Apply the takes :meth:`take_back` noted, in order."""
+        pending, self._deferred = self._deferred, []
+        for p in pending:
+            if not self.take_if_free(p):
+                raise RuntimeError(f"take_back of {p.describe()}: it was not given back")
+
     def _shift(self, placement: Placement, sign: int) -> None:
+        if sign < 0:
+            self._only_released = False
         if placement.is_mixed:
             totals = {f: self.total_free(f) for f, _c in placement.flavor_counts()}
             for node_id, count in placement.gpus_by_node:
@@ -403,11 +451,15 @@ class FreeGpus:
         self._total[flavor] = total + sign * placement.num_gpus
 
     def can_take(self, placement: Placement) -> bool:
+        if self._deferred:
+            self._settle()
         free = self._free
         return all(free.get(n, 0) >= c for n, c in placement.gpus_by_node)
 
     def find(self, flavor: str, gpus: int, require_locality: bool) -> Placement | None:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
+        if self._deferred:
+            self._settle()
         if gpus > self.total_free(flavor):
             return None
         if flavor not in self._late and flavor not in self._buckets:
