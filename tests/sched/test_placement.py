@@ -253,3 +253,68 @@ def test_a_spread_gang_is_the_first_look_over_a_book_too() -> None:
         answers.append((big, free.find("V100-16GB", 1, require_locality=True)))
     assert answers[0] == answers[1]
     assert answers[0][1] is not None and answers[0][1].gpus_by_node == ((ids[2], 1),)
+
+
+@settings(max_examples=80, deadline=None)
+@given(booked=st.lists(st.integers(0, 7), min_size=1, max_size=8),
+       back=st.lists(st.integers(0, 7), max_size=8, unique=True),
+       look_first=st.booleans(),
+       ops=st.lists(st.tuples(st.sampled_from(["find", "info", "free_on", "none"]),
+                              st.sampled_from(["V100-16GB", "K80"]), st.integers(1, 10),
+                              st.booleans()), max_size=8))
+def test_property_take_back_answers_as_taking_each_if_free(
+        booked: list[int], back: list[int], look_first: bool,
+        ops: list[tuple[str, str, int, bool]]) -> None:
+    """A round-based round over a book: every running gang given back, perhaps a look, the
+    staying gangs taken back (noted, applied when next read) -- then whatever the round asks
+    is answered as after releasing and taking one at a time (bucket order included)."""
+    c = _mixed_sizes_cluster()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    held: list[Placement] = []
+    setup = FreeGpus(c.nodes, None, layout)
+    for i in booked:
+        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
+        if p is not None:
+            setup.take(p)
+            held.append(p)
+            for n, k in p.gpus_by_node:
+                book[n] -= k
+    bulk, single = FreeGpus(c.nodes, base=book), FreeGpus(c.nodes, dict(book), layout)
+    bulk.release_each(held)
+    for p in held:
+        single.release(p)
+    if look_first:
+        assert bulk.info("K80") == single.info("K80")
+    staying = [held[k] for k in back if k < len(held)]
+    assert bulk.take_back(staying) == [single.take_if_free(p) for p in staying]
+    for op, flavor, gpus, local in ops:
+        if op == "info":
+            assert bulk.info(flavor) == single.info(flavor)
+        elif op == "free_on":
+            node = layout.by_flavor[flavor][gpus % len(layout.by_flavor[flavor])]
+            assert bulk.free_on(node) == single.free_on(node)
+        elif op == "find":
+            a, b = bulk.find(flavor, gpus, local), single.find(flavor, gpus, local)
+            assert a == b
+            if a is not None:
+                bulk.take(a)
+                single.take(a)
+    for f in ("V100-16GB", "K80"):
+        assert bulk.total_free(f) == single.total_free(f)
+        assert bulk.info(f) == single.info(f)
+        for g in (1, 2, 3, 4, 8):
+            assert bulk.find(f, g, True) == single.find(f, g, True)
+            assert bulk.find(f, g, False) == single.find(f, g, False)
+
+
+def test_take_back_of_a_gang_never_given_back_fails_loudly() -> None:
+    c = _mixed_sizes_cluster()
+    layout = Layout.of(c.nodes)
+    book = FreeBook(layout)
+    node = layout.by_flavor["K80"][0]
+    book[node] = 0
+    free = FreeGpus(c.nodes, base=book)
+    assert free.take_back([Placement("K80", ((node, 2),))]) == [True]
+    with pytest.raises(RuntimeError, match="was not given back"):
+        free.total_free("K80")

@@ -9,7 +9,7 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.sched.snapshot import JobView, Placement
-from tessera.sim.state import SimJob, new_view, steps_from
+from tessera.sim.state import SimJob, catch_up, new_view, steps_from
 from tests.builders import make_job
 
 
@@ -136,3 +136,45 @@ def test_to_view_copies_each_field_to_its_namesake() -> None:
     assert (v.pending_since_s, v.last_run_end_s, v.attempts) == (13.0, 14.0, 15)
     assert (v.as_of_s, v.progress_rate, v.progress_from_s) == (16.0, 0.5, 3.0)
     assert j.to_view() is v
+
+
+@pytest.mark.parametrize("n_times", [1, 2, 40])
+@pytest.mark.parametrize("steps", [1e9, 900.0])  # (the second runs out: remaining clamps at 0)
+def test_catch_up_equals_advance_each_per_job_and_builds_current_views(
+        n_times: int, steps: float) -> None:
+    """A round's catch-up (one loop over every running job, views built on the way) leaves each
+    job's books as ``advance_each`` does, bit for bit, and its view equal to one built anew."""
+    rng = random.Random(5)
+    times = sorted(rng.uniform(0, 3000) for _ in range(n_times))
+    whole = Placement("V100-16GB", (("v", 2),))
+    mixed = Placement("V100-16GB+K80", (("v", 1), ("k", 2)), ("V100-16GB", "K80"))
+    cases = [  # (placement, gang size, last update, progress from, busy GPU-s before)
+        (whole, 2, 0.0, 0.0, None), (whole, 2, 0.0, 0.0, 7.25),
+        (whole, 2, times[0] / 2, times[0] / 2, None), (whole, 2, 0.0, times[-1] / 2, None),
+        (Placement("V100-16GB", (("v", 1),)), 2, 0.0, 0.0, None), (mixed, 3, 0.0, 0.0, None),
+        (whole, 2, times[-1] + 1.0, 0.0, None),  # (nothing left to step through)
+    ]
+    stale: dict[int, None] = {}
+    ours, theirs = [], []
+    for i, (placement, gpus, last_s, from_s, busy) in enumerate(cases):
+        pair = (_running(gpus, placement, steps, 0.731, from_s),
+                _running(gpus, placement, steps, 0.731, from_s))
+        for j in pair:
+            j.idx, j.last_update_s = i, last_s
+            if busy is not None:
+                j.busy_gpu_s = {"V100-16GB": busy}
+            j.to_view()  # (a view kept from before: dropped, or replaced, only if advanced)
+        pair[0].stale = stale
+        ours.append(pair[0])
+        theirs.append(pair[1])
+    catch_up(ours, times)
+    cache: dict[float, tuple[list[float], float]] = {}
+    for j in theirs:
+        j.advance_each(times, cache)
+    for a, b in zip(ours, theirs, strict=True):
+        assert _books(a)[:-1] == _books(b)[:-1]
+        built = new_view(a.spec, a.state, a.remaining, a.placement, a.attained_gpu_s,
+                         tuple(a.run_s.items()), a.pending_since_s, a.last_run_end_s,
+                         a.attempts, a.last_update_s, a.rate, a.progress_from_s)
+        assert a.to_view() == built
+    assert set(stale) == {i for i, j in enumerate(theirs) if j.view is None}

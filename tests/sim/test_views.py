@@ -12,7 +12,7 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import JobSplit, Snapshot
+from tessera.sched.snapshot import JobSplit, JobView, Snapshot
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.state import SimJob
 from tessera.sim.views import ViewBook
@@ -31,6 +31,7 @@ def _checked_run(policy: str, cfg: SimConfig) -> int:
         snap = book_snapshot(t_s, free_gpus)
         fresh = tuple(map(SimJob.to_view, world.active.values()))
         assert snap.jobs == fresh
+        assert fresh == tuple(map(_built, world.active.values()))  # (kept views are current)
         assert all(a is b for a, b in zip(snap.jobs, fresh, strict=True))
         split = snap.split()
         assert split == JobSplit.of(fresh)
@@ -41,6 +42,13 @@ def _checked_run(policy: str, cfg: SimConfig) -> int:
     world.snapshot = checked  # type: ignore[method-assign]
     sim.run()
     return checks
+
+
+def _built(j: SimJob) -> JobView:
+    """``j``'s view built anew from its books (never its kept one)."""
+    return JobView(j.spec, j.state, j.remaining, j.placement, j.attained_gpu_s,
+                   tuple(j.run_s.items()), j.pending_since_s, j.last_run_end_s, j.attempts,
+                   j.last_update_s, j.rate, j.progress_from_s)
 
 
 _FAILING = FailureConfig(job_failure_rate=0.5, retry_delay_s=30.0)

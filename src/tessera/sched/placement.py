@@ -119,9 +119,11 @@ class FreeGpus:
     the flavor, then the nodes the round changed since, in the order it last changed them.
     A round started from per-node counts builds a flavor's buckets at that first look (a walk
     over its nodes). A round started from a driver's :class:`~tessera.sched.free_book.FreeBook`
-    (``base``) reads the book's sorted buckets instead and notes only the nodes it changes --
-    unless it changed nodes of the flavor before its first look, when it builds them too. The
-    order, and so every placement, is the same either way.
+    (``base``) reads the book's sorted buckets instead and notes only the nodes it changes. The
+    nodes it changed *before* its first look (a round-based round gives every running gang back
+    first) are sorted by layout position at that look, per count, and merged with the book's
+    buckets as they are read, so no round over a book walks a flavor's nodes. The order, and so
+    every placement, is the same either way.
 
     Args:
         nodes: the nodes that are up.
@@ -162,9 +164,16 @@ class FreeGpus:
         # built on first use of a flavor, so a round that touches one flavor pays for one.
         self._buckets: dict[str, list[dict[str, None]]] = {}
         # Over a book: flavor -> nodes changed since the first look, in order of last change;
-        # and the flavors changed before their first look (those build their own buckets).
+        # flavor -> nodes changed before the first look; and, from the first look on, those
+        # nodes per count then, each bucket as (layout position, node) ascending.
         self._late: dict[str, dict[str, None]] = {}
-        self._early: set[str] = set()
+        self._early: dict[str, dict[str, None]] = {}
+        self._pre: dict[str, tuple[dict[str, None], list[list[tuple[int, str]]]]] = {}
+        # Gangs given back and taken back again, not applied until the round next reads or
+        # changes anything (see take_back); while only releases happened over a book in range,
+        # taking back what was given back always fits.
+        self._deferred: list[Placement] = []
+        self._only_released = base is not None and base.in_range
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
@@ -200,8 +209,16 @@ class FreeGpus:
     def _look(self, flavor: str) -> list[dict[str, None]] | None:
         """The round's first look at ``flavor``: start noting changes over the book (returns
         ``None``), or build the flavor's buckets from the counts (returns them)."""
-        if self._base is not None and flavor not in self._early and flavor in self._by_flavor:
+        if self._base is not None and flavor in self._by_flavor:
             self._late[flavor] = {}
+            early = self._early.pop(flavor, None)
+            if early:
+                position = self._layout.position
+                free = self._free
+                pre: list[list[tuple[int, str]]] = [[] for _ in range(self._size[flavor] + 1)]
+                for pos, n in sorted([(position[n], n) for n in early]):
+                    pre[free[n]].append((pos, n))
+                self._pre[flavor] = (early, pre)
             return None
         buckets: list[dict[str, None]] = [{} for _ in range(self._size.get(flavor, 0) + 1)]
         free = self._free
@@ -224,10 +241,32 @@ class FreeGpus:
             late = self._late[flavor]
         ids = self._by_flavor[flavor]
         assert self._base is not None
-        for pos in self._base.positions(flavor, count):
-            n = ids[pos]
-            if n not in late:
-                return n
+        positions = self._base.positions(flavor, count)
+        pre = self._pre.get(flavor)
+        if pre is None:
+            for pos in positions:
+                n = ids[pos]
+                if n not in late:
+                    return n
+        else:
+            # The layout-ordered part merges two sorted sources: the book's nodes the round
+            # had not changed at its first look, and those it had (at their counts then);
+            # either kind changed since is in ``late`` instead.
+            early, pre_at = pre
+            found: str | None = None
+            found_pos = -1
+            for pos, n in pre_at[count]:
+                if n not in late:
+                    found, found_pos = n, pos
+                    break
+            for pos in positions:
+                if found is not None and pos > found_pos:
+                    break
+                n = ids[pos]
+                if n not in late and n not in early:
+                    return n
+            if found is not None:
+                return found
         if late:
             free = self._free
             for n in late:
@@ -247,13 +286,15 @@ class FreeGpus:
         if late is not None:
             late.pop(node_id, None)
             late[node_id] = None
-        else:
-            self._early.add(flavor)
+        elif self._base is not None:  # (without a book, every first look builds buckets)
+            self._early.setdefault(flavor, {})[node_id] = None
 
     def flavors(self) -> tuple[str, ...]:
         return tuple(self._by_flavor)
 
     def total_free(self, flavor: str) -> int:
+        if self._deferred:
+            self._settle()
         t = self._total.get(flavor)
         if t is None:
             t = _sum_over(self._free, self._by_flavor.get(flavor, ()))
@@ -261,6 +302,8 @@ class FreeGpus:
         return t
 
     def info(self, flavor: str) -> BlockInfo:
+        if self._deferred:
+            self._settle()
         first = self._first
         largest = next((k for k in range(self._size.get(flavor, 0), 0, -1)
                         if first(flavor, k) is not None), 0)
@@ -273,6 +316,8 @@ class FreeGpus:
 
     def free_on(self, node_id: str) -> int:
         """Free GPUs on one node (0 for a node that is down or unknown)."""
+        if self._deferred:
+            self._settle()
         return self._free.get(node_id, 0)
 
     def capacity(self, flavor: str) -> int:
@@ -282,6 +327,8 @@ class FreeGpus:
 
     def take(self, placement: Placement) -> None:
         """Reserve a placement's GPUs; raises if that would over-allocate any node."""
+        if self._deferred:
+            self._settle()
         free = self._free
         for node_id, count in placement.gpus_by_node:
             if free.get(node_id, 0) < count:
@@ -290,17 +337,23 @@ class FreeGpus:
 
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs back (a preemption being considered)."""
+        if self._deferred:
+            self._settle()
         self._shift(placement, 1)
 
     def release_each(self, placements: Iterable[Placement]) -> None:
         """``release(p)`` for each of ``placements`` in order, with the same result: a
         round-based round gives every running gang back before it selects. A flavor the round
         has not looked at yet keeps no buckets, so its gangs only change the counts and the
-        total here (``_note`` would only mark the flavor as changed before its first look)."""
+        total here, and are noted as changed before the first look (as ``_note`` would)."""
+        if self._deferred:
+            self._settle()
         free = self._free
         totals = self._total
         early = self._early
         shift = self._shift
+        own = dict.get  # (never a book's Python-level lookup for what the round holds)
+        counts = self._base.live_counts() if self._base is not None else free
         looked = self._buckets
         late = self._late
         for p in placements:
@@ -311,21 +364,58 @@ class FreeGpus:
             total = totals.get(flavor)
             if total is None:
                 total = self.total_free(flavor)
+            changed = early.get(flavor)
+            if changed is None:
+                changed = early[flavor] = {}
             for node_id, count in p.gpus_by_node:
-                free[node_id] += count
-            early.add(flavor)
+                old = own(free, node_id)  # (over a book: the round's own count, if changed)
+                free[node_id] = (counts[node_id] if old is None else old) + count
+                changed[node_id] = None
             totals[flavor] = total + p.num_gpus
 
     def take_if_free(self, placement: Placement) -> bool:
         """``take(placement)`` if ``can_take(placement)``; returns whether it was taken."""
+        if self._deferred:
+            self._settle()
         free = self._free
         for node_id, count in placement.gpus_by_node:
-            if free.get(node_id, 0) < count:
+            # (a node the round changed is in ``free`` itself: read without ``get``, which
+            # over a book is a Python-level method)
+            if (free[node_id] if node_id in free else free.get(node_id, 0)) < count:
                 return False
         self._shift(placement, -1)
         return True
 
+    def take_back(self, placements: Sequence[Placement]) -> list[bool]:
+        """``[take_if_free(p) for p in placements]``, with the same result, for gangs this
+        round gave back and has not taken since.
+
+        A round-based round gives every running gang back, selects, and takes the staying
+        gangs back where they were; most rounds then read nothing more from this copy (nobody
+        waits). Over a book whose counts were in range, while the round has only given GPUs
+        back, each such gang fits whatever else is taken back, so the takes are noted and
+        applied, in order, when the round next reads or changes anything -- or never. Otherwise
+        they are taken one by one now.
+
+        Raises:
+            RuntimeError: when the noted takes are applied, if one no longer fits (a gang that
+                was not given back by this round was passed).
+        """
+        if not self._only_released or self._deferred:
+            return [self.take_if_free(p) for p in placements]
+        self._deferred = list(placements)
+        return [True] * len(self._deferred)
+
+    def _settle(self) -> None:
+        """Apply the takes :meth:`take_back` noted, in order."""
+        pending, self._deferred = self._deferred, []
+        for p in pending:
+            if not self.take_if_free(p):
+                raise RuntimeError(f"take_back of {p.describe()}: it was not given back")
+
     def _shift(self, placement: Placement, sign: int) -> None:
+        if sign < 0:
+            self._only_released = False
         if placement.is_mixed:
             totals = {f: self.total_free(f) for f, _c in placement.flavor_counts()}
             for node_id, count in placement.gpus_by_node:
@@ -340,25 +430,36 @@ class FreeGpus:
             total = self.total_free(flavor)
         free = self._free
         all_buckets = self._buckets
+        all_late = self._late
         node_flavor = self._flavor
         for node_id, count in placement.gpus_by_node:
             old = free[node_id]
             new = old + sign * count
-            buckets = all_buckets.get(node_flavor[node_id])
+            node_fl = node_flavor[node_id]
+            buckets = all_buckets.get(node_fl)
             if buckets is not None:
                 del buckets[old][node_id]
                 buckets[new][node_id] = None
             else:
-                self._note(node_id, old, new)
+                late = all_late.get(node_fl)
+                if late is not None:  # (moved to the end of the order of change)
+                    late.pop(node_id, None)
+                    late[node_id] = None
+                elif self._base is not None:  # (without a book there is nothing to note)
+                    self._note(node_id, old, new)
             free[node_id] = new
         self._total[flavor] = total + sign * placement.num_gpus
 
     def can_take(self, placement: Placement) -> bool:
+        if self._deferred:
+            self._settle()
         free = self._free
         return all(free.get(n, 0) >= c for n, c in placement.gpus_by_node)
 
     def find(self, flavor: str, gpus: int, require_locality: bool) -> Placement | None:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
+        if self._deferred:
+            self._settle()
         if gpus > self.total_free(flavor):
             return None
         if flavor not in self._late and flavor not in self._buckets:

@@ -72,11 +72,17 @@ def place_rounds(
             selected[jid] = fl
             count[fl] -= g
             left -= g
+    staying: list[tuple[JobId, Placement]] = []
     for jid, fl in selected.items():
         j = by_id[jid]
         p = j.placement
         if (p is not None and j.state is running and p.flavor == fl
-                and p.num_gpus == j.spec.num_gpus and free.take_if_free(p)):
+                and p.num_gpus == j.spec.num_gpus):
+            staying.append((jid, p))
+    # (each was given back above and nothing was taken since, unless kept in (a))
+    for (jid, p), taken in zip(staying, free.take_back([p for _jid, p in staying]),
+                               strict=True):
+        if taken:
             run[jid] = p
     rest = sorted((jid for jid in selected if jid not in run),
                   key=lambda jid: -by_id[jid].spec.num_gpus)

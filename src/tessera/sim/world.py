@@ -48,7 +48,7 @@ from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.failures import FailureTimes
 from tessera.sim.metrics import Counters, Sample, SimResult, run_gpu_hours, summarize
 from tessera.sim.running import RunningJobs
-from tessera.sim.state import SimJob, move
+from tessera.sim.state import SimJob, catch_up, move
 from tessera.sim.validation import PreRunValidation
 from tessera.sim.views import ViewBook
 
@@ -163,9 +163,7 @@ class SimWorld:
         """Advance every running job through the noted event times (see :meth:`tick`)."""
         ticks = self._ticks
         if ticks:
-            steps: dict[float, tuple[list[float], float]] = {}
-            for j in self.running.values():
-                j.advance_each(ticks, steps)
+            catch_up(self.running.values(), ticks)
             ticks.clear()
 
     def add(self, key: str, value: float) -> None:
