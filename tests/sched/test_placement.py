@@ -88,6 +88,22 @@ def _mixed_sizes_cluster() -> ClusterSpec:
             .node("k80", gpus=2, count=3).build())
 
 
+def _booked(c: ClusterSpec, layout: Layout, booked: list[int]
+            ) -> tuple[FreeBook, list[Placement]]:
+    """A driver's book after the gangs ``booked`` draws were placed, and those gangs."""
+    book = FreeBook(layout)
+    held: list[Placement] = []
+    setup = FreeGpus(c.nodes, None, layout)
+    for i in booked:
+        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
+        if p is not None:
+            setup.take(p)
+            held.append(p)
+            for n, k in p.gpus_by_node:
+                book[n] -= k
+    return book, held
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["find", "release", "info"]),
                               st.sampled_from(["V100-16GB", "K80"]), st.integers(1, 10),
@@ -99,16 +115,7 @@ def test_property_a_round_over_a_book_answers_as_one_over_counts(
     flavor), starting from a driver's book gives the same answers as starting from counts."""
     c = _mixed_sizes_cluster()
     layout = Layout.of(c.nodes)
-    book = FreeBook(layout)
-    held: list[Placement] = []
-    setup = FreeGpus(c.nodes, None, layout)
-    for i in booked:  # the driver's bookings before the round
-        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
-        if p is not None:
-            setup.take(p)
-            held.append(p)
-            for n, k in p.gpus_by_node:
-                book[n] -= k
+    book, held = _booked(c, layout, booked)
     over_book = FreeGpus(c.nodes, base=book)
     plain = FreeGpus(c.nodes, dict(book), layout)
     booked_counts = dict(book)
@@ -146,16 +153,7 @@ def test_property_release_each_and_take_if_free_answer_as_one_at_a_time(
     same counts, totals, and answers (bucket order included)."""
     c = _mixed_sizes_cluster()
     layout = Layout.of(c.nodes)
-    book = FreeBook(layout)
-    held: list[Placement] = []
-    setup = FreeGpus(c.nodes, None, layout)
-    for i in booked:
-        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
-        if p is not None:
-            setup.take(p)
-            held.append(p)
-            for n, k in p.gpus_by_node:
-                book[n] -= k
+    book, held = _booked(c, layout, booked)
 
     def round_copy() -> FreeGpus:
         return (FreeGpus(c.nodes, base=book) if from_book
@@ -270,16 +268,7 @@ def test_property_take_back_answers_as_taking_each_if_free(
     is answered as after releasing and taking one at a time (bucket order included)."""
     c = _mixed_sizes_cluster()
     layout = Layout.of(c.nodes)
-    book = FreeBook(layout)
-    held: list[Placement] = []
-    setup = FreeGpus(c.nodes, None, layout)
-    for i in booked:
-        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
-        if p is not None:
-            setup.take(p)
-            held.append(p)
-            for n, k in p.gpus_by_node:
-                book[n] -= k
+    book, held = _booked(c, layout, booked)
     bulk, single = FreeGpus(c.nodes, base=book), FreeGpus(c.nodes, dict(book), layout)
     bulk.release_each(held)
     for p in held:
