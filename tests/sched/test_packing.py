@@ -247,3 +247,77 @@ def test_hetero_pack_gives_the_fast_gpu_to_the_job_it_speeds_up_most() -> None:
     assert by_rate == {"young": (V100, ()), "old": ("K80", ())}
     by_speedup = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), young, old))
     assert by_speedup == {"young": ("K80", ()), "old": (V100, ())}
+
+
+ONE_EACH = make_cluster().node("v100", gpus=1).node("p100", gpus=1).node("k80", gpus=1).build()
+ONE_GPU_TYPES = (R18_16, R18_64, R50_64, R50_128, A3C, "LM (batch size 20)",
+                 "Transformer (batch size 64)", "CycleGAN", "Recommendation (batch size 512)")
+
+
+def _normalised(spec: object, oracle: ThroughputOracle, steps_per_s: float) -> float:
+    return steps_per_s / oracle.best_rate(spec)  # type: ignore[arg-type]
+
+
+def _best_by_brute_force(specs: list[object], oracle: ThroughputOracle) -> float:
+    """The most normalised progress a round can make with every job running, alone or in a
+    pair that does more than either of its jobs alone on that GPU (hetero_pack's rule)."""
+    gpus = [(n.flavor.short, n.gpus) for n in ONE_EACH.nodes]
+    best = 0.0
+
+    def alone(s: object, f: str) -> float:
+        return _normalised(s, oracle, oracle.rate(s, f, True))  # type: ignore[arg-type]
+
+    def walk(left: list[object], free: list[str], value: float) -> None:
+        nonlocal best
+        if not left:
+            best = max(best, value)
+            return
+        first, rest = left[0], left[1:]
+        for i, f in enumerate(free):
+            others = free[:i] + free[i + 1:]
+            a = alone(first, f)
+            if a > 0:
+                walk(rest, others, value + a)
+            for k, second in enumerate(rest):
+                b = alone(second, f)
+                got = may_share(TABLE, ONE_EACH, first, second, f)  # type: ignore[arg-type]
+                if a <= 0 or b <= 0 or isinstance(got, PairRefusal):
+                    continue
+                pair = (_normalised(first, oracle, got.first_steps_per_s)
+                        + _normalised(second, oracle, got.second_steps_per_s))
+                if pair > max(a, b):
+                    walk(rest[:k] + rest[k + 1:], others, value + pair)
+
+    walk(specs, [f for f, n in gpus for _ in range(n)], 0.0)
+    return best
+
+
+def test_hetero_pack_takes_the_best_flavors_and_pairs_together() -> None:
+    # Up to three waiting jobs on one V100, one P100 and one K80: every job runs (the round
+    # has a GPU for each), and hetero_pack's flavors and pairs must reach the most normalised
+    # progress any assignment reaches, found by trying them all.
+    rng = random.Random(5)
+    oracle = ThroughputOracle(TABLE, ONE_EACH)
+    policy = make_policy("hetero_pack", {"min_gain": 0.0})
+    paired = 0
+    for case in range(40):
+        types = [rng.choice(ONE_GPU_TYPES) for _ in range(rng.randint(2, 3))]
+        views_ = [view(make_job(f"j{i}", job_type=t, steps=1e6, submit_s=float(i)))
+                  for i, t in enumerate(types)]
+        d = _decide_on(ONE_EACH, policy, *views_)
+        placements = d.placements  # type: ignore[attr-defined]
+        assert set(placements) == {v.job_id for v in views_}, case
+        by_id = {v.job_id: v.spec for v in views_}
+        value = 0.0
+        for jid, p in placements.items():
+            if p.colocated_with:
+                got = may_share(TABLE, ONE_EACH, by_id[jid], by_id[p.colocated_with[0]],
+                                p.flavor)
+                assert isinstance(got, PairRates)
+                value += _normalised(by_id[jid], oracle, got.first_steps_per_s)
+                paired += 1
+            else:
+                value += _normalised(by_id[jid], oracle, oracle.rate(by_id[jid], p.flavor, True))
+        assert value == pytest.approx(_best_by_brute_force([v.spec for v in views_], oracle),
+                                      rel=1e-9), (case, types)
+    assert paired >= 10  # pairs were in play, not only flavors

@@ -40,7 +40,11 @@ class SolverError(TesseraError):
 
 @dataclass(frozen=True, slots=True)
 class LpModel:
-    """``opt cost·x  s.t.  row_lower <= A x <= row_upper,  col_lower <= x <= col_upper``."""
+    """``opt cost·x  s.t.  row_lower <= A x <= row_upper,  col_lower <= x <= col_upper``.
+
+    ``integer`` marks the columns that must take whole values (a mixed-integer programme,
+    solved by HiGHS' branch and bound); ``None``: none do (an LP).
+    """
 
     cost: np.ndarray
     a: sp.spmatrix | sp.sparray
@@ -49,6 +53,7 @@ class LpModel:
     col_lower: np.ndarray
     col_upper: np.ndarray
     maximize: bool
+    integer: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +155,10 @@ class LpSolver:
         lp.a_matrix_.value_ = csc.data.astype(np.float64)
         lp.sense_ = (highspy.ObjSense.kMaximize if model.maximize
                      else highspy.ObjSense.kMinimize)
+        if model.integer is not None:
+            kinds = highspy.HighsVarType
+            lp.integrality_ = [kinds.kInteger if b else kinds.kContinuous
+                               for b in np.asarray(model.integer, dtype=bool)]
         h.setOptionValue("solver", "ipm" if method == "ipm" else "choose")
         h.setOptionValue("run_crossover", "off" if method == "ipm" else "on")
         h.setOptionValue("simplex_strategy", self._dual_strategy)

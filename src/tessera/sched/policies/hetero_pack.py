@@ -2,20 +2,14 @@
 
 ``hetero_gittins`` decides who runs (Gittins index over attained service, per GPU) and where
 (flavors matched by completion rate, whole nodes for gangs). ``hetero_pack`` keeps its order and
-its gang rules, matches flavors by throughput instead, and then uses the GPUs a second time, at
-the pair speeds Gavel measured.
+its gang rules, and chooses flavors and space-sharing pairs together, at the pair speeds Gavel
+measured.
 
-**What a pair is worth.** Two jobs sharing a GPU each run slower than alone. Measure each job's
-progress *normalised* by its best speed alone (``rate / best``: 1 is the job alone on its
-fastest flavor). A partner ``p`` joining host ``h`` on flavor ``f`` changes the round's
-normalised progress by
-
-    net = (r_p − k_p) / best_p − (a_h − r_h) / best_h
-
-with ``a_h`` the host's speed alone on ``f``, ``r_h``, ``r_p`` the measured speeds of the pair
-on ``f``, and ``k_p`` what the partner would do otherwise: 0 if it would wait, its speed alone
-on its own flavor if the round gives it one. The pair is formed when ``net`` exceeds
-``min_gain`` × the host's own normalised progress ``a_h / best_h``.
+**What a slot is worth.** Two jobs sharing a GPU each run slower than alone. Measure each
+job's progress *normalised* by its best speed alone (``rate / best``: 1 is the job alone on its
+fastest flavor). A job alone on flavor ``f`` is worth ``a_f / best``; a pair on ``f`` is worth
+``r_1 / best_1 + r_2 / best_2`` at the two speeds Gavel measured for it -- more than one job
+alone when the two use different parts of the GPU, less when they fight over the same part.
 
 **Flavors by throughput.** ``hetero_gittins`` hands its flavors out by *completion rate*
 (speed ÷ expected work left), which puts a young job on the V100 even where an old one gains ten
@@ -25,43 +19,45 @@ runs at all is still decided by the Gittins order. On the heavy Gavel-like trace
 took ``hetero_pack`` from 0.95-0.98× to 0.92-0.96× of the best Gavel policy; weights in between
 (``τ^-α`` for α = 0.25, 0.5, or ``1 / (τ + T)`` for T = 1, 10, 100 h) all did worse than α = 0.
 
-**Two kinds of partner.** A job left waiting joins a host where the pair does more work than
-the host alone -- packing a queue. A job the round puts on a *slower* flavor may instead join a
-host on a faster one (``move_slow``): half a V100 often beats a whole K80, and the K80 it leaves
-goes to the next job in line. On a cluster that is busy but not full (a third of its GPUs K80s,
-most jobs on them for part of their life) this second kind is most of the gain: without it,
-``hetero_pack`` was 1.02-1.04× slower than Gavel's packed max-min on 400-job traces at 3 jobs
-per hour; with it 0.97-0.98× (``benchmarks/bench_packing.py``). A running job that moves pays
-its restart (``restart_s`` of the round) in the reckoning; a host never restarts for a partner.
+**Two kinds of partner.** A job left waiting may join a host where the pair does more work than
+the host alone -- packing a queue. A job the round runs anyway may also pair (``move_slow``):
+half a V100 often beats a whole K80, and the K80 it leaves goes to a job that would have
+waited. On a cluster that is busy but not full (a third of its GPUs K80s, most jobs on them for
+part of their life) this second kind is most of the gain. A running job that moves pays its
+restart (``restart_s`` of the round); a host that stays on its flavor pays none.
 
-**Who pairs with whom.** Every (partner, host class) option above the threshold is taken
-greedily, largest ``net`` first; a host takes one partner (only pairs were measured), a job
-that took a partner is no longer a candidate partner, and within a class the host with the most
-expected work left is taken first (the one a slowdown costs least). Hosts alike in job type,
-gang size, flavor, allowed flavors and declared memory form a class, and partners alike in the
-same and in their alternative form a kind: each kind ranks the classes once, which keeps a round
-linear in the jobs.
+**Flavors and pairs together.** Who runs is the Gittins order's answer; *where* they run and
+*with whom* is one small integer programme a round (:mod:`tessera.sched.slots`): every job the
+order runs keeps a slot -- alone on a flavor or in a pair -- waiting jobs may take what is left,
+and the programme maximises the round's normalised progress. Jobs alike (job type, gang size,
+allowed flavors, declared memory, where they run now) are one group, so the programme grows with
+the kinds of job, not their number. A pair is offered only when it does more than ``(1 +
+min_gain)`` × the better of its two jobs alone on that GPU. Within a group the best slots go to
+the highest-ranked jobs, and two jobs sharing a gang now stay together when the plan keeps such
+a pair.
 
-Packing never delays a job's start (the partners are jobs the round would leave waiting or
-slower), and ``hetero_srpt``'s starvation rule still puts a job that waited too long first. A
-pair without a positive measurement, a job marked ``exclusive``, or a pair whose declared memory
-does not fit is never proposed (:func:`tessera.sched.packing.may_share`).
+Packing never stops a job the order runs, and ``hetero_srpt``'s starvation rule still puts a
+job that waited too long first. A pair without a positive measurement, a job marked
+``exclusive``, or a pair whose declared memory does not fit is never offered
+(:func:`tessera.sched.packing.may_share`). When HiGHS returns no plan the round keeps
+``hetero_gittins``' flavors, packs nothing, and says so in the run's notes.
 
-**Measured and dropped.** Weighing each job's progress by its expected completion rate (÷ its
-Gittins remaining time, as ``hetero_srpt`` weighs flavors) packed less where it mattered: 2-3 %
-worse average JCT on 100-job heavy traces and 14 % worse on a 400-job trace at 3 jobs/h. Taking
-options in the partners' Gittins order instead of by ``net``: 1.3 % worse on that trace.
+**Measured and dropped.** Until 2026-12-02 the flavors came from the matching LP and the pairs
+from a greedy pass, largest gain first: 0.94-0.96× of the best Gavel policy on 400-job traces at
+3 jobs/h, where the programme reaches 0.92 (``benchmarks/bench_packing.py``; figures in
+docs/scheduler.md). Weighing each job's progress by its expected completion rate (÷ its Gittins
+remaining time, as ``hetero_srpt`` weighs flavors) packed less where it mattered: 2-3 % worse
+average JCT on 100-job heavy traces and 14 % worse on a 400-job trace at 3 jobs/h.
 """
 
 from __future__ import annotations
 
-import heapq
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from pydantic import Field
 
 from tessera.model.cluster import ClusterSpec
-from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
@@ -70,34 +66,47 @@ from tessera.sched.packing import MEMORY_KEY, may_share
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
 from tessera.sched.policy import POLICIES, PolicyContext, Ranking
+from tessera.sched.slots import PairOption, SlotGroup, SlotPlan, plan_slots
 from tessera.sched.snapshot import JobView, Snapshot
-
-_HostKind = tuple[str, int, str, tuple[GpuFlavor, ...], str | None]
-"""Hosts that pair alike: job type, gang size, flavor, allowed flavors, declared memory."""
-_PartnerKind = tuple[str, int, tuple[GpuFlavor, ...], str | None, str | None, bool]
-"""Partners that pair alike: job type, gang size, allowed flavors, declared memory, the flavor
-the round gives it alone (``None``: it would wait), and whether moving costs it a restart."""
 
 
 class HeteroPackConfig(HeteroGittinsConfig):
     min_gain: float = Field(
         0.1, ge=0,
-        description="pair when the round's normalised progress rises by more than this × the "
-        "host's own",
+        description="a pair may form when it does more than (1 + this) × the better of its two "
+        "jobs alone on that GPU",
     )
     move_slow: bool = Field(
-        True, description="a job the round puts on a slower flavor may join a host on a faster "
-        "one (else only waiting jobs pair)",
+        True, description="jobs the round runs anyway may pair with each other (a job on a slow "
+        "flavor joining a host on a fast one); else only waiting jobs become partners",
     )
     scan_factor: int = Field(
         4, ge=1, description="waiting jobs examined per GPU-holding job (bounds a round's cost)"
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Member:
+    """A job in the slot programme: its group's key parts the mapping back to jobs needs."""
+
+    job_id: JobId
+    now_on: str | None
+    partner_now: JobId | None
+
+
+@dataclass(frozen=True, slots=True)
+class _PairWay:
+    """How one pair option is worth its value: which side hosts, and each side's share."""
+
+    first_hosts: bool
+    first_share: float
+    second_share: float
+
+
 @POLICIES.register(
     "hetero_pack",
-    "Tessera, no oracle: hetero_gittins plus space sharing at measured pair speeds, for jobs "
-    "that would wait or run on a slower flavor.",
+    "Tessera, no oracle: hetero_gittins plus space sharing at measured pair speeds, flavors "
+    "and pairs chosen together by one small integer programme a round.",
 )
 class HeteroPack(HeteroGittins):
     """See the module docstring."""
@@ -116,71 +125,116 @@ class HeteroPack(HeteroGittins):
         snap = ctx.snapshot
         by_id = {j.job_id: j for j in snap.jobs}
         hosts, waiting = _replay(base, by_id, snap)
-        if not hosts or not (waiting or cfg.move_slow):
+        if not hosts:
             return base
-        now = snap.now_s
-        work_left: dict[JobId, float] = {}
-
-        def expected_left_s(jid: JobId) -> float:
-            if jid not in work_left:
-                j = by_id[jid]
-                top = ctx.oracle.best_rate(j.spec)
-                work_left[jid] = (self._remaining_best_s(j, top, now) if top > 0
-                                  else float("inf"))
-            return work_left[jid]
-
-        classes: dict[_HostKind, list[JobId]] = {}
-        for hid, fl in hosts.items():
-            hs = by_id[hid].spec
-            if not hs.exclusive:
-                kind = (hs.job_type, hs.num_gpus, fl, hs.flavors, hs.extra.get(MEMORY_KEY))
-                classes.setdefault(kind, []).append(hid)
-        for members in classes.values():
-            members.sort(key=expected_left_s)  # the end of the list: the most work left
-        partners = waiting[: cfg.scan_factor * len(hosts)]
-        if cfg.move_slow:
-            partners += list(hosts)
+        capacity: dict[str, int] = {}
+        for node in snap.up_nodes():
+            capacity[node.flavor.short] = capacity.get(node.flavor.short, 0) + node.gpus
         restart = min(cfg.restart_s / snap.round_s, 1.0) if snap.round_s else 0.0
-        ranked: dict[_PartnerKind, list[tuple[float, _HostKind]]] = {}
-        heap: list[tuple[float, int, int, JobId]] = []
-        options: list[list[tuple[float, _HostKind]]] = []
-        for pid in partners:
-            p = by_id[pid]
-            ps = p.spec
-            if ps.exclusive:
-                continue
-            alone = hosts.get(pid)
-            pays_restart = (alone is not None and p.state is JobState.RUNNING
-                            and p.placement is not None and p.placement.flavor == alone)
-            pkind = (ps.job_type, ps.num_gpus, ps.flavors, ps.extra.get(MEMORY_KEY), alone,
-                     pays_restart)
-            mine = ranked.get(pkind)
-            if mine is None:
-                mine = ranked[pkind] = self._ranked_classes(ctx, p, alone, restart * pays_restart,
-                                                            classes, by_id)
-            if mine:
-                heapq.heappush(heap, (-mine[0][0], len(options), 0, pid))
-                options.append(mine)
-        partner_of: dict[JobId, JobId] = {}
-        paired: set[JobId] = set()  # hosts that took a partner, and the partners
-        while heap:
-            _neg, n, i, pid = heapq.heappop(heap)
-            if pid in paired:
-                continue
-            members = classes[options[n][i][1]]
-            while members and members[-1] in paired:
-                members.pop()
-            if members:
-                hid = members.pop()
-                partner_of[pid] = hid
-                paired.update((pid, hid))
-            elif i + 1 < len(options[n]):
-                heapq.heappush(heap, (-options[n][i + 1][0], n, i + 1, pid))
-        if not partner_of:
+        order = {jid: i for i, jid in enumerate(dict.fromkeys(j for j, _f in base.candidates))}
+        jobs = sorted([*hosts, *waiting[: cfg.scan_factor * len(hosts)]], key=order.__getitem__)
+        keys: dict[tuple[object, ...], int] = {}
+        groups: list[list[_Member]] = []
+        specs: list[JobSpec] = []
+        musts: list[bool] = []
+        solos: list[dict[str, float]] = []
+        for jid in jobs:
+            j = by_id[jid]
+            spec = j.spec
+            p = j.placement if j.state is JobState.RUNNING else None
+            now_on = p.flavor if p is not None else None
+            shared = bool(p is not None and p.colocated_with)
+            key = (spec.job_type, spec.num_gpus, spec.flavors, spec.extra.get(MEMORY_KEY),
+                   spec.exclusive, jid in hosts, now_on, shared)
+            g = keys.get(key)
+            if g is None:
+                solo = self._solo_values(ctx, spec, now_on, restart, capacity)
+                if not solo:
+                    continue
+                g = keys[key] = len(groups)
+                groups.append([])
+                specs.append(spec)
+                musts.append(jid in hosts)
+                solos.append(solo)
+            partner_now = p.colocated_with[0] if p is not None and p.colocated_with else None
+            groups[g].append(_Member(jid, now_on, partner_now))
+        options, ways = self._options(ctx, groups, specs, musts, solos, restart)
+        if not options:
             return base
-        cands = tuple(c for c in base.candidates if c[0] not in partner_of)
-        return Ranking(cands, state=base.state, notes=base.notes, wakeup_s=base.wakeup_s,
-                       fallbacks=base.fallbacks, colocate=partner_of)
+        plan = plan_slots(
+            [SlotGroup(specs[g].num_gpus, len(members), len(members) if musts[g] else 0,
+                       solos[g]) for g, members in enumerate(groups)],
+            options, capacity, ctx.lp(),
+        )
+        if isinstance(plan, str):
+            why = (f"slot programme: HiGHS ended with {plan}; this round packs nothing and "
+                   "keeps hetero_gittins' flavors")
+            return replace(base, fallbacks=(*base.fallbacks, why))
+        where, partner_of = _fill(groups, solos, options, ways, plan)
+        planned = [(jid, where[jid]) for jid in sorted(where, key=order.__getitem__)]
+        rest = [c for c in base.candidates if c[0] not in partner_of]
+        return Ranking((*planned, *rest), state=base.state, notes=base.notes,
+                       wakeup_s=base.wakeup_s, fallbacks=base.fallbacks, colocate=partner_of)
+
+    def _solo_values(self, ctx: PolicyContext, spec: JobSpec, now_on: str | None,
+                     restart: float, capacity: Mapping[str, int]) -> dict[str, float]:
+        """``{flavor: value}`` of the job alone there: its speed over its best speed, less the
+        part of the round a restart costs where the slot moves it."""
+        best = ctx.oracle.best_rate(spec)
+        if best <= 0:
+            return {}
+        return {r.flavor: r.consolidated / best * (1.0 - _moves(now_on, r.flavor) * restart)
+                for r in ctx.oracle.rates(spec)
+                if r.consolidated > 0 and r.flavor in capacity}
+
+    def _options(
+        self, ctx: PolicyContext, groups: list[list[_Member]], specs: list[JobSpec],
+        musts: list[bool], solos: list[dict[str, float]], restart: float,
+    ) -> tuple[list[PairOption], list[_PairWay]]:
+        """The pairs worth offering the programme: measured, allowed, on a flavor both may
+        use, and doing more than ``(1 + min_gain)`` × the better of the two alone there."""
+        cfg = self.config
+        assert isinstance(cfg, HeteroPackConfig)
+        oracle = ctx.oracle
+        best = [oracle.best_rate(s) for s in specs]
+        options: list[PairOption] = []
+        ways: list[_PairWay] = []
+        for a in range(len(groups)):
+            sa = specs[a]
+            if sa.exclusive:
+                continue
+            for b in range(a, len(groups)):
+                sb = specs[b]
+                if (sb.exclusive or sb.num_gpus != sa.num_gpus
+                        or (a == b and len(groups[a]) < 2)
+                        or (musts[a] and musts[b] and not cfg.move_slow)):
+                    continue
+                now_a, now_b = groups[a][0].now_on, groups[b][0].now_on
+                together = (groups[a][0].partner_now is not None
+                            and groups[b][0].partner_now is not None and now_a == now_b)
+                for f, alone_a in solos[a].items():
+                    alone_b = solos[b].get(f)
+                    if alone_b is None:
+                        continue
+                    rates = self._pair(oracle.table, ctx.snapshot.cluster, sa, sb, f)
+                    if rates is None:
+                        continue
+                    ra = rates.first_steps_per_s / best[a]
+                    rb = rates.second_steps_per_s / best[b]
+                    # The host keeps its GPUs if it runs on ``f`` now; the partner moves onto
+                    # them (a restart) unless the two share a gang of ``f`` already.
+                    stays = together and now_a == f
+                    a_hosts = (ra * (1.0 - _moves(now_a, f) * restart),
+                               rb * (1.0 - (not stays and now_b is not None) * restart))
+                    b_hosts = (ra * (1.0 - (not stays and now_a is not None) * restart),
+                               rb * (1.0 - _moves(now_b, f) * restart))
+                    way = (_PairWay(True, *a_hosts) if sum(a_hosts) >= sum(b_hosts)
+                           else _PairWay(False, *b_hosts))
+                    value = way.first_share + way.second_share
+                    if value > (1.0 + cfg.min_gain) * max(alone_a, alone_b):
+                        options.append(PairOption(a, b, f, value))
+                        ways.append(way)
+        return options, ways
 
     @staticmethod
     def _match(
@@ -197,40 +251,6 @@ class HeteroPack(HeteroGittins):
         matched, fallbacks = HeteroSrpt._match(scaled, cap, solver)
         costs = {id(j): cost for j, cost, _order in selected}
         return [(j, costs[id(j)], order) for j, _c, order in matched], fallbacks
-
-    def _ranked_classes(
-        self, ctx: PolicyContext, p: JobView, alone: str | None, restart_share: float,
-        classes: dict[_HostKind, list[JobId]], by_id: dict[JobId, JobView],
-    ) -> list[tuple[float, _HostKind]]:
-        """The host classes ``p`` may join with their ``net`` (see the module docstring), best
-        first (ties: the first class), keeping those above the threshold. ``alone``: the
-        flavor the round gives ``p`` by itself (``None``: it would wait); ``restart_share``:
-        the part of the round a move costs ``p``."""
-        cfg = self.config
-        assert isinstance(cfg, HeteroPackConfig)
-        oracle = ctx.oracle
-        best_p = oracle.best_rate(p.spec)
-        if best_p <= 0:
-            return []
-        kept = 0.0 if alone is None else oracle.rate(p.spec, alone, True) / best_p
-        scored: list[tuple[float, int, _HostKind]] = []
-        for i, (key, members) in enumerate(classes.items()):
-            fl = key[2]
-            if key[1] != p.spec.num_gpus or fl == alone:
-                continue
-            h = by_id[members[-1]]
-            rates = self._pair(oracle.table, ctx.snapshot.cluster, h.spec, p.spec, fl)
-            best_h = oracle.best_rate(h.spec)
-            alone_h = oracle.rate(h.spec, fl, True)
-            if rates is None or best_h <= 0 or alone_h <= 0:
-                continue
-            gained = rates.second_steps_per_s * (1.0 - restart_share) / best_p - kept
-            lost = (alone_h - rates.first_steps_per_s) / best_h
-            net = gained - lost
-            if net > cfg.min_gain * alone_h / best_h:
-                scored.append((-net, i, key))
-        scored.sort()
-        return [(-neg, key) for neg, _i, key in scored]
 
     def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
               partner: JobSpec, flavor: str) -> PairRates | None:
@@ -271,3 +291,52 @@ def _replay(base: Ranking, by_id: dict[JobId, JobView], snap: Snapshot
             waiting.append(jid)
         seen.add(jid)
     return hosts, [j for j in dict.fromkeys(waiting) if j not in hosts]
+
+
+def _moves(now_on: str | None, flavor: str) -> bool:
+    """Whether a slot on ``flavor`` restarts a job running on ``now_on`` (``None``: waiting,
+    nothing to restart)."""
+    return now_on is not None and now_on != flavor
+
+
+def _fill(
+    groups: list[list[_Member]], solos: list[dict[str, float]], options: list[PairOption],
+    ways: list[_PairWay], plan: SlotPlan,
+) -> tuple[dict[JobId, str], dict[JobId, JobId]]:
+    """The plan's counts handed to jobs: ``({job: flavor} of every job alone or hosting,
+    {partner: host})``.
+
+    Within a group the members differ only in rank, so the best slots (largest share of the
+    value) go to the highest-ranked members; a pair's two sides are matched keeping pairs that
+    share a gang now together.
+    """
+    slots: list[list[tuple[float, int, str, int, bool]]] = [[] for _ in groups]
+    for (g, f), k in plan.solo.items():
+        slots[g] += [(-solos[g][f], len(slots[g]), f, -1, True)] * k
+    for o, k in sorted(plan.pairs.items()):
+        opt, way = options[o], ways[o]
+        slots[opt.first] += [(-way.first_share, len(slots[opt.first]), opt.flavor, o, True)] * k
+        slots[opt.second] += [(-way.second_share, len(slots[opt.second]), opt.flavor, o,
+                               False)] * k
+    where: dict[JobId, str] = {}
+    sides: dict[tuple[int, bool], list[_Member]] = {}
+    for g, members in enumerate(groups):
+        for m, (_share, _i, f, o, first) in zip(members, sorted(slots[g]), strict=False):
+            if o < 0:
+                where[m.job_id] = f
+            else:
+                sides.setdefault((o, first), []).append(m)
+    partner_of: dict[JobId, JobId] = {}
+    for o in sorted(plan.pairs):
+        firsts, seconds = sides.get((o, True), []), sides.get((o, False), [])
+        ids = {m.job_id for m in seconds}
+        together = [m for m in firsts if m.partner_now in ids]
+        kept = {m.partner_now for m in together}
+        matched = [(m, next(s for s in seconds if s.job_id == m.partner_now)) for m in together]
+        matched += zip([m for m in firsts if m not in together],
+                       [s for s in seconds if s.job_id not in kept], strict=True)
+        for a, b in matched:
+            host, partner = (a, b) if ways[o].first_hosts else (b, a)
+            where[host.job_id] = options[o].flavor
+            partner_of[partner.job_id] = host.job_id
+    return where, partner_of
