@@ -321,3 +321,21 @@ def test_hetero_pack_takes_the_best_flavors_and_pairs_together() -> None:
         assert value == pytest.approx(_best_by_brute_force([v.spec for v in views_], oracle),
                                       rel=1e-9), (case, types)
     assert paired >= 10  # pairs were in play, not only flavors
+
+
+def test_hetero_pack_gives_the_fast_gpu_to_the_job_expected_to_end_sooner_when_close() -> None:
+    # One V100, one K80, two exclusive jobs (no pairs). By normalised throughput alone the old
+    # ResNet-18 takes the V100: it keeps 10 % of its speed on a K80, the LM 26 %. Weighing each
+    # job by (expected hours left)^-0.1 -- the LM is young (under an hour expected), the
+    # ResNet-18 has run 20 h (tens of hours expected) -- tips the V100 to the LM.
+    r18 = "ResNet-18 (batch size 128)"
+    oracle = ThroughputOracle(TABLE, MIXED)
+    young = view(make_job("young", job_type="LM (batch size 20)", steps=1e7, exclusive=True,
+                          submit_s=1.0))
+    old_spec = make_job("old", job_type=r18, steps=1e9, exclusive=True)
+    old = view(old_spec, remaining_steps=1e9 - 20 * 3600 * oracle.best_rate(old_spec))
+    alike = _flavors(_decide_on(MIXED, make_policy("hetero_pack", {"short_first": 0.0}),
+                                young, old))
+    assert alike == {"young": ("K80", ()), "old": (V100, ())}
+    weighed = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), young, old))
+    assert weighed == {"young": (V100, ()), "old": ("K80", ())}

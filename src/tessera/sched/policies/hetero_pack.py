@@ -36,6 +36,14 @@ min_gain)`` × the better of its two jobs alone on that GPU. Within a group the 
 the highest-ranked jobs, and two jobs sharing a gang now stay together when the plan keeps such
 a pair.
 
+**Short jobs first, a little.** Each job's progress counts ``(expected hours left)^-α``
+(``short_first``, α = 0.1; hours from the same Gittins estimate as the order, rounded to a power
+of two so that jobs within an octave stay one group): between two jobs that gain alike from a
+fast GPU, the one expected to end sooner gets it. α = 0.1 took the 400-job traces at 3 jobs/h
+from 0.921/0.915/0.942× of the best Gavel policy (seeds 0/1/2, every job alike) to
+0.918/0.908/0.929×; α = 0.15 and 0.2 did no better, and favouring long jobs instead (α = -0.1,
+-0.25) did worse (0.940, 0.977 at seed 0).
+
 Packing never stops a job the order runs, and ``hetero_srpt``'s starvation rule still puts a
 job that waited too long first. A pair without a positive measurement, a job marked
 ``exclusive``, or a pair whose declared memory does not fit is never offered
@@ -52,6 +60,7 @@ average JCT on 100-job heavy traces and 14 % worse on a 400-job trace at 3 jobs/
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -82,6 +91,10 @@ class HeteroPackConfig(HeteroGittinsConfig):
     )
     scan_factor: int = Field(
         4, ge=1, description="waiting jobs examined per GPU-holding job (bounds a round's cost)"
+    )
+    short_first: float = Field(
+        0.1, ge=0, le=1, description="α: each job's progress counts (expected hours left)^-α, "
+        "hours rounded to a power of two (0: every job alike)",
     )
 
 
@@ -138,17 +151,20 @@ class HeteroPack(HeteroGittins):
         specs: list[JobSpec] = []
         musts: list[bool] = []
         solos: list[dict[str, float]] = []
+        weights: list[float] = []
         for jid in jobs:
             j = by_id[jid]
             spec = j.spec
             p = j.placement if j.state is JobState.RUNNING else None
             now_on = p.flavor if p is not None else None
             shared = bool(p is not None and p.colocated_with)
+            octave = self._octave_left(ctx, j)
             key = (spec.job_type, spec.num_gpus, spec.flavors, spec.extra.get(MEMORY_KEY),
-                   spec.exclusive, jid in hosts, now_on, shared)
+                   spec.exclusive, jid in hosts, now_on, shared, octave)
             g = keys.get(key)
             if g is None:
-                solo = self._solo_values(ctx, spec, now_on, restart, capacity)
+                weight = 2.0 ** (-cfg.short_first * octave)
+                solo = self._solo_values(ctx, spec, now_on, restart, capacity, weight)
                 if not solo:
                     continue
                 g = keys[key] = len(groups)
@@ -156,11 +172,10 @@ class HeteroPack(HeteroGittins):
                 specs.append(spec)
                 musts.append(jid in hosts)
                 solos.append(solo)
+                weights.append(weight)
             partner_now = p.colocated_with[0] if p is not None and p.colocated_with else None
             groups[g].append(_Member(jid, now_on, partner_now))
-        options, ways = self._options(ctx, groups, specs, musts, solos, restart)
-        if not options:
-            return base
+        options, ways = self._options(ctx, groups, specs, musts, solos, weights, restart)
         plan = plan_slots(
             [SlotGroup(specs[g].num_gpus, len(members), len(members) if musts[g] else 0,
                        solos[g]) for g, members in enumerate(groups)],
@@ -176,20 +191,33 @@ class HeteroPack(HeteroGittins):
         return Ranking((*planned, *rest), state=base.state, notes=base.notes,
                        wakeup_s=base.wakeup_s, fallbacks=base.fallbacks, colocate=partner_of)
 
+    def _octave_left(self, ctx: PolicyContext, j: JobView) -> int:
+        """The job's expected hours left on its best flavor (Gittins, as it ranks), as a power
+        of two: jobs within one octave weigh alike (0 when ``short_first`` is off)."""
+        cfg = self.config
+        assert isinstance(cfg, HeteroPackConfig)
+        best = ctx.oracle.best_rate(j.spec)
+        if not cfg.short_first or best <= 0:
+            return 0
+        hours = self._remaining_best_s(j, best, ctx.snapshot.now_s) / 3600.0
+        return round(math.log2(min(max(hours, 2.0**-6), 2.0**12)))
+
     def _solo_values(self, ctx: PolicyContext, spec: JobSpec, now_on: str | None,
-                     restart: float, capacity: Mapping[str, int]) -> dict[str, float]:
+                     restart: float, capacity: Mapping[str, int], weight: float,
+                     ) -> dict[str, float]:
         """``{flavor: value}`` of the job alone there: its speed over its best speed, less the
-        part of the round a restart costs where the slot moves it."""
+        part of the round a restart costs where the slot moves it, × its weight."""
         best = ctx.oracle.best_rate(spec)
         if best <= 0:
             return {}
-        return {r.flavor: r.consolidated / best * (1.0 - _moves(now_on, r.flavor) * restart)
+        return {r.flavor: weight * r.consolidated / best
+                * (1.0 - _moves(now_on, r.flavor) * restart)
                 for r in ctx.oracle.rates(spec)
                 if r.consolidated > 0 and r.flavor in capacity}
 
     def _options(
         self, ctx: PolicyContext, groups: list[list[_Member]], specs: list[JobSpec],
-        musts: list[bool], solos: list[dict[str, float]], restart: float,
+        musts: list[bool], solos: list[dict[str, float]], weights: list[float], restart: float,
     ) -> tuple[list[PairOption], list[_PairWay]]:
         """The pairs worth offering the programme: measured, allowed, on a flavor both may
         use, and doing more than ``(1 + min_gain)`` × the better of the two alone there."""
@@ -219,8 +247,8 @@ class HeteroPack(HeteroGittins):
                     rates = self._pair(oracle.table, ctx.snapshot.cluster, sa, sb, f)
                     if rates is None:
                         continue
-                    ra = rates.first_steps_per_s / best[a]
-                    rb = rates.second_steps_per_s / best[b]
+                    ra = weights[a] * rates.first_steps_per_s / best[a]
+                    rb = weights[b] * rates.second_steps_per_s / best[b]
                     # The host keeps its GPUs if it runs on ``f`` now; the partner moves onto
                     # them (a restart) unless the two share a gang of ``f`` already.
                     stays = together and now_a == f
