@@ -325,17 +325,45 @@ def test_hetero_pack_takes_the_best_flavors_and_pairs_together() -> None:
 
 def test_hetero_pack_gives_the_fast_gpu_to_the_job_expected_to_end_sooner_when_close() -> None:
     # One V100, one K80, two exclusive jobs (no pairs). By normalised throughput alone the old
-    # ResNet-18 takes the V100: it keeps 10 % of its speed on a K80, the LM 26 %. Weighing each
-    # job by (expected hours left)^-0.1 -- the LM is young (under an hour expected), the
-    # ResNet-18 has run 20 h (tens of hours expected) -- tips the V100 to the LM.
+    # ResNet-18 takes the V100 (the default): it keeps 10 % of its speed on a K80, the LM 26 %.
+    # Weighing each job by (expected hours left)^-0.1 (``short_first``) -- the LM is young
+    # (under an hour expected), the ResNet-18 has run 20 h (tens of hours expected) -- tips the
+    # V100 to the LM.
     r18 = "ResNet-18 (batch size 128)"
     oracle = ThroughputOracle(TABLE, MIXED)
     young = view(make_job("young", job_type="LM (batch size 20)", steps=1e7, exclusive=True,
                           submit_s=1.0))
     old_spec = make_job("old", job_type=r18, steps=1e9, exclusive=True)
     old = view(old_spec, remaining_steps=1e9 - 20 * 3600 * oracle.best_rate(old_spec))
-    alike = _flavors(_decide_on(MIXED, make_policy("hetero_pack", {"short_first": 0.0}),
-                                young, old))
+    alike = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), young, old))
     assert alike == {"young": ("K80", ()), "old": (V100, ())}
-    weighed = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), young, old))
+    weighed = _flavors(_decide_on(MIXED, make_policy("hetero_pack", {"short_first": 0.1}),
+                                  young, old))
     assert weighed == {"young": (V100, ()), "old": ("K80", ())}
+
+
+def test_hetero_pack_keeps_running_pairs_together_and_gangs_keep_their_fallbacks() -> None:
+    from tessera.sched.policies.hetero_pack import _candidates, _fill, _Member, _PairWay
+    from tessera.sched.slots import PairOption, SlotPlan
+
+    # Two ResNet-18s (a1, a2) each share a V100 with a ResNet-50 (a1 with b2, a2 with b1).
+    # The plan keeps two such pairs; by rank alone a1 would take b1 -- both pairs would swap
+    # partners and restart. They are kept as they run.
+    a1, a2 = (_Member(JobId(n), V100, JobId(p)) for n, p in (("a1", "b2"), ("a2", "b1")))
+    b1, b2 = (_Member(JobId(n), V100, JobId(p)) for n, p in (("b1", "a2"), ("b2", "a1")))
+    option = PairOption(0, 1, V100, 1.5)
+    where, partner_of = _fill([[a1, a2], [b1, b2]], [{V100: 1.0}, {V100: 1.0}], [option],
+                              [_PairWay(True, 0.8, 0.7)], SlotPlan({}, {0: 2}, 3.0))
+    assert partner_of == {"b2": "a1", "b1": "a2"}
+    assert where == {"a1": V100, "a2": V100}
+    # A job alone on the K80 keeps it over a higher-ranked member of its group.
+    x, y = _Member(JobId("x"), None, None), _Member(JobId("y"), "K80", None)
+    where, _p = _fill([[x, y]], [{"K80": 0.3, V100: 1.0}], [], [],
+                      SlotPlan({(0, "K80"): 1, (0, V100): 1}, {}, 1.3))
+    assert where == {"y": "K80", "x": V100}
+    # The planned flavor first, the job's other flavors right after it (a gang the plan's
+    # flavor cannot hold still comes before lower-ranked jobs); partners left out.
+    base = Ranking(((JobId("g"), V100), (JobId("g"), "K80"), (JobId("h"), "K80"),
+                    (JobId("p"), V100)))
+    got = _candidates(base, {JobId("g"): "K80", JobId("h"): "K80"}, {JobId("p"): JobId("h")})
+    assert got == (("g", "K80"), ("g", V100), ("h", "K80"))

@@ -22,21 +22,28 @@ job); each flavor's GPUs hold at most its capacity, a pair's gang counted once. 
 of the slots' values -- what each member does there, in the caller's units (``hetero_pack``:
 speed over the job's best speed alone, less a restart where the slot moves a running job).
 
-**Not the LP relaxation.** Pairs make the problem a matching: its LP relaxation has fractional
-vertices (three jobs that pair well with each other take half a pair each), so the columns are
-integers and HiGHS solves the programme by branch and bound -- fast at these sizes (a few
-milliseconds a round on Gavel-like traces), and exact.
+**Not only the LP relaxation.** Pairs make the problem a matching: its LP relaxation can have
+fractional vertices (three jobs that pair well with each other take half a pair each), so the
+counts are integers. The relaxation is solved first: when its optimal vertex is whole -- three
+rounds in four on a Gavel-like trace at 3 jobs/h -- it is the programme's optimum too (the
+relaxation's value bounds every whole plan). Otherwise HiGHS solves the integer programme by
+branch and bound: exact, ~30 ms at the ~700 columns of such a round, against ~2 ms for the
+relaxation. Solving the relaxation first took a 400-job run from 78 to 64 s of CPU with the
+same result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 
 from tessera.sched.lp import LpModel, LpSolver
+
+_WHOLE = 1e-7
+"""How far from a whole number a relaxed count may be and still be taken as whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +162,19 @@ def plan_slots(
     row_lower = np.array([float(grp.must) for grp in groups] + [-np.inf] * len(flavors))
     row_upper = np.array([float(grp.members) for grp in groups]
                          + [float(capacity[f]) for f in flavors])
-    model = LpModel(cost=np.array(cost), a=a_matrix, row_lower=row_lower, row_upper=row_upper,
-                    col_lower=np.zeros(n), col_upper=np.array(upper), maximize=True,
-                    integer=np.ones(n, dtype=bool))
-    out = solver.attempt(model)
+    relaxed = LpModel(cost=np.array(cost), a=a_matrix, row_lower=row_lower,
+                      row_upper=row_upper, col_lower=np.zeros(n), col_upper=np.array(upper),
+                      maximize=True)
+    out = solver.attempt(relaxed)
     if out.x is None:
         return out.status
-    counts = np.rint(out.x).astype(int)
+    counts = np.rint(out.x)
+    if np.abs(out.x - counts).max() > _WHOLE:
+        out = solver.attempt(replace(relaxed, integer=np.ones(n, dtype=bool)))
+        if out.x is None:
+            return out.status
+        counts = np.rint(out.x)
+    counts = counts.astype(int)
     solo: dict[tuple[int, str], int] = {}
     pairs: dict[int, int] = {}
     for key, k in zip(cols, counts.tolist(), strict=True):

@@ -36,13 +36,16 @@ min_gain)`` × the better of its two jobs alone on that GPU. Within a group the 
 the highest-ranked jobs, and two jobs sharing a gang now stay together when the plan keeps such
 a pair.
 
-**Short jobs first, a little.** Each job's progress counts ``(expected hours left)^-α``
-(``short_first``, α = 0.1; hours from the same Gittins estimate as the order, rounded to a power
-of two so that jobs within an octave stay one group): between two jobs that gain alike from a
-fast GPU, the one expected to end sooner gets it. α = 0.1 took the 400-job traces at 3 jobs/h
-from 0.921/0.915/0.942× of the best Gavel policy (seeds 0/1/2, every job alike) to
-0.918/0.908/0.929×; α = 0.15 and 0.2 did no better, and favouring long jobs instead (α = -0.1,
--0.25) did worse (0.940, 0.977 at seed 0).
+**Short jobs first, a little (off by default).** ``short_first`` = α weighs each job's progress
+by ``(expected hours left)^-α`` (hours from the same Gittins estimate as the order, rounded to a
+power of two so that jobs within an octave stay one group): between two jobs that gain alike
+from a fast GPU, the one expected to end sooner gets it. Under ``--compat gavel``, where moving
+is free, α = 0.1 took the 400-job traces at 3 jobs/h from 0.921/0.915/0.942× of the best Gavel
+policy (seeds 0/1/2) to 0.918/0.908/0.929× (α = 0.15 and 0.2 no better; favouring long jobs,
+α < 0, worse: 0.940× at -0.1). With Tessera's costs it hurts: on the quarter-cluster Philly
+week (``bench_packing.py --philly``) α = 0.1 took 9.33 h against 8.02 at α = 0 -- a job's weight
+changes as it ages, the programme reshuffles flavors for gains smaller than a restart really
+costs, and preemptions rose by 12 %. So every job counts alike unless asked.
 
 Packing never stops a job the order runs, and ``hetero_srpt``'s starvation rule still puts a
 job that waited too long first. A pair without a positive measurement, a job marked
@@ -93,8 +96,8 @@ class HeteroPackConfig(HeteroGittinsConfig):
         4, ge=1, description="waiting jobs examined per GPU-holding job (bounds a round's cost)"
     )
     short_first: float = Field(
-        0.1, ge=0, le=1, description="α: each job's progress counts (expected hours left)^-α, "
-        "hours rounded to a power of two (0: every job alike)",
+        0.0, ge=0, le=1, description="α: each job's progress counts (expected hours left)^-α, "
+        "hours rounded to a power of two (0, the default: every job alike)",
     )
 
 
@@ -186,10 +189,9 @@ class HeteroPack(HeteroGittins):
                    "keeps hetero_gittins' flavors")
             return replace(base, fallbacks=(*base.fallbacks, why))
         where, partner_of = _fill(groups, solos, options, ways, plan)
-        planned = [(jid, where[jid]) for jid in sorted(where, key=order.__getitem__)]
-        rest = [c for c in base.candidates if c[0] not in partner_of]
-        return Ranking((*planned, *rest), state=base.state, notes=base.notes,
-                       wakeup_s=base.wakeup_s, fallbacks=base.fallbacks, colocate=partner_of)
+        return Ranking(_candidates(base, where, partner_of), state=base.state,
+                       notes=base.notes, wakeup_s=base.wakeup_s, fallbacks=base.fallbacks,
+                       colocate=partner_of)
 
     def _octave_left(self, ctx: PolicyContext, j: JobView) -> int:
         """The job's expected hours left on its best flavor (Gittins, as it ranks), as a power
@@ -321,6 +323,24 @@ def _replay(base: Ranking, by_id: dict[JobId, JobView], snap: Snapshot
     return hosts, [j for j in dict.fromkeys(waiting) if j not in hosts]
 
 
+def _candidates(base: Ranking, where: Mapping[JobId, str], partner_of: Mapping[JobId, JobId]
+                ) -> tuple[tuple[JobId, str], ...]:
+    """The base ranking's jobs in its order, each planned job's flavor first and its other
+    flavors after it (a gang the plan's flavor cannot hold -- the programme counts GPUs, not
+    servers -- still finds its place before lower-ranked jobs take it); partners left out."""
+    flavors: dict[JobId, list[str]] = {}
+    for jid, fl in base.candidates:
+        if jid not in partner_of:
+            flavors.setdefault(jid, []).append(fl)
+    out: list[tuple[JobId, str]] = []
+    for jid, listed in flavors.items():
+        first = where.get(jid)
+        if first is not None:
+            out.append((jid, first))
+        out += [(jid, fl) for fl in dict.fromkeys(listed) if fl != first]
+    return tuple(out)
+
+
 def _moves(now_on: str | None, flavor: str) -> bool:
     """Whether a slot on ``flavor`` restarts a job running on ``now_on`` (``None``: waiting,
     nothing to restart)."""
@@ -334,37 +354,60 @@ def _fill(
     """The plan's counts handed to jobs: ``({job: flavor} of every job alone or hosting,
     {partner: host})``.
 
-    Within a group the members differ only in rank, so the best slots (largest share of the
-    value) go to the highest-ranked members; a pair's two sides are matched keeping pairs that
-    share a gang now together.
+    The programme counts slots per group; which member takes which slot is free, and each
+    choice that moves a running job costs a restart the programme did not see. So the plan
+    first keeps what runs: two jobs sharing a gang now keep sharing it where the plan has a
+    pair of their groups on that flavor, and a job alone on a flavor keeps it where the plan
+    has a solo slot of its group there. The slots left go best first (largest share of the
+    value) to the highest-ranked members left.
     """
+    group_of = {m.job_id: g for g, members in enumerate(groups) for m in members}
+    by_id = {m.job_id: m for members in groups for m in members}
+    solo_left = dict(plan.solo)
+    pairs_left = dict(plan.pairs)
+    where: dict[JobId, str] = {}
+    partner_of: dict[JobId, JobId] = {}
+    done: set[JobId] = set()
+
+    def pair_up(o: int, first: _Member, second: _Member) -> None:
+        host, partner = (first, second) if ways[o].first_hosts else (second, first)
+        where[host.job_id] = options[o].flavor
+        partner_of[partner.job_id] = host.job_id
+        done.update((first.job_id, second.job_id))
+        pairs_left[o] -= 1
+
+    for o in sorted(pairs_left):  # pairs that share a gang now, kept
+        opt = options[o]
+        for m in groups[opt.first]:
+            mate = by_id.get(m.partner_now) if m.partner_now is not None else None
+            if (pairs_left[o] and mate is not None and m.now_on == opt.flavor
+                    and mate.now_on == opt.flavor and group_of[mate.job_id] == opt.second
+                    and not done.intersection((m.job_id, mate.job_id))):
+                pair_up(o, m, mate)
+    for members in groups:  # jobs alone on a flavor, kept there
+        for m in members:
+            g = group_of[m.job_id]
+            if m.job_id not in done and m.now_on is not None and solo_left.get((g, m.now_on)):
+                solo_left[(g, m.now_on)] -= 1
+                where[m.job_id] = m.now_on
+                done.add(m.job_id)
     slots: list[list[tuple[float, int, str, int, bool]]] = [[] for _ in groups]
-    for (g, f), k in plan.solo.items():
+    for (g, f), k in solo_left.items():
         slots[g] += [(-solos[g][f], len(slots[g]), f, -1, True)] * k
-    for o, k in sorted(plan.pairs.items()):
+    for o, k in sorted(pairs_left.items()):
         opt, way = options[o], ways[o]
         slots[opt.first] += [(-way.first_share, len(slots[opt.first]), opt.flavor, o, True)] * k
         slots[opt.second] += [(-way.second_share, len(slots[opt.second]), opt.flavor, o,
                                False)] * k
-    where: dict[JobId, str] = {}
     sides: dict[tuple[int, bool], list[_Member]] = {}
     for g, members in enumerate(groups):
-        for m, (_share, _i, f, o, first) in zip(members, sorted(slots[g]), strict=False):
+        left = [m for m in members if m.job_id not in done]
+        for m, (_share, _i, f, o, first) in zip(left, sorted(slots[g]), strict=False):
             if o < 0:
                 where[m.job_id] = f
             else:
                 sides.setdefault((o, first), []).append(m)
-    partner_of: dict[JobId, JobId] = {}
-    for o in sorted(plan.pairs):
-        firsts, seconds = sides.get((o, True), []), sides.get((o, False), [])
-        ids = {m.job_id for m in seconds}
-        together = [m for m in firsts if m.partner_now in ids]
-        kept = {m.partner_now for m in together}
-        matched = [(m, next(s for s in seconds if s.job_id == m.partner_now)) for m in together]
-        matched += zip([m for m in firsts if m not in together],
-                       [s for s in seconds if s.job_id not in kept], strict=True)
-        for a, b in matched:
-            host, partner = (a, b) if ways[o].first_hosts else (b, a)
-            where[host.job_id] = options[o].flavor
-            partner_of[partner.job_id] = host.job_id
+    for o in sorted(pairs_left):
+        for a, b in zip(sides.get((o, True), []), sides.get((o, False), []), strict=True):
+            pair_up(o, a, b)
     return where, partner_of
