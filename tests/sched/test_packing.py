@@ -367,3 +367,22 @@ def test_hetero_pack_keeps_running_pairs_together_and_gangs_keep_their_fallbacks
                     (JobId("p"), V100)))
     got = _candidates(base, {JobId("g"): "K80", JobId("h"): "K80"}, {JobId("p"): JobId("h")})
     assert got == (("g", "K80"), ("g", V100), ("h", "K80"))
+
+
+def test_hetero_pack_without_a_plan_keeps_the_gittins_flavors_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tessera.sched.policies.hetero_pack as hp
+
+    monkeypatch.setattr(hp, "plan_slots", lambda *_a, **_k: "Time limit reached")
+    a = view(make_job("a", job_type=R18_16, steps=1e6))
+    b = view(make_job("b", job_type=R18_64, steps=1e6, submit_s=1.0))
+    snap = snapshot(MIXED, a, b, round_s=360.0)
+    ctx = PolicyContext(snap, ThroughputOracle(TABLE, MIXED), random.Random(0))
+    policy = make_policy("hetero_pack")
+    got = policy.rank(ctx)
+    assert not got.colocate
+    assert any("slot programme: HiGHS ended with Time limit reached" in f
+               for f in got.fallbacks)
+    base = make_policy("hetero_gittins").rank(ctx)
+    assert [j for j, _f in got.candidates] == [j for j, _f in base.candidates]
