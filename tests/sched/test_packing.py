@@ -386,3 +386,38 @@ def test_hetero_pack_without_a_plan_keeps_the_gittins_flavors_and_says_so(
                for f in got.fallbacks)
     base = make_policy("hetero_gittins").rank(ctx)
     assert [j for j, _f in got.candidates] == [j for j, _f in base.candidates]
+
+
+def test_hetero_pack_leaves_gangs_on_the_base_flavors_and_out_of_pairs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tessera.sched.policies.hetero_pack as hp
+    from tessera.sched.policies.hetero_gittins import HeteroGittins
+
+    # A 2-GPU gang and a one-GPU job on a 4-GPU V100 server and a 2-GPU K80 server. The
+    # programme counts GPUs per flavor, not servers, so the gangs the order runs keep the base
+    # ranking's flavors and their GPUs leave the programme's capacity; only one-GPU jobs are
+    # planned.
+    seen: list[tuple[list[object], dict[str, int]]] = []
+    real = hp.plan_slots
+
+    def spy(groups: list[object], options: object, capacity: dict[str, int],
+            solver: object) -> object:
+        seen.append((list(groups), dict(capacity)))
+        return real(groups, options, capacity, solver)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hp, "plan_slots", spy)
+    cluster = make_cluster().node("v100", gpus=4).node("k80", gpus=2).build()
+    jobs = [view(make_job("g1", job_type=R50_64, gpus=2, steps=1e6)),
+            view(make_job("s1", job_type=R18_16, steps=1e6, submit_s=2.0))]
+    snap = snapshot(cluster, *jobs, round_s=360.0)
+    ctx = PolicyContext(snap, ThroughputOracle(TABLE, cluster), random.Random(0))
+    policy = make_policy("hetero_pack")
+    got = policy.rank(ctx)
+    base = HeteroGittins.rank(policy, ctx)
+    gang_flavor = next(f for j, f in base.candidates if j == "g1")
+    assert next(f for j, f in got.candidates if j == "g1") == gang_flavor
+    assert "g1" not in got.colocate and "g1" not in got.colocate.values()
+    groups, capacity = seen[-1]
+    assert all(g.gpus == 1 for g in groups)  # type: ignore[attr-defined]
+    assert sum(capacity.values()) == 4  # six GPUs, the gang's two taken out

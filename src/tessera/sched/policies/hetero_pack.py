@@ -47,6 +47,18 @@ week (``bench_packing.py --philly``) α = 0.1 took 9.33 h against 8.02 at α = 0
 changes as it ages, the programme reshuffles flavors for gains smaller than a restart really
 costs, and preemptions rose by 12 %. So every job counts alike unless asked.
 
+**Gangs and rounds without pairs keep the base flavors.** The programme counts GPUs per flavor,
+not servers: a gang of several GPUs it puts on a flavor may not fit that flavor's servers, and
+the base ranking (``hetero_srpt``'s matching, finalisation and defragmentation) knows them. So
+gangs the order runs keep its flavors and their GPUs leave the programme's capacity, waiting
+gangs are not planned, and a round whose plan forms no pair keeps the base ranking as it is. On
+the Philly week with Tessera's costs (gangs of 1-8 GPUs on 8-GPU servers) planning gangs too
+took the demo cluster from 5.09 h to 5.68-6.12 h (behind ``hetero_gittins``' 5.16) and moved
+jobs 2-3× as often; with this rule it is 5.094 h, and 7.98 h on the quarter cluster
+(``hetero_gittins`` 9.42). Gavel's traces for its packed policies have one-GPU jobs only, so
+gangs never share here; Tessera's round driver and the live service still run gang pairs a
+policy names.
+
 Packing never stops a job the order runs, and ``hetero_srpt``'s starvation rule still puts a
 job that waited too long first. A pair without a positive measurement, a job marked
 ``exclusive``, or a pair whose declared memory does not fit is never offered
@@ -148,7 +160,13 @@ class HeteroPack(HeteroGittins):
             capacity[node.flavor.short] = capacity.get(node.flavor.short, 0) + node.gpus
         restart = min(cfg.restart_s / snap.round_s, 1.0) if snap.round_s else 0.0
         order = {jid: i for i, jid in enumerate(dict.fromkeys(j for j, _f in base.candidates))}
-        jobs = sorted([*hosts, *waiting[: cfg.scan_factor * len(hosts)]], key=order.__getitem__)
+        # Gangs of several GPUs keep the base ranking's flavors (it knows servers; the programme
+        # counts GPUs per flavor only): their GPUs are taken out of the programme's capacity.
+        for jid, fl in hosts.items():
+            if by_id[jid].spec.num_gpus > 1:
+                capacity[fl] -= by_id[jid].spec.num_gpus
+        jobs = sorted([jid for jid in [*hosts, *waiting[: cfg.scan_factor * len(hosts)]]
+                       if by_id[jid].spec.num_gpus == 1], key=order.__getitem__)
         keys: dict[tuple[object, ...], int] = {}
         groups: list[list[_Member]] = []
         specs: list[JobSpec] = []
@@ -188,6 +206,10 @@ class HeteroPack(HeteroGittins):
             why = (f"slot programme: HiGHS ended with {plan}; this round packs nothing and "
                    "keeps hetero_gittins' flavors")
             return replace(base, fallbacks=(*base.fallbacks, why))
+        if not plan.pairs and not cfg.short_first:
+            # Nothing shares: the base ranking's flavors, which know servers and gangs (the
+            # programme counts GPUs per flavor only) -- see the module docstring.
+            return base
         where, partner_of = _fill(groups, solos, options, ways, plan)
         return Ranking(_candidates(base, where, partner_of), state=base.state,
                        notes=base.notes, wakeup_s=base.wakeup_s, fallbacks=base.fallbacks,
