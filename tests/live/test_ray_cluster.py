@@ -121,3 +121,37 @@ def test_a_head_is_never_started_without_its_record(tmp_path: Path) -> None:
         head.ensure(1, 1, {"accelerator_type:V100": 1.0})
     assert cluster_pids(str(head.temp_dir)) == []
     assert not head.record.exists()
+
+
+@pytest.mark.parametrize(("last_line", "starts", "started"), [
+    ("Exception: The current node timed out during startup. This could happen ...", 2, True),
+    ("ValueError: bad --resources", 1, False),
+])
+def test_a_head_start_ray_calls_timed_out_is_tried_once_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, last_line: str, starts: int,
+    started: bool,
+) -> None:
+    """Ray's own "timed out during startup" (its raylet or GCS slow on a loaded machine) gets
+    one more start on a fresh port; any other failure is reported at once, with Ray's words."""
+    import subprocess
+
+    from tessera.live.executors.ray_cluster import EmbeddedHead
+
+    calls: list[list[str]] = []
+
+    def fake_call(argv: list[str], stdout: object, **_kw: object) -> int:
+        calls.append(argv)
+        if len(calls) == 1:
+            stdout.write((last_line + "\n").encode())  # type: ignore[attr-defined]
+            return 1
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    head = EmbeddedHead(tmp_path)
+    if started:
+        address = head.ensure(1, 0, {})
+        assert address == head.address()
+    else:
+        with pytest.raises(SpecError, match=r"exit 1.*bad --resources"):
+            head.ensure(1, 0, {})
+    assert len(calls) == starts

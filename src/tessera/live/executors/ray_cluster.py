@@ -51,11 +51,18 @@ from tessera.live.layout import write_private
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 
+log = logging.getLogger("tessera.live")
+
 FlavorResource = Literal["accelerator_type", "gpu_flavor"]
 ACCELERATOR_SHARE = 0.001
 """What one rank asks of ``accelerator_type:<T>`` (a node offers 1 unit, whatever its GPUs)."""
 CONNECT_PROBE_S = 5.0
 HEAD_START_TIMEOUT_S = 120.0
+HEAD_START_RETRIES = 1
+"""Starts tried again after a failure Ray itself calls transient (a loaded machine)."""
+TRANSIENT_START_FAILURES = ("timed out during startup",)
+"""Words of Ray's last log line that mark a start worth trying again: its raylet or GCS did not
+come up in Ray's own wait, which a busy machine causes (seen once in CI on 2 cores)."""
 
 # Ray 2.60's rule (ray/_private/accelerators/nvidia_gpu.py): after the vendor word, an optional
 # run of upper-case words, then the first upper-case token containing a digit.
@@ -251,6 +258,21 @@ class EmbeddedHead:
             # Processes of this state dir's head without a record: a start that failed before
             # the record existed (an older Tessera wrote it last). Nothing was launched on it.
             self.stop()
+        for attempt in range(1 + HEAD_START_RETRIES):
+            address, rc, last = self._start(num_cpus, num_gpus, resources)
+            if rc == 0:
+                return address
+            self.stop()
+            if not any(word in last for word in TRANSIENT_START_FAILURES):
+                break
+            log.warning("embedded Ray head did not start (attempt %d: %s); trying again",
+                        attempt + 1, last)
+        raise SpecError(f"could not start the embedded Ray head (exit {rc}): {last}")
+
+    def _start(self, num_cpus: int, num_gpus: int, resources: dict[str, float]
+               ) -> tuple[str, int, str]:
+        """One ``ray start --head`` on a fresh port: ``(address, exit code, the log's last
+        line)``. The caller stops what a failed start left."""
         port = free_port()
         address = f"127.0.0.1:{port}"
         argv = [sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start",
@@ -271,12 +293,8 @@ class EmbeddedHead:
         except BaseException:
             self.stop()
             raise
-        if rc != 0:
-            self.stop()
-            tail = (self.temp_dir / "ray-start.log").read_text(errors="replace")[-400:]
-            raise SpecError(f"could not start the embedded Ray head (exit {rc}): "
-                            f"{tail.strip().splitlines()[-1] if tail.strip() else ''}")
-        return address
+        tail = (self.temp_dir / "ray-start.log").read_text(errors="replace")[-400:].strip()
+        return address, rc, tail.splitlines()[-1] if tail else ""
 
     def _write_record(self, address: str) -> None:
         """``ray-head.json``, owner-only (it sits in the private state dir), atomically."""
