@@ -207,17 +207,9 @@ class SimJob:
             dts, end = hit
             if not dts:
                 return
-            rate = self.rate
-            attained = self.attained_gpu_s
-            remaining = self.remaining
-            run_s = self.run_s.get(fl, 0.0)
-            busy = self.busy_gpu_s.get(fl, 0.0)
-            for dt in dts:
-                attained += g * dt
-                run_s = run_s + dt
-                busy = busy + n * dt
-                left = remaining - rate * dt
-                remaining = 0.0 if left < 0.0 else left
+            attained, run_s, busy, remaining = whole_gang_steps(
+                dts, g, n, self.rate, self.attained_gpu_s, self.run_s.get(fl, 0.0),
+                self.busy_gpu_s.get(fl, 0.0), self.remaining)
             self.attained_gpu_s = attained
             self.remaining = remaining
             self.run_s[fl] = run_s
@@ -271,6 +263,22 @@ class SimJob:
                 self.attempts, self.last_update_s, self.rate, self.progress_from_s,
             )
         return view
+
+
+def whole_gang_steps(
+    dts: Sequence[float], g: int, n: int, rate: float, attained: float, run_s: float,
+    busy: float, remaining: float,
+) -> tuple[float, float, float, float]:
+    """A whole gang's books on one flavor after the steps ``dts`` (``g`` GPUs counted for
+    attained service, ``n`` held): ``(attained, run_s, busy, remaining)``, by the operations
+    :meth:`SimJob.advance` performs, in its order, so the floats are the same bit for bit."""
+    for dt in dts:
+        attained += g * dt
+        run_s = run_s + dt
+        busy = busy + n * dt
+        left = remaining - rate * dt
+        remaining = 0.0 if left < 0.0 else left
+    return attained, run_s, busy, remaining
 
 
 def catch_up(jobs: Iterable[SimJob], times: Sequence[float]) -> None:
@@ -331,12 +339,8 @@ def catch_up(jobs: Iterable[SimJob], times: Sequence[float]) -> None:
                 remaining = 0.0 if left < 0.0 else left
             busy = attained
         else:
-            for dt in dts:
-                attained += g * dt
-                run_s = run_s + dt
-                busy = busy + n * dt
-                left = remaining - rate * dt
-                remaining = 0.0 if left < 0.0 else left
+            attained, run_s, busy, remaining = whole_gang_steps(
+                dts, g, n, rate, attained, run_s, busy, remaining)
         j.attained_gpu_s = attained
         j.remaining = remaining
         run_s_of[fl] = run_s
