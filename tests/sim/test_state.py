@@ -178,3 +178,52 @@ def test_catch_up_equals_advance_each_per_job_and_builds_current_views(
                          a.attempts, a.last_update_s, a.rate, a.progress_from_s)
         assert a.to_view() == built
     assert set(stale) == {i for i, j in enumerate(theirs) if j.view is None}
+
+
+@pytest.mark.parametrize("n_times", [1, 3, 40])
+@pytest.mark.parametrize("array_min_jobs", [1, 10_000])  # (arrays for every group; for none)
+def test_catch_up_of_large_groups_equals_advancing_at_every_event(
+        n_times: int, array_min_jobs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many whole gangs from a few last updates (the round catch-up's common case, taken as
+    arrays when a group is large): books bit for bit as advancing each job at every event,
+    views current, and the jobs note themselves stale in their own order, whichever path."""
+    monkeypatch.setattr("tessera.sim.state.ARRAY_MIN_JOBS", array_min_jobs)
+    rng = random.Random(11)
+    times = sorted(rng.uniform(0, 4000) for _ in range(n_times))
+    lasts = [0.0, times[0] / 3, times[-1] + 5.0]  # (the last: nothing left to step through)
+    stale: dict[int, None] = {99: None}  # (a job already stale keeps its place)
+    ours, theirs = [], []
+    for i in range(60):
+        gpus = rng.choice([1, 2, 4, 8])
+        flavor = rng.choice(["K80", "V100-16GB"])
+        steps = rng.choice([1e9, 1e9, 300.0, 1.0])  # (some run out: remaining clamps at 0)
+        rate = rng.uniform(0.1, 3)
+        pair = [_running(gpus, Placement(flavor, (("n", gpus),)), steps, rate, 0.0)
+                for _ in range(2)]
+        attained = rng.choice([0, rng.uniform(0, 1e5)])  # (an int 0: a job's first steps)
+        last = rng.choice(lasts)
+        for j in pair:
+            j.idx, j.last_update_s, j.attained_gpu_s = i, last, attained
+            if i % 3:
+                j.busy_gpu_s = {flavor: attained * 0.75}
+            j.to_view()
+        pair[0].stale = stale
+        ours.append(pair[0])
+        theirs.append(pair[1])
+    rng.shuffle(ours)
+    catch_up(ours, times)
+    for j in theirs:
+        for t in times:
+            j.advance(t)
+    by_idx = {j.idx: j for j in theirs}
+    for a in ours:
+        b = by_idx[a.idx]
+        assert _books(a)[:-1] == _books(b)[:-1]
+        if b.view is None:  # (advanced: floats, as Python's own sums give)
+            assert all(type(v) is float for v in (a.attained_gpu_s, a.remaining))
+        built = new_view(a.spec, a.state, a.remaining, a.placement, a.attained_gpu_s,
+                         tuple(a.run_s.items()), a.pending_since_s, a.last_run_end_s,
+                         a.attempts, a.last_update_s, a.rate, a.progress_from_s)
+        assert a.to_view() == built
+    assert list(stale) == [99] + [j.idx for j in ours if by_idx[j.idx].view is None
+                                  and j.idx != 99]
