@@ -3,7 +3,12 @@
 Prints, per policy: wall and CPU seconds of the simulation (CPU time is what to compare on a
 loaded machine), decision rounds, seconds spent inside ``decide``, preemptions and the average
 JCT (full precision, so two runs can be compared for identical results). Targets (issue 10,
-quiet 2-core machine): every policy but finish_time_fairness ≤ 60 s, ``las`` ≤ 15 s.
+quiet 2-core machine): every policy but finish_time_fairness ≤ 60 s, ``las`` ≤ 15 s, against
+the issue's reference run of the code of 488ad42 (fifo 13.6, las 23.7, max_min_fairness 104.5,
+hetero_srpt 122.8 s). Machines differ by 2× and runs of the same code by up to 20 %: to read a
+target on another machine, run this script on 488ad42 from a worktree beside this one (``git
+worktree add``, ``PYTHONPATH=src``, ``TESSERA_DATA_DIR`` set) and compare the ratios
+(docs/scheduler.md has the table).
 
     .venv/bin/python benchmarks/bench_full_philly.py [--limit N] [--policies las,fifo]
         [--with-ftf]
@@ -22,7 +27,6 @@ from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace
-from tessera.workload.datadir import data_dirs
 
 DEFAULT_POLICIES = "fifo,las,max_min_fairness,hetero_srpt"
 
@@ -43,6 +47,8 @@ def main() -> int:
     try:
         workload = load_trace("philly-full", limit=args.limit)
     except SpecError as e:
+        from tessera.workload.datadir import data_dirs  # (here: 488ad42 has no datadir)
+
         looked = ", ".join(str(d) for d in data_dirs())
         print(f"SKIPPED: the full Philly table is not available ({e}); looked in {looked}. "
               "Set TESSERA_DATA_DIR to a directory holding traces/philly/.")
