@@ -23,6 +23,10 @@ def test_policies_json() -> None:
     r = runner.invoke(app, ["policies", "--json"])
     assert r.exit_code == 0, r.output
     assert {"fifo", "hetero_srpt"} <= {p["policy"] for p in json.loads(r.stdout)}
+    r = runner.invoke(app, ["policies", "hetero_pack", "--json"])
+    assert r.exit_code == 0, r.output
+    options = {o["option"]: o for o in json.loads(r.stdout)}
+    assert options["min_gain"]["default"] == "0.1" and options["min_gain"]["description"]
 
 
 def test_lessons_locality_json(tmp_path: Path) -> None:

@@ -298,3 +298,13 @@ def test_gavels_round_mechanism_refused_in_events_mode(tmp_path: Path) -> None:
         LiveService(Store(tmp_path / "s" / "state.db"), LocalExecutor(tmp_path / "w" / "runs"),
                     load_cluster("v100:1", 1), load_tenancy(tmp_path / "s"), "fifo_packed",
                     tmp_path / "w", ServiceOptions(scheduler=events))
+
+
+def test_serve_takes_a_policy_with_options() -> None:
+    """``tessera serve -p hetero_pack:min_gain=0.2`` -- and a misspelt option is refused
+    before anything starts."""
+    from tessera.live.server import live_policy
+
+    live_policy("hetero_pack:min_gain=0.2:short_first=0.1", "local")
+    with pytest.raises(SpecError, match="unknown option 'min_gian'"):
+        live_policy("hetero_pack:min_gian=0.2", "local")

@@ -39,7 +39,8 @@ CLUSTER_HELP = ("Cluster: a preset (gavel-108, philly, pai-2020, modern-mixed, s
                 "T4/RTX/A100 setting), a YAML file, or a flavor:count list such as "
                 "v100:12,p100:12,k80:12.")
 POLICY_HELP = ("Scheduling policy (`tessera policies` lists them); add -agnostic for the "
-               "heterogeneity-blind twin.")
+               "heterogeneity-blind twin, :option=value to set an option (`tessera policies "
+               "NAME` lists them), e.g. hetero_pack:min_gain=0.05.")
 
 TRACE_HELP = ("Trace file or trace name (`tessera traces` lists the names and where their data "
               "is; philly and sia-philly-1 are bundled).")

@@ -36,10 +36,6 @@ DEMO_CLUSTER = "v100:256,p100:128,k80:64"
 DEMO_POLICIES = "fifo,las,max_min_fairness,finish_time_fairness,hetero_srpt"
 
 
-def _split(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
-
-
 def _sia_covers(flavors: list[str]) -> bool:
     from tessera.model.gpus import resolve_flavor
     from tessera.perf.sia_table import sia_throughputs
@@ -187,8 +183,12 @@ def _write_outputs(
 
     out.mkdir(parents=True, exist_ok=True)
     write_run_files(results, out)
+    from tessera.sched.policy import make_policy
+
     (out / "config.json").write_text(json.dumps(
         {"trace": trace, "cluster": cluster, "policies": [r.policy for r in results],
+         "policy_options": {r.policy: make_policy(r.policy).config.model_dump(mode="json")
+                            for r in results},
          "sim": results[0].config.model_dump() if results else {}}, indent=2, default=str))
     if not plots:
         return None
@@ -219,7 +219,9 @@ def register(app: typer.Typer) -> None:
         policy: str = typer.Option("fifo,las,max_min_fairness,hetero_srpt", "--policy", "-p",
                                    help="Scheduling policies to compare, comma-separated "
                                    "(`tessera policies` lists them); add -agnostic for the "
-                                   "heterogeneity-blind twin."),
+                                   "heterogeneity-blind twin, :option=value to set an option "
+                                   "(`tessera policies NAME` lists them), e.g. -p "
+                                   "hetero_pack,hetero_pack:min_gain=0.05 runs both."),
         gpus_per_server: int = GPUS_PER_SERVER,
         compat: str | None = typer.Option(None, help="`gavel`: no preemption/restore cost, "
                                           "no failures, 360 s rounds, Gavel's mechanism."),
@@ -257,7 +259,9 @@ def register(app: typer.Typer) -> None:
 
         The Scheduler options are the same settings `tessera serve` runs with.
         """
-        pols = _split(policy)
+        from tessera.sched.policy import split_policies
+
+        pols = split_policies(policy)
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
             "seed": seed, "compat": compat, "compat_solver": compat_solver,
@@ -280,7 +284,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The main job: five policies on a week of the Philly trace (bundled) on a mixed
         V100/P100/K80 cluster, with the comparison table and an HTML report."""
-        pols = _split(DEMO_POLICIES)
+        pols = DEMO_POLICIES.split(",")
         updates: dict[str, object] = {"seed": 0}
         run_simulation("philly", DEMO_CLUSTER, pols, gpus_per_server=8,
                        scheduler=SchedulerSettings(), config_updates=updates, out=out,
@@ -289,14 +293,32 @@ def register(app: typer.Typer) -> None:
 
     register_traces(app)
 
-    @app.command(rich_help_panel="Simulation", epilog="Example: tessera policies --json")
-    def policies(as_json: bool = JSON) -> None:
-        """List scheduling policies (append -agnostic for the heterogeneity-blind twin)."""
+    @app.command(rich_help_panel="Simulation", epilog="Example: tessera policies hetero_pack "
+                 "(its options), then tessera simulate -t philly -p "
+                 "hetero_pack,hetero_pack:short_first=0.1 to compare")
+    def policies(
+        name: str | None = typer.Argument(None, help="A policy: list its options instead."),
+        as_json: bool = JSON,
+    ) -> None:
+        """List scheduling policies (append -agnostic for the heterogeneity-blind twin), or one
+        policy's options, which are set as NAME:option=value wherever a policy is named."""
         from rich.console import Console
         from rich.table import Table
 
-        from tessera.sched.policy import list_policies
+        from tessera.sched.policy import list_policies, policy_options
 
+        if name is not None:
+            options = policy_options(name)
+            if as_json:
+                typer.echo(json.dumps([{"option": o, "default": d, "description": what}
+                                       for o, d, what in options], indent=2))
+                return
+            t = Table("option", "default", "what it does", header_style="bold",
+                      title=f"{name}: set as {name}:option=value")
+            for row in options:
+                t.add_row(*row)
+            Console().print(t if options else f"{name} has no options")
+            return
         if as_json:
             typer.echo(json.dumps([{"policy": name, "summary": summary}
                                    for name, summary in list_policies()], indent=2))

@@ -15,11 +15,19 @@ Two shapes of policy fit this:
 
 Every policy name has an ``-agnostic`` twin: the same policy fed an oracle that hides the speed
 differences between flavors, which is what Gavel's un-suffixed baselines do.
+
+A policy's options (its ``Config``) can ride on its name: ``hetero_pack:short_first=0.1`` is
+``hetero_pack`` with ``short_first`` set, and ``-p hetero_pack,hetero_pack:min_gain=0.05`` runs
+both side by side, each labelled by its spec. Values are JSON where they parse as JSON
+(numbers, ``true``, lists such as ``prior_minutes=[[0.8,30,1000],[0.2,1000,10000]]``), else
+text; the policy's ``Config`` checks them (``tessera policies NAME`` lists them).
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -124,10 +132,13 @@ class Policy(ABC):
         self.config = config or self.Config()
         self.agnostic = agnostic
         self.name = name or type(self).__name__.lower()
+        #: the options given in the policy's spec, as written there (``:min_gain=0.05``)
+        self.spec_options = ""
 
     @property
     def display_name(self) -> str:
-        return self.name + ("-agnostic" if self.agnostic else "")
+        """The policy as it was asked for: name, ``-agnostic``, options (labels results)."""
+        return self.name + ("-agnostic" if self.agnostic else "") + self.spec_options
 
     @abstractmethod
     def rank(self, ctx: PolicyContext) -> Ranking:
@@ -139,23 +150,88 @@ POLICIES: Registry[type[Policy]] = Registry("policy")
 AGNOSTIC_SUFFIX = "-agnostic"
 
 
-def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
-    """Build a policy from its registry name, e.g. ``max_min_fairness-agnostic``.
+OPTION_SEPARATOR = ":"
+_OPTION = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+
+
+def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split ``name[-agnostic][:option=value]...`` into the name and its options.
 
     Raises:
-        SpecError: unknown name or bad options.
+        SpecError: an option that is not ``key=value``, or one given twice.
+    """
+    name, *parts = spec.strip().split(OPTION_SEPARATOR)
+    options: dict[str, Any] = {}
+    for part in parts:
+        m = _OPTION.fullmatch(part.strip())
+        if m is None:
+            raise SpecError(f"policy {spec!r}: options are written name:key=value[:key=value], "
+                            f"got {part!r}")
+        key, text = m.groups()
+        if key in options:
+            raise SpecError(f"policy {spec!r}: option {key!r} given twice")
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    return name.strip(), options
+
+
+def split_policies(text: str) -> list[str]:
+    """The policy specs of a comma-separated list; commas inside brackets (a list-valued
+    option) do not separate."""
+    specs, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c in "[{(") - (c in "]})")
+        if c == "," and depth == 0:
+            specs.append(text[start:i])
+            start = i + 1
+    specs.append(text[start:])
+    return [s.strip() for s in specs if s.strip()]
+
+
+def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
+    """Build a policy from its spec: a registry name, e.g. ``max_min_fairness-agnostic``,
+    optionally with options, e.g. ``hetero_pack:short_first=0.1`` (see the module docstring).
+    ``options`` add to those of the spec.
+
+    Raises:
+        SpecError: unknown name, unknown option (naming the policy's options) or a bad value.
     """
     from tessera.sched import policies  # noqa: F401  (registers every policy)
 
-    agnostic = name.endswith(AGNOSTIC_SUFFIX)
-    base = name[: -len(AGNOSTIC_SUFFIX)] if agnostic else name
+    bare, given = parse_policy_spec(name)
+    agnostic = bare.endswith(AGNOSTIC_SUFFIX)
+    base = bare[: -len(AGNOSTIC_SUFFIX)] if agnostic else bare
     cls = POLICIES.get(base)
     try:
-        config = cls.Config(**(options or {}))
+        config = cls.Config(**{**given, **(options or {})})
     except ValidationError as e:
         first = e.errors()[0]
-        raise SpecError(f"policy {name!r}: {first['msg']} ({first['loc']})") from None
-    return cls(config, agnostic=agnostic, name=base)
+        where = ".".join(str(x) for x in first["loc"])
+        if first["type"] == "extra_forbidden":
+            known = ", ".join(cls.Config.model_fields) or "none"
+            raise SpecError(f"policy {name!r}: unknown option {where!r} (its options: {known}; "
+                            f"tessera policies {base} describes them)") from None
+        raise SpecError(f"policy {name!r}: option {where!r}: {first['msg']}") from None
+    policy = cls(config, agnostic=agnostic, name=base)
+    policy.spec_options = "".join(f"{OPTION_SEPARATOR}{k}={_text(v)}"
+                                  for k, v in given.items())
+    return policy
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def policy_options(name: str) -> list[tuple[str, str, str]]:
+    """``(option, default, description)`` for every option of the policy ``name``."""
+    from tessera.sched import policies  # noqa: F401
+
+    bare = name[: -len(AGNOSTIC_SUFFIX)] if name.endswith(AGNOSTIC_SUFFIX) else name
+    config = POLICIES.get(bare).Config
+    return [(key, _text(field.default), field.description or "")
+            for key, field in config.model_fields.items()]
 
 
 def gavel_loop_only(policy: Policy, shares_gpus: bool = False,

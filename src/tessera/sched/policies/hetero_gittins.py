@@ -27,7 +27,8 @@ class HeteroGittinsConfig(HeteroSrptConfig):
         description="job-duration prior on the fastest flavor: (weight, low, high) minutes, "
         "log-uniform within each piece (default: Gavel's Philly-derived distribution)",
     )
-    prior_points: int = Field(256, ge=8, le=4096)
+    prior_points: int = Field(256, ge=8, le=4096,
+                              description="equally likely points the prior is drawn as")
 
 
 @POLICIES.register(

@@ -41,11 +41,11 @@ by ``(expected hours left)^-α`` (hours from the same Gittins estimate as the or
 power of two so that jobs within an octave stay one group): between two jobs that gain alike
 from a fast GPU, the one expected to end sooner gets it. Under ``--compat gavel``, where moving
 is free, α = 0.1 took the 400-job traces at 3 jobs/h from 0.921/0.915/0.942× of the best Gavel
-policy (seeds 0/1/2) to 0.918/0.908/0.929× (α = 0.15 and 0.2 no better; favouring long jobs,
-α < 0, worse: 0.940× at -0.1). With Tessera's costs it hurts: on the quarter-cluster Philly
-week (``bench_packing.py --philly``) α = 0.1 took 9.33 h against 8.02 at α = 0 -- a job's weight
-changes as it ages, the programme reshuffles flavors for gains smaller than a restart really
-costs, and preemptions rose by 12 %. So every job counts alike unless asked.
+policy (seeds 0/1/2) to 0.918/0.912/0.934× (α = 0.15 and 0.2 no better; favouring long jobs,
+α < 0, worse: 0.940× at -0.1), and gains nothing at 2 jobs/h or on 100-job bursts. On the
+Philly week with Tessera's costs its effect is lost in a ±10 % spread between runs that differ
+in small things (docs/scheduler.md has the table). So every job counts alike unless asked:
+``-p hetero_pack:short_first=0.1``.
 
 **Gangs and rounds without pairs keep the base flavors.** The programme counts GPUs per flavor,
 not servers: a gang of several GPUs it puts on a flavor may not fit that flavor's servers, and
