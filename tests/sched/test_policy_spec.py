@@ -34,9 +34,21 @@ def test_the_label_builds_the_same_policy_again() -> None:
     assert make_policy("hetero_srpt-agnostic:aging_s=3600").agnostic
 
 
-def test_explicit_options_add_to_the_spec() -> None:
+def test_explicit_options_add_to_the_spec_and_to_its_label() -> None:
     p = make_policy("hetero_pack:min_gain=0.2", {"short_first": 0.05})
     assert p.config.min_gain == 0.2 and p.config.short_first == 0.05  # type: ignore[attr-defined]
+    assert p.display_name == "hetero_pack:min_gain=0.2:short_first=0.05"
+
+
+def test_text_values_stay_text_and_objects_keep_their_colons() -> None:
+    p = make_policy("goodput_srpt:remaining=declared")
+    assert p.config.remaining == "declared"  # type: ignore[attr-defined]
+    assert p.display_name == "goodput_srpt:remaining=declared"
+    assert parse_policy_spec('x:s="7"')[1] == {"s": "7"}
+    assert make_policy("hetero_pack", {"scan_factor": 3}).display_name == (
+        "hetero_pack:scan_factor=3")
+    assert parse_policy_spec('x:obj={"a":1,"b":[1,2]}:y=2') == (
+        "x", {"obj": {"a": 1, "b": [1, 2]}, "y": 2})
 
 
 def test_values_are_json_where_they_parse_else_text() -> None:

@@ -160,7 +160,7 @@ def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
     Raises:
         SpecError: an option that is not ``key=value``, or one given twice.
     """
-    name, *parts = spec.strip().split(OPTION_SEPARATOR)
+    name, *parts = _split_outside_brackets(spec.strip(), OPTION_SEPARATOR)
     options: dict[str, Any] = {}
     for part in parts:
         m = _OPTION.fullmatch(part.strip())
@@ -180,20 +180,25 @@ def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def split_policies(text: str) -> list[str]:
     """The policy specs of a comma-separated list; commas inside brackets (a list-valued
     option) do not separate."""
-    specs, depth, start = [], 0, 0
+    return [s.strip() for s in _split_outside_brackets(text, ",") if s.strip()]
+
+
+def _split_outside_brackets(text: str, sep: str) -> list[str]:
+    parts, depth, start = [], 0, 0
     for i, c in enumerate(text):
         depth += (c in "[{(") - (c in "]})")
-        if c == "," and depth == 0:
-            specs.append(text[start:i])
+        if c == sep and depth == 0:
+            parts.append(text[start:i])
             start = i + 1
-    specs.append(text[start:])
-    return [s.strip() for s in specs if s.strip()]
+    parts.append(text[start:])
+    return parts
 
 
 def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     """Build a policy from its spec: a registry name, e.g. ``max_min_fairness-agnostic``,
     optionally with options, e.g. ``hetero_pack:short_first=0.1`` (see the module docstring).
-    ``options`` add to those of the spec.
+    ``options`` add to those of the spec; the policy's ``display_name`` names them all, and
+    builds the same policy again.
 
     Raises:
         SpecError: unknown name, unknown option (naming the policy's options) or a bad value.
@@ -204,8 +209,9 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     agnostic = bare.endswith(AGNOSTIC_SUFFIX)
     base = bare[: -len(AGNOSTIC_SUFFIX)] if agnostic else bare
     cls = POLICIES.get(base)
+    given = {**given, **(options or {})}
     try:
-        config = cls.Config(**{**given, **(options or {})})
+        config = cls.Config(**given)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
@@ -221,7 +227,13 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    """A value as a spec writes it: JSON, or bare text where that reads back as the same text."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def policy_options(name: str) -> list[tuple[str, str, str]]:
