@@ -180,11 +180,10 @@ def _write_outputs(
     cluster: str, settings: Sequence[Setting],
 ) -> Path | None:
     from tessera.report.files import write_run_files
+    from tessera.sched.policy import make_policy
 
     out.mkdir(parents=True, exist_ok=True)
     write_run_files(results, out)
-    from tessera.sched.policy import make_policy
-
     (out / "config.json").write_text(json.dumps(
         {"trace": trace, "cluster": cluster, "policies": [r.policy for r in results],
          "policy_options": {r.policy: make_policy(r.policy).config.model_dump(mode="json")

@@ -206,8 +206,7 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     from tessera.sched import policies  # noqa: F401  (registers every policy)
 
     bare, given = parse_policy_spec(name)
-    agnostic = bare.endswith(AGNOSTIC_SUFFIX)
-    base = bare[: -len(AGNOSTIC_SUFFIX)] if agnostic else bare
+    base, agnostic = _registry_name(bare)
     cls = POLICIES.get(base)
     given = {**given, **(options or {})}
     try:
@@ -226,6 +225,12 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     return policy
 
 
+def _registry_name(bare: str) -> tuple[str, bool]:
+    """``(registry name, agnostic)`` of a policy name without options."""
+    agnostic = bare.endswith(AGNOSTIC_SUFFIX)
+    return (bare[: -len(AGNOSTIC_SUFFIX)] if agnostic else bare), agnostic
+
+
 def _text(value: Any) -> str:
     """A value as a spec writes it: JSON, or bare text where that reads back as the same text."""
     if isinstance(value, str):
@@ -240,8 +245,7 @@ def policy_options(name: str) -> list[tuple[str, str, str]]:
     """``(option, default, description)`` for every option of the policy ``name``."""
     from tessera.sched import policies  # noqa: F401
 
-    bare = name[: -len(AGNOSTIC_SUFFIX)] if name.endswith(AGNOSTIC_SUFFIX) else name
-    config = POLICIES.get(bare).Config
+    config = POLICIES.get(_registry_name(parse_policy_spec(name)[0])[0]).Config
     return [(key, _text(field.default), field.description or "")
             for key, field in config.model_fields.items()]
 
