@@ -4,6 +4,7 @@ Usage::
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_packing.py [--jobs 100]
         [--loads 12,6,2] [--seeds 0,1,2] [--policies ...] [--solver auto] [--oracle]
+        [--oracle-short-first 0.1]
     PYTHONPATH=src .venv/bin/python benchmarks/bench_packing.py --philly
         [--philly-cluster v100:256,p100:128,k80:64] [--philly-limit N] [--policies ...]
 
@@ -21,6 +22,9 @@ mean over jobs of each job's run time alone on its fastest GPU (no policy, packe
 beat it: a pair runs each job at most at its own speed), and ``--oracle`` adds
 ``oracle_pack``, ``hetero_pack`` ordered by true remaining work (``hetero_srpt``'s oracle) --
 an upper bound on what better ordering alone would give; it is not a Tessera policy.
+``--oracle-short-first α`` gives ``oracle_pack`` short-first weights from the true remaining
+time too (``hetero_pack``'s ``short_first``, fed the oracle's hours): the most the design gains
+from knowing every job's size (docs/scheduler.md, "Even with the sizes").
 
 ``--philly`` runs the bundled Philly week instead, with Tessera's own costs (30 + 30 s
 checkpoint/restore, consolidation; each policy's own cadence) on ``--philly-cluster``: the
@@ -130,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solver", default="auto", help="ecos | highs-ipm | highs | auto")
     ap.add_argument("--oracle", action="store_true",
                     help="add oracle_pack (true remaining work), an upper bound, not a policy")
+    ap.add_argument("--oracle-short-first", type=float, default=0.0, metavar="ALPHA",
+                    help="oracle_pack weighs each job's progress by (true hours left)^-ALPHA "
+                    "(hetero_pack's short_first with the oracle's sizes; default 0: off)")
     ap.add_argument("--philly", action="store_true",
                     help="the Philly week with Tessera's own costs instead")
     ap.add_argument("--philly-cluster", default="v100:256,p100:128,k80:64")
@@ -157,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 for pol in wanted + (["oracle_pack"] if args.oracle else []):
                     t0, c0 = time.perf_counter(), time.process_time()
                     cfg = SimConfig(compat="gavel", compat_solver=args.solver)  # type: ignore[arg-type]
-                    policy = (OraclePack(HeteroPackConfig(), name="oracle_pack")
+                    oracle_cfg = HeteroPackConfig(short_first=args.oracle_short_first)
+                    policy = (OraclePack(oracle_cfg, name="oracle_pack")
                               if pol == "oracle_pack" else make_policy(pol))
                     r = simulate(workload, cluster, policy, cfg)
                     results[pol] = r
