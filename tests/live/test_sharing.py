@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,18 @@ def test_a_stale_label_rides_only_while_the_partner_holds_the_same_gpus() -> Non
     assert riders([host, moved]) == {}
     # Two gangs of different sizes never ride on each other.
     assert riders([_alloc("h", 1.0, "r", gpus=2), _alloc("r", 2.0, "h")]) == {}
+
+
+def test_runs_written_at_the_same_instant_ride_by_write_order_not_job_id() -> None:
+    """A decision writes a pair's host run before its partner's, both at the same time; the
+    simulator makes the job it starts first the host. Job ids must not decide it."""
+    host = replace(_alloc("z", 5.0, "a"), seq=7)
+    rider = replace(_alloc("a", 5.0, "z"), seq=8)
+    assert riders([rider, host]) == {("a", 1): ("z", 1)}
+    # ... and when the pair breaks apart on the node, the one written second moves.
+    alone = Placement("V100-16GB", (("n0", 1),))
+    assert relabels([JobId("a"), JobId("z")], {JobId("a"): alone, JobId("z"): alone},
+                    {"a": rider, "z": host}) == ["z"]
 
 
 def test_relabels_keep_the_stayer_and_move_the_rider_when_a_pair_breaks_apart() -> None:

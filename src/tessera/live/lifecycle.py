@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 
 from tessera.live.executors.base import RunStatus
+from tessera.live.sharing import relabel_run
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import Allocation, Store
 from tessera.model.jobs import JobState
@@ -51,10 +53,16 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
                now_s: float, speeds: RunSpeeds) -> str:
     """Record that run ``a`` ended with ``st`` and move its job on; returns what happened.
     The run's steps (at the speeds it ran, ``speeds``) join the job's; a partner that shared
-    its GPUs runs alone from now."""
+    its GPUs runs alone from now, and its label drops the job that left."""
     rec = store.get(a.job_id)
     assert rec is not None
+    mate = speeds.mate_of(store, store.allocation(a.job_id, a.run) or a)
     steps_done = speeds.done_before(rec) + speeds.ended(store, db, a, now_s)
+    if mate is not None and a.job_id in mate.placement.colocated_with:
+        # The partner stays and runs alone from now: its label says so at once (the policy
+        # sees it alone, as the simulator shows it), with an event on its job.
+        left = tuple(m for m in mate.placement.colocated_with if m != a.job_id)
+        relabel_run(store, db, mate, replace(mate.placement, colocated_with=left), now_s)
     started = a.started_s if a.started_s is not None else now_s
     dur_s = max(now_s - started, 0.0)
     run_s = dict(rec.run_s_by_flavor)

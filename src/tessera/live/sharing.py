@@ -101,12 +101,12 @@ def riders(allocations: Iterable[Allocation]) -> dict[RunKey, RunKey]:
     """``{rider run: host run}`` among ``allocations`` (see the module docstring).
 
     A run rides when it names, in ``colocated_with``, the job of an earlier run (by when its
-    allocation was written, then job id) that holds the same GPUs. A decision labels both runs
-    of a new pair, and the partner's run is always written after its host's; a run whose
-    partner has left keeps its stale label until the next decision relabels it, and rides
-    until then only if that partner's run still holds the GPUs (draining).
+    allocation was written: time, then write order) that holds the same GPUs. A decision
+    labels both runs of a new pair, and the partner's run is always written after its host's;
+    a run whose partner has left keeps its stale label until the next decision relabels it,
+    and rides until then only if that partner's run still holds the GPUs (draining).
     """
-    ordered = sorted(allocations, key=lambda a: (a.created_s, a.job_id, a.run))
+    ordered = sorted(allocations, key=lambda a: (a.created_s, a.seq, a.job_id, a.run))
     holders: dict[str, list[Allocation]] = {}
     out: dict[RunKey, RunKey] = {}
     for a in ordered:
@@ -161,7 +161,8 @@ def relabels(started: Iterable[JobId], placements: Mapping[JobId, Placement],
 
 
 def _joined_second(a: Allocation, mate: Allocation | None) -> bool:
-    return mate is not None and (a.created_s, a.job_id) > (mate.created_s, mate.job_id)
+    return mate is not None and (a.created_s, a.seq, a.job_id) > (mate.created_s, mate.seq,
+                                                                  mate.job_id)
 
 
 def relabel_run(store: Store, db: sqlite3.Connection, a: Allocation, p: Placement,

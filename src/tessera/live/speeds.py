@@ -37,11 +37,22 @@ _ON_GPUS = ("running", "stopping")
 
 def running_mates(holding: list[Allocation]) -> dict[tuple[str, int], Allocation]:
     """``{run: the run sharing its GPUs}``, both ways, for every pair whose two runs have
-    started and still hold their GPUs."""
+    started and still hold their GPUs, and whose host does not name another partner.
+
+    The last rule is for a run that outlives its pairing: a host whose partner is moving away
+    or being stopped, or a job that moves onto its new partner's node while its old run still
+    drains there (GPUs are counted per node). The decision has already relabelled the runs that
+    stay (:func:`~tessera.live.sharing.relabel_run`), so a run whose label names a third job is
+    not slowed by the draining run that still names it -- in the simulator the leaving job
+    leaves at once. (A host with no label at all still pairs: only riders must name theirs.)
+    """
     by_key = {(a.job_id, a.run): a for a in holding}
     out: dict[tuple[str, int], Allocation] = {}
     for rider, host in riders(holding).items():
         r, h = by_key[rider], by_key[host]
+        named = h.placement.colocated_with
+        if named and r.job_id not in named:
+            continue
         if _on_gpus(r) and _on_gpus(h):
             out[rider], out[host] = h, r
     return out
@@ -96,9 +107,24 @@ class RunSpeeds:
         steps = self.steps(a, self.rate(rec.job.spec, a, mate), now_s)
         store.set_allocation(db, a.job_id, a.run, steps=steps, settled_s=now_s)
 
+    def settle_all(self, store: Store, db: sqlite3.Connection, now_s: float) -> None:
+        """Bank every started run's steps up to ``now_s`` at the speed it has now (beside the
+        partner the runs' labels give it, or alone). A decision calls this before it relabels,
+        stops or pairs runs: those change the labels that say who ran beside whom until now,
+        so the time before ``now_s`` must be counted while they still say it."""
+        holding = store.allocations(_ON_GPUS)
+        mates = running_mates(holding)
+        for a in holding:
+            if self.since_s(a) is None:
+                continue
+            mate = mates.get((a.job_id, a.run))
+            mate_rec = store.get(mate.job_id) if mate is not None else None
+            self.settle(store, db, a, mate_rec.job.spec if mate_rec is not None else None,
+                        now_s)
+
     def joined(self, store: Store, db: sqlite3.Connection, a: Allocation, now_s: float) -> None:
         """Run ``a`` has just started: a host whose GPUs it joins ran alone until now."""
-        host = self._mate_of(store, a)
+        host = self.mate_of(store, a)
         if host is not None:
             self.settle(store, db, host, None, now_s)
 
@@ -108,7 +134,7 @@ class RunSpeeds:
         at the pair speed). Returns ``a``'s own steps."""
         a = store.allocation(a.job_id, a.run) or a  # (a partner's end may have settled it)
         rec = store.get(a.job_id)
-        mate = self._mate_of(store, a)
+        mate = self.mate_of(store, a)
         mate_rec = store.get(mate.job_id) if mate is not None else None
         if mate is not None and mate_rec is not None and rec is not None:
             self.settle(store, db, mate, rec.job.spec, now_s)
@@ -117,7 +143,7 @@ class RunSpeeds:
         mate_spec = mate_rec.job.spec if mate_rec is not None else None
         return self.steps(a, self.rate(rec.job.spec, a, mate_spec), now_s)
 
-    def _mate_of(self, store: Store, a: Allocation) -> Allocation | None:
+    def mate_of(self, store: Store, a: Allocation) -> Allocation | None:
         """The started run sharing ``a``'s GPUs, if any (``a`` as stored now)."""
         key = (a.job_id, a.run)
         holding = [b for b in store.allocations(_ON_GPUS) if (b.job_id, b.run) != key]

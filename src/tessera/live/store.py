@@ -121,6 +121,9 @@ class Allocation:
     """Steps the run made up to ``settled_s`` (:mod:`tessera.live.speeds`)."""
     settled_s: float | None = None
     """When the run's speed last changed (a partner came or went); ``None``: never."""
+    seq: int = 0
+    """Write order among allocations (SQLite's rowid): a decision writes a pair's host run
+    before its partner's, at the same ``created_s``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +175,7 @@ def _alloc(row: tuple[Any, ...]) -> Allocation:
     else:
         p = Placement(row[2], tuple((n, int(c)) for n, c in entries), (), batch, mates)
     return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10],
-                      row[13], row[14])
+                      row[13], row[14], row[15])
 
 
 class Store:
@@ -358,7 +361,7 @@ class Store:
     def allocations(self, statuses: tuple[str, ...] = HOLDING,
                     job_id: str | None = None) -> list[Allocation]:
         marks = ",".join("?" * len(statuses))
-        sql = f"SELECT * FROM allocations WHERE status IN ({marks})"
+        sql = f"SELECT *, rowid FROM allocations WHERE status IN ({marks})"
         args: tuple[object, ...] = statuses
         if job_id is not None:
             sql += " AND job_id=?"
@@ -366,7 +369,8 @@ class Store:
         return [_alloc(r) for r in self._read(sql + " ORDER BY created_s, job_id", args)]
 
     def allocation(self, job_id: str, run: int) -> Allocation | None:
-        rows = self._read("SELECT * FROM allocations WHERE job_id=? AND run=?", (job_id, run))
+        rows = self._read("SELECT *, rowid FROM allocations WHERE job_id=? AND run=?",
+                          (job_id, run))
         return _alloc(rows[0]) if rows else None
 
     # -- events ------------------------------------------------------------------------------

@@ -18,14 +18,15 @@ size-aware policies (SRPT) see it.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
-from tessera.live.sharing import counted
+from tessera.live.sharing import counted, same_gpus
 from tessera.live.speeds import RunSpeeds, running_mates
 from tessera.live.store import Allocation, JobRecord
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
 from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.snapshot import JobView, QueueQuota, Snapshot
+from tessera.sched.snapshot import JobView, Placement, QueueQuota, Snapshot
 
 
 def free_gpus(cluster: ClusterSpec, holding: list[Allocation]) -> dict[str, int]:
@@ -69,7 +70,7 @@ def build_snapshot(
         if rec.state is JobState.PENDING and jid not in draining_jobs:
             state, placement = JobState.PENDING, None
         elif rec.state in (JobState.ADMITTED, JobState.RUNNING) and alloc is not None:
-            state, placement = JobState.RUNNING, alloc.placement
+            state, placement = JobState.RUNNING, _present_mates(alloc.placement, current)
         else:
             continue
         done = speeds.done_before(rec)
@@ -99,6 +100,17 @@ def build_snapshot(
     return Snapshot(now_s=now_s, cluster=cluster, jobs=tuple(views), quotas=quotas,
                     policy_state=policy_state, round_s=round_s,
                     free_gpus=free_gpus(cluster, holding))
+
+
+def _present_mates(p: Placement, current: dict[str, Allocation]) -> Placement:
+    """``p`` naming only the partners that still have a run on its GPUs: a run keeps a partner
+    that left (completed, failed, stopped) in its label until a decision relabels it, and the
+    policy must see it alone, as the simulator shows it."""
+    if not p.colocated_with:
+        return p
+    here = tuple(m for m in p.colocated_with
+                 if m in current and same_gpus(current[m].placement, p))
+    return p if here == p.colocated_with else replace(p, colocated_with=here)
 
 
 def queue_usage(holding: list[Allocation], queue_of: dict[str, str]) -> dict[str, int]:

@@ -63,7 +63,11 @@ class HeteroGittins(HeteroSrpt):
 
     def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
         attained = max(j.spec.total_steps - j.remaining_at(now_s), 0.0) / best_rate
-        key = int(attained // 60)  # one-minute buckets keep the cache small
+        # One-minute buckets keep the cache small. Attained service often lands on a whole
+        # minute (whole rounds on the fastest flavor); rounding to a microsecond first keeps
+        # one ulp of float noise (steps summed in another order, as the live service and the
+        # simulator do) from moving a job to the minute before.
+        key = int(round(attained, 6) // 60)
         hit = self._cache.get(key)
         if hit is None:
             hit = _gittins_remaining(self._sizes, key * 60.0)
