@@ -87,13 +87,16 @@ class ReplayExecutor:
         start, _code = self.runs[(job_id, run)]
         return start + self.work_s[job_id] - self.done_s.get(job_id, 0.0)
 
+    def _finished(self, job_id: str, run: int) -> bool:
+        return self.clock() >= self._end_s(job_id, run) - 1e-9
+
     def status(self, job_id: str, run: int) -> RunStatus:
         if (job_id, run) not in self.runs:
             return RunStatus("absent")
         _start, code = self.runs[(job_id, run)]
         if code is not None:
             return RunStatus("exited", exit_code=code, stopped=True)
-        if self.clock() >= self._end_s(job_id, run) - 1e-9:
+        if self._finished(job_id, run):
             return RunStatus("exited", exit_code=0)
         return RunStatus("running")
 
@@ -254,14 +257,8 @@ class SharingReplayExecutor(ReplayExecutor):
         done = speeds.done_before(rec) + speeds.steps(a, rate, self.clock())
         return rec.job.spec.total_steps - done, rate
 
-    def status(self, job_id: str, run: int) -> RunStatus:
-        if (job_id, run) not in self.runs:
-            return RunStatus("absent")
-        _start, code = self.runs[(job_id, run)]
-        if code is not None:
-            return RunStatus("exited", exit_code=code, stopped=True)
-        left, _rate = self._left(job_id, run)
-        return RunStatus("exited", exit_code=0) if left <= 1e-6 else RunStatus("running")
+    def _finished(self, job_id: str, run: int) -> bool:
+        return self._left(job_id, run)[0] <= 1e-6
 
     def stop(self, job_id: str, run: int, grace_s: float) -> bool:
         start, code = self.runs[(job_id, run)]
