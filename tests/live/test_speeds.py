@@ -49,9 +49,13 @@ def _job(svc: LiveService, model: str) -> str:
 
 
 def _start(svc: LiveService, jid: str, now_s: float, mate: str = "", run: int = 1) -> None:
+    """Start run ``run`` of ``jid``; with ``mate``, on the GPUs of ``mate``'s running run,
+    which is relabelled to name ``jid`` (as the decision that pairs them does)."""
     p = GPU if not mate else Placement(GPU.flavor, GPU.gpus_by_node,
                                        colocated_with=(JobId(mate),))
     with svc.store.tx() as db:
+        for host in svc.store.allocations(("running",), job_id=mate) if mate else ():
+            svc.store.set_allocation(db, mate, host.run, colocated_with=jid)
         svc.store.add_allocation(db, jid, run, p, now_s)
         svc.store.transition(db, jid, JobState.ADMITTED, now_s, "planned")
         a = svc.store.allocation(jid, run)
@@ -204,3 +208,55 @@ def test_a_run_whose_partner_left_is_relabelled_and_shown_alone(svc: LiveService
                           svc.store.allocations(), {}, svc.oracle, None)
     view = next(v for v in snap.jobs if v.job_id == rider)
     assert view.placement is not None and view.placement.colocated_with == ()
+
+
+def _stop(svc: LiveService, jid: str, run: int = 1) -> None:
+    with svc.store.tx() as db:
+        svc.store.set_allocation(db, jid, run, status="stopping", stop_reason="preempt")
+
+
+def _end_stopped(svc: LiveService, jid: str, now_s: float, run: int = 1) -> None:
+    a = svc.store.allocation(jid, run)
+    assert a is not None
+    with svc.store.tx() as db:
+        lifecycle.finish_run(svc.store, db, a, RunStatus("exited", 143, stopped=True), now_s,
+                             svc.speeds)
+
+
+def test_a_host_runs_alone_while_its_preempted_partner_drains(svc: LiveService) -> None:
+    """The decision that preempts a rider relabels the host that stays; the rider's drain
+    (its grace period) no longer slows the host -- the simulator's partner leaves at once,
+    and a rider that stays is treated the same way when its host is preempted."""
+    host, rider = _job(svc, LM), _job(svc, RESNET)
+    _start(svc, host, 0.0)
+    _start(svc, rider, 10.0, mate=host)
+    with svc.store.tx() as db:  # the decision at 100 s: bank, relabel the host, stop the rider
+        svc.speeds.settle_all(svc.store, db, 100.0, {host, rider})
+        svc.store.set_allocation(db, host, 1, colocated_with="")
+    _stop(svc, rider)
+    assert _done(svc, host, 105.0) == pytest.approx(10 * LM_ALONE + 90 * LM_PAIRED
+                                                    + 5 * LM_ALONE)
+    _end_stopped(svc, rider, 110.0)
+    assert _done(svc, host, 120.0) == pytest.approx(10 * LM_ALONE + 90 * LM_PAIRED
+                                                    + 20 * LM_ALONE)
+
+
+def test_a_job_moving_onto_its_partner_does_not_pair_it_with_its_old_run(
+        svc: LiveService) -> None:
+    """Two jobs ran apart on one node; a decision pairs them, relabelling the stayer and moving
+    the other, whose old run (written earlier, unlabelled) drains there first. The stayer runs
+    alone until the new run joins, and the old run's end does not wipe the stayer's label."""
+    mover, stayer = _job(svc, RESNET), _job(svc, LM)
+    _start(svc, mover, 0.0)
+    _start(svc, stayer, 1.0)
+    with svc.store.tx() as db:  # the decision at 50 s
+        svc.speeds.settle_all(svc.store, db, 50.0, {mover, stayer})
+        svc.store.set_allocation(db, stayer, 1, colocated_with=mover)
+    _stop(svc, mover)
+    assert _done(svc, stayer, 55.0) == pytest.approx(54 * LM_ALONE)
+    _end_stopped(svc, mover, 60.0)
+    kept = svc.store.allocation(stayer, 1)
+    assert kept is not None and kept.placement.colocated_with == (mover,)
+    assert not any("to itself again" in e.detail for e in svc.store.events(stayer))
+    _start(svc, mover, 60.0, mate=stayer, run=2)
+    assert _done(svc, stayer, 70.0) == pytest.approx(59 * LM_ALONE + 10 * LM_PAIRED)

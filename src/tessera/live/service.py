@@ -312,7 +312,7 @@ class LiveService:
             if self.policy.packs and (d.started or d.preempted):
                 # Relabels, stops and joins below change who shares with whom from now on:
                 # bank every run's steps at the speed of the pairs as they were (live.speeds).
-                self.speeds.settle_all(self.store, db, now_s)
+                self.speeds.settle_all(self.store, db, now_s, {*d.started, *d.preempted})
             for jid in d.preempted:
                 self._request_stop(db, jid, now_s, "preempted by the policy", "preempt")
             for jid in d.started:

@@ -16,13 +16,15 @@ therefore ``steps + (now - since) × speed now``, with ``since`` its last settle
 start). When a run ends, its steps are added to the job's ``steps_done``; a job stored before
 this bookkeeping has none, and its earlier runs count at their flavors' speeds, as before.
 
-Two runs *share* only while both have started and hold the GPUs (running, or draining after a
-stop): a partner planned but not yet launched does not slow its host.
+Two runs *share* only while both have started, hold the GPUs (running, or draining after a
+stop) and name each other: a partner planned but not yet launched does not slow its host, and
+a run draining after a stop no longer slows a partner the decision relabelled.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from tessera.live.sharing import riders
@@ -37,21 +39,19 @@ _ON_GPUS = ("running", "stopping")
 
 def running_mates(holding: list[Allocation]) -> dict[tuple[str, int], Allocation]:
     """``{run: the run sharing its GPUs}``, both ways, for every pair whose two runs have
-    started and still hold their GPUs, and whose host does not name another partner.
+    started, still hold their GPUs, and name each other.
 
-    The last rule is for a run that outlives its pairing: a host whose partner is moving away
-    or being stopped, or a job that moves onto its new partner's node while its old run still
-    drains there (GPUs are counted per node). The decision has already relabelled the runs that
-    stay (:func:`~tessera.live.sharing.relabel_run`), so a run whose label names a third job is
-    not slowed by the draining run that still names it -- in the simulator the leaving job
-    leaves at once. (A host with no label at all still pairs: only riders must name theirs.)
+    A decision labels both runs of a pair, and relabels a run that stays when its partner
+    leaves (:func:`~tessera.live.sharing.relabel_run`). So a run that outlives its pairing -- a
+    partner moving away or stopped and still draining, or a job moving onto its new partner's
+    node while its old run drains there (GPUs are counted per node) -- is not slowed by the
+    draining run, whichever of the two stayed: in the simulator the leaving job leaves at once.
     """
     by_key = {(a.job_id, a.run): a for a in holding}
     out: dict[tuple[str, int], Allocation] = {}
     for rider, host in riders(holding).items():
         r, h = by_key[rider], by_key[host]
-        named = h.placement.colocated_with
-        if named and r.job_id not in named:
+        if r.job_id not in h.placement.colocated_with:
             continue
         if _on_gpus(r) and _on_gpus(h):
             out[rider], out[host] = h, r
@@ -107,17 +107,20 @@ class RunSpeeds:
         steps = self.steps(a, self.rate(rec.job.spec, a, mate), now_s)
         store.set_allocation(db, a.job_id, a.run, steps=steps, settled_s=now_s)
 
-    def settle_all(self, store: Store, db: sqlite3.Connection, now_s: float) -> None:
-        """Bank every started run's steps up to ``now_s`` at the speed it has now (beside the
-        partner the runs' labels give it, or alone). A decision calls this before it relabels,
-        stops or pairs runs: those change the labels that say who ran beside whom until now,
-        so the time before ``now_s`` must be counted while they still say it."""
+    def settle_all(self, store: Store, db: sqlite3.Connection, now_s: float,
+                   jobs: Collection[str]) -> None:
+        """Bank the steps of every started run of ``jobs``, and of their partners, up to
+        ``now_s`` at the speed each has now (beside its partner, or alone). A decision calls
+        this for the jobs it starts, relabels or stops, before it does: those change the
+        labels that say who ran beside whom until now, so the time before ``now_s`` must be
+        counted while they still say it."""
         holding = store.allocations(_ON_GPUS)
         mates = running_mates(holding)
         for a in holding:
-            if self.since_s(a) is None:
-                continue
             mate = mates.get((a.job_id, a.run))
+            if self.since_s(a) is None or (
+                    a.job_id not in jobs and (mate is None or mate.job_id not in jobs)):
+                continue
             mate_rec = store.get(mate.job_id) if mate is not None else None
             self.settle(store, db, a, mate_rec.job.spec if mate_rec is not None else None,
                         now_s)
