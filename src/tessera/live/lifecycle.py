@@ -56,8 +56,8 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
     its GPUs runs alone from now, and its label drops the job that left."""
     rec = store.get(a.job_id)
     assert rec is not None
-    mate = speeds.mate_of(store, store.allocation(a.job_id, a.run) or a)
-    steps_done = speeds.done_before(rec) + speeds.ended(store, db, a, now_s)
+    steps, mate = speeds.ended(store, db, a, now_s)
+    steps_done = speeds.done_before(rec) + steps
     if mate is not None and a.job_id in mate.placement.colocated_with:
         # The partner stays and runs alone from now: its label says so at once (the policy
         # sees it alone, as the simulator shows it), with an event on its job.

@@ -127,26 +127,26 @@ class RunSpeeds:
 
     def joined(self, store: Store, db: sqlite3.Connection, a: Allocation, now_s: float) -> None:
         """Run ``a`` has just started: a host whose GPUs it joins ran alone until now."""
-        host = self.mate_of(store, a)
+        host = self._mate_of(store, a)
         if host is not None:
             self.settle(store, db, host, None, now_s)
 
     def ended(self, store: Store, db: sqlite3.Connection, a: Allocation,
-              now_s: float) -> float:
+              now_s: float) -> tuple[float, Allocation | None]:
         """Run ``a`` ends at ``now_s``: its partner, if any, ran beside it until now (settled
-        at the pair speed). Returns ``a``'s own steps."""
+        at the pair speed). Returns ``a``'s own steps and that partner's run (as it was)."""
         a = store.allocation(a.job_id, a.run) or a  # (a partner's end may have settled it)
         rec = store.get(a.job_id)
-        mate = self.mate_of(store, a)
+        mate = self._mate_of(store, a)
         mate_rec = store.get(mate.job_id) if mate is not None else None
         if mate is not None and mate_rec is not None and rec is not None:
             self.settle(store, db, mate, rec.job.spec, now_s)
         if rec is None:
-            return 0.0
+            return 0.0, mate
         mate_spec = mate_rec.job.spec if mate_rec is not None else None
-        return self.steps(a, self.rate(rec.job.spec, a, mate_spec), now_s)
+        return self.steps(a, self.rate(rec.job.spec, a, mate_spec), now_s), mate
 
-    def mate_of(self, store: Store, a: Allocation) -> Allocation | None:
+    def _mate_of(self, store: Store, a: Allocation) -> Allocation | None:
         """The started run sharing ``a``'s GPUs, if any (``a`` as stored now)."""
         key = (a.job_id, a.run)
         holding = [b for b in store.allocations(_ON_GPUS) if (b.job_id, b.run) != key]
