@@ -26,7 +26,9 @@ quota::
 with a detail that names the cap; it succeeds again once some of the queue's jobs finish (or are
 cancelled). At ``max_stored_jobs`` or ``max_stored_bytes`` the queue's **oldest finished jobs
 are deleted** (with their events and run records; a ``pruned`` event says how many) to make
-room -- a finished job's record is history, and a full history must not stop a tenant's work. A
+room, 1 % of the cap more than the submission needs so that pruning is not paid at every
+submission -- a finished job's record is history, and a full history must not stop a tenant's
+work. A
 job that is not finished, or a cancelled one whose run still drains, is never deleted: when the
 unfinished jobs alone fill the cap, the submission is refused 429 instead. The caps are checked
 when a submission is admitted, so submissions admitted in the same instant (one group commit,
@@ -80,7 +82,10 @@ def check_totals(store: Store, queue: str, caps: QueueCaps, spec_bytes: int,
     need_bytes = size + spec_bytes - caps.stored_bytes
     if need_jobs <= 0 and need_bytes <= 0:
         return
-    store.prune_finished(queue, max(need_jobs, 0), max(need_bytes, 0), now_s)
+    # Beyond what this job needs, 1 % of the cap more, so that a queue at its cap prunes once
+    # per hundred submissions rather than at every one.
+    store.prune_finished(queue, need_jobs + caps.stored_jobs // 100 if need_jobs > 0 else 0,
+                         need_bytes + caps.stored_bytes // 100 if need_bytes > 0 else 0, now_s)
     count, size = store.queue_totals(queue)
     if count + 1 > caps.stored_jobs:
         raise OverCap(f"queue {queue!r} is at its cap of {caps.stored_jobs} stored jobs "
