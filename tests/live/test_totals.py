@@ -124,7 +124,8 @@ def test_caps_come_from_limits_and_each_queue_may_override(tmp_path: Path) -> No
     make_service(tmp_path / "state", start=False,
                  queues=_queues(max_queued_jobs=7, max_stored_bytes=2048)).stop()
     config = tmp_path / "state" / CONFIG_NAME
-    config.write_text(config.read_text() + "limits: {queue_stored_jobs: 50, queue_queued_jobs: 9}\n")
+    config.write_text(config.read_text()
+                      + "limits: {queue_stored_jobs: 50, queue_queued_jobs: 9}\n")
     tenancy = load_tenancy(tmp_path / "state")
     assert tenancy.caps("team-a") == QueueCaps(stored_jobs=50, queued_jobs=7, stored_bytes=2048)
     assert tenancy.caps("team-b") == QueueCaps(50, 9, 256 * 1024 * 1024)
@@ -217,8 +218,8 @@ def test_a_store_keeps_no_more_specs_than_its_cache_bound(tmp_path: Path) -> Non
     svc.stop()
     store = Store(tmp_path / "state" / "state.db", spec_cache_entries=5)
     try:
-        from tessera.live.store import NewJob
         from tessera.live.spec import to_live_job
+        from tessera.live.store import NewJob
 
         who = validate_request({**JOB, "env": {"K": "v"}})
         jobs = [NewJob(to_live_job(who, f"j-{i:04d}", "team-a", float(i), False), float(i))
