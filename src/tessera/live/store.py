@@ -401,10 +401,14 @@ class Store:
                 totals = self._totals[queue] = [int(count), int(size)]
             return totals[0], totals[1]
 
-    def count_unfinished(self, queue: str) -> int:
-        """Jobs of ``queue`` that are not final (pending, admitted or running)."""
-        return int(self._read("SELECT COUNT(*) FROM jobs WHERE queue=? AND final=0",
-                              (queue,))[0][0])
+    def count_unfinished(self, queue: str, most: int | None = None) -> int:
+        """Jobs of ``queue`` that are not final (pending, admitted or running), counted up to
+        ``most`` at most (a cap's check stops there: the count walks the ``jobs_queue``
+        index, about 50 ns a job)."""
+        sql = "SELECT 1 FROM jobs WHERE queue=? AND final=0"
+        if most is None:
+            return int(self._read(f"SELECT COUNT(*) FROM ({sql})", (queue,))[0][0])
+        return int(self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (queue, most))[0][0])
 
     def prune_finished(self, queue: str, jobs: int, size_bytes: int,
                        now_s: float) -> tuple[int, int]:

@@ -70,7 +70,7 @@ def check_totals(store: Store, queue: str, caps: QueueCaps, spec_bytes: int,
         OverCap: the queue is at ``max_queued_jobs``, or its unfinished jobs alone leave no
             room under ``max_stored_jobs`` or ``max_stored_bytes``.
     """
-    queued = store.count_unfinished(queue)
+    queued = store.count_unfinished(queue, most=caps.queued_jobs)
     if queued >= caps.queued_jobs:
         raise OverCap(f"queue {queue!r} is at its cap of {caps.queued_jobs} unfinished jobs "
                       "(max_queued_jobs); submit again when some have finished")
