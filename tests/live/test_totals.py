@@ -92,6 +92,26 @@ def test_oldest_finished_jobs_make_room_and_unfinished_ones_never_do(
     assert [r.job_id for r in svc.store.jobs(queue="team-a")] == kept
 
 
+def test_a_queue_at_its_stored_cap_prunes_one_percent_ahead(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "state", start=False, queues=_queues(max_stored_jobs=200))
+    try:
+        who = Principal("a", "team-a")
+        req = validate_request(JOB)
+        ids = [svc.submit(req, who).job_id for _ in range(200)]
+        for jid in ids[:150]:
+            svc.cancel(jid, who)
+        svc.submit(req, who)  # needs 1; takes 1 + 200 // 100
+        assert svc.store.queue_totals("team-a")[0] == 198
+        assert [r.job_id for r in svc.store.jobs(queue="team-a")][:2] == ids[3:5]
+        for _ in range(2):  # room already made: no pruning
+            svc.submit(req, who)
+        assert len([e for e in svc.store.events() if e.kind == "pruned"]) == 1
+        assert svc.store.queue_totals("team-a") == (
+            200, sum(len(r.job.to_json()) for r in svc.store.jobs(queue="team-a")))
+    finally:
+        svc.stop()
+
+
 def test_a_finished_job_whose_run_still_drains_is_not_pruned(tmp_path: Path) -> None:
     svc = make_service(tmp_path / "state", start=False)
     try:
