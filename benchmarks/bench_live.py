@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import importlib.util
 import json
 import os
 import random
@@ -63,8 +64,11 @@ CLUSTER = "v100:4,t4:4"
 
 def _service(state: Path, cluster: ClusterSpec) -> LiveService:
     state.mkdir(parents=True)
+    # A tree with per-queue caps (tessera.live.totals): room for every job the benchmark sends.
+    caps = ", max_queued_jobs: 1000000, max_stored_jobs: 1000000" \
+        if importlib.util.find_spec("tessera.live.totals") else ""
     (state / CONFIG_NAME).write_text(
-        "queues:\n- {name: bench, nominal_gpus: 64}\n"
+        f"queues:\n- {{name: bench, nominal_gpus: 64{caps}}}\n"
         f"tokens:\n- {{name: admin, sha256: {hash_token(TOKEN)}, queue: null}}\n")
     work = default_work_dir(state)
     svc = LiveService(Store(state / "state.db"), LocalExecutor(work / "runs", grace_s=1.0),

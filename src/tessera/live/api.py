@@ -18,7 +18,15 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
  413   the body is larger than ``limits.body_bytes`` (a YAML body: ``limits.yaml_bytes``)
  422   the request fails validation, exceeds a limit, names an unknown flavor or queue, a
        checkpoint dir the service owns, or can never run; a query parameter out of range
+ 429   a submission over one of its queue's caps (``max_queued_jobs``,
+       ``max_stored_jobs``, ``max_stored_bytes``: :mod:`tessera.live.totals`); the
+       detail names the cap
 =====  =========================================================================
+
+``GET /api/jobs`` answers a page of lean job summaries (no ``command``, never ``env``; one
+job's ``GET /api/jobs/<id>`` has its command): the newest ``?limit=`` jobs (default
+``limits.list_page_jobs``, 500), oldest first, and ``next_before``, the cursor of the page of
+older jobs (``?before=<next_before>``; ``null`` on the last page).
 
 A 500 means a bug: it is answered as JSON too, and the service log has the traceback.
 """
@@ -50,7 +58,8 @@ from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.tenancy import Principal
-from tessera.live.visibility import cluster_json, job_json, queues_json
+from tessera.live.totals import OverCap
+from tessera.live.visibility import cluster_json, job_json, job_summary_json, queues_json
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
@@ -99,7 +108,7 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
 
     @app.exception_handler(SpecError)
     async def _spec_error(_req: Request, e: SpecError) -> JSONResponse:
-        code = 403 if isinstance(e, Forbidden) else 422
+        code = 403 if isinstance(e, Forbidden) else 429 if isinstance(e, OverCap) else 422
         return JSONResponse({"detail": str(e)}, status_code=code)
 
     @app.exception_handler(RequestValidationError)
@@ -141,12 +150,17 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     @app.get("/api/jobs")
     def list_jobs(state: str | None = Query(None, max_length=32),
                   limit: int | None = Query(None, ge=1, le=limits.list_limit_max),
+                  before: int | None = Query(None, ge=1, le=2**63 - 1),
                   who: Principal = Depends(principal)) -> dict[str, Any]:
-        recs = svc.store.jobs(queue=who.queue, limit=limit or limits.list_limit_max)
-        if state:
-            recs = [r for r in recs if r.state.value == state]
+        size = limit or min(limits.list_page_jobs, limits.list_limit_max)
+        recs = svc.store.jobs(queue=who.queue, limit=size + 1, state=state or None,
+                              before_seq=before)
+        more = len(recs) > size  # one more than the page: older jobs exist
+        if more:
+            recs = recs[1:]
         where = placements()
-        return {"jobs": [job_json(r, where.get(r.job_id)) for r in recs]}
+        return {"jobs": [job_summary_json(r, where.get(r.job_id)) for r in recs],
+                "next_before": recs[0].seq if more else None}
 
     @app.get("/api/jobs/{job_id}")
     def get_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:

@@ -59,10 +59,21 @@ class Client:
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._call("POST", "/api/jobs", json=request)
 
-    def jobs(self, state: str | None = None) -> list[dict[str, Any]]:
-        """Jobs visible to the token, optionally only those in ``state`` (``pending`` …)."""
-        params = {"state": state} if state else {}
-        return list(self._call("GET", "/api/jobs", params=params)["jobs"])
+    def jobs(self, state: str | None = None, most: int = 10_000) -> list[dict[str, Any]]:
+        """The newest ``most`` jobs visible to the token (summaries: no ``command``),
+        optionally only those in ``state`` (``pending`` …), oldest first; gathered page by
+        page from the server."""
+        params: dict[str, Any] = {"state": state} if state else {}
+        out: list[dict[str, Any]] = []
+        while len(out) < most:
+            page = self._call("GET", "/api/jobs", params={**params,
+                                                           "limit": min(most - len(out), 500)})
+            out = list(page["jobs"]) + out
+            cursor = page.get("next_before")
+            if cursor is None:
+                break
+            params["before"] = cursor
+        return out
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/api/jobs/{job_id}")

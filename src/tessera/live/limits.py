@@ -16,8 +16,12 @@ A request over a ceiling gets a 4xx answer that names the field and the limit:
                        read past the limit; a YAML body 64 KiB
  nesting        400    32 levels of JSON or YAML; YAML anchors and aliases are refused
  fields         422    see the attributes below
- ``?limit=``    422    1 .. 10,000 (also the most ``/api/jobs`` lists without it)
+ ``?limit=``    422    1 .. 10,000 jobs on a page of ``/api/jobs`` (500 without it)
 ==============  =====  ===============================================================
+
+The same section sets the default per-queue caps on what a tenant keeps stored
+(``queue_stored_jobs``, ``queue_queued_jobs``, ``queue_stored_bytes``; answered 429, see
+:mod:`tessera.live.totals`), which a queue may override.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ class ApiLimits:
         yaml_bytes: largest YAML body (YAML costs about ten times JSON's time to parse, and a
             job file is a few hundred bytes).
         nesting_depth: deepest nesting of lists and mappings in a JSON or YAML body.
-        list_limit_max: largest ``?limit=`` of ``/api/jobs``, and what it lists without one.
+        list_limit_max: largest ``?limit=`` of ``/api/jobs`` (jobs on one page).
+        list_page_jobs: jobs on a page of ``/api/jobs`` without ``?limit=``.
         command_items: most argv strings in ``command``.
         command_chars: most characters in ``command``, all argv strings together.
         model_chars: longest ``model``.
@@ -63,12 +68,16 @@ class ApiLimits:
         env_entries: most variables in ``env``.
         env_key_chars: longest variable name in ``env``.
         env_value_chars: longest variable value in ``env``.
+        queue_stored_jobs: default ``max_stored_jobs`` of a queue (:mod:`tessera.live.totals`).
+        queue_queued_jobs: default ``max_queued_jobs`` of a queue (unfinished jobs).
+        queue_stored_bytes: default ``max_stored_bytes`` of a queue (its jobs' stored specs).
     """
 
     body_bytes: Annotated[int, Field(ge=1024)] = 1_048_576
     yaml_bytes: Annotated[int, Field(ge=1024)] = 65_536
     nesting_depth: Annotated[int, Field(ge=4, le=100)] = 32
     list_limit_max: Annotated[int, Field(ge=1)] = 10_000
+    list_page_jobs: Annotated[int, Field(ge=1)] = 500
     command_items: Annotated[int, Field(ge=1)] = 256
     command_chars: Annotated[int, Field(ge=1)] = 8192
     model_chars: Annotated[int, Field(ge=1)] = 256
@@ -78,6 +87,9 @@ class ApiLimits:
     env_entries: Annotated[int, Field(ge=0)] = 128
     env_key_chars: Annotated[int, Field(ge=1)] = 256
     env_value_chars: Annotated[int, Field(ge=0)] = 32_768
+    queue_stored_jobs: Annotated[int, Field(ge=1)] = 10_000
+    queue_queued_jobs: Annotated[int, Field(ge=1)] = 1_000
+    queue_stored_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
 
     def violations(self, raw: Mapping[str, Any]) -> list[str]:
         """One line per field of a parsed request that exceeds a ceiling (empty when it fits).

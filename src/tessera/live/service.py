@@ -47,6 +47,7 @@ from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
+from tessera.live.totals import check_totals
 from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
@@ -145,6 +146,9 @@ class LiveService:
         Raises:
             Forbidden: a tenant submitting to another tenant's queue.
             Rejected: unknown queue, or a request no node/flavor/quota can ever satisfy.
+            OverCap: the queue is at one of its caps on stored or unfinished jobs or stored
+                bytes (:mod:`tessera.live.totals`; the queue's oldest finished jobs are
+                deleted first where that makes room).
         """
         queue = req.queue or who.queue or "default"
         if not who.may_see(queue):
@@ -164,6 +168,8 @@ class LiveService:
                       "borrowable)")
         if reason is not None:
             raise Rejected(f"rejected: {reason}")
+        # The spec's JSON is ASCII (json.dumps escapes the rest): its length is its bytes.
+        check_totals(self.store, queue, self.tenancy.caps(queue), len(job.to_json()), now_s)
         return NewJob(job, now_s, elastic_choice(req).note or "")
 
     def store_jobs(self, new: list[NewJob]) -> list[JobRecord]:
@@ -447,7 +453,9 @@ class LiveService:
             if note:
                 with self.store.tx() as db:
                     self.store.event(db, self.clock(), a.job_id, kind, f"run {a.run}: {note}")
-        env = job.env if batch is None else (*job.env, ("TESSERA_GLOBAL_BATCH", str(batch)))
+        env = self.store.env(a.job_id)  # records are lean: env is read for the launch alone
+        if batch is not None:
+            env = (*env, ("TESSERA_GLOBAL_BATCH", str(batch)))
         if host is not None:
             assert isinstance(self.executor, SharingExecutor)   # checked at construction
             mech = self.executor.sharing_mechanism(host)

@@ -20,6 +20,16 @@ The file holds every tenant's jobs and their ``env`` values, so it is created mo
 gives its ``-wal`` and ``-shm`` files the same mode) in the private state dir
 (:mod:`tessera.live.layout`).
 
+**Records are lean.** The records :meth:`Store.jobs` and :meth:`Store.get` return carry the
+job's spec *without* its ``env`` (``rec.job.env`` is empty): no view shows env, and the
+scheduler never needs it, so a listing after a restart, a dashboard poll or a round never pulls
+a megabyte of env per job into memory. Only a launch reads env, with :meth:`Store.env`,
+uncached. Decoded lean specs are kept in a bounded LRU cache (:mod:`tessera.live.spec_cache`).
+
+**Totals.** :meth:`Store.queue_totals` (jobs and spec bytes stored per queue, kept in memory
+once counted), :meth:`Store.count_unfinished` and :meth:`Store.prune_finished` serve the
+per-queue caps of :mod:`tessera.live.totals`.
+
 WAL with ``synchronous=NORMAL`` survives a killed process (the case we test: SIGKILL); only an
 operating-system crash can lose the last few commits.
 """
@@ -38,6 +48,7 @@ from typing import Any
 from tessera.live import memory
 from tessera.live.layout import create_private_file
 from tessera.live.spec import LiveJob
+from tessera.live.spec_cache import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, SpecCache
 from tessera.model.jobs import JobId, JobState, transition
 from tessera.sched.snapshot import Placement, QueueQuota
 
@@ -51,6 +62,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     final INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, steps_done REAL);
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(final, seq);
 CREATE INDEX IF NOT EXISTS jobs_seq ON jobs(seq);
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(queue, final, seq);
 CREATE TABLE IF NOT EXISTS queues (
     name TEXT PRIMARY KEY, nominal_gpus INTEGER NOT NULL, borrowing_limit_gpus INTEGER,
     weight REAL NOT NULL);
@@ -148,15 +160,18 @@ class Event:
     detail: str
 
 
-_JOB_COLS = ("spec_json, seq, state, attempts, runs, pending_since_s, last_run_end_s, "
+#: A job row's columns but its spec (``job_id`` first: the spec comes from the cache).
+_JOB_COLS = ("job_id, seq, state, attempts, runs, pending_since_s, last_run_end_s, "
              "first_start_s, finish_s, attained_gpu_s, run_s_json, reason, final, exit_code, "
              "steps_done")
+#: The spec as a lean record carries it: its ``env`` emptied by SQLite, so the values are
+#: never copied into Python at all.
+_LEAN_SPEC = "json_replace(spec_json, '$.env', json_object())"
+#: Most ids in one ``IN (...)`` (well under SQLite's host-parameter limit).
+_IN_BATCH = 500
 
 
-def _job(row: tuple[Any, ...], specs: dict[str, LiveJob]) -> JobRecord:
-    job = specs.get(row[0])
-    if job is None:  # specs never change: decode each once
-        job = specs[row[0]] = LiveJob.from_json(row[0])
+def _job(row: tuple[Any, ...], job: LiveJob) -> JobRecord:
     return JobRecord(job, row[1], JobState(row[2]), row[3], row[4], row[5],
                      row[6], row[7], row[8], row[9], json.loads(row[10]), row[11], bool(row[12]),
                      row[13], row[14])
@@ -181,7 +196,8 @@ def _alloc(row: tuple[Any, ...]) -> Allocation:
 class Store:
     """Thread-safe access to the state database (one connection, one lock)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, spec_cache_entries: int = DEFAULT_MAX_ENTRIES,
+                 spec_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         create_private_file(path)
         self.path = path
@@ -202,7 +218,10 @@ class Store:
         if "steps_done" not in {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}:
             self._db.execute("ALTER TABLE jobs ADD COLUMN steps_done REAL")
         self._lock = threading.RLock()
-        self._specs: dict[str, LiveJob] = {}
+        self.spec_cache: SpecCache[LiveJob] = SpecCache(spec_cache_entries, spec_cache_bytes)
+        self.specs_decoded = 0
+        """Specs decoded from their JSON so far (each a cache miss): a measure for tests."""
+        self._totals: dict[str, list[int]] = {}  # queue → [jobs, spec bytes], once counted
 
     def close(self) -> None:
         with self._lock:
@@ -275,18 +294,34 @@ class Store:
                             f"{s.num_gpus} GPU(s) on queue {s.queue}")
                 if n.note:
                     self._event(db, n.now_s, s.job_id, n.note_kind, None, None, n.note)
-                self._specs[text] = n.job
+                self._cache_lean(n.job, text)
+                totals = self._totals.get(s.queue)
+                if totals is not None:
+                    totals[0] += 1
+                    totals[1] += len(text)
                 out.append(JobRecord(n.job, seq, JobState.PENDING, 0, 0, n.now_s, None, None,
                                      None, 0.0, {}, "", False, None, 0.0))
         return out
 
     def get(self, job_id: str) -> JobRecord | None:
-        rows = self._read(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id=?", (job_id,))
-        return _job(rows[0], self._specs) if rows else None
+        """The job's record (lean: no ``env``, see the module docstring), or ``None``."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id=?",
+                                    (job_id,)).fetchall()
+            return self._records(rows)[0] if rows else None
 
     def jobs(self, active_only: bool = False, queue: str | None = None,
-             limit: int | None = None) -> list[JobRecord]:
-        """Jobs in submission order; ``active_only`` leaves out final ones."""
+             limit: int | None = None, state: str | None = None,
+             before_seq: int | None = None) -> list[JobRecord]:
+        """Jobs in submission order, lean (no ``env``, see the module docstring).
+
+        Args:
+            active_only: leave out final jobs.
+            queue: only this queue's jobs.
+            limit: only the newest ``limit`` of the jobs that match (still oldest first).
+            state: only jobs in this state (a :class:`~tessera.model.jobs.JobState` value).
+            before_seq: only jobs submitted before the one with this ``seq`` (a page's cursor).
+        """
         where: list[str] = []
         args: list[object] = []
         if active_only:
@@ -294,6 +329,12 @@ class Store:
         if queue is not None:
             where.append("queue=?")
             args.append(queue)
+        if state is not None:
+            where.append("state=?")
+            args.append(state)
+        if before_seq is not None:
+            where.append("seq<?")
+            args.append(before_seq)
         sql = f"SELECT {_JOB_COLS} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -301,9 +342,115 @@ class Store:
         if limit is not None:
             sql += " DESC LIMIT ?"
             args.append(limit)
-        rows = self._read(sql, tuple(args))
-        out = [_job(r, self._specs) for r in rows]
+        with self._lock:
+            out = self._records(self._db.execute(sql, tuple(args)).fetchall())
         return out[::-1] if limit is not None else out
+
+    def env(self, job_id: str) -> tuple[tuple[str, str], ...]:
+        """The job's ``env`` (sorted by name), read for a launch and never cached; ``()`` for
+        an unknown job."""
+        rows = self._read("SELECT json_extract(spec_json, '$.env') FROM jobs WHERE job_id=?",
+                          (job_id,))
+        if not rows or rows[0][0] is None:
+            return ()
+        return tuple(sorted(json.loads(rows[0][0]).items()))
+
+    def _records(self, rows: list[tuple[Any, ...]]) -> list[JobRecord]:
+        """Records of ``rows`` (``_JOB_COLS``), their specs from the cache or decoded lean
+        (the caller holds the lock)."""
+        specs: dict[str, LiveJob] = {}
+        missing: list[str] = []
+        for r in rows:
+            job = self.spec_cache.get(r[0])
+            if job is None:
+                missing.append(r[0])
+            else:
+                specs[r[0]] = job
+        missing = list(dict.fromkeys(missing))
+        for i in range(0, len(missing), _IN_BATCH):
+            ids = missing[i:i + _IN_BATCH]
+            marks = ",".join("?" * len(ids))
+            for jid, text in self._db.execute(
+                    f"SELECT job_id, {_LEAN_SPEC} FROM jobs WHERE job_id IN ({marks})", ids):
+                job = specs[jid] = LiveJob.from_json(text)
+                self.spec_cache.put(jid, job, len(text))
+                self.specs_decoded += 1
+        return [_job(r, specs[r[0]]) for r in rows]
+
+    def _cache_lean(self, job: LiveJob, text: str) -> None:
+        """Cache a job just stored, without its env (what a decode would give)."""
+        if job.env:
+            env_chars = sum(len(k) + len(v) + 6 for k, v in job.env)
+            job = replace(job, env=())
+            self.spec_cache.put(job.spec.job_id, job, max(len(text) - env_chars, 0))
+        else:
+            self.spec_cache.put(job.spec.job_id, job, len(text))
+
+    # -- totals per queue (tessera.live.totals) ----------------------------------------------
+
+    def queue_totals(self, queue: str) -> tuple[int, int]:
+        """Jobs stored in ``queue`` and the bytes of their specs (JSON, env and command
+        included). Counted with one query the first time a queue is asked about, then kept up
+        to date as jobs are added and pruned."""
+        with self._lock:
+            totals = self._totals.get(queue)
+            if totals is None:
+                count, size = self._db.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(length(spec_json)), 0) FROM jobs "
+                    "WHERE queue=?", (queue,)).fetchone()
+                totals = self._totals[queue] = [int(count), int(size)]
+            return totals[0], totals[1]
+
+    def count_unfinished(self, queue: str, most: int | None = None) -> int:
+        """Jobs of ``queue`` that are not final (pending, admitted or running), counted up to
+        ``most`` at most (a cap's check stops there: the count walks the ``jobs_queue``
+        index, about 50 ns a job)."""
+        sql = "SELECT 1 FROM jobs WHERE queue=? AND final=0"
+        if most is None:
+            return int(self._read(f"SELECT COUNT(*) FROM ({sql})", (queue,))[0][0])
+        return int(self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (queue, most))[0][0])
+
+    def prune_finished(self, queue: str, jobs: int, size_bytes: int,
+                       now_s: float) -> tuple[int, int]:
+        """Delete ``queue``'s oldest finished jobs until at least ``jobs`` jobs and
+        ``size_bytes`` bytes of specs are gone, or none is left to delete.
+
+        Only a final job none of whose runs still holds GPUs (a cancelled job's run may still
+        be draining) is deleted, with its events and allocations; an unfinished job never is.
+        One ``pruned`` event (no job) records how many went.
+
+        Returns:
+            the jobs and spec bytes deleted.
+        """
+        holding = ",".join("?" * len(HOLDING))
+        gone: list[str] = []
+        freed = 0
+        with self.tx() as db:
+            # Stepped one row at a time: SQLite measures only the specs of the jobs taken.
+            rows = db.execute(
+                f"SELECT job_id, length(spec_json) FROM jobs WHERE queue=? AND final=1 AND "
+                f"job_id NOT IN (SELECT job_id FROM allocations WHERE status IN ({holding})) "
+                "ORDER BY seq", (queue, *HOLDING))
+            while len(gone) < jobs or freed < size_bytes:
+                row = rows.fetchone()
+                if row is None:
+                    break
+                gone.append(row[0])
+                freed += int(row[1])
+            rows.close()
+            for table in ("jobs", "events", "allocations"):
+                db.executemany(f"DELETE FROM {table} WHERE job_id=?", [(j,) for j in gone])
+            if gone:
+                self._event(db, now_s, None, "pruned", None, None,
+                            f"queue {queue}: {len(gone)} finished job(s), {freed} bytes, "
+                            "deleted to make room (stored-job caps)")
+            for jid in gone:
+                self.spec_cache.discard(jid)
+            totals = self._totals.get(queue)
+            if totals is not None:
+                totals[0] -= len(gone)
+                totals[1] -= freed
+        return len(gone), freed
 
     def count_jobs(self, queue: str | None = None) -> dict[str, int]:
         """Jobs per state, of one queue or of all."""

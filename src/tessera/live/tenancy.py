@@ -21,7 +21,9 @@ printed once, when it is made (on first start for the admin, or by :func:`add_to
 makes admin tokens too, offline, for an admin who lost theirs).
 
 A queue may also say how its jobs run: ``run_as: USER`` (jobs run as that user; overrides
-``tessera serve --run-as``) and ``max_runtime_s`` (the default runtime limit of its jobs).
+``tessera serve --run-as``) and ``max_runtime_s`` (the default runtime limit of its jobs); and
+how much it may keep: ``max_queued_jobs``, ``max_stored_jobs`` and ``max_stored_bytes``
+(defaults in ``limits:``; :mod:`tessera.live.totals`).
 
 **Sharing GPUs.** ``sharing: true`` lets a packing policy put the queue's jobs on GPUs another
 job holds (co-location: two training jobs on one GPU, by MPS or time-slicing; docs/live.md).
@@ -45,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tessera.errors import SpecError
 from tessera.live.layout import CONFIG_FILE, check_private, write_private
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
+from tessera.live.totals import QueueCaps
 from tessera.sched.snapshot import QueueQuota
 
 CONFIG_NAME = CONFIG_FILE
@@ -59,6 +62,9 @@ class _QueueEntry(BaseModel):
     run_as: str | None = Field(None, min_length=1)
     max_runtime_s: float | None = Field(None, gt=0)
     sharing: bool = Field(False, strict=True)
+    max_stored_jobs: int | None = Field(None, ge=1)
+    max_queued_jobs: int | None = Field(None, ge=1)
+    max_stored_bytes: int | None = Field(None, ge=1024)
 
 
 class _TokenEntry(BaseModel):
@@ -110,6 +116,8 @@ class Tenancy:
             ``/api/cluster`` (off: only their own queue and the cluster's capacity).
         job_defaults: how each queue's jobs run (user, runtime limit), where the queue says.
         sharing_queues: the queues whose jobs may share GPUs (``sharing: true``).
+        queue_caps: each queue's caps on stored and unfinished jobs and stored bytes, where
+            it sets one (:meth:`caps` fills in the ``limits:`` defaults).
     """
 
     quotas: dict[str, QueueQuota]
@@ -118,6 +126,15 @@ class Tenancy:
     limits: ApiLimits = DEFAULT_LIMITS
     job_defaults: dict[str, JobDefaults] = field(default_factory=dict)
     sharing_queues: frozenset[str] = frozenset()
+    queue_caps: dict[str, QueueCaps] = field(default_factory=dict)
+
+    def caps(self, queue: str) -> QueueCaps:
+        """``queue``'s caps (:mod:`tessera.live.totals`): its own, else ``limits:``'s."""
+        own = self.queue_caps.get(queue)
+        if own is not None:
+            return own
+        lim = self.limits
+        return QueueCaps(lim.queue_stored_jobs, lim.queue_queued_jobs, lim.queue_stored_bytes)
 
     def shares(self, queue: str) -> bool:
         """Whether ``queue``'s jobs may share GPUs with other jobs."""
@@ -170,7 +187,12 @@ def load_tenancy(state_dir: Path) -> Tenancy:
     defaults = {q.name: JobDefaults(q.run_as, q.max_runtime_s) for q in cfg.queues
                 if q.run_as is not None or q.max_runtime_s is not None}
     sharing = frozenset(q.name for q in cfg.queues if q.sharing)
-    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing)
+    lim = cfg.limits
+    caps = {q.name: QueueCaps(q.max_stored_jobs or lim.queue_stored_jobs,
+                              q.max_queued_jobs or lim.queue_queued_jobs,
+                              q.max_stored_bytes or lim.queue_stored_bytes)
+            for q in cfg.queues}
+    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing, caps)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:

@@ -30,13 +30,23 @@ if TYPE_CHECKING:
 
 
 def job_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
-    """The public view of a job (no ``env``: see the module docstring)."""
+    """The public view of one job (no ``env``: see the module docstring): its summary and its
+    ``command``."""
+    out = job_summary_json(rec, placement)
+    out["command"] = list(rec.job.argv)
+    return out
+
+
+def job_summary_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
+    """A job as listings show it (``GET /api/jobs``, the dashboard's poll): :func:`job_json`
+    without ``command``, whose 8 KiB per job made a poll of a few hundred jobs megabytes; the
+    command is one ``GET /api/jobs/<id>`` away."""
     s = rec.job.spec
     return {
         "job_id": rec.job_id, "name": rec.job.name, "queue": rec.queue, "state": rec.state.value,
         "final": rec.final, "gpus": s.num_gpus, "flavors": [f.short for f in s.flavors],
         "priority": s.priority_weight, "max_retries": s.max_retries, "attempts": rec.attempts,
-        "runs": rec.runs, "command": list(rec.job.argv), "model": rec.job.model,
+        "runs": rec.runs, "model": rec.job.model,
         "job_type": s.job_type, "requires_locality": s.requires_locality,
         "submitted_s": s.submit_time_s, "started_s": rec.first_start_s,
         "finished_s": rec.finish_s, "reason": rec.reason, "exit_code": rec.exit_code,
