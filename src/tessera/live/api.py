@@ -142,15 +142,16 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
               openapi_extra={"security": [{"HTTPBearer": []}]})
     async def submit(request: Request) -> JSONResponse:
         # Ordinary submissions are answered by FastSubmit before they get here; this route
-        # takes the rest (YAML, large bodies, refusals) and gives each its status and message.
+        # takes the rest (YAML, large bodies, keyed submissions, refusals) and gives each its
+        # status and message.
         who = await principal(await _bearer(request))
         ctype = request.headers.get("content-type", "application/json")
         body = await request.body()
         key = check_key(request.headers.get(HEADER))
         if key is None:
             # The job view is plain JSON values: answered as is, without FastAPI's encoder.
-            rec = await commit.store(await admitted(body, ctype, who))
-            return JSONResponse(job_json(rec), status_code=201)
+            stored = await commit.store(await admitted(body, ctype, who))
+            return JSONResponse(job_json(stored), status_code=201)
         owner, digest = principal_of(who.name, who.queue), body_digest(body, ctype)
 
         async def create() -> str:

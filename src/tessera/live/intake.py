@@ -9,14 +9,14 @@ job is never lost. Two things make that cheap under load:
   in that turn have queued theirs. One ``COMMIT`` (and one wake-up of the scheduling loop) then
   serves them all, and each request is answered after that commit. A lone submission is
   committed alone, at once: no timer, no added latency.
-* **The short path** (:class:`FastSubmit`). ``POST /api/jobs`` with a small JSON body and a
-  known token and no ``Idempotency-Key`` -- every ordinary submission -- is answered by a plain ASGI handler in front of
-  FastAPI's routing, exception and dependency layers, which cost more CPU than the submission
-  itself. It runs exactly the route's checks (:func:`admit_body`). Anything else -- no or an
-  unknown token, YAML, a large body, a keyed request (:mod:`tessera.live.idempotency`), a
-  request the checks refuse -- is handed to the FastAPI
-  route with the body replayed, so every error keeps the one status and message the API
-  documents (a refused request is then checked twice; refusals are not the hot path).
+* **The short path** (:class:`FastSubmit`). ``POST /api/jobs`` with a small JSON body, a
+  known token and no ``Idempotency-Key`` -- every ordinary submission -- is answered by a
+  plain ASGI handler in front of FastAPI's routing, exception and dependency layers, which
+  cost more CPU than the submission itself. It runs exactly the route's checks
+  (:func:`admit_body`). Anything else -- no or an unknown token, YAML, a large body, a keyed
+  request (:mod:`tessera.live.idempotency`), a request the checks refuse -- is handed to the
+  FastAPI route with the body replayed, so every error keeps the one status and message the
+  API documents (a refused request is then checked twice; refusals are not the hot path).
 """
 
 from __future__ import annotations
