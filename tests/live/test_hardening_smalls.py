@@ -36,8 +36,6 @@ from tessera.live.executors.base import (
     rank_envs,
     read_log_file,
 )
-from tessera.live.headers import API_CSP, DASHBOARD_CSP
-from tessera.live.idempotency import KEY_TTL_S
 from tessera.live.layout import default_work_dir
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.spec import validate_request
@@ -50,6 +48,10 @@ from tests.live.test_api_fuzz import InertExecutor
 from tests.live.test_durability import _start, _wait_up
 
 JOB = {"name": "plain", "command": "true"}
+KEY_TTL_S = 24 * 3600.0
+DASHBOARD_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                 "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+API_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 # -- 1. every API integer bounded before it reaches SQLite ------------------------------------
 
@@ -321,7 +323,7 @@ def test_a_kill_9_between_commit_and_answer_then_a_retry_stores_one_job(tmp_path
 
 def test_the_client_retries_a_keyed_submission_once_with_the_same_key(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_module, "SUBMIT_RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(client_module, "SUBMIT_RETRY_PAUSE_S", 0.0, raising=False)
     seen: list[str | None] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -330,8 +332,8 @@ def test_the_client_retries_a_keyed_submission_once_with_the_same_key(
             raise httpx.RemoteProtocolError("server disconnected", request=request)
         return httpx.Response(200, json={"job_id": "j-1", "replayed": True})
 
-    c = Client("http://x", "t", transport=httpx.MockTransport(answer))
-    assert c.submit_yaml("name: a\ncommand: b\n", "k")["replayed"] is True
+    c = Client("http://x", "t", transport=httpx.MockTransport(answer))  # type: ignore[call-arg]
+    assert c.submit_yaml("name: a\ncommand: b\n", "k")["replayed"] is True  # type: ignore[call-arg]
     assert seen == ["k", "k"]
     seen.clear()
     with pytest.raises(ServiceUnreachable):  # no key: never retried (it could store twice)

@@ -56,7 +56,9 @@ def register(app: typer.Typer) -> None:
                     return
             elif offset == 0 and got["skipped_bytes"]:
                 typer.echo(f"[first {got['skipped_bytes']} bytes no longer kept]", err=True)
-            typer.echo(got["text"] if raw else safe(got["text"], keep_lines=True), nl=False)
+            # color=True: click would strip colour sequences from raw output to a pipe
+            typer.echo(got["text"] if raw else safe(got["text"], keep_lines=True), nl=False,
+                       color=True if raw else None)
             offset = got["next_offset"]
             ended = got["run"] is not None and not got["running"]
             if not follow or (ended and not got["text"]) or (got["final"] and not got["text"]):
