@@ -187,7 +187,9 @@ def test_no_validation_pattern_in_the_service_uses_match_with_dollar(tmp_path: P
     """Every pattern of the live service and the CLI is used whole: no ``re.match`` against a
     pattern ending in ``$``, and pydantic patterns end in ``$`` only where the Rust engine
     (whose ``$`` is the end of the text) runs them -- both checked on a trailing newline."""
-    src = Path(__file__).resolve().parents[2] / "src" / "tessera"
+    import tessera
+
+    src = Path(tessera.__file__).parent  # the sources under test
     for path in [*(src / "live").rglob("*.py"), *(src / "cli").glob("*.py")]:
         text = path.read_text()
         for m in re.finditer(r're\.compile\(r?"([^"]*)"', text):
@@ -332,8 +334,8 @@ def test_the_client_retries_a_keyed_submission_once_with_the_same_key(
             raise httpx.RemoteProtocolError("server disconnected", request=request)
         return httpx.Response(200, json={"job_id": "j-1", "replayed": True})
 
-    c = Client("http://x", "t", transport=httpx.MockTransport(answer))  # type: ignore[call-arg]
-    assert c.submit_yaml("name: a\ncommand: b\n", "k")["replayed"] is True  # type: ignore[call-arg]
+    c = Client("http://x", "t", transport=httpx.MockTransport(answer))
+    assert c.submit_yaml("name: a\ncommand: b\n", "k")["replayed"] is True
     assert seen == ["k", "k"]
     seen.clear()
     with pytest.raises(ServiceUnreachable):  # no key: never retried (it could store twice)
@@ -394,8 +396,9 @@ NODE = shutil.which("node")
 def test_the_dashboard_shows_control_characters_as_escapes() -> None:
     """The dashboard's ``visible()`` (what every table cell goes through) turns control and
     bidi characters into visible escapes; run with node on the shipped script."""
-    js = (Path(__file__).resolve().parents[2] / "src" / "tessera" / "web" /
-          "dashboard.js").read_text()
+    from importlib import resources
+
+    js = resources.files("tessera.web").joinpath("dashboard.js").read_text()
     unsafe = re.search(r"^const UNSAFE = .*$", js, re.M)
     visible = re.search(r"^function visible\(text\) \{\n.*?\n\}$", js, re.M | re.S)
     assert unsafe and visible
