@@ -29,11 +29,11 @@ async function api(path) {
   return r.json();
 }
 async function refresh() {
-  if (!token) { document.getElementById("login").classList.add("shown"); return; }
+  if (!token) { document.getElementById("login").style.display = "block"; return; }
   try {
     const [cluster, queues, jobs] = await Promise.all([
       api("/api/cluster"), api("/api/queues"), api("/api/jobs?limit=200")]);
-    document.getElementById("login").classList.remove("shown");
+    document.getElementById("login").style.display = "none";
     // A tenant's view holds its own queue's GPUs only (queue_used_gpus); the admin's, all.
     const mine = cluster.view === "queue";
     document.getElementById("use").textContent = mine ? "used by " + cluster.queue : "in use";
@@ -68,7 +68,7 @@ async function refresh() {
     document.getElementById("status").textContent = "error: " + visible(e.message);
     if (e.message === "unauthorized") {
       token = null; sessionStorage.removeItem("tessera-token");
-      document.getElementById("login").classList.add("shown");
+      document.getElementById("login").style.display = "block";
     }
   }
 }
