@@ -1,7 +1,8 @@
 """The dashboard as a person sees it, in headless Chromium.
 
-The page is plain HTML whose inline script polls the JSON API; Chromium runs the script and
-``--dump-dom`` prints the page after it did, which is what a person would read on screen.
+The page is plain HTML whose script (``/dashboard.js``, under the page's CSP) polls the JSON
+API; Chromium runs the script and ``--dump-dom`` prints the page after it did, which is what a
+person would read on screen.
 """
 
 from __future__ import annotations

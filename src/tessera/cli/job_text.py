@@ -4,13 +4,16 @@ The API answers with raw values (epoch seconds, ``None`` for "not yet", a list o
 names); scripts want those and get them with ``--json``. A person wants local times,
 durations such as ``1h 02m``, and no ``None``: a field that does not apply is left out, and a
 waiting job says it is not placed. The functions here are pure (``now_s`` is a parameter), so
-tests can pin every line.
+tests can pin every line. Every value is printed terminal-safe (:func:`tessera.cli.terminal.safe`):
+a job's name, command, reason and events are a tenant's text.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+
+from tessera.cli.terminal import safe
 
 LABEL_WIDTH = 10
 
@@ -92,13 +95,13 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
     if job.get("exit_code") is not None:
         rows.append(("exit code", str(job["exit_code"])))
     rows += _times(job, now_s)
-    lines = [f"{label:>{LABEL_WIDTH}}: {value}" for label, value in rows]
+    lines = [f"{label:>{LABEL_WIDTH}}: {safe(value)}" for label, value in rows]
     events = job.get("events") or []
     if events:
         lines.append("events:")
     for e in events:
         what = (f"{e['from']} → {e['to']}" if e["from"] else f"→ {e['to']}") if e["to"] \
             else e["kind"]
-        lines.append(f"  {local_time(e['ts_s'])}  {what}" + (f"  {e['detail']}"
-                                                             if e["detail"] else ""))
+        lines.append(safe(f"  {local_time(e['ts_s'])}  {what}" + (f"  {e['detail']}"
+                                                                  if e["detail"] else "")))
     return lines

@@ -1,16 +1,21 @@
 """``tessera serve`` and the client commands of the live service.
 
 Client commands talk to a running service: ``--server`` / ``TESSERA_SERVER`` (default
-``http://127.0.0.1:8470``) and ``--token`` / ``TESSERA_TOKEN``: the admin token that the first
-``tessera serve`` printed, or a tenant token from ``tessera token-add``. ``--json`` prints the
-API's answer as JSON for scripts. A refused token or an unreachable service ends in one error
-line plus a hint on what to do. Heavy imports (httpx, FastAPI, Ray) happen inside the commands.
+``http://127.0.0.1:8470``) and a token: the admin token that the first ``tessera serve``
+printed, or a tenant token from ``tessera token-add``, read from ``--token-file PATH`` or the
+``TESSERA_TOKEN`` variable (``--token TOKEN`` works too, with a warning: a command line is
+visible to every user of the machine in ``ps``). ``--json`` prints the API's answer as JSON for
+scripts. A refused token or an unreachable service ends in one error line plus a hint on what
+to do. Every string of the service's answers is printed through
+:func:`tessera.cli.terminal.safe`, so a tenant's job cannot send escape sequences to the
+reader's terminal. Heavy imports (httpx, FastAPI, Ray) happen inside the commands.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +29,10 @@ from tessera.cli.options import (
     SERVER,
     STATE,
     TOKEN,
+    TOKEN_FILE,
 )
 from tessera.cli.settings_flags import settings_flags
+from tessera.cli.terminal import safe
 from tessera.model.jobs import JobState
 from tessera.sched.settings import SchedulerSettings
 
@@ -33,18 +40,49 @@ JOB_ID = typer.Argument(..., metavar="JOB_ID", help="Job id, as `tessera submit`
                         "`tessera jobs` shows it (j-…).")
 STATES = ", ".join(s.value for s in JobState)
 
-NO_TOKEN_HINT = ("pass --token TOKEN or set TESSERA_TOKEN: the first `tessera serve` printed "
-                 "the admin token once, and `tessera token-add NAME --queue QUEUE` makes "
-                 "tenant tokens")
-UNKNOWN_TOKEN_HINT = ("this service does not know the token from --token / TESSERA_TOKEN; a "
-                      "token from `tessera token-add` counts once the service restarts")
+NO_TOKEN_HINT = ("set TESSERA_TOKEN or pass --token-file PATH (--token TOKEN works but shows "
+                 "it in `ps`): the first `tessera serve` printed the admin token once, and "
+                 "`tessera token-add NAME --queue QUEUE` makes tenant tokens")
+UNKNOWN_TOKEN_HINT = ("this service does not know the token from --token-file / TESSERA_TOKEN / "
+                      "--token; a token from `tessera token-add` counts once the service "
+                      "restarts")
+TOKEN_IN_PS_WARNING = ("warning: --token shows the token to every user of this machine (`ps`); "
+                       "use --token-file PATH or TESSERA_TOKEN")
 UNREACHABLE_HINT = "is `tessera serve` running there? Point --server or TESSERA_SERVER at it"
 
 
-def _client(server: str | None, token: str | None) -> Any:
+def _client(server: str | None, token: str | None, token_file: Path | None = None) -> Any:
     from tessera.live.client import Client
 
-    return Client(server, token)
+    return Client(server, _run(lambda: resolve_token(token, token_file)))
+
+
+def resolve_token(token: str | None, token_file: Path | None) -> str | None:
+    """The token a client command uses: ``--token-file``'s, else ``--token``'s (with a warning
+    on stderr), else ``TESSERA_TOKEN``'s (``None``: no token at all).
+
+    Raises:
+        SpecError: both flags, or a token file that cannot be read or is empty.
+    """
+    import os
+
+    from tessera.errors import SpecError
+
+    if token is not None and token_file is not None:
+        raise SpecError("give --token-file or --token, not both")
+    if token_file is not None:
+        try:
+            text = token_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"cannot read the token file {token_file}: "
+                            f"{getattr(e, 'strerror', None) or e}") from None
+        if not text:
+            raise SpecError(f"the token file {token_file} is empty")
+        return text
+    if token is not None:
+        typer.secho(TOKEN_IN_PS_WARNING, err=True, fg=typer.colors.YELLOW)
+        return token
+    return os.environ.get("TESSERA_TOKEN")
 
 
 def hint_for(error: Exception) -> str | None:
@@ -65,7 +103,7 @@ def _run(fn: Any) -> Any:
     try:
         return fn()
     except TesseraError as e:
-        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        typer.secho(f"error: {safe(e)}", err=True, fg=typer.colors.RED)
         hint = hint_for(e)
         if hint:
             typer.secho(f"hint: {hint}", err=True)
@@ -73,14 +111,17 @@ def _run(fn: Any) -> Any:
 
 
 def _table(title: str, cols: list[str], rows: list[list[Any]]) -> None:
+    """A table of the service's values: each cell terminal-safe, and plain text (a ``[red]``
+    in a job's reason is not rich markup)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=title)
+    t = Table(title=Text(safe(title)))
     for c in cols:
-        t.add_column(c)
+        t.add_column(Text(safe(c)))
     for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
+        t.add_row(*[Text("" if v is None else safe(v)) for v in r])
     Console(width=160).print(t)
 
 
@@ -161,9 +202,14 @@ def register(app: typer.Typer) -> None:
     def submit(
         path: Path = typer.Argument(..., metavar="PATH", help="Job YAML file (fields in "
                                     "docs/live.md; examples/job-resnet.yaml is one)."),
-        server: str = SERVER, token: str = TOKEN, as_json: bool = JSON,
+        server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
+        as_json: bool = JSON,
     ) -> None:
-        """Submit a job YAML (validated here first, then by the service)."""
+        """Submit a job YAML (validated here first, then by the service).
+
+        Each submission carries a new random Idempotency-Key; when the connection fails it is
+        sent once more with the same key, so a retry never stores the job twice.
+        """
         from tessera.live.spec import parse_request
 
         def go() -> dict[str, Any]:
@@ -174,18 +220,21 @@ def register(app: typer.Typer) -> None:
             except OSError as e:
                 raise SpecError(f"cannot read {path}: {e.strerror}") from None
             parse_request(text)
-            return _client(server, token).submit_yaml(text)
+            return _client(server, token, token_file).submit_yaml(text, str(uuid.uuid4()))
 
         job = _run(go)
+        again = " (already stored by the first try)" if job.get("replayed") else ""
         typer.echo(json.dumps(job, indent=2) if as_json else
-                   f"submitted {job['job_id']} ({job['name']}) to queue {job['queue']}")
+                   safe(f"submitted {job['job_id']} ({job['name']}) to queue "
+                        f"{job['queue']}{again}"))
 
     @app.command("jobs", epilog="Example: tessera jobs --status pending")
     def jobs_cmd(status: str = typer.Option(None, "--status", callback=_status,
                                             help=f"Only jobs in this state: {STATES}."),
-                 server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
+                 server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
+                 as_json: bool = JSON) -> None:
         """List jobs (a tenant sees its own queue; the admin sees all)."""
-        rows = _run(lambda: _client(server, token).jobs(status))
+        rows = _run(lambda: _client(server, token, token_file).jobs(status))
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
@@ -195,11 +244,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command(epilog="Example: tessera job j-1a2b3c4d5e")
     def job(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,
-            as_json: bool = JSON) -> None:
+            token_file: Path = TOKEN_FILE, as_json: bool = JSON) -> None:
         """Show one job and its event history (local times; --json keeps the raw values)."""
         from tessera.cli.job_text import job_lines
 
-        j = _run(lambda: _client(server, token).job(job_id))
+        j = _run(lambda: _client(server, token, token_file).job(job_id))
         if as_json:
             typer.echo(json.dumps(j, indent=2))
             return
@@ -208,29 +257,30 @@ def register(app: typer.Typer) -> None:
 
     @app.command(epilog="Example: tessera cancel j-1a2b3c4d5e")
     def cancel(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,
-               as_json: bool = JSON) -> None:
+               token_file: Path = TOKEN_FILE, as_json: bool = JSON) -> None:
         """Cancel a job (a running gang is stopped with SIGTERM, then killed after grace)."""
-        j = _run(lambda: _client(server, token).cancel(job_id))
+        j = _run(lambda: _client(server, token, token_file).cancel(job_id))
         typer.echo(json.dumps(j, indent=2) if as_json else
-                   f"cancelled {j['job_id']} (was {j['was']})")
+                   safe(f"cancelled {j['job_id']} (was {j['was']})"))
 
     @app.command(epilog="Example: tessera explain j-1a2b3c4d5e")
     def explain(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,
-                as_json: bool = JSON) -> None:
+                token_file: Path = TOKEN_FILE, as_json: bool = JSON) -> None:
         """Why a job waits and where it would go."""
-        e = _run(lambda: _client(server, token).explain(job_id))
+        e = _run(lambda: _client(server, token, token_file).explain(job_id))
         if as_json:
             typer.echo(json.dumps(e, indent=2))
             return
-        typer.echo(f"{e['job_id']} ({e['name']}): {e['state']}, {e['gpus']} GPU(s) of "
-                   f"{'/'.join(e['flavors']) or 'any flavor'}")
+        typer.echo(safe(f"{e['job_id']} ({e['name']}): {e['state']}, {e['gpus']} GPU(s) of "
+                        f"{'/'.join(e['flavors']) or 'any flavor'}"))
         for line in e["lines"]:
-            typer.echo(f"  - {line}")
+            typer.echo(f"  - {safe(line)}")
 
     @app.command(epilog="Example: tessera queues --json")
-    def queues(server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
+    def queues(server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
+               as_json: bool = JSON) -> None:
         """Tenant queues: quota, GPUs in use, jobs waiting and running (a tenant: its own)."""
-        qs = _run(lambda: _client(server, token).queues())
+        qs = _run(lambda: _client(server, token, token_file).queues())
         if as_json:
             typer.echo(json.dumps(qs, indent=2))
             return
@@ -240,9 +290,10 @@ def register(app: typer.Typer) -> None:
                  q["running"]] for q in qs])
 
     @app.command("cluster", epilog="Example: tessera cluster --json")
-    def cluster_cmd(server: str = SERVER, token: str = TOKEN, as_json: bool = JSON) -> None:
+    def cluster_cmd(server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
+                    as_json: bool = JSON) -> None:
         """GPU flavors of the cluster and how many are in use (for a tenant: by its queue)."""
-        c = _run(lambda: _client(server, token).cluster())
+        c = _run(lambda: _client(server, token, token_file).cluster())
         if as_json:
             typer.echo(json.dumps(c, indent=2))
             return

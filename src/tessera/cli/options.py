@@ -53,9 +53,13 @@ RUN_OUT = typer.Option(None, "--out", help="Output folder (default: a new folder
 
 SERVER = typer.Option(None, "--server", envvar="TESSERA_SERVER", show_default=False,
                       help="URL of the running service (default http://127.0.0.1:8470).")
-TOKEN = typer.Option(None, "--token", envvar="TESSERA_TOKEN", show_default=False,
-                     help="Bearer token: the admin token `tessera serve` printed on first "
-                          "start, or a tenant token from `tessera token-add`.")
+TOKEN = typer.Option(None, "--token", show_default=False,
+                     help="Bearer token on the command line (visible to every user in `ps`: "
+                          "prefer --token-file or TESSERA_TOKEN).")
+TOKEN_FILE = typer.Option(None, "--token-file", show_default=False, metavar="PATH",
+                          help="File holding the bearer token (the admin token `tessera serve` "
+                               "printed on first start, or a tenant token from `tessera "
+                               "token-add`); else TESSERA_TOKEN.")
 STATE = typer.Option(Path.home() / ".tessera", "--state",
                      help="State directory of the live service (job store, tenancy, token "
                           "hashes; private to the service, 0700).")

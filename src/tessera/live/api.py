@@ -9,7 +9,7 @@ schema pages (``/docs``, ``/redoc``, ``/openapi.json``) exist only with ``tesser
 Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx status:
 
 =====  =========================================================================
- 400   the body is not valid JSON/YAML, or nests too deeply
+ 400   the body is not valid JSON/YAML, or nests too deeply; a malformed ``Idempotency-Key``
  401   missing or unknown token
  403   a tenant submitting to a queue that is not its own
  404   no such job (or not yours), no such page
@@ -18,6 +18,8 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
  413   the body is larger than ``limits.body_bytes`` (a YAML body: ``limits.yaml_bytes``)
  422   the request fails validation, exceeds a limit, names an unknown flavor or queue, a
        checkpoint dir the service owns, or can never run; a query parameter out of range
+       (every integer parameter has bounds, checked before it reaches the store); an
+       ``Idempotency-Key`` already used for a different request
  429   a submission over one of its queue's caps (``max_queued_jobs``,
        ``max_stored_jobs``, ``max_stored_bytes``: :mod:`tessera.live.totals`); the
        detail names the cap
@@ -29,23 +31,38 @@ job's ``GET /api/jobs/<id>`` has its command): the newest ``?limit=`` jobs (defa
 older jobs (``?before=<next_before>``; ``null`` on the last page).
 
 A 500 means a bug: it is answered as JSON too, and the service log has the traceback.
+
+``POST /api/jobs`` takes an ``Idempotency-Key`` header (:mod:`tessera.live.idempotency`): the
+same key from the same caller answers the job it first stored (``200``, ``"replayed": true``).
+Every answer carries the security headers of :mod:`tessera.live.headers` (CSP, no framing).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from tessera.errors import SpecError
 from tessera.live.explain import explain
+from tessera.live.headers import SecurityHeaders
+from tessera.live.idempotency import (
+    HEADER,
+    REPLAYED_HEADER,
+    KeysInFlight,
+    KeyUse,
+    body_digest,
+    check_key,
+    principal_of,
+)
 from tessera.live.intake import (
     INLINE_BODY_BYTES,
     FastSubmit,
@@ -56,7 +73,8 @@ from tessera.live.intake import (
 )
 from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
-from tessera.live.store import HOLDING, JobRecord
+from tessera.live.spec import MAX_GPUS
+from tessera.live.store import HOLDING, JobRecord, NewJob
 from tessera.live.tenancy import Principal
 from tessera.live.totals import OverCap
 from tessera.live.visibility import cluster_json, job_json, job_summary_json, queues_json
@@ -87,6 +105,8 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     commit = GroupCommit(svc)
     app.add_middleware(FastSubmit, svc=svc, commit=commit)  # inside BodyLimit: sizes checked
     app.add_middleware(BodyLimit, max_bytes=limits.body_bytes)
+    app.add_middleware(SecurityHeaders)  # outermost: every answer gets the headers
+    keys = KeysInFlight()
 
     async def principal(cred: HTTPAuthorizationCredentials | None = Depends(_bearer)
                         ) -> Principal:
@@ -131,21 +151,46 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
               openapi_extra={"security": [{"HTTPBearer": []}]})
     async def submit(request: Request) -> JSONResponse:
         # Ordinary submissions are answered by FastSubmit before they get here; this route
-        # takes the rest (YAML, large bodies, refusals) and gives each its status and message.
+        # takes the rest (YAML, large bodies, keyed submissions, refusals) and gives each its
+        # status and message.
         who = await principal(await _bearer(request))
         ctype = request.headers.get("content-type", "application/json")
         body = await request.body()
-        # A small JSON body is admitted right here: well under a millisecond, and a hop to a
-        # worker thread would cost more than it saves. YAML and large bodies take long enough
-        # to parse that they go to a worker thread.
+        key = check_key(request.headers.get(HEADER))
+        if key is None:
+            # The job view is plain JSON values: answered as is, without FastAPI's encoder.
+            stored = await commit.store(await admitted(body, ctype, who))
+            return JSONResponse(job_json(stored), status_code=201)
+        owner, digest = principal_of(who.name, who.queue), body_digest(body, ctype)
+
+        async def create() -> str:
+            new = await admitted(body, ctype, who)
+            return (await commit.store(replace(new, key=KeyUse(owner, key, digest)))).job_id
+
+        job_id, first_digest = await keys.once(
+            owner, key, lambda: svc.store.keyed_job(owner, key, svc.clock()), create)
+        if first_digest is not None and first_digest != digest:
+            raise HTTPException(422, f"Idempotency-Key {key!r} was already used for a "
+                                     f"different request (job {job_id}); use a new key for a "
+                                     "new request")
+        rec = svc.store.get(job_id)
+        if rec is None:
+            raise HTTPException(409, f"Idempotency-Key {key!r} names job {job_id}, which is "
+                                     "no longer stored")
+        replayed = first_digest is not None
+        return JSONResponse({**job_json(rec, placements().get(job_id)), "replayed": replayed},
+                            status_code=200 if replayed else 201,
+                            headers={REPLAYED_HEADER: "true"} if replayed else None)
+
+    async def admitted(body: bytes, ctype: str, who: Principal) -> NewJob:
+        """Parse, validate and admit a body. A small JSON body is admitted right here: well
+        under a millisecond, and a hop to a worker thread would cost more than it saves. YAML
+        and large bodies take long enough to parse that they go to a worker thread."""
         if len(body) <= INLINE_BODY_BYTES and "yaml" not in ctype:
             req = parse_submission(svc, body, ctype)
-            new = (svc.admit(req, who) if admits_quickly(req)
-                   else await run_in_threadpool(svc.admit, req, who))
-        else:
-            new = await run_in_threadpool(admit_body, svc, body, ctype, who)
-        # The job view is plain JSON values: answered as is, without FastAPI's encoder pass.
-        return JSONResponse(job_json(await commit.store(new)), status_code=201)
+            return (svc.admit(req, who) if admits_quickly(req)
+                    else await run_in_threadpool(svc.admit, req, who))
+        return await run_in_threadpool(admit_body, svc, body, ctype, who)
 
     @app.get("/api/jobs")
     def list_jobs(state: str | None = Query(None, max_length=32),
@@ -200,14 +245,31 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     @app.get("/", response_class=HTMLResponse)
     @app.get("/dashboard", response_class=HTMLResponse)
     def dashboard() -> str:
-        return resources.files("tessera.web").joinpath("dashboard.html").read_text()
+        return _web_file("dashboard.html")
+
+    # The page's script and style, as files: its CSP allows no inline script or style.
+    @app.get("/dashboard.js", include_in_schema=False)
+    def dashboard_js() -> Response:
+        return Response(_web_file("dashboard.js"), media_type="text/javascript")
+
+    @app.get("/dashboard.css", include_in_schema=False)
+    def dashboard_css() -> Response:
+        return Response(_web_file("dashboard.css"), media_type="text/css")
 
     return app
+
+
+def _web_file(name: str) -> str:
+    return resources.files("tessera.web").joinpath(name).read_text()
 
 
 # -- rank output (``tessera logs``) -----------------------------------------------------------
 
 LOG_LIMIT_BYTES = 65536
+#: Bounds of the log route's integers: a run number fits SQLite's 64-bit integers with room to
+#: spare, an offset is a byte position a file can have (and a JSON number keeps exactly).
+MAX_RUN = 2**31 - 1
+MAX_OFFSET_BYTES = 2**53
 
 
 def add_log_route(app: FastAPI, svc: LiveService, principal: Any, visible: Any) -> None:
@@ -217,11 +279,16 @@ def add_log_route(app: FastAPI, svc: LiveService, principal: Any, visible: Any) 
     actor on its own node), so no shared filesystem is needed. Visible to the job's own
     tenant and the admin only (404 otherwise, like every job route). ``run`` defaults to the
     job's latest launched run; the answer's ``next_offset`` continues the read (``--follow``).
+    Every integer is bounded (422 outside): ``rank`` 0 to ``MAX_GPUS - 1``, ``run`` 1 to
+    :data:`MAX_RUN`, ``offset`` 0 to :data:`MAX_OFFSET_BYTES`, ``limit`` 1 to
+    :data:`LOG_LIMIT_BYTES`.
     """
 
     @app.get("/api/jobs/{job_id}/logs")
-    def job_logs(job_id: str, rank: int = 0, run: int | None = None, offset: int = 0,
-                 limit: int = LOG_LIMIT_BYTES,
+    def job_logs(job_id: str, rank: int = Query(0, ge=0, lt=MAX_GPUS),
+                 run: int | None = Query(None, ge=1, le=MAX_RUN),
+                 offset: int = Query(0, ge=0, le=MAX_OFFSET_BYTES),
+                 limit: int = Query(LOG_LIMIT_BYTES, ge=1, le=LOG_LIMIT_BYTES),
                  who: Principal = Depends(principal)) -> dict[str, Any]:
         rec = visible(job_id, who)
         runs = [run] if run is not None else list(range(rec.runs, 0, -1))
@@ -232,8 +299,7 @@ def add_log_route(app: FastAPI, svc: LiveService, principal: Any, visible: Any) 
             if not 0 <= rank < a.placement.num_gpus:
                 raise HTTPException(409, f"run {r} of {job_id} has ranks 0..."
                                          f"{a.placement.num_gpus - 1}, not {rank}")
-            chunk = svc.executor.read_log(job_id, r, rank, max(offset, 0),
-                                          min(max(limit, 1), LOG_LIMIT_BYTES))
+            chunk = svc.executor.read_log(job_id, r, rank, offset, limit)
             return {"job_id": job_id, "run": r, "rank": rank, "ranks": a.placement.num_gpus,
                     "running": a.status in ("running", "stopping"), "final": rec.final,
                     "text": chunk.text if chunk else "",

@@ -1,8 +1,15 @@
-"""A small HTTP client for the live API (used by the CLI and the benchmark)."""
+"""A small HTTP client for the live API (used by the CLI and the benchmark).
+
+A submission given an ``Idempotency-Key`` (:mod:`tessera.live.idempotency`) is sent once more,
+with the same key, when the connection fails before an answer came (:data:`SUBMIT_RETRIES`):
+the service then answers the job the first try stored, if it stored one, and never stores a
+second. Without a key nothing is retried: a retry could submit the job twice.
+"""
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import httpx
@@ -10,6 +17,9 @@ import httpx
 from tessera.errors import TesseraError
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
+#: How often a keyed submission is sent again after a failed connection, and after how long.
+SUBMIT_RETRIES = 1
+SUBMIT_RETRY_PAUSE_S = 1.0
 
 
 class ApiError(TesseraError):
@@ -28,11 +38,12 @@ class Client:
     """Calls the API with a bearer token; every method returns decoded JSON."""
 
     def __init__(self, server: str | None = None, token: str | None = None,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None) -> None:
         self.server = (server or os.environ.get("TESSERA_SERVER") or DEFAULT_SERVER).rstrip("/")
         tok = token or os.environ.get("TESSERA_TOKEN")
         headers = {"Authorization": f"Bearer {tok}"} if tok else {}
-        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout_s,
+                                  transport=transport)
 
     def close(self) -> None:
         self._http.close()
@@ -52,12 +63,34 @@ class Client:
             raise ApiError(r.status_code, str(detail))
         return r.json()
 
-    def submit_yaml(self, text: str) -> dict[str, Any]:
-        return self._call("POST", "/api/jobs", content=text.encode(),
-                          headers={"content-type": "application/yaml"})
+    def submit_yaml(self, text: str, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit a job YAML; with ``idempotency_key``, retried as the module docstring says
+        (the answer's ``replayed`` is then true when the first try had stored the job)."""
+        headers = {"content-type": "application/yaml"}
+        return self._submit(text.encode(), headers, idempotency_key)
 
-    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        return self._call("POST", "/api/jobs", json=request)
+    def submit(self, request: dict[str, Any],
+               idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit a job request given as a mapping (sent as JSON); retries as
+        :meth:`submit_yaml`."""
+        import json
+
+        body = json.dumps(request).encode()
+        return self._submit(body, {"content-type": "application/json"}, idempotency_key)
+
+    def _submit(self, body: bytes, headers: dict[str, str],
+                idempotency_key: str | None) -> dict[str, Any]:
+        if idempotency_key is None:
+            return self._call("POST", "/api/jobs", content=body, headers=headers)
+        headers = {**headers, "Idempotency-Key": idempotency_key}
+        for retry in range(SUBMIT_RETRIES + 1):
+            try:
+                return self._call("POST", "/api/jobs", content=body, headers=headers)
+            except ServiceUnreachable:
+                if retry == SUBMIT_RETRIES:
+                    raise
+                time.sleep(SUBMIT_RETRY_PAUSE_S)
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def jobs(self, state: str | None = None, most: int = 10_000) -> list[dict[str, Any]]:
         """The newest ``most`` jobs visible to the token (summaries: no ``command``),

@@ -7,7 +7,9 @@ most likely to lose or duplicate a job:
 
 * ``after-journal`` -- a decision is committed, nothing launched yet;
 * ``after-launch`` -- a run was started, its start not yet recorded;
-* ``before-exit-recorded`` -- a run's exit was seen, not yet recorded.
+* ``before-exit-recorded`` -- a run's exit was seen, not yet recorded;
+* ``after-submit`` -- a submission is committed, its client not yet answered (what an
+  ``Idempotency-Key`` retry is for).
 """
 
 from __future__ import annotations

@@ -9,13 +9,14 @@ job is never lost. Two things make that cheap under load:
   in that turn have queued theirs. One ``COMMIT`` (and one wake-up of the scheduling loop) then
   serves them all, and each request is answered after that commit. A lone submission is
   committed alone, at once: no timer, no added latency.
-* **The short path** (:class:`FastSubmit`). ``POST /api/jobs`` with a small JSON body and a
-  known token -- every ordinary submission -- is answered by a plain ASGI handler in front of
-  FastAPI's routing, exception and dependency layers, which cost more CPU than the submission
-  itself. It runs exactly the route's checks (:func:`admit_body`). Anything else -- no or an
-  unknown token, YAML, a large body, a request the checks refuse -- is handed to the FastAPI
-  route with the body replayed, so every error keeps the one status and message the API
-  documents (a refused request is then checked twice; refusals are not the hot path).
+* **The short path** (:class:`FastSubmit`). ``POST /api/jobs`` with a small JSON body, a
+  known token and no ``Idempotency-Key`` -- every ordinary submission -- is answered by a
+  plain ASGI handler in front of FastAPI's routing, exception and dependency layers, which
+  cost more CPU than the submission itself. It runs exactly the route's checks
+  (:func:`admit_body`). Anything else -- no or an unknown token, YAML, a large body, a keyed
+  request (:mod:`tessera.live.idempotency`), a request the checks refuse -- is handed to the
+  FastAPI route with the body replayed, so every error keeps the one status and message the
+  API documents (a refused request is then checked twice; refusals are not the hot path).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 
+from tessera.live.faults import crash_point
+from tessera.live.idempotency import HEADER
 from tessera.live.layout import Layout
 from tessera.live.limits import (
     Asgi,
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 #: A JSON submission up to this size is parsed and admitted on the event loop's thread.
 INLINE_BODY_BYTES = 16384
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+_KEY_HEADER = HEADER.encode()
 
 
 def parse_submission(svc: LiveService, body: bytes, ctype: str) -> JobRequest:
@@ -117,6 +121,7 @@ class GroupCommit:
                 if not done.done():
                     done.set_exception(e)
             return
+        crash_point("after-submit")  # stored, not yet answered: what a retry's key is for
         for (_, done), rec in zip(group, recs, strict=True):
             if not done.done():  # a request whose client went away: stored all the same
                 done.set_result(rec)
@@ -136,8 +141,9 @@ class FastSubmit:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/api/jobs":
             await self.app(scope, receive, send)
             return
-        who, ctype, length = self._headers(scope)
-        if who is None or "yaml" in ctype or length is None or length > self.max_bytes:
+        who, ctype, length, keyed = self._headers(scope)
+        if (who is None or "yaml" in ctype or length is None or length > self.max_bytes
+                or keyed):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -164,22 +170,26 @@ class FastSubmit:
                     "headers": [*_JSON_HEADERS, (b"content-length", str(len(out)).encode())]})
         await send({"type": "http.response.body", "body": out})
 
-    def _headers(self, scope: Message) -> tuple[Principal | None, str, int | None]:
-        """The caller (``None``: no or an unknown bearer token), the content type, and the
-        declared body length (``None``: none, or not a number)."""
+    def _headers(self, scope: Message) -> tuple[Principal | None, str, int | None, bool]:
+        """The caller (``None``: no or an unknown bearer token), the content type, the
+        declared body length (``None``: none, or not a number), and whether the request
+        carries an ``Idempotency-Key``."""
         auth: str | None = None
         ctype: str | None = None
         length: int | None = None
+        keyed = False
         for name, value in scope["headers"]:  # the first of each, as the route reads them
             if name == b"authorization" and auth is None:
                 auth = value.decode("latin-1")
             elif name == b"content-type" and ctype is None:
                 ctype = value.decode("latin-1")
-            elif name == b"content-length":
-                length = int(value) if value.isdigit() else None
+            elif name == b"content-length":  # at most 18 digits: int() of 5,000 would raise
+                length = int(value) if value.isdigit() and len(value) <= 18 else None
+            elif name == _KEY_HEADER:
+                keyed = True
         scheme, _, token = (auth or "").partition(" ")
         who = self.svc.tenancy.authenticate(token.strip()) if scheme.lower() == "bearer" \
             else None
-        return who, "application/json" if ctype is None else ctype, length
+        return who, "application/json" if ctype is None else ctype, length, keyed
 
 

@@ -210,7 +210,8 @@ def reserve_port(host: str, port: int) -> socket.socket:
 def print_token(state_dir: Path) -> Callable[[str], None]:
     def show(token: str) -> None:
         print(f"admin token (shown once; stored hashed in {state_dir}): {token}\n"
-              f"  clients: export TESSERA_TOKEN={token}  (or --token); "
+              f"  clients: export TESSERA_TOKEN={token}  (or save it in a file for "
+              "--token-file); "
               "`tessera token-add` makes tenant tokens", flush=True)
     return show
 

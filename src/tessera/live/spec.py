@@ -43,7 +43,9 @@ Unknown fields are errors (``extra="forbid"``), so a typo such as ``gpu: 4`` fai
 instead of silently running on one GPU. Sizes are bounded (:class:`~tessera.live.limits.ApiLimits`,
 configurable), numbers must be finite, and what would break a launch is refused here: a NUL
 character in the command or a value, an ``env`` name that is not a shell variable name or that
-the service sets itself (``TESSERA_*`` and the rendezvous variables), a relative
+the service sets itself (``TESSERA_*`` and the rendezvous variables) or that names the GPUs a
+rank may use (``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``: the executor's choice), a
+relative
 ``checkpoint_dir``.
 """
 
@@ -66,6 +68,7 @@ from pydantic import (
 )
 
 from tessera.errors import NoProfileError, SpecError, UnknownFlavorError
+from tessera.live.executors.base import DEVICE_VARS
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.model.jobs import ElasticRange, JobId, JobSpec, ThreeDParallel
@@ -78,7 +81,9 @@ DEFAULT_EXPECTED_DURATION_S = 3600.0
 #: Environment variables every rank gets from the service; a request may not set them.
 RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                           "LOCAL_WORLD_SIZE"})
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A shell variable name, matched with ``fullmatch``: ``re.match`` with ``$`` would accept a
+#: name with a trailing newline (``"RANK\n"``), since ``$`` also matches before a final ``\n``.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 MAX_GPUS = 4096
@@ -242,10 +247,13 @@ class JobRequest(BaseModel):
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            if not _ENV_NAME.match(key):
+            if _ENV_NAME.fullmatch(key) is None:
                 raise ValueError(f"{key[:64]!r} is not a variable name (letters, digits, _)")
             if key in RESERVED_ENV or key.startswith("TESSERA_"):
                 raise ValueError(f"{key} is set by the service; it cannot be overridden")
+            if key in DEVICE_VARS:
+                raise ValueError(f"{key} is set by the executor to the GPUs the job was given; "
+                                 "a job cannot choose its own")
             if "\0" in value:
                 raise ValueError(f"the value of {key} contains a NUL character")
         return v

@@ -10,7 +10,9 @@ Tables:
   what it starts after it, so a restarted service can ask "is run 3 of job j-ab12 alive?" and
   never start that run a second time;
 * ``events`` -- append-only log of every state transition and decision, with timestamps;
-* ``policy_memory`` -- the policy's memory as of its last decision (:mod:`tessera.live.memory`).
+* ``policy_memory`` -- the policy's memory as of its last decision (:mod:`tessera.live.memory`);
+* ``idempotency_keys`` -- the ``Idempotency-Key`` of each keyed submission, written with its job
+  (:mod:`tessera.live.idempotency`).
 
 Every job state change goes through :meth:`Store.transition`, which checks the one lifecycle
 table (:func:`tessera.model.jobs.transition`) and appends the event in the same transaction, so
@@ -45,7 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tessera.live import memory
+from tessera.live import idempotency, memory
 from tessera.live.layout import create_private_file
 from tessera.live.spec import LiveJob
 from tessera.live.spec_cache import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, SpecCache
@@ -141,12 +143,14 @@ class Allocation:
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """A job about to be stored: the job, when it was submitted, and an optional note event
-    (``note_kind``, e.g. ``rigid``: why an elastic request runs rigid) stored with it."""
+    (``note_kind``, e.g. ``rigid``: why an elastic request runs rigid) stored with it, and the
+    ``Idempotency-Key`` it was submitted with, if any (stored in the same transaction)."""
 
     job: LiveJob
     now_s: float
     note: str = ""
     note_kind: str = "rigid"
+    key: idempotency.KeyUse | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +209,7 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA + memory.SCHEMA)
+        self._db.executescript(_SCHEMA + memory.SCHEMA + idempotency.SCHEMA)
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(allocations)")}
         if "global_batch_samples" not in columns:  # a state file from before elastic jobs
             self._db.execute("ALTER TABLE allocations ADD COLUMN global_batch_samples INTEGER")
@@ -294,6 +298,8 @@ class Store:
                             f"{s.num_gpus} GPU(s) on queue {s.queue}")
                 if n.note:
                     self._event(db, n.now_s, s.job_id, n.note_kind, None, None, n.note)
+                if n.key is not None:
+                    idempotency.record(db, n.key, s.job_id, n.now_s)
                 self._cache_lean(n.job, text)
                 totals = self._totals.get(s.queue)
                 if totals is not None:
@@ -302,6 +308,12 @@ class Store:
                 out.append(JobRecord(n.job, seq, JobState.PENDING, 0, 0, n.now_s, None, None,
                                      None, 0.0, {}, "", False, None, 0.0))
         return out
+
+    def keyed_job(self, principal: str, key: str, now_s: float) -> tuple[str, str] | None:
+        """The job an unexpired ``Idempotency-Key`` of ``principal`` stored, and the digest of
+        its request (:func:`tessera.live.idempotency.lookup`)."""
+        with self._lock:
+            return idempotency.lookup(self._db, principal, key, now_s)
 
     def get(self, job_id: str) -> JobRecord | None:
         """The job's record (lean: no ``env``, see the module docstring), or ``None``."""
@@ -438,7 +450,7 @@ class Store:
                 gone.append(row[0])
                 freed += int(row[1])
             rows.close()
-            for table in ("jobs", "events", "allocations"):
+            for table in ("jobs", "events", "allocations", "idempotency_keys"):
                 db.executemany(f"DELETE FROM {table} WHERE job_id=?", [(j,) for j in gone])
             if gone:
                 self._event(db, now_s, None, "pruned", None, None,

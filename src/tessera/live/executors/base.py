@@ -48,6 +48,10 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: ``CUDA_VISIBLE_DEVICES`` too: the GPUs the launcher itself was given, which the rank must keep
 #: to use its own GPU and no other (a Ray rank host passes each rank's own GPU instead).
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "CUDA_VISIBLE_DEVICES")
+#: Variables that name the GPUs a rank may use. Only the executor sets them (the GPUs it was
+#: given); a job's own ``env`` may not (refused at submission, and dropped by :func:`rank_envs`
+#: for a job stored before that rule), so a job can never reach a GPU it was not assigned.
+DEVICE_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
 #: Read by the launcher (local runner or Ray rank host), not passed on to the command: the user
 #: to run the command as.
 RUN_AS_VAR = "TESSERA_RUN_AS"
@@ -212,6 +216,9 @@ def launch_env(rank_env: dict[str, str],
     user = rank_env.get(RUN_AS_VAR)
     env = base_env(user, visible_devices)
     env.update((k, v) for k, v in rank_env.items() if k not in LAUNCHER_VARS)
+    if visible_devices is not None:  # the GPUs the executor assigned win over anything else
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
+        env.pop("NVIDIA_VISIBLE_DEVICES", None)
     return env, user
 
 
@@ -259,7 +266,8 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
     placed); the launcher adds :func:`base_env` below them and removes :data:`LAUNCHER_VARS`.
 
     ``TESSERA_GRACE_S`` tells the job how long it has after SIGTERM, and
-    ``TESSERA_MAX_RUNTIME_S`` (set only with a limit) how long its run may last.
+    ``TESSERA_MAX_RUNTIME_S`` (set only with a limit) how long its run may last. The job's
+    :data:`DEVICE_VARS` are dropped: which GPUs a rank uses is the executor's to say.
     """
     world = spec.placement.num_gpus
     out: list[dict[str, str]] = []
@@ -267,7 +275,7 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
     reserved = (RUN_AS_VAR, "TESSERA_MAX_RUNTIME_S", "TESSERA_GRACE_S")
     for node, count, flavor in spec.placement.parts():
         for local in range(count):
-            env = {k: v for k, v in spec.env if k not in reserved}
+            env = {k: v for k, v in spec.env if k not in reserved and k not in DEVICE_VARS}
             env.update({
                 "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
                 "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
