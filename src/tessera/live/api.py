@@ -18,6 +18,9 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
  413   the body is larger than ``limits.body_bytes`` (a YAML body: ``limits.yaml_bytes``)
  422   the request fails validation, exceeds a limit, names an unknown flavor or queue, a
        checkpoint dir the service owns, or can never run; a query parameter out of range
+ 503   the job store failed (damaged, deleted, unwritable: every write from then on, and a
+       read that touches a damaged part; ``/healthz`` says ``"store": "failed"``), or it
+       could not answer just now (busy, disk full: try again)
 =====  =========================================================================
 
 A 500 means a bug: it is answered as JSON too, and the service log has the traceback.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sqlite3
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +52,7 @@ from tessera.live.intake import (
 )
 from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
-from tessera.live.store import HOLDING, JobRecord
+from tessera.live.store import HOLDING, JobRecord, StoreDamaged
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import cluster_json, job_json, queues_json
 
@@ -108,15 +112,32 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
                  for err in e.errors()[:10]]
         return JSONResponse({"detail": "; ".join(lines)}, status_code=422)
 
+    @app.exception_handler(StoreDamaged)
+    async def _store_failed(_req: Request, e: StoreDamaged) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=503)
+
+    @app.exception_handler(sqlite3.Error)
+    async def _store_busy(req: Request, e: sqlite3.Error) -> JSONResponse:
+        log.warning("%s %s: the job store could not answer: %s", req.method, req.url.path, e)
+        return JSONResponse({"detail": f"the job store could not answer just now ({e}); try "
+                             "again"}, status_code=503, headers={"Retry-After": "1"})
+
     @app.exception_handler(Exception)
     async def _bug(req: Request, e: Exception) -> JSONResponse:
         log.error("%s %s failed", req.method, req.url.path, exc_info=e)
         return JSONResponse({"detail": f"internal error ({type(e).__name__}); the service "
                              "log has the details"}, status_code=500)
 
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name}
+    @app.get("/healthz", response_model=None)
+    def healthz() -> dict[str, Any] | JSONResponse:
+        """``ok`` and ``"store": "ok"``; a failed store: 503 with ``"store": "failed"`` and
+        what happened in ``detail``."""
+        if svc.store.fault is None:
+            return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name,
+                    "store": "ok"}
+        return JSONResponse({"ok": False, "rounds": svc.rounds, "executor": svc.executor.name,
+                             "store": "failed", "detail": svc.store.fault_message()},
+                            status_code=503)
 
     @app.post("/api/jobs", status_code=201, response_model=None,
               openapi_extra={"security": [{"HTTPBearer": []}]})
