@@ -60,9 +60,12 @@ def _summary(db: sqlite3.Connection, what: Path) -> tuple[int, str]:
     Raises:
         SpecError: it fails the check or is not a Tessera store.
     """
-    found = [str(r[0]) for r in db.execute("PRAGMA integrity_check").fetchall()]
+    try:
+        found = [str(r[0]) for r in db.execute("PRAGMA integrity_check").fetchall()]
+    except sqlite3.DatabaseError as e:  # damaged where the check itself must read
+        found = [str(e)]
     if found != ["ok"]:
-        raise SpecError(f"{what} is damaged: integrity_check found {found[0]}")
+        raise SpecError(f"{what} is damaged (integrity_check: {found[0]})")
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not {"jobs", "meta"} <= tables:
         raise SpecError(f"{what} is an SQLite file but not a Tessera job store")

@@ -171,10 +171,13 @@ def content_problem(db_path: Path, marker: Marker | None, full_check: bool = Tru
     try:
         db.execute("PRAGMA busy_timeout=5000")
         pragma = "integrity_check" if full_check else "quick_check"
-        found = [str(r[0]) for r in db.execute(f"PRAGMA {pragma}").fetchall()]
+        try:
+            found = [str(r[0]) for r in db.execute(f"PRAGMA {pragma}").fetchall()]
+        except sqlite3.DatabaseError as e:  # damaged where the check itself must read
+            found = [str(e)]
         if found != ["ok"]:
-            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-            return f"the job store {db_path} is damaged: {pragma} found {found[0]}{more}"
+            more = f", and {len(found) - 1} more" if len(found) > 1 else ""
+            return f"the job store {db_path} is damaged ({pragma}: {found[0]}{more})"
         db.execute("BEGIN IMMEDIATE")  # can the service write it? (nothing is written)
         db.execute("ROLLBACK")
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
