@@ -303,7 +303,9 @@ def test_damage_found_while_running_stops_decisions_and_never_answers_500(
             assert r.status_code == 503, (path, r.text)
             assert "refuses writes" in r.json()["detail"]
         assert api.get(f"/api/jobs/{first}", headers=auth(ADMIN)).status_code == 200
-        for path in ("/api/jobs", "/api/queues", "/api/cluster", f"/api/jobs/{first}/explain",
+        listing = api.get("/api/jobs", headers=auth(ADMIN))  # every row: the damaged page too
+        assert listing.status_code == 503 and "failed" in listing.json()["detail"]
+        for path in ("/api/queues", "/api/cluster", f"/api/jobs/{first}/explain",
                      f"/api/jobs/{first}/logs", "/dashboard"):
             r = api.get(path, headers=auth(ADMIN))
             assert r.status_code in (200, 503), (path, r.status_code, r.text)

@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tessera.live.api")
 _bearer = HTTPBearer(auto_error=False)
+#: SQLite's result codes for a store that could not answer just now (503, try again); a store
+#: that failed for good is :class:`StoreDamaged` (503 until it is restored).
+_STORE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL})
 #: FastAPI's built-in OpenTelemetry hooks, off where FastAPI has them: the service exports no
 #: telemetry, and asking the global providers costs a check on every request.
 _NO_TELEMETRY: dict[str, Any] = (
@@ -118,6 +121,8 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
 
     @app.exception_handler(sqlite3.Error)
     async def _store_busy(req: Request, e: sqlite3.Error) -> JSONResponse:
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF not in _STORE_BUSY:
+            return await _bug(req, e)  # a query that is wrong, not a store that is busy
         log.warning("%s %s: the job store could not answer: %s", req.method, req.url.path, e)
         return JSONResponse({"detail": f"the job store could not answer just now ({e}); try "
                              "again"}, status_code=503, headers={"Retry-After": "1"})
