@@ -396,3 +396,33 @@ def test_restore_refuses_a_running_service_and_a_damaged_backup(
     r = runner.invoke(app, ["admin", "restore", "--state", str(state), str(out)])
     assert r.exit_code == 2 and "bad header" in r.output
     assert _files(state) == before
+
+
+def test_a_store_the_service_user_cannot_read_is_refused(
+        app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a service that does not run as root meets for a mode-0000 store (root reads any
+    file, so the test has ``os.access`` say no, as the kernel would)."""
+    from tessera.live import storecheck
+
+    state = tmp_path / "state"
+    _stored(state, 3)
+    before = _files(state)
+    real = os.access
+    monkeypatch.setattr(storecheck.os, "access", lambda path, mode, **k: False if Path(
+        path).name == "state.db" else real(path, mode, **k))
+    code, out = _serve(app, state)
+    assert code == 2 and out.count("\n") == 1, out
+    assert "is read-only or unreadable for the service's user (mode 0600)" in out
+    assert _files(state) == before
+
+
+def test_removing_old_jobs_does_not_lower_the_count(app: typer.Typer, tmp_path: Path) -> None:
+    """The count is how many jobs the store ever took: a later clean-up of old jobs (or of
+    the newest) is not mistaken for a truncated store."""
+    state = tmp_path / "state"
+    _stored(state, 12)
+    db = sqlite3.connect(state / "state.db")
+    db.execute("DELETE FROM jobs WHERE seq > 6")
+    db.commit()
+    db.close()
+    assert _serve(app, state)[0] == 0

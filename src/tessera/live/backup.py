@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tessera.errors import SpecError
 from tessera.live.layout import DB_NAME, STATE_DIR_MODE, StateLock, check_private
+from tessera.live.store import HIGH_WATER_SQL
 from tessera.live.storecheck import (
     SQLITE_MAGIC,
     companions,
@@ -69,7 +70,7 @@ def _summary(db: sqlite3.Connection, what: Path) -> tuple[int, str]:
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not {"jobs", "meta"} <= tables:
         raise SpecError(f"{what} is an SQLite file but not a Tessera job store")
-    jobs = int(db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0])
+    jobs = int(db.execute(f"SELECT {HIGH_WATER_SQL}").fetchone()[0])
     row = db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
     return jobs, row[0] if row else ""
 

@@ -89,6 +89,11 @@ FAULT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.
                          sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
 
 
+#: The store's job count as :meth:`Store.job_high_water` defines it, as one SQL expression.
+HIGH_WATER_SQL = ("MAX((SELECT COALESCE(MAX(seq), 0) FROM jobs), (SELECT COALESCE(MAX(CAST("
+                  "value AS INTEGER)), 0) FROM meta WHERE key='jobs_high_water'))")
+
+
 class StoreDamaged(TesseraError):
     """The job store failed under the running service: writes are refused from then on (the
     API answers 503 with this message)."""
@@ -295,9 +300,10 @@ class Store:
     # -- what the start checks and the marker need (tessera.live.storecheck) ----------------
 
     def job_high_water(self) -> int:
-        """The highest job number stored (jobs are numbered 1, 2, ... in submission order and
-        never deleted, so it is also how many jobs the store ever took)."""
-        return int(self._read("SELECT COALESCE(MAX(seq), 0) FROM jobs")[0][0])
+        """How many jobs the store ever took: the highest job number stored (jobs are numbered
+        1, 2, ... in submission order), or the count last recorded in ``meta`` if higher (so
+        a job removed later does not lower it)."""
+        return int(self._read(f"SELECT {HIGH_WATER_SQL}")[0][0])
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database file (``PRAGMA wal_checkpoint(PASSIVE)``): every

@@ -7,8 +7,9 @@ atomically), that names
 
 * the store's **identity**: a random id, also kept in the store's ``meta`` table (key
   ``store_id``), so a store swapped for another one is told apart;
-* its **job count** as last known: the highest job number stored (:meth:`Store.job_high_water
-  <tessera.live.store.Store.job_high_water>`). :class:`MarkerKeeper` rewrites it every
+* its **job count** as last known: how many jobs it ever took (:meth:`Store.job_high_water
+  <tessera.live.store.Store.job_high_water>`; also kept in ``meta``, so removing old jobs
+  never lowers it). :class:`MarkerKeeper` rewrites it every
   :data:`MARKER_PERIOD_S` while it changes -- after a WAL checkpoint, so the marker never
   counts a job that an operating-system crash could still take back -- and at a clean stop.
 
@@ -43,7 +44,7 @@ from pathlib import Path
 
 from tessera.errors import SpecError
 from tessera.live.layout import MARKER_NAME, write_private
-from tessera.live.store import Store
+from tessera.live.store import HIGH_WATER_SQL, Store
 
 log = logging.getLogger("tessera.live.storecheck")
 
@@ -185,8 +186,8 @@ def content_problem(db_path: Path, marker: Marker | None, full_check: bool = Tru
         if "meta" in tables:
             row = db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
             store_id = row[0] if row else None
-        jobs = (db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
-                if "jobs" in tables else 0)
+        jobs = (db.execute(f"SELECT {HIGH_WATER_SQL}").fetchone()[0]
+                if {"jobs", "meta"} <= tables else 0)
     except sqlite3.Error as e:
         return f"the job store {db_path} cannot be used ({e})"
     finally:
@@ -289,6 +290,7 @@ class MarkerKeeper:
         jobs = self.store.job_high_water()
         if jobs == self._jobs or not self._store_id:
             return
+        self.store.set_meta("jobs_high_water", str(jobs))  # the store remembers it too
         self.store.checkpoint()
         try:
             write_marker(self.store.path, self._store_id, jobs)
