@@ -305,11 +305,6 @@ class Store:
         a job removed later does not lower it)."""
         return int(self._read(f"SELECT {HIGH_WATER_SQL}")[0][0])
 
-    def checkpoint(self) -> None:
-        """Copy the WAL into the database file (``PRAGMA wal_checkpoint(PASSIVE)``): every
-        commit so far is then on disk (synced), not only in the WAL."""
-        self._read("PRAGMA wal_checkpoint(PASSIVE)")
-
     # -- meta and queues ---------------------------------------------------------------------
 
     def meta(self, key: str) -> str | None:

@@ -261,6 +261,9 @@ class MarkerKeeper:
         self._store_id = store.meta("store_id") or ""
         self._jobs = store.job_high_water()
         self._last_s = 0.0
+        # Checkpoints go through a connection of their own: SQLite lets them run beside the
+        # store's writes, so API requests never wait on the store's lock for one.
+        self._checkpoints: sqlite3.Connection | None = None
 
     def tick(self, now_s: float) -> None:
         """Check the file and update the marker, at most every ``period_s``."""
@@ -291,15 +294,26 @@ class MarkerKeeper:
         if jobs == self._jobs or not self._store_id:
             return
         self.store.set_meta("jobs_high_water", str(jobs))  # the store remembers it too
-        self.store.checkpoint()
         try:
+            if self._checkpoints is None:
+                self._checkpoints = sqlite3.connect(self.store.path, check_same_thread=False)
+                self._checkpoints.execute("PRAGMA busy_timeout=5000")
+            busy, frames, copied = self._checkpoints.execute(
+                "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if busy or copied < frames:  # part of the WAL is not on disk yet: next time
+                return
             write_marker(self.store.path, self._store_id, jobs)
-        except OSError as e:
+        except (OSError, sqlite3.Error) as e:
             log.warning("cannot update %s: %s", marker_path(self.store.path), e)
             return
         self._jobs = jobs
 
     def close(self) -> None:
         """At a clean stop: a last update, unless the store is faulted."""
-        if self.store.fault is None and self.check_file():
-            self.update()
+        try:
+            if self.store.fault is None and self.check_file():
+                self.update()
+        finally:
+            if self._checkpoints is not None:
+                self._checkpoints.close()
+                self._checkpoints = None
