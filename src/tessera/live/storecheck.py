@@ -155,9 +155,12 @@ def file_problem(db_path: Path, marker: Marker | None) -> str | None:
     page_size = 65536 if page_size == 1 else page_size
     pages, counter, valid_for = (struct.unpack(">I", header[i:i + 4])[0] for i in (28, 24, 92))
     expected = pages * page_size if pages and counter == valid_for else 0
-    if st.st_size % max(page_size, 1) or st.st_size < expected:
+    if st.st_size < expected:
         return (f"the job store {db_path} is truncated ({st.st_size} bytes; its header says "
-                f"{expected or 'whole pages'})")
+                f"{expected} bytes)")
+    if st.st_size % max(page_size, 1):
+        return (f"the job store {db_path} is truncated ({st.st_size} bytes, not a whole "
+                f"number of {page_size}-byte pages)")
     return None
 
 
