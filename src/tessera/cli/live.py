@@ -173,6 +173,10 @@ def register(app: typer.Typer) -> None:
                                    "this user (the service must run as root); a queue's "
                                    "run_as in tessera-live.yaml overrides it.",
                                    show_default="the service's own user"),
+        new_store: bool = typer.Option(False, "--new-store", help="Start with an empty job "
+                                       "store on purpose: the old one (if any) is moved to "
+                                       "store-aside-<time>/ in --state, never deleted. Without "
+                                       "it, a missing, empty or damaged store stops serve."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Run the scheduler service, its HTTP API and dashboard.
@@ -195,7 +199,7 @@ def register(app: typer.Typer) -> None:
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
                           run_as=run_as, ray_token_file=ray_token_file,
-                          ray_flavor_resource=ray_flavor_resource)
+                          ray_flavor_resource=ray_flavor_resource, new_store=new_store)
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")

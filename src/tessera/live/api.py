@@ -23,6 +23,9 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
  429   a submission over one of its queue's caps (``max_queued_jobs``,
        ``max_stored_jobs``, ``max_stored_bytes``: :mod:`tessera.live.totals`); the
        detail names the cap
+ 503   the job store failed (damaged, deleted, unwritable: every write from then on, and a
+       read that touches a damaged part; ``/healthz`` says ``"store": "failed"``), or it
+       could not answer just now (busy, disk full: try again)
 =====  =========================================================================
 
 ``GET /api/jobs`` answers a page of lean job summaries (no ``command``, never ``env``; one
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sqlite3
 from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -74,7 +78,7 @@ from tessera.live.intake import (
 from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
-from tessera.live.store import HOLDING, JobRecord, NewJob
+from tessera.live.store import HOLDING, JobRecord, NewJob, StoreDamaged
 from tessera.live.tenancy import Principal
 from tessera.live.totals import OverCap
 from tessera.live.visibility import cluster_json, job_json, job_summary_json, queues_json
@@ -84,6 +88,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tessera.live.api")
 _bearer = HTTPBearer(auto_error=False)
+#: SQLite's result codes for a store that could not answer just now (503, try again); a store
+#: that failed for good is :class:`StoreDamaged` (503 until it is restored).
+_STORE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL})
 #: FastAPI's built-in OpenTelemetry hooks, off where FastAPI has them: the service exports no
 #: telemetry, and asking the global providers costs a check on every request.
 _NO_TELEMETRY: dict[str, Any] = (
@@ -137,15 +144,34 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
                  for err in e.errors()[:10]]
         return JSONResponse({"detail": "; ".join(lines)}, status_code=422)
 
+    @app.exception_handler(StoreDamaged)
+    async def _store_failed(_req: Request, e: StoreDamaged) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=503)
+
+    @app.exception_handler(sqlite3.Error)
+    async def _store_busy(req: Request, e: sqlite3.Error) -> JSONResponse:
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF not in _STORE_BUSY:
+            return await _bug(req, e)  # a query that is wrong, not a store that is busy
+        log.warning("%s %s: the job store could not answer: %s", req.method, req.url.path, e)
+        return JSONResponse({"detail": f"the job store could not answer just now ({e}); try "
+                             "again"}, status_code=503, headers={"Retry-After": "1"})
+
     @app.exception_handler(Exception)
     async def _bug(req: Request, e: Exception) -> JSONResponse:
         log.error("%s %s failed", req.method, req.url.path, exc_info=e)
         return JSONResponse({"detail": f"internal error ({type(e).__name__}); the service "
                              "log has the details"}, status_code=500)
 
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name}
+    @app.get("/healthz", response_model=None)
+    def healthz() -> dict[str, Any] | JSONResponse:
+        """``ok`` and ``"store": "ok"``; a failed store: 503 with ``"store": "failed"`` and
+        what happened in ``detail``."""
+        if svc.store.fault is None:
+            return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name,
+                    "store": "ok"}
+        return JSONResponse({"ok": False, "rounds": svc.rounds, "executor": svc.executor.name,
+                             "store": "failed", "detail": svc.store.fault_message()},
+                            status_code=503)
 
     @app.post("/api/jobs", status_code=201, response_model=None,
               openapi_extra={"security": [{"HTTPBearer": []}]})

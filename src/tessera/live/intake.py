@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
@@ -41,7 +42,7 @@ from tessera.live.limits import (
     replay_body,
 )
 from tessera.live.spec import JobRequest, validate_request
-from tessera.live.store import JobRecord, NewJob
+from tessera.live.store import JobRecord, NewJob, StoreDamaged
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import job_json
 
@@ -160,10 +161,15 @@ class FastSubmit:
             new = self.svc.admit(req, who) if admits_quickly(req) else None
         except Exception:  # the route answers it, with the API's status and message
             new = None
-        if new is None:  # refused, or slow to admit: the route (and its worker threads)
+        if new is None or self.svc.store.fault is not None:
+            # refused, slow to admit, or a failed store: the route (and its worker threads)
             await self.app(scope, replay_body(body, receive), send)
             return
-        rec = await self.commit.store(new)
+        try:
+            rec = await self.commit.store(new)
+        except (StoreDamaged, sqlite3.Error):  # nothing was stored; the route answers 503
+            await self.app(scope, replay_body(body, receive), send)
+            return
         out = json.dumps(job_json(rec), ensure_ascii=False, allow_nan=False,
                          separators=(",", ":")).encode()
         await send({"type": "http.response.start", "status": 201,

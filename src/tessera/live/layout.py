@@ -4,8 +4,9 @@ Two directory trees, never one inside the other:
 
 * the **state dir** (``--state``, default ``~/.tessera``) holds what decides who may do what:
   the job store ``state.db`` (with its ``-wal``/``-shm`` files; it holds every tenant's jobs and
-  their ``env`` values), the tenancy file ``tessera-live.yaml`` (queues, quotas, token hashes)
-  and the ``serve.lock`` that keeps a second service out. It is the service user's alone:
+  their ``env`` values) and its marker ``state.db.marker``, the tenancy file
+  ``tessera-live.yaml`` (queues, quotas, token hashes) and the ``serve.lock`` that keeps a
+  second service out. It is the service user's alone:
   the directory is ``0700`` and every file ``0600``. :func:`prepare` creates it so, and refuses
   to start on one that someone else owns or that group or others can read or write -- a job
   that could append a token hash to ``tessera-live.yaml`` would be admin after the next
@@ -34,9 +35,12 @@ from pathlib import Path
 from tessera.errors import SpecError
 
 DB_NAME = "state.db"
+#: The service's record that it has a store, and which (:mod:`tessera.live.storecheck`).
+MARKER_NAME = f"{DB_NAME}.marker"
 LOCK_NAME = "serve.lock"
 CONFIG_FILE = "tessera-live.yaml"
-PRIVATE_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", CONFIG_FILE, LOCK_NAME)
+PRIVATE_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", MARKER_NAME, CONFIG_FILE,
+                 LOCK_NAME)
 WORK_SUBDIRS = ("runs", "checkpoints")
 STATE_DIR_MODE = 0o700
 WORK_DIR_MODE = 0o711

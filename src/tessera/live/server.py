@@ -12,8 +12,10 @@ the same setup.
    refuses the token), before anything is written;
 3. create or check the state dir and the work root (modes, owners, not nested);
 4. lock the state dir (``… is in use by another tessera serve (pid N)``);
-5. open the store; on first start create the admin token and **print it at once**, so a
-   failure after this point (a Ray cluster that does not answer) cannot lose it;
+5. open the store, only if it is the one the service left (:mod:`tessera.live.storecheck`:
+   missing, empty, truncated, damaged or swapped stores are refused in one line; ``--new-store``
+   moves the old files aside first); on first start create the admin token and **print it at
+   once**, so a failure after this point (a Ray cluster that does not answer) cannot lose it;
 6. start the executor (the embedded Ray head without ``--ray-address``), reconcile, serve.
 """
 
@@ -31,7 +33,7 @@ from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, check_run_as
 from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
-from tessera.live.store import Store
+from tessera.live.storecheck import MarkerKeeper, open_store
 from tessera.live.tenancy import ensure_config, load_tenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.sched.policy import gavel_loop_only, make_policy
@@ -61,6 +63,8 @@ class ServeConfig:
     run_as: str | None = None
     ray_token_file: Path | None = None
     ray_flavor_resource: str = "accelerator_type"
+    new_store: bool = False
+    """Move the old store aside and start with an empty one (``--new-store``)."""
 
     @property
     def layout(self) -> Layout:
@@ -90,7 +94,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
     check_run_as(cfg.run_as)
     layout = cfg.layout
     prepare(layout)
-    store = Store(layout.db_path)
+    store = open_store(layout.db_path, cfg.new_store)
     try:
         cluster_text = cfg.cluster or store.meta("cluster") or DEFAULT_CLUSTER
         gps = int(store.meta("gpus_per_server") or cfg.gpus_per_server) if not cfg.cluster \
@@ -113,6 +117,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
         raise
     options = replace(cfg.options, run_as=cfg.run_as) if cfg.run_as else cfg.options
     svc = LiveService(store, executor, cluster, tenancy, policy, layout.work_dir, options)
+    svc.keeper = MarkerKeeper(store)
     return svc, token
 
 

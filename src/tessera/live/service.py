@@ -25,6 +25,7 @@ The cadence is the simulator's, from the same :class:`~tessera.sched.settings.Sc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import secrets
@@ -34,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tessera.errors import SpecError
 from tessera.live import lifecycle, memory
@@ -45,7 +47,7 @@ from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
 from tessera.live.sharing import record_sharing, relabel_run, relabels, riders
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.speeds import RunSpeeds
-from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store
+from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store, StoreDamaged
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
 from tessera.live.totals import check_totals
 from tessera.live.view import build_snapshot
@@ -57,6 +59,9 @@ from tessera.sched.core import Decision, decide
 from tessera.sched.feasibility import infeasibility
 from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import gavel_loop_only, make_policy
+
+if TYPE_CHECKING:
+    from tessera.live.storecheck import MarkerKeeper
 
 log = logging.getLogger("tessera.live")
 
@@ -105,6 +110,8 @@ class LiveService:
         self._signalled: set[tuple[str, int]] = set()
         self._launching: set[tuple[str, int]] = set()
         self._backoff: dict[str, tuple[float, float]] = {}  # job → (not before, last delay)
+        self.keeper: MarkerKeeper | None = None
+        """Keeps the store's marker current (set by ``tessera serve``, :mod:`.storecheck`)."""
         self.store.sync_queues(tenancy.quotas)
 
     # -- lifecycle of the service itself -----------------------------------------------------
@@ -124,6 +131,10 @@ class LiveService:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.keeper is not None:
+            # A failed store was logged when it failed; the marker keeps the last good count.
+            with contextlib.suppress(StoreDamaged):
+                self.keeper.close()
         self.executor.close()
 
     def poke(self) -> None:
@@ -199,6 +210,8 @@ class LiveService:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if self.store.fault is not None:
+                continue  # decisions stopped: the store failed (logged once, API says 503)
             try:
                 now_s = self.clock()
                 if now_s - observed >= self.opts.poll_s:
@@ -222,6 +235,10 @@ class LiveService:
                 if acted or now_s - last_act >= self.opts.poll_s:
                     self.act(self.clock())
                     last_act = now_s
+                if self.keeper is not None:
+                    self.keeper.tick(now_s)
+            except StoreDamaged:
+                continue  # the store logged it once; from now on the loop only waits
             except Exception:  # keep scheduling; the error is in the log
                 log.exception("scheduling loop iteration failed")
                 time.sleep(self.opts.poll_s)

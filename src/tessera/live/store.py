@@ -34,11 +34,20 @@ per-queue caps of :mod:`tessera.live.totals`.
 
 WAL with ``synchronous=NORMAL`` survives a killed process (the case we test: SIGKILL); only an
 operating-system crash can lose the last few commits.
+
+A store that fails under the running service -- SQLite finds a damaged page, the file can no
+longer be read or written -- is *faulted* (:attr:`Store.fault`): the first such error is logged
+once, every later write is refused at once with :class:`StoreDamaged`, and reads go on being
+tried (those that touch only sound pages still answer). The service stops deciding and the API
+answers 503 (:mod:`tessera.live.api`). What is checked before the store is opened at all is in
+:mod:`tessera.live.storecheck`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -47,6 +56,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tessera.errors import TesseraError
 from tessera.live import idempotency, memory
 from tessera.live.layout import create_private_file
 from tessera.live.spec import LiveJob
@@ -84,6 +94,23 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 #: Allocation statuses in which the run holds its GPUs.
 HOLDING = ("planned", "running", "stopping")
+
+log = logging.getLogger("tessera.live.store")
+
+#: SQLite's primary result codes that mean the file itself is damaged or can no longer be
+#: used (not a busy lock or a full disk, which pass): the store is faulted on the first one.
+FAULT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_IOERR,
+                         sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
+
+
+#: The store's job count as :meth:`Store.job_high_water` defines it, as one SQL expression.
+HIGH_WATER_SQL = ("MAX((SELECT COALESCE(MAX(seq), 0) FROM jobs), (SELECT COALESCE(MAX(CAST("
+                  "value AS INTEGER)), 0) FROM meta WHERE key='jobs_high_water'))")
+
+
+class StoreDamaged(TesseraError):
+    """The job store failed under the running service: writes are refused from then on (the
+    API answers 503 with this message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,26 +253,80 @@ class Store:
         self.specs_decoded = 0
         """Specs decoded from their JSON so far (each a cache miss): a measure for tests."""
         self._totals: dict[str, list[int]] = {}  # queue → [jobs, spec bytes], once counted
+        self.fault: str | None = None
+        """Why the store failed under the service (``None``: it has not); see the module
+        docstring."""
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
+    # -- faults ------------------------------------------------------------------------------
+
+    def mark_faulted(self, why: str) -> None:
+        """Fault the store (once: the first reason stays) and log it, in one line."""
+        with self._lock:
+            if self.fault is not None:
+                return
+            self.fault = why
+        log.error("%s", self.fault_message())
+
+    def fault_message(self) -> str:
+        """What a client or the log is told while the store is faulted (one line)."""
+        state = self.path.parent
+        return (f"the job store {self.path} failed ({self.fault}): the service has stopped "
+                "deciding and refuses writes; reads are served where they can be. Stop the "
+                f"service, then restore a backup (tessera admin restore --state {state} "
+                "BACKUP) or start afresh (tessera serve --new-store moves the old files aside)")
+
+    def _check_fault(self, e: sqlite3.Error) -> None:
+        """Raise :class:`StoreDamaged` (faulting the store) if ``e`` is a fault."""
+        code = getattr(e, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in FAULT_CODES:
+            self.mark_faulted(f"{e}, {getattr(e, 'sqlite_errorname', code)}")
+            raise StoreDamaged(self.fault_message()) from e
+
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction: everything inside commits together or not at all."""
+        """A write transaction: everything inside commits together or not at all.
+
+        Raises:
+            StoreDamaged: the store is faulted (nothing is tried), or this write faults it.
+        """
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            if self.fault is not None:
+                raise StoreDamaged(self.fault_message())
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                self._check_fault(e)
+                raise
             try:
                 yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("COMMIT")
+            except BaseException as e:
+                if self._db.in_transaction:  # the error that brought us here is the one told
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error):
+                    self._check_fault(e)
                 raise
-            self._db.execute("COMMIT")
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as e:
+                self._check_fault(e)
+                raise
+
+    # -- what the start checks and the marker need (tessera.live.storecheck) ----------------
+
+    def job_high_water(self) -> int:
+        """How many jobs the store ever took: the highest job number stored (jobs are numbered
+        1, 2, ... in submission order), or the count last recorded in ``meta`` if higher (so
+        a job removed later does not lower it)."""
+        return int(self._read(f"SELECT {HIGH_WATER_SQL}")[0][0])
 
     # -- meta and queues ---------------------------------------------------------------------
 
@@ -260,7 +341,11 @@ class Store:
     def policy_memory(self, policy: str) -> object:
         """The memory ``policy`` saved with its last decision (see :mod:`tessera.live.memory`)."""
         with self._lock:
-            return memory.load(self._db, policy)
+            try:
+                return memory.load(self._db, policy)
+            except sqlite3.Error as e:
+                self._check_fault(e)
+                raise
 
     def sync_queues(self, quotas: dict[str, QueueQuota]) -> None:
         with self.tx() as db:
