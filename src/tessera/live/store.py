@@ -313,9 +313,16 @@ class Store:
                 raise
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._reading() as db:
+            return db.execute(sql, args).fetchall()
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock, for reads: a fault met while reading faults the
+        store (:class:`StoreDamaged`), as a write's would."""
         with self._lock:
             try:
-                return self._db.execute(sql, args).fetchall()
+                yield self._db
             except sqlite3.Error as e:
                 self._check_fault(e)
                 raise
@@ -340,12 +347,8 @@ class Store:
 
     def policy_memory(self, policy: str) -> object:
         """The memory ``policy`` saved with its last decision (see :mod:`tessera.live.memory`)."""
-        with self._lock:
-            try:
-                return memory.load(self._db, policy)
-            except sqlite3.Error as e:
-                self._check_fault(e)
-                raise
+        with self._reading() as db:
+            return memory.load(db, policy)
 
     def sync_queues(self, quotas: dict[str, QueueQuota]) -> None:
         with self.tx() as db:
@@ -397,14 +400,14 @@ class Store:
     def keyed_job(self, principal: str, key: str, now_s: float) -> tuple[str, str] | None:
         """The job an unexpired ``Idempotency-Key`` of ``principal`` stored, and the digest of
         its request (:func:`tessera.live.idempotency.lookup`)."""
-        with self._lock:
-            return idempotency.lookup(self._db, principal, key, now_s)
+        with self._reading() as db:
+            return idempotency.lookup(db, principal, key, now_s)
 
     def get(self, job_id: str) -> JobRecord | None:
         """The job's record (lean: no ``env``, see the module docstring), or ``None``."""
-        with self._lock:
-            rows = self._db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id=?",
-                                    (job_id,)).fetchall()
+        with self._reading() as db:
+            rows = db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id=?",
+                              (job_id,)).fetchall()
             return self._records(rows)[0] if rows else None
 
     def jobs(self, active_only: bool = False, queue: str | None = None,
@@ -439,8 +442,8 @@ class Store:
         if limit is not None:
             sql += " DESC LIMIT ?"
             args.append(limit)
-        with self._lock:
-            out = self._records(self._db.execute(sql, tuple(args)).fetchall())
+        with self._reading() as db:
+            out = self._records(db.execute(sql, tuple(args)).fetchall())
         return out[::-1] if limit is not None else out
 
     def env(self, job_id: str) -> tuple[tuple[str, str], ...]:
@@ -489,10 +492,10 @@ class Store:
         """Jobs stored in ``queue`` and the bytes of their specs (JSON, env and command
         included). Counted with one query the first time a queue is asked about, then kept up
         to date as jobs are added and pruned."""
-        with self._lock:
+        with self._reading() as db:
             totals = self._totals.get(queue)
             if totals is None:
-                count, size = self._db.execute(
+                count, size = db.execute(
                     "SELECT COUNT(*), COALESCE(SUM(length(spec_json)), 0) FROM jobs "
                     "WHERE queue=?", (queue,)).fetchone()
                 totals = self._totals[queue] = [int(count), int(size)]
