@@ -13,6 +13,8 @@ everything). Queues carry Kueue-style quotas that the decision core enforces::
     tenants_see_all: false   # true: tenants also see every queue's quota and use, and the
                              # cluster's use (never other queues' jobs)
     limits: {body_bytes: 1048576}   # optional: the API's ceilings (tessera.live.limits)
+    logs: {cap_bytes: 104857600, retention_s: 604800}   # optional: rank logs' cap and how
+                             # long a finished run's files are kept (executors/logs.py)
 
 Only SHA-256 hashes of tokens are stored, so reading the file leaks no token; but whoever can
 *write* it can add a hash of their own and hold an admin token after the next restart, so the
@@ -43,6 +45,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.errors import SpecError
+from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
 from tessera.live.layout import CONFIG_FILE, check_private, write_private
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
 from tessera.sched.snapshot import QueueQuota
@@ -74,6 +77,7 @@ class _ConfigFile(BaseModel):
     tokens: list[_TokenEntry] = Field(min_length=1)
     tenants_see_all: bool = False
     limits: ApiLimits = DEFAULT_LIMITS
+    logs: LogSettings = DEFAULT_LOGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,7 @@ class Tenancy:
             ``/api/cluster`` (off: only their own queue and the cluster's capacity).
         job_defaults: how each queue's jobs run (user, runtime limit), where the queue says.
         sharing_queues: the queues whose jobs may share GPUs (``sharing: true``).
+        logs: the rank logs' size cap and the retention of finished runs' files.
     """
 
     quotas: dict[str, QueueQuota]
@@ -118,6 +123,7 @@ class Tenancy:
     limits: ApiLimits = DEFAULT_LIMITS
     job_defaults: dict[str, JobDefaults] = field(default_factory=dict)
     sharing_queues: frozenset[str] = frozenset()
+    logs: LogSettings = DEFAULT_LOGS
 
     def shares(self, queue: str) -> bool:
         """Whether ``queue``'s jobs may share GPUs with other jobs."""
@@ -170,7 +176,7 @@ def load_tenancy(state_dir: Path) -> Tenancy:
     defaults = {q.name: JobDefaults(q.run_as, q.max_runtime_s) for q in cfg.queues
                 if q.run_as is not None or q.max_runtime_s is not None}
     sharing = frozenset(q.name for q in cfg.queues if q.sharing)
-    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing)
+    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing, cfg.logs)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
