@@ -170,8 +170,8 @@ def remove_expired(runs_dir: Path, retention_s: float, now_s: float,
                 if not (entry.name.isdigit() and entry.is_dir(follow_symlinks=False)):
                     continue
                 run_dir = Path(entry.path)
-                if running(job.name, int(entry.name)) or \
-                        now_s - run_ended_s(run_dir) <= retention_s or \
+                if now_s - run_ended_s(run_dir) <= retention_s or \
+                        running(job.name, int(entry.name)) or \
                         (only_if is not None and not only_if(run_dir)):
                     continue
                 shutil.rmtree(run_dir, ignore_errors=True)

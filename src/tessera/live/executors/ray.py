@@ -557,7 +557,9 @@ class RayExecutor:
                         str(self.runs_dir), self.logs.retention_s, now_s)
 
         def busy(job_id: str, run: int) -> bool:
-            return (job_id, run) in self._launching or (job_id, run) in self._nodes_of
+            key = (job_id, run)
+            return key in self._launching or key in self._nodes_of or \
+                get(run_key(job_id, run)) is not None
 
         def only_records(run_dir: Path) -> bool:  # a dir with rank logs is its host's to remove
             return all(p.name.endswith(".exit.json") for p in run_dir.iterdir())

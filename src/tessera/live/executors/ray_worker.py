@@ -55,7 +55,7 @@ from tessera.live.executors.base import (
     read_log_file,
 )
 from tessera.live.executors.logs import RankLogs, open_log, private_run_dir, remove_expired
-from tessera.live.executors.ray_records import exit_key, exit_record, put
+from tessera.live.executors.ray_records import exit_key, exit_record, get, put, run_key
 
 #: How often a rank's exit watcher looks whether the command has ended (s).
 EXIT_POLL_S = 0.2
@@ -235,10 +235,14 @@ class RankHost:
     def remove_expired(self, runs_dir: str, retention_s: float, now_s: float) -> int:
         """Remove the run directories under ``runs_dir`` on this node whose runs ended more
         than ``retention_s`` before ``now_s``, except those of ranks this host holds (running,
-        or ended and not yet forgotten); returns how many were removed."""
-        def held(job_id: str, run: int) -> bool:
+        or ended and not yet forgotten) and of runs the service has not released yet (their run
+        record is still in the KV: a work root shared by several nodes holds other nodes'
+        running ranks too); returns how many were removed."""
+        def held(job_id: str, run: int) -> bool:  # here, or (a shared work root) elsewhere
             with self._lock:
-                return any(k[0] == job_id and k[1] == run for k in self._ranks)
+                if any(k[0] == job_id and k[1] == run for k in self._ranks):
+                    return True
+            return get(run_key(job_id, run)) is not None  # pruned only once released
 
         with self._dirs:
             return len(remove_expired(Path(runs_dir), retention_s, now_s, held))
