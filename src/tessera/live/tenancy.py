@@ -176,7 +176,8 @@ def load_tenancy(state_dir: Path) -> Tenancy:
     defaults = {q.name: JobDefaults(q.run_as, q.max_runtime_s) for q in cfg.queues
                 if q.run_as is not None or q.max_runtime_s is not None}
     sharing = frozenset(q.name for q in cfg.queues if q.sharing)
-    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing, cfg.logs)
+    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing,
+                   logs=cfg.logs)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
