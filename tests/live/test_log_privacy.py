@@ -318,3 +318,24 @@ def test_ray_retention_removes_old_finished_runs_on_every_node_and_keeps_running
     ex.stop(busy, 1, 0.0)
     _ray_exit(ex, busy)
     ex.release(busy, 1)
+
+
+def test_logs_settings_come_from_tessera_live_yaml_and_bad_ones_are_one_line(
+        tmp_path: Path) -> None:
+    import yaml
+
+    from tessera.errors import SpecError
+    from tessera.live.tenancy import CONFIG_NAME, load_tenancy
+    from tests.live.helpers import write_config
+
+    write_config(tmp_path)
+    path = tmp_path / CONFIG_NAME
+    assert load_tenancy(tmp_path).logs == LogSettings()  # 100 MiB, 7 days
+    cfg = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**cfg, "logs": {"cap_bytes": CAP, "retention_s": 60}}))
+    assert load_tenancy(tmp_path).logs == LogSettings(cap_bytes=CAP, retention_s=60.0)
+    path.write_text(yaml.safe_dump({**cfg, "logs": {"cap_bytes": 10}}))
+    with pytest.raises(SpecError, match=r"logs\.cap_bytes: .*greater than or equal to 1024"
+                       ) as e:
+        load_tenancy(tmp_path)
+    assert "\n" not in str(e.value)
