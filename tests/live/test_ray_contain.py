@@ -39,6 +39,13 @@ def _env(tmp_path: Path, key: tuple[str, int, int]) -> dict[str, str]:
             "TESSERA_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "TESSERA_GRACE_S": "1"}
 
 
+def _logs(tmp_path: Path) -> Any:
+    """Where the host logs the test's ranks: a runs dir of the test's own."""
+    from tessera.live.executors.logs import RankLogs
+
+    return RankLogs(str(tmp_path / "runs"), 1 << 20)
+
+
 def _host() -> Any:
     from tessera.live.executors.ray_worker import HOST_CONCURRENCY, RankHost
 
@@ -62,7 +69,7 @@ def test_killed_host_takes_the_commands_tree_with_it(embedded_ray: None,
                                                      tmp_path: Path) -> None:
     host, key = _host(), _key()
     pid = ray.get(host.start.remote(key, ["sh", "-c", "setsid sleep 300 & sleep 300 & wait"],
-                                    _env(tmp_path, key), "0"))
+                                    _env(tmp_path, key), "0", _logs(tmp_path)))
     wait_for(lambda: len(_tree(pid)) >= 4, what="guardian, sh and two sleeps")
     tree = _tree(pid)
     ray.kill(host)
@@ -71,7 +78,8 @@ def test_killed_host_takes_the_commands_tree_with_it(embedded_ray: None,
 
 def test_rank_that_cannot_exec_says_why(embedded_ray: None, tmp_path: Path) -> None:
     host, key = _host(), _key()
-    ray.get(host.start.remote(key, ["/nonexistent/binary"], _env(tmp_path, key), "0"))
+    ray.get(host.start.remote(key, ["/nonexistent/binary"], _env(tmp_path, key), "0",
+                              _logs(tmp_path)))
     wait_for(lambda: _ended(host, key), what="the rank to end")
     assert ray.get(host.poll.remote(key)) == ("exited", contain.EXEC_FAILED_RC, False)
     assert ray.get(host.outcome.remote(key)) == (
@@ -84,7 +92,8 @@ def test_rank_stops_at_max_runtime_and_its_env_is_clean(embedded_ray: None,
     out = tmp_path / "env.txt"
     host, key = _host(), _key()
     ray.get(host.start.remote(key, ["sh", "-c", f"env > {out}; exec sleep 30"],
-                              {**_env(tmp_path, key), "TESSERA_MAX_RUNTIME_S": "1"}, "3"))
+                              {**_env(tmp_path, key), "TESSERA_MAX_RUNTIME_S": "1"}, "3",
+                              _logs(tmp_path)))
     wait_for(lambda: _ended(host, key), what="the time limit")
     assert ray.get(host.outcome.remote(key)) == ("exceeded max_runtime_s=1", True)
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
@@ -102,10 +111,11 @@ def test_next_runs_rank_starts_only_after_the_earlier_runs_processes_are_gone(
     try:
         first = _key(1)
         second = (first[0], 2, 0)
-        log_path(*first).parent.mkdir(parents=True)
-        contain.record(str(log_path(*first).with_suffix(".pids")), orphan)
+        runs = _logs(tmp_path).runs_dir
+        log_path(runs, *first).parent.mkdir(parents=True)
+        contain.record(str(log_path(runs, *first).with_suffix(".pids")), orphan)
         host = _host()
-        ray.get(host.start.remote(second, ["true"], _env(tmp_path, second), "0"))
+        ray.get(host.start.remote(second, ["true"], _env(tmp_path, second), "0", _logs(tmp_path)))
         assert _alive(orphan) == []
         ray.kill(host)
     finally:
@@ -127,7 +137,7 @@ def test_a_reused_host_leaks_no_env_cwd_or_process_of_a_hostile_job(
     b.mkdir()
     host, first, second = _host(), _key(), _key()
     ray.get(host.start.remote(first, ["sh", "-c", HOSTILE.format(out=a)],
-                              {**_env(tmp_path, first), "JOB_A_ONLY": "x"}, "0"))
+                              {**_env(tmp_path, first), "JOB_A_ONLY": "x"}, "0", _logs(tmp_path)))
     wait_for(lambda: _ended(host, first), what="the hostile job to end")
     left = {int((a / n).read_text()) for n in ("escaped", "child")}
     wait_for(lambda: not any(contain.start_time(p) for p in left), timeout_s=10,
@@ -135,7 +145,7 @@ def test_a_reused_host_leaks_no_env_cwd_or_process_of_a_hostile_job(
     assert ray.get(host.forget.remote(first))["rc"] == 0
     assert ray.get(host.keys.remote()) == []
     ray.get(host.start.remote(second, ["sh", "-c", PEACEFUL.format(out=b)],
-                              _env(tmp_path, second), "1"))
+                              _env(tmp_path, second), "1", _logs(tmp_path)))
     wait_for(lambda: _ended(host, second), what="the next job to end")
     env = dict(line.split("=", 1) for line in (b / "env").read_text().splitlines() if "=" in line)
     assert "LEAKED" not in env and "JOB_A_ONLY" not in env
@@ -147,15 +157,17 @@ def test_a_reused_host_leaks_no_env_cwd_or_process_of_a_hostile_job(
 def test_a_rank_starts_at_most_once_and_forget_kills_what_runs(embedded_ray: None,
                                                                tmp_path: Path) -> None:
     host, key = _host(), _key()
-    pid = ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0"))
-    assert ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0")) == pid
+    logs = _logs(tmp_path)
+    pid = ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0", logs))
+    assert ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0", logs)) == pid
     tree = _tree(pid)
     record = ray.get(host.forget.remote(key))
     assert _alive(tree) == [] and record["rc"] != 0
     assert ray.get(host.poll.remote(key)) == ("absent", None, False)
     # The same rank again (a host restarted after a crash would be asked this): refused, the
     # claim file beside its log says it started once already.
-    assert ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0")) == -1
+    assert ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0",
+                                     logs)) == -1
     assert ray.get(host.poll.remote(key)) == ("exited", contain.EXEC_FAILED_RC, False)
     assert ray.get(host.outcome.remote(key))[0].startswith("lost: this rank was started")
     ray.kill(host)

@@ -65,6 +65,21 @@ def _times(job: dict[str, Any], now_s: float) -> list[tuple[str, str]]:
     return rows
 
 
+def _logs_kept(job: dict[str, Any], now_s: float) -> str:
+    """When the job's logs are (or were) removed: ``kept until …``, ``removed …``, or, while
+    it runs, how long they are kept after each run."""
+    keep_s = job.get("log_retention_s")
+    if keep_s is None:
+        return ""
+    removed_s = job.get("logs_removed_s")
+    if removed_s is None:
+        return f"kept {human_span(keep_s)} after each run ends"
+    if removed_s <= now_s:
+        return f"removed {local_time(removed_s)} ({human_span(keep_s)} after the job finished)"
+    return (f"kept until {local_time(removed_s)} ({human_span(keep_s)} after the job finished; "
+            "earlier runs' sooner)")
+
+
 def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
     """The lines ``tessera job`` prints for one job of the API (with its ``events``)."""
     rows: list[tuple[str, str]] = [
@@ -95,6 +110,9 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
     if job.get("exit_code") is not None:
         rows.append(("exit code", str(job["exit_code"])))
     rows += _times(job, now_s)
+    logs = _logs_kept(job, now_s)
+    if logs:
+        rows.append(("logs", logs))
     lines = [f"{label:>{LABEL_WIDTH}}: {safe(value)}" for label, value in rows]
     events = job.get("events") or []
     if events:

@@ -81,7 +81,13 @@ from tessera.live.spec import MAX_GPUS
 from tessera.live.store import HOLDING, JobRecord, NewJob, StoreDamaged
 from tessera.live.tenancy import Principal
 from tessera.live.totals import OverCap
-from tessera.live.visibility import cluster_json, job_json, job_summary_json, queues_json
+from tessera.live.visibility import (
+    cluster_json,
+    job_json,
+    job_summary_json,
+    log_retention_json,
+    queues_json,
+)
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
@@ -240,6 +246,7 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
         out["events"] = [{"ts_s": e.ts_s, "kind": e.kind, "from": e.from_state,
                           "to": e.to_state, "detail": e.detail}
                          for e in svc.store.events(job_id=job_id)]
+        out.update(log_retention_json(rec, svc.tenancy.logs.retention_s))
         return out
 
     @app.post("/api/jobs/{job_id}/cancel")

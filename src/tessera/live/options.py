@@ -30,6 +30,8 @@ class ServiceOptions:
         seed: seed of the random stream handed to ``decide()``.
         run_as: the user jobs run as (``tessera serve --run-as``) unless their queue names one;
             ``None`` = the service's own user.
+        log_sweep_s: how often finished runs' files past their retention are looked for and
+            removed (the retention itself is ``logs.retention_s`` in ``tessera-live.yaml``).
     """
 
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -39,3 +41,4 @@ class ServiceOptions:
     grace_s: float = 10.0
     seed: int = 0
     run_as: str | None = None
+    log_sweep_s: float = 300.0

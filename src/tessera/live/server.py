@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, check_run_as
+from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
 from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.storecheck import MarkerKeeper, open_store
@@ -111,7 +112,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
         for queue, defaults in tenancy.job_defaults.items():
             check_run_as(defaults.run_as, f"queue {queue}: run_as")
         check_private(layout.state_dir)  # the files just created (state.db-wal too)
-        executor = make_executor(cfg, cluster)
+        executor = make_executor(cfg, cluster, tenancy.logs)
     except BaseException:
         store.close()
         raise
@@ -158,8 +159,10 @@ def connect_ray(cfg: ServeConfig) -> None:
     connect(cfg.ray_address, NAMESPACE)
 
 
-def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
-    """The executor ``cfg`` names, with its run directories under the work root.
+def make_executor(cfg: ServeConfig, cluster: ClusterSpec,
+                  logs: LogSettings = DEFAULT_LOGS) -> Executor:
+    """The executor ``cfg`` names, with its run directories (and its ranks' logs, capped and
+    kept as ``logs`` says) under the work root.
 
     Raises:
         SpecError: an unknown executor, or one that fails to start (a Ray address that does
@@ -173,7 +176,7 @@ def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
             from tessera.live.executors.local import LocalExecutor
 
             return LocalExecutor(runs_dir, grace_s=cfg.options.grace_s,
-                                 checkpoints_dir=cfg.layout.checkpoints_dir)
+                                 checkpoints_dir=cfg.layout.checkpoints_dir, logs=logs)
         from tessera.live.executors.ray import RayExecutor
         from tessera.live.executors.ray_cluster import FlavorResource
 
@@ -183,7 +186,7 @@ def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
         kind: FlavorResource = "gpu_flavor" if cfg.ray_flavor_resource == "gpu_flavor" \
             else "accelerator_type"
         return RayExecutor(cluster, cfg.ray_address, runs_dir, grace_s=cfg.options.grace_s,
-                           flavor_resource=kind, state_dir=cfg.layout.state_dir)
+                           flavor_resource=kind, state_dir=cfg.layout.state_dir, logs=logs)
     except SpecError:
         raise
     except Exception as e:  # whatever Ray raises, the user gets one line, not a traceback

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from tessera.errors import SpecError
 from tessera.live import lifecycle, memory
 from tessera.live.batches import plan_local_batches, plan_rank_roles
-from tessera.live.executors.base import Executor, LaunchSpec, SharingExecutor
+from tessera.live.executors.base import Executor, ExpiringExecutor, LaunchSpec, SharingExecutor
 from tessera.live.faults import crash_point
 from tessera.live.options import ServiceOptions
 from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
@@ -204,6 +204,7 @@ class LiveService:
         earliest = 0.0
         observed = 0.0
         last_act = 0.0
+        swept = float("-inf")
         dirty = False
         while not self._stop.is_set():
             dirty |= self._wake.wait(self.opts.poll_s)
@@ -235,6 +236,9 @@ class LiveService:
                 if acted or now_s - last_act >= self.opts.poll_s:
                     self.act(self.clock())
                     last_act = now_s
+                if now_s - swept >= self.opts.log_sweep_s:
+                    swept = now_s
+                    self.remove_expired_runs(now_s)
                 if self.keeper is not None:
                     self.keeper.tick(now_s)
             except StoreDamaged:
@@ -242,6 +246,16 @@ class LiveService:
             except Exception:  # keep scheduling; the error is in the log
                 log.exception("scheduling loop iteration failed")
                 time.sleep(self.opts.poll_s)
+
+    def remove_expired_runs(self, now_s: float) -> None:
+        """Have the executor remove finished runs' files past their retention (logs and
+        records; :mod:`~tessera.live.executors.logs`); on the loop thread, so no launch of this
+        service races it."""
+        if isinstance(self.executor, ExpiringExecutor):
+            removed = self.executor.remove_expired(now_s)
+            if removed:
+                log.info("removed %d finished run directories past their retention (%g s)",
+                         removed, self.tenancy.logs.retention_s)
 
     def could_start_anything(self) -> bool:
         """Whether a decision now could start or move a job (events cadence only).

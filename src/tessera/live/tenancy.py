@@ -13,6 +13,8 @@ everything). Queues carry Kueue-style quotas that the decision core enforces::
     tenants_see_all: false   # true: tenants also see every queue's quota and use, and the
                              # cluster's use (never other queues' jobs)
     limits: {body_bytes: 1048576}   # optional: the API's ceilings (tessera.live.limits)
+    logs: {cap_bytes: 104857600, retention_s: 604800}   # optional: rank logs' cap and how
+                             # long a finished run's files are kept (executors/logs.py)
 
 Only SHA-256 hashes of tokens are stored, so reading the file leaks no token; but whoever can
 *write* it can add a hash of their own and hold an admin token after the next restart, so the
@@ -45,6 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.errors import SpecError
+from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
 from tessera.live.layout import CONFIG_FILE, check_private, write_private
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
 from tessera.live.totals import QueueCaps
@@ -80,6 +83,7 @@ class _ConfigFile(BaseModel):
     tokens: list[_TokenEntry] = Field(min_length=1)
     tenants_see_all: bool = False
     limits: ApiLimits = DEFAULT_LIMITS
+    logs: LogSettings = DEFAULT_LOGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,7 @@ class Tenancy:
         sharing_queues: the queues whose jobs may share GPUs (``sharing: true``).
         queue_caps: each queue's caps on stored and unfinished jobs and stored bytes, where
             it sets one (:meth:`caps` fills in the ``limits:`` defaults).
+        logs: the rank logs' size cap and the retention of finished runs' files.
     """
 
     quotas: dict[str, QueueQuota]
@@ -127,6 +132,7 @@ class Tenancy:
     job_defaults: dict[str, JobDefaults] = field(default_factory=dict)
     sharing_queues: frozenset[str] = frozenset()
     queue_caps: dict[str, QueueCaps] = field(default_factory=dict)
+    logs: LogSettings = DEFAULT_LOGS
 
     def caps(self, queue: str) -> QueueCaps:
         """``queue``'s caps (:mod:`tessera.live.totals`): its own, else ``limits:``'s."""
@@ -192,7 +198,8 @@ def load_tenancy(state_dir: Path) -> Tenancy:
                               q.max_queued_jobs or lim.queue_queued_jobs,
                               q.max_stored_bytes or lim.queue_stored_bytes)
             for q in cfg.queues}
-    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing, caps)
+    return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing, caps,
+                   logs=cfg.logs)
 
 
 def ensure_config(state_dir: Path, total_gpus: int) -> str | None:

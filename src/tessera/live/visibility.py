@@ -55,6 +55,14 @@ def job_summary_json(rec: JobRecord, placement: str | None = None) -> dict[str, 
     }
 
 
+def log_retention_json(rec: JobRecord, retention_s: float) -> dict[str, Any]:
+    """How long the job's run files (logs, records) are kept: ``log_retention_s`` after each
+    run ends, and ``logs_removed_s``, when the last run's are removed (``None`` until the job
+    is final; earlier runs' go earlier)."""
+    removed = rec.finish_s + retention_s if rec.final and rec.finish_s is not None else None
+    return {"log_retention_s": retention_s, "logs_removed_s": removed}
+
+
 def _elastic_json(rec: JobRecord) -> dict[str, Any] | None:
     """An elastic job's ranges (``None`` for a rigid job)."""
     e = rec.job.elastic

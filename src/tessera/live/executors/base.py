@@ -187,6 +187,18 @@ class SharingExecutor(Executor, Protocol):
     def sharing_mechanism(self, host: tuple[str, int]) -> Mechanism: ...
 
 
+@runtime_checkable
+class ExpiringExecutor(Executor, Protocol):
+    """An executor that removes finished runs' files (logs, launch and exit records) once
+    they are older than its retention period (:mod:`~tessera.live.executors.logs`).
+
+    ``remove_expired(now_s)`` is called by the service now and then; it never touches a run
+    that may still be running, and returns how many run directories it removed itself.
+    """
+
+    def remove_expired(self, now_s: float) -> int: ...
+
+
 def base_env(user: str | None = None, visible_devices: str | None = None) -> dict[str, str]:
     """The minimal environment a rank starts from (layer 1 in the module docstring).
 

@@ -171,10 +171,16 @@ def reap_children(timeout_s: float) -> None:
             return
 
 
+def private_file(path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
+    """Open ``path`` with ``flags``, created ``0600`` from its first byte, never through a
+    symlink (every control file of a run: records, status, exit); returns the descriptor."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
 def record(path: str, procs: dict[int, int]) -> None:
     """Append ``pid start`` lines to the record file ``path``."""
     if procs:
-        with open(path, "a") as f:
+        with os.fdopen(private_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a") as f:
             f.write("".join(f"{pid} {start}\n" for pid, start in procs.items()))
 
 
@@ -253,6 +259,6 @@ def read_status(path: str) -> dict[str, object]:
 
 def write_status(path: str, rc: int, detail: str, timed_out: bool) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with os.fdopen(private_file(tmp), "w") as f:
         json.dump({"rc": rc, "detail": detail, "timed_out": timed_out}, f)
     os.replace(tmp, path)

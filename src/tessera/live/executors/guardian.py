@@ -8,7 +8,8 @@ proper, whose parent-death signal is the relay's death (Ray SIGKILLs a dying wor
 children, which would otherwise take the guardian down before it could clean up). The spec::
 
     {"argv": [...], "env": {...}, "user": null | "name", "max_runtime_s": null | 3600,
-     "grace_s": 10, "status": "<path>", "record": "<path>", "parent": <pid of the launcher>}
+     "grace_s": 10, "status": "<path>", "record": "<path>", "parent": <pid of the launcher>,
+     "log_cap_bytes": null | 104857600}
 
 It runs the command in its own process group with the spec's environment (as ``user`` when
 given, with that user's groups), forwards SIGTERM to the whole tree and kills it after
@@ -16,6 +17,12 @@ given, with that user's groups), forwards SIGTERM to the whole tree and kills it
 when the command exits, and writes ``status`` (``{"rc", "detail", "timed_out"}``). It then exits
 the way its command did (same code, or same signal), so its parent sees the command's status.
 A command that cannot start exits 127 with ``detail`` saying why (``exec failed: ...``).
+
+**Output.** The guardian's own stdout is the rank's log, opened by the launcher (as root when
+the job runs as another user). The command does not get it: its stdout and stderr are a pipe
+the guardian drains into the log (:class:`LogCap`), so the job can neither read, truncate nor
+seek its log, and once ``log_cap_bytes`` are written the rest is read and dropped after one
+:data:`TRUNCATED_MARKER` line -- the job keeps running, its writes never block or fail.
 """
 
 import contextlib
@@ -37,6 +44,64 @@ except ImportError:  # run as ``python -E -S guardian.py``: its own directory is
 
 #: How often the guardian records the processes below it.
 SCAN_S = 0.5
+#: The line that ends a log cut at its cap (``{cap}``: the cap in bytes).
+TRUNCATED_MARKER = "[tessera: log truncated at {cap} bytes; further output discarded]"
+#: Most bytes the guardian moves from the pipe to the log before it looks at signals again.
+DRAIN_BYTES = 1 << 20
+
+
+class LogCap:
+    """Appends the command's output to the log (descriptor ``out``) up to ``cap`` bytes in
+    all (``None``: no cap), then writes :data:`TRUNCATED_MARKER` once and drops the rest."""
+
+    def __init__(self, out: int, cap: int | None) -> None:
+        self.out = out
+        self.cap = cap
+        try:
+            self.written = os.fstat(out).st_size
+        except OSError:
+            self.written = 0
+        self.truncated = False
+        self.last = b"\n"
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.out, view):]
+            except InterruptedError:
+                continue
+            except OSError:  # a full disk or a closed log: the job must not notice
+                return
+
+    def feed(self, data: bytes) -> None:
+        room = len(data) if self.cap is None else max(self.cap - self.written, 0)
+        keep = data[:room]
+        if keep:
+            self._write(keep)
+            self.written += len(keep)
+            self.last = keep[-1:]
+        if len(keep) < len(data) and not self.truncated:
+            self.truncated = True
+            lead = b"" if self.last == b"\n" else b"\n"
+            self._write(lead + TRUNCATED_MARKER.format(cap=self.cap).encode() + b"\n")
+
+    def drain(self, pipe: int, most_bytes: int = DRAIN_BYTES) -> bool:
+        """Move what the (non-blocking) ``pipe`` holds, up to ``most_bytes``; returns
+        ``False`` at end of file (every writer closed it)."""
+        moved = 0
+        while moved < most_bytes:
+            try:
+                data = os.read(pipe, 65536)
+            except BlockingIOError:
+                return True
+            except InterruptedError:
+                continue
+            if not data:
+                return False
+            self.feed(data)
+            moved += len(data)
+        return True
 
 
 def _credentials(user: str | None) -> tuple[int | None, int | None, list[int] | None]:
@@ -69,8 +134,9 @@ def _wake_on_signals() -> int:
     return wake_r
 
 
-def _start_command(spec: dict[str, Any]) -> "subprocess.Popen[bytes]":
-    """Start the rank's command in its own process group, as the spec's user if it names one.
+def _start_command(spec: dict[str, Any], out: int) -> "subprocess.Popen[bytes]":
+    """Start the rank's command in its own process group, as the spec's user if it names one,
+    its stdout and stderr going to ``out`` (the pipe's write end).
 
     Raises:
         OSError, ValueError, KeyError, SubprocessError: it could not start (the caller says
@@ -81,7 +147,8 @@ def _start_command(spec: dict[str, Any]) -> "subprocess.Popen[bytes]":
     uid, gid, groups = _credentials(user)
     ckpt = env.get("TESSERA_CHECKPOINT_DIR") if user else None
     return subprocess.Popen([str(a) for a in spec["argv"]], env=env, stdin=subprocess.DEVNULL,
-                            process_group=0, user=uid, group=gid, extra_groups=groups,
+                            stdout=out, stderr=out, process_group=0, user=uid, group=gid,
+                            extra_groups=groups,
                             preexec_fn=lambda: _child_setup(ckpt))
 
 
@@ -121,11 +188,18 @@ def guard(spec: dict[str, Any], parent: int) -> int:
         contain.write_status(status_path, -signal.SIGKILL, "launcher died before the start", False)
         return -signal.SIGKILL
     wake_r = _wake_on_signals()
+    out_r, out_w = os.pipe()
     try:
-        child = _start_command(spec)
+        child = _start_command(spec, out_w)
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         contain.write_status(status_path, contain.EXEC_FAILED_RC, contain.exec_failure(e), False)
         return contain.EXEC_FAILED_RC
+    finally:
+        os.close(out_w)
+    os.set_blocking(out_r, False)
+    cap = spec.get("log_cap_bytes")
+    log = LogCap(sys.stdout.fileno(), int(cap) if cap else None)
+    reading = True
     contain.record(record_path, {child.pid: contain.start_time(child.pid) or 0})
     grace_s = float(spec.get("grace_s") or 10.0)
     limit = float(spec["max_runtime_s"]) if spec.get("max_runtime_s") else None
@@ -155,8 +229,11 @@ def guard(spec: dict[str, Any], parent: int) -> int:
             seen.update(new)
             next_scan = now + SCAN_S
         ends = [t for t in (runtime_end if kill_at is None else None, kill_at, next_scan) if t]
-        ready, _, _ = select.select([wake_r], [], [], max(min(ends) - now, 0.0))
-        sigs = os.read(wake_r, 256) if ready else b""
+        ready, _, _ = select.select([wake_r, out_r] if reading else [wake_r], [], [],
+                                    max(min(ends) - now, 0.0))
+        if out_r in ready:
+            reading = log.drain(out_r)
+        sigs = os.read(wake_r, 256) if wake_r in ready else b""
         if os.getppid() != parent:  # the launcher died: the run is lost, kill it all
             contain.kill_tree(me)
             kill_at = float("inf")
@@ -165,6 +242,10 @@ def guard(spec: dict[str, Any], parent: int) -> int:
             kill_at = time.monotonic() + grace_s
     contain.kill_tree(me)
     contain.reap_children(5.0)
+    while reading and log.drain(out_r):  # what the tree wrote before it ended
+        if not select.select([out_r], [], [], 0)[0]:
+            break
+    os.close(out_r)
     detail = f"exceeded max_runtime_s={limit:g}" if timed_out else ""
     contain.write_status(status_path, code, detail, timed_out)
     return code

@@ -9,7 +9,13 @@ to know, in files written atomically:
   crash); ``rank-<i>.status`` -- what each guardian saw its command do;
 * ``runner.pids``, ``rank-<i>.pids`` -- every process of the run (pid and start time), recorded
   as the runner and the guardians see them (:mod:`~tessera.live.executors.contain`);
-* ``exit.json`` -- the exit status, written by the runner when the last rank ended.
+* ``exit.json`` -- the exit status, written by the runner when the last rank ended;
+* ``rank-<i>.log`` -- the rank's output, at most ``logs.cap_bytes`` of it.
+
+The tree is private and bounded (:mod:`~tessera.live.executors.logs`): directories ``0700``,
+files ``0600`` from their first byte, and :meth:`LocalExecutor.remove_expired` removes a
+finished run's directory ``logs.retention_s`` after it ended (the service calls it now and
+then); a run whose runner is alive, or that this process is starting, is never touched.
 
 **No attempt starts beside an earlier one.** Before it starts run ``n`` of a job, ``launch``
 kills every recorded process of the job's runs ``1..n-1`` that is still alive, with its
@@ -59,6 +65,7 @@ from tessera.live.executors.base import (
     rank_envs,
     read_log_file,
 )
+from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, private_run_dir, remove_expired
 from tessera.live.sharing import Mechanism, mechanism
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -74,9 +81,10 @@ class LocalExecutor:
     shares_gpus = True
 
     def __init__(self, runs_dir: Path, grace_s: float = 10.0,
-                 checkpoints_dir: Path | None = None) -> None:
+                 checkpoints_dir: Path | None = None, logs: LogSettings = DEFAULT_LOGS) -> None:
         self.runs_dir = runs_dir
         self.grace_s = grace_s
+        self.logs = logs
         self.checkpoints_dir = checkpoints_dir or runs_dir.parent / "checkpoints"
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
 
@@ -89,8 +97,7 @@ class LocalExecutor:
         Raises:
             RuntimeError: processes of an earlier run of the job survived being killed.
         """
-        d = self.run_dir(spec.job_id, spec.run)
-        d.mkdir(parents=True, exist_ok=True)
+        d = private_run_dir(self.runs_dir, spec.job_id, spec.run)
         if (d / "marker").exists() or (d / "exit.json").exists():
             return
         earlier = [str(p) for p in d.parent.iterdir() if p.name.isdigit() and
@@ -104,12 +111,16 @@ class LocalExecutor:
         if spec.share_with is not None:
             _same_devices(ranks, self.run_dir(*spec.share_with))
         launch = {"argv": list(spec.argv), "grace_s": self.grace_s, "ranks": ranks,
-                  "user": spec.run_as, "max_runtime_s": spec.max_runtime_s}
+                  "user": spec.run_as, "max_runtime_s": spec.max_runtime_s,
+                  "log_cap_bytes": self.logs.cap_bytes}
         tmp = d / "launch.json.tmp"
-        tmp.write_text(json.dumps(launch))
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(contain.private_file(str(tmp)), "w") as f:
+            f.write(json.dumps(launch))
         tmp.replace(d / "launch.json")
         prepare_checkpoint_dir(spec.checkpoint_dir, spec.run_as, self.checkpoints_dir)
-        with open(d / "runner.log", "ab") as log:
+        append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        with os.fdopen(contain.private_file(str(d / "runner.log"), append), "ab") as log:
             self._children[(spec.job_id, spec.run)] = subprocess.Popen(
                 [sys.executable, "-S", str(RUNNER), str(d)], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=base_env())
@@ -165,6 +176,21 @@ class LocalExecutor:
         """The rank's log file in the run directory."""
         return read_log_file(str(self.run_dir(job_id, run) / f"rank-{rank}.log"), offset,
                              limit_bytes)
+
+    def remove_expired(self, now_s: float) -> int:
+        """Remove the directories of runs that ended more than ``logs.retention_s`` before
+        ``now_s`` (never one whose runner is alive or that this process is starting); returns
+        how many."""
+        def running(job_id: str, run: int) -> bool:
+            d = self.run_dir(job_id, run)
+            if (d / "exit.json").exists():
+                return False
+            child = self._children.get((job_id, run))
+            pid = _marker_pid(d)
+            return (child is not None and child.poll() is None) or \
+                (pid is not None and _is_runner(pid, d))
+
+        return len(remove_expired(self.runs_dir, self.logs.retention_s, now_s, running))
 
     def close(self) -> None:
         """Forget the runners (they keep running; a restarted service adopts them)."""

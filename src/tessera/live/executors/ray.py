@@ -42,6 +42,13 @@ to the partner. (Fractional ``num_gpus`` bundles were not used: Ray packs fracti
 so two ranks of one job would land on one GPU, and a host that already holds whole GPUs could
 not be joined without restarting it.)
 
+**Logs** stay on the rank's node, in the service's runs dir there (the same path on every
+node; the executor passes it with each start and the node's host creates it, private, with no
+shared filesystem): ``<runs dir>/<job>/<run>/rank-<i>.log``, capped at ``logs.cap_bytes``.
+:meth:`RayExecutor.remove_expired` has every node's host remove the run directories it keeps
+past ``logs.retention_s``, and removes the saved exit records here
+(:mod:`~tessera.live.executors.logs`).
+
 No Ray worker process is started per rank: the hosts and the bundle-slot workers are reused,
 which is what lets gangs start at tens per second on a small machine (``benchmarks/
 bench_ray_launch.py``).
@@ -77,6 +84,7 @@ from tessera.live.executors.base import (
     RunStatus,
     rank_envs,
 )
+from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, RankLogs, remove_expired
 from tessera.live.executors.ray_cluster import (
     EmbeddedHead,
     FlavorResource,
@@ -162,9 +170,11 @@ class RayExecutor:
                  grace_s: float = 10.0, num_cpus: int = 2,
                  flavor_resource: FlavorResource = "accelerator_type",
                  state_dir: Path | None = None,
-                 place_timeout_s: float = PLACE_TIMEOUT_S) -> None:
+                 place_timeout_s: float = PLACE_TIMEOUT_S,
+                 logs: LogSettings = DEFAULT_LOGS) -> None:
         self.runs_dir = runs_dir
         self.grace_s = grace_s
+        self.logs = logs
         self.kind: FlavorResource = flavor_resource
         self.place_timeout_s = place_timeout_s
         self.head: EmbeddedHead | None = None
@@ -380,8 +390,9 @@ class RayExecutor:
         self._nodes_of[(spec.job_id, spec.run)] = nodes
         root = {CHECKPOINTS_ROOT_VAR: str(self.runs_dir.parent / "checkpoints")}
         envs = rank_envs(spec, slots[0].ip, slots[0].port)
+        logs = RankLogs(str(self.runs_dir), self.logs.cap_bytes)
         return [self.hosts.host(node).start.remote(
-                    (spec.job_id, spec.run, rank), list(spec.argv), {**env, **root}, gpu)
+                    (spec.job_id, spec.run, rank), list(spec.argv), {**env, **root}, gpu, logs)
                 for rank, (node, gpu, env) in enumerate(zip(nodes, gpus, envs, strict=True))]
 
     def _node_totals(self) -> list[dict[str, float]]:
@@ -533,6 +544,28 @@ class RayExecutor:
             self._users.pop(group, None)
         with contextlib.suppress(ValueError):
             remove_placement_group(get_placement_group(group))
+
+    def remove_expired(self, now_s: float) -> int:
+        """Have every alive node's host remove its run directories older than
+        ``logs.retention_s`` (in the background: nothing is waited for), and remove here the
+        directories that hold only saved exit records of released runs; returns how many were
+        removed here."""
+        for node in ray.nodes():
+            if node.get("Alive"):
+                with contextlib.suppress(ray.exceptions.RayError):
+                    self.hosts.host(str(node["NodeID"])).remove_expired.remote(
+                        str(self.runs_dir), self.logs.retention_s, now_s)
+
+        def busy(job_id: str, run: int) -> bool:
+            key = (job_id, run)
+            return key in self._launching or key in self._nodes_of or \
+                get(run_key(job_id, run)) is not None
+
+        def only_records(run_dir: Path) -> bool:  # a dir with rank logs is its host's to remove
+            return all(p.name.endswith(".exit.json") for p in run_dir.iterdir())
+
+        return len(remove_expired(self.runs_dir, self.logs.retention_s, now_s, busy,
+                                  only_records))
 
     def release_unheld(self, holding: set[tuple[str, int]]) -> int:
         """Release every run this cluster still keeps (a placement group, KV records) that the

@@ -27,6 +27,8 @@ from typing import Any
 from ray.experimental import internal_kv
 
 from tessera.live.executors.base import LogChunk, RunStatus, read_log_file
+from tessera.live.executors.contain import private_file
+from tessera.live.executors.logs import private_run_dir
 
 NAMESPACE = "tessera"
 EXIT_TAIL_BYTES = 16384
@@ -71,11 +73,13 @@ def saved_path(runs_dir: Path, job_id: str, run: int, rank: int) -> Path:
 
 
 def save_exit(runs_dir: Path, job_id: str, run: int, rank: int, rec: dict[str, Any]) -> None:
-    """Keep a rank's exit record in the service's runs directory (atomically)."""
-    path = saved_path(runs_dir, job_id, run, rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Keep a rank's exit record in the service's runs directory (atomically; the directories
+    ``0700``, the file ``0600``: it holds the tail of the rank's log)."""
+    path = private_run_dir(runs_dir, job_id, run) / saved_path(runs_dir, job_id, run, rank).name
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rec))
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(private_file(str(tmp)), "w") as f:
+        f.write(json.dumps(rec))
     os.replace(tmp, path)
 
 

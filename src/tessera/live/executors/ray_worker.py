@@ -11,6 +11,11 @@ executor passes each rank the GPU ids Ray assigned to its bundle, see
 
 A rank is known by its key ``(job_id, run, rank)``. For each one the host
 
+* logs it to ``<runs dir>/<job>/<run>/rank-<i>.log`` **on this node**, the service's runs dir
+  passed with each start (:class:`~tessera.live.executors.logs.RankLogs`; no filesystem is
+  shared with the service): the host creates the directories ``0700`` and the files ``0600``,
+  opens the log as the host's user and hands the guardian the open file; the guardian keeps at
+  most ``cap_bytes`` of the command's output (:mod:`~tessera.live.executors.logs`);
 * starts the command **at most once** on this node, even across a restarted host: a claim file
   ``rank-<i>.claimed`` is created exclusively beside the rank's log before the guardian starts;
 * gives it a clean environment (:func:`~tessera.live.executors.base.launch_env`), never the
@@ -18,7 +23,9 @@ A rank is known by its key ``(job_id, run, rank)``. For each one the host
 * writes an **exit record** to Ray's KV when the command ends
   (:mod:`tessera.live.executors.ray_records`), so a restarted service learns how it ended;
 * on :meth:`RankHost.forget`, kills whatever of the rank's tree is left (the guardian and every
-  process recorded in the run's ``*.pids`` files), waits for the exit record, and drops it.
+  process recorded in the run's ``*.pids`` files), waits for the exit record, and drops it;
+* on :meth:`RankHost.remove_expired`, removes the run directories on this node whose runs
+  ended longer ago than the retention period, never one of a rank it still holds.
 
 A job's process cannot change the host: it is a separate process with its own environment and
 working directory, below a guardian that kills the tree when the command exits and whose relay
@@ -31,7 +38,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,7 +54,8 @@ from tessera.live.executors.base import (
     prepare_checkpoint_dir,
     read_log_file,
 )
-from tessera.live.executors.ray_records import exit_key, exit_record, put
+from tessera.live.executors.logs import RankLogs, open_log, private_run_dir, remove_expired
+from tessera.live.executors.ray_records import exit_key, exit_record, get, put, run_key
 
 #: How often a rank's exit watcher looks whether the command has ended (s).
 EXIT_POLL_S = 0.2
@@ -60,10 +67,10 @@ RankKey = tuple[str, int, int]
 """``(job_id, run, rank)``: one rank of one run."""
 
 
-def log_path(job_id: str, run: int, rank: int) -> Path:
-    """Where a rank's output goes on the node that runs it."""
-    base = os.environ.get("TESSERA_RAY_LOG_DIR") or tempfile.gettempdir()
-    return Path(base) / "tessera-ray-logs" / job_id / str(run) / f"rank-{rank}.log"
+def log_path(runs_dir: str | Path, job_id: str, run: int, rank: int) -> Path:
+    """Where a rank's output goes on the node that runs it: the service's runs dir, the same
+    path on every node."""
+    return Path(runs_dir) / job_id / str(run) / f"rank-{rank}.log"
 
 
 @dataclass
@@ -104,6 +111,7 @@ class RankHost:
     def __init__(self) -> None:
         self._ranks: dict[RankKey, _Rank] = {}
         self._lock = threading.Lock()
+        self._dirs = threading.Lock()  # creating a run's directory vs. removing expired ones
 
     def keys(self) -> list[RankKey]:
         """The ranks this host holds (running, or ended and not yet forgotten)."""
@@ -111,18 +119,24 @@ class RankHost:
             return list(self._ranks)
 
     def start(self, key: RankKey, argv: list[str], env: dict[str, str],
-              visible_devices: str) -> int:
+              visible_devices: str, logs: RankLogs) -> int:
         """Start the rank's command once; returns the guardian's pid (``-1``: it could not
         start, :meth:`outcome` says why). ``visible_devices`` is the rank's
-        ``CUDA_VISIBLE_DEVICES``: the GPU Ray assigned to it within the run's bundle."""
+        ``CUDA_VISIBLE_DEVICES``: the GPU Ray assigned to it within the run's bundle; ``logs``
+        where its log goes on this node and how big it may grow."""
         job_id, run, rank = key
         with self._lock:
             known = self._ranks.get(key)
             if known is not None:
                 return known.proc.pid if known.proc is not None else -1
-            r = self._ranks[key] = _Rank(log_path(job_id, run, rank))
-        r.log.parent.mkdir(parents=True, exist_ok=True)
+            r = self._ranks[key] = _Rank(log_path(logs.runs_dir, job_id, run, rank))
         threading.Thread(target=self._watch, args=(key, r), daemon=True).start()
+        try:
+            with self._dirs:
+                private_run_dir(Path(logs.runs_dir), job_id, run)
+        except OSError as e:
+            r.failed = f"cannot create the run's log directory on this node: {e}"
+            return -1
         contain.sweep([str(d) for d in r.log.parent.parent.glob("*")
                        if d.name.isdigit() and int(d.name) < run])
         try:
@@ -136,12 +150,16 @@ class RankHost:
             full_env, user = launch_env(env, visible_devices)
             prepare_checkpoint_dir(env.get("TESSERA_CHECKPOINT_DIR", ""), user,
                                    Path(env.get(CHECKPOINTS_ROOT_VAR, "/nonexistent")))
-            with open(r.log, "ab") as out:
+            out = open_log(r.log)
+            try:
                 r.proc = contain.start_guardian({
                     "argv": argv, "env": full_env, "user": user,
                     "max_runtime_s": env.get("TESSERA_MAX_RUNTIME_S"),
                     "grace_s": env.get("TESSERA_GRACE_S", "10"), "status": r.status_path,
-                    "record": str(r.log.with_suffix(".pids"))}, out.fileno())
+                    "record": str(r.log.with_suffix(".pids")),
+                    "log_cap_bytes": logs.cap_bytes}, out)
+            finally:
+                os.close(out)
         except (OSError, ValueError, KeyError) as e:
             r.failed = contain.exec_failure(e)
             return -1
@@ -213,6 +231,21 @@ class RankHost:
         r.recorded.wait(record_wait_s)
         detail, timed_out = r.outcome()
         return exit_record(r.returncode(), r.stopped, str(r.log), detail, timed_out)
+
+    def remove_expired(self, runs_dir: str, retention_s: float, now_s: float) -> int:
+        """Remove the run directories under ``runs_dir`` on this node whose runs ended more
+        than ``retention_s`` before ``now_s``, except those of ranks this host holds (running,
+        or ended and not yet forgotten) and of runs the service has not released yet (their run
+        record is still in the KV: a work root shared by several nodes holds other nodes'
+        running ranks too); returns how many were removed."""
+        def held(job_id: str, run: int) -> bool:  # here, or (a shared work root) elsewhere
+            with self._lock:
+                if any(k[0] == job_id and k[1] == run for k in self._ranks):
+                    return True
+            return get(run_key(job_id, run)) is not None  # pruned only once released
+
+        with self._dirs:
+            return len(remove_expired(Path(runs_dir), retention_s, now_s, held))
 
     def read_log(self, key: RankKey, offset: int, limit: int) -> LogChunk | None:
         """Up to ``limit`` bytes of the rank's log from ``offset`` (``None``: not held)."""

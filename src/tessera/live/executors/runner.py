@@ -42,7 +42,7 @@ BACKSTOP_S = 2.0
 
 def _claim(run_dir: str) -> bool:
     tmp = os.path.join(run_dir, f".marker.{os.getpid()}")
-    with open(tmp, "w") as f:
+    with os.fdopen(contain.private_file(tmp), "w") as f:
         f.write(str(os.getpid()))
     try:
         os.link(tmp, os.path.join(run_dir, "marker"))
@@ -54,14 +54,18 @@ def _claim(run_dir: str) -> bool:
 
 
 def _start_rank(run_dir: str, i: int, launch: dict[str, object], env: dict[str, str]) -> int:
-    """Start rank ``i`` under its guardian; returns its pid, or ``-1`` if it could not start."""
-    with open(os.path.join(run_dir, f"rank-{i}.log"), "ab") as log:
+    """Start rank ``i`` under its guardian, logging to ``rank-<i>.log`` (``0600``, at most
+    ``launch["log_cap_bytes"]``); returns its pid, or ``-1`` if it could not start."""
+    append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    with os.fdopen(contain.private_file(os.path.join(run_dir, f"rank-{i}.log"), append),
+                   "ab") as log:
         try:
             return contain.start_guardian({
                 "argv": launch["argv"], "env": env, "user": launch.get("user"),
                 "max_runtime_s": launch.get("max_runtime_s"), "grace_s": launch["grace_s"],
                 "status": os.path.join(run_dir, f"rank-{i}.status"),
-                "record": os.path.join(run_dir, f"rank-{i}.pids")}, log.fileno()).pid
+                "record": os.path.join(run_dir, f"rank-{i}.pids"),
+                "log_cap_bytes": launch.get("log_cap_bytes")}, log.fileno()).pid
         except (OSError, ValueError) as e:
             contain.write_status(os.path.join(run_dir, f"rank-{i}.status"),
                                  contain.EXEC_FAILED_RC, contain.exec_failure(e), False)
@@ -103,7 +107,7 @@ def main(run_dir: str) -> int:
         pids.append(_start_rank(run_dir, i, launch, env))
         if pids[-1] < 0:
             codes[i] = contain.EXEC_FAILED_RC
-    with open(os.path.join(run_dir, "ranks.json"), "w") as f:
+    with os.fdopen(contain.private_file(os.path.join(run_dir, "ranks.json")), "w") as f:
         json.dump(pids, f)
     cause: list[int] = [i for i in codes][:1]  # the rank whose failure brought the gang down
     if stopping["requested"] or cause:
@@ -128,7 +132,7 @@ def main(run_dir: str) -> int:
     why = contain.read_status(os.path.join(run_dir, f"rank-{first}.status")) \
         if first is not None else {}
     tmp = os.path.join(run_dir, "exit.json.tmp")
-    with open(tmp, "w") as f:
+    with os.fdopen(contain.private_file(tmp), "w") as f:
         json.dump({"rc": rc, "stopped": stopping["requested"], "ranks": ranks,
                    "detail": why.get("detail", ""), "timed_out": bool(why.get("timed_out"))}, f)
         f.flush()
