@@ -61,6 +61,7 @@ class ServeConfig:
     run_as: str | None = None
     ray_token_file: Path | None = None
     ray_flavor_resource: str = "accelerator_type"
+    ray_allow_unauthenticated: bool = False
 
     @property
     def layout(self) -> Layout:
@@ -139,7 +140,8 @@ SHARING_EXECUTORS = frozenset({"local", "ray"})
 
 def connect_ray(cfg: ServeConfig) -> None:
     """With ``--ray-address``, connect now (token from ``--ray-token-file``) or fail in one
-    line (:class:`SpecError`); the executor then reuses the connection."""
+    line (:class:`SpecError`), also when the cluster lets in clients without a token (unless
+    ``--ray-allow-unauthenticated``); the executor then reuses the connection."""
     if cfg.executor != "ray" or cfg.ray_address is None:
         return
     import ray
@@ -150,7 +152,7 @@ def connect_ray(cfg: ServeConfig) -> None:
     from tessera.live.executors.ray_cluster import connect, use_token_file
 
     use_token_file(cfg.ray_token_file)
-    connect(cfg.ray_address, NAMESPACE)
+    connect(cfg.ray_address, NAMESPACE, allow_unauthenticated=cfg.ray_allow_unauthenticated)
 
 
 def make_executor(cfg: ServeConfig, cluster: ClusterSpec) -> Executor:
