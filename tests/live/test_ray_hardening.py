@@ -63,14 +63,17 @@ client = ("import sys, ray\n"
           "print(ray.get(ray.remote(lambda: 'open').remote()))")
 env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
 env["RAY_AUTH_MODE"] = "disabled"
-for name, code in (("gcs", gcs), ("client", client)):
-    for p in ports:
-        try:
-            r = subprocess.run([sys.executable, "-c", code, f"127.0.0.1:{p}"], env=env,
-                               capture_output=True, text=True, timeout=20)
-            out[name][p] = r.stdout.strip() or r.stderr.strip().splitlines()[-1][:200]
-        except subprocess.TimeoutExpired:
-            out[name][p] = "timeout"
+tries = {(name, p): subprocess.Popen([sys.executable, "-c", code, f"127.0.0.1:{p}"], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         for name, code in (("gcs", gcs), ("client", client)) for p in ports}
+for (name, p), proc in tries.items():  # all at once: a port that does not answer times out
+    try:
+        said, err = proc.communicate(timeout=30)
+        out[name][p] = said.strip() or (err.strip().splitlines() or ["?"])[-1][:200]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        out[name][p] = "timeout"
 for path in os.environ["HEAD_FILES"].split(","):
     try:
         open(path).read() if os.path.isfile(path) else os.listdir(path)
