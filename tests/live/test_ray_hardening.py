@@ -12,7 +12,6 @@ import os
 import pwd
 import shutil
 import socket
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -197,12 +196,12 @@ def test_a_run_as_job_cannot_drive_the_head_nor_read_its_files(
     itself ran as ``nobody``."""
     svc = ray_service
     state = base / "state"
-    head = EmbeddedHead(state)
+    temp_dir = Path(json.loads((state / "ray-head.json").read_text())["temp_dir"])
     ports = sorted(_listening(_head_pids(state)))
-    session = next(head.temp_dir.glob("session_2*"))
+    session = next(temp_dir.glob("session_2*"))
     port_files = sorted(str(p) for p in session.glob("*port*"))
     assert port_files  # Ray names its ports in these; the job must not read them
-    files = [str(head.token_file), str(head.root), str(head.temp_dir), *port_files]
+    files = [str(state / "ray-auth-token"), str(temp_dir), *port_files]
     script = base / "attack.py"
     script.write_text(ATTACK)
     script.chmod(0o644)
@@ -233,15 +232,18 @@ def test_a_run_as_job_cannot_drive_the_head_nor_read_its_files(
 
 def test_the_heads_token_and_temp_dir_are_private(ray_service: LiveService,
                                                   base: Path) -> None:
-    head = EmbeddedHead(base / "state")
-    assert head.token_file.stat().st_mode & 0o777 == 0o600
-    root = head.root.lstat()
-    assert root.st_uid == os.geteuid() and root.st_mode & 0o777 == 0o700
-    assert head.temp_dir.parent == head.root
-    # Everything of the head is below the private root: Ray's session, its port files and
-    # sockets, and the ray start log; no socket path reaches the 108-byte limit.
-    assert str(head.temp_dir.resolve()).startswith(str(head.root) + "/")
-    sockets = list(head.temp_dir.glob("session_2*/sockets/*"))
+    """The token is the service's alone (0600 in the 0700 state dir); Ray's temp dir, which
+    Ray itself makes 0777 and where its port files and sockets are, sits in a 0700 directory
+    of the service's user, with socket paths under the 108-byte limit."""
+    state = base / "state"
+    token = state / "ray-auth-token"
+    assert token.is_file() and token.stat().st_mode & 0o777 == 0o600
+    temp_dir = Path(json.loads((state / "ray-head.json").read_text())["temp_dir"])
+    top = Path("/tmp") / temp_dir.relative_to("/tmp").parts[0]
+    st = top.lstat()
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700, oct(st.st_mode)
+    assert top != temp_dir
+    sockets = list(temp_dir.glob("session_2*/sockets/*"))
     assert sockets and max(len(str(s)) for s in sockets) < 108
 
 
@@ -279,8 +281,9 @@ def _session(pid: int) -> int | None:
 def _serve_config(address: str, token: Path | None, allow: bool = False) -> object:
     from tessera.live.server import ServeConfig
 
+    extra = {"ray_allow_unauthenticated": True} if allow else {}
     return ServeConfig(Path("/nonexistent"), executor="ray", ray_address=address,
-                       ray_token_file=token, ray_allow_unauthenticated=allow)
+                       ray_token_file=token, **extra)  # type: ignore[arg-type]
 
 
 def test_an_external_cluster_with_a_token_still_connects(tmp_path: Path) -> None:
@@ -312,8 +315,8 @@ def test_an_unauthenticated_external_cluster_is_refused_unless_allowed(
     try:
         address = nodes.add_head(0, {})
         nodes.add_node(0, {})
-        with pytest.raises(SpecError, match="accepts clients without a token.*"
-                           "--ray-allow-unauthenticated"):
+        with pytest.raises(SpecError, match=r"accepts clients without a token.*"
+                           r"--ray-allow-unauthenticated"):
             connect_ray(_serve_config(address, None))  # type: ignore[arg-type]
         assert not ray.is_initialized()
         connect_ray(_serve_config(address, None, allow=True))  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ or killed service, so a restart re-attaches and adopts the runs exactly as with 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -358,20 +359,18 @@ class EmbeddedHead:
         self._ensure_token()
         known = self.address()
         if known is not None:
-            if self._read().get("auth") != "token":
+            answers = self._answers(known)
+            if answers and self._read().get("auth") == "token":
+                return known
+            if not answers and self._pids():  # alive but silent: never kill its runs
+                raise SpecError(f"the embedded Ray head at {known} ({self.temp_dir}) runs but "
+                                "does not answer; try again, or stop its processes first")
+            if answers:
                 log.warning("the embedded Ray head at %s was started without token "
                             "authentication; stopping it and starting a locked-down one",
                             known)
-                self.stop()
-                self.restarted = True
-            elif self._answers(known):
-                return known
-            elif self._pids():  # alive but silent: never kill its runs
-                raise SpecError(f"the embedded Ray head at {known} ({self.temp_dir}) runs but "
-                                "does not answer; try again, or stop its processes first")
-            else:
-                self.stop()
-                self.restarted = True
+            self.stop()
+            self.restarted = True
         elif self._pids():
             # Processes of this state dir's head without a record: a start that failed before
             # the record existed (an older Tessera wrote it last). Nothing was launched on it.
@@ -399,10 +398,8 @@ class EmbeddedHead:
 
     def _private_root(self) -> None:
         """``/tmp/tessera-ray-<hash>``: a directory of the service user's, mode 0700."""
-        try:
+        with contextlib.suppress(FileExistsError):
             self.root.mkdir(mode=0o700)
-        except FileExistsError:
-            pass
         st = self.root.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise SpecError(f"refusing to start the embedded Ray head: {self.root} is not a "
