@@ -120,7 +120,9 @@ def _head_pids(state: Path) -> list[int]:
     temp dir in a command line (an older record), and their descendants."""
     rec = json.loads((state / "ray-head.json").read_text())
     sessions = [rec["session"]] if rec.get("session") else []
-    return [p for p in cluster_pids(rec["temp_dir"], sessions) if _state_of(p) not in "ZX"]
+    found = cluster_pids(rec["temp_dir"], sessions) if sessions else \
+        cluster_pids(rec["temp_dir"])
+    return [p for p in found if _state_of(p) not in "ZX"]
 
 
 def _state_of(pid: int) -> str:
