@@ -329,3 +329,54 @@ def test_an_unauthenticated_external_cluster_is_refused_unless_allowed(
         assert "WARNING: the Ray cluster at" in capsys.readouterr().err
     finally:
         nodes.stop()
+
+
+def test_a_session_member_counts_only_with_the_heads_marker(tmp_path: Path) -> None:
+    """The head's processes are found by their session even when their command line does not
+    name the temp dir (the leaked client server's did not); a process of a session whose id is
+    asked for but that does not carry the head's marker is never taken."""
+    import subprocess
+
+    from tessera.live.executors.ray_cluster import HEAD_MARK_VAR, stop_pids
+
+    marker = str(tmp_path / "r")
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours = subprocess.Popen(sleep, start_new_session=True,
+                            env={**os.environ, HEAD_MARK_VAR: marker})
+    other = subprocess.Popen(sleep, start_new_session=True,
+                             env={**os.environ, HEAD_MARK_VAR: marker + "-other"})
+    try:
+        assert cluster_pids(marker, [ours.pid, other.pid]) == [ours.pid]
+        assert cluster_pids(marker) == []  # by command line alone it was invisible
+        stop_pids(cluster_pids(marker, [ours.pid]), 5.0)
+        assert ours.wait(timeout=10) is not None and other.poll() is None
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()
+
+
+def test_a_head_an_older_tessera_started_without_auth_is_replaced_not_adopted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remembered head that answers but whose record says nothing of token auth (started
+    before the lockdown) is stopped and started anew, its runs counted as lost."""
+    import subprocess
+
+    listener = socket.create_server(("127.0.0.1", 0))  # the old head's GCS port answers
+    head = EmbeddedHead(tmp_path)
+    old_temp = Path("/tmp") / head.root.name  # the old layout: Ray's temp dir itself
+    head.record.write_text(json.dumps({
+        "address": f"127.0.0.1:{listener.getsockname()[1]}", "temp_dir": str(old_temp)}))
+    old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                            str(old_temp)])
+    started: list[int] = []
+    monkeypatch.setattr(EmbeddedHead, "_start",
+                        lambda self, *a: (started.append(1), ("127.0.0.1:1", 0, ""))[1])
+    try:
+        assert head.ensure(1, 0, {}) == "127.0.0.1:1"
+        assert started == [1] and head.restarted
+        assert old.wait(timeout=10) is not None
+    finally:
+        listener.close()
+        old.kill()
+        old.wait()
