@@ -25,6 +25,10 @@ listens at the address before Ray retries for twenty seconds, and turns every fa
 service and takes every run with it) but a ``ray start --head`` process of its own, with its own
 ports and a temp dir derived from the state dir (:class:`EmbeddedHead`). It outlives a stopped
 or killed service, so a restart re-attaches and adopts the runs exactly as with ``--ray-address``.
+It is locked down (token auth with a token only the service holds, loopback sockets only, no
+Ray client server, no job API) and stopped by its session, not its command lines.
+An external cluster that lets in clients without a token is refused
+(:func:`check_authenticated`) unless the admin says otherwise.
 """
 
 from __future__ import annotations
