@@ -139,14 +139,22 @@ def test_a_head_start_ray_calls_timed_out_is_tried_once_more(
 
     calls: list[list[str]] = []
 
-    def fake_call(argv: list[str], stdout: object, **_kw: object) -> int:
-        calls.append(argv)
-        if len(calls) == 1:
-            stdout.write((last_line + "\n").encode())  # type: ignore[attr-defined]
-            return 1
-        return 0
+    class FakeStart:
+        """``ray start`` as ``subprocess.Popen`` sees it: the first one fails."""
 
-    monkeypatch.setattr(subprocess, "call", fake_call)
+        pid = -1  # a session id no process has
+
+        def __init__(self, argv: list[str], stdout: object, **_kw: object) -> None:
+            calls.append(argv)
+            self.rc = 0
+            if len(calls) == 1:
+                stdout.write((last_line + "\n").encode())  # type: ignore[attr-defined]
+                self.rc = 1
+
+        def wait(self, timeout: float) -> int:
+            return self.rc
+
+    monkeypatch.setattr(subprocess, "Popen", FakeStart)
     head = EmbeddedHead(tmp_path)
     if started:
         address = head.ensure(1, 0, {})

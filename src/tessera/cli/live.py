@@ -144,6 +144,10 @@ def register(app: typer.Typer) -> None:
         ray_token_file: Path = typer.Option(None, "--ray-token-file", help="The Ray head's "
                                             "auth token file (its ~/.ray/auth_token), when "
                                             "this host has not got the same one."),
+        ray_allow_unauthenticated: bool = typer.Option(
+            False, "--ray-allow-unauthenticated", help="Connect to a --ray-address cluster "
+            "that lets in clients without a token (refused otherwise: anyone who reaches it "
+            "runs code as its nodes' user; docs/security.md)."),
         ray_flavor_resource: str = typer.Option(
             "accelerator_type", "--ray-flavor-resource", help="How ranks ask Ray for their "
             "flavor: accelerator_type (the accelerator_type:<T> resources Ray's GPU detection "
@@ -199,7 +203,8 @@ def register(app: typer.Typer) -> None:
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
                           run_as=run_as, ray_token_file=ray_token_file,
-                          ray_flavor_resource=ray_flavor_resource, new_store=new_store)
+                          ray_flavor_resource=ray_flavor_resource, new_store=new_store,
+                          ray_allow_unauthenticated=ray_allow_unauthenticated)
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")

@@ -66,6 +66,7 @@ class ServeConfig:
     ray_flavor_resource: str = "accelerator_type"
     new_store: bool = False
     """Move the old store aside and start with an empty one (``--new-store``)."""
+    ray_allow_unauthenticated: bool = False
 
     @property
     def layout(self) -> Layout:
@@ -145,7 +146,8 @@ SHARING_EXECUTORS = frozenset({"local", "ray"})
 
 def connect_ray(cfg: ServeConfig) -> None:
     """With ``--ray-address``, connect now (token from ``--ray-token-file``) or fail in one
-    line (:class:`SpecError`); the executor then reuses the connection."""
+    line (:class:`SpecError`), also when the cluster lets in clients without a token (unless
+    ``--ray-allow-unauthenticated``); the executor then reuses the connection."""
     if cfg.executor != "ray" or cfg.ray_address is None:
         return
     import ray
@@ -156,7 +158,7 @@ def connect_ray(cfg: ServeConfig) -> None:
     from tessera.live.executors.ray_cluster import connect, use_token_file
 
     use_token_file(cfg.ray_token_file)
-    connect(cfg.ray_address, NAMESPACE)
+    connect(cfg.ray_address, NAMESPACE, allow_unauthenticated=cfg.ray_allow_unauthenticated)
 
 
 def make_executor(cfg: ServeConfig, cluster: ClusterSpec,

@@ -93,6 +93,7 @@ from tessera.live.executors.ray_cluster import (
     pretend_resources,
     shared_accelerator_types,
     unplaceable_reason,
+    use_token_file,
 )
 from tessera.live.executors.ray_hosts import BundleSlot, HostPool, bundle_slot
 from tessera.live.executors.ray_polls import RankPolls
@@ -186,7 +187,10 @@ class RayExecutor:
                 self.head = EmbeddedHead(state_dir or runs_dir.parent)
                 address = self.head.ensure(num_cpus, cluster.total_gpus,
                                            pretend_resources(cluster, flavor_resource))
-            connect(address, NAMESPACE)
+                use_token_file(self.head.token_file)  # the token only the service holds
+                connect(address, NAMESPACE, loopback=True)
+            else:
+                connect(address, NAMESPACE)
         self.address = address
         self.runs_lost_with_cluster = self.head is not None and self.head.restarted
         # Ray builds its serialization context (importing pydantic's v1 shim) on first use;
