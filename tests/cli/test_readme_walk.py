@@ -12,8 +12,8 @@ command's own flags where it has them (``--limit``, ``--no-plots``, ``--out``, `
   with exit status 2 and the documented one-line message.
 * With the public data, the commands that need it succeed.
 
-Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain`` and ``logs`` need a running live
-service (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of seconds, so it
+Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain``, ``logs`` and ``admin`` need a live
+service or its state dir (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of seconds, so it
 runs only in the slow suite.
 """
 
@@ -31,7 +31,7 @@ from tessera.workload.known import TRACES
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC_DATA = REPO.parent / "shared" / "data"
-LIVE = {"serve", "submit", "jobs", "job", "explain", "logs"}
+LIVE = {"serve", "submit", "jobs", "job", "explain", "logs", "admin"}
 SLOW = {"train"}
 SHRINK = {"limit": "10", "max_jobs": "10", "workers": "1", "steps": "4"}
 """Flags (by parameter name) that keep a command small, and their values."""
