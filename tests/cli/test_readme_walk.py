@@ -13,8 +13,8 @@ command's own flags where it has them (``--limit``, ``--no-plots``, ``--out``, `
 * With the public data, the commands that need it succeed.
 
 Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain``, ``logs`` and ``admin`` need a live
-service or its state dir (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of seconds, so it
-runs only in the slow suite.
+service or its state dir (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of
+seconds, so it runs only in the slow suite.
 """
 
 from __future__ import annotations

@@ -367,7 +367,7 @@ def test_a_head_an_older_tessera_started_without_auth_is_replaced_not_adopted(
     old_temp = Path("/tmp") / head.root.name  # the old layout: Ray's temp dir itself
     head.record.write_text(json.dumps({
         "address": f"127.0.0.1:{listener.getsockname()[1]}", "temp_dir": str(old_temp)}))
-    old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+    old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
                             str(old_temp)])
     started: list[int] = []
     monkeypatch.setattr(EmbeddedHead, "_start",
@@ -375,7 +375,7 @@ def test_a_head_an_older_tessera_started_without_auth_is_replaced_not_adopted(
     try:
         assert head.ensure(1, 0, {}) == "127.0.0.1:1"
         assert started == [1] and head.restarted
-        assert old.wait(timeout=10) is not None
+        assert old.wait(timeout=60) is not None  # SIGTERM, then SIGKILL after the grace
     finally:
         listener.close()
         old.kill()

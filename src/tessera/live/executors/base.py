@@ -25,6 +25,7 @@ from the service's own environment (which may hold tokens or cloud credentials):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import socket
@@ -312,6 +313,17 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (for the rendezvous)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` different TCP ports nobody listens on right now: each stays bound until all
+    are chosen, so the kernel never hands the same one out twice (Ray refuses to start a node
+    whose components were given one port twice)."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        for _ in range(count):
+            s = held.enter_context(socket.socket())
+            s.bind((host, 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports

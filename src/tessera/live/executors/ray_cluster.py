@@ -47,13 +47,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
 from tessera.errors import SpecError
 from tessera.live.executors import contain
-from tessera.live.executors.base import free_port
+from tessera.live.executors.base import free_port, free_ports
 from tessera.live.layout import write_private
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor, resolve_flavor
@@ -67,9 +67,12 @@ CONNECT_PROBE_S = 5.0
 HEAD_START_TIMEOUT_S = 120.0
 HEAD_START_RETRIES = 1
 """Starts tried again after a failure Ray itself calls transient (a loaded machine)."""
-TRANSIENT_START_FAILURES = ("timed out during startup",)
-"""Words of Ray's last log line that mark a start worth trying again: its raylet or GCS did not
-come up in Ray's own wait, which a busy machine causes (seen once in CI on 2 cores)."""
+TRANSIENT_START_FAILURES = ("timed out during startup",
+                            "same port is not used by multiple components")
+"""Words of Ray's last log line that mark a start worth trying again (on fresh ports): its
+raylet or GCS did not come up in Ray's own wait, which a busy machine causes (seen once in CI
+on 2 cores), or a port chosen free was taken by another process before Ray bound it (seen once
+in the ray test set)."""
 
 # Ray 2.60's rule (ray/_private/accelerators/nvidia_gpu.py): after the vendor word, an optional
 # run of upper-case words, then the first upper-case token containing a digit.
@@ -422,7 +425,7 @@ class EmbeddedHead:
                 "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus),
                 "--resources", json.dumps(resources), "--temp-dir", str(self.temp_dir),
                 "--include-dashboard", "false", "--disable-usage-stats", "--no-monitor",
-                *head_port_flags(head=False)]
+                *head_port_flags(head=False, avoid=(port,))]
         self._private_root()
         self.temp_dir.mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
@@ -510,14 +513,16 @@ these two patched functions say; ``tests/live/test_ray_hardening.py`` checks the
 socket of the head) so a Ray upgrade that changes them fails there."""
 
 
-def head_port_flags(head: bool = True) -> list[str]:
-    """Free ports for the per-node services whose defaults collide between two nodes on one
-    machine (the Ray client server runs on heads only)."""
-    client = ["--ray-client-server-port", str(free_port())] if head else []
-    return [*client, "--dashboard-agent-listen-port", str(free_port()),
-            "--dashboard-agent-grpc-port", str(free_port()),
-            "--runtime-env-agent-port", str(free_port()),
-            "--metrics-export-port", str(free_port())]
+def head_port_flags(head: bool = True, avoid: Collection[int] = ()) -> list[str]:
+    """Free ports, all different and none in ``avoid`` (the node's own port), for the
+    per-node services whose defaults collide between two nodes on one machine (the Ray client
+    server runs on heads only)."""
+    flags = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+             "--runtime-env-agent-port", "--metrics-export-port"]
+    if head:
+        flags.insert(0, "--ray-client-server-port")
+    ports = [p for p in free_ports(len(flags) + len(avoid)) if p not in avoid]
+    return [a for flag, port in zip(flags, ports, strict=False) for a in (flag, str(port))]
 
 
 def cluster_pids(marker: str, sessions: Iterable[int] = ()) -> list[int]:
