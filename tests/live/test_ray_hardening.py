@@ -346,6 +346,9 @@ def test_a_session_member_counts_only_with_the_heads_marker(tmp_path: Path) -> N
     other = subprocess.Popen(sleep, start_new_session=True,
                              env={**os.environ, HEAD_MARK_VAR: marker + "-other"})
     try:
+        for p in (ours, other):  # Popen may return before the exec shows (vfork)
+            wait_for(lambda p=p: HEAD_MARK_VAR.encode() in  # type: ignore[misc]
+                     Path(f"/proc/{p.pid}/environ").read_bytes(), 10.0)
         assert cluster_pids(marker, [ours.pid, other.pid]) == [ours.pid]
         assert cluster_pids(marker) == []  # by command line alone it was invisible
         stop_pids(cluster_pids(marker, [ours.pid]), 5.0)
@@ -369,6 +372,9 @@ def test_a_head_an_older_tessera_started_without_auth_is_replaced_not_adopted(
         "address": f"127.0.0.1:{listener.getsockname()[1]}", "temp_dir": str(old_temp)}))
     old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
                             str(old_temp)])
+    # Popen may return before the child's exec shows its command line (vfork): wait for it.
+    wait_for(lambda: str(old_temp).encode() in Path(f"/proc/{old.pid}/cmdline").read_bytes(),
+             10.0)
     started: list[int] = []
     monkeypatch.setattr(EmbeddedHead, "_start",
                         lambda self, *a: (started.append(1), ("127.0.0.1:1", 0, ""))[1])
