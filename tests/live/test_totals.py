@@ -131,6 +131,40 @@ def test_a_finished_job_whose_run_still_drains_is_not_pruned(tmp_path: Path) -> 
         svc.stop()
 
 
+def test_no_history_is_deleted_for_a_submission_refused_anyway(tmp_path: Path) -> None:
+    """A job too big for what pruning could free is refused before anything is deleted."""
+    svc = make_service(tmp_path / "state", start=False,
+                       queues=_queues(max_stored_bytes=40_000))
+    try:
+        who = Principal("a", "team-a")
+        small = validate_request({**JOB, "env": {"PAD": "p" * 2000}})
+        ids = [svc.submit(small, who).job_id for _ in range(4)]
+        svc.cancel(ids[0], who)  # one finished job of ~2 KB; three unfinished ones
+        big = validate_request({**JOB, "env": {"PAD": "p" * 18_000, "PAD2": "q" * 18_000}})
+        with pytest.raises(Exception, match="max_stored_bytes"):
+            svc.submit(big, who)
+        assert [r.job_id for r in svc.store.jobs(queue="team-a")] == ids
+        assert [e for e in svc.store.events() if e.kind == "pruned"] == []
+    finally:
+        svc.stop()
+
+
+def test_a_failed_write_leaves_the_queue_totals_true(tmp_path: Path) -> None:
+    """Totals counted inside a write that is rolled back are recounted from the store."""
+    svc = make_service(tmp_path / "state", start=False)
+    try:
+        who = Principal("a", "team-a")
+        svc.submit(validate_request(JOB), who)
+        before = svc.store.queue_totals("team-a")
+        with pytest.raises(RuntimeError), svc.store.tx() as db:
+            svc.store._totals["team-a"][0] += 5  # as add_jobs does before COMMIT
+            db.execute("DELETE FROM jobs WHERE queue='team-a'")
+            raise RuntimeError("the commit fails")
+        assert svc.store.queue_totals("team-a") == before
+    finally:
+        svc.stop()
+
+
 def _placement(svc: LiveService) -> Any:
     from tessera.sched.snapshot import Placement
 

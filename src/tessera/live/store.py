@@ -308,6 +308,9 @@ class Store:
                 if self._db.in_transaction:  # the error that brought us here is the one told
                     with contextlib.suppress(sqlite3.Error):
                         self._db.execute("ROLLBACK")
+                # The queues' running totals may have counted what was rolled back: recount
+                # them from the store when next asked.
+                self._totals.clear()
                 if isinstance(e, sqlite3.Error):
                     self._check_fault(e)
                 raise
@@ -510,27 +513,35 @@ class Store:
             return int(self._read(f"SELECT COUNT(*) FROM ({sql})", (queue,))[0][0])
         return int(self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (queue, most))[0][0])
 
-    def prune_finished(self, queue: str, jobs: int, size_bytes: int,
-                       now_s: float) -> tuple[int, int]:
+    def prune_finished(self, queue: str, jobs: int, size_bytes: int, now_s: float,
+                       needed: tuple[int, int] = (0, 0)) -> tuple[int, int]:
         """Delete ``queue``'s oldest finished jobs until at least ``jobs`` jobs and
         ``size_bytes`` bytes of specs are gone, or none is left to delete.
 
         Only a final job none of whose runs still holds GPUs (a cancelled job's run may still
         be draining) is deleted, with its events and allocations; an unfinished job never is.
-        One ``pruned`` event (no job) records how many went.
+        One ``pruned`` event (no job) records how many went. Nothing is deleted when all the
+        deletable jobs together are fewer than ``needed = (jobs, bytes)``: history is never
+        spent on a submission that would be refused anyway.
 
         Returns:
             the jobs and spec bytes deleted.
         """
         holding = ",".join("?" * len(HOLDING))
+        prunable = (f"FROM jobs WHERE queue=? AND final=1 AND job_id NOT IN "
+                    f"(SELECT job_id FROM allocations WHERE status IN ({holding}))")
         gone: list[str] = []
         freed = 0
         with self.tx() as db:
+            if needed != (0, 0):
+                count, size = db.execute(
+                    f"SELECT COUNT(*), COALESCE(SUM(length(spec_json)), 0) {prunable}",
+                    (queue, *HOLDING)).fetchone()
+                if int(count) < needed[0] or int(size) < needed[1]:
+                    return 0, 0
             # Stepped one row at a time: SQLite measures only the specs of the jobs taken.
-            rows = db.execute(
-                f"SELECT job_id, length(spec_json) FROM jobs WHERE queue=? AND final=1 AND "
-                f"job_id NOT IN (SELECT job_id FROM allocations WHERE status IN ({holding})) "
-                "ORDER BY seq", (queue, *HOLDING))
+            rows = db.execute(f"SELECT job_id, length(spec_json) {prunable} ORDER BY seq",
+                              (queue, *HOLDING))
             while len(gone) < jobs or freed < size_bytes:
                 row = rows.fetchone()
                 if row is None:

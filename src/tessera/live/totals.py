@@ -84,8 +84,10 @@ def check_totals(store: Store, queue: str, caps: QueueCaps, spec_bytes: int,
         return
     # Beyond what this job needs, 1 % of the cap more, so that a queue at its cap prunes once
     # per hundred submissions rather than at every one.
+    # Nothing is deleted unless deleting makes room for this job.
     store.prune_finished(queue, need_jobs + caps.stored_jobs // 100 if need_jobs > 0 else 0,
-                         need_bytes + caps.stored_bytes // 100 if need_bytes > 0 else 0, now_s)
+                         need_bytes + caps.stored_bytes // 100 if need_bytes > 0 else 0, now_s,
+                         needed=(max(need_jobs, 0), max(need_bytes, 0)))
     count, size = store.queue_totals(queue)
     if count + 1 > caps.stored_jobs:
         raise OverCap(f"queue {queue!r} is at its cap of {caps.stored_jobs} stored jobs "
