@@ -179,7 +179,7 @@ def test_state_is_private_after_start(built: tuple[LiveService, Layout]) -> None
     svc.store.set_meta("touch", "1")  # the WAL exists once something was written
     assert _mode(layout.state_dir) == 0o700
     files = sorted(p.name for p in layout.state_dir.iterdir())
-    assert files == ["state.db", "state.db-shm", "state.db-wal", "state.db.marker",
+    assert files == ["state.db", "state.db-shm", "state.db-wal", "store.marker",
                      "tessera-live.yaml"]
     assert {p.name: _mode(p) for p in layout.state_dir.iterdir()} == dict.fromkeys(files, 0o600)
     assert layout.work_dir == default_work_dir(layout.state_dir)

@@ -187,7 +187,8 @@ def test_a_lost_or_damaged_store_is_refused_in_one_line_and_kept(
     assert "--new-store: moved the old job store to " in out
     (aside,) = state.glob("store-aside-*")
     assert aside.stat().st_mode & 0o777 == 0o700
-    assert {f"{aside.name}/{k}": v for k, v in before.items() if k.startswith("state.db")} \
+    assert {f"{aside.name}/{k}": v for k, v in before.items()
+            if k.startswith("state.db") or k == "store.marker"} \
         == {k: v for k, v in _files(state).items() if k.startswith(aside.name)}
     svc, _ = build_service(ServeConfig(state))
     assert svc.store.jobs() == [] and len(jobs) > 0
@@ -216,7 +217,7 @@ def test_a_first_start_just_works_and_records_its_store(app: typer.Typer,
 
     state = tmp_path / "state"
     assert _serve(app, state)[0] == 0
-    marker = state / "state.db.marker"
+    marker = state / "store.marker"
     assert marker.stat().st_mode & 0o777 == 0o600
     recorded = json.loads(marker.read_text())
     db = sqlite3.connect(state / "state.db")
@@ -234,11 +235,11 @@ def test_the_marker_follows_the_jobs_as_they_are_added(tmp_path: Path) -> None:
     svc.store_jobs([svc.admit(_request(), ADMIN_P) for _ in range(7)])
     assert svc.keeper is not None
     svc.keeper.tick(time.time() + 60)  # what the loop does every couple of seconds
-    assert json.loads((state / "state.db.marker").read_text())["jobs"] == 7
+    assert json.loads((state / "store.marker").read_text())["jobs"] == 7
     svc.store_jobs([svc.admit(_request(), ADMIN_P) for _ in range(3)])
     svc.stop()  # and at a clean stop
     svc.store.close()
-    assert json.loads((state / "state.db.marker").read_text())["jobs"] == 10
+    assert json.loads((state / "store.marker").read_text())["jobs"] == 10
 
 
 def test_a_store_deleted_under_the_running_service_stops_it_deciding(tmp_path: Path) -> None:
@@ -360,7 +361,7 @@ def test_backup_while_running_and_restore_give_the_same_jobs(
     assert r.output.startswith(f"restored {len(in_backup)} job(s) of store ")
     assert "the old store is in " in r.output
     (aside,) = state.glob("store-aside-*")
-    assert (aside / "state.db").exists() and (aside / "state.db.marker").exists()
+    assert (aside / "state.db").exists() and (aside / "store.marker").exists()
     restored = sqlite3.connect(state / "state.db")
     assert [tuple(r) for r in restored.execute(
         "SELECT job_id, state, spec_json FROM jobs ORDER BY seq")] == in_backup
@@ -426,3 +427,32 @@ def test_removing_old_jobs_does_not_lower_the_count(app: typer.Typer, tmp_path: 
     db.commit()
     db.close()
     assert _serve(app, state)[0] == 0
+
+
+def test_a_marker_that_cannot_be_written_at_stop_still_stops_the_executor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop means stopped: a busy or full store at the last marker update is logged, and the
+    executor (the embedded Ray head among others) is closed all the same."""
+    svc, _ = build_service(ServeConfig(tmp_path / "state", "v100:4", 4))
+    closed: list[bool] = []
+    monkeypatch.setattr(svc.executor, "close", lambda: closed.append(True))
+    assert svc.keeper is not None
+
+    def busy() -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(svc.keeper, "close", busy)
+    svc.stop()
+    svc.store.close()
+    assert closed == [True]
+
+
+def test_the_marker_does_not_go_with_the_stores_files(tmp_path: Path) -> None:
+    """``rm state.db*`` (or moving a database with its companions) must not take the marker,
+    or the next start would take an empty store for a first one."""
+    state = tmp_path / "state"
+    svc, _ = build_service(ServeConfig(state, "v100:4", 4))
+    svc.stop()
+    svc.store.close()
+    marker = [p.name for p in state.iterdir() if "marker" in p.name]
+    assert marker and not any(name.startswith("state.db") for name in marker)

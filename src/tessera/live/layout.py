@@ -4,7 +4,7 @@ Two directory trees, never one inside the other:
 
 * the **state dir** (``--state``, default ``~/.tessera``) holds what decides who may do what:
   the job store ``state.db`` (with its ``-wal``/``-shm`` files; it holds every tenant's jobs and
-  their ``env`` values) and its marker ``state.db.marker``, the tenancy file
+  their ``env`` values) and its marker ``store.marker``, the tenancy file
   ``tessera-live.yaml`` (queues, quotas, token hashes) and the ``serve.lock`` that keeps a
   second service out. It is the service user's alone:
   the directory is ``0700`` and every file ``0600``. :func:`prepare` creates it so, and refuses
@@ -36,7 +36,10 @@ from tessera.errors import SpecError
 
 DB_NAME = "state.db"
 #: The service's record that it has a store, and which (:mod:`tessera.live.storecheck`).
-MARKER_NAME = f"{DB_NAME}.marker"
+MARKER_NAME = "store.marker"
+"""Not ``state.db.marker``: ``rm state.db*``, or moving a database with its companion files,
+must not take the marker with it (the next start would then take an empty store for a first
+one)."""
 LOCK_NAME = "serve.lock"
 CONFIG_FILE = "tessera-live.yaml"
 PRIVATE_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", MARKER_NAME, CONFIG_FILE,

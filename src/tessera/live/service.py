@@ -25,7 +25,6 @@ The cadence is the simulator's, from the same :class:`~tessera.sched.settings.Sc
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import secrets
@@ -131,11 +130,15 @@ class LiveService:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self.keeper is not None:
-            # A failed store was logged when it failed; the marker keeps the last good count.
-            with contextlib.suppress(StoreDamaged):
+        try:
+            if self.keeper is not None:
                 self.keeper.close()
-        self.executor.close()
+        except StoreDamaged:
+            pass  # logged when the store failed; the marker keeps the last good count
+        except (sqlite3.Error, OSError) as e:  # a busy or full store: the marker is a hint
+            log.warning("the store marker was not updated at stop: %s", e)
+        finally:
+            self.executor.close()  # whatever the marker did: stop means stopped
 
     def poke(self) -> None:
         self._wake.set()

@@ -2,7 +2,7 @@
 
 SQLite opens whatever it finds: a ``state.db`` that was deleted or truncated to nothing becomes
 a new, empty store, and the service would start with no jobs as if it never had any. So the
-service keeps a **marker** beside the store, ``state.db.marker`` (``0600``, replaced
+service keeps a **marker** beside the store, ``store.marker`` (``0600``, replaced
 atomically), that names
 
 * the store's **identity**: a random id, also kept in the store's ``meta`` table (key
@@ -61,7 +61,7 @@ class StoreRefused(SpecError):
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """What ``state.db.marker`` says: which store, and how many jobs it held."""
+    """What ``store.marker`` says: which store, and how many jobs it held."""
 
     store_id: str
     jobs: int
