@@ -372,6 +372,19 @@ def test_every_answer_has_the_security_headers(api: TestClient) -> None:
     assert api.get("/dashboard.css").headers["content-type"].startswith("text/css")
 
 
+def test_a_500_has_the_security_headers_too(service: LiveService,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starlette answers a 500 from outside every middleware: the handler adds them."""
+    def broken(*_a: object, **_k: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(service.store, "count_jobs", broken)
+    with TestClient(create_app(service), raise_server_exceptions=False) as c:
+        r = c.get("/api/cluster", headers=auth(ADMIN))
+    assert r.status_code == 500, r.text
+    _has_headers(r, API_CSP)
+
+
 def test_the_dashboard_needs_no_inline_script_or_style(api: TestClient) -> None:
     """The CSP allows only the page's own files, so the page has none inline."""
     assert "'unsafe-inline'" not in DASHBOARD_CSP and "script-src 'self'" in DASHBOARD_CSP

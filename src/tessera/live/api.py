@@ -57,7 +57,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tessera.errors import SpecError
 from tessera.live.explain import explain
-from tessera.live.headers import SecurityHeaders
+from tessera.live.headers import SecurityHeaders, headers_for
 from tessera.live.idempotency import (
     HEADER,
     REPLAYED_HEADER,
@@ -166,17 +166,20 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     async def _bug(req: Request, e: Exception) -> JSONResponse:
         log.error("%s %s failed", req.method, req.url.path, exc_info=e)
         return JSONResponse({"detail": f"internal error ({type(e).__name__}); the service "
-                             "log has the details"}, status_code=500)
+                             "log has the details"}, status_code=500,
+                            headers=headers_for(req.url.path))
 
     @app.get("/healthz", response_model=None)
     def healthz() -> dict[str, Any] | JSONResponse:
-        """``ok`` and ``"store": "ok"``; a failed store: 503 with ``"store": "failed"`` and
-        what happened in ``detail``."""
+        """``ok`` and ``"store": "ok"``; a failed store: 503 with ``"store": "failed"`` (what
+        happened is for the log and authenticated callers: this route answers anyone)."""
         if svc.store.fault is None:
             return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name,
                     "store": "ok"}
+        # Anyone may ask: what failed, where and why is in the log and the /api answers.
         return JSONResponse({"ok": False, "rounds": svc.rounds, "executor": svc.executor.name,
-                             "store": "failed", "detail": svc.store.fault_message()},
+                             "store": "failed", "detail": "the job store failed; the service "
+                             "has stopped deciding (the service log says why)"},
                             status_code=503)
 
     @app.post("/api/jobs", status_code=201, response_model=None,

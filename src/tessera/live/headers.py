@@ -18,7 +18,8 @@ style are three files served by the service (``/dashboard``, ``/dashboard.js``,
 ==============================  ===============================================================
 
 :class:`SecurityHeaders` is the outermost ASGI middleware, so the answers of the short
-submission path and of the body-size limit get the headers too.
+submission path and of the body-size limit get the headers too; a 500 is sent by Starlette's
+error layer, outside every middleware, and carries them through :func:`headers_for`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def csp_for(path: str) -> str:
     if path in DASHBOARD_PATHS:
         return DASHBOARD_CSP
     return DOCS_CSP if path in DOCS_PATHS else API_CSP
+
+
+def headers_for(path: str) -> dict[str, str]:
+    """The headers of an answer to ``path``, for one built outside the middleware: Starlette
+    sends a 500 from its outermost layer, past every middleware of the app."""
+    return {"content-security-policy": csp_for(path),
+            **{k.decode(): v.decode() for k, v in _COMMON}}
 
 
 class SecurityHeaders:
