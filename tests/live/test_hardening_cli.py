@@ -52,6 +52,8 @@ def test_safe_escapes_controls_and_bidi_keeps_the_rest() -> None:
                              "\\x00")
     assert safe("line 1\n\tline 2\n", keep_lines=True) == "line 1\n\tline 2\n"
     assert safe("line 1\nline 2") == "line 1\\x0aline 2"  # a one-line field stays one line
+    # Unicode's line and paragraph separators break lines in some terminals and pagers too.
+    assert safe("a\u2028b\u2029c", keep_lines=True) == "a\\u2028b\\u2029c"
     assert safe("naïve — 東京 ✓ \\x1b") == "naïve — 東京 ✓ \\x1b"  # printable text untouched
     assert safe(None) == "None" and safe(42) == "42"
 

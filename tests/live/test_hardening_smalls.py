@@ -416,7 +416,7 @@ def test_the_dashboard_shows_control_characters_as_escapes() -> None:
     visible = re.search(r"^function visible\(text\) \{\n.*?\n\}$", js, re.M | re.S)
     assert unsafe and visible
     probe = unsafe.group() + "\n" + visible.group() + (
-        '\nprocess.stdout.write(visible("a\\u001b[2J\\u001b]0;t\\u0007\\u202eb\\u009bc\\n"));')
+        '\nprocess.stdout.write(visible("a\\u001b[2J\\u001b]0;t\\u0007\\u202eb\\u009bc\\n\\u2028"));')
     out = subprocess.run([str(NODE), "-e", probe], capture_output=True, text=True, check=True,
                          env={**os.environ, "NODE_OPTIONS": ""}).stdout
-    assert out == "a\\u001b[2J\\u001b]0;t\\u0007\\u202eb\\u009bc\\u000a"
+    assert out == "a\\u001b[2J\\u001b]0;t\\u0007\\u202eb\\u009bc\\u000a\\u2028"

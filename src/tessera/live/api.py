@@ -29,7 +29,8 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
 =====  =========================================================================
 
 ``GET /api/jobs`` answers a page of lean job summaries (no ``command``, never ``env``; one
-job's ``GET /api/jobs/<id>`` has its command): the newest ``?limit=`` jobs (default
+job's ``GET /api/jobs/<id>`` has its command; ``?active=true``: unfinished jobs only, as the
+dashboard polls them): the newest ``?limit=`` jobs (default
 ``limits.list_page_jobs``, 500), oldest first, and ``next_before``, the cursor of the page of
 older jobs (``?before=<next_before>``; ``null`` on the last page).
 
@@ -229,12 +230,13 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
 
     @app.get("/api/jobs")
     def list_jobs(state: str | None = Query(None, max_length=32),
+                  active: bool = Query(False),
                   limit: int | None = Query(None, ge=1, le=limits.list_limit_max),
                   before: int | None = Query(None, ge=1, le=2**63 - 1),
                   who: Principal = Depends(principal)) -> dict[str, Any]:
         size = limit or min(limits.list_page_jobs, limits.list_limit_max)
-        recs = svc.store.jobs(queue=who.queue, limit=size + 1, state=state or None,
-                              before_seq=before)
+        recs = svc.store.jobs(active_only=active, queue=who.queue, limit=size + 1,
+                              state=state or None, before_seq=before)
         more = len(recs) > size  # one more than the page: older jobs exist
         if more:
             recs = recs[1:]

@@ -4,10 +4,10 @@
 let token = new URLSearchParams(location.hash.slice(1)).get("token") || sessionStorage.getItem("tessera-token");
 if (token) sessionStorage.setItem("tessera-token", token);
 
-// Control characters (C0, DEL, C1) and the bidirectional overrides that reorder what is shown
+// Control characters (C0, DEL, C1), the line and paragraph separators, and the bidirectional overrides that reorder what is shown
 // (U+202A-U+202E, U+2066-U+2069) are written as visible escapes such as \u001b: a tenant's
 // job name or reason must read as what it is, not rearrange the text around it.
-const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 function visible(text) {
   return String(text).replace(UNSAFE, c => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 }
@@ -31,8 +31,13 @@ async function api(path) {
 async function refresh() {
   if (!token) { document.getElementById("login").style.display = "block"; return; }
   try {
-    const [cluster, queues, jobs] = await Promise.all([
-      api("/api/cluster"), api("/api/queues"), api("/api/jobs?limit=200")]);
+    // Every unfinished job (up to 500) and the 50 newest of all: a long-pending job never
+    // scrolls out of view behind newer finished ones.
+    const [cluster, queues, active, recent] = await Promise.all([
+      api("/api/cluster"), api("/api/queues"), api("/api/jobs?active=true&limit=500"),
+      api("/api/jobs?limit=50")]);
+    const seen = new Set(active.jobs.map(j => j.job_id));
+    const jobs = {jobs: [...recent.jobs.filter(j => !seen.has(j.job_id)), ...active.jobs]};
     document.getElementById("login").style.display = "none";
     // A tenant's view holds its own queue's GPUs only (queue_used_gpus); the admin's, all.
     const mine = cluster.view === "queue";
@@ -65,6 +70,7 @@ async function refresh() {
       visible(cluster.name + " · policy " + cluster.policy + " · " + cluster.executor + " executor · " +
       (mine ? "queue " + cluster.queue + ": " : "") +
       Object.keys(c).map(k => c[k] + " " + k).join(", ")) +
+      (active.next_before === null ? "" : " · only the newest 500 unfinished jobs shown (tessera jobs lists all)") +
       " · updated " + new Date().toLocaleTimeString();
   } catch (e) {
     document.getElementById("status").textContent = "error: " + visible(e.message);
@@ -79,9 +85,10 @@ async function showJob(id) {
   try {
     const j = await api("/api/jobs/" + encodeURIComponent(id));
     const last = j.events.slice(-10).map(e => e.kind + (e.to ? " → " + e.to : "") + (e.detail ? ": " + e.detail : ""));
-    out.textContent = visible([j.job_id + " (" + j.name + ") · queue " + j.queue + " · " + j.state,
-                               "command: " + JSON.stringify(j.command), "", "last events:", ...last].join("\u2028"))
-      .split("\u2028").join("\n");
+    // Each line escaped on its own, then joined: no tenant text can start a line of its own.
+    out.textContent = [j.job_id + " (" + j.name + ") · queue " + j.queue + " · " + j.state,
+                       "command: " + JSON.stringify(j.command), "", "last events:", ...last]
+      .map(visible).join("\n");
   } catch (e) {
     out.textContent = "error: " + visible(e.message);
   }
