@@ -31,8 +31,9 @@ submission -- a finished job's record is history, and a full history must not st
 work. A
 job that is not finished, or a cancelled one whose run still drains, is never deleted: when the
 unfinished jobs alone fill the cap, the submission is refused 429 instead. The caps are checked
-when a submission is admitted, so submissions admitted in the same instant (one group commit,
-:mod:`tessera.live.intake`) can pass a cap by at most their number.
+when a submission is admitted, against what the store holds, so submissions admitted
+concurrently (one group commit of :mod:`tessera.live.intake`, or the requests the API's worker
+threads serve at once) can pass a cap by at most their number.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "CUDA_VISIBLE_DEVICES")
 #: Variables that name the GPUs a rank may use. Only the executor sets them (the GPUs it was
 #: given); a job's own ``env`` may not (refused at submission, and dropped by :func:`rank_envs`
-#: for a job stored before that rule), so a job can never reach a GPU it was not assigned.
+#: for a job stored before that rule). They steer the CUDA runtime; they are no fence: a job
+#: that unsets them in its own process can open every GPU device node (docs/security.md, Jobs).
 DEVICE_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
 #: Read by the launcher (local runner or Ray rank host), not passed on to the command: the user
 #: to run the command as.
