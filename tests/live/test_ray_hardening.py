@@ -181,7 +181,8 @@ def test_every_socket_of_the_head_is_on_loopback_and_no_client_server_runs(
                      ADMIN).job_id  # a rank host (a Ray worker) exists and listens too
     wait_for(lambda: svc.store.get(jid).state.value == "running", 60,  # type: ignore
              "the job to run")
-    pids = _head_pids(base / "state")
+    # The head's processes, and this one: the service's own Ray driver listens too.
+    pids = [*_head_pids(base / "state"), os.getpid()]
     ports = _listening(pids)
     gcs_port = int(svc.executor.address.rsplit(":", 1)[1])  # type: ignore[attr-defined]
     assert gcs_port in ports, ports  # the scan sees the head's sockets at all
