@@ -23,11 +23,22 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def embedded_ray() -> Iterator[None]:
-    ray.init(num_cpus=1, num_gpus=0, namespace="tessera-contain-test", include_dashboard=False,
-             log_to_driver=False)
-    yield
-    ray.shutdown()
+def embedded_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A local Ray cluster. Ray 2.60 writes a new token to ``~/.ray/auth_token`` when it starts
+    one: a ``HOME`` of the test's own keeps it out of the real one, where every later Ray
+    client of this user (a service among them) would find and present it."""
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = str(tmp_path_factory.mktemp("ray-home"))
+    try:
+        ray.init(num_cpus=1, num_gpus=0, namespace="tessera-contain-test",
+                 include_dashboard=False, log_to_driver=False)
+        yield
+        ray.shutdown()
+    finally:
+        if home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = home
 
 
 def _key(run: int = 1) -> tuple[str, int, int]:
