@@ -25,9 +25,14 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def embedded_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A local Ray cluster. Ray 2.60 writes a new token to ``~/.ray/auth_token`` when it starts
-    one: a ``HOME`` of the test's own keeps it out of the real one, where every later Ray
-    client of this user (a service among them) would find and present it."""
-    home = os.environ.get("HOME")
+    one, and sets ``RAY_AUTH_MODE=token`` in this process: a ``HOME`` of the test's own keeps the
+    token out of the real one (where every later Ray client of this user, a service among them,
+    would find and present it), and the variables are put back afterwards, so a later test's
+    client of an unauthenticated cluster is not asked for a token."""
+    from tessera.live.executors.ray_cluster import _reread_ray_config
+    from tests.live.conftest import RAY_AUTH_VARS
+
+    saved = {k: os.environ.get(k) for k in ("HOME", *RAY_AUTH_VARS)}
     os.environ["HOME"] = str(tmp_path_factory.mktemp("ray-home"))
     try:
         ray.init(num_cpus=1, num_gpus=0, namespace="tessera-contain-test",
@@ -35,10 +40,12 @@ def embedded_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
         ray.shutdown()
     finally:
-        if home is None:
-            os.environ.pop("HOME", None)
-        else:
-            os.environ["HOME"] = home
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reread_ray_config()
 
 
 def _key(run: int = 1) -> tuple[str, int, int]:
