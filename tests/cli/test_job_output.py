@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import datetime
 from typing import Any
 
@@ -82,3 +83,19 @@ def test_running_job_shows_placement_and_run_time() -> None:
     text = "\n".join(job_lines(job, now_s=SUBMIT_S + 3.2 + 90))
     assert "placement: 4×A100-80GB on a100-80gb-0000:4" in text
     assert "running: 1m 30s since its first start" in text
+
+
+def test_command_keeps_its_quotes() -> None:
+    """A shell command shows as one pastable line, not as loose words (issue 31)."""
+    job = _job(command=["sh", "-c", 'printf "%s done\\n" "$NAME"', "--", "a b", ""])
+    line = next(x for x in job_lines(job, now_s=SUBMIT_S + 9999) if "command:" in x)
+    shown = line.split("command: ", 1)[1]
+    assert shown == """sh -c 'printf "%s done\\n" "$NAME"' -- 'a b' ''"""
+    assert shlex.split(shown) == job["command"]
+
+
+def test_quoted_command_is_still_terminal_safe() -> None:
+    job = _job(command=["echo", "\x1b[2Jgone", "two\nlines"])
+    line = next(x for x in job_lines(job, now_s=SUBMIT_S + 9999) if "command:" in x)
+    assert "\x1b" not in line and "\n" not in line
+    assert line.endswith("command: echo '\\x1b[2Jgone' 'two\\x0alines'")

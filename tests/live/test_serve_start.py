@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -169,3 +174,49 @@ def test_the_service_itself_refuses_a_gavel_only_policy(tmp_path: Path) -> None:
     state.mkdir(mode=0o700)
     with pytest.raises(SpecError, match="--compat gavel"):
         make_service(state, policy="min_total_duration", start=False)
+
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_shows_its_pid_and_says_why_it_stops(tmp_path: Path, sig: signal.Signals) -> None:
+    """The banner names the PID to signal; a signal stops it with one line, in order (issue 31).
+
+    In order: the service's own stop runs and the state lock is released, so a second
+    ``serve`` on the same state dir starts at once.
+    """
+    state, port = tmp_path / "state", _free_port()
+    cmd = [sys.executable, "-m", "tessera.cli", "serve", "--state", str(state), "--port",
+           str(port), "--cluster", "v100:2", "--executor", "local"]
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        banner = ""
+        deadline = time.monotonic() + 60
+        while "dashboard:" not in banner and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            banner += line
+        assert re.search(rf"^  pid:       {proc.pid}  \(", banner, re.M), banner
+        while time.monotonic() < deadline:  # uvicorn answers: its signal handlers are set
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert (f"tessera serve (pid {proc.pid}) stopping on {sig.name}; runs keep going and are "
+            "adopted at the next start") in out
+    lock = StateLock(state)
+    lock.acquire()  # released by the stopped service
+    lock.release()

@@ -10,6 +10,7 @@ a job's name, command, reason and events are a tenant's text.
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 from typing import Any
 
@@ -101,7 +102,9 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
     if job.get("reason"):
         rows.append(("reason", job["reason"]))
     if job.get("command"):
-        rows.append(("command", " ".join(job["command"])))
+        # shlex.join quotes each word as a shell would need it, so the line can be pasted
+        # back (``sh -c 'printf "a b"'``); safe() below still strips terminal controls.
+        rows.append(("command", shlex.join(str(word) for word in job["command"])))
     rows.append(("attempts", f"{job['attempts']} (retries allowed: {job['max_retries']}), "
                              f"runs {job['runs']}"))
     if elastic and job.get("events") is not None:

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
@@ -249,11 +252,15 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
             url = f"http://{host}:{port}"
             print(f"tessera serving {svc.cluster.describe()} with policy "
                   f"{svc.policy.display_name} ({svc.executor.name} executor)\n"
+                  f"  pid:       {os.getpid()}  (SIGTERM or Ctrl-C stops the service; "
+                  f"runs keep going)\n"
                   f"  state:     {layout.state_dir} (private)  jobs' files: {layout.work_dir}\n"
                   f"  API:       {url}  (clients: --server or TESSERA_SERVER)\n"
                   f"  dashboard: {url}/dashboard#token={token or '<your token>'}", flush=True)
             try:
-                run_http(create_app(svc, api_docs=cfg.api_docs), sock)
+                stop_signal = run_http(create_app(svc, api_docs=cfg.api_docs), sock)
+                if stop_signal is not None:
+                    print(stopping_line(stop_signal), flush=True)
             finally:
                 svc.stop()
         finally:
@@ -286,8 +293,33 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def run_http(app: FastAPI, sock: socket.socket) -> None:
-    """Serve ``app`` with uvicorn on the already-bound ``sock`` until interrupted."""
+def stopping_line(sig: int) -> str:
+    """The one line ``serve`` prints when a signal stops it."""
+    return (f"tessera serve (pid {os.getpid()}) stopping on {signal.Signals(sig).name}; "
+            "runs keep going and are adopted at the next start")
+
+
+def run_http(app: FastAPI, sock: socket.socket) -> int | None:
+    """Serve ``app`` with uvicorn on the already-bound ``sock`` until a signal stops it.
+
+    Returns the signal (SIGTERM, SIGINT) that stopped it, or ``None``. uvicorn (since 0.29)
+    raises a signal it caught once more after shutting down, which would end the process
+    before :meth:`LiveService.stop` and the state lock's release ran, and without a word;
+    here the signal is recorded instead, so ``serve`` says why it stops and stops in order.
+    """
     import uvicorn
 
-    uvicorn.Server(uvicorn_config(app)).run(sockets=[sock])
+    class _Server(uvicorn.Server):
+        stop_signal: int | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.stop_signal is None:
+                self.stop_signal = sig
+            super().handle_exit(sig, frame)
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()  # not raised again after shutdown: serve() returns
+
+    server = _Server(uvicorn_config(app))
+    server.run(sockets=[sock])
+    return server.stop_signal
