@@ -36,7 +36,7 @@ from tessera.plan.dp import (
 if TYPE_CHECKING:
     from tessera.plan.breakdown import StepBreakdown
     from tessera.plan.hybrid import HybridPlan
-    from tessera.plan.models import LayeredModel
+    from tessera.plan.layers import LayeredModel
     from tessera.plan.pipeline import PipelineConfig
     from tessera.plan.ranks import GpuSlot, RankRole
 

@@ -36,7 +36,7 @@ from tessera.perf.memory import MemoryBudget, TrainingFootprint
 from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.api import default_cost_model, nodes_for
 from tessera.plan.dp import DpDevice, DpPlan, DroppedClass, split_batch
-from tessera.plan.models import LayeredModel, coarsen
+from tessera.plan.layers import LayeredModel, coarsen
 from tessera.plan.pipeline import (
     DEFAULT_PASS_OVERHEAD_S,
     FlavorGroup,

@@ -52,7 +52,7 @@ from tessera.errors import SpecError
 from tessera.model.cluster import Link
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.memory import GIB, MemoryBudget
-from tessera.plan.models import LayeredModel
+from tessera.plan.layers import LayeredModel
 from tessera.plan.pipeline_dp import OrderResult, RoundCaps, solve_order, widths_up_to
 from tessera.plan.stages import Stage, StageCosts
 

@@ -44,7 +44,7 @@ from tessera.model.gpus import GpuFlavor
 from tessera.perf.memory import GIB
 
 if TYPE_CHECKING:
-    from tessera.plan.models import LayeredModel
+    from tessera.plan.layers import LayeredModel
     from tessera.plan.pipeline import FlavorGroup, PipelineConfig
 
 #: Tensor-parallel degrees tried (powers of two within one server).
