@@ -161,3 +161,134 @@ def test_the_scanner_sees_every_kind_of_import(
     module.write_text(source)
     monkeypatch.setattr(sys.modules[__name__], "SRC", fake_src)
     assert [name for _, name in _imports(module)] == expected
+
+
+# --- Circles between files -------------------------------------------------------------------
+#
+# Within a package, imports may go any way the package likes -- except round: a circle of files
+# (a imports b, b imports ... a) means none of them can be read, tested or loaded alone, and it
+# is usually closed by an import inside a function that hides it. Every import counts here too
+# (module level, in functions, under ``if TYPE_CHECKING:``): a circle is a strongly connected
+# component of more than one file in the graph of ``tessera`` modules.
+#
+# The circles that remain, exactly as found. This list may only shrink: break a circle, then
+# delete its entry (the test fails on an entry that is no longer a circle, so the list stays
+# exact). Never add one -- move the shared piece down into a module both sides import instead.
+ALLOWED_CIRCLES: frozenset[frozenset[str]] = frozenset(frozenset(c) for c in [
+    # live: the store, the job spec, executors' base and sharing read each other's types.
+    {"tessera.live.executors.base", "tessera.live.sharing", "tessera.live.spec",
+     "tessera.live.store"},
+    # live: the service loop and the launch/reconcile helpers it drives.
+    {"tessera.live.launches", "tessera.live.reconcile", "tessera.live.service"},
+    # sched: placement and the free-GPU book.
+    {"tessera.sched.free_book", "tessera.sched.placement"},
+    # sim: the round-driver base, the heap driver and the Gavel driver.
+    {"tessera.sim.drivers.base", "tessera.sim.drivers.gavel", "tessera.sim.drivers.heap"},
+    # workload: the package re-exports the loader, which imports the package.
+    {"tessera.workload", "tessera.workload.load"},
+    # sched: the policy registry and the policies it fills by importing them.
+    {"tessera.sched.elastic_policy", "tessera.sched.packing", "tessera.sched.policies",
+     "tessera.sched.policies.common", "tessera.sched.policies.fifo",
+     "tessera.sched.policies.gavel_compat", "tessera.sched.policies.gavel_completion",
+     "tessera.sched.policies.gavel_gandiva", "tessera.sched.policies.gavel_lp",
+     "tessera.sched.policies.gavel_mechanism", "tessera.sched.policies.gavel_packed",
+     "tessera.sched.policies.goodput_srpt", "tessera.sched.policies.hetero_gittins",
+     "tessera.sched.policies.hetero_pack", "tessera.sched.policies.hetero_srpt",
+     "tessera.sched.policies.las", "tessera.sched.policies.pollux",
+     "tessera.sched.policies.shortest", "tessera.sched.policies.sia", "tessera.sched.policy"},
+])
+
+
+def _module_edges(src: Path) -> dict[str, set[str]]:
+    """Module -> the ``tessera`` modules it imports (``from pkg import mod`` counts as ``mod``)."""
+    paths = {".".join(_module_name(p)): p for p in sorted((src / "tessera").rglob("*.py"))}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {m: set() for m in paths}
+    for mod, path in paths.items():
+        names = [name for _, name in _imports(path)]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):  # ``from pkg import mod``: the module itself
+                base = _imports_from_base(path, node)
+                names += [f"{base}.{a.name}" for a in node.names]
+        for name in names:
+            target = resolve(name)
+            if target is not None and target != mod:
+                edges[mod].add(target)
+    return edges
+
+
+def _imports_from_base(path: Path, node: ast.ImportFrom) -> str:
+    here = _module_name(path)
+    package = here if path.name == "__init__.py" else here[:-1]
+    if not node.level:
+        return node.module or ""
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _circles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_circles_between_files() -> None:
+    circles = _circles(_module_edges(SRC))
+    new = [sorted(c) for c in circles - ALLOWED_CIRCLES]
+    gone = [sorted(c) for c in ALLOWED_CIRCLES - circles]
+    assert not new, ("import circles between files (move the shared piece into a module both "
+                     "import; no imports inside functions):\n" + "\n".join(map(str, new)))
+    assert not gone, ("these allowed circles are gone or changed: delete (or shrink) their "
+                      "ALLOWED_CIRCLES entries:\n" + "\n".join(map(str, gone)))
+
+
+def test_the_circle_finder_sees_a_circle_closed_inside_a_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checker itself: a circle closed by a lazy import, through ``from pkg import mod``."""
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    pkg = tmp_path / "tessera" / "plan"
+    pkg.mkdir(parents=True)
+    (tmp_path / "tessera" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from tessera.plan import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .c import g\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    import tessera.plan.a\n")
+    (pkg / "d.py").write_text("import tessera.plan.a\n")
+    assert _circles(_module_edges(tmp_path)) == {
+        frozenset({"tessera.plan.a", "tessera.plan.b", "tessera.plan.c"})}

@@ -34,19 +34,36 @@ unmeasured GPU can be expected to be off by.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tessera.errors import NoProfileError
 from tessera.model.gpus import CATALOG, GpuFlavor, resolve_flavor
 
 if TYPE_CHECKING:
     from tessera.perf.profiles import ThroughputTable
-    from tessera.perf.steptime import CostModel
 
 #: Training FLOPs per ImageNet sample of ResNet-50 (4.1 GMAC forward, x2 FLOP/MAC, x3 fwd+bwd).
 RESNET50_TRAIN_FLOPS = 24.6e9
 WORKLOADS = ("transformer", "cnn", "cnn-fp32")
+
+
+class _PerSampleFit(Protocol):
+    @property
+    def beta_s_per_sample(self) -> float: ...
+
+
+class ProfileSource(Protocol):
+    """What the roofline reads from a cost model (:class:`tessera.perf.steptime.CostModel`).
+
+    Stated here, not imported, because the cost model builds its roofline from this module:
+    the roofline sits below the cost model and must not import it.
+    """
+
+    def measured_flavors(self, model: str) -> Sequence[GpuFlavor]: ...
+
+    def fit(self, model: str, flavor: GpuFlavor) -> _PerSampleFit: ...
 
 #: Same chip, different memory: efficiency carries over.
 CHIP_TWINS: dict[str, str] = {
@@ -115,7 +132,7 @@ class Roofline:
         throughputs: where the ``cnn-fp32`` class's come from (Gavel); ``None`` skips it.
     """
 
-    def __init__(self, cost_model: CostModel, throughputs: ThroughputTable | None = None
+    def __init__(self, cost_model: ProfileSource, throughputs: ThroughputTable | None = None
                  ) -> None:
         self._measurements: dict[str, list[Measurement]] = {w: [] for w in WORKLOADS}
         self._measurements["transformer"] = list(PUBLISHED_LLM)

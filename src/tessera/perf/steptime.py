@@ -40,6 +40,7 @@ import numpy as np
 from tessera.errors import NoProfileError
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.comm import RingPath, allreduce_time_s
+from tessera.perf.profiles import default_throughputs
 from tessera.perf.roofline import RESNET50_TRAIN_FLOPS, Roofline
 from tessera.perf.sia import SiaProfile, load_sia_profile, sia_flavors, sia_models
 
@@ -217,8 +218,6 @@ class CostModel:
     def roofline(self) -> Roofline:
         """The roofline model calibrated on this cost model's profiles and Gavel's."""
         if self._roofline is None:
-            from tessera.perf.profiles import default_throughputs
-
             self._roofline = Roofline(self, default_throughputs())
         return self._roofline
 

@@ -3,9 +3,9 @@
 These glue the cost model (:class:`tessera.perf.steptime.CostModel`) to the split in
 :mod:`tessera.plan.dp`:
 
-* :func:`parse_devices` reads a command-line device list ``A100:2,V100:4,T4:2``;
-* :func:`nodes_for` lays a flavor → count mapping out on servers (one flavor per server,
-  ``gpus_per_node`` GPUs each, the catalog's default links);
+* :func:`parse_devices`, :func:`nodes_for` and :func:`default_cost_model` (device lists, their
+  servers, the shared cost model) live in :mod:`tessera.plan.devices`, below every planner,
+  and are re-exported here;
 * :func:`plan_data_parallel` plans one job;
 * :func:`plan_ranked` plans a layer-wise model (tensor × pipeline × data) and lays the plan
   out on concrete GPUs, rank by rank -- what ``tessera plan --json`` prints and the live
@@ -23,80 +23,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
-from tessera.model.cluster import Link, Node, make_nodes
+from tessera.model.cluster import Link, Node
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.steptime import CostModel
+from tessera.plan.breakdown import StepBreakdown, breakdown
+from tessera.plan.devices import default_cost_model as default_cost_model
+from tessera.plan.devices import nodes_for as nodes_for
+from tessera.plan.devices import parse_devices as parse_devices
 from tessera.plan.dp import (
     DEFAULT_MAX_MICRO_STEPS,
     DpDevice,
     DpPlan,
     split_batch,
 )
+from tessera.plan.hybrid import DEFAULT_MAX_LAYERS, HybridPlan, plan_hybrid
+from tessera.plan.pipeline import PipelineConfig
+from tessera.plan.ranks import GpuSlot, RankRole, assign_ranks, slots_of_nodes
 
 if TYPE_CHECKING:
-    from tessera.plan.breakdown import StepBreakdown
-    from tessera.plan.hybrid import HybridPlan
-    from tessera.plan.models import LayeredModel
-    from tessera.plan.pipeline import PipelineConfig
-    from tessera.plan.ranks import GpuSlot, RankRole
-
-_DEFAULT_COST_MODEL: CostModel | None = None
-
-
-def default_cost_model() -> CostModel:
-    """A process-wide cost model over the bundled profiles (fits are cached inside)."""
-    global _DEFAULT_COST_MODEL
-    if _DEFAULT_COST_MODEL is None:
-        _DEFAULT_COST_MODEL = CostModel()
-    return _DEFAULT_COST_MODEL
-
-
-def parse_devices(text: str) -> dict[GpuFlavor, int]:
-    """Parse ``flavor:count[,flavor:count…]``; repeated flavors add up.
-
-    Raises:
-        SpecError: an entry is not ``flavor:count`` or the count is not a positive integer.
-        UnknownFlavorError: a flavor name is not in the catalog.
-
-    >>> {f.short: n for f, n in parse_devices("a100:2, T4:1").items()}
-    {'A100-80GB': 2, 'T4': 1}
-    """
-    out: dict[GpuFlavor, int] = {}
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or any(not p for p in parts):
-        raise SpecError(f"device list {text!r}: expected flavor:count[,flavor:count...]")
-    for part in parts:
-        name, sep, cnt = part.partition(":")
-        if not sep or not name.strip():
-            raise SpecError(f"device list {text!r}: expected flavor:count, got {part!r}")
-        try:
-            n = int(cnt)
-        except ValueError:
-            raise SpecError(f"device list {text!r}: count {cnt!r} is not an integer") from None
-        if n <= 0:
-            raise SpecError(f"device list {text!r}: count for {name.strip()!r} must be positive")
-        f = resolve_flavor(name)
-        out[f] = out.get(f, 0) + n
-    return out
-
-
-def nodes_for(devices_by_flavor: Mapping[GpuFlavor, int], gpus_per_node: int = 8,
-              links: Mapping[GpuFlavor, tuple[Link, Link]] | None = None) -> tuple[Node, ...]:
-    """Servers holding the given GPUs: per flavor, full ``gpus_per_node`` boxes then the rest.
-
-    ``links`` gives a flavor's servers their (within-server, between-server) links instead of
-    the catalog's defaults (NVLink or PCIe inside, InfiniBand between).
-    """
-    if gpus_per_node < 1:
-        raise SpecError("gpus_per_node must be at least 1")
-    nodes: list[Node] = []
-    for f, n in devices_by_flavor.items():
-        intra, inter = (links or {}).get(f, (None, None))
-        full, rest = divmod(n, gpus_per_node)
-        nodes += make_nodes(f, full, gpus_per_node, intra_link=intra, inter_link=inter)
-        if rest:
-            nodes += make_nodes(f, 1, rest, start=full, intra_link=intra, inter_link=inter)
-    return tuple(nodes)
+    from tessera.plan.layers import LayeredModel
 
 
 def dp_devices(model: str, nodes: Sequence[Node], cost_model: CostModel | None = None
@@ -240,10 +185,6 @@ def plan_ranked(model: LayeredModel, counts: Mapping[GpuFlavor, int], global_bsz
     Raises:
         SpecError: nothing fits, or the plan's tensor-parallel groups do not fit the servers.
     """
-    from tessera.plan.breakdown import breakdown
-    from tessera.plan.hybrid import DEFAULT_MAX_LAYERS, plan_hybrid
-    from tessera.plan.pipeline import PipelineConfig
-    from tessera.plan.ranks import assign_ranks, slots_of_nodes
 
     cm = cost_model or default_cost_model()
     cfg = base or PipelineConfig(1, 1)

@@ -23,12 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tessera.plan.models import FP16_BYTES
+from tessera.plan.layers import FP16_BYTES
 
 if TYPE_CHECKING:
     from tessera.perf.steptime import CostModel
     from tessera.plan.hybrid import HybridPlan
-    from tessera.plan.models import LayeredModel
+    from tessera.plan.layers import LayeredModel
     from tessera.plan.stages import Stage
 
 COMPUTE = "compute"

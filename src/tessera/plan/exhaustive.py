@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.steptime import CostModel
 from tessera.plan.hybrid import flavor_groups, pipeline_configs, plan_data_parallel_layered
-from tessera.plan.models import LayeredModel
+from tessera.plan.layers import LayeredModel
 from tessera.plan.pipeline import FlavorGroup, PipelineConfig, canonical_groups, step_time_s
 from tessera.plan.pipeline_dp import widths_up_to
 from tessera.plan.stages import Stage, StageCosts, StageOption

@@ -34,9 +34,9 @@ from tessera.model.cluster import Link
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.memory import MemoryBudget, TrainingFootprint
 from tessera.perf.steptime import CostModel, DeviceCost
-from tessera.plan.api import default_cost_model, nodes_for
+from tessera.plan.devices import default_cost_model, nodes_for
 from tessera.plan.dp import DpDevice, DpPlan, DroppedClass, split_batch
-from tessera.plan.models import LayeredModel, coarsen
+from tessera.plan.layers import LayeredModel, coarsen
 from tessera.plan.pipeline import (
     DEFAULT_PASS_OVERHEAD_S,
     FlavorGroup,

@@ -39,13 +39,77 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tessera.errors import SpecError
 from tessera.model.cluster import Link
 from tessera.model.gpus import GpuFlavor
-from tessera.perf.memory import GIB
+from tessera.perf.memory import GIB, MemoryBudget
 
 if TYPE_CHECKING:
-    from tessera.plan.models import LayeredModel
-    from tessera.plan.pipeline import FlavorGroup, PipelineConfig
+    from tessera.plan.layers import LayeredModel
+
+# FlavorGroup and PipelineConfig describe a stage's GPUs and batching; they live here, below
+# the pipeline search (tessera.plan.pipeline re-exports them), so stages need not import it.
+
+#: Fixed cost of one micro-batch pass through a stage (and of one data-parallel step).
+DEFAULT_PASS_OVERHEAD_S = 0.002
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorGroup:
+    """The GPUs of one flavor offered to a pipeline.
+
+    Attributes:
+        flavor: the flavor.
+        count: GPUs available.
+        flops_per_s: sustained training FLOP/s of one GPU (from the cost model).
+        budget: usable memory per GPU.
+        intra_link: link between GPUs of a server (tensor parallelism, rings inside a server).
+        inter_link: link between servers (also used for stage hand-offs).
+        gpus_per_node: server size (bounds tensor parallelism; decides when a ring leaves it).
+    """
+
+    flavor: GpuFlavor
+    count: int
+    flops_per_s: float
+    budget: MemoryBudget
+    intra_link: Link
+    inter_link: Link
+    gpus_per_node: int
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    """Batching around a pipeline, and which memory savers the search may use.
+
+    Attributes:
+        micro_bsz: samples per micro-batch.
+        n_micro: micro-batches per step (per pipeline copy).
+        dp_copies: identical copies of the pipeline trained data-parallel (hybrid); each
+            stage's gradients are synchronised over ``replicas × dp_copies`` ranks.
+        overhead_s: fixed cost of one forward+backward pass of a micro-batch through a stage
+            (kernel launches, scheduling); an assumption, not a measurement — it is what
+            stops the planner from splitting a step into arbitrarily many tiny micro-batches.
+        allow_recompute: stages may recompute activations (a per-stage choice).
+        zero_levels: ZeRO levels a stage may use (0 = none; see :mod:`tessera.plan.stages`).
+        max_tp: largest tensor-parallel degree (1 = no tensor parallelism).
+    """
+
+    micro_bsz: int
+    n_micro: int
+    dp_copies: int = 1
+    overhead_s: float = DEFAULT_PASS_OVERHEAD_S
+    allow_recompute: bool = True
+    zero_levels: tuple[int, ...] = (0, 1, 2, 3)
+    max_tp: int = 8
+
+    def __post_init__(self) -> None:
+        if self.micro_bsz < 1 or self.n_micro < 1 or self.dp_copies < 1:
+            raise SpecError("micro-batch size, micro-batch count and copies must be >= 1")
+        if not self.zero_levels or any(z not in (0, 1, 2, 3) for z in self.zero_levels):
+            raise SpecError(f"ZeRO levels must be among 0-3, got {self.zero_levels}")
+        if self.max_tp < 1:
+            raise SpecError("max_tp must be >= 1")
+
 
 #: Tensor-parallel degrees tried (powers of two within one server).
 TP_DEGREES = (1, 2, 4, 8)

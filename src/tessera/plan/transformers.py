@@ -15,7 +15,7 @@ weighted values, ``4·s²·h`` forward per layer and sequence). Input embeddings
 2sf. With t-way tensor parallelism the norm inputs and the inputs of the attention and MLP
 matrices (8sh) are kept whole on every rank; the rest is split.
 
-**GPT-3 style** blocks are :func:`tessera.plan.models.transformer_block` (4h MLP, learned
+**GPT-3 style** blocks are :func:`tessera.plan.layers.transformer_block` (4h MLP, learned
 positions, tied embeddings). **ViT-L/16** is 24 such blocks over 197 tokens (196 patches and a
 class token) behind a 16 × 16 patch projection, with a 1000-class head.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.plan.models import FP16_BYTES, Layer, LayeredModel, transformer_block
+from tessera.plan.layers import FP16_BYTES, Layer, LayeredModel, transformer_block
 
 
 @dataclass(frozen=True, slots=True)
