@@ -108,7 +108,8 @@ def test_job_lines_escape_every_field_and_event() -> None:
     lines = job_lines(_hostile_job(), now_s=1.0e9 + 5)
     text = "\n".join(lines)
     _clean(text)
-    assert any(ln.strip().startswith("command: /bin/echo a\\x1b[2J") for ln in lines), lines
+    # quoted as a shell would need it (shlex.join), escapes visible inside the quotes
+    assert any(ln.strip().startswith("command: /bin/echo 'a\\x1b[2J") for ln in lines), lines
     assert sum("\\x1b]0;pwned\\x07" in ln for ln in lines) >= 4  # name, reason, command, event
 
 
@@ -134,7 +135,7 @@ def test_tessera_job_escapes_a_real_jobs_command(app: typer.Typer, server: Serve
     out = runner.invoke(app, ["job", r.json()["job_id"]],
                         env={"TESSERA_SERVER": server.url, "TESSERA_TOKEN": ADMIN}).output
     _clean(out)
-    assert "command: /bin/echo \\x1b[2J\\x1b]0;pwned\\x07" in out
+    assert "command: /bin/echo '\\x1b[2J\\x1b]0;pwned\\x07'" in out
 
 
 # -- tokens: --token-file and TESSERA_TOKEN preferred, --token warned about ---------------------
