@@ -25,6 +25,11 @@ def _ray_auth_restored(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     saved = {k: os.environ.get(k) for k in RAY_AUTH_VARS}
     yield
+    restore_ray_env(saved)
+
+
+def restore_ray_env(saved: dict[str, str | None]) -> None:
+    """Put back the variables ``saved`` holds (``None``: unset) and have Ray reread them."""
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

@@ -29,8 +29,7 @@ def embedded_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     token out of the real one (where every later Ray client of this user, a service among them,
     would find and present it), and the variables are put back afterwards, so a later test's
     client of an unauthenticated cluster is not asked for a token."""
-    from tessera.live.executors.ray_cluster import _reread_ray_config
-    from tests.live.conftest import RAY_AUTH_VARS
+    from tests.live.conftest import RAY_AUTH_VARS, restore_ray_env
 
     saved = {k: os.environ.get(k) for k in ("HOME", *RAY_AUTH_VARS)}
     os.environ["HOME"] = str(tmp_path_factory.mktemp("ray-home"))
@@ -40,12 +39,7 @@ def embedded_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
         ray.shutdown()
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        _reread_ray_config()
+        restore_ray_env(saved)
 
 
 def _key(run: int = 1) -> tuple[str, int, int]:
