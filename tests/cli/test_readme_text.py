@@ -47,3 +47,14 @@ def test_every_file_the_readme_points_at_exists() -> None:
     assert named, "the README names no files"
     missing = sorted(n for n in named if "<" not in n and not (REPO / n).exists())
     assert not missing, f"README points at files not in the repository: {missing}"
+
+
+def test_readme_explains_the_oracle_mark_the_results_use() -> None:
+    from tessera.report.policies import ORACLE_MARK, policy_info
+
+    assert f"marked {ORACLE_MARK} is an *oracle*" in README
+    named = re.search(r"trace\n?\s*\(([^)]*)\)", README.split("*oracle*", 1)[1])
+    assert named is not None
+    for policy in re.findall(r"`(\w+)`", named.group(1)):
+        assert policy_info(policy).oracle, f"README calls {policy} an oracle; it is not marked"
+    assert "--json" in README.split("*oracle*", 1)[1].split("\n\n", 1)[0]  # progress: not there

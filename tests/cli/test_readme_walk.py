@@ -11,6 +11,9 @@ command's own flags where it has them (``--limit``, ``--no-plots``, ``--out``, `
   that is not bundled; such a command must be marked "(public data)" in the README and fail
   with exit status 2 and the documented one-line message.
 * With the public data, the commands that need it succeed.
+* What a first-hour user reads in the output holds (issue 31, :data:`OUTPUT_CHECKS`): an
+  oracle policy is marked, what ``--compat gavel`` does not record is ``null`` with a note,
+  ``share plan`` never says "optimal" alone, ``lessons`` tables carry their legends.
 
 Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain``, ``logs`` and ``admin`` need a live
 service or its state dir (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of
@@ -19,8 +22,10 @@ seconds, so it runs only in the slow suite.
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,6 +42,45 @@ SHRINK = {"limit": "10", "max_jobs": "10", "workers": "1", "steps": "4"}
 """Flags (by parameter name) that keep a command small, and their values."""
 DATA_MESSAGE = ("from the public data, not found in", "set TESSERA_DATA_DIR to the folder that "
                 "holds traces/")
+
+
+def _oracle_marked(args: list[str], out: str, err: str) -> str | None:
+    if "hetero_srpt" in args[args.index("-p") + 1] and "--json" not in args \
+            and "hetero_srpt ◆" not in out:
+        return "hetero_srpt reads true durations but is not marked ◆"
+    return None
+
+
+def _gavel_pending_null(args: list[str], out: str, err: str) -> str | None:
+    if "--json" not in args:
+        return None
+    for policy, res in json.loads(out)["results"].items():
+        if res["pending_h"] is not None or "pending_h" not in res.get("not_recorded", {}):
+            return f"{policy}: pending_h {res['pending_h']!r} under --compat gavel, not null"
+    return None
+
+
+def _plan_claims_honestly(args: list[str], out: str, err: str) -> str | None:
+    if "optimal" in out:
+        return "calls the plan optimal"
+    if "VIOLATED" in out and "missed the SLO in the replay" not in out:
+        return "an SLO is VIOLATED and the claim does not say so"
+    return None
+
+
+def _lessons_legend(args: list[str], out: str, err: str) -> str | None:
+    return None if "GPU-h saved: " in out or "split GPU-h: " in out else "no legend"
+
+
+OUTPUT_CHECKS: tuple[tuple[Callable[[list[str]], bool],
+                           Callable[[list[str], str, str], str | None]], ...] = (
+    (lambda a: a[0] == "simulate" and "--compat" not in a and "-p" in a, _oracle_marked),
+    (lambda a: a[0] == "simulate" and "gavel" in a, _gavel_pending_null),
+    (lambda a: a[:2] == ["share", "plan"], _plan_claims_honestly),
+    (lambda a: a[0] == "lessons", _lessons_legend),
+)
+"""``(which README commands, what their output must show)``: a check returns a problem or
+``None``."""
 
 
 def readme_commands() -> list[tuple[list[str], str]]:
@@ -136,6 +180,9 @@ def _walk(names: set[str] | None, data_dir: Path, tmp_path: Path,
                 problems.append(f"{shown}: exit {code}, not the documented error: {err[-500:]}")
         elif code != 0:
             problems.append(f"{shown}: exit {code}\n{out[-800:]}\n{err[-800:]}")
+        else:
+            problems += [f"{shown}: {p}" for applies, check in OUTPUT_CHECKS
+                         if applies(args) and (p := check(args, out, err)) is not None]
     return problems
 
 

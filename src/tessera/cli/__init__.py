@@ -11,6 +11,7 @@ import importlib
 import sys
 
 import typer
+import typer.main
 
 from tessera import __version__
 from tessera.errors import TesseraError
@@ -55,8 +56,11 @@ for _name in COMMAND_MODULES:
 
 def main() -> None:
     """Entry point: run the CLI, printing user errors as one line (exit status 2)."""
+    from tessera.cli.help_text import tidy_help
+
     try:
-        rc = app(standalone_mode=False)  # non-standalone click returns an Exit's code
+        command = tidy_help(typer.main.get_command(app), plain=not sys.stdout.isatty())
+        rc = command.main(prog_name="tessera", standalone_mode=False)  # returns an Exit's code
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except TesseraError as e:

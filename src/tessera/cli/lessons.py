@@ -59,6 +59,21 @@ def _echo_json(title: str, rows: list[dict[str, object]], paths: list[Path]) -> 
                            "files": [str(p) for p in paths]}, indent=2))
 
 
+def _policy_label(policy: str) -> str:
+    """The policy as results show it: marked ◆ when it is an oracle."""
+    from tessera.report.policies import policy_info
+
+    return policy_info(policy).marked
+
+
+def _oracle_line(policy: str) -> str | None:
+    """What an oracle policy reads that a real scheduler cannot (``None`` for the others)."""
+    from tessera.report.policies import policy_info
+
+    info = policy_info(policy)
+    return info.line() if info.oracle else None
+
+
 def _out(out: Path | None, name: str) -> Path:
     return out or Path("runs") / f"lessons-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -86,6 +101,7 @@ def locality(
         LOCALITY_COLUMNS,
         locality_sweep,
         parse_thresholds,
+        split_note,
         threshold_label,
         why_rows_tie,
         write_locality_outputs,
@@ -98,7 +114,7 @@ def locality(
         raise typer.BadParameter(str(e), param_hint="--thresholds") from e
     w, c = _load(trace, cluster, gpus_per_server, limit, arrival_scale)
     title = (f"{w.name} ({len(w)} jobs) on {c.describe()}, "
-             f"policy {policy}, seed {seed}")
+             f"policy {_policy_label(policy)}, seed {seed}")
     rows = locality_sweep(w, c, ths, policy=policy, seed=seed)
     paths = write_locality_outputs(rows, _out(out, "locality"), title)
     if as_json:
@@ -115,12 +131,14 @@ def locality(
                   human_duration(r.wait_capacity_s_mean), human_duration(r.avg_jct_s),
                   human_duration(r.avg_jct_multi_s), f"{100 * r.utilization:.1f} %",
                   f"{100 * r.useful_utilization:.1f} %", f"{r.split_gpu_h:,.0f}",
+                  f"{r.too_big_gpu_h:,.0f}", f"{r.split_by_wait_gpu_h:,.0f}",
                   f"{r.split_slowdown_gpu_h:,.0f}", str(r.never_started))
-    con = Console(width=200)
+    con = Console(width=240)
     con.print(t)
-    tie = why_rows_tie(rows, w, c)
-    if tie:
-        con.print(tie)
+    tie = why_rows_tie(rows, w, c)  # (says whose the split GPU-hours are, when runs tie)
+    for note in (tie, None if tie else split_note(rows, w, c), _oracle_line(policy)):
+        if note:
+            con.print(note)
     con.print("wrote " + ", ".join(str(p) for p in paths))
 
 
@@ -149,7 +167,7 @@ def failures(
     from rich.console import Console
     from rich.table import Table
 
-    from tessera.lessons.failures import failure_study, write_failure_outputs
+    from tessera.lessons.failures import FAILURE_COLUMNS, failure_study, write_failure_outputs
     from tessera.report.tables import human_duration
 
     try:
@@ -157,7 +175,7 @@ def failures(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--min-gpus") from e
     w, c = _load(trace, cluster, gpus_per_server, limit, arrival_scale)
-    title = (f"{w.name} ({len(w)} jobs) on {c.describe()}, policy {policy}, "
+    title = (f"{w.name} ({len(w)} jobs) on {c.describe()}, policy {_policy_label(policy)}, "
              f"failure rate {failure_rate:.0%}, early {early_share:.0%} within "
              f"{early_window_s:g} s, validation {validation_s:g} s, seed {seed}")
     rows = failure_study(
@@ -169,17 +187,20 @@ def failures(
     if as_json:
         _echo_json(title, [asdict(r) for r in rows], paths)
         return
-    t = Table("run", "GPU-h lost", "on gangs", "in validation", "validation GPU-h",
-              "GPU-h saved", "failures", "caught early", "failed jobs", "avg JCT",
-              "JCT ÷ none", "multi-GPU JCT", title=title, header_style="bold")
+    t = Table(*(h for h, _m in FAILURE_COLUMNS), title=title, header_style="bold",
+              caption="\n".join(f"{h}: {m}" for h, m in FAILURE_COLUMNS),
+              caption_justify="left")
     for r in rows:
-        t.add_row(r.label, f"{r.lost_gpu_h:,.1f}", f"{r.lost_on_gangs_gpu_h:,.1f}",
-                  f"{r.lost_in_validation_gpu_h:,.1f}", f"{r.validation_gpu_h:,.1f}",
+        t.add_row(r.label, f"{r.lost_on_gangs_gpu_h:,.1f}", f"{r.lost_in_validation_gpu_h:,.1f}",
+                  f"{r.lost_gpu_h:,.1f}", f"{r.validation_gpu_h:,.1f}", f"{r.cost_gpu_h:,.1f}",
                   f"{r.saved_gpu_h:,.1f}", str(r.failures), str(r.caught_in_validation),
                   str(r.failed_jobs), human_duration(r.avg_jct_s), f"{r.jct_ratio:.3f}×",
                   human_duration(r.avg_jct_multi_s))
     con = Console(width=200)
     con.print(t)
+    oracle = _oracle_line(policy)
+    if oracle:
+        con.print(oracle)
     con.print("wrote " + ", ".join(str(p) for p in paths))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -33,6 +34,13 @@ from tessera.cli.options import (
     prefer,
 )
 from tessera.errors import SpecError
+
+if TYPE_CHECKING:
+    from tessera.share.mig import MigGpu
+    from tessera.share.plan import SharePlan
+    from tessera.share.profiles import BatchingRule, ProfileTable, Service
+    from tessera.share.serving_sim import SimResult as ServingResult
+    from tessera.sim.cosim import CosimResult
 
 share_app = typer.Typer(
     help="MIG/MPS GPU sharing for SLO-bound inference: plan services, list MIG layouts.",
@@ -64,21 +72,37 @@ def plan_cmd(
     """Plan inference services onto the fewest MIG-partitioned GPUs, then replay Poisson
     traffic against the plan to predict SLO attainment.
 
-    Give --services FILE, or --scenario N (with --parvagpu DIR) for a ParvaGPU scenario.
+    Give --services FILE, or --scenario N (with --parvagpu DIR) for a ParvaGPU scenario. The
+    plan is the fewest GPUs under the profile model (profiled batch latency and throughput;
+    queueing is not in it); the replay shows whether it meets the SLOs under traffic.
     """
-    from tessera.share.mig import mig_gpu
     from tessera.share.packing import plan_services
-    from tessera.share.plan import plan_to_json
-    from tessera.share.profiles import (
-        PARVAGPU_RULE,
-        load_parvagpu_profiles,
-        parvagpu_scenario,
-    )
     from tessera.share.serving_sim import poisson_streams, simulate
-    from tessera.share.spec import load_services
 
     time_limit_s = prefer(time_limit_s, old_time_limit, "--time-limit", "--time-limit-s")
     sim_s = prefer(traffic_s, old_sim_seconds, "--sim-seconds", "--traffic-s")
+    svcs, rule, table, g = _plan_inputs(services, gpu, parvagpu, scenario, profiles)
+    plan = plan_services(
+        svcs, table, g, rule, method=method, time_limit_s=time_limit_s, r510=not pre_r510
+    )
+    sim = None
+    if sim_s > 0:
+        sim = simulate(plan, poisson_streams(svcs, sim_s, seed), table, seed=seed)
+    if as_json:
+        typer.echo(json.dumps(_plan_json(plan, g, sim, sim_s), indent=2))
+    else:
+        _print_plan(plan, g, sim, sim_s)
+
+
+def _plan_inputs(
+    services: Path | None, gpu: str | None, parvagpu: Path | None, scenario: int | None,
+    profiles: Path | None,
+) -> tuple[tuple[Service, ...], BatchingRule, ProfileTable, MigGpu]:
+    """The services, batching rule, profile table and GPU that ``share plan`` was given."""
+    from tessera.share.mig import mig_gpu
+    from tessera.share.profiles import PARVAGPU_RULE, load_parvagpu_profiles, parvagpu_scenario
+    from tessera.share.spec import load_services
+
     if (services is None) == (scenario is None):
         raise SpecError("give either --services FILE or --scenario N (with optional --parvagpu)")
     _folder(parvagpu, "--parvagpu")
@@ -100,32 +124,36 @@ def plan_cmd(
             f"profiles are for {table.gpu}; there is no profile data for {g.gpu} "
             "(MIG slices are not performance-proportional: profile on the target GPU)"
         )
-    plan = plan_services(
-        svcs, table, g, rule, method=method, time_limit_s=time_limit_s, r510=not pre_r510
-    )
-    sim = None
-    if sim_s > 0:
-        sim = simulate(plan, poisson_streams(svcs, sim_s, seed), table, seed=seed)
-    if as_json:
-        out = plan_to_json(plan, g)
-        if sim is not None:
-            out["predicted"] = {
-                "traffic": f"poisson {sim_s:g} s",
-                "slo_violations": sim.violations,
-                "attainment": round(sim.attainment, 6),
-                "services": [
-                    {"name": o.service, "p99_ms": round(o.p99_ms, 3), "slo_ms": o.slo_ms,
-                     "attainment": round(o.attainment, 6)}
-                    for o in sim.services
-                ],
-            }
-        typer.echo(json.dumps(out, indent=2))
-        return
-    opt = "optimal" if plan.optimal else f"lower bound {plan.lower_bound}"
+    return svcs, rule, table, g
+
+
+def _plan_json(plan: SharePlan, g: MigGpu, sim: ServingResult | None, sim_s: float,
+               ) -> dict[str, Any]:
+    from tessera.share.plan import plan_to_json
+
+    out = plan_to_json(plan, g)
+    if sim is not None:
+        out["predicted"] = {
+            "traffic": f"poisson {sim_s:g} s",
+            "slo_violations": sim.violations,
+            "attainment": round(sim.attainment, 6),
+            "services": [
+                {"name": o.service, "p99_ms": round(o.p99_ms, 3), "slo_ms": o.slo_ms,
+                 "attainment": round(o.attainment, 6)}
+                for o in sim.services
+            ],
+        }
+    return out
+
+
+def _print_plan(plan: SharePlan, g: MigGpu, sim: ServingResult | None, sim_s: float) -> None:
+    from tessera.share.plan import plan_claim, replay_verdict
+
     typer.echo(
-        f"{plan.gpu}: {plan.gpus_used} GPUs ({plan.method}, {opt}; lower bound "
-        f"{plan.lower_bound}; {plan.solve_s * 1000:.0f} ms)"
+        f"{plan.gpu}: {plan.gpus_used} GPUs ({plan.method}; lower bound {plan.lower_bound}; "
+        f"{plan.solve_s * 1000:.0f} ms)"
     )
+    typer.echo(f"  {plan_claim(plan)}")
     for n, ga in enumerate(plan.gpus):
         typer.echo(f"  GPU {n:3d}  {ga.layout}")
         for inst in ga.instances:
@@ -135,14 +163,16 @@ def plan_cmd(
                 f"batch {s.batch:3d} x {s.procs} proc  {s.latency_ms:7.1f} ms  "
                 f"{s.throughput_rps:8.1f} req/s"
             )
-    if sim is not None:
-        typer.echo(
-            f"Predicted SLO attainment ({sim_s:g} s Poisson): {sim.attainment * 100:.3f} % of "
-            f"requests; {sim.violations} service(s) with p99 over SLO"
-        )
-        for o in sim.services:
-            flag = "ok" if o.meets_slo else "VIOLATED"
-            typer.echo(f"  {o.service:20} p99 {o.p99_ms:8.1f} ms / SLO {o.slo_ms:8.1f} ms  {flag}")
+    if sim is None:
+        return
+    typer.echo(
+        f"Predicted SLO attainment ({sim_s:g} s Poisson): {sim.attainment * 100:.3f} % of "
+        f"requests; {sim.violations} service(s) with p99 over SLO"
+    )
+    for o in sim.services:
+        flag = "ok" if o.meets_slo else "VIOLATED"
+        typer.echo(f"  {o.service:20} p99 {o.p99_ms:8.1f} ms / SLO {o.slo_ms:8.1f} ms  {flag}")
+    typer.echo(replay_verdict(plan, sim.violations))
 
 
 @share_app.command("layouts", epilog="Example: tessera share layouts --gpu H100-80GB --json")
@@ -245,7 +275,12 @@ def cosim_cmd(
         out = cosim_to_json(r)
         out["trace"] = workload.name
         typer.echo(json.dumps(out, indent=2))
-        return
+    else:
+        _print_cosim(r, f"{workload.name}, {len(workload)} jobs")
+
+
+def _print_cosim(r: CosimResult, training: str) -> None:
+    """The co-simulation as text: the reservation, serving per service, training's cost."""
     res = r.reservation
     typer.echo(f"cluster   {r.cluster}")
     typer.echo(
@@ -266,7 +301,7 @@ def cosim_cmd(
             f"  {o.service:20} {o.requests:8d} req  p99 {o.p99_ms:8.1f} ms / SLO "
             f"{o.slo_ms:8.1f} ms  {o.attainment * 100:7.3f} %  {flag}"
         )
-    typer.echo(f"Training ({workload.name}, {len(workload)} jobs, policy {r.policy}):")
+    typer.echo(f"Training ({training}, policy {r.policy}):")
     rows = [("with services", r.training)] + ([("full cluster", r.baseline)] if r.baseline else [])
     for label, t in rows:
         typer.echo(

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,8 +30,15 @@ from tessera.sched.settings import SchedulerSettings
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from rich.console import Console
+
+    from tessera.model.cluster import ClusterSpec
+    from tessera.model.jobs import Workload
+    from tessera.perf.profiles import ThroughputTable
     from tessera.report.settings import Setting
+    from tessera.sim.config import SimConfig
     from tessera.sim.metrics import SimResult
+    from tessera.workload.load import TraceLoad
 
 DEMO_CLUSTER = "v100:256,p100:128,k80:64"
 DEMO_POLICIES = "fifo,las,max_min_fairness,finish_time_fairness,hetero_srpt"
@@ -64,109 +72,151 @@ def run_simulation(
 ) -> list[SimResult]:
     """Shared body of ``simulate`` and ``demo``: load, run, print, write the report."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tessera.model.cluster import load_cluster
-    from tessera.perf.tables import load_throughputs
-    from tessera.report.rho import rho_note
+    from tessera.cli.progress import SimProgress, show_progress
+    from tessera.report.policies import policy_info
     from tessera.report.settings import run_settings
-    from tessera.report.tables import comparison_table
     from tessera.sched.policy import make_policy
     from tessera.sim.batch import RunSpec, run_policies
-    from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
-    from tessera.workload import read_trace
 
     err = Console(stderr=True)
     for p in policies:
         make_policy(p)  # fail fast on a bad name, before loading anything big
+    inputs = _load_inputs(trace, cluster_text, policies, gpus_per_server, throughputs,
+                          on_error, limit, trace_format, sia_calibration)
+    config = _sim_config(scheduler, config_updates)
+    workload, cluster = inputs.workload, inputs.cluster
+    settings = run_settings(config, policies, trace=workload.name, jobs=len(workload),
+                            cluster=cluster.describe(), throughputs=inputs.table.source)
+    if not as_json:
+        _print_inputs(err, inputs, settings)
+    spec = RunSpec(workload, cluster, config, inputs.table, inputs.elastic_workload)
+    with SimProgress(policies, len(workload), err, show=show_progress(as_json)) as bar:
+        results = run_policies(spec, policies, workers=workers, progress=bar.update)
+    out_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    report = _write_outputs(results, cluster.total_gpus, out_dir, plots, workload.name,
+                            cluster.describe(), settings)
+    if as_json:
+        payload = {
+            "results": {r.policy: {**r.as_dict(), "oracle": policy_info(r.policy).oracle
+                                   or None} for r in results},
+            "policies": {r.policy: policy_info(r.policy).as_json() for r in results},
+            "trace": workload.name, "cluster": cluster.name, "jobs": len(workload),
+            "out_dir": str(out_dir), "report": str(report) if report else None,
+        }
+        sys.stdout.write(json.dumps(payload, default=_json_default) + "\n")
+    else:
+        _print_results(err, results, config, f"{workload.name} on {cluster.name}")
+        err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What a simulation reads: the trace as loaded, its workload(s), cluster and table."""
+
+    loaded: TraceLoad
+    workload: Workload
+    elastic_workload: Workload | None
+    cluster: ClusterSpec
+    table: ThroughputTable
+
+
+def _load_inputs(
+    trace: str, cluster_text: str, policies: list[str], gpus_per_server: int,
+    throughputs: str | Path | None, on_error: str, limit: int | None,
+    trace_format: str | None, sia_calibration: bool,
+) -> _Inputs:
+    """Read the throughput table, the cluster and the trace (Sia-calibrated when asked)."""
+    from tessera.model.cluster import load_cluster
+    from tessera.perf.tables import load_throughputs
+    from tessera.sched.policy import make_policy
+    from tessera.workload import read_trace
+
     table = load_throughputs(throughputs)
     cluster = load_cluster(cluster_text, gpus_per_server)
     loaded = read_trace(trace, format=trace_format, on_error=on_error,  # type: ignore[arg-type]
                         limit=limit, throughputs=table)
-    workload = loaded.workload
-    elastic_workload = None
+    workload, elastic_workload = loaded.workload, None
     if sia_calibration:
         from tessera.workload.elastic import sia_calibrated, tuned_from_m0
 
         workload = sia_calibrated(workload)
         if any(make_policy(p).elastic for p in policies):
             elastic_workload = tuned_from_m0(workload)
-    failures = FailureConfig.model_validate(
-        {k[8:]: v for k, v in config_updates.items() if k.startswith("failure_")})
-    validation = ValidationConfig.model_validate(
-        {k[11:]: v for k, v in config_updates.items() if k.startswith("validation_")})
-    quotas = QuotaConfig.model_validate(
-        {k[6:]: v for k, v in config_updates.items() if k.startswith("quota_")})
-    plain = {k: v for k, v in config_updates.items()
-             if not k.startswith(("failure_", "validation_", "quota_"))}
-    config = SimConfig.model_validate(
-        {**plain, "scheduler": scheduler, "failures": failures, "validation": validation,
-         "quotas": quotas})
-    if not as_json:
-        err.print(f"[bold]trace[/] {workload.name}: {len(workload)} jobs ({loaded.format})")
-        for note in workload.notes:
-            err.print(f"  [dim]{note}[/]")
-        if elastic_workload is not None:
-            err.print(f"  [dim]{elastic_workload.notes[-1]} (elastic policies; rigid ones run "
-                      "the trace's batch)[/]")
-        for row in loaded.skipped[:10]:
-            err.print(f"  [yellow]skipped[/] {row}")
-        err.print(f"[bold]cluster[/] {cluster.describe()}")
-        idle = [f.short for f in cluster.flavors() if not table.covers(f)]
-        if idle:
-            err.print(f"  [yellow]warning[/] no throughput profile for {', '.join(idle)} in "
-                      f"{table.source}: no job of this trace can run there"
-                      + ("; --throughputs sia covers them" if _sia_covers(idle) else ""))
-    settings = run_settings(config, policies, trace=workload.name, jobs=len(workload),
-                            cluster=cluster.describe(), throughputs=table.source)
-    if not as_json:
-        shown = [s for s in settings if s.name not in ("trace", "cluster")]
-        for s in shown:
-            if s.value not in ("off", "none"):
-                err.print(f"[bold]{s.name}[/] {s.value}")
-        off = [s.name for s in shown if s.value in ("off", "none")]
-        if off:
-            err.print(f"[bold]off[/] {', '.join(off)}")
-    spec = RunSpec(workload, cluster, config, table, elastic_workload)
-    with Progress(
-        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=err, transient=as_json, disable=not err.is_terminal,
-    ) as bar:
-        tasks = {p: bar.add_task(p, total=len(workload)) for p in policies}
+    return _Inputs(loaded, workload, elastic_workload, cluster, table)
 
-        def progress(policy: str, done: int, total: int) -> None:
-            bar.update(tasks[policy], completed=done, total=total)
 
-        results = run_policies(spec, policies, workers=workers, progress=progress)
-    out_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    report = _write_outputs(results, cluster.total_gpus, out_dir, plots, workload.name,
-                            cluster.describe(), settings)
-    if as_json:
-        payload = {
-            "results": {r.policy: r.as_dict() for r in results},
-            "trace": workload.name, "cluster": cluster.name, "jobs": len(workload),
-            "out_dir": str(out_dir), "report": str(report) if report else None,
-        }
-        sys.stdout.write(json.dumps(payload, default=_json_default) + "\n")
-    else:
-        con = Console()
-        if not con.is_terminal:
-            con = Console(width=160)
-        con.print(comparison_table(results, title=f"{workload.name} on {cluster.name}"))
-        from tessera.report.tables import wait_split_table
+def _sim_config(scheduler: SchedulerSettings, updates: dict[str, object]) -> SimConfig:
+    """The run's settings: ``updates`` keyed as flat names (``failure_*``, ``validation_*``,
+    ``quota_*`` go to their sections), with the scheduler's settings."""
+    from pydantic import BaseModel
 
-        con.print(wait_split_table(results))
-        note = rho_note(results)
-        if note:
-            con.print(note)
-        if config.scheduler.mixed_gangs:
-            con.print("mixed gangs (GPU-hours held by jobs spanning flavors): " + ", ".join(
-                f"{r.policy} {r.extras.get('mixed_gpu_h', 0.0):.1f}" for r in results))
-        for r in results:
-            for note in r.notes:
-                err.print(f"[yellow]note[/] {r.policy}: {note}")
-        err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
-    return results
+    from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
+
+    sections: dict[str, type[BaseModel]] = {
+        "failure_": FailureConfig, "validation_": ValidationConfig, "quota_": QuotaConfig}
+    parts = {prefix: model.model_validate({k[len(prefix):]: v for k, v in updates.items()
+                                           if k.startswith(prefix)})
+             for prefix, model in sections.items()}
+    plain = {k: v for k, v in updates.items() if not k.startswith(tuple(sections))}
+    return SimConfig.model_validate(
+        {**plain, "scheduler": scheduler, "failures": parts["failure_"],
+         "validation": parts["validation_"], "quotas": parts["quota_"]})
+
+
+def _print_inputs(err: Console, inputs: _Inputs, settings: Sequence[Setting]) -> None:
+    """What is about to run, on stderr: the trace and its notes, the cluster, the settings."""
+    workload, cluster, table = inputs.workload, inputs.cluster, inputs.table
+    err.print(f"[bold]trace[/] {workload.name}: {len(workload)} jobs ({inputs.loaded.format})")
+    for note in workload.notes:
+        err.print(f"  [dim]{note}[/]")
+    if inputs.elastic_workload is not None:
+        err.print(f"  [dim]{inputs.elastic_workload.notes[-1]} (elastic policies; rigid ones "
+                  "run the trace's batch)[/]")
+    for row in inputs.loaded.skipped[:10]:
+        err.print(f"  [yellow]skipped[/] {row}")
+    err.print(f"[bold]cluster[/] {cluster.describe()}")
+    idle = [f.short for f in cluster.flavors() if not table.covers(f)]
+    if idle:
+        err.print(f"  [yellow]warning[/] no throughput profile for {', '.join(idle)} in "
+                  f"{table.source}: no job of this trace can run there"
+                  + ("; --throughputs sia covers them" if _sia_covers(idle) else ""))
+    shown = [s for s in settings if s.name not in ("trace", "cluster")]
+    for s in shown:
+        if s.value not in ("off", "none"):
+            err.print(f"[bold]{s.name}[/] {s.value}")
+    off = [s.name for s in shown if s.value in ("off", "none")]
+    if off:
+        err.print(f"[bold]off[/] {', '.join(off)}")
+
+
+def _print_results(err: Console, results: list[SimResult], config: SimConfig, title: str,
+                   ) -> None:
+    """The comparison and waiting tables on stdout (160 columns when piped), their notes."""
+    from rich.console import Console
+
+    from tessera.report.policies import oracle_note
+    from tessera.report.rho import rho_note
+    from tessera.report.tables import comparison_table, wait_split_table
+
+    con = Console()
+    if not con.is_terminal:
+        con = Console(width=160)
+    con.print(comparison_table(results, title=title))
+    oracles = oracle_note(results)
+    if oracles:
+        con.print(oracles)
+    con.print(wait_split_table(results))
+    note = rho_note(results)
+    if note:
+        con.print(note)
+    if config.scheduler.mixed_gangs:
+        con.print("mixed gangs (GPU-hours held by jobs spanning flavors): " + ", ".join(
+            f"{r.policy} {r.extras.get('mixed_gpu_h', 0.0):.1f}" for r in results))
+    for r in results:
+        for note in r.notes:
+            err.print(f"[yellow]note[/] {r.policy}: {note}")
 
 
 def _json_default(o: object) -> object:
@@ -204,8 +254,14 @@ def _write_outputs(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the simulation commands to the CLI."""
+    """Add the simulation commands to the CLI (``traces`` after ``demo``, as in ``--help``)."""
+    _register_simulate(app)
+    _register_demo(app)
+    register_traces(app)
+    _register_policies(app)
 
+
+def _register_simulate(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Simulation", epilog="Example: tessera simulate -t philly "
                  "-c v100:64,p100:64,k80:64 -p fifo,las,hetero_srpt")
     @settings_flags(SchedulerSettings)
@@ -276,6 +332,8 @@ def register(app: typer.Typer) -> None:
                        workers=n, throughputs=throughputs, on_error=on_error, limit=limit,
                        plots=plots, trace_format=trace_format, sia_calibration=sia_calibration)
 
+
+def _register_demo(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Simulation", epilog="Example: tessera demo --out runs/demo")
     def demo(
         out: Path | None = RUN_OUT,
@@ -290,8 +348,8 @@ def register(app: typer.Typer) -> None:
                        as_json=json_out, workers=min(len(pols), os.cpu_count() or 1),
                        throughputs=None, on_error="raise", limit=None, plots=True)
 
-    register_traces(app)
 
+def _register_policies(app: typer.Typer) -> None:
     @app.command(rich_help_panel="Simulation", epilog="Example: tessera policies hetero_pack "
                  "(its options), then tessera simulate -t philly -p "
                  "hetero_pack,hetero_pack:short_first=0.1 to compare")

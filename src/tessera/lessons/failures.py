@@ -6,8 +6,12 @@ model and the same seed -- so every run sees exactly the same failures (the mode
 and attempt) and differs only in where they strike.
 
 GPU-hours *lost* are the failed runs' work since their last checkpoint plus their restore time,
-times the GPUs they held (``docs/lessons.md``). *Saved* = lost without validation − (lost on
-gangs with validation + every GPU-hour spent validating, passed or failed).
+times the GPUs they held (``docs/lessons.md``). The table's columns add up, so a reader can check
+each from the others (:data:`FAILURE_COLUMNS`):
+
+    GPU-h lost = lost on gangs + lost in validation
+    cost       = lost on gangs + validation GPU-h      (validation GPU-h, passed or failed)
+    saved      = cost of the "no validation" run − cost
 """
 
 from __future__ import annotations
@@ -27,6 +31,25 @@ from tessera.sim.config import FailureConfig, SimConfig, ValidationConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult
 
+#: The study's table, column by column: (header, what it measures). The CLI prints the meanings
+#: under the table.
+FAILURE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run", "no validation, or gangs of at least N GPUs first run on one GPU"),
+    ("lost on gangs", "GPU-h of failed runs on the whole gang: work since the last checkpoint "
+     "plus the restore, × its GPUs"),
+    ("lost in validation", "GPU-h of validation runs that failed (part of validation GPU-h)"),
+    ("GPU-h lost", "lost on gangs + lost in validation: every GPU-hour failures wasted"),
+    ("validation GPU-h", "GPU-h of every 1-GPU validation run, passed or failed"),
+    ("cost GPU-h", "lost on gangs + validation GPU-h: what failures and checking for them cost"),
+    ("GPU-h saved", "cost GPU-h of \"no validation\" − this run's cost GPU-h"),
+    ("failures", "failed runs (every run sees the same failures: drawn per job and attempt)"),
+    ("caught early", "failures that struck during validation, on one GPU"),
+    ("failed jobs", "jobs that failed for good (retries used up)"),
+    ("avg JCT", "mean completion time (finish − submission), jobs that succeeded"),
+    ("JCT ÷ none", "avg JCT ÷ the avg JCT of \"no validation\""),
+    ("multi-GPU JCT", "mean completion time of gangs of 2 GPUs or more"),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class FailureRow:
@@ -38,7 +61,10 @@ class FailureRow:
     lost_on_gangs_gpu_h: float
     lost_in_validation_gpu_h: float
     validation_gpu_h: float
+    cost_gpu_h: float
+    """``lost_on_gangs_gpu_h + validation_gpu_h``."""
     saved_gpu_h: float
+    """The ``no validation`` row's ``cost_gpu_h`` minus this row's."""
     failures: int
     caught_in_validation: int
     failed_jobs: int
@@ -82,17 +108,18 @@ def failure_study(
             "validation": ValidationConfig(min_gpus=n, validation_s=validation_s)})
         runs.append((f"validate ≥{n} GPUs", n, simulate(workload, cluster, policy, cfg, table)))
     base = runs[0][2]
+    base_cost = base.summary.gpu_hours_lost_to_failures  # (no validation: all on gangs)
     rows = []
     for label, n, r in runs:
         s, x = r.summary, r.extras
         lost = s.gpu_hours_lost_to_failures
         val_h = x.get("validation_gpu_h", 0.0)
         in_val = x.get("failure_gpu_h_in_validation", 0.0)
+        cost = (lost - in_val) + val_h
         rows.append(FailureRow(
             label=label, min_gpus=n, lost_gpu_h=lost,
             lost_on_gangs_gpu_h=lost - in_val, lost_in_validation_gpu_h=in_val,
-            validation_gpu_h=val_h,
-            saved_gpu_h=base.summary.gpu_hours_lost_to_failures - (lost - in_val) - val_h,
+            validation_gpu_h=val_h, cost_gpu_h=cost, saved_gpu_h=base_cost - cost,
             failures=sum(j.failures for j in r.jobs),
             caught_in_validation=int(x.get("failures_in_validation", 0)),
             failed_jobs=s.failed, avg_jct_s=s.avg_jct_s, p50_jct_s=s.p50_jct_s,

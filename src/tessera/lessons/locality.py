@@ -28,6 +28,7 @@ from tessera.perf.profiles import ThroughputTable
 from tessera.sched.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
+from tessera.sim.metrics import JobRecord
 
 DEFAULT_THRESHOLDS_S: tuple[float, ...] = (0.0, 300.0, 1800.0, 7200.0, math.inf)
 
@@ -44,9 +45,14 @@ LOCALITY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("multi-GPU JCT", "the same, gangs of 2 GPUs or more"),
     ("util", "GPU-time held by jobs ÷ (GPUs × makespan)"),
     ("useful util", "the same, minus the split slowdown"),
-    ("split GPU-h", "GPU-hours held by gangs split across servers"),
-    ("split slowdown GPU-h", "the part of those that one server would have saved (split "
-     "gangs run at the profiles' unconsolidated speed)"),
+    ("split GPU-h", "GPU-hours held by gangs split across servers = the next two columns"),
+    ("too big GPU-h", "split GPU-hours of gangs larger than any server: split at every "
+     "threshold, never alone"),
+    ("split by wait GPU-h", "split GPU-hours of gangs that fit one server but were split after "
+     "the locality wait ran out (0 with never)"),
+    ("split slowdown GPU-h", "the part of split GPU-h that one server would have saved (split "
+     "gangs run at the profiles' unconsolidated speed; a gang too big for a server has no "
+     "faster way to run, so it adds none)"),
     ("never started", "jobs still waiting when the run ended"),
 )
 
@@ -65,6 +71,10 @@ class LocalityRow:
     utilization: float
     useful_utilization: float
     split_gpu_h: float
+    too_big_gpu_h: float
+    """Split GPU-hours of gangs larger than any server (they cannot wait for one)."""
+    split_by_wait_gpu_h: float
+    """``split_gpu_h − too_big_gpu_h``: gangs that fit one server, split after the wait."""
     split_slowdown_gpu_h: float
     busy_gpu_h: float
     never_started: int
@@ -128,6 +138,8 @@ def locality_sweep(
         slow_h = x.get("split_slowdown_gpu_h", 0.0)
         cap_h = cluster.total_gpus * s.makespan_s / 3600
         multi = [j for j in r.jobs if j.num_gpus > 1]
+        split_h = x.get("split_gpu_h", 0.0)
+        too_big_h = min(_too_big_gpu_h(r.jobs, cluster.max_gpus_per_node()), split_h)
         rows.append(LocalityRow(
             threshold_s=th, avg_queue_s=s.avg_queue_delay_s,
             avg_queue_multi_s=_mean([j.queue_delay_s for j in multi
@@ -138,12 +150,42 @@ def locality_sweep(
             avg_jct_multi_s=_mean([j.jct_s for j in multi if j.jct_s is not None]),
             utilization=s.utilization,
             useful_utilization=(busy_h - slow_h) / cap_h if cap_h > 0 else math.nan,
-            split_gpu_h=x.get("split_gpu_h", 0.0), split_slowdown_gpu_h=slow_h,
+            split_gpu_h=split_h, too_big_gpu_h=too_big_h,
+            split_by_wait_gpu_h=split_h - too_big_h, split_slowdown_gpu_h=slow_h,
             busy_gpu_h=busy_h,
             never_started=sum(j.first_start_s is None and j.outcome != "rejected"
                               for j in r.jobs),
         ))
     return rows
+
+
+def _too_big_gpu_h(jobs: Sequence[JobRecord], largest_node_gpus: int) -> float:
+    """GPU-hours held by gangs larger than any server: every run of theirs is split."""
+    gpu_s = 0.0
+    for j in jobs:
+        if j.num_gpus > largest_node_gpus:
+            gpu_s += sum(float(part.split("=", 1)[1])
+                         for part in j.gpu_s_by_flavor.split(";") if part)
+    return gpu_s / 3600
+
+
+def split_note(rows: Sequence[LocalityRow], workload: Workload, cluster: ClusterSpec,
+               ) -> str | None:
+    """Why a threshold that never splits still shows split GPU-hours (``None`` when no gang is
+    larger than a server, or none of them ran)."""
+    largest = cluster.max_gpus_per_node()
+    big = sorted({j.num_gpus for j in workload.jobs if j.num_gpus > largest})
+    if not big or not any(r.too_big_gpu_h > 0 for r in rows):
+        return None
+    n = sum(j.num_gpus > largest for j in workload.jobs)
+    never = [r for r in rows if math.isinf(r.threshold_s)]
+    text = (f"{n} gang(s) of {', '.join(map(str, big))} GPUs are larger than any server (at "
+            f"most {largest} GPUs): they are split at every threshold, never alone, and their "
+            "GPU-hours are the too big column")
+    if never:
+        text += (f"; with never, they are the only split gangs: all {never[0].split_gpu_h:,.0f} "
+                 "split GPU-hours of that row are theirs")
+    return text + "."
 
 
 def _outcome(row: LocalityRow) -> tuple[object, ...]:

@@ -9,19 +9,26 @@ from pathlib import Path
 
 from tessera.sim.metrics import JobRecord, SimResult
 
+PENDING_RECORD_FIELDS = ("wait_quota_s", "wait_capacity_s", "wait_fragmentation_s",
+                         "wait_decision_s", "pending_s")
+"""The per-job waits that :attr:`SimResult.pending_recorded` gates."""
+
 
 def safe_name(policy: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in policy)
 
 
 def write_job_csv(result: SimResult, path: Path) -> None:
-    """One row per job: outcome, times, waits by reason, preemptions, failures, ρ."""
+    """One row per job: outcome, times, waits by reason, preemptions, failures, ρ. A value
+    the run did not record (the waits under ``--compat gavel``) is an empty cell, not 0."""
     fields = [f.name for f in dataclasses.fields(JobRecord)]
+    blank = set() if result.pending_recorded else set(PENDING_RECORD_FIELDS)
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(fields)
         for rec in result.jobs:
-            w.writerow([getattr(rec, f) if getattr(rec, f) is not None else "" for f in fields])
+            w.writerow(["" if f in blank or getattr(rec, f) is None else getattr(rec, f)
+                        for f in fields])
 
 
 def write_summary_json(result: SimResult, path: Path) -> None:

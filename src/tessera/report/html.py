@@ -8,21 +8,28 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+from tessera.report.policies import (
+    ORACLE_MARK,
+    best_without_oracle,
+    oracle_note,
+    policy_info,
+    policy_infos,
+)
 from tessera.report.rho import SHORT_JOB_S, rho_by_length
 from tessera.report.settings import Setting, decides_in_rounds
 from tessera.report.tables import (
     BEST_MARK,
-    MARKS,
     RATIO_HEADER,
     WAIT_COLUMNS,
     Column,
     best_avg_jct,
     comparison_columns,
+    comparison_marks,
     fmt,
     human_duration,
     jct_ratio,
 )
-from tessera.sim.metrics import SimResult
+from tessera.sim.metrics import PENDING_NOT_RECORDED, SimResult
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -63,25 +70,55 @@ def _comparison(results: Sequence[SimResult]) -> str:
         d = r.as_dict()
         ratio = jct_ratio(r, best)
         is_best = ratio == 1.0
-        name = r.policy + (f" {BEST_MARK}" if is_best else "")
+        name = policy_info(r.policy).marked + (f" {BEST_MARK}" if is_best else "")
         cells = "".join(f"<td>{_e(fmt(d[c.key], c.kind))}</td>" for c in columns)
         rows.append(f"<tr{' class=best' if is_best else ''}><td>{_e(name)}</td>{cells}"
                     f"<td>{ratio:.2f}×</td></tr>")
+    note = oracle_note(results)
     return (f"<h2>Comparison</h2><table><tr><th>policy</th>{head}<th>{_e(RATIO_HEADER)}</th>"
-            f"</tr>{''.join(rows)}</table>{_legend(columns, MARKS)}")
+            f"</tr>{''.join(rows)}</table>" + (f"<p>{_e(note)}</p>" if note else "")
+            + _legend(columns, comparison_marks(results)))
+
+
+def _policies(results: Sequence[SimResult]) -> str:
+    items = "".join(f"<li>{_e(i.line())}</li>" for i in policy_infos([r.policy for r in results]))
+    return f"<h2>Policies compared</h2><ul>{items}</ul>"
+
+
+def what_this_shows(results: Sequence[SimResult]) -> str:
+    """The report's opening paragraph: what was compared, how to read the winner, and which
+    winner a real scheduler could have."""
+    if not results:
+        return "No policy was run."
+    r0 = results[0]
+    text = (f"{len(results)} scheduling policies each ran the same {r0.summary.jobs:,} jobs of "
+            f"{r0.workload} on the same cluster ({r0.cluster}) in the simulator. The comparison "
+            "shows how long jobs took from submission to finish (JCT), how long they waited "
+            "and why, how busy the GPUs were, and how fair the outcome was (ρ); lower JCT and "
+            f"ρ are better, and {BEST_MARK} marks the lowest average JCT.")
+    oracles = [r.policy for r in results if policy_info(r.policy).oracle]
+    if oracles:
+        honest = best_without_oracle(results)
+        text += (f" {ORACLE_MARK} marks an oracle ({', '.join(oracles)}): it reads true job "
+                 "durations from the trace, which no real scheduler knows, so it shows how far "
+                 "perfect knowledge could go, not what to expect.")
+        if honest is not None:
+            text += (f" Among the policies a real scheduler can run, {honest.policy} has the "
+                     f"lowest average JCT ({human_duration(honest.summary.avg_jct_s)}).")
+    return text
 
 
 def _waits(results: Sequence[SimResult]) -> str:
     head = "".join(f"<th>{_e(c.header)}</th>" for c in WAIT_COLUMNS)
     rows = "".join(
-        f"<tr><td>{_e(r.policy)}</td>"
+        f"<tr><td>{_e(policy_info(r.policy).marked)}</td>"
         + "".join(f"<td>{_e(fmt(r.as_dict()[c.key], c.kind))}</td>" for c in WAIT_COLUMNS)
         + "</tr>"
         for r in results
     )
     jobs = results[0].summary.jobs if results else 0
-    gavel = (" Under <code>--compat gavel</code> (Gavel's own loop) time pending is not "
-             "recorded and shows 0." if any(r.config.compat for r in results) else "")
+    gavel = (f" –: {_e(PENDING_NOT_RECORDED)}."
+             if any(not r.pending_recorded for r in results) else "")
     return (
         "<h2>Time pending, by reason</h2><p><b>start wait</b> counts only the wait before a "
         "job's first run; <b>pending</b> counts every spell, also after preemptions and "
@@ -141,13 +178,16 @@ def write_html_report(
     results: Sequence[SimResult], images: Sequence[Path], path: Path, title: str,
     context: Sequence[str] = (), settings: Sequence[Setting] = (),
 ) -> Path:
-    """Write the report to ``path`` and return it: ``settings`` (what the run used, see
-    :func:`tessera.report.settings.run_settings`), then the tables with their legends, how to
+    """Write the report to ``path`` and return it: what the comparison shows (oracles named),
+    ``settings`` (what the run used, see :func:`tessera.report.settings.run_settings`), then
+    the tables, one line per policy with their legends, how to
     read ρ, the runs' notes and the ``images``; ``context`` lines go under the title."""
     ctx = "".join(f"<li>{_e(c)}</li>" for c in context)
     notes = "".join(f"<li>{_e(r.policy)}: {_e(n)}</li>" for r in results for n in r.notes)
     body = (
-        (f"<ul>{ctx}</ul>" if ctx else "") + _settings(settings) + _comparison(results)
+        f"<h2>What this shows</h2><p>{_e(what_this_shows(results))}</p>"
+        + (f"<ul>{ctx}</ul>" if ctx else "") + _settings(settings) + _comparison(results)
+        + _policies(results)
         + _waits(results) + _rho(results)
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
         + "".join(_figure(p) for p in images)

@@ -14,7 +14,8 @@ from typing import Literal
 
 from rich.table import Table
 
-from tessera.sim.metrics import SimResult
+from tessera.report.policies import ORACLE_MARK, ORACLE_MEANING, policy_info, policy_infos
+from tessera.sim.metrics import PENDING_NOT_RECORDED, SimResult
 
 Kind = Literal["dur", "pct", "int", "sec", "num"]
 
@@ -144,12 +145,26 @@ def _table(title: str, caption: str) -> Table:
                  header_style="bold")
 
 
+def comparison_marks(results: Sequence[SimResult]) -> tuple[tuple[str, str], ...]:
+    """:data:`MARKS`, plus the oracle mark when an oracle policy is among ``results``."""
+    if any(policy_info(r.policy).oracle for r in results):
+        return (*MARKS, (ORACLE_MARK, ORACLE_MEANING))
+    return MARKS
+
+
+def policies_caption(results: Sequence[SimResult]) -> str:
+    """One line per compared policy: what it does and, for an oracle, what it reads."""
+    return "\n".join(i.line() for i in policy_infos([r.policy for r in results]))
+
+
 def comparison_table(results: Sequence[SimResult], title: str = "") -> Table:
-    """One row per policy, its legend as the caption; the best average JCT is starred and
-    every policy's average JCT is also given as a ratio to it."""
+    """One row per policy, its legend as the caption; the best average JCT is starred, an
+    oracle policy marked ◆ (:mod:`tessera.report.policies`), and every policy's average JCT is
+    also given as a ratio to the best. The caption ends with one line per policy."""
     best = best_avg_jct(results)
     columns = comparison_columns(results)
-    table = _table(title, legend(columns, MARKS))
+    table = _table(title, legend(columns, comparison_marks(results)) + "\n"
+                   + policies_caption(results))
     table.add_column("policy")
     for c in columns:
         table.add_column(c.header, justify="right")
@@ -157,7 +172,7 @@ def comparison_table(results: Sequence[SimResult], title: str = "") -> Table:
     for r in results:
         d = r.as_dict()
         ratio = jct_ratio(r, best)
-        name = r.policy + (f" {BEST_MARK}" if ratio == 1.0 else "")
+        name = policy_info(r.policy).marked + (f" {BEST_MARK}" if ratio == 1.0 else "")
         table.add_row(name, *(fmt(d[c.key], c.kind) for c in columns), f"{ratio:.2f}×")
     return table
 
@@ -166,8 +181,8 @@ def wait_caption(results: Sequence[SimResult]) -> str:
     """What the waiting table's numbers are means of, and what it cannot show."""
     jobs = results[0].summary.jobs if results else 0
     text = f"Means over all {jobs:,} jobs.\n" + legend(WAIT_COLUMNS)
-    if any(r.config.compat == "gavel" for r in results):
-        text += "\nUnder --compat gavel (Gavel's own loop) time pending is not recorded: 0."
+    if any(not r.pending_recorded for r in results):
+        text += f"\n–: {PENDING_NOT_RECORDED}."
     return text
 
 
@@ -181,5 +196,6 @@ def wait_split_table(results: Sequence[SimResult], title: str = "") -> Table:
         table.add_column(c.header, justify="right")
     for r in results:
         d = r.as_dict()
-        table.add_row(r.policy, *(fmt(d[c.key], c.kind) for c in WAIT_COLUMNS))
+        table.add_row(policy_info(r.policy).marked,
+                      *(fmt(d[c.key], c.kind) for c in WAIT_COLUMNS))
     return table

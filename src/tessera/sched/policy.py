@@ -125,6 +125,11 @@ class Policy(ABC):
     #: goodput and charges each resize its model's restart time (:mod:`tessera.sim.elastic`).
     elastic: ClassVar[bool] = False
     Config: ClassVar[type[PolicyConfig]] = PolicyConfig
+    #: What the policy reads that a real scheduler cannot know, in words (``""``: nothing):
+    #: e.g. each job's true remaining time, which the simulator takes from the trace. Results
+    #: mark such a policy as an *oracle* (:mod:`tessera.report.policies`): its numbers are a
+    #: bound to compare against, not an outcome a deployment could get.
+    oracle: ClassVar[str] = ""
 
     def __init__(
         self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""

@@ -93,6 +93,34 @@ class SharePlan:
         return tuple(i for g in self.gpus for i in g.instances if i.segment.service == service)
 
 
+def planning_model(rule: BatchingRule) -> str:
+    """The model under which a plan is the fewest GPUs, in words: what the planner checks of a
+    segment (profiled numbers only) and what it leaves out (queueing)."""
+    rate = ("its rate" if rule.max_utilization >= 1
+            else f"its rate ÷ {rule.max_utilization:g} (headroom)")
+    return (f"profiles: each segment's profiled batch latency ≤ {rule.latency_fraction:g} × "
+            f"its SLO, each service's profiled throughput ≥ {rate}; queueing delay is not "
+            "modelled")
+
+
+def plan_claim(plan: SharePlan) -> str:
+    """What the plan's GPU count is, and under which model: never "optimal" alone."""
+    if plan.optimal:
+        return (f"fewest GPUs for these services under the planning model (proved by the "
+                f"solver) — {planning_model(plan.rule)}")
+    return (f"not proved fewest: at least {plan.lower_bound} GPU(s) under the planning model "
+            f"— {planning_model(plan.rule)}")
+
+
+def replay_verdict(plan: SharePlan, violations: int) -> str:
+    """One line after the traffic replay, honest about a plan that misses SLOs."""
+    if violations == 0:
+        return "every service met its SLO in the replay"
+    return (f"{violations} service(s) missed the SLO in the replay: the plan is the fewest GPUs "
+            "under the profile model, which leaves queueing out, not a plan that meets every "
+            "SLO under this traffic")
+
+
 def gpu_assignment(gpu: MigGpu, instances: list[Instance]) -> GpuAssignment:
     """Validate a GPU's instances as a MIG layout (raises on an illegal one)."""
     ordered = tuple(sorted(instances, key=lambda i: i.start))
@@ -108,6 +136,7 @@ def plan_to_json(plan: SharePlan, gpu: MigGpu) -> dict[str, Any]:
         "gpus_used": plan.gpus_used,
         "lower_bound": plan.lower_bound,
         "optimal": plan.optimal,
+        "optimal_under": planning_model(plan.rule),
         "solve_s": round(plan.solve_s, 4),
         "gpus": [
             {

@@ -103,6 +103,32 @@ def replan(
             rest = replace(so, required_rps=so.required_rps - cap)
             new_segments.extend(cheapest_cover(rest))
     # 3. reuse idle instances of the same kind
+    pending = _reuse_idle(old, taken, new_segments, placed, changes)
+    # 4. free slots on running GPUs (best fit: fewest free compute slices left), then new GPUs
+    assignments = {g_i: gpu_assignment(gpu, insts) for g_i, insts in placed.items()}
+    overflow = _fill_free_slots(gpu, assignments, pending, changes)
+    new_gpus = materialise(gpu, greedy_patterns(gpu, kind_demand(overflow)), overflow)
+    gpus: list[GpuAssignment] = [ga for _, ga in sorted(assignments.items()) if ga.instances]
+    for k, ga in enumerate(new_gpus):
+        for inst in ga.instances:
+            changes.append(Change("create", len(old.gpus) + k, str(inst.placement),
+                                  inst.segment.service))
+    gpus.extend(new_gpus)
+    fresh = plan_heuristic(services, table, gpu, rule)
+    plan = SharePlan(
+        gpu.gpu, "replan", tuple(gpus), fresh.lower_bound, False, time.perf_counter() - t0,
+        services, rule,
+    )
+    order = {"create": 0, "reassign": 1, "retune": 2, "destroy": 3}
+    changes.sort(key=lambda c: (order[c.action], c.gpu, c.placement))
+    return Transition(plan, tuple(changes), fresh.gpus_used)
+
+
+def _reuse_idle(old: SharePlan, taken: set[tuple[int, int]], new_segments: list[SegmentOption],
+                placed: dict[int, list[Instance]], changes: list[Change]) -> list[SegmentOption]:
+    """Step 3: give each new segment (largest first) an idle old instance of its kind
+    (``reassign``); old instances left idle are destroyed. Returns the segments still
+    without a place."""
     idle = [(g_i, inst) for g_i, ga in enumerate(old.gpus) for inst in ga.instances
             if (g_i, inst.start) not in taken]
     pending: list[SegmentOption] = []
@@ -118,8 +144,14 @@ def replan(
                               f"from {inst.segment.service}"))
     for g_i, inst in idle:
         changes.append(Change("destroy", g_i, str(inst.placement), inst.segment.service))
-    # 4. free slots on running GPUs (best fit: fewest free compute slices left), then new GPUs
-    assignments = {g_i: gpu_assignment(gpu, insts) for g_i, insts in placed.items()}
+    return pending
+
+
+def _fill_free_slots(gpu: MigGpu, assignments: dict[int, GpuAssignment],
+                     pending: list[SegmentOption], changes: list[Change]) -> list[SegmentOption]:
+    """Step 4: put each pending segment in a free slot of a running GPU, best fit first (the
+    GPU with the fewest free compute slices left; ``create``). Returns those that fit nowhere
+    (they go on new GPUs)."""
     overflow: list[SegmentOption] = []
     for seg in pending:
         best: tuple[int, int, int] | None = None
@@ -140,18 +172,4 @@ def replan(
             gpu, [*assignments[g_i].instances, Instance(start, seg)]
         )
         changes.append(Change("create", g_i, f"{seg.kind}@{start}", seg.service))
-    new_gpus = materialise(gpu, greedy_patterns(gpu, kind_demand(overflow)), overflow)
-    gpus: list[GpuAssignment] = [ga for _, ga in sorted(assignments.items()) if ga.instances]
-    for k, ga in enumerate(new_gpus):
-        for inst in ga.instances:
-            changes.append(Change("create", len(old.gpus) + k, str(inst.placement),
-                                  inst.segment.service))
-    gpus.extend(new_gpus)
-    fresh = plan_heuristic(services, table, gpu, rule)
-    plan = SharePlan(
-        gpu.gpu, "replan", tuple(gpus), fresh.lower_bound, False, time.perf_counter() - t0,
-        services, rule,
-    )
-    order = {"create": 0, "reassign": 1, "retune": 2, "destroy": 3}
-    changes.sort(key=lambda c: (order[c.action], c.gpu, c.placement))
-    return Transition(plan, tuple(changes), fresh.gpus_used)
+    return overflow

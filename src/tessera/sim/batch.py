@@ -2,7 +2,7 @@
 
 Each run is independent and deterministic (its own seeded RNGs), so running them in separate
 processes gives exactly the results of running them one after another. Progress is reported
-through a queue as ``(policy, jobs_done, jobs_total)``.
+through a queue as ``(policy, jobs_done, jobs_total, simulated_s)``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult
 
-ProgressSink = Callable[[str, int, int], None]
+ProgressSink = Callable[[str, int, int, float], None]
+"""``progress(policy, jobs_done, jobs_total, simulated_s)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +49,15 @@ class RunSpec:
 
 
 def _throttled(
-    policy: str, put: Callable[[tuple[str, int, int]], Any]
-) -> Callable[[int, int], None]:
+    policy: str, put: Callable[[tuple[str, int, int, float]], Any]
+) -> Callable[[int, int, float], None]:
     last = [-1]
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int, simulated_s: float) -> None:
         step = max(total // 200, 1)
         if done == total or done - last[0] >= step:
             last[0] = done
-            put((policy, done, total))
+            put((policy, done, total, simulated_s))
 
     return report
 

@@ -24,7 +24,11 @@ from tessera.sim.metrics import SimResult
 from tessera.sim.sharing import SharingWorld
 from tessera.sim.world import ProgressFn, SimWorld
 
-__all__ = ["ProgressFn", "Simulator", "simulate"]
+__all__ = ["ProgressFn", "RunProgressFn", "Simulator", "simulate"]
+
+RunProgressFn = Callable[[int, int, float], None]
+"""``progress(jobs_done, jobs_total, simulated_s)``: how far a run is, in jobs and in simulated
+time (seconds since the first submission's clock origin)."""
 
 
 class Simulator:
@@ -37,7 +41,7 @@ class Simulator:
         policy: Policy,
         config: SimConfig,
         table: ThroughputTable,
-        progress: ProgressFn | None = None,
+        progress: RunProgressFn | None = None,
     ) -> None:
         cfg = config.effective()
         self.driver: Driver = driver_for(cfg, policy)
@@ -47,7 +51,13 @@ class Simulator:
         # Packing outside Gavel's loop (which leases pairs itself) needs shared-GPU books.
         world = SharingWorld if run_policy.packs and cfg.compat != "gavel" else SimWorld
         self.world = world(workload, cluster, run_policy, cfg, oracle,
-                           self.driver.uses_rounds(), progress)
+                           self.driver.uses_rounds(), self._with_clock(progress))
+
+    def _with_clock(self, progress: RunProgressFn | None) -> ProgressFn | None:
+        """The world's ``(done, total)`` callback, passing the world's clock on as well."""
+        if progress is None:
+            return None
+        return lambda done, total: progress(done, total, self.world.last_t)
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
@@ -61,7 +71,7 @@ def simulate(
     policy: str | Policy,
     config: SimConfig | None = None,
     table: ThroughputTable | None = None,
-    progress: ProgressFn | None = None,
+    progress: RunProgressFn | None = None,
 ) -> SimResult:
     """Simulate ``policy`` on ``workload`` over ``cluster``; same inputs, same result.
 
@@ -71,7 +81,8 @@ def simulate(
         policy: a registry name (``las``, ``max_min_fairness-agnostic`` ...) or an instance.
         config: simulation settings (defaults: costs on, policy's preferred mode, seed 0).
         table: throughput profiles (default: the bundled Gavel table).
-        progress: called as ``progress(jobs_done, jobs_total)`` as the run advances.
+        progress: called as ``progress(jobs_done, jobs_total, simulated_s)`` as the run
+            advances.
     """
     pol = make_policy(policy) if isinstance(policy, str) else policy
     with _collector_skips_long_lived() as long_lived:

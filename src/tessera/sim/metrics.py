@@ -149,8 +149,24 @@ class SimResult:
     policy (a solver that failed and was replaced, a search that found nothing) with how many
     rounds it happened in."""
 
+    @property
+    def pending_recorded(self) -> bool:
+        """Whether this run recorded time pending and its reasons (``pending_h``, the
+        ``wait_*`` metrics). Gavel's own loop (``compat="gavel"``) does not: it keeps no
+        pending spells, so its zeros would mean "not measured", not "no wait"."""
+        return self.config.compat != "gavel"
+
     def as_dict(self) -> dict[str, object]:
-        """The flat metrics for ``--json`` (one entry of ``results``)."""
+        """The flat metrics for ``--json`` (one entry of ``results``). A metric the run did
+        not record is ``None`` (JSON ``null``), never 0, and ``not_recorded`` says why."""
+        out = self._metrics()
+        if not self.pending_recorded:
+            for key in PENDING_KEYS:
+                out[key] = None
+            out["not_recorded"] = {key: PENDING_NOT_RECORDED for key in PENDING_KEYS}
+        return out
+
+    def _metrics(self) -> dict[str, object]:
         s = self.summary
         return {
             "avg_jct_s": s.avg_jct_s, "p50_jct_s": s.p50_jct_s, "p95_jct_s": s.p95_jct_s,
@@ -179,6 +195,17 @@ class SimResult:
             "notes": list(self.notes),
         }
 
+
+PENDING_KEYS: tuple[str, ...] = (
+    "wait_quota_h", "wait_capacity_h", "wait_fragmentation_h", "wait_decision_h", "pending_h",
+    "wait_quota_s_mean", "wait_capacity_s_mean", "wait_fragmentation_s_mean",
+    "wait_decision_s_mean", "pending_s_mean",
+)
+"""The ``as_dict`` metrics of time pending, which :attr:`SimResult.pending_recorded` gates."""
+
+PENDING_NOT_RECORDED = ("not recorded under --compat gavel: Gavel's own loop keeps no pending "
+                        "spells (the start wait, avg_queue_delay_s, is recorded)")
+"""Why the pending metrics of a ``compat="gavel"`` run are ``null``."""
 
 _ROUNDING_S = 1e-6
 """Differences of summed waits below this are float rounding, not time."""

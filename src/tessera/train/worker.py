@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from tessera.train.config import TrainConfig, from_json
 from tessera.train.ddp import LossScaler, autocast_for, broadcast_parameters, sync_gradients
 from tessera.train.devices import Precision
 from tessera.train.emulation import Emulator
-from tessera.train.examples import build_model, get_example, loss_fn, sample_range
+from tessera.train.examples import Example, build_model, get_example, loss_fn, sample_range
 from tessera.train.resize import Resize, fit_to_launch, resume_balancer
 
 FAIL_EXIT_CODE = 17
@@ -172,6 +173,71 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
         StopRequested: the run stopped on request before its last step.
     """
     emulate = use_emulation(cfg)
+    run = _start_run(cfg, rank, world_size, run_dir, start_split, emulate)
+    if world_size > 1:
+        broadcast_parameters(run.model)
+    for step in range(run.start, cfg.steps):
+        record, stop_now = _train_step(run, step, restart_count, stop)
+        run.log.append(record)
+        if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            run.checkpoint(step + 1)
+        if rank == 0 and cfg.verbose:
+            _print_step(record)
+        if stop_now and step + 1 < cfg.steps:
+            if rank == 0:
+                run.checkpoint(step + 1)
+                print(f"stopped on request after step {step}; checkpoint in {run.ckpt_dir}",
+                      flush=True)
+            raise StopRequested(step + 1)
+    if rank == 0:
+        run.checkpoint(cfg.steps)
+        result = {
+            "emulated": emulate, "speeds": list(cfg.emulated_speeds()),
+            "precisions": [str(s.precision) for s in cfg.slots],
+            "flavors": [s.flavor.short for s in cfg.slots], "restarts": restart_count,
+            "final_split": list(run.balancer.split), "log": run.log,
+        }
+        tmp = run_dir / (RESULT_NAME + ".tmp")
+        tmp.write_text(json.dumps(result))
+        os.replace(tmp, run_dir / RESULT_NAME)
+
+
+@dataclass
+class _Run:
+    """One rank's training state: what a step reads and updates, and what a checkpoint saves.
+
+    ``start`` is the first step to run (after a resume, the checkpoint's next step);
+    ``samples`` the samples of the stream consumed so far (every rank's, the global count).
+    """
+
+    cfg: TrainConfig
+    rank: int
+    world_size: int
+    device: torch.device
+    precision: Precision
+    example: Example
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    balancer: OnlineBalancer
+    scaler: LossScaler
+    ckpt_dir: Path
+    emulator: Emulator | None
+    log: list[dict[str, Any]] = field(default_factory=list)
+    start: int = 0
+    samples: int = 0
+    resize: Resize | None = None
+
+    def checkpoint(self, next_step: int) -> None:
+        """Save everything a resume at ``next_step`` needs (rank 0 calls this)."""
+        save_checkpoint(self.ckpt_dir, TrainState(
+            next_step, self.model.state_dict(), self.optimizer.state_dict(),
+            self.balancer.state_dict(), self.scaler.scale, self.log, self.samples,
+            self.world_size, self.cfg.global_batch))
+
+
+def _start_run(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
+               start_split: tuple[int, ...] | None, emulate: bool) -> _Run:
+    """This rank's model, optimizer, balancer and scaler, fresh or resumed from a checkpoint."""
     device = torch.device("cpu")
     if not emulate:
         index = local_device_index(torch.cuda.device_count(), *_local_ranks(cfg))
@@ -180,97 +246,73 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
     precision = cfg.slots[rank].precision
     example = get_example(cfg.example)
     model = build_model(example, cfg.seed, _dtype(cfg)).to(device)
-    optimizer = make_optimizer(model, cfg)
-    balancer = OnlineBalancer(cfg.global_batch, start_split or cfg.initial_split(), cfg.balancer)
-    scaler = LossScaler(enabled=device.type == "cuda" and precision is Precision.FP16)
-    log: list[dict[str, Any]] = []
-    ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else run_dir / "checkpoints"
-    start = samples = 0
-    resize: Resize | None = None
-    state = load_checkpoint(ckpt_dir)
+    run = _Run(
+        cfg, rank, world_size, device, precision, example, model, make_optimizer(model, cfg),
+        OnlineBalancer(cfg.global_batch, start_split or cfg.initial_split(), cfg.balancer),
+        LossScaler(enabled=device.type == "cuda" and precision is Precision.FP16),
+        Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else run_dir / "checkpoints",
+        Emulator(cfg.emulated_speeds(), cfg.emulation, cfg.speed_changes) if emulate else None,
+    )
+    state = load_checkpoint(run.ckpt_dir)
     if state is not None:
-        model.load_state_dict(state.model)
-        optimizer.load_state_dict(state.optimizer)
-        set_lr(optimizer, cfg.scaled_lr())
-        balancer, resize = resume_balancer(state, cfg, world_size, balancer)
-        scaler.scale = state.loss_scale if scaler.enabled else 1.0
-        log, start, samples = state.log, state.next_step, state.samples_consumed
+        run.model.load_state_dict(state.model)
+        run.optimizer.load_state_dict(state.optimizer)
+        set_lr(run.optimizer, cfg.scaled_lr())
+        run.balancer, run.resize = resume_balancer(state, cfg, world_size, run.balancer)
+        run.scaler.scale = state.loss_scale if run.scaler.enabled else 1.0
+        run.log, run.start, run.samples = state.log, state.next_step, state.samples_consumed
         if rank == 0 and cfg.verbose:
-            print(f"resumed from checkpoint at step {start} ({ckpt_dir})", flush=True)
-            if resize is not None:
-                print(resize.describe(), flush=True)
-    if world_size > 1:
-        broadcast_parameters(model)
-    emulator = Emulator(cfg.emulated_speeds(), cfg.emulation, cfg.speed_changes) if emulate \
-        else None
-    params = [p for p in model.parameters() if p.requires_grad]
+            print(f"resumed from checkpoint at step {run.start} ({run.ckpt_dir})", flush=True)
+            if run.resize is not None:
+                print(run.resize.describe(), flush=True)
+    return run
 
-    def checkpoint(next_step: int) -> None:
-        save_checkpoint(ckpt_dir, TrainState(next_step, model.state_dict(),
-                                             optimizer.state_dict(), balancer.state_dict(),
-                                             scaler.scale, log, samples, world_size,
-                                             cfg.global_batch))
 
-    for step in range(start, cfg.steps):
-        t0 = time.perf_counter()
-        split = balancer.split
-        local, offset = split[rank], sum(split[:rank])
-        x, y = sample_range(example, cfg.seed, samples + offset, local, _dtype(cfg))
-        x, y = x.to(device), y.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        with autocast_for(precision, device):
-            loss = loss_fn(model(x), y)
-        (loss * scaler.scale).backward()
-        if cfg.fail_at is not None and (step, rank) == (cfg.fail_at.step, cfg.fail_at.rank) \
-                and restart_count == 0:
-            sys.stdout.flush()
-            os._exit(FAIL_EXIT_CODE)  # injected fault: die mid-step, before the all-reduce
-        overflow = scaler.unscale_and_check(params)
-        if emulator is not None:
-            compute_s = emulator.pad(step, rank, local, t0)
-        else:
-            torch.cuda.synchronize(device)
-            compute_s = time.perf_counter() - t0
-        extras = sync_gradients(params, rank=rank, world_size=world_size, local_batch=local,
-                                global_batch=cfg.global_batch, compute_s=compute_s,
-                                local_loss=float(loss.detach()), overflow=overflow,
-                                stop=stop is not None and stop.requested)
-        if not extras.overflow:
-            optimizer.step()
-        scaler.update(extras.overflow)
-        samples += cfg.global_batch
-        event = balancer.observe(step, extras.compute_s) if cfg.rebalance else None
-        record: dict[str, Any] = {
-            "step": step, "split": list(split), "compute_s": list(extras.compute_s),
-            "loss": extras.loss, "skipped": extras.overflow, "attempt": restart_count,
-            "rebalance": _rebalance_dict(event), "global_batch": cfg.global_batch,
-            "lr": optimizer.param_groups[0]["lr"],
-            "resize": resize.to_json() if resize is not None and step == start else None,
-        }
-        record["wall_s"] = time.perf_counter() - t0  # the synchronous step, as rank 0 saw it
-        record["end_s"] = time.time()  # wall clock, to line steps up with a service's events
-        log.append(record)
-        if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            checkpoint(step + 1)
-        if rank == 0 and cfg.verbose:
-            _print_step(record)
-        if extras.stop and step + 1 < cfg.steps:
-            if rank == 0:
-                checkpoint(step + 1)
-                print(f"stopped on request after step {step}; checkpoint in {ckpt_dir}",
-                      flush=True)
-            raise StopRequested(step + 1)
-    if rank == 0:
-        checkpoint(cfg.steps)
-        result = {
-            "emulated": emulate, "speeds": list(cfg.emulated_speeds()),
-            "precisions": [str(s.precision) for s in cfg.slots],
-            "flavors": [s.flavor.short for s in cfg.slots], "restarts": restart_count,
-            "final_split": list(balancer.split), "log": log,
-        }
-        tmp = run_dir / (RESULT_NAME + ".tmp")
-        tmp.write_text(json.dumps(result))
-        os.replace(tmp, run_dir / RESULT_NAME)
+def _train_step(run: _Run, step: int, restart_count: int, stop: StopSignal | None,
+                ) -> tuple[dict[str, Any], bool]:
+    """Steps 1-7 of the module docstring on this rank: the step's log record, and whether
+    every rank agreed to stop after it."""
+    cfg, rank = run.cfg, run.rank
+    t0 = time.perf_counter()
+    split = run.balancer.split
+    local, offset = split[rank], sum(split[:rank])
+    x, y = sample_range(run.example, cfg.seed, run.samples + offset, local, _dtype(cfg))
+    x, y = x.to(run.device), y.to(run.device)
+    run.optimizer.zero_grad(set_to_none=True)
+    with autocast_for(run.precision, run.device):
+        loss = loss_fn(run.model(x), y)
+    (loss * run.scaler.scale).backward()
+    if cfg.fail_at is not None and (step, rank) == (cfg.fail_at.step, cfg.fail_at.rank) \
+            and restart_count == 0:
+        sys.stdout.flush()
+        os._exit(FAIL_EXIT_CODE)  # injected fault: die mid-step, before the all-reduce
+    params = [p for p in run.model.parameters() if p.requires_grad]
+    overflow = run.scaler.unscale_and_check(params)
+    if run.emulator is not None:
+        compute_s = run.emulator.pad(step, rank, local, t0)
+    else:
+        torch.cuda.synchronize(run.device)
+        compute_s = time.perf_counter() - t0
+    extras = sync_gradients(params, rank=rank, world_size=run.world_size, local_batch=local,
+                            global_batch=cfg.global_batch, compute_s=compute_s,
+                            local_loss=float(loss.detach()), overflow=overflow,
+                            stop=stop is not None and stop.requested)
+    if not extras.overflow:
+        run.optimizer.step()
+    run.scaler.update(extras.overflow)
+    run.samples += cfg.global_batch
+    event = run.balancer.observe(step, extras.compute_s) if cfg.rebalance else None
+    record: dict[str, Any] = {
+        "step": step, "split": list(split), "compute_s": list(extras.compute_s),
+        "loss": extras.loss, "skipped": extras.overflow, "attempt": restart_count,
+        "rebalance": _rebalance_dict(event), "global_batch": cfg.global_batch,
+        "lr": run.optimizer.param_groups[0]["lr"],
+        "resize": run.resize.to_json() if run.resize is not None and step == run.start
+        else None,
+    }
+    record["wall_s"] = time.perf_counter() - t0  # the synchronous step, as rank 0 saw it
+    record["end_s"] = time.time()  # wall clock, to line steps up with a service's events
+    return record, extras.stop
 
 
 def run_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str,

@@ -175,6 +175,8 @@ class GavelMaxMinFairness(GavelCompatPolicy):
 class GavelFinishTimeFairness(GavelCompatPolicy):
     """``finish_time_fairness_perf`` (aware); agnostic: V100 throughput copied to every type."""
 
+    oracle = "each job's true remaining work (for its finish time alone), taken from the trace"
+
     def allocate(
         self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
         backend: Backend,

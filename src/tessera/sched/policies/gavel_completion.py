@@ -101,6 +101,8 @@ def _feasible(p: ShareProblem, tput: np.ndarray, need: np.ndarray, backend: Back
 class GavelMinTotalDuration(GavelCompatPolicy):
     """``min_total_duration_perf`` (aware) and ``min_total_duration`` (agnostic)."""
 
+    oracle = "each job's true remaining work, taken from the trace"
+
     def allocate(
         self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,
         backend: Backend,
@@ -138,6 +140,7 @@ class GavelAllox(GavelCompatPolicy):
     """``allox`` (``AlloXPolicy`` with α = 1)."""
 
     uses_solver = False
+    oracle = "each job's true remaining time, taken from the trace"
 
     def allocate(
         self, p: ShareProblem, views: Sequence[JobView], now_s: float, memory: Any,

@@ -396,6 +396,7 @@ class FinishTimeConfig(GavelConfig):
 )
 class FinishTimeFairness(GavelAllocationPolicy):
     Config = FinishTimeConfig
+    oracle = "each job's true remaining work (for its finish time alone), taken from the trace"
 
     def allocate(
         self, ctx: PolicyContext, p: ShareProblem, backend: Backend
@@ -430,6 +431,8 @@ class FinishTimeFairness(GavelAllocationPolicy):
 
 @POLICIES.register("min_makespan", "Minimise makespan: a common progress rate for all (LP).")
 class MinMakespan(GavelAllocationPolicy):
+    oracle = "each job's true remaining work, taken from the trace"
+
     def allocate(
         self, ctx: PolicyContext, p: ShareProblem, backend: Backend
     ) -> tuple[np.ndarray, tuple[str, ...]]:

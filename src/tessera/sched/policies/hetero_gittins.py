@@ -53,6 +53,7 @@ class HeteroGittins(HeteroSrpt):
     """
 
     Config = HeteroGittinsConfig
+    oracle = ""  # attained service, not the remaining time: what a real scheduler knows
 
     def __init__(self, *args: object, **kw: object) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]

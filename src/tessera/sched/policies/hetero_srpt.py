@@ -154,6 +154,7 @@ class HeteroSrpt(Policy):
     preemptive = True
     round_based = True
     Config = HeteroSrptConfig
+    oracle = "each job's true remaining time, taken from the trace"
 
     def __init__(
         self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""

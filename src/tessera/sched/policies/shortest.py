@@ -15,6 +15,7 @@ from tessera.sched.snapshot import JobView
 @POLICIES.register("sjf", "Shortest job first (oracle durations); no preemption.")
 class ShortestJobFirst(Policy):
     preemptive = False
+    oracle = "each job's true total duration, taken from the trace"
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         def total_s(j: JobView) -> float:
@@ -28,6 +29,7 @@ class ShortestJobFirst(Policy):
 @POLICIES.register("srtf", "Shortest remaining time first (oracle durations); preemptive.")
 class ShortestRemainingTimeFirst(Policy):
     preemptive = True
+    oracle = "each job's true remaining time, taken from the trace"
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         jobs = sorted(
