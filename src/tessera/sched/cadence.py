@@ -14,11 +14,13 @@ what happened, so the rules below are written once:
   its round restoring, has received its turn without progressing, and is swapped out again --
   for ever (issue 31). With it every run progresses for at least as long as its swap cost, so
   at least half of the time a job holds GPUs is progress;
-* **no progress** (:class:`ProgressWatch`) -- rounds in which no job progressed (none ran past
-  its restore, none finished) are counted; past a patience that no legitimate start-up needs,
-  the cadence reports a :class:`Stall` naming the settings. The simulator fails with it; the
-  live service records an event and counts it in its metrics. With the lease rule this never
-  trips on today's policies: it is the net under any future mechanism that thrashes.
+* **no progress** (:class:`ProgressWatch`) -- rounds in which jobs held GPUs but none
+  progressed (none ran past its restore, none finished) are counted (a round in which nobody
+  holds GPUs is not: Gavel's twins may leave a job waiting for their next reallocation);
+  past a patience that no legitimate start-up needs, the cadence reports a :class:`Stall`
+  naming the settings. The simulator fails with it; the live service records an event and
+  counts it in its metrics. With the lease rule this never trips on today's policies: it is
+  the net under any future mechanism that thrashes.
 
 Where a swap costs nothing (``checkpoint_s = restore_s = 0``, Gavel's own runs) or the round is
 longer than the swap (a job swapped in at a round progresses ``round_s - cost`` before the next
@@ -91,8 +93,8 @@ class Stall:
 
     def message(self, round_flag: str = "--round-s") -> str:
         """One line naming the setting, e.g. for ``tessera simulate``'s error."""
-        why = (f"{round_flag} {self.round_s:g} is not longer than checkpoint + restore "
-               f"{self.swap_s:g} s, so a job swapped in spends its round restoring"
+        why = (f"{round_flag} {self.round_s:g} s is not longer than checkpoint + restore "
+               f"({self.swap_s:g} s), so a job swapped in spends its round restoring"
                if self.round_s <= self.swap_s else
                f"{round_flag} {self.round_s:g} s, checkpoint + restore {self.swap_s:g} s")
         return (f"no job progressed in {self.rounds} rounds ({self.now_s - self.since_s:g} s "
