@@ -48,6 +48,7 @@ class Simulator:
         world = SharingWorld if run_policy.packs and cfg.compat != "gavel" else SimWorld
         self.world = world(workload, cluster, run_policy, cfg, oracle,
                            self.driver.uses_rounds(), progress)
+        self.world.notes += config.compat_overrides()  # (never silently: the run's notes)
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()

@@ -128,6 +128,9 @@ class SimWorld:
         self.infeasibility = Feasibility(cluster, oracle, self.sched.mixed_gangs)
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
+        self.notes: tuple[str, ...] = ()
+        """Notes for the run's result besides the solver fallbacks (settings a compat mode
+        overrode)."""
         self.by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.jobs}
         # Event times the running jobs have not been advanced through yet (rounds): a job
         # catches up when it is next looked at, bit for bit as if advanced at each.
@@ -403,8 +406,8 @@ class SimWorld:
             self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,
             decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
             extras=self.extras,
-            notes=tuple(f"solver fallback in {n} round{'s' * (n > 1)}: {why}"
-                        for why, n in self.fallbacks.items()),
+            notes=self.notes + tuple(f"solver fallback in {n} round{'s' * (n > 1)}: {why}"
+                                     for why, n in self.fallbacks.items()),
         )
 
 
