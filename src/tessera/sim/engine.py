@@ -20,9 +20,10 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy, make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers import Driver, driver_for
+from tessera.sim.events import ProgressFn
 from tessera.sim.metrics import SimResult
 from tessera.sim.sharing import SharingWorld
-from tessera.sim.world import ProgressFn, SimWorld
+from tessera.sim.world import SimWorld
 
 __all__ = ["ProgressFn", "Simulator", "simulate"]
 

@@ -25,7 +25,8 @@ from tessera.model.jobs import JobState
 from tessera.sched.cadence import Cadence, ProgressWatch, Step
 from tessera.sched.elastic_goodput import RESCALE_S
 from tessera.sim.drivers.base import Driver
-from tessera.sim.world import COMPLETE, EPS_S, RETRY, SimWorld
+from tessera.sim.events import COMPLETE, EPS_S, RETRY
+from tessera.sim.world import SimWorld
 
 ROUND, WAKEUP = 4, 5
 
