@@ -118,3 +118,28 @@ def test_a_full_cluster_takes_submissions_without_rounds_until_gpus_free(tmp_pat
 def test_a_preemptive_policy_always_decides(tmp_path: Path) -> None:
     svc = _service(tmp_path, "las")
     assert svc.policy.preemptive and svc.could_start_anything()
+
+
+def test_rounds_without_progress_record_an_event_and_a_metric(tmp_path: Path) -> None:
+    """The live side of the no-progress net (:class:`tessera.sched.cadence.ProgressWatch`):
+    rounds in which jobs are active but none runs past its restore (here: planned runs that
+    are never launched) end in one ``no-progress`` event naming the round and the swap's
+    cost, counted in ``stalls`` and shown by ``/healthz``."""
+    svc = _service(tmp_path, "max_min_fairness", round_s=60.0, checkpoint_s=30.0,
+                   restore_s=30.0)
+    _submit(svc, "a", 1)
+    nxt: float | None = None
+    t = 1000.0
+    for _ in range(12):
+        _acted, nxt = svc._round_cadence(t, True, nxt)
+        assert nxt is not None
+        t = nxt
+    stalls = [e for e in svc.store.events() if e.kind == "no-progress"]
+    assert svc.stalls == 1 and len(stalls) == 1 and svc.stalled_rounds >= 10
+    assert "round_s 60 s is not longer than checkpoint + restore (60 s)" in stalls[0].detail
+    from fastapi.testclient import TestClient
+
+    from tessera.live.api import create_app
+
+    health = TestClient(create_app(svc)).get("/healthz").json()
+    assert health["stalls"] == 1 and health["stalled_rounds"] == svc.stalled_rounds

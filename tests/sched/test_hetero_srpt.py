@@ -83,7 +83,8 @@ def test_a_gang_gets_a_whole_node_instead_of_being_split() -> None:
     c = make_cluster().node("v100", gpus=4, count=2).build()
     small = [
         view(make_job(f"s{i}", steps=1e8), JobState.RUNNING,
-             Placement("V100-16GB", ((f"v100-16gb-{i % 2:04d}", 1),)))
+             Placement("V100-16GB", ((f"v100-16gb-{i % 2:04d}", 1),)),
+             progress_from_s=-3600.0)  # (past its lease: a swap may stop it)
         for i in range(4)
     ]
     gang = view(make_job("g", gpus=4, steps=1e4, job_type=RESNET))

@@ -209,7 +209,8 @@ def test_a_mix_does_not_pass_a_higher_ranked_waiting_job() -> None:
 def test_a_running_mix_moves_to_one_flavor_when_it_frees_up() -> None:
     c = make_cluster().node("v100", gpus=4).node("k80", gpus=4).build()
     p = Placement.mixed((("v100-16gb-0000", V100, 2), ("k80-0000", K80, 2)))
-    running = view(make_job("a", 4, steps=1e6), JobState.RUNNING, p, progress_rate=1.0)
+    running = view(make_job("a", 4, steps=1e6), JobState.RUNNING, p, progress_rate=1.0,
+                   progress_from_s=-3600.0)  # (past its lease: a move may stop it)
     out = _decide(c, running, policy="hetero_srpt")
     moved = out.placements["a"]
     assert "a" in out.started and not moved.is_mixed and moved.flavor == V100

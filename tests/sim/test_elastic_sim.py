@@ -15,7 +15,8 @@ from tessera.sched.settings import SchedulerSettings
 from tessera.sched.snapshot import Placement
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.engine import simulate
-from tessera.sim.world import COMPLETE, FAIL, SimWorld
+from tessera.sim.events import COMPLETE, FAIL
+from tessera.sim.world import SimWorld
 from tessera.workload.elastic import elastic_range, sia_calibrated
 from tests.builders import make_cluster, make_job, make_workload
 

@@ -9,7 +9,9 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.sched.snapshot import JobView, Placement
-from tessera.sim.state import SimJob, catch_up, new_view, steps_from
+from tessera.sim.catchup import catch_up
+from tessera.sim.state import SimJob, new_view
+from tessera.sim.steps import steps_from
 from tests.builders import make_job
 
 
@@ -187,7 +189,7 @@ def test_catch_up_of_large_groups_equals_advancing_at_every_event(
     """Many whole gangs from a few last updates (the round catch-up's common case, taken as
     arrays when a group is large): books bit for bit as advancing each job at every event,
     views current, and the jobs note themselves stale in their own order, whichever path."""
-    monkeypatch.setattr("tessera.sim.state.ARRAY_MIN_JOBS", array_min_jobs)
+    monkeypatch.setattr("tessera.sim.catchup.ARRAY_MIN_JOBS", array_min_jobs)
     rng = random.Random(11)
     times = sorted(rng.uniform(0, 4000) for _ in range(n_times))
     lasts = [0.0, times[0] / 3, times[-1] + 5.0]  # (the last: nothing left to step through)

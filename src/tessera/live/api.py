@@ -176,7 +176,7 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
         happened is for the log and authenticated callers: this route answers anyone)."""
         if svc.store.fault is None:
             return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name,
-                    "store": "ok"}
+                    "store": "ok", "stalled_rounds": svc.stalled_rounds, "stalls": svc.stalls}
         # Anyone may ask: what failed, where and why is in the log and the /api answers.
         return JSONResponse({"ok": False, "rounds": svc.rounds, "executor": svc.executor.name,
                              "store": "failed", "detail": "the job store failed; the service "

@@ -53,6 +53,7 @@ from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.cadence import Cadence, ProgressWatch, Step
 from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, decide
 from tessera.sched.feasibility import infeasibility
@@ -103,6 +104,15 @@ class LiveService:
         self.idle = True
         self.last_decision: Decision | None = None
         self.rounds = 0
+        s = self.settings
+        self.cadence = Cadence(s.round_s, s.fill_between_rounds,
+                               ProgressWatch(s.round_s, s.migration_cost_s))
+        self.stalled_rounds = 0
+        """Rounds in a row in which no job progressed (rounds cadence; ``/healthz``)."""
+        self.stalls = 0
+        """No-progress stalls reported since the service started (``/healthz``)."""
+        self._progressed = True
+        self._exits_since_round = False
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -278,12 +288,28 @@ class LiveService:
         """Rounds cadence (see the module docstring); returns (acted, next round's time).
 
         ``next_round`` is ``None`` while idle: the last round found no active job, so the
-        next change starts a round at once, as the round driver does in the simulator.
+        next change starts a round at once, as the round driver does in the simulator. The
+        rules are the round driver's own object (:class:`~tessera.sched.cadence.Cadence`),
+        and so is its no-progress watch: a stall is journalled as a ``no-progress`` event and
+        counted in :attr:`stalls` (``/healthz``).
         """
-        if (next_round is not None and now_s >= next_round) or (dirty and next_round is None):
+        cad = self.cadence
+        cad.next_round_s = next_round
+        step = cad.step(now_s, dirty)
+        if step in (Step.ROUND, Step.START):
             self.round(now_s)
-            return True, None if self.idle else now_s + self.settings.round_s
-        if dirty and self.settings.fill_between_rounds:
+            progressed = self._exits_since_round or self._progressed
+            self._exits_since_round = False
+            stall = cad.rounded(now_s, not self.idle, progressed)
+            self.stalled_rounds = cad.watch.rounds if cad.watch is not None else 0
+            if stall is not None:
+                self.stalls += 1
+                msg = stall.message(round_flag="round_s")
+                log.warning("%s", msg)
+                with self.store.tx() as db:
+                    self.store.event(db, now_s, None, "no-progress", msg)
+            return True, cad.next_round_s
+        if step is Step.FILL:
             self.round(now_s, fill_only=True)
             return True, next_round
         return False, next_round
@@ -306,6 +332,7 @@ class LiveService:
             # A run the scheduler stopped (preempted or moving) is no news: the decision that
             # stopped it already gave its GPUs away; the simulator decides nothing then either.
             changed |= what not in ("preempted", "moved")
+            self._exits_since_round |= what not in ("preempted", "moved")
         return changed
 
     def round(self, now_s: float, fill_only: bool = False) -> float | None:
@@ -328,6 +355,12 @@ class LiveService:
         self.idle = not snap.jobs
         if self.idle:
             return None
+        # A launched run past its restore has progressed (the rounds' no-progress watch).
+        # (nobody holding GPUs is no thrashing: a policy may leave them idle)
+        held = [j for j in snap.jobs if j.running]
+        self._progressed = not held or any(
+            j.progress_rate > 0 and now_s - j.progress_from_s > self.settings.restore_s
+            for j in held)
         opts = replace(self.placement, fill_only=True) if fill_only else self.placement
         d = decide(snap, self.policy, self.ctx, opts)
         remember = not fill_only and d.policy_state is not self.policy_state

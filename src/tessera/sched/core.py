@@ -16,6 +16,8 @@ Phases, each timed:
 3. **place** -- two strategies over the same ranking. *Round-based* policies (Gavel's
    time-sharing) reconsider every job each round: select by rank while each flavor has GPUs,
    keep selected running gangs where they are, place the rest largest first, backfill.
+   A running gang whose run has not yet progressed for as long as a swap costs keeps its GPUs
+   (:func:`~tessera.sched.cadence.leased`), so no round length can make jobs thrash.
    *Event-driven* policies keep running gangs where they are, place waiting jobs in rank
    order, and preempt lower-ranked gangs only to make room for a higher-ranked job that
    cannot otherwise start (as Kueue and Tiresias do). When nobody waits, a preemptive
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tessera.model.jobs import JobId, JobState
+from tessera.sched.cadence import leased
 from tessera.sched.context import DecisionContext
 from tessera.sched.elastic import sized_views, with_batches, within_quotas
 from tessera.sched.mixed_placement import mixed_no_plan
@@ -229,8 +232,11 @@ def _full_round(
     else:
         placing, placing_by_id = admitted, by_id
     if policy.round_based:
+        # A swap must earn its cost: a run that has not yet progressed that long stays put.
+        lease = (leased(running, now_s, opts.migration_cost_s)
+                 if not keep and not ranking.sizes else frozenset())
         run = place_rounds(ranking.candidates, placing_by_id, placing, free, oracle,
-                           not keep, now_s, opts)
+                           not keep, now_s, opts, lease)
     else:
         run = place_events(ranking.candidates, placing_by_id, placing, free, oracle, True,
                            now_s, opts)

@@ -38,10 +38,13 @@ def place_rounds(
     preemptive: bool,
     now_s: float,
     opts: PlacementOptions,
+    leased: frozenset[JobId] = frozenset(),
 ) -> dict[JobId, Placement]:
     """Round-based placement (Gavel-style time sharing): every job is reconsidered.
 
-    (a) non-preemptive policies keep running gangs; (b) walk the ranking, selecting jobs while
+    (a) non-preemptive policies keep running gangs, and every policy keeps the ``leased`` ones
+    (their run has not yet progressed as long as a swap costs,
+    :func:`tessera.sched.cadence.leased`); (b) walk the ranking, selecting jobs while
     each flavor has GPUs left (by count); (c) selected running jobs keep their GPUs; (d) the
     rest are placed largest gang first; (e) what fragmented gangs could not use is backfilled.
     """
@@ -50,9 +53,10 @@ def place_rounds(
     # the free counts exclude running gangs: give their GPUs back
     free.release_each([j.placement for j in held if j.placement is not None])
     run: dict[JobId, Placement] = {}
-    if not preemptive:
+    if not preemptive or leased:
         for j in held:
-            if j.placement is not None and free.take_if_free(j.placement):
+            if (not preemptive or j.job_id in leased) and j.placement is not None \
+                    and free.take_if_free(j.placement):
                 run[j.job_id] = j.placement
     count = {f: free.total_free(f) for f in free.flavors()}
     largest = {f: free.info(f).largest_block for f in free.flavors()}

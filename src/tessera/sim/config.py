@@ -143,6 +143,24 @@ class SimConfig(BaseModel):
     max_sim_time_s: float | None = Field(None, gt=0)
     sample_every_s: float = Field(600.0, gt=0)
 
+    def compat_overrides(self) -> tuple[str, ...]:
+        """What ``compat`` changed of these settings, as one note for the run's notes (empty
+        without ``compat`` or when nothing changed), e.g. ``--compat gavel overrides --round-s
+        60 → 360, --checkpoint-s 30 → 0, --restore-s 30 → 0``."""
+        eff = self.effective()
+        if eff is self:
+            return ()
+        changed = [
+            f"--{name.replace('_', '-')} {_shown(old)} → {_shown(new)}"
+            for name, old in self.scheduler
+            if (new := getattr(eff.scheduler, name)) != old
+        ]
+        changed += [f"{name} off" for name in ("failures", "validation", "quotas")
+                    if getattr(self, name) != getattr(eff, name)]
+        if not changed:
+            return ()
+        return (f"--compat {self.compat} overrides " + ", ".join(changed),)
+
     def effective(self) -> SimConfig:
         """Apply ``compat``: returns the settings actually used."""
         if self.compat == "gavel":
@@ -162,3 +180,12 @@ class SimConfig(BaseModel):
                 }
             )
         return self
+
+
+def _shown(value: object) -> str:
+    """A setting's value as a flag would take it (``60`` for 60.0, ``on``/``off``)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

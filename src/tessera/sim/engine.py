@@ -20,9 +20,10 @@ from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy, make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers import Driver, driver_for
+from tessera.sim.events import ProgressFn
 from tessera.sim.metrics import SimResult
 from tessera.sim.sharing import SharingWorld
-from tessera.sim.world import ProgressFn, SimWorld
+from tessera.sim.world import SimWorld
 
 __all__ = ["ProgressFn", "RunProgressFn", "Simulator", "simulate"]
 
@@ -52,6 +53,7 @@ class Simulator:
         world = SharingWorld if run_policy.packs and cfg.compat != "gavel" else SimWorld
         self.world = world(workload, cluster, run_policy, cfg, oracle,
                            self.driver.uses_rounds(), self._with_clock(progress))
+        self.world.notes += config.compat_overrides()  # (never silently: the run's notes)
 
     def _with_clock(self, progress: RunProgressFn | None) -> ProgressFn | None:
         """The world's ``(done, total)`` callback, passing the world's clock on as well."""

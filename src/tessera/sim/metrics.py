@@ -41,7 +41,7 @@ import numpy as np
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState, Workload
 from tessera.sched.core import PendingKind
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sim.config import SimConfig
 from tessera.sim.state import SimJob
 
@@ -364,3 +364,19 @@ def _summary(
         pending_h=sum(r.pending_s for r in records) / 3600,
         resizes=sum(r.resizes for r in records),
     )
+
+
+def isolated_times_s(jobs: Sequence[SimJob], truth: ThroughputOracle) -> list[float]:
+    """Each job's time alone on its fastest flavor (true consolidated rate; ``inf`` where it
+    cannot run), the ideal of finish-time fairness. The best rate is looked up once per
+    rate key."""
+    best: dict[RateKey, float] = {}
+    iso = []
+    for j in jobs:
+        key = rate_key(j.spec)
+        r = best.get(key)
+        if r is None:
+            r = best[key] = max((x.consolidated for x in truth.real_rates(j.spec)),
+                                default=0.0)
+        iso.append(j.spec.total_steps / r if r > 0 else math.inf)
+    return iso

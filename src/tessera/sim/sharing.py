@@ -30,9 +30,10 @@ from tessera.model.jobs import JobState
 from tessera.perf.colocation import PairRefusal, pair_rates
 from tessera.sched.core import Decision
 from tessera.sched.snapshot import Placement
+from tessera.sim.events import COMPLETE, FAIL
 from tessera.sim.metrics import SimResult
 from tessera.sim.state import SimJob
-from tessera.sim.world import COMPLETE, FAIL, SimWorld
+from tessera.sim.world import SimWorld
 
 
 def same_gpus(a: Placement, b: Placement) -> bool:

@@ -28,10 +28,8 @@ runs as a 1-GPU job for ``validation_s``, so early failures strike the single GP
 
 from __future__ import annotations
 
-import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import replace
 
 from tessera.model.cluster import ClusterSpec
@@ -40,27 +38,26 @@ from tessera.sched.context import DecisionContext
 from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.feasibility import Feasibility
 from tessera.sched.free_book import FreeBook
-from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
+from tessera.sched.oracle import ThroughputOracle
 from tessera.sched.policy import Policy
 from tessera.sched.snapshot import Placement, Snapshot
+from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
+from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
-from tessera.sim.metrics import Counters, Sample, SimResult, run_gpu_hours, summarize
+from tessera.sim.metrics import (
+    Counters,
+    Sample,
+    SimResult,
+    isolated_times_s,
+    run_gpu_hours,
+    summarize,
+)
 from tessera.sim.running import RunningJobs
-from tessera.sim.state import SimJob, catch_up, move
+from tessera.sim.state import SimJob, move
 from tessera.sim.validation import PreRunValidation
 from tessera.sim.views import ViewBook
-
-EPS_S = 1e-9
-"""Events closer than this are simultaneous."""
-
-ProgressFn = Callable[[int, int], None]
-EventSink = Callable[[float, int, int, int], None]
-"""``schedule(time_s, kind, job_index, epoch)``: how the world asks its driver for a future
-completion, failure or retry (:data:`COMPLETE`, :data:`FAIL`, :data:`RETRY`)."""
-
-COMPLETE, FAIL, RETRY = 0, 1, 2
 
 
 class SimWorld:
@@ -99,7 +96,7 @@ class SimWorld:
         self.opts = self.sched.placement()
         self.fill_opts = replace(self.opts, fill_only=True)
         self.progress = progress
-        self.schedule: EventSink = _no_events
+        self.schedule: EventSink = no_events
         fcfg = config.failures
         self.jobs = [
             SimJob(s, i, s.max_retries if s.max_retries else fcfg.default_max_retries)
@@ -128,6 +125,9 @@ class SimWorld:
         self.infeasibility = Feasibility(cluster, oracle, self.sched.mixed_gangs)
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
+        self.notes: tuple[str, ...] = ()
+        """Notes for the run's result besides the solver fallbacks (settings a compat mode
+        overrode)."""
         self.by_id: dict[JobId, SimJob] = {j.spec.job_id: j for j in self.jobs}
         # Event times the running jobs have not been advanced through yet (rounds): a job
         # catches up when it is next looked at, bit for bit as if advanced at each.
@@ -389,24 +389,12 @@ class SimWorld:
                 j.pending_s += self.last_t - j.pending_since_s
         for j in self.active.values():
             self.close_ftf(j)
-        best: dict[RateKey, float] = {}  # (the true rate on the fastest flavor, per rate key)
-        iso = []
-        for j in self.jobs:
-            key = rate_key(j.spec)
-            r = best.get(key)
-            if r is None:
-                r = best[key] = max((x.consolidated for x in self.truth.real_rates(j.spec)),
-                                    default=0.0)
-            iso.append(j.spec.total_steps / r if r > 0 else math.inf)
         return summarize(
-            self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs, iso,
+            self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs,
+            isolated_times_s(self.jobs, self.truth),
             self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,
             decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
             extras=self.extras,
-            notes=tuple(f"solver fallback in {n} round{'s' * (n > 1)}: {why}"
-                        for why, n in self.fallbacks.items()),
+            notes=self.notes + tuple(f"solver fallback in {n} round{'s' * (n > 1)}: {why}"
+                                     for why, n in self.fallbacks.items()),
         )
-
-
-def _no_events(t_s: float, kind: int, job: int, epoch: int) -> None:
-    raise RuntimeError("this driver schedules no future events")

@@ -47,7 +47,7 @@ from tessera.sched.gavel import (
 )
 from tessera.sched.gavel.packed import PackedState, credit_combos
 from tessera.sched.policy import Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
+from tessera.sched.snapshot import JobView, Snapshot
 
 #: Gavel's round (``--time_per_iteration``); jobs are seeded with half of it per flavor.
 ROUND_S = 360.0
@@ -67,8 +67,14 @@ def gavel_type(flavor_short: str) -> str:
 class GavelCompatConfig(PolicyConfig):
     seed: int = Field(0, description="Gavel's --seed (FIFO RNG: seed; type shuffler: seed+5)")
     solver: SolverName = Field("auto", description="ecos | highs | highs-ipm | auto")
-    round_s: float = Field(ROUND_S, gt=0, description="Gavel's --time_per_iteration")
     reset_interval_s: float = Field(RESET_INTERVAL_S, ge=0)
+
+
+def run_round_s(snap: Snapshot) -> float:
+    """The run's round length, from the snapshot (``--round-s``, or Gavel's 360 s under
+    ``--compat gavel``): Gavel seeds every job with half of it per flavor. A snapshot without
+    one (a test calling ``rank`` directly) gets Gavel's :data:`ROUND_S`."""
+    return snap.round_s if snap.round_s is not None else ROUND_S
 
 
 def gavel_boundary(
@@ -137,7 +143,7 @@ class GavelCompatPolicy(Policy):
         snap = ctx.snapshot
         st = snap.policy_state if isinstance(snap.policy_state, GavelState) else self._initial()
         now = snap.now_s
-        half = cfg.round_s / 2.0
+        half = run_round_s(snap) / 2.0  # (the run's round, never a second setting)
         cap: dict[str, int] = {}
         for node in snap.up_nodes():
             cap[node.flavor.short] = cap.get(node.flavor.short, 0) + node.gpus

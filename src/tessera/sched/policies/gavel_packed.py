@@ -47,6 +47,7 @@ from tessera.sched.policies.gavel_mechanism import (
     GavelCompatConfig,
     _perf_order,
     gavel_type,
+    run_round_s,
 )
 from tessera.sched.policy import POLICIES, Policy, PolicyContext, Ranking
 from tessera.sched.snapshot import JobView
@@ -129,7 +130,7 @@ class GavelPackedPolicy(Policy):
         st = (snap.policy_state if isinstance(snap.policy_state, PackedState)
               else PackedState.initial())
         now = snap.now_s
-        seed = cfg.round_s / 2.0
+        seed = run_round_s(snap) / 2.0  # (the run's round, never a second setting)
         cap: dict[str, int] = {}
         for node in snap.up_nodes():
             cap[node.flavor.short] = cap.get(node.flavor.short, 0) + node.gpus

@@ -16,6 +16,7 @@ into another's internals, and the decision core never learns which one called it
 
 from __future__ import annotations
 
-from tessera.sim.drivers.base import Driver, driver_for
+from tessera.sim.drivers.base import Driver
+from tessera.sim.drivers.choice import driver_for
 
 __all__ = ["Driver", "driver_for"]

@@ -1,11 +1,11 @@
-"""The driver interface and the choice of driver for a run's settings."""
+"""The driver interface (the choice of driver for a run's settings is in
+:mod:`tessera.sim.drivers.choice`, which imports the drivers; this module imports none)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from tessera.errors import SpecError
-from tessera.sched.policy import Policy, gavel_loop_only
+from tessera.sched.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.world import SimWorld
 
@@ -29,19 +29,3 @@ class Driver(ABC):
     @abstractmethod
     def run(self, world: SimWorld) -> None:
         """Advance ``world`` until every job is done, the horizon passes or nothing can move."""
-
-
-def driver_for(config: SimConfig, policy: Policy) -> Driver:
-    """The driver a run's effective settings call for."""
-    from tessera.sim.drivers.gavel import GavelDriver
-    from tessera.sim.drivers.heap import EventDriver, RoundDriver
-
-    if config.compat == "gavel":
-        return GavelDriver()
-    rounds = config.scheduler.uses_rounds(policy)
-    refusal = gavel_loop_only(policy, shares_gpus=True, in_rounds=rounds)
-    if refusal is not None:
-        raise SpecError(refusal)
-    if rounds:
-        return RoundDriver()
-    return EventDriver()

@@ -20,9 +20,13 @@ import heapq
 import math
 from abc import abstractmethod
 
+from tessera.errors import SpecError
 from tessera.model.jobs import JobState
+from tessera.sched.cadence import Cadence, ProgressWatch, Step
+from tessera.sched.elastic_goodput import RESCALE_S
 from tessera.sim.drivers.base import Driver
-from tessera.sim.world import COMPLETE, EPS_S, RETRY, SimWorld
+from tessera.sim.events import COMPLETE, EPS_S, RETRY
+from tessera.sim.world import SimWorld
 
 ROUND, WAKEUP = 4, 5
 
@@ -33,6 +37,8 @@ class _HeapDriver(Driver):
     def __init__(self) -> None:
         self.heap: list[tuple[float, int, int, int, int, int]] = []
         self.seq = 0
+        self.done = 0
+        """Jobs done for good so far (finished, rejected, out of retries)."""
 
     def push(self, t_s: float, kind: int, job: int = -1, epoch: int = 0) -> None:
         """Schedule an event (the world's sink for completions, failures and retries)."""
@@ -81,6 +87,7 @@ class _HeapDriver(Driver):
                 ptr += 1
                 world.c.events += 1
                 changed = True
+            self.done = done
             self.react(world, t_s, round_now, changed)
             if world.progress is not None and changed:
                 world.progress(done, n)
@@ -139,28 +146,50 @@ class EventDriver(_HeapDriver):
 
 
 class RoundDriver(_HeapDriver):
-    """Decide every ``round_s`` while jobs are active (see the module docstring)."""
+    """Decide every ``round_s`` while jobs are active (see the module docstring), on the
+    cadence the live service shares (:class:`~tessera.sched.cadence.Cadence`)."""
 
     name = "rounds"
 
     def __init__(self) -> None:
         super().__init__()
-        self.round_pending = False
+        self.cadence: Cadence | None = None
+        self._done_at_round = 0
 
     def uses_rounds(self) -> bool:
         return True
 
+    def _cadence(self, world: SimWorld) -> Cadence:
+        cad = self.cadence
+        if cad is None:
+            sched = world.sched
+            start_s = sched.migration_cost_s
+            if world.elastic is not None:  # an elastic model's restart replaces the swap cost
+                start_s = max(start_s, max(RESCALE_S.values(), default=0.0))
+            watch = ProgressWatch(sched.round_s, sched.migration_cost_s, start_s)
+            cad = self.cadence = Cadence(sched.round_s, sched.fill_between_rounds, watch)
+        return cad
+
     def react(self, world: SimWorld, t_s: float, round_now: bool, changed: bool) -> None:
-        if round_now:
-            self.round_pending = False
-            if world.active:
+        cad = self._cadence(world)
+        step = cad.step(t_s, changed)
+        if step is Step.ROUND:
+            active = bool(world.active)
+            # (a round with nobody holding GPUs is no thrashing: a policy may leave them idle)
+            progressed = self.done != self._done_at_round or not world.running or any(
+                j.progress_from_s < t_s - EPS_S for j in world.running.values())
+            self._done_at_round = self.done
+            if active:
                 world.apply(world.decide(world.snapshot(t_s)), t_s)
-                self.push(t_s + world.sched.round_s, ROUND)
-                self.round_pending = True
-        elif changed and not self.round_pending and world.active:
+            stall = cad.rounded(t_s, active, progressed)
+            if stall is not None:
+                raise SpecError(stall.message())
+            if cad.next_round_s is not None:
+                self.push(cad.next_round_s, ROUND)
+        elif step is Step.START and world.active:
+            cad.started(t_s)
             self.push(t_s, ROUND)  # idle until now: the first round starts at once
-            self.round_pending = True
-        elif changed and world.sched.fill_between_rounds and self._can_fill(world):
+        elif step is Step.FILL and self._can_fill(world):
             self._fill(world, t_s)
 
     @staticmethod
