@@ -87,7 +87,8 @@ def test_tables_by_name_or_path(tmp_path: Path) -> None:
 
 def test_sia_reader_names_jobs_by_application_with_the_sia_table() -> None:
     wl = load_trace(GOLDEN / "sia_small.csv", throughputs=sia_throughputs())
-    apps = [j.extra["application"] for j in wl.jobs]
+    apps = [j.model for j in wl.jobs]
+    assert all(j.batch_size is not None and j.batch_size > 0 for j in wl.jobs)
     assert [j.job_type.split(" ")[0] for j in wl.jobs] == apps
 
 

@@ -59,7 +59,7 @@ from typing import Any
 from tessera.errors import TesseraError
 from tessera.live import idempotency, memory
 from tessera.live.layout import create_private_file
-from tessera.live.spec import LiveJob
+from tessera.live.livejob import LiveJob
 from tessera.live.spec_cache import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, SpecCache
 from tessera.model.jobs import JobId, JobState, transition
 from tessera.sched.snapshot import Placement, QueueQuota

@@ -1,8 +1,11 @@
 """Write a state file with today's main (PYTHONPATH=/work/main/src): the old spec_json shape."""
-import sqlite3, sys
+import sqlite3
+import sys
 from pathlib import Path
+
 from tessera.live.spec import parse_request, to_live_job
 from tessera.live.store import Store
+
 out = Path(sys.argv[1])
 store = Store(out)
 reqs = [

@@ -26,7 +26,8 @@ carries **no duration**. Tessera derives the job type and the work by documented
   its rigid baselines. So every job whose model has efficiency data gets an
   :class:`~tessera.model.jobs.ElasticRange` (1 GPU up to the batch-limited maximum, batch from
   ``batch_size`` to the largest profiled one; rigid policies ignore it).
-* ``application`` and ``batch_size`` are kept in ``JobSpec.extra``; queue is ``default``.
+* ``application`` and ``batch_size`` become ``JobSpec.model`` and ``JobSpec.batch_size``;
+  queue is ``default``.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
                 line, job_id, submit, replicas,
                 duration_s=durations[key],
                 job_type=job_type,
-                extra={"application": app, "batch_size": str(batch)},
+                model=app, batch_size=batch,
                 elastic=ranges[key],
             )
         )
