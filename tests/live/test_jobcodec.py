@@ -27,7 +27,8 @@ from tessera.model.jobs import ElasticRange, JobId, JobSpec, JobState, ThreeDPar
 
 OLD_STATE = Path(__file__).parent.parent / "data" / "live" / "state-main-a1eedee.db"
 
-_text = st.text(string.ascii_letters + string.digits + " -_./é", min_size=1, max_size=12)
+_text = st.text(string.ascii_letters + string.digits + " -_./é", min_size=1, max_size=12).map(
+    lambda t: "x" + t)
 _finite = st.floats(min_value=0.001, max_value=1e9, allow_nan=False, allow_infinity=False)
 
 
