@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.errors import SpecError
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.plan.api import nodes_for, parse_devices, plan_data_parallel, predict_mixed_throughput
 
 
@@ -44,7 +44,8 @@ def test_balanced_split_beats_equal_split() -> None:
 
     cm = default_cost_model()
     plan = plan_data_parallel("imagenet", parse_devices("A100-40GB:4,T4:4"), 800)
-    equal_compute = max(cm.fit("imagenet", f).step_time_s(100) for f in ("A100-40GB", "T4"))
+    equal_compute = max(cm.fit("imagenet", f).step_time_s(100)
+                        for f in resolve_flavors(("A100-40GB", "T4")))
     assert plan.compute_time_s < equal_compute
 
 

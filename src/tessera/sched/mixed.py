@@ -194,7 +194,7 @@ class MixedRates:
         anchor = max(mix, key=lambda fn: (fn[1], rates[fn[0]]))[0]
         per_node = self._gpus_per_node
         try:
-            costs = {f: cm.device_cost(model, f) for f, _n in mix}
+            costs = {f: cm.device_cost(model, self._flavor_of(f)) for f, _n in mix}
             batch = job.batch_size or local_batch_of(job) * job.num_gpus
             grad = cm.gradient_bytes(model)
             mixed_costs = [costs[f] for f, n in mix for _ in range(n)]
