@@ -45,9 +45,10 @@ from tessera.perf.roofline import RESNET50_TRAIN_FLOPS, Roofline
 from tessera.perf.sia import SiaProfile, load_sia_profile, sia_flavors, sia_models
 
 #: Flavor -> profiled flavor built on the same GPU chip (only memory differs).
-SAME_SILICON: dict[str, str] = {
-    "NVIDIA-A100-SXM4-80GB": "NVIDIA-A100-SXM4-40GB",
-    "Tesla-V100-SXM2-32GB": "Tesla-V100-SXM2-16GB",
+SAME_SILICON: dict[GpuFlavor, GpuFlavor] = {
+    resolve_flavor(twin): resolve_flavor(source) for twin, source in (
+        ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-SXM4-40GB"),
+        ("Tesla-V100-SXM2-32GB", "Tesla-V100-SXM2-16GB"))
 }
 
 #: Parameters of the Sia/Pollux workloads (architecture of each, from the Pollux paper's
@@ -234,8 +235,7 @@ class CostModel:
         """Flavors with data for ``model``, including same-silicon twins."""
         self._check_model(model)
         direct = sia_flavors(model, self._root)
-        names = {f.name for f in direct}
-        twins = tuple(resolve_flavor(t) for t, src in SAME_SILICON.items() if src in names)
+        twins = tuple(t for t, src in SAME_SILICON.items() if src in direct)
         return direct + twins
 
     def _check_model(self, model: str) -> None:
@@ -251,13 +251,12 @@ class CostModel:
 
         Raises:
             NoProfileError: no data for the model, or for the flavor (message lists what exists).
-            UnknownFlavorError: the flavor name is not in the catalog.
         """
         fl = flavor
         key = (model, fl.name)
         if key not in self._fits:
             self._check_model(model)
-            source = resolve_flavor(SAME_SILICON.get(fl.name, fl.name))
+            source = SAME_SILICON.get(fl, fl)
             measured = {f.name for f in sia_flavors(model, self._root)}
             if source.name not in measured:
                 if self._estimate:
