@@ -118,6 +118,9 @@ def test_every_field_survives_the_store(tmp_path_factory: pytest.TempPathFactory
         assert loaded == job
         assert _everything(loaded) == _everything(job)
         assert all(f is resolve_flavor(f.name) for f in loaded.spec.flavors)
+        # The whole job, env included, without the store's lean read.
+        direct = LiveJob.from_json(job.to_json())
+        assert direct == job and _everything(direct) == _everything(job)
     again.close()
 
 

@@ -1,6 +1,6 @@
 """Stored jobs as JSON, generated from the dataclasses' own fields.
 
-A job row's ``spec_json`` is :class:`~tessera.live.spec.LiveJob` walked field by field with
+A job row's ``spec_json`` is :class:`~tessera.live.livejob.LiveJob` walked field by field with
 :func:`dataclasses.fields` and the fields' type hints: a nested dataclass becomes an object, a
 tuple a list, a :class:`~tessera.model.gpus.GpuFlavor` its short name (the store is an edge: the
 name is resolved back into the catalog's flavor when the row is read). A field added to
@@ -56,34 +56,53 @@ class StoredJobError(SpecError):
 
 def to_plain(value: object) -> Any:
     """``value`` as JSON-ready data (dicts, lists, strings, numbers, booleans, ``None``)."""
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, GpuFlavor):
         return value.short
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, tuple | list):
+        return [to_plain(v) for v in value]
+    cls = type(value)
+    plan = _FIELDS[cls] if cls in _FIELDS else _fields_of(cls)
+    if plan is not None:
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(value):
-            v = getattr(value, f.name)
-            out[f.name] = ({k: to_plain(x) for k, x in v} if f.metadata.get("json") == "mapping"
-                           else to_plain(v))
+        for name, mapping in plan:
+            v = getattr(value, name)
+            out[name] = {k: to_plain(x) for k, x in v} if mapping else to_plain(v)
         return out
     if isinstance(value, enum.Enum):
         return to_plain(value.value)
-    if isinstance(value, tuple | list):
-        return [to_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): to_plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
     raise StoredJobError(f"cannot store a {type(value).__name__}: no JSON form is defined")
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_FIELDS: dict[type, tuple[tuple[str, bool], ...] | None] = {}
+
+
+def _fields_of(cls: type) -> tuple[tuple[str, bool], ...] | None:
+    """A dataclass's fields as ``(name, stored as a mapping)``, ``None`` for other types
+    (kept in ``_FIELDS``)."""
+    plan = None
+    if dataclasses.is_dataclass(cls):
+        plan = tuple((f.name, f.metadata.get("json") == "mapping")
+                     for f in dataclasses.fields(cls))
+    _FIELDS[cls] = plan
+    return plan
 
 
 def from_plain(tp: Any, data: Any, where: str = "job") -> Any:
     """Rebuild a value of type ``tp`` from :func:`to_plain`'s data.
 
     Raises:
-        StoredJobError: data that does not fit the type, naming the field (``where``).
+        StoredJobError: data that does not fit the type, naming the field (``where`` and the
+            path below it, e.g. ``job.spec.num_gpus``).
     """
     try:
-        return _decoder(tp)(data, where)
+        return _decoder(tp)(data)
+    except _Bad as e:
+        raise StoredJobError(f"stored {where}{''.join(reversed(e.path))}: {e}") from None
     except TesseraError as e:
         if isinstance(e, StoredJobError):
             raise
@@ -119,13 +138,36 @@ def decode_job(text: str, cls: type[T]) -> T:
 
 
 # -- decoders, one per type, built once ------------------------------------------------------
+#
+# A decoder takes the data only; a failure raises _Bad, and each level it passes through adds
+# its step of the path (".spec", "[2]"), so a row that decodes builds no path strings at all.
 
-Decoder = Callable[[Any, str], Any]
+Decoder = Callable[[Any], Any]
+
+
+class _Bad(Exception):
+    """Data that does not fit its type; ``path`` collects the field names, innermost first."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.path: list[str] = []
 
 
 def _fail(where: str, want: str, data: Any) -> StoredJobError:
-    return StoredJobError(f"stored {where}: expected {want}, got {type(data).__name__} "
-                          f"{str(data)[:40]!r}")
+    return StoredJobError(f"stored {where}: {_expected(want, data)}")
+
+
+def _expected(want: str, data: Any) -> str:
+    return f"expected {want}, got {type(data).__name__} {str(data)[:40]!r}"
+
+
+def _step(step: str, dec: Decoder, d: Any) -> Any:
+    """``dec(d)``, adding ``step`` to the path of a failure."""
+    try:
+        return dec(d)
+    except _Bad as e:
+        e.path.append(step)
+        raise
 
 
 @cache
@@ -140,24 +182,24 @@ def _decoder(tp: Any) -> Decoder:
         if len(inner) != 1:
             raise StoredJobError(f"cannot decode the union {tp!r}: only X | None is supported")
         decode_inner = _decoder(inner[0])
-        return lambda d, w: None if d is None else decode_inner(d, w)
+        return lambda d: None if d is None else decode_inner(d)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             item = _decoder(args[0])
-            return lambda d, w: tuple(item(x, f"{w}[{i}]") for i, x in enumerate(_list(d, w)))
+            return lambda d: tuple(_step(f"[{i}]", item, x) for i, x in enumerate(_list(d)))
         items = [_decoder(a) for a in args]
-        return lambda d, w: _fixed_tuple(items, d, w)
+        return lambda d: _fixed_tuple(items, d)
     if origin is dict:
         value = _decoder(args[1])
-        return lambda d, w: {str(k): value(v, f"{w}.{k}") for k, v in _dict(d, w).items()}
+        return lambda d: {str(k): _step(f".{k}", value, v) for k, v in _dict(d).items()}
     if tp is GpuFlavor:
-        return lambda d, w: resolve_flavor(_scalar(str, d, w))
+        return lambda d: resolve_flavor(_scalar(str, d))
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_decoder(tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return lambda d, w: tp(d)
+        return lambda d: tp(d)
     if tp in (str, int, float, bool):
-        return lambda d, w: _scalar(tp, d, w)
+        return lambda d: _scalar(tp, d)
     raise StoredJobError(f"cannot decode values of type {tp!r}")
 
 
@@ -170,50 +212,54 @@ def _dataclass_decoder(cls: type) -> Decoder:
     parts = [(f.name, _decoder(hints[f.name]), f.metadata.get("json") == "mapping")
              for f in fields]
 
-    def decode(d: Any, where: str) -> Any:
-        d = _dict(d, where)
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise StoredJobError(f"stored {where}: unknown field(s) {', '.join(unknown)} for "
-                                 f"{cls.__name__} (written by a newer tessera?)")
+    def decode(d: Any) -> Any:
+        d = _dict(d)
+        if len(d) > len(names) or not d.keys() <= names:
+            unknown = sorted(set(d) - names)
+            raise _Bad(f"unknown field(s) {', '.join(unknown)} for {cls.__name__} (written "
+                       "by a newer tessera?)")
         missing = [n for n in required if n not in d]
         if missing:
-            raise StoredJobError(f"stored {where}: {cls.__name__} lacks {', '.join(missing)}")
+            raise _Bad(f"{cls.__name__} lacks {', '.join(missing)}")
         kwargs = {}
         for name, dec, mapping in parts:
             if name in d:  # a field missing from an older row keeps its default
                 raw = d[name]
-                if mapping:
-                    raw = sorted(_dict(raw, f"{where}.{name}").items())
-                kwargs[name] = dec(raw, f"{where}.{name}")
+                try:
+                    if mapping:
+                        raw = [[k, v] for k, v in sorted(_dict(raw).items())]
+                    kwargs[name] = dec(raw)
+                except _Bad as e:
+                    e.path.append(f".{name}")
+                    raise
         return cls(**kwargs)
 
     return decode
 
 
-def _scalar(tp: type, d: Any, where: str) -> Any:
-    if tp is float and isinstance(d, int | float) and not isinstance(d, bool):
-        return float(d)
-    if isinstance(d, tp) and (tp is bool or not isinstance(d, bool)):
+def _scalar(tp: type, d: Any) -> Any:
+    if type(d) is tp:
         return d
-    raise _fail(where, tp.__name__, d)
+    if tp is float and type(d) is int:
+        return float(d)
+    raise _Bad(_expected(tp.__name__, d))
 
 
-def _list(d: Any, where: str) -> list[Any]:
-    if not isinstance(d, list):
-        raise _fail(where, "a list", d)
+def _list(d: Any) -> list[Any]:
+    if type(d) is not list:
+        raise _Bad(_expected("a list", d))
     return d
 
 
-def _dict(d: Any, where: str) -> dict[str, Any]:
-    if not isinstance(d, dict):
-        raise _fail(where, "an object", d)
+def _dict(d: Any) -> dict[str, Any]:
+    if type(d) is not dict:
+        raise _Bad(_expected("an object", d))
     return d
 
 
-def _fixed_tuple(items: list[Decoder], d: Any, where: str) -> tuple[Any, ...]:
-    values = _list(d, where)
+def _fixed_tuple(items: list[Decoder], d: Any) -> tuple[Any, ...]:
+    values = _list(d)
     if len(values) != len(items):
-        raise _fail(where, f"{len(items)} items", d)
-    return tuple(dec(v, f"{where}[{i}]") for i, (dec, v) in enumerate(zip(items, values,
+        raise _Bad(_expected(f"{len(items)} items", d))
+    return tuple(_step(f"[{i}]", dec, v) for i, (dec, v) in enumerate(zip(items, values,
                                                                           strict=True)))
