@@ -14,6 +14,7 @@ import statistics
 import time
 
 from tessera.model.cluster import ClusterSpec, make_nodes
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, ThreeDParallel
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.oracle import ThroughputOracle
@@ -34,7 +35,7 @@ def _placement(servers: tuple[tuple[str, int], ...], prefix: str) -> Placement:
 def _cluster(servers: tuple[tuple[str, int], ...]) -> ClusterSpec:
     nodes = []
     for k, (f, n) in enumerate(servers):
-        nodes += make_nodes(f, 1, n, start=k)
+        nodes += make_nodes(resolve_flavor(f), 1, n, start=k)
     return ClusterSpec("bench", tuple(nodes))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tessera.model.cluster import ClusterSpec, Node, make_nodes
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, JobState, Workload
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.policy import make_policy
@@ -28,7 +29,7 @@ class ClusterBuilder:
     def node(self, flavor: str, gpus: int, count: int = 1, rack: str | None = None,
              ) -> ClusterBuilder:
         start = self.counters.get(flavor, 0)
-        self.nodes += make_nodes(flavor, count, gpus, start=start, rack=rack)
+        self.nodes += make_nodes(resolve_flavor(flavor), count, gpus, start=start, rack=rack)
         self.counters[flavor] = start + count
         return self
 

@@ -138,9 +138,9 @@ def test_default_exclusive_follows_the_queue() -> None:
     assert not to_live_job(req, "j1", "q", 0.0, queue_shares=True).spec.exclusive
     opted_out = parse_request("name: x\ncommand: 'true'\nexclusive: true\nmemory_gib: 6\n")
     job = to_live_job(opted_out, "j1", "q", 0.0, queue_shares=True)
-    assert job.spec.exclusive and job.spec.extra == {"memory_gib": "6"}
+    assert job.spec.exclusive and job.spec.memory_gib == 6.0 and job.spec.extra == {}
     back = type(job).from_json(job.to_json())
-    assert back.spec.exclusive and back.spec.extra == {"memory_gib": "6"}
+    assert back.spec.exclusive and back.spec.memory_gib == 6.0
 
 
 def test_queue_sharing_must_be_a_boolean(tmp_path: Path) -> None:

@@ -36,7 +36,11 @@ def test_final_states_have_no_exit() -> None:
 @pytest.mark.parametrize(
     ("kw", "match"),
     [({"gpus": 0}, "num_gpus"), ({"steps": 0}, "total_steps"), ({"submit_s": -1}, "negative"),
-     ({"priority_weight": 0}, "priority_weight"), ({"max_retries": -1}, "max_retries")],
+     ({"priority_weight": 0}, "priority_weight"), ({"max_retries": -1}, "max_retries"),
+     ({"memory_gib": 0.0}, "memory_gib must be a positive number of GiB"),
+     ({"batch_size": 0}, "batch_size must be >= 1"),
+     ({"gpu_milli": 1000}, "gpu_milli must be 1-999 on a 1-GPU job"),
+     ({"gpu_milli": 500, "gpus": 2}, "gpu_milli must be 1-999 on a 1-GPU job, got 500 on 2")],
 )
 def test_bad_job_specs(kw: dict[str, float], match: str) -> None:
     with pytest.raises(SpecError, match=match):

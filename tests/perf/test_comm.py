@@ -6,6 +6,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.cluster import Link, LinkKind, make_nodes
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.comm import (
     RingPath,
     allreduce_time_s,
@@ -38,15 +39,16 @@ def test_resnet50_on_10gbe_matches_reference_table() -> None:
 
 
 def test_ring_inside_one_node_uses_intra_link() -> None:
-    (node,) = make_nodes("A100-40GB", 1, 8)
+    (node,) = make_nodes(resolve_flavor("A100-40GB"), 1, 8)
     ring = ring_over_nodes([(node, 8)])
     assert ring.n_workers == 8
     assert ring.bw_gbps == node.intra_link.bw_gbps
 
 
 def test_ring_across_nodes_is_limited_by_slowest_link() -> None:
-    fast = make_nodes("A100-40GB", 1, 8, prefix="a")[0]
-    slow = make_nodes("T4", 1, 4, prefix="t", inter_link=Link.of(LinkKind.ETHERNET))[0]
+    fast = make_nodes(resolve_flavor("A100-40GB"), 1, 8, prefix="a")[0]
+    slow = make_nodes(resolve_flavor("T4"), 1, 4, prefix="t",
+                      inter_link=Link.of(LinkKind.ETHERNET))[0]
     ring = ring_over_nodes([(fast, 8), (slow, 4)])
     assert ring.n_workers == 12
     assert ring.bw_gbps == Link.of(LinkKind.ETHERNET).bw_gbps
@@ -54,8 +56,8 @@ def test_ring_across_nodes_is_limited_by_slowest_link() -> None:
 
 
 def test_single_gpu_on_a_node_does_not_use_its_intra_link() -> None:
-    pcie_node = make_nodes("T4", 1, 4, prefix="t")[0]   # PCIe 12 GB/s inside
-    a = make_nodes("A100-40GB", 1, 8, prefix="a")[0]
+    pcie_node = make_nodes(resolve_flavor("T4"), 1, 4, prefix="t")[0]   # PCIe 12 GB/s inside
+    a = make_nodes(resolve_flavor("A100-40GB"), 1, 8, prefix="a")[0]
     ring = ring_over_nodes([(a, 2), (pcie_node, 1)])
     assert ring.bw_gbps == min(a.inter_link.bw_gbps, a.intra_link.bw_gbps,
                                pcie_node.inter_link.bw_gbps)
@@ -67,7 +69,7 @@ def test_empty_ring_is_an_error() -> None:
 
 
 def test_p2p_and_boundary_link() -> None:
-    a, b = make_nodes("V100", 2, 8)
+    a, b = make_nodes(resolve_flavor("V100"), 2, 8)
     assert boundary_link(a, a) == a.intra_link
     assert boundary_link(a, b) == a.inter_link
     link = Link(LinkKind.INFINIBAND, 10.0, 5.0)

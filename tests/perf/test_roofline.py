@@ -78,9 +78,9 @@ def test_unknown_workload_is_a_clear_error(rl: Roofline) -> None:
 
 
 def test_cost_model_estimates_only_when_asked(cm: CostModel) -> None:
-    fit = cm.fit("imagenet", "H100")
+    fit = cm.fit("imagenet", resolve_flavor("H100"))
     assert fit.estimated and fit.source_flavor.short == "A100-40GB"
-    assert fit.beta_s_per_sample < cm.fit("imagenet", "A100-40GB").beta_s_per_sample
-    assert not cm.fit("imagenet", "V100").estimated
+    assert fit.beta_s_per_sample < cm.fit("imagenet", resolve_flavor("A100-40GB")).beta_s_per_sample
+    assert not cm.fit("imagenet", resolve_flavor("V100")).estimated
     with pytest.raises(NoProfileError, match="profiled flavors"):
-        CostModel().fit("imagenet", "H100")
+        CostModel().fit("imagenet", resolve_flavor("H100"))

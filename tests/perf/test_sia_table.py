@@ -8,6 +8,7 @@ import pytest
 
 from tessera.errors import NoProfileError, SpecError
 from tessera.model.cluster import load_cluster
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.perf.sia import load_sia_profile
 from tessera.perf.sia_table import interpolate_step_time, sia_job_type, sia_throughputs
@@ -21,7 +22,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "data" / "workload"
 
 
 def _mean_step(model: str, flavor: str, placement: str, bsz: int) -> float:
-    p = load_sia_profile(model, flavor)
+    p = load_sia_profile(model, resolve_flavor(flavor))
     ts = [t for pl, b, t in zip(p.placement, p.local_bsz, p.step_time_s, strict=True)
           if pl == placement and b == bsz]
     assert ts, (model, flavor, placement, bsz)
@@ -53,9 +54,9 @@ def test_other_flavors_are_interpolated_between_their_measured_batches() -> None
     assert interpolate_step_time([(10, 1.0), (20, 2.0)], 9) is None
     tb = sia_throughputs()
     a100 = {b for p, b in zip(*(lambda p: (p.placement, p.local_bsz))(
-        load_sia_profile("bert", "A100-40GB")), strict=True) if p == "1"}
+        load_sia_profile("bert", resolve_flavor("A100-40GB"))), strict=True) if p == "1"}
     v100 = {b for p, b in zip(*(lambda p: (p.placement, p.local_bsz))(
-        load_sia_profile("bert", "V100")), strict=True) if p == "1"}
+        load_sia_profile("bert", resolve_flavor("V100"))), strict=True) if p == "1"}
     b = min(v100 - a100)  # a V100 batch the A100 never ran: interpolated there
     lo, hi = max(x for x in a100 if x < b), min(x for x in a100 if x > b)
     rate = tb.throughput(sia_job_type("bert", b), "A100-40GB", 1)
@@ -66,7 +67,7 @@ def test_other_flavors_are_interpolated_between_their_measured_batches() -> None
 def test_a_batch_that_never_fit_has_no_entry() -> None:
     tb = sia_throughputs()
     big = max(int(t.split()[-1].rstrip(")")) for t in tb.job_types() if t.startswith("imagenet"))
-    assert big > load_sia_profile("imagenet", "T4").max_local_bsz
+    assert big > load_sia_profile("imagenet", resolve_flavor("T4")).max_local_bsz
     with pytest.raises(NoProfileError):
         tb.throughput(sia_job_type("imagenet", big), "T4", 1)
 
@@ -87,7 +88,8 @@ def test_tables_by_name_or_path(tmp_path: Path) -> None:
 
 def test_sia_reader_names_jobs_by_application_with_the_sia_table() -> None:
     wl = load_trace(GOLDEN / "sia_small.csv", throughputs=sia_throughputs())
-    apps = [j.extra["application"] for j in wl.jobs]
+    apps = [j.model for j in wl.jobs]
+    assert all(j.batch_size is not None and j.batch_size > 0 for j in wl.jobs)
     assert [j.job_type.split(" ")[0] for j in wl.jobs] == apps
 
 

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tessera.errors import NoProfileError, TraceFormatError, UnknownFlavorError
+from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.perf.memory import GIB, MemoryBudget, TrainingFootprint
 from tessera.perf.sia import load_sia_profile, sia_flavors, sia_models
 from tessera.perf.steptime import CostModel, DeviceCost, fit_linear
@@ -30,7 +31,7 @@ def test_bundled_models_and_flavors() -> None:
 
 
 def test_dgx_and_dgx_ext_merge_into_one_a100_profile() -> None:
-    p = load_sia_profile("imagenet", "A100-40GB")
+    p = load_sia_profile("imagenet", resolve_flavor("A100-40GB"))
     assert len(p.sources) == 2
     assert p.n_rows == 528 + 352
     assert p.max_local_bsz == 800
@@ -38,8 +39,8 @@ def test_dgx_and_dgx_ext_merge_into_one_a100_profile() -> None:
 
 @pytest.mark.skipif(not SHARED_SIA.exists(), reason="shared Sia data not available")
 def test_bundled_copy_equals_shared_data() -> None:
-    a = load_sia_profile("bert", "V100")
-    b = load_sia_profile("bert", "V100", root=SHARED_SIA)
+    a = load_sia_profile("bert", resolve_flavor("V100"))
+    b = load_sia_profile("bert", resolve_flavor("V100"), root=SHARED_SIA)
     assert a.local_bsz == b.local_bsz and a.step_time_s == b.step_time_s
 
 
@@ -55,7 +56,7 @@ def test_reader_uses_header_names(tmp_path: Path, header: str) -> None:
     (tmp_path / "m" / "placements-azure.csv").write_text(
         header + "\n" + ",".join(vals[c] for c in cols) + "\n"
     )
-    p = load_sia_profile("m", "V100", root=tmp_path)
+    p = load_sia_profile("m", resolve_flavor("V100"), root=tmp_path)
     assert (p.placement, p.local_bsz, p.step_time_s, p.sync_time_s) == (("1",), (8,), (0.5,),
                                                                         (0.1,))
 
@@ -64,7 +65,7 @@ def test_reader_reports_missing_column(tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "placements-aws.csv").write_text("placement,local_bsz,step_time\n1,2,3\n")
     with pytest.raises(TraceFormatError, match="sync_time"):
-        load_sia_profile("m", "T4", root=tmp_path)
+        load_sia_profile("m", resolve_flavor("T4"), root=tmp_path)
 
 
 @given(alpha=st.floats(0.0, 1.0), beta=st.floats(1e-5, 0.1))
@@ -91,7 +92,7 @@ def test_fit_linear_keeps_alpha_nonnegative_and_beta_positive() -> None:
 )
 def test_fits_are_good_where_step_time_is_linear(cm: CostModel, model: str, flavor: str,
                                                  min_r2: float) -> None:
-    f = cm.fit(model, flavor)
+    f = cm.fit(model, resolve_flavor(flavor))
     assert f.r2 >= min_r2
     assert f.alpha_s >= 0 and f.beta_s_per_sample > 0
     assert f.rows_used == "single-GPU"
@@ -99,12 +100,14 @@ def test_fits_are_good_where_step_time_is_linear(cm: CostModel, model: str, flav
 
 
 def test_faster_gpu_has_smaller_per_sample_cost(cm: CostModel) -> None:
-    betas = {f: cm.fit("imagenet", f).beta_s_per_sample for f in ("T4", "V100", "A100-40GB")}
-    assert betas["A100-40GB"] < betas["V100"] < betas["T4"]
+    flavors = resolve_flavors(("T4", "V100", "A100-40GB"))
+    betas = {f.short: cm.fit("imagenet", f).beta_s_per_sample for f in flavors}
+    assert betas["A100-40GB"] < betas["V100-16GB"] < betas["T4"]
 
 
 def test_same_silicon_twin_uses_profile_of_its_twin(cm: CostModel) -> None:
-    f80, f40 = cm.fit("bert", "A100-80GB"), cm.fit("bert", "A100-40GB")
+    f80 = cm.fit("bert", resolve_flavor("A100-80GB"))
+    f40 = cm.fit("bert", resolve_flavor("A100-40GB"))
     assert f80.source_flavor.short == "A100-40GB" and f80.flavor.short == "A100-80GB"
     assert (f80.alpha_s, f80.beta_s_per_sample) == (f40.alpha_s, f40.beta_s_per_sample)
 
@@ -120,7 +123,7 @@ def test_same_silicon_twin_uses_profile_of_its_twin(cm: CostModel) -> None:
 def test_missing_data_is_a_clear_error(cm: CostModel, model: str, flavor: str,
                                        error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
-        cm.fit(model, flavor)
+        cm.fit(model, resolve_flavor(flavor))
 
 
 def test_device_cost_accumulation_pays_alpha_per_micro_step() -> None:
@@ -134,9 +137,10 @@ def test_device_cost_accumulation_pays_alpha_per_micro_step() -> None:
 
 
 def test_achieved_flops_are_calibrated_and_below_peak(cm: CostModel) -> None:
-    v100 = cm.achieved_flops_per_s("V100")
+    v100 = cm.achieved_flops_per_s(resolve_flavor("V100"))
     assert 5e12 < v100 < 125e12
-    assert cm.achieved_flops_per_s("H100") > cm.achieved_flops_per_s("A100-40GB")
+    h100, a100 = resolve_flavor("H100"), resolve_flavor("A100-40GB")
+    assert cm.achieved_flops_per_s(h100) > cm.achieved_flops_per_s(a100)
 
 
 def test_gradient_bytes(cm: CostModel) -> None:

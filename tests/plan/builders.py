@@ -19,7 +19,7 @@ def device(flavor: str, alpha_s: float, beta_s: float, cap: int, node: Node) -> 
 
 def node(name: str, flavor: str = "V100", gpus: int = 8,
          inter: LinkKind = LinkKind.INFINIBAND) -> Node:
-    return make_nodes(flavor, 1, gpus, prefix=name, inter_link=Link.of(inter))[0]
+    return make_nodes(resolve_flavor(flavor), 1, gpus, prefix=name, inter_link=Link.of(inter))[0]
 
 
 def compositions(total: int, caps: Sequence[int]) -> Iterator[tuple[int, ...]]:

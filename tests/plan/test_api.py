@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.errors import SpecError
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.plan.api import nodes_for, parse_devices, plan_data_parallel, predict_mixed_throughput
 
 
@@ -21,9 +21,9 @@ def test_nodes_for_packs_each_flavor() -> None:
 
 
 def test_mixed_throughput_beats_either_part_and_respects_bound() -> None:
-    both = predict_mixed_throughput("imagenet", {"V100": 4, "T4": 4})
-    v100 = predict_mixed_throughput("imagenet", {"V100": 4})
-    t4 = predict_mixed_throughput("imagenet", {"T4": 4})
+    both = predict_mixed_throughput("imagenet", parse_devices("V100:4,T4:4"))
+    v100 = predict_mixed_throughput("imagenet", parse_devices("V100:4"))
+    t4 = predict_mixed_throughput("imagenet", parse_devices("T4:4"))
     assert both > max(v100, t4)
     plan = plan_data_parallel("imagenet", parse_devices("V100:4,T4:4"), 4 * 600 + 4 * 200)
     assert both == pytest.approx(plan.throughput_samples_per_s)
@@ -31,11 +31,12 @@ def test_mixed_throughput_beats_either_part_and_respects_bound() -> None:
 
 
 def test_mixed_throughput_with_explicit_batch_and_empty_mix() -> None:
-    assert predict_mixed_throughput("imagenet", {"V100": 0}) == 0.0
-    x = predict_mixed_throughput("cifar10", {"A100-40GB": 2, "RTX-2080Ti": 2}, 2048)
+    v100 = resolve_flavor("V100")
+    assert predict_mixed_throughput("imagenet", {v100: 0}) == 0.0
+    x = predict_mixed_throughput("cifar10", parse_devices("A100-40GB:2,RTX-2080Ti:2"), 2048)
     assert x > 0
     with pytest.raises(SpecError):
-        predict_mixed_throughput("imagenet", {"V100": -1})
+        predict_mixed_throughput("imagenet", {v100: -1})
 
 
 def test_balanced_split_beats_equal_split() -> None:
@@ -44,7 +45,8 @@ def test_balanced_split_beats_equal_split() -> None:
 
     cm = default_cost_model()
     plan = plan_data_parallel("imagenet", parse_devices("A100-40GB:4,T4:4"), 800)
-    equal_compute = max(cm.fit("imagenet", f).step_time_s(100) for f in ("A100-40GB", "T4"))
+    equal_compute = max(cm.fit("imagenet", f).step_time_s(100)
+                        for f in resolve_flavors(("A100-40GB", "T4")))
     assert plan.compute_time_s < equal_compute
 
 

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.goodput import best_batch, packed_placement
 from tessera.perf.sia_table import sia_throughputs
@@ -49,7 +50,7 @@ def test_the_reallocation_factor_matches_hand_values() -> None:
 def _goodput(model: str, batch: int, flavor: str, n: int, per: int) -> float | None:
     e = elastic_range(model, 1, batch)
     try:
-        return best_batch(model, flavor, packed_placement(n, per), 0.0,
+        return best_batch(model, resolve_flavor(flavor), packed_placement(n, per), 0.0,
                           max_batch=e.max_batch_samples,
                           min_batch=e.initial_batch_samples).goodput_samples_per_s
     except Exception:  # an unmeasured or unsplittable configuration is not offered

@@ -112,7 +112,7 @@ def test_cost_model_route_for_jobs_that_name_a_profiled_model() -> None:
     c = make_cluster().node("v100", gpus=4).node("v100-32gb", gpus=4).build()
     o = _oracle(c)
     job = make_job("a", 8, job_type="ResNet-50 (batch size 64)",
-                   extra={"application": "imagenet", "batch_size": "512"})
+                   model="imagenet", batch_size=512)
     pred = o._mixed_rates().predict(job, (("V100-16GB", 4), ("V100-32GB", 4)))
     assert pred.source == "planner cost model (imagenet)"
     # Same silicon on both sides: the planner predicts the anchor's own measured speed.

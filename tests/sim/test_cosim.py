@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from tessera.cli.share import register
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec, load_cluster, make_nodes
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.share.mig import mig_gpu
@@ -39,10 +40,10 @@ CLUSTER = "a100-80gb:16,v100:16"
 
 def _mixed_sizes() -> ClusterSpec:
     nodes = (
-        make_nodes("A100-80GB", 2, 8, prefix="big")
-        + make_nodes("A100-80GB", 3, 4, prefix="mid")
-        + make_nodes("A100-80GB", 2, 2, prefix="small")
-        + make_nodes("V100", 2, 8)
+        make_nodes(resolve_flavor("A100-80GB"), 2, 8, prefix="big")
+        + make_nodes(resolve_flavor("A100-80GB"), 3, 4, prefix="mid")
+        + make_nodes(resolve_flavor("A100-80GB"), 2, 2, prefix="small")
+        + make_nodes(resolve_flavor("V100"), 2, 8)
     )
     return ClusterSpec("mixed-sizes", tuple(nodes))
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tessera.errors import SpecError
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import ElasticRange
 from tessera.perf.efficiency import load_efficiency
 from tessera.perf.profiles import default_throughputs
@@ -74,8 +75,8 @@ def test_an_elastic_minimum_above_the_cluster_is_explained_at_feasibility() -> N
 
 def test_rigid_duration_refuses_what_was_never_measured() -> None:
     with pytest.raises(SpecError, match="outside the profiled range 20-640"):
-        rigid_duration_s("deepspeech2", "V100", 4, 1280)
-    assert rigid_duration_s("deepspeech2", "V100", 4, 320) > 0
+        rigid_duration_s("deepspeech2", resolve_flavor("V100"), 4, 1280)
+    assert rigid_duration_s("deepspeech2", resolve_flavor("V100"), 4, 320) > 0
 
 
 def test_tuned_from_m0_starts_elastic_batches_at_the_models_smallest_validated_batch() -> None:

@@ -60,13 +60,13 @@ def test_fgd_golden(golden: Path) -> None:
     wl = load_trace(golden / "fgd_small.csv")
     by_id = {j.job_id: j for j in wl.jobs}
     assert sorted(by_id) == ["pod-0", "pod-1", "pod-3", "pod-5"]
-    assert by_id["pod-1"].extra["gpu_milli"] == "460"
+    assert by_id["pod-1"].gpu_milli == 460 and "gpu_milli" not in by_id["pod-1"].extra
     assert [f.name for f in by_id["pod-1"].flavors] == ["Tesla-T4"]
     assert by_id["pod-1"].duration_hint_s == 898.0  # deletion - scheduled
     assert [f.short for f in by_id["pod-3"].flavors] == ["V100-16GB", "V100-32GB"]
     assert [f.short for f in by_id["pod-5"].flavors] == ["P100"]  # G2 dropped, raw kept
     assert by_id["pod-5"].extra["gpu_spec"] == "G2|P100"
-    assert "gpu_milli" not in by_id["pod-0"].extra
+    assert by_id["pod-0"].gpu_milli is None
     notes = " | ".join(wl.notes)
     assert "filtered 1 rows: CPU-only" in notes
     assert "filtered 1 rows: never scheduled" in notes
@@ -108,7 +108,7 @@ def test_fgd_real_default_matches_task_mix(shared: Callable[[str], Path]) -> Non
     wl = load_trace("fgd")
     # 8,152 tasks - 1,088 CPU-only - 861 GPU tasks never scheduled
     assert len(wl) == 6203
-    assert sum("gpu_milli" in j.extra for j in wl.jobs) > 2000
+    assert sum(j.gpu_milli is not None for j in wl.jobs) > 2000
     spec = load_trace("fgd-gpuspec33")
     constrained = [j for j in spec.jobs if j.flavors]
     assert len(constrained) > 1000

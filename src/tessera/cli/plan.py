@@ -92,10 +92,10 @@ def plan(
 
     p = plan_data_parallel(model, counts, global_batch, cost_model=cm,
                            gpus_per_node=gpus_per_node, max_micro_steps=max_micro_steps)
-    estimated = sorted({f.short for f in counts if cm.fit(model, f).estimated})
+    estimated = sorted((f for f in counts if cm.fit(model, f).estimated), key=lambda f: f.short)
     if as_json:
         out = _dp_json(model, p)
-        out["estimated"] = estimated
+        out["estimated"] = [f.short for f in estimated]
         typer.echo(json.dumps(out, indent=2))
         return
     typer.echo(f"{model}: global batch {global_batch} over {devices}")
@@ -111,9 +111,9 @@ def plan(
                f"throughputs)  efficiency {p.efficiency:.1%}")
     for d in p.dropped:
         typer.echo(f"dropped {d.count} x {d.flavor.short} on {d.node_id}: {d.reason}")
-    for short in estimated:
-        typer.echo(f"note: {short} has no measured profile of {model}; its step times are "
-                   f"roofline estimates ({cm.fit(model, short).rows_used})")
+    for f in estimated:
+        typer.echo(f"note: {f.short} has no measured profile of {model}; its step times are "
+                   f"roofline estimates ({cm.fit(model, f).rows_used})")
 
 
 def _dp_json(model: str, p: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.errors import SpecError
-from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor, resolve_flavors
 from tessera.model.nodes import (
     DEFAULT_LINK_BW_GBPS,
     DEFAULT_LINK_LATENCY_US,
@@ -263,15 +263,19 @@ def _gavel_108() -> ClusterSpec:
     return parse_compact("v100:36,p100:36,k80:36", 1, name="gavel-108")
 
 
+#: The flavors of the built-in server types below (names resolved once, here).
+_A100_40GB, _V100, _T4, _RTX_2080TI = resolve_flavors(("A100-40GB", "V100", "T4", "RTX-2080Ti"))
+
+
 def _modern_mixed() -> ClusterSpec:
     """A modern mixed cluster (64 GPUs) built from three of the server types Sia profiled: 2
     DGX-A100 (8×A100-40GB), 3 Azure ND40rs_v2 (8×V100), 6 AWS g4dn.12xlarge (4×T4, Ethernet
     between servers). Not the cluster Sia evaluates on (that is ``sia-64``, with RTX 2080 Ti
     servers where this one has V100s)."""
     nodes = (
-        make_nodes("A100-40GB", 2, 8, rack="dgx", cpu_cores=128, mem_gib=1024)
-        + make_nodes("V100", 3, 8, rack="azure", cpu_cores=40, mem_gib=672)
-        + make_nodes("T4", 6, 4, rack="aws", cpu_cores=48, mem_gib=192,
+        make_nodes(_A100_40GB, 2, 8, rack="dgx", cpu_cores=128, mem_gib=1024)
+        + make_nodes(_V100, 3, 8, rack="azure", cpu_cores=40, mem_gib=672)
+        + make_nodes(_T4, 6, 4, rack="aws", cpu_cores=48, mem_gib=192,
                      inter_link=Link.of(LinkKind.ETHERNET, 6.25))
     )
     return ClusterSpec("modern-mixed", tuple(nodes))
@@ -283,10 +287,10 @@ def _sia_64() -> ClusterSpec:
     servers are described as in ``modern-mixed``; Sia gives no host specification for its RTX
     servers, so they get the catalog defaults (PCIe inside, InfiniBand between)."""
     nodes = (
-        make_nodes("T4", 6, 4, rack="aws", cpu_cores=48, mem_gib=192,
+        make_nodes(_T4, 6, 4, rack="aws", cpu_cores=48, mem_gib=192,
                    inter_link=Link.of(LinkKind.ETHERNET, 6.25))
-        + make_nodes("RTX-2080Ti", 3, 8, rack="rtx")
-        + make_nodes("A100-40GB", 2, 8, rack="dgx", cpu_cores=128, mem_gib=1024)
+        + make_nodes(_RTX_2080TI, 3, 8, rack="rtx")
+        + make_nodes(_A100_40GB, 2, 8, rack="dgx", cpu_cores=128, mem_gib=1024)
     )
     return ClusterSpec("sia-64", tuple(nodes))
 

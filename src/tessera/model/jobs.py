@@ -19,6 +19,7 @@ The lifecycle is a table, not scattered ``if``\\ s::
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import NewType
 
@@ -180,6 +181,19 @@ class JobSpec:
         parallelism: how the job splits its work over its gang: ``None`` (the default) for
             data parallel, a :class:`ThreeDParallel` for a tensor × pipeline × data plan (a
             rigid job whose every rank needs at least one sample).
+        memory_gib: the job's per-GPU memory estimate in GiB, ``None`` when it declares none;
+            a packing policy lets two jobs share a GPU only when their estimates fit together
+            (:mod:`tessera.sched.packing`).
+        model: the model's name in the profile catalogs (the planner's cost models, Sia's
+            profiles: ``imagenet``, ``bert``), when the trace names one; mixed-flavor
+            policies read it to predict a gang's speed (:mod:`tessera.sched.mixed`).
+        batch_size: the global batch (samples per step over the gang) the trace records,
+            ``None`` when it records none.
+        gpu_milli: the share of one GPU a fractional task asks for, in thousandths (1-999;
+            ``None``: whole GPUs). Only 1-GPU jobs are fractional.
+        extra: trace columns kept verbatim (strings) for writers and reports, such as Gavel's
+            launch command or FGD's QoS class. No decision reads them: anything a decision
+            needs is a typed field above, parsed and checked where the job enters.
     """
 
     job_id: JobId
@@ -197,6 +211,10 @@ class JobSpec:
     elastic: ElasticRange | None = None
     exclusive: bool = False
     parallelism: ThreeDParallel | None = None
+    memory_gib: float | None = None
+    model: str | None = None
+    batch_size: int | None = None
+    gpu_milli: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -212,6 +230,7 @@ class JobSpec:
             raise SpecError(f"job {self.job_id}: priority_weight must be > 0")
         if self.max_retries < 0:
             raise SpecError(f"job {self.job_id}: max_retries must be >= 0")
+        self._check_typed_fields()
         e = self.elastic
         p3 = self.parallelism
         if p3 is not None and (e is not None or p3.global_batch_samples < self.num_gpus):
@@ -225,6 +244,19 @@ class JobSpec:
                 f"job {self.job_id}: asks for {self.num_gpus} GPUs, outside its elastic range "
                 f"{e.min_gpus}-{e.max_gpus}"
             )
+
+    def _check_typed_fields(self) -> None:
+        """The optional typed attributes: a memory estimate, a batch, a GPU share."""
+        m = self.memory_gib
+        if m is not None and not 0 < m < math.inf:
+            raise SpecError(f"job {self.job_id}: memory_gib must be a positive number of GiB, "
+                            f"got {m!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise SpecError(f"job {self.job_id}: batch_size must be >= 1, got {self.batch_size}")
+        milli = self.gpu_milli
+        if milli is not None and (not 1 <= milli <= 999 or self.num_gpus != 1):
+            raise SpecError(f"job {self.job_id}: gpu_milli must be 1-999 on a 1-GPU job, got "
+                            f"{milli} on {self.num_gpus} GPU(s)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass
 
 from tessera.errors import SpecError
-from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.gpus import GpuFlavor
 
 
 class LinkKind(enum.StrEnum):
@@ -97,7 +97,7 @@ class Node:
 
 
 def make_nodes(
-    flavor: GpuFlavor | str,
+    flavor: GpuFlavor,
     count: int,
     gpus: int,
     *,
@@ -111,7 +111,7 @@ def make_nodes(
     inter_link: Link | None = None,
 ) -> list[Node]:
     """Build ``count`` identical nodes of ``gpus`` GPUs each."""
-    f = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+    f = flavor
     if count < 0 or gpus < 0:
         raise SpecError(f"node group {f.short}: count and gpus must be >= 0")
     pfx = prefix or f.short.lower()

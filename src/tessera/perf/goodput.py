@@ -36,7 +36,7 @@ ends: where the step-time interpolation is exact; between two measured batches g
 smooth, so this is a fine grid (a search, not a closed form: Pollux optimises the same
 function numerically).
 
->>> est = best_batch("cifar10", "V100", (4,), progress_samples=0.0)
+>>> est = best_batch("cifar10", resolve_flavor("V100"), (4,), progress_samples=0.0)
 >>> est.config.accumulation_steps, est.efficiency <= 1.0
 (1, True)
 """
@@ -54,7 +54,7 @@ import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 
 from tessera.errors import NoProfileError, SpecError, TraceFormatError
-from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.perf.efficiency import EfficiencyProfile, load_efficiency
 from tessera.perf.sia import SIA_SUFFIX_FLAVOR, load_sia_profile, model_dir
 from tessera.perf.sia_table import interpolate_step_time
@@ -234,17 +234,16 @@ class ScaledSteps:
         return got
 
 
-def load_step_times(model: str, flavor: str | GpuFlavor,
+def load_step_times(model: str, flavor: GpuFlavor,
                     root: str | Path | None = None) -> StepTimes:
     """The placement profiles of ``model`` on ``flavor`` as :class:`StepTimes` (cached), with
     its scalability rows for placements beyond them (:class:`ScaledSteps`)."""
-    fl = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
-    return _step_times(model, fl.name, None if root is None else str(root))
+    return _step_times(model, flavor, None if root is None else str(root))
 
 
 @lru_cache(maxsize=128)
-def _step_times(model: str, flavor_name: str, root: str | None) -> StepTimes:
-    prof = load_sia_profile(model, flavor_name, root)
+def _step_times(model: str, flavor: GpuFlavor, root: str | None) -> StepTimes:
+    prof = load_sia_profile(model, flavor, root)
     acc: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     grouped: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
     for p, b, st, sy in zip(prof.placement, prof.local_bsz, prof.step_time_s, prof.sync_time_s,
@@ -259,14 +258,14 @@ def _step_times(model: str, flavor_name: str, root: str | None) -> StepTimes:
         )
         for key, by_b in acc.items()
     }
-    scale = _scalability_rows(model, flavor_name, root)
+    scale = _scalability_rows(model, flavor, root)
     cloud = tuple((n, r, b, sum(s for s, _ in v) / len(v), sum(y for _, y in v) / len(v))
                   for (n, r, b), v in sorted(grouped.items())) + scale
     return StepTimes(model, prof.flavor, points, ScaledSteps(cloud, scale) if scale else None)
 
 
-def _scalability_rows(model: str, flavor_name: str, root: str | None) -> tuple[ScaleRow, ...]:
-    """The rows of ``model``'s ``scalability-<suffix>.csv`` files of ``flavor_name`` (columns
+def _scalability_rows(model: str, flavor: GpuFlavor, root: str | None) -> tuple[ScaleRow, ...]:
+    """The rows of ``model``'s ``scalability-<suffix>.csv`` files of ``flavor`` (columns
     read by header; rows with a non-positive step time skipped, as for placements)."""
     out: list[ScaleRow] = []
     for f in sorted(model_dir(model, root).iterdir(), key=lambda f: f.name):
@@ -274,8 +273,7 @@ def _scalability_rows(model: str, flavor_name: str, root: str | None) -> tuple[S
         if not (name.startswith("scalability-") and name.endswith(".csv")):
             continue
         suffix = name[len("scalability-"):-len(".csv")]
-        if suffix not in SIA_SUFFIX_FLAVOR or resolve_flavor(
-                SIA_SUFFIX_FLAVOR[suffix]).name != flavor_name:
+        if SIA_SUFFIX_FLAVOR.get(suffix) != flavor:
             continue
         for line, row in enumerate(csv.DictReader(f.read_text().splitlines()), start=2):
             try:
@@ -302,7 +300,7 @@ def estimate(times: StepTimes, efficiency: EfficiencyProfile, placement: Placeme
     return GoodputEstimate(config, t, tput, eff, tput * eff)
 
 
-def goodput(model: str, flavor: str | GpuFlavor, placement: Placement, global_batch: float,
+def goodput(model: str, flavor: GpuFlavor, placement: Placement, global_batch: float,
             progress_samples: float, root: str | Path | None = None) -> GoodputEstimate:
     """:func:`estimate` for a model by name, from the bundled profiles by default."""
     return estimate(load_step_times(model, flavor, root), load_efficiency(model, root),
@@ -325,7 +323,7 @@ def candidate_batches(times: StepTimes, placement: Placement, min_batch: float,
     return tuple(sorted(out))
 
 
-def best_batch(model: str, flavor: str | GpuFlavor, placement: Placement,
+def best_batch(model: str, flavor: GpuFlavor, placement: Placement,
                progress_samples: float, max_batch: float | None = None,
                root: str | Path | None = None, min_batch: float | None = None,
                ) -> GoodputEstimate:
@@ -355,7 +353,7 @@ class BatchOption:
     iteration_time_s: float
 
 
-def batch_options(model: str, flavor: str | GpuFlavor, placement: Placement,
+def batch_options(model: str, flavor: GpuFlavor, placement: Placement,
                   max_batch: float | None = None, root: str | Path | None = None,
                   min_batch: float | None = None) -> tuple[BatchOption, ...]:
     """The batches :func:`best_batch` weighs on this configuration, with their iteration times

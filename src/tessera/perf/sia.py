@@ -35,14 +35,11 @@ from pathlib import Path
 from tessera.errors import NoProfileError, TraceFormatError
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 
-#: Sia GPU suffix -> flavor (hardware named in Sia's simulator_config.py).
-SIA_SUFFIX_FLAVOR: dict[str, str] = {
-    "aws": "T4",
-    "azure": "V100-16GB",
-    "dgx": "A100-40GB",
-    "dgx-ext": "A100-40GB",
-    "rtx": "RTX-2080Ti",
-    "quad": "RTX-6000",
+#: Sia GPU suffix -> flavor (hardware named in Sia's simulator_config.py), resolved once here.
+SIA_SUFFIX_FLAVOR: dict[str, GpuFlavor] = {
+    suffix: resolve_flavor(name) for suffix, name in (
+        ("aws", "T4"), ("azure", "V100-16GB"), ("dgx", "A100-40GB"), ("dgx-ext", "A100-40GB"),
+        ("rtx", "RTX-2080Ti"), ("quad", "RTX-6000"))
 }
 
 #: GPUs per server of each profiled flavor in Sia's hardware (g4dn.12xlarge 4, ND40rs_v2 8,
@@ -137,7 +134,7 @@ def _flavors_of(files: dict[str, Traversable]) -> tuple[GpuFlavor, ...]:
     seen: dict[str, GpuFlavor] = {}
     for suffix in sorted(files):
         if suffix in SIA_SUFFIX_FLAVOR:
-            f = resolve_flavor(SIA_SUFFIX_FLAVOR[suffix])
+            f = SIA_SUFFIX_FLAVOR[suffix]
             seen.setdefault(f.name, f)
     return tuple(seen.values())
 
@@ -157,27 +154,21 @@ def model_dir(model: str, root: str | Path | None = None) -> Traversable:
 
 
 def load_sia_profile(
-    model: str, flavor: str | GpuFlavor, root: str | Path | None = None
+    model: str, flavor: GpuFlavor, root: str | Path | None = None
 ) -> SiaProfile:
     """Every measured row of ``model`` on ``flavor``, merged over all files for that flavor.
 
     Raises:
         NoProfileError: the model or the (model, flavor) pair was never measured; the message
             lists what exists.
-        UnknownFlavorError: ``flavor`` is not a known GPU name.
     """
-    fl = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
-    return _load_cached(model, fl.name, None if root is None else str(root))
+    return _load_cached(model, flavor, None if root is None else str(root))
 
 
 @lru_cache(maxsize=128)
-def _load_cached(model: str, flavor_name: str, root: str | None) -> SiaProfile:
+def _load_cached(model: str, fl: GpuFlavor, root: str | None) -> SiaProfile:
     files = _suffix_files(model_dir(model, root))
-    picked = [
-        (s, f) for s, f in sorted(files.items())
-        if s in SIA_SUFFIX_FLAVOR and resolve_flavor(SIA_SUFFIX_FLAVOR[s]).name == flavor_name
-    ]
-    fl = resolve_flavor(flavor_name)
+    picked = [(s, f) for s, f in sorted(files.items()) if SIA_SUFFIX_FLAVOR.get(s) == fl]
     if not picked:
         have = ", ".join(f.short for f in _flavors_of(files)) or "none"
         raise NoProfileError(

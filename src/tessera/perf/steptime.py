@@ -45,9 +45,10 @@ from tessera.perf.roofline import RESNET50_TRAIN_FLOPS, Roofline
 from tessera.perf.sia import SiaProfile, load_sia_profile, sia_flavors, sia_models
 
 #: Flavor -> profiled flavor built on the same GPU chip (only memory differs).
-SAME_SILICON: dict[str, str] = {
-    "NVIDIA-A100-SXM4-80GB": "NVIDIA-A100-SXM4-40GB",
-    "Tesla-V100-SXM2-32GB": "Tesla-V100-SXM2-16GB",
+SAME_SILICON: dict[GpuFlavor, GpuFlavor] = {
+    resolve_flavor(twin): resolve_flavor(source) for twin, source in (
+        ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-SXM4-40GB"),
+        ("Tesla-V100-SXM2-32GB", "Tesla-V100-SXM2-16GB"))
 }
 
 #: Parameters of the Sia/Pollux workloads (architecture of each, from the Pollux paper's
@@ -234,8 +235,7 @@ class CostModel:
         """Flavors with data for ``model``, including same-silicon twins."""
         self._check_model(model)
         direct = sia_flavors(model, self._root)
-        names = {f.name for f in direct}
-        twins = tuple(resolve_flavor(t) for t, src in SAME_SILICON.items() if src in names)
+        twins = tuple(t for t, src in SAME_SILICON.items() if src in direct)
         return direct + twins
 
     def _check_model(self, model: str) -> None:
@@ -246,18 +246,17 @@ class CostModel:
             raise NoProfileError(f"no profile for model {model!r}; known models: "
                                  f"{', '.join(self.models())}")
 
-    def fit(self, model: str, flavor: str | GpuFlavor) -> StepTimeFit:
+    def fit(self, model: str, flavor: GpuFlavor) -> StepTimeFit:
         """The step-time fit of ``model`` on ``flavor``.
 
         Raises:
             NoProfileError: no data for the model, or for the flavor (message lists what exists).
-            UnknownFlavorError: the flavor name is not in the catalog.
         """
-        fl = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+        fl = flavor
         key = (model, fl.name)
         if key not in self._fits:
             self._check_model(model)
-            source = resolve_flavor(SAME_SILICON.get(fl.name, fl.name))
+            source = SAME_SILICON.get(fl, fl)
             measured = {f.name for f in sia_flavors(model, self._root)}
             if source.name not in measured:
                 if self._estimate:
@@ -292,7 +291,7 @@ class CostModel:
             max_local_bsz=cap, estimated=True,
             rows_used=f"roofline estimate from {ref.short} ({speedup:.2f}x its speed)")
 
-    def device_cost(self, model: str, flavor: str | GpuFlavor) -> DeviceCost:
+    def device_cost(self, model: str, flavor: GpuFlavor) -> DeviceCost:
         f = self.fit(model, flavor)
         return DeviceCost(f.flavor, f.alpha_s, f.beta_s_per_sample, f.max_local_bsz)
 
@@ -306,14 +305,14 @@ class CostModel:
     def allreduce_s(self, model: str, ring: RingPath) -> float:
         return allreduce_time_s(self.gradient_bytes(model), ring)
 
-    def achieved_flops_per_s(self, flavor: str | GpuFlavor) -> float:
+    def achieved_flops_per_s(self, flavor: GpuFlavor) -> float:
         """Training FLOP/s a flavor sustains, calibrated on the ResNet-50 (``imagenet``) profile.
 
         ``RESNET50_TRAIN_FLOPS / β`` for profiled flavors. Other flavors get their peak tensor
         (or FP32) rate times the median achieved/peak ratio of the profiled ones. Used to time
         layer-wise model descriptions, for which no profile exists.
         """
-        fl = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+        fl = flavor
         try:
             return RESNET50_TRAIN_FLOPS / self.fit("imagenet", fl).beta_s_per_sample
         except NoProfileError:

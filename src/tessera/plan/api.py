@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
 from tessera.model.cluster import Link, Node
-from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.perf.steptime import CostModel
 from tessera.plan.breakdown import StepBreakdown, breakdown
 from tessera.plan.devices import default_cost_model as default_cost_model
@@ -77,7 +77,7 @@ def plan_data_parallel(
 
 
 def predict_mixed_throughput(
-    model: str, devices_by_flavor: Mapping[str, int] | Mapping[GpuFlavor, int],
+    model: str, devices_by_flavor: Mapping[GpuFlavor, int],
     global_bsz: int | None = None, *, cost_model: CostModel | None = None,
     gpus_per_node: int = 8, max_micro_steps: int = DEFAULT_MAX_MICRO_STEPS,
 ) -> float:
@@ -87,7 +87,8 @@ def predict_mixed_throughput(
 
     Args:
         model: a model the cost model knows.
-        devices_by_flavor: flavor (name or object) → GPU count.
+        devices_by_flavor: flavor → GPU count (names are resolved where they enter:
+            :func:`tessera.plan.devices.parse_devices`).
         global_bsz: samples per step; by default the most the devices hold in one pass
             (every device at its memory cap), which is where a linear step time is fastest.
         cost_model: defaults to the bundled Sia profiles.
@@ -96,8 +97,7 @@ def predict_mixed_throughput(
     """
     cm = cost_model or default_cost_model()
     counts: dict[GpuFlavor, int] = {}
-    for f, n in devices_by_flavor.items():
-        fl = resolve_flavor(f) if isinstance(f, str) else f
+    for fl, n in devices_by_flavor.items():
         if n < 0:
             raise SpecError(f"negative GPU count for {fl.short}")
         if n:

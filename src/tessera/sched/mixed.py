@@ -16,7 +16,7 @@ sits just under the sum-of-throughputs bound ``Σ_f n_f · r_f(N) / N``; for a h
 it is exactly ``r_f(N)``.
 
 **From the planner's cost model** (jobs that name a model the Sia/Pollux profiles cover, in
-``JobSpec.extra["model"]`` or ``["application"]``, on flavors those profiles cover). The
+``JobSpec.model``, on flavors those profiles cover). The
 planner plans the gang with fitted ``t(b) = α + β·b`` step times, memory caps and the ring
 all-reduce, dropping GPUs that would slow it. Its prediction is a ratio against the same plan
 on N GPUs of the *anchor* flavor (the flavor of the mix with most GPUs, fastest on ties), and
@@ -58,8 +58,6 @@ SpreadRate = Callable[[JobSpec, str], float]
 
 _BATCH_RE = re.compile(r"\(batch size (\d+)\)")
 _DEFAULT_LOCAL_BATCH = 32
-MODEL_KEYS: tuple[str, ...] = ("model", "application")
-"""``JobSpec.extra`` keys that may name a planner model (the Sia reader sets ``application``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +83,8 @@ def local_batch_of(job: JobSpec) -> int:
 
 def planner_model(job: JobSpec, cost_model: CostModel) -> str | None:
     """The planner model a job names, if the cost model knows it."""
-    known = cost_model.models()
-    for key in MODEL_KEYS:
-        name = job.extra.get(key)
-        if name and name in known:
-            return name
-    return None
+    name = job.model
+    return name if name and name in cost_model.models() else None
 
 
 def _split_step_s(costs: list[DeviceCost], global_bsz: int, grad_bytes: float,
@@ -200,8 +194,8 @@ class MixedRates:
         anchor = max(mix, key=lambda fn: (fn[1], rates[fn[0]]))[0]
         per_node = self._gpus_per_node
         try:
-            costs = {f: cm.device_cost(model, f) for f, _n in mix}
-            batch = int(job.extra.get("batch_size", 0)) or local_batch_of(job) * job.num_gpus
+            costs = {f: cm.device_cost(model, self._flavor_of(f)) for f, _n in mix}
+            batch = job.batch_size or local_batch_of(job) * job.num_gpus
             grad = cm.gradient_bytes(model)
             mixed_costs = [costs[f] for f, n in mix for _ in range(n)]
             mixed_nodes = [g for _f, n in mix for g in _node_sizes(n, per_node)]

@@ -12,7 +12,7 @@ each refusal with its reason:
    same GPUs; mixed-flavor gangs never share.
 3. **Measured pair.** The pair has a positive measurement on that flavor at that gang size;
    nothing is guessed.
-4. **Memory fits.** When both jobs declare a memory estimate (``extra["memory_gib"]``, per
+4. **Memory fits.** When both jobs declare a memory estimate (``JobSpec.memory_gib``, per
    GPU) the two must fit in the GPU's memory together. Without estimates, the measurement is
    the evidence: Gavel's profiler ran the pair on that GPU, so it fit.
 5. **Pairs only.** A host shares with one partner (that is all that was measured).
@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
@@ -43,10 +42,6 @@ from tessera.sched.snapshot import JobView, Placement
 if TYPE_CHECKING:
     from tessera.sched.policy import Ranking
 
-MEMORY_KEY = "memory_gib"
-"""``JobSpec.extra`` key of a job's per-GPU memory estimate, in GiB."""
-
-
 @dataclass(frozen=True, slots=True)
 class Packed:
     """The outcome of :func:`colocate`: every placement after packing, and a note per job
@@ -54,24 +49,6 @@ class Packed:
 
     placements: dict[JobId, Placement]
     notes: dict[JobId, str]
-
-
-def memory_gib(spec: JobSpec) -> float | None:
-    """A job's declared per-GPU memory estimate, ``None`` when it declares none.
-
-    Raises:
-        SpecError: the estimate is not a positive number.
-    """
-    raw = spec.extra.get(MEMORY_KEY)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SpecError(f"job {spec.job_id}: {MEMORY_KEY}={raw!r} is not a number") from None
-    if not value > 0:
-        raise SpecError(f"job {spec.job_id}: {MEMORY_KEY} must be > 0, got {raw!r}")
-    return value
 
 
 def may_share(
@@ -88,7 +65,7 @@ def may_share(
     rates = pair_rates(table, host, partner, flavor)
     if isinstance(rates, PairRefusal):
         return rates
-    mem_h, mem_p = memory_gib(host), memory_gib(partner)
+    mem_h, mem_p = host.memory_gib, partner.memory_gib
     if mem_h is not None and mem_p is not None:
         cap = cluster.flavor(flavor).mem_gib
         if mem_h + mem_p > cap:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tessera.errors import SpecError
-from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ElasticRange, Workload
 from tessera.perf.efficiency import NoEfficiencyDataError, load_efficiency
 from tessera.perf.goodput import load_step_times, packed_placement
@@ -80,7 +80,7 @@ def elastic_or_rigid(
 
 
 def rigid_duration_s(
-    model: str, flavor: str | GpuFlavor, num_gpus: int, batch_samples: int,
+    model: str, flavor: GpuFlavor, num_gpus: int, batch_samples: int,
     root: str | Path | None = None,
 ) -> float:
     """Seconds to the target for a job run alone on ``num_gpus`` GPUs of ``flavor`` at a fixed
@@ -90,7 +90,7 @@ def rigid_duration_s(
         SpecError: no validation curve at ``batch_samples``, or the batch cannot be split.
         NoProfileError: the model, flavor or placement was never measured.
     """
-    fl = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+    fl = flavor
     steps = load_efficiency(model, root).rigid_steps(batch_samples)
     times = load_step_times(model, fl, root)
     placement = packed_placement(num_gpus, SIA_SERVER_GPUS.get(fl.short, 8))

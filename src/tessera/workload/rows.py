@@ -87,6 +87,13 @@ class JobRow:
     slo_factor: float | None = None
     flavors: tuple[GpuFlavor, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
+    """Trace columns kept verbatim (``JobSpec.extra``: no decision reads them)."""
+    model: str | None = None
+    """The model's name in the profile catalogs (``JobSpec.model``)."""
+    batch_size: int | None = None
+    """The trace's global batch (``JobSpec.batch_size``)."""
+    gpu_milli: int | None = None
+    """A fractional 1-GPU task's share of its GPU, 1-999 (``JobSpec.gpu_milli``)."""
     elastic: ElasticRange | None = None
     """The job's GPU and batch range when it is elastic (``JobSpec.elastic``)."""
     source: str | None = None
@@ -230,6 +237,9 @@ def build_workload(
                 slo_factor=r.slo_factor,
                 duration_hint_s=duration,
                 elastic=r.elastic,
+                model=r.model,
+                batch_size=r.batch_size,
+                gpu_milli=r.gpu_milli,
                 extra=r.extra,
             )
         )

@@ -86,7 +86,7 @@ from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
 from tessera.sched.lp import LpSolver
-from tessera.sched.packing import MEMORY_KEY, may_share
+from tessera.sched.packing import may_share
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
 from tessera.sched.policy import POLICIES, PolicyContext, Ranking
@@ -180,7 +180,7 @@ class HeteroPack(HeteroGittins):
             now_on = p.flavor if p is not None else None
             shared = bool(p is not None and p.colocated_with)
             octave = self._octave_left(ctx, j)
-            key = (spec.job_type, spec.num_gpus, spec.flavors, spec.extra.get(MEMORY_KEY),
+            key = (spec.job_type, spec.num_gpus, spec.flavors, spec.memory_gib,
                    spec.exclusive, jid in hosts, now_on, shared, octave)
             g = keys.get(key)
             if g is None:
@@ -308,7 +308,7 @@ class HeteroPack(HeteroGittins):
               partner: JobSpec, flavor: str) -> PairRates | None:
         """:func:`~tessera.sched.packing.may_share` for jobs without declared memory (cached
         per job kind), or for any pair with memory declared (not cached)."""
-        if MEMORY_KEY in host.extra or MEMORY_KEY in partner.extra:
+        if host.memory_gib is not None or partner.memory_gib is not None:
             got = may_share(table, cluster, host, partner, flavor)
             return None if isinstance(got, PairRefusal) else got
         key = (host.job_type, partner.job_type, host.num_gpus, partner.num_gpus, flavor,

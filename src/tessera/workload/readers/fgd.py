@@ -11,8 +11,8 @@ Conversions:
 * **duration** -- ``deletion_time - scheduled_time``: the time the task held its GPU. Tasks still
   running at the end of the trace are cut at the trace end, as upstream records them.
 * **fractional GPUs** -- a task with ``gpu_milli < 1000`` is a 1-GPU job with
-  ``extra["gpu_milli"]`` set (``JobSpec`` counts whole GPUs; the sharing layer reads the share).
-  ``cpu_milli``, ``memory_mib``, ``qos`` and ``pod_phase`` are also kept in ``extra``.
+  ``JobSpec.gpu_milli`` set (``JobSpec`` counts whole GPUs; the sharing layer reads the share).
+  ``cpu_milli``, ``memory_mib``, ``qos`` and ``pod_phase`` are kept verbatim in ``extra``.
 * **GPU-type constraints** -- each model in ``gpu_spec`` is mapped to a catalog flavor
   (:data:`FGD_GPU_MODELS`: V100M16 → V100-16GB, V100M32 → V100-32GB, P100, T4, A10; any catalog
   name or alias is accepted too). ``G1``/``G2``/``G3`` are GPU models Alibaba did not disclose;
@@ -126,13 +126,11 @@ def _parse_row(line: int, cols: dict[str, int], f: list[str], ctx: ReadContext) 
     if not job_id:
         raise RowError("name", "empty task name")
     extra = {k: f[cols[k]].strip() for k in KEPT if k in cols and f[cols[k]].strip()}
-    if num_gpus == 1 and milli < 1000:
-        extra["gpu_milli"] = str(milli)
-    elif num_gpus > 1 and milli != 1000:
+    if num_gpus > 1 and milli != 1000:
         raise RowError("gpu_milli", f"multi-GPU tasks use whole GPUs (1000), got {milli}")
     return JobRow(
         line, job_id, created, num_gpus, duration_s=deleted - scheduled, flavors=flavors,
-        extra=extra,
+        extra=extra, gpu_milli=milli if milli < 1000 else None,
     )
 
 
@@ -147,10 +145,10 @@ def read_fgd(path: Path, ctx: ReadContext, name: str) -> Workload:
             continue
         if row is not None:
             rows.append(row)
-    fractional = sum(1 for r in rows if "gpu_milli" in r.extra)
+    fractional = sum(1 for r in rows if r.gpu_milli is not None)
     constrained = sum(1 for r in rows if r.flavors)
     ctx.notes.append(
-        f"{fractional} fractional-GPU tasks (extra['gpu_milli']); "
+        f"{fractional} fractional-GPU tasks (gpu_milli < 1000); "
         f"{constrained} tasks with a GPU-type constraint"
     )
     return build_workload(rows, ctx, name)

@@ -26,7 +26,8 @@ carries **no duration**. Tessera derives the job type and the work by documented
   its rigid baselines. So every job whose model has efficiency data gets an
   :class:`~tessera.model.jobs.ElasticRange` (1 GPU up to the batch-limited maximum, batch from
   ``batch_size`` to the largest profiled one; rigid policies ignore it).
-* ``application`` and ``batch_size`` are kept in ``JobSpec.extra``; queue is ``default``.
+* ``application`` and ``batch_size`` become ``JobSpec.model`` and ``JobSpec.batch_size``;
+  queue is ``default``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tessera.errors import NoProfileError, SpecError
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import ElasticRange, Workload
 from tessera.perf.profiles import ThroughputTable
 from tessera.workload.csvio import iter_csv
@@ -96,7 +98,7 @@ def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
     """Read one Sia workload file (see the module docstring for the rules)."""
     rows: list[JobRow] = []
     families = _family_batches(ctx.throughputs)
-    flavor = ctx.throughputs.reference_flavor
+    flavor = resolve_flavor(ctx.throughputs.reference_flavor)
     durations: dict[tuple[str, int, int], float] = {}
     ranges: dict[tuple[str, int, int], ElasticRange | None] = {}
     notes: set[str] = set()
@@ -131,7 +133,7 @@ def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
                 line, job_id, submit, replicas,
                 duration_s=durations[key],
                 job_type=job_type,
-                extra={"application": app, "batch_size": str(batch)},
+                model=app, batch_size=batch,
                 elastic=ranges[key],
             )
         )

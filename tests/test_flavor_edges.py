@@ -1,0 +1,77 @@
+"""A flavor name is resolved where it enters Tessera, and only there.
+
+``resolve_flavor``/``resolve_flavors`` turn a name into a catalog :class:`GpuFlavor`. Below the
+edge -- readers, cluster files, the request, the store, the CLI, built-in data tables -- code
+holds flavors, so a call anywhere else means a string travelled past the edge. ``EDGES`` lists
+the modules where names enter; ``NOT_YET`` the modules that still resolve a name below the edge
+because ``Placement.flavor``, ``Ranking`` candidates and ``FreeGpus`` keys are still short-name
+strings (issue 31, part 2). ``NOT_YET`` may only shrink: the test fails on a new module that
+resolves names, and on an entry that no longer does (so the list stays exact).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tessera"
+
+#: Modules where a name enters: trace readers, cluster descriptions, the job request and the
+#: store, the CLI's arguments, a device's own name, and the tables of names that come with
+#: bundled data (resolved once, at import).
+EDGES = frozenset({
+    "cli/simulate.py",            # --flavors
+    "live/jobcodec.py",           # the store's rows
+    "live/jobcodec_v1.py",        # the store's rows of the first format
+    "live/request.py",            # the API's and YAML's flavors
+    "live/spec.py",               # the request → the core's JobSpec
+    "model/cluster.py",           # cluster files, compact strings, trace machine lists, presets
+    "model/jobs.py",              # JobSpec accepts names at construction (readers, tests)
+    "perf/goodput.py",            # a docstring example
+    "perf/profiles.py",           # Gavel's worker names in its throughput file (its lookups
+                                  # also still take short names: placements hold strings)
+    "perf/roofline.py",           # published measurements, chip twins
+    "perf/sia.py",                # Sia's file suffixes
+    "perf/sia_table.py",          # the table's reference flavor and twins
+    "perf/steptime.py",           # same-silicon twins
+    "plan/devices.py",            # --devices A100:4,T4:4
+    "sched/policies/gavel_mechanism.py",  # Gavel's worker type names
+    "train/devices.py",           # the name torch reports for a device
+    "workload/readers/fgd.py",    # gpu_spec
+    "workload/readers/sia.py",    # the table's reference flavor
+})
+
+#: Below the edge, until placements, rankings and free-GPU books hold flavors.
+NOT_YET = frozenset({
+    "live/executors/ray_cluster.py",  # a placement's short name → Ray's accelerator type
+    "sched/elastic_goodput.py",       # a placement's short name → its flavor
+    "sched/plans.py",                 # a gang shape's short names → flavors
+    "share/mig.py",                   # the services file's gpu name, resolved late
+    "sim/cosim.py",                   # the same
+    "sim/reservation.py",             # the same
+})
+
+_CALL = re.compile(r"\bresolve_flavors?\(")
+
+
+def _resolving_modules() -> set[str]:
+    out = set()
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        if rel != "model/gpus.py" and _CALL.search(path.read_text()):
+            out.add(rel)
+    return out
+
+
+def test_names_are_resolved_only_at_edges() -> None:
+    found = _resolving_modules()
+    new = sorted(found - EDGES - NOT_YET)
+    assert not new, ("these modules resolve flavor names below the edge; take a GpuFlavor "
+                     f"instead (or, for a real edge, add it to EDGES): {new}")
+
+
+def test_the_lists_stay_exact() -> None:
+    found = _resolving_modules()
+    gone = sorted((EDGES | NOT_YET) - found)
+    assert not gone, f"no longer resolve names: remove them from the lists: {gone}"
+    assert not EDGES & NOT_YET
