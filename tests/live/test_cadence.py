@@ -12,7 +12,7 @@ from pathlib import Path
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tests.live.helpers import make_service
 
 ADMIN = Principal("admin", None)

@@ -18,10 +18,10 @@ import numpy as np
 
 from tessera.model.jobs import JobId
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import PolicyContext, make_policy
 from tessera.sched.gavel import RoundState, Shares
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policies.gavel_lp import _Gathered, _Rows
-from tessera.sched.policy import PolicyContext, make_policy
+from tessera.sched.gavel.lp_policy import _Gathered, _Rows
 from tests.builders import make_cluster, make_job, snapshot, view
 
 A3C = "A3C"  # runs on both flavors with 1 GPU, on neither with 4 (not profiled)

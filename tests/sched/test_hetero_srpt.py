@@ -9,13 +9,13 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import make_policy
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_gittins import _gittins_remaining, _prior_quantiles
-from tessera.sched.policy import make_policy
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload, snapshot, view
@@ -142,7 +142,7 @@ def test_same_inputs_same_ranking() -> None:
 def test_a_failed_matching_lp_is_reported_not_silent(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the completion-rate matching LP fails, the greedy order is kept and the ranking
     says so in its fallbacks (the simulator counts them into the run's notes)."""
-    from tessera.sched.lp import LpSolver, SolverError
+    from tessera.sched.core.lp import LpSolver, SolverError
     from tessera.sched.policies import hetero_srpt
 
     def fail(*a: object, **k: object) -> None:

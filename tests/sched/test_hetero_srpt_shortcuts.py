@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.sched.lp import LpSolver
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
-from tessera.sched.snapshot import Placement
 from tessera.sim.config import FailureConfig, SimConfig
 from tests.builders import busy_simulator, make_job, view
 

@@ -12,12 +12,12 @@ from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
 from tessera.perf.profiles import ThroughputTable, default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.packing import check_pair, colocate, may_share, memory_gib
-from tessera.sched.policy import Policy, PolicyContext, Ranking, make_policy
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking, make_policy
+from tessera.sched.core.snapshot import Placement
+from tessera.sched.packing.pairs import check_pair, colocate, may_share, memory_gib
 from tests.builders import make_cluster, make_job, snapshot, view
 
 TABLE = default_throughputs()
@@ -343,8 +343,8 @@ def test_hetero_pack_gives_the_fast_gpu_to_the_job_expected_to_end_sooner_when_c
 
 
 def test_hetero_pack_keeps_running_pairs_together_and_gangs_keep_their_fallbacks() -> None:
+    from tessera.sched.packing.slots import PairOption, SlotPlan
     from tessera.sched.policies.hetero_pack import _candidates, _fill, _Member, _PairWay
-    from tessera.sched.slots import PairOption, SlotPlan
 
     # Two ResNet-18s (a1, a2) each share a V100 with a ResNet-50 (a1 with b2, a2 with b1).
     # The plan keeps two such pairs; by rank alone a1 would take b1 -- both pairs would swap

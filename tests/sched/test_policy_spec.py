@@ -6,8 +6,8 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
+from tessera.sched.core.policy import make_policy, parse_policy_spec, policy_options, split_policies
 from tessera.sched.policies.hetero_pack import HeteroPackConfig
-from tessera.sched.policy import make_policy, parse_policy_spec, policy_options, split_policies
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import generate_gavel_like

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sim.state import SimJob, catch_up, new_view, steps_from
 from tests.builders import make_job
 

@@ -24,7 +24,7 @@ from tessera.cli.options import (
 )
 from tessera.cli.settings_flags import settings_flags
 from tessera.cli.traces import register as register_traces
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,7 +71,7 @@ def run_simulation(
     from tessera.report.rho import rho_note
     from tessera.report.settings import run_settings
     from tessera.report.tables import comparison_table
-    from tessera.sched.policy import make_policy
+    from tessera.sched.core.policy import make_policy
     from tessera.sim.batch import RunSpec, run_policies
     from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
     from tessera.workload import read_trace
@@ -180,7 +180,7 @@ def _write_outputs(
     cluster: str, settings: Sequence[Setting],
 ) -> Path | None:
     from tessera.report.files import write_run_files
-    from tessera.sched.policy import make_policy
+    from tessera.sched.core.policy import make_policy
 
     out.mkdir(parents=True, exist_ok=True)
     write_run_files(results, out)
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
 
         The Scheduler options are the same settings `tessera serve` runs with.
         """
-        from tessera.sched.policy import split_policies
+        from tessera.sched.core.policy import split_policies
 
         pols = split_policies(policy)
         n = workers or min(len(pols), os.cpu_count() or 1)
@@ -304,7 +304,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from tessera.sched.policy import list_policies, policy_options
+        from tessera.sched.core.policy import list_policies, policy_options
 
         if name is not None:
             options = policy_options(name)

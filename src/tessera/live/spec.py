@@ -72,7 +72,7 @@ from tessera.live.executors.base import DEVICE_VARS
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor, resolve_flavors
 from tessera.model.jobs import ElasticRange, JobId, JobSpec, ThreeDParallel
-from tessera.sched.packing import MEMORY_KEY
+from tessera.sched.packing.pairs import MEMORY_KEY
 
 #: Job type given to commands without a profiled model; the oracle runs them at 1 step/s.
 UNPROFILED_JOB_TYPE = "command"

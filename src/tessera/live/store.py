@@ -62,7 +62,7 @@ from tessera.live.layout import create_private_file
 from tessera.live.spec import LiveJob
 from tessera.live.spec_cache import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, SpecCache
 from tessera.model.jobs import JobId, JobState, transition
-from tessera.sched.snapshot import Placement, QueueQuota
+from tessera.sched.core.snapshot import Placement, QueueQuota
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (

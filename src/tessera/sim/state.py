@@ -13,8 +13,8 @@ from dataclasses import fields
 import numpy as np
 
 from tessera.model.jobs import JobSpec, JobState, transition
-from tessera.sched.core import PendingKind
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.decide import PendingKind
+from tessera.sched.core.snapshot import JobView, Placement
 
 _RUNNING = JobState.RUNNING
 

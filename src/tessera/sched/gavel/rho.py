@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from tessera.sched.core.lp import INF, LpMethod, LpModel, LpSolver
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
-from tessera.sched.lp import INF, LpMethod, LpModel, LpSolver
 
 
 @dataclass(frozen=True, slots=True)

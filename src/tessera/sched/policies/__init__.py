@@ -1,12 +1,14 @@
 """Every built-in policy; importing this package registers them all in ``POLICIES``."""
 
+from tessera.sched.gavel import (  # noqa: F401
+    compat,
+    completion,
+    gandiva,
+    lp_policy,
+    packed_policy,
+)
 from tessera.sched.policies import (  # noqa: F401
     fifo,
-    gavel_compat,
-    gavel_completion,
-    gavel_gandiva,
-    gavel_lp,
-    gavel_packed,
     goodput_srpt,
     hetero_gittins,
     hetero_pack,

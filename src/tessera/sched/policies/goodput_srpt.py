@@ -31,14 +31,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from tessera.sched.elastic_goodput import (
+from tessera.sched.core.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
+from tessera.sched.elastic.goodput import (
     DEFAULT_RESTART_S,
     progress_samples,
     restart_s,
     sia_configs,
 )
-from tessera.sched.elastic_ilp import choose_configs
-from tessera.sched.elastic_policy import (
+from tessera.sched.elastic.ilp import choose_configs
+from tessera.sched.elastic.policy import (
     ConfigSet,
     ElasticMemory,
     ElasticPolicy,
@@ -47,8 +49,6 @@ from tessera.sched.elastic_policy import (
     damp_changes,
     rigid_rates,
 )
-from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 class GoodputSrptConfig(PolicyConfig):

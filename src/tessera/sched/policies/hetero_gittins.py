@@ -16,9 +16,9 @@ import math
 import numpy as np
 from pydantic import Field
 
+from tessera.sched.core.policy import POLICIES
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.hetero_srpt import HeteroSrpt, HeteroSrptConfig
-from tessera.sched.policy import POLICIES
-from tessera.sched.snapshot import JobView
 
 
 class HeteroGittinsConfig(HeteroSrptConfig):

@@ -27,8 +27,8 @@ part of their life) this second kind is most of the gain. A running job that mov
 restart (``restart_s`` of the round); a host that stays on its flavor pays none.
 
 **Flavors and pairs together.** Who runs is the Gittins order's answer; *where* they run and
-*with whom* is one small integer programme a round (:mod:`tessera.sched.slots`): every job the
-order runs keeps a slot -- alone on a flavor or in a pair -- waiting jobs may take what is left,
+*with whom* is one small integer programme a round (:mod:`tessera.sched.packing.slots`): every job
+the order runs keeps a slot -- alone on a flavor or in a pair -- waiting jobs may take what is left,
 and the programme maximises the round's normalised progress. Jobs alike (job type, gang size,
 allowed flavors, declared memory, where they run now) are one group, so the programme grows with
 the kinds of job, not their number. A pair is offered only when it does more than ``(1 +
@@ -62,7 +62,7 @@ policy names.
 Packing never stops a job the order runs, and ``hetero_srpt``'s starvation rule still puts a
 job that waited too long first. A pair without a positive measurement, a job marked
 ``exclusive``, or a pair whose declared memory does not fit is never offered
-(:func:`tessera.sched.packing.may_share`). When HiGHS returns no plan the round keeps
+(:func:`tessera.sched.packing.pairs.may_share`). When HiGHS returns no plan the round keeps
 ``hetero_gittins``' flavors, packs nothing, and says so in the run's notes.
 
 **Measured and dropped.** Until 2026-12-02 the flavors came from the matching LP and the pairs
@@ -85,13 +85,13 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
-from tessera.sched.lp import LpSolver
-from tessera.sched.packing import MEMORY_KEY, may_share
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.core.policy import POLICIES, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView, Snapshot
+from tessera.sched.packing.pairs import MEMORY_KEY, may_share
+from tessera.sched.packing.slots import PairOption, SlotGroup, SlotPlan, plan_slots
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
-from tessera.sched.policy import POLICIES, PolicyContext, Ranking
-from tessera.sched.slots import PairOption, SlotGroup, SlotPlan, plan_slots
-from tessera.sched.snapshot import JobView, Snapshot
 
 
 class HeteroPackConfig(HeteroGittinsConfig):
@@ -306,7 +306,7 @@ class HeteroPack(HeteroGittins):
 
     def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
               partner: JobSpec, flavor: str) -> PairRates | None:
-        """:func:`~tessera.sched.packing.may_share` for jobs without declared memory (cached
+        """:func:`~tessera.sched.packing.pairs.may_share` for jobs without declared memory (cached
         per job kind), or for any pair with memory declared (not cached)."""
         if MEMORY_KEY in host.extra or MEMORY_KEY in partner.extra:
             got = may_share(table, cluster, host, partner, flavor)

@@ -52,12 +52,12 @@ from pydantic import Field
 
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.jobs import JobId, JobSpec, JobState
-from tessera.sched.lp import INF, LpModel, LpSolver, SolverError, solve_lp
-from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
-from tessera.sched.placement import FreeGpus
-from tessera.sched.placement import Layout as _PlacementLayout
-from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView, Placement, Snapshot
+from tessera.sched.core.lp import INF, LpModel, LpSolver, SolverError, solve_lp
+from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.placement import Layout as _PlacementLayout
+from tessera.sched.core.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
 _RUNNING = JobState.RUNNING
 

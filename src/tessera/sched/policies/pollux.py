@@ -14,7 +14,7 @@ of the jobs' speed-ups:
   one is multiplied by ``max(age − restarts × 30 s, 0) / (age + 30 s)``. As in Pollux's
   ``Problem._evaluate`` (a restart is any state but the base one), a waiting job's allocation
   is such a change too, and no young job is exempt: a job is worth nothing in the round it
-  arrives at age 0 (Sia's own factor, :func:`~tessera.sched.elastic_policy.realloc_factor`,
+  arrives at age 0 (Sia's own factor, :func:`~tessera.sched.elastic.policy.realloc_factor`,
   spares jobs younger than one restart and jobs not running);
 * **exploration**: a job may get at most twice the most GPUs it has run on (1 at first), as its
   throughput model is fitted to the placements it has run on;
@@ -26,7 +26,7 @@ of the jobs' speed-ups:
 per-server replica counts). Here the same objective is optimised *exactly*: for ``p < 0``
 maximising the power mean is minimising ``Σ_j (s_j + ε)^p``, a sum of one term per job, so
 choosing one (flavor, GPU count) per job is the multiple-choice knapsack of
-:mod:`tessera.sched.elastic_ilp` with value ``ε^p − (s + ε)^p``. An exact, deterministic
+:mod:`tessera.sched.elastic.ilp` with value ``ε^p − (s + ε)^p``. An exact, deterministic
 optimum of Pollux's objective is at least as good as the GA's answer, needs no random stream,
 and takes milliseconds where 10,000 GA evaluations a round take seconds in Python. What the GA
 could express and this cannot: a gang spread unevenly over servers (here the core packs it),
@@ -60,18 +60,18 @@ from pydantic import Field
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ElasticRange
 from tessera.perf.goodput import packed_placement
-from tessera.sched.elastic_goodput import Config, all_counts_configs, progress_samples
-from tessera.sched.elastic_ilp import choose_configs
-from tessera.sched.elastic_policy import (
+from tessera.sched.core.oracle import FlavorRate
+from tessera.sched.core.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
+from tessera.sched.elastic.goodput import Config, all_counts_configs, progress_samples
+from tessera.sched.elastic.ilp import choose_configs
+from tessera.sched.elastic.policy import (
     ConfigSet,
     ElasticMemory,
     ElasticPolicy,
     answer,
     capacity,
 )
-from tessera.sched.oracle import FlavorRate
-from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 class PolluxConfig(PolicyConfig):

@@ -7,9 +7,9 @@ duration and never preempts; SRTF orders by remaining time and preempts.
 
 from __future__ import annotations
 
+from tessera.sched.core.policy import POLICIES, Policy, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.common import candidates_in_order, remaining_s
-from tessera.sched.policy import POLICIES, Policy, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 @POLICIES.register("sjf", "Shortest job first (oracle durations); no preemption.")

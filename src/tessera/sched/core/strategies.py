@@ -1,16 +1,16 @@
 """How gangs are placed once a policy has ranked them: the two placement strategies.
 
-:func:`tessera.sched.core.decide` runs the round; this module holds the placement half of it:
+:func:`tessera.sched.core.decide.decide` runs the round; this module holds the placement half of it:
 
 * :func:`place_rounds` -- round-based (Gavel-style time sharing): every job is reconsidered;
 * :func:`place_events` -- event-driven: running gangs stay put, lower-ranked ones are stopped
   only to make room for a higher-ranked job (:func:`_make_room`);
 * :func:`backfill` -- lower-ranked jobs fill what fragmented gangs left, and, with mixed gangs
   on, a job no flavor can hold may start on several flavors
-  (:func:`~tessera.sched.mixed_placement.try_mixed`);
+  (:func:`~tessera.sched.mixed.placement.try_mixed`);
 * :func:`upgrade` -- a running gang moves to a faster free flavor when the move pays.
 
-All of them work on one :class:`~tessera.sched.placement.FreeGpus` scratch copy and never
+All of them work on one :class:`~tessera.sched.core.placement.FreeGpus` scratch copy and never
 touch the snapshot.
 """
 
@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tessera.model.jobs import JobId, JobState
-from tessera.sched.mixed_placement import Releases, mixed_upgrade, try_mixed
-from tessera.sched.options import PlacementOptions, needs_locality
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.placement import FreeGpus
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.options import PlacementOptions, needs_locality
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.snapshot import JobView, Placement
+from tessera.sched.mixed.placement import Releases, mixed_upgrade, try_mixed
 
 __all__ = ["PlacementOptions", "Releases", "backfill", "needs_locality", "place_events",
            "place_rounds", "upgrade"]
@@ -182,7 +182,7 @@ def upgrade(
     Biggest gains first. Without this, a job preempted during a burst and resumed on a slow
     flavor would stay there after the burst, while fast GPUs idle.
 
-    ``stay_put`` (the context's :class:`~tessera.sched.context.StayPut` memory) names gangs
+    ``stay_put`` (the context's :class:`~tessera.sched.core.context.StayPut` memory) names gangs
     this run can never move; they are skipped, and gangs found so are added to it.
     """
     never: dict[JobId, Placement] = {} if stay_put is None else stay_put
@@ -271,7 +271,7 @@ def backfill(
 
     With ``opts.mixed_gangs``, a job none of whose flavors has room gets a mixed gang at its
     last candidate, i.e. at its turn in the ranking
-    (:func:`~tessera.sched.mixed_placement.try_mixed`).
+    (:func:`~tessera.sched.mixed.placement.try_mixed`).
     """
     flavors = free.flavors()
     last: dict[JobId, int] = {}

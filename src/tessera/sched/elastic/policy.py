@@ -2,8 +2,8 @@
 
 Each of them, every round: lists the configurations the up servers offer
 (:class:`ConfigSet`), values each job's possible configurations in its own way, solves the
-one-configuration-per-job program (:func:`tessera.sched.elastic_ilp.choose_configs`) and
-turns the answer into a :class:`~tessera.sched.policy.Ranking` with per-job sizes
+one-configuration-per-job program (:func:`tessera.sched.elastic.ilp.choose_configs`) and
+turns the answer into a :class:`~tessera.sched.core.policy.Ranking` with per-job sizes
 (:func:`answer`). Between rounds they remember how often each job was restarted
 (:class:`ElasticMemory`): Sia and Pollux damp a re-allocation by the *re-allocation factor*
 (:func:`realloc_factor`).
@@ -19,17 +19,17 @@ from dataclasses import dataclass, field
 
 from tessera.model.cluster import Node
 from tessera.model.jobs import JobId, JobSpec
-from tessera.sched.elastic import ElasticSize, even_batch
-from tessera.sched.elastic_goodput import Config, GoodputModel, flavor_nodes
-from tessera.sched.elastic_ilp import Choices
-from tessera.sched.policy import Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView, Snapshot
+from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView, Snapshot
+from tessera.sched.elastic.goodput import Config, GoodputModel, flavor_nodes
+from tessera.sched.elastic.ilp import Choices
+from tessera.sched.elastic.sizes import ElasticSize, even_batch
 
 
 class ElasticPolicy(Policy):
     """Base of the policies that size elastic jobs (``sia``, ``pollux``, ``goodput_srpt``):
     preemptive, round-based, answering with ``Ranking.sizes``, each with its own
-    :class:`~tessera.sched.elastic_goodput.GoodputModel` cache (kept across rounds)."""
+    :class:`~tessera.sched.elastic.goodput.GoodputModel` cache (kept across rounds)."""
 
     preemptive = True
     round_based = True
@@ -167,7 +167,7 @@ def answer(
     Chosen jobs are listed largest gang first (the order the core places new gangs in), each
     at its configuration's flavor; each elastic one gets its count and the batch the goodput
     model chose for it (``batches[(job index, config index)]``), moved to the nearest one in
-    its range that splits evenly over its ranks (:func:`~tessera.sched.elastic.even_batch`;
+    its range that splits evenly over its ranks (:func:`~tessera.sched.elastic.sizes.even_batch`;
     if none does, a note says so). A running job whose
     configuration changes (or is taken away) counts one more restart.
     """

@@ -8,7 +8,7 @@ An oracle is either **heterogeneity-aware** (policies see each flavor's real spe
 Gavel's un-suffixed baselines do). The simulator always advances jobs at their real speed, so an
 agnostic policy pays for its blindness.
 
-A job that asks for a 3-D plan (``JobSpec.parallelism``, :mod:`tessera.sched.plans`) is not
+A job that asks for a 3-D plan (``JobSpec.parallelism``, :mod:`tessera.sched.core.plans`) is not
 priced from the throughput table: its speed on a gang is the planner's plan for that gang, one
 optimizer step per predicted step time, cached in :attr:`ThroughputOracle.plans` -- the cache
 the live service takes each rank's role from when it launches the gang the scheduler chose.
@@ -24,9 +24,9 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec, ThreeDParallel
 from tessera.perf.profiles import ThroughputTable
 from tessera.perf.steptime import CostModel
-from tessera.sched.mixed import MixedRates
-from tessera.sched.plans import ThreeDPlans
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.plans import ThreeDPlans
+from tessera.sched.core.snapshot import Placement
+from tessera.sched.mixed.rates import MixedRates
 
 RateKey = tuple[str, int, tuple[GpuFlavor, ...], ThreeDParallel | None]
 """What a job's per-flavor rates depend on: job type, gang size, allowed flavors, parallelism."""
@@ -309,7 +309,8 @@ class ThroughputOracle:
 
     def mixed_rate(self, job: JobSpec, mix: tuple[tuple[str, int], ...]) -> float:
         """Steps/s of ``job`` on a mixed gang with ``mix`` GPUs per flavor (the policy's view:
-        true speeds when aware, reference speeds when agnostic); see :mod:`tessera.sched.mixed`.
+        true speeds when aware, reference speeds when agnostic); see
+        :mod:`tessera.sched.mixed.rates`.
         """
         return self._mixed_rates().rate(job, mix)
 

@@ -1,6 +1,6 @@
 """Mixed gangs in placement: when the core starts a job on GPUs of several flavors.
 
-The planner predicts a mixed gang's speed (:mod:`tessera.sched.mixed`); this module decides
+The planner predicts a mixed gang's speed (:mod:`tessera.sched.mixed.rates`); this module decides
 when the decision core takes one. A mix is tried for a job only at its turn in the ranking,
 only when no single flavor has room, and kept only when it is fast enough and finishes the job
 no later than waiting for one flavor would (:func:`try_mixed`). A running mix moves to a single
@@ -14,10 +14,10 @@ import math
 from collections.abc import Iterable
 
 from tessera.model.jobs import JobSpec
-from tessera.sched.options import PlacementOptions, needs_locality
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.placement import FreeGpus
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.options import PlacementOptions, needs_locality
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.snapshot import JobView, Placement
 
 
 def mixed_upgrade(job: JobSpec, p: Placement, oracle: ThroughputOracle

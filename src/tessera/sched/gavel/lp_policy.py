@@ -35,6 +35,9 @@ from pydantic import Field
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
+from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
+from tessera.sched.core.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import (
     Backend,
     RhoInputs,
@@ -48,9 +51,6 @@ from tessera.sched.gavel import (
     priorities,
 )
 from tessera.sched.gavel.mechanism import ShareNotes
-from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
-from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 class GavelConfig(PolicyConfig):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from tessera.errors import SpecError
 from tessera.model.jobs import JobId
-from tessera.sched.snapshot import JobView, Placement, QueueQuota
+from tessera.sched.core.snapshot import JobView, Placement, QueueQuota
 
 
 @dataclass(frozen=True, slots=True)

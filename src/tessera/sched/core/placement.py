@@ -13,7 +13,7 @@ Rules, in order:
 
 ``FreeGpus`` is a scratch structure owned by one decision round; the snapshot stays immutable.
 A round starts either from per-node counts (it then builds a flavor's buckets when it first
-needs them) or from a driver's :class:`~tessera.sched.free_book.FreeBook`, whose buckets are
+needs them) or from a driver's :class:`~tessera.sched.core.free_book.FreeBook`, whose buckets are
 kept up to date between rounds (it then builds nothing; see :class:`FreeGpus`).
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.model.cluster import Node
-from tessera.sched.free_book import FreeBook, FreeCounts
-from tessera.sched.snapshot import Placement, Snapshot
+from tessera.sched.core.free_book import FreeBook, FreeCounts
+from tessera.sched.core.snapshot import Placement, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ class FreeGpus:
     result: the flavor's nodes in layout order as they stood when the round first looked at
     the flavor, then the nodes the round changed since, in the order it last changed them.
     A round started from per-node counts builds a flavor's buckets at that first look (a walk
-    over its nodes). A round started from a driver's :class:`~tessera.sched.free_book.FreeBook`
+    over its nodes). A round started from a driver's :class:`~tessera.sched.core.free_book.FreeBook`
     (``base``) reads the book's sorted buckets instead and notes only the nodes it changes. The
     nodes it changed *before* its first look (a round-based round gives every running gang back
     first) are sorted by layout position at that look, per count, and merged with the book's

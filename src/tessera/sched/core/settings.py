@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tessera.sched.options import PlacementOptions
-from tessera.sched.policy import Policy
+from tessera.sched.core.options import PlacementOptions
+from tessera.sched.core.policy import Policy
 
 Cadence = Literal["auto", "rounds", "events"]
 

@@ -5,12 +5,12 @@ module is Gavel (``scheduler/scheduler.py`` @ c4fa400 and its policies), re-impl
 ``docs/gavel-mechanism.md`` so that the same trace gives the same average JCT. It plugs into the
 one decision core: a compat policy's :meth:`~GavelCompatPolicy.rank` does Gavel's bookkeeping and
 its greedy per-type selection, and returns exactly the ``(job, flavor)`` pairs Gavel would run
-this round; :func:`tessera.sched.core.decide` then places them (all fit by construction).
+this round; :func:`tessera.sched.core.decide.decide` then places them (all fit by construction).
 
 The simulator swaps a policy for its compat twin with :func:`gavel_compat_policy` and, at each
 round boundary, reports what happened with :func:`gavel_boundary` (time credited per micro-task,
 "an event happened", "queue drained and nothing ran"). The round mechanism shared by every
-policy is in :mod:`tessera.sched.policies.gavel_mechanism`; this module holds the three
+policy is in :mod:`tessera.sched.gavel.compat_mechanism`; this module holds the three
 policies' share computations and the twin lookup. What is reproduced (see
 ``docs/gavel-compat.md`` for the full list and the reasons):
 
@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 
 from tessera.model.jobs import JobId
+from tessera.sched.core.policy import Policy
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import (
     Backend,
     FifoMemory,
@@ -58,16 +60,14 @@ from tessera.sched.gavel import (
     max_sum_shares,
     min_max_rho,
 )
-from tessera.sched.policies.gavel_mechanism import (
+from tessera.sched.gavel.compat_mechanism import (
     RESET_INTERVAL_S,
     GavelCompatConfig,
     GavelCompatPolicy,
     gavel_boundary,
     gavel_type,
 )
-from tessera.sched.policies.gavel_packed import GavelPackedPolicy
-from tessera.sched.policy import Policy
-from tessera.sched.snapshot import JobView
+from tessera.sched.gavel.packed_policy import GavelPackedPolicy
 
 __all__ = ["GavelState", "gavel_boundary", "gavel_compat_policy", "has_gavel_twin"]
 

@@ -1,10 +1,10 @@
 """One scheduling round: ``decide(snapshot, policy, ctx, options) -> Decision``.
 
-The round is a pure function: it reads an immutable :class:`~tessera.sched.snapshot.Snapshot`
+The round is a pure function: it reads an immutable :class:`~tessera.sched.core.snapshot.Snapshot`
 and returns a new :class:`Decision`; no I/O, no clock reads (the phase timings are diagnostics
 and never influence the result). Whatever keeps state -- the oracle's caches, the random stream,
 the LP solver, the node layout -- comes in the driver's
-:class:`~tessera.sched.context.DecisionContext`. The simulator's drivers and the live service
+:class:`~tessera.sched.core.context.DecisionContext`. The simulator's drivers and the live service
 all call it the same way and never tell it who they are, so the policy that was simulated is
 the policy that runs.
 
@@ -32,16 +32,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tessera.model.jobs import JobId, JobState
-from tessera.sched.context import DecisionContext
-from tessera.sched.elastic import sized_views, with_batches, within_quotas
-from tessera.sched.mixed_placement import mixed_no_plan
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.packing import colocate, partners_for, unpair
-from tessera.sched.placement import FreeGpus
-from tessera.sched.policy import Policy, PolicyContext, Ranking
-from tessera.sched.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
-from tessera.sched.snapshot import JobView, Placement, Snapshot
-from tessera.sched.strategies import (
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
+from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
+from tessera.sched.core.strategies import (
     PlacementOptions,
     Releases,
     backfill,
@@ -50,6 +47,9 @@ from tessera.sched.strategies import (
     place_rounds,
     upgrade,
 )
+from tessera.sched.elastic.sizes import sized_views, with_batches, within_quotas
+from tessera.sched.mixed.placement import mixed_no_plan
+from tessera.sched.packing.pairs import colocate, partners_for, unpair
 
 __all__ = ["Decision", "PendingKind", "PendingReason", "PlacementOptions", "decide"]
 
@@ -140,7 +140,7 @@ def decide(
         snapshot: the cluster and its jobs now (immutable).
         policy: the ranking policy.
         ctx: the driver's oracle, random stream, solver and layout cache
-            (:class:`~tessera.sched.context.DecisionContext`); the only inputs that keep state.
+            (:class:`~tessera.sched.core.context.DecisionContext`); the only inputs that keep state.
         options: placement rules (locality wait, migration cost, mixed gangs, fill only).
     """
     opts = options or PlacementOptions()

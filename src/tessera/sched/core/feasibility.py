@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import ElasticRange, JobSpec
-from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
+from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 
 
 def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,

@@ -1,7 +1,7 @@
 """What a decision round needs besides the snapshot, owned by the driver that calls it.
 
 ``decide()`` is a pure function of its inputs, and its inputs are explicit: the
-:class:`~tessera.sched.snapshot.Snapshot` (what the cluster looks like now) and a
+:class:`~tessera.sched.core.snapshot.Snapshot` (what the cluster looks like now) and a
 :class:`DecisionContext` (how to answer questions about it):
 
 * **oracle** -- throughput answers; it caches them, and the cache belongs to whoever owns the
@@ -23,17 +23,17 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from tessera.sched.lp import LpSolver
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.core.oracle import ThroughputOracle
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from tessera.model.cluster import ClusterSpec
     from tessera.model.jobs import JobId
-    from tessera.sched.options import PlacementOptions
-    from tessera.sched.placement import Layout
-    from tessera.sched.snapshot import JobSplit, JobView, Placement
+    from tessera.sched.core.options import PlacementOptions
+    from tessera.sched.core.placement import Layout
+    from tessera.sched.core.snapshot import JobSplit, JobView, Placement
 
 
 class UnheldGangs(Protocol):
@@ -48,7 +48,7 @@ class UnheldGangs(Protocol):
 class StayPut:
     """Running gangs that no move to faster GPUs can pay for before their run ends.
 
-    :func:`~tessera.sched.strategies.upgrade` moves a running gang when, after the migration
+    :func:`~tessera.sched.core.strategies.upgrade` moves a running gang when, after the migration
     cost, it finishes ``upgrade_min_gain`` sooner. With ``L`` steps left, current rate ``c``
     and target rate ``b`` that reads ``L · ((1 - gain)/c - 1/b) > migration_cost_s``: the
     left side only shrinks while the gang runs (``L`` falls, the rates are fixed for a
@@ -64,7 +64,7 @@ class StayPut:
     may offer to say which of them can still be unremembered (:meth:`narrow`, a
     :class:`UnheldGangs`); a round then asks it and looks at those alone (:meth:`unsettled`).
     The offer holds for one split of the jobs (the snapshot's
-    :class:`~tessera.sched.snapshot.JobSplit`); a round over any other split, or one the
+    :class:`~tessera.sched.core.snapshot.JobSplit`); a round over any other split, or one the
     driver can no longer answer for, walks every running gang.
     """
 
@@ -141,7 +141,7 @@ class DecisionContext:
         held = self._layout
         if held is not None and held[0] is cluster:
             return held[1]
-        from tessera.sched.placement import Layout  # (deferred, as before: only on a miss)
+        from tessera.sched.core.placement import Layout  # (deferred, as before: only on a miss)
 
         lay = Layout.of(cluster.nodes)
         self._layout = (cluster, lay)

@@ -8,8 +8,8 @@ measurement but the plan's predicted step time, and the live service must launch
 its role in *that same* plan. :class:`ThreeDPlans` makes that one object:
 
 * the scheduler prices a gang (:meth:`ThreeDPlans.steps_per_s`, through the oracle's
-  :meth:`~tessera.sched.oracle.ThroughputOracle.placement_rate` and
-  :class:`~tessera.sched.mixed.MixedRates`);
+  :meth:`~tessera.sched.core.oracle.ThroughputOracle.placement_rate` and
+  :class:`~tessera.sched.mixed.rates.MixedRates`);
 * the live service asks for each rank's role on the placement it launches
   (:meth:`ThreeDPlans.ranked`, from :func:`tessera.live.batches.plan_rank_roles`).
 

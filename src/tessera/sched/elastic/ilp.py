@@ -1,7 +1,7 @@
 """The integer program every elastic allocation policy here solves: one configuration per job.
 
 Sia, Pollux (as re-implemented here) and ``goodput_srpt`` all pick, for each job ``j``, at most
-one configuration ``c`` (a flavor and a GPU count, :class:`~tessera.sched.elastic_goodput.Config`)
+one configuration ``c`` (a flavor and a GPU count, :class:`~tessera.sched.elastic.goodput.Config`)
 so as to maximise a sum of per-(job, configuration) values under each flavor's GPU capacity::
 
     max  Σ_jc v[j,c] · x[j,c]
@@ -36,7 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from tessera.sched.elastic_goodput import Config
+from tessera.sched.elastic.goodput import Config
 
 DP_MAX_STATES = 200_000
 """Largest product of (free GPUs + 1) over flavors solved by dynamic programming."""

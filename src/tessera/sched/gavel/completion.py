@@ -1,6 +1,6 @@
 """Gavel's completion-time policies, ``min_total_duration`` and ``allox``, as compat twins.
 
-Both run inside Gavel's round mechanism (:mod:`tessera.sched.policies.gavel_mechanism`); only
+Both run inside Gavel's round mechanism (:mod:`tessera.sched.gavel.compat_mechanism`); only
 the shares differ.
 
 * **``min_total_duration``** (Gavel's ``min_total_duration_perf``,
@@ -30,11 +30,11 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tessera.model.jobs import JobId
+from tessera.sched.core.lp import INF, LpModel, SolverError
+from tessera.sched.core.policy import POLICIES
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import AlloxMemory, Backend, ShareProblem
-from tessera.sched.lp import INF, LpModel, SolverError
-from tessera.sched.policies.gavel_mechanism import GavelCompatPolicy, gavel_type
-from tessera.sched.policy import POLICIES
-from tessera.sched.snapshot import JobView
+from tessera.sched.gavel.compat_mechanism import GavelCompatPolicy, gavel_type
 
 #: Gavel's bisection bracket (seconds) and stopping ratio.
 MIN_T_S, MAX_T_S, BRACKET_RATIO = 100.0, 1e6, 1.05

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
-from tessera.sched.lp import LpModel, LpSolver
+from tessera.sched.core.lp import LpModel, LpSolver
 
 _WHOLE = 1e-7
 """How far from a whole number a relaxed count may be and still be taken as whole."""

@@ -18,7 +18,7 @@ what a trace's average JCT comes out as, so it is reproduced here line for line:
 :class:`GavelCompatPolicy` does all of this in :meth:`~GavelCompatPolicy.rank` and asks a
 subclass only for the shares (:meth:`~GavelCompatPolicy.allocate`, Gavel's
 ``_compute_allocation``); the subclasses, one per Gavel policy, are in
-:mod:`tessera.sched.policies.gavel_compat`. :func:`gavel_boundary` is what the simulator's
+:mod:`tessera.sched.gavel.compat`. :func:`gavel_boundary` is what the simulator's
 Gavel driver reports at each round boundary (time credited per micro-task, events).
 """
 
@@ -33,6 +33,8 @@ from pydantic import Field
 
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobId
+from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import (
     Backend,
     GavelState,
@@ -46,8 +48,6 @@ from tessera.sched.gavel import (
     resolve_solver,
 )
 from tessera.sched.gavel.packed import PackedState, credit_combos
-from tessera.sched.policy import Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 #: Gavel's round (``--time_per_iteration``); jobs are seeded with half of it per flavor.
 ROUND_S = 360.0

@@ -38,10 +38,10 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
 from tessera.perf.profiles import ThroughputTable
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.snapshot import JobView, Placement
 
 if TYPE_CHECKING:
-    from tessera.sched.policy import Ranking
+    from tessera.sched.core.policy import Ranking
 
 MEMORY_KEY = "memory_gib"
 """``JobSpec.extra`` key of a job's per-GPU memory estimate, in GiB."""

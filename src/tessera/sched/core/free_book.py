@@ -1,7 +1,7 @@
 """Free GPUs kept up to date between rounds: a driver's book, and a round's starting point.
 
 Every decision round places gangs on a scratch copy of the free GPUs
-(:class:`~tessera.sched.placement.FreeGpus`), which finds a gang's best fit by keeping the
+(:class:`~tessera.sched.core.placement.FreeGpus`), which finds a gang's best fit by keeping the
 nodes of each flavor in *buckets* by free-GPU count. Building those buckets from the per-node
 counts walks every node of a flavor; on the full Philly table (552 servers, a decision at
 every one of 75,000 events) that walk was an eighth of an event-driven run, although between
@@ -18,7 +18,7 @@ short sorted lists, never a walk.
 A snapshot carries a book as :meth:`FreeBook.counts`, a read-only
 :class:`~collections.abc.Mapping` stamped with the book's version. It is valid until the
 book next changes; reading it after that raises (it never answers with counts of another
-moment), and :meth:`FreeGpus.of_snapshot <tessera.sched.placement.FreeGpus.of_snapshot>`
+moment), and :meth:`FreeGpus.of_snapshot <tessera.sched.core.placement.FreeGpus.of_snapshot>`
 then derives the free GPUs from the snapshot's running gangs, as it does for a snapshot
 without counts.
 
@@ -35,14 +35,14 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tessera.sched.placement import Layout
+    from tessera.sched.core.placement import Layout
 
 
 class FreeBook(Mapping[str, int]):
     """Free GPUs per node of one layout, with per-flavor totals and sorted buckets.
 
     Args:
-        layout: the nodes' static layout (:class:`~tessera.sched.placement.Layout`).
+        layout: the nodes' static layout (:class:`~tessera.sched.core.placement.Layout`).
         free: free GPUs per node to start from (default: every node fully free); a node
             missing from it starts fully free.
 

@@ -2,7 +2,7 @@
 
 Gavel (``scheduler.py`` @ c4fa400) packs by scheduling *combinations* -- a job alone, or two
 jobs of the same gang size sharing GPUs at the pair speeds it measured. The round mechanism is
-the unpacked one (:mod:`tessera.sched.policies.gavel_mechanism`) applied to combinations
+the unpacked one (:mod:`tessera.sched.gavel.compat_mechanism`) applied to combinations
 (:mod:`tessera.sched.gavel.packed`): gated recompute, deficits, ``share / (time / total)``
 priorities, per-type lists in ``v100, p100, k80`` order (never shuffled: the name contains
 "Packing"), one greedy pass that skips a combination whose member already runs. The policies
@@ -20,7 +20,7 @@ Gavel has no ``-agnostic`` packed policies; ours compute the shares as if every 
 at the reference flavor's measured speeds (alone and paired) and run at the real ones.
 
 The twin returns hosts as candidates and the partners in ``Ranking.colocate``; the core places
-the hosts and puts the partners on the same GPUs (:mod:`tessera.sched.packing`).
+the hosts and puts the partners on the same GPUs (:mod:`tessera.sched.packing.pairs`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ import numpy as np
 
 from tessera.model.jobs import JobId
 from tessera.perf.colocation import PairRefusal, pair_rates
+from tessera.sched.core.policy import POLICIES, Policy, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import Backend, priorities, ranked_entries, resolve_solver
+from tessera.sched.gavel.compat_mechanism import (
+    GavelCompatConfig,
+    _perf_order,
+    gavel_type,
+)
 from tessera.sched.gavel.packed import (
     Combo,
     GandivaMemory,
@@ -43,13 +50,6 @@ from tessera.sched.gavel.packed import (
     reset_counters,
 )
 from tessera.sched.gavel.packed_lp import PackedProblem, packed_max_min
-from tessera.sched.policies.gavel_mechanism import (
-    GavelCompatConfig,
-    _perf_order,
-    gavel_type,
-)
-from tessera.sched.policy import POLICIES, Policy, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 #: Gavel's ``packing_threshold``: pack only when the pair beats time-slicing by this much.
 FIFO_PACKING_THRESHOLD = 1.5

@@ -1,7 +1,7 @@
 """Gavel's ``gandiva`` policy (``GandivaPolicy``, Xiao et al., OSDI'18), as a compat twin.
 
 Gandiva packs jobs *at random* and keeps the pairs that pay. At each recompute, within Gavel's
-packed round mechanism (:mod:`tessera.sched.policies.gavel_packed`):
+packed round mechanism (:mod:`tessera.sched.gavel.packed_policy`):
 
 1. a remembered pair is dropped when either job left, or when its normalised throughput --
    ``Σ over types and both jobs of pair speed / speed alone``, 0 if either side cannot run on
@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tessera.model.jobs import JobId
+from tessera.sched.core.policy import POLICIES, PolicyContext
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel.packed import Combo, GandivaMemory, id_key
-from tessera.sched.policies.gavel_packed import GavelPackedPolicy, Speeds
-from tessera.sched.policy import POLICIES, PolicyContext
-from tessera.sched.snapshot import JobView
+from tessera.sched.gavel.packed_policy import GavelPackedPolicy, Speeds
 
 
 def _gain(c: Combo, speeds: Speeds, cols: Sequence[int]) -> float:

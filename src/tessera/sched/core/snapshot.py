@@ -1,7 +1,7 @@
 """What the decision core sees: an immutable snapshot of the cluster and the active jobs.
 
 The simulator and the live service each build a :class:`Snapshot` from their own state (virtual
-or wall clock) and hand it to :func:`tessera.sched.core.decide`. Nothing in here changes; a
+or wall clock) and hand it to :func:`tessera.sched.core.decide.decide`. Nothing in here changes; a
 decision is a new value, never a mutation.
 """
 
@@ -25,8 +25,8 @@ class Placement:
 
     A gang is normally *homogeneous*: every GPU of one flavor. A *mixed* gang (Sia/Cannikin
     style) holds GPUs of several flavors and trains data-parallel with a planned, uneven split
-    of its batch (:mod:`tessera.sched.mixed` predicts its speed). Servers hold one flavor each,
-    so a mixed gang always spans several nodes.
+    of its batch (:mod:`tessera.sched.mixed.rates` predicts its speed). Servers hold one flavor
+    each, so a mixed gang always spans several nodes.
 
     Attributes:
         flavor: short name of the flavor of every GPU; for a mixed gang, its flavors joined by
@@ -35,7 +35,7 @@ class Placement:
         node_flavors: for a mixed gang, the flavor of each ``gpus_by_node`` entry; empty for
             a homogeneous gang.
         colocated_with: the other jobs space-sharing these same GPUs (co-location, see
-            :mod:`tessera.sched.packing`); empty when the gang has its GPUs to itself.
+            :mod:`tessera.sched.packing.pairs`); empty when the gang has its GPUs to itself.
         global_batch_samples: the global batch an elastic job runs at in this placement;
             ``None`` = the job's own batch (every rigid job). An elastic job's gang may hold
             any GPU count within its :class:`~tessera.model.jobs.ElasticRange`.
@@ -205,8 +205,8 @@ class JobSplit:
     """A snapshot's jobs split into the running and the rest, each in snapshot order.
 
     An event round looks at the waiting jobs first and at the running gangs only to move
-    them (:func:`~tessera.sched.core.decide`), so it splits the jobs once; a driver that keeps
-    the split between rounds may hand it over with the snapshot (``Snapshot.split_hint``).
+    them (:func:`~tessera.sched.core.decide.decide`), so it splits the jobs once; a driver that
+    keeps the split between rounds may hand it over with the snapshot (``Snapshot.split_hint``).
     A driver that keeps only the waiting jobs may leave the running ones to be picked out of
     ``jobs`` when first asked for (``running=None``): an event round that places a newcomer
     and moves nobody never asks.

@@ -46,7 +46,7 @@ from tessera.perf.goodput import (
     best_of,
     packed_placement,
 )
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.snapshot import JobView, Placement
 
 RESTART_S: Mapping[str, float] = {
     "cifar10": 30.0,

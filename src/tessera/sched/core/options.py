@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.sched.snapshot import JobView
+from tessera.sched.core.snapshot import JobView
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class PlacementOptions:
             heavy load, as Kueue bounds the heads it considers per cycle.
         mixed_gangs: a job that no single flavor can hold right now may start on GPUs of
             several of its flavors (Sia/Cannikin style), at the speed the planner predicts
-            (:mod:`tessera.sched.mixed`). Never for jobs that need locality.
+            (:mod:`tessera.sched.mixed.rates`). Never for jobs that need locality.
         mixed_min_speed: a mixed gang is accepted only if its predicted speed is at least
             this fraction of the job's speed on its best flavor (a job too big for any one
             flavor's whole capacity takes any mix).

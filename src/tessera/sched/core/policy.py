@@ -38,12 +38,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from tessera.errors import SpecError
 from tessera.model.jobs import JobId
 from tessera.registry import Registry
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.snapshot import Snapshot
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import Snapshot
 
 if TYPE_CHECKING:  # the solver module pulls in numpy/scipy; keep ``import tessera`` light
-    from tessera.sched.elastic import ElasticSize
-    from tessera.sched.lp import LpSolver
+    from tessera.sched.core.lp import LpSolver
+    from tessera.sched.elastic.sizes import ElasticSize
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class PolicyContext:
         """The solver to use: :attr:`solver`, or a fresh one when none was given."""
         if self.solver is not None:
             return self.solver
-        from tessera.sched.lp import LpSolver
+        from tessera.sched.core.lp import LpSolver
 
         return LpSolver()
 
@@ -88,10 +88,10 @@ class Ranking:
             one, in words (``"max-min fairness LP: ECOS returned no solution; solved with HiGHS
             IPM instead"``). Never silent: the driver copies these into the run's notes.
         colocate: for a policy that packs, ``{partner: host}``: run ``partner`` on the GPUs
-            the core gives ``host`` (space sharing; :mod:`tessera.sched.packing` checks the
+            the core gives ``host`` (space sharing; :mod:`tessera.sched.packing.pairs` checks the
             pair and gives the reasons). Partners are not listed in ``candidates``.
         sizes: for an *elastic allocation* (Pollux, Sia), the GPU count and global batch the
-            policy chose for each job it lists (:class:`~tessera.sched.elastic.ElasticSize`);
+            policy chose for each job it lists (:class:`~tessera.sched.elastic.sizes.ElasticSize`);
             the core places that job's gang at that count instead of ``spec.num_gpus`` and
             records the batch in ``Placement.global_batch_samples``. Empty for every other
             policy (jobs are placed at their own size, as always).
@@ -267,7 +267,7 @@ def gavel_loop_only(policy: Policy, shares_gpus: bool = False,
     (``in_rounds=False``: the settings' ``mode`` is ``events``) by the simulator and the live
     service alike.
     """
-    from tessera.sched.policies.gavel_compat import GAVEL_ONLY
+    from tessera.sched.gavel.compat import GAVEL_ONLY
 
     if policy.name in GAVEL_ONLY and not (policy.packs and shares_gpus):
         return (f"policy {policy.display_name!r} is Gavel's own and reproduces Gavel's "
@@ -286,6 +286,6 @@ def list_policies() -> list[tuple[str, str]]:
     """(name, one-line summary) for every registered policy, in registration order except
     that Gavel's own policies (``--compat gavel`` only) come last."""
     from tessera.sched import policies  # noqa: F401
-    from tessera.sched.policies.gavel_compat import GAVEL_ONLY
+    from tessera.sched.gavel.compat import GAVEL_ONLY
 
     return [(e.name, e.summary) for e in sorted(POLICIES, key=lambda e: e.name in GAVEL_ONLY)]

@@ -12,9 +12,9 @@ import enum
 from dataclasses import dataclass
 
 from tessera.model.jobs import JobId
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.placement import BlockInfo, FreeGpus
-from tessera.sched.snapshot import JobView
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.placement import BlockInfo, FreeGpus
+from tessera.sched.core.snapshot import JobView
 
 _NONE_FREE = BlockInfo(0, 0)
 
@@ -78,7 +78,7 @@ class MixNoPlan:
 
     needs_gpus: int
     why: str
-    """The planner's message for the free mix (see ``mixed_placement.mixed_no_plan``)."""
+    """The planner's message for the free mix (see ``mixed.placement.mixed_no_plan``)."""
     rank: int
 
 

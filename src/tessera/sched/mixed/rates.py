@@ -30,7 +30,7 @@ sum-of-throughputs bound of the measured speeds: a mix is never faster than its 
 job does not train data parallel at all: its gang runs ``tessera plan``'s tensor × pipeline ×
 data plan, so its speed is one optimizer step per predicted step time of the plan for exactly
 these GPUs on these servers -- the plan object the live service later takes each rank's role
-from (:class:`~tessera.sched.plans.ThreeDPlans`, which caches it). A gang no plan fits runs it
+from (:class:`~tessera.sched.core.plans.ThreeDPlans`, which caches it). A gang no plan fits runs it
 at 0 (it is not placed there), with the planner's message as the source.
 
 :class:`MixedRates` caches the first two by (job type, gang size, mix); 3-D plans are cached
@@ -48,7 +48,7 @@ from tessera.errors import NoProfileError, SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.steptime import CostModel, DeviceCost
-from tessera.sched.plans import ThreeDPlans
+from tessera.sched.core.plans import ThreeDPlans
 
 Mix = tuple[tuple[str, int], ...]
 """``((flavor short name, GPUs), ...)`` sorted by flavor."""
