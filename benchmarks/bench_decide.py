@@ -30,10 +30,10 @@ import time
 from tessera.model.cluster import parse_compact
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import make_policy
 from tessera.sched.core.snapshot import JobView, Snapshot
 
 

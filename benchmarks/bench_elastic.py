@@ -48,10 +48,10 @@ from dataclasses import dataclass, replace
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.sia_table import sia_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import make_policy
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sim.config import SimConfig

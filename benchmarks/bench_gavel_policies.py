@@ -26,9 +26,10 @@ import numpy as np
 
 from bench_decide import build
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import PolicyContext, make_policy
+from tessera.sched.core.policy import PolicyContext
 from tessera.sched.gavel import RoundState
 
 

@@ -44,8 +44,8 @@ from typing import Any
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import make_policy
 from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_pack import HeteroPack, HeteroPackConfig
 from tessera.sched.policies.hetero_srpt import HeteroSrpt

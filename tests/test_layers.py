@@ -186,16 +186,6 @@ ALLOWED_CIRCLES: frozenset[frozenset[str]] = frozenset(frozenset(c) for c in [
     {"tessera.sim.drivers.base", "tessera.sim.drivers.gavel", "tessera.sim.drivers.heap"},
     # workload: the package re-exports the loader, which imports the package.
     {"tessera.workload", "tessera.workload.load"},
-    # sched: the policy registry and the policies it fills by importing them.
-    {"tessera.sched.elastic.policy", "tessera.sched.packing.pairs", "tessera.sched.policies",
-     "tessera.sched.policies.common", "tessera.sched.policies.fifo",
-     "tessera.sched.gavel.compat", "tessera.sched.gavel.completion",
-     "tessera.sched.gavel.gandiva", "tessera.sched.gavel.lp_policy",
-     "tessera.sched.gavel.compat_mechanism", "tessera.sched.gavel.packed_policy",
-     "tessera.sched.policies.goodput_srpt", "tessera.sched.policies.hetero_gittins",
-     "tessera.sched.policies.hetero_pack", "tessera.sched.policies.hetero_srpt",
-     "tessera.sched.policies.las", "tessera.sched.policies.pollux",
-     "tessera.sched.policies.shortest", "tessera.sched.policies.sia", "tessera.sched.core.policy"},
 ])
 
 

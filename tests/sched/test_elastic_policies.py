@@ -11,8 +11,9 @@ import pytest
 from tessera.model.jobs import JobState
 from tessera.perf.goodput import best_batch, packed_placement
 from tessera.perf.sia_table import sia_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import PolicyContext, make_policy
+from tessera.sched.core.policy import PolicyContext
 from tessera.sched.core.snapshot import Placement
 from tessera.sched.elastic.policy import ElasticMemory, realloc_factor
 from tessera.sched.policies.goodput_srpt import paid_restart

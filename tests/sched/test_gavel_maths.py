@@ -262,8 +262,9 @@ def test_policy_reports_the_fallback_in_its_ranking(monkeypatch: pytest.MonkeyPa
     import random
 
     from tessera.perf.profiles import default_throughputs
+    from tessera.sched.catalog import make_policy
     from tessera.sched.core.oracle import ThroughputOracle
-    from tessera.sched.core.policy import PolicyContext, make_policy
+    from tessera.sched.core.policy import PolicyContext
     from tessera.sched.gavel import Solved
     from tessera.sched.gavel import lp_policy as gavel_lp
     from tests.builders import make_cluster, make_job, make_workload

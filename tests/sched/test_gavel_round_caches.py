@@ -18,8 +18,9 @@ import numpy as np
 
 from tessera.model.jobs import JobId
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import PolicyContext, make_policy
+from tessera.sched.core.policy import PolicyContext
 from tessera.sched.gavel import RoundState, Shares
 from tessera.sched.gavel.lp_policy import _Gathered, _Rows
 from tests.builders import make_cluster, make_job, snapshot, view

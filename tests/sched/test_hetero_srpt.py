@@ -9,10 +9,10 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import make_policy
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_gittins import _gittins_remaining, _prior_quantiles

@@ -11,6 +11,7 @@ import pytest
 from tessera.errors import SpecError
 from tessera.model.jobs import ElasticRange, JobSpec, JobState, ThreeDParallel
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.feasibility import infeasibility
@@ -18,7 +19,6 @@ from tessera.sched.core.options import PlacementOptions
 from tessera.sched.core.oracle import ThroughputOracle, rate_key
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.plans import DEFAULT_MAX_PLANS, NoPlanError, ThreeDPlans, gang_shape
-from tessera.sched.core.policy import make_policy
 from tessera.sched.core.reasons import (
     CannotRun,
     MixNoPlan,

@@ -12,10 +12,11 @@ from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
 from tessera.perf.profiles import ThroughputTable, default_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import Policy, PolicyContext, Ranking, make_policy
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.snapshot import Placement
 from tessera.sched.packing.pairs import check_pair, colocate, may_share, memory_gib
 from tests.builders import make_cluster, make_job, snapshot, view

@@ -7,9 +7,9 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.sia_table import sia_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.decide import Decision
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import make_policy
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.core.snapshot import Placement
 from tessera.sched.elastic.goodput import RESCALE_S, RESTART_S

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.core.policy import make_policy
+from tessera.sched.catalog import make_policy
 from tessera.sched.gavel.compat import GavelState, gavel_compat_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate

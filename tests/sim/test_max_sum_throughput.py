@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.core.policy import list_policies, make_policy
+from tessera.sched.catalog import list_policies, make_policy
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.gavel.compat import gavel_compat_policy
 from tessera.sim.config import SimConfig

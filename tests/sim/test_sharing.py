@@ -12,8 +12,8 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.colocation import PairRates, pair_rates
 from tessera.perf.profiles import ThroughputTable, default_throughputs
+from tessera.sched.catalog import gavel_loop_only, make_policy
 from tessera.sched.core.decide import Decision
-from tessera.sched.core.policy import gavel_loop_only, make_policy
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import Simulator, simulate

@@ -71,7 +71,7 @@ def run_simulation(
     from tessera.report.rho import rho_note
     from tessera.report.settings import run_settings
     from tessera.report.tables import comparison_table
-    from tessera.sched.core.policy import make_policy
+    from tessera.sched.catalog import make_policy
     from tessera.sim.batch import RunSpec, run_policies
     from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
     from tessera.workload import read_trace
@@ -180,7 +180,7 @@ def _write_outputs(
     cluster: str, settings: Sequence[Setting],
 ) -> Path | None:
     from tessera.report.files import write_run_files
-    from tessera.sched.core.policy import make_policy
+    from tessera.sched.catalog import make_policy
 
     out.mkdir(parents=True, exist_ok=True)
     write_run_files(results, out)
@@ -304,7 +304,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from tessera.sched.core.policy import list_policies, policy_options
+        from tessera.sched.catalog import list_policies, policy_options
 
         if name is not None:
             options = policy_options(name)

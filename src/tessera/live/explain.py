@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.view import build_snapshot, queue_usage
 from tessera.model.jobs import JobState
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
-from tessera.sched.core.policy import make_policy
 from tessera.sched.core.snapshot import Snapshot
 
 if TYPE_CHECKING:

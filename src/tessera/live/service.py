@@ -54,11 +54,11 @@ from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import gavel_loop_only, make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, decide
 from tessera.sched.core.feasibility import infeasibility
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.policy import gavel_loop_only, make_policy
 
 if TYPE_CHECKING:
     from tessera.live.storecheck import MarkerKeeper

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.placement import Layout
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from tessera.model.cluster import ClusterSpec
     from tessera.model.jobs import JobId
     from tessera.sched.core.options import PlacementOptions
-    from tessera.sched.core.placement import Layout
     from tessera.sched.core.snapshot import JobSplit, JobView, Placement
 
 
@@ -141,8 +141,6 @@ class DecisionContext:
         held = self._layout
         if held is not None and held[0] is cluster:
             return held[1]
-        from tessera.sched.core.placement import Layout  # (deferred, as before: only on a miss)
-
         lay = Layout.of(cluster.nodes)
         self._layout = (cluster, lay)
         return lay

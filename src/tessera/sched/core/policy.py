@@ -1,4 +1,4 @@
-"""The policy interface and the one policy registry.
+"""The policy interface, and how a policy is named (``name[-agnostic][:option=value]...``).
 
 A policy's only job is **ordering**: given the snapshot, it returns a :class:`Ranking`, a list of
 ``(job, flavor)`` candidates from most to least deserving. The core walks that list and places
@@ -33,16 +33,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from tessera.errors import SpecError
 from tessera.model.jobs import JobId
-from tessera.registry import Registry
+from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import Snapshot
 
-if TYPE_CHECKING:  # the solver module pulls in numpy/scipy; keep ``import tessera`` light
-    from tessera.sched.core.lp import LpSolver
+if TYPE_CHECKING:
     from tessera.sched.elastic.sizes import ElasticSize
 
 
@@ -68,8 +67,6 @@ class PolicyContext:
         """The solver to use: :attr:`solver`, or a fresh one when none was given."""
         if self.solver is not None:
             return self.solver
-        from tessera.sched.core.lp import LpSolver
-
         return LpSolver()
 
 
@@ -145,8 +142,6 @@ class Policy(ABC):
         """Order the active jobs of ``ctx.snapshot`` (pending and running)."""
 
 
-POLICIES: Registry[type[Policy]] = Registry("policy")
-
 AGNOSTIC_SUFFIX = "-agnostic"
 
 
@@ -192,100 +187,3 @@ def _split_outside_brackets(text: str, sep: str) -> list[str]:
             start = i + 1
     parts.append(text[start:])
     return parts
-
-
-def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
-    """Build a policy from its spec: a registry name, e.g. ``max_min_fairness-agnostic``,
-    optionally with options, e.g. ``hetero_pack:short_first=0.1`` (see the module docstring).
-    ``options`` add to those of the spec; the policy's ``display_name`` names them all, and
-    builds the same policy again.
-
-    Raises:
-        SpecError: unknown name, unknown option (naming the policy's options) or a bad value.
-    """
-    from tessera.sched import policies  # noqa: F401  (registers every policy)
-
-    bare, given = parse_policy_spec(name)
-    base, agnostic = _registry_name(bare)
-    cls = POLICIES.get(base)
-    given = {**given, **(options or {})}
-    try:
-        config = cls.Config(**given)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        if first["type"] == "extra_forbidden":
-            known = ", ".join(cls.Config.model_fields) or "none"
-            raise SpecError(f"policy {name!r}: unknown option {where!r} (its options: {known}; "
-                            f"tessera policies {base} describes them)") from None
-        raise SpecError(f"policy {name!r}: option {where!r}: {first['msg']}") from None
-    policy = cls(config, agnostic=agnostic, name=base)
-    policy.spec_options = "".join(f"{OPTION_SEPARATOR}{k}={_text(v)}"
-                                  for k, v in given.items())
-    return policy
-
-
-def _registry_name(bare: str) -> tuple[str, bool]:
-    """``(registry name, agnostic)`` of a policy name without options."""
-    agnostic = bare.endswith(AGNOSTIC_SUFFIX)
-    return (bare[: -len(AGNOSTIC_SUFFIX)] if agnostic else bare), agnostic
-
-
-def _text(value: Any) -> str:
-    """A value as a spec writes it: JSON, or bare text where that reads back as the same text."""
-    if isinstance(value, str):
-        try:
-            json.loads(value)
-        except ValueError:
-            return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def policy_options(name: str) -> list[tuple[str, str, str]]:
-    """``(option, default, description)`` for every option of the policy ``name``."""
-    from tessera.sched import policies  # noqa: F401
-
-    config = POLICIES.get(_registry_name(parse_policy_spec(name)[0])[0]).Config
-    return [(key, _text(field.default), field.description or "")
-            for key, field in config.model_fields.items()]
-
-
-def gavel_loop_only(policy: Policy, shares_gpus: bool = False,
-                    in_rounds: bool = True) -> str | None:
-    """Why ``policy`` cannot run outside the simulator's Gavel loop here, or ``None``.
-
-    Gavel's own policies (``GAVEL_ONLY``) reproduce Gavel's simulator and need its loop
-    (``--compat gavel``). A policy that packs (space-shares GPUs) needs a world that books
-    shared GPUs and can launch two jobs on one GPU set (``shares_gpus=True``): the simulator's
-    drivers (:mod:`tessera.sim.sharing`) and the live service with an executor that shares
-    (the local executor: both runs get the same ``CUDA_VISIBLE_DEVICES``); the live service
-    refuses such a policy with this reason on an executor that cannot, rather than run it with
-    GPUs counted wrong. Gavel's packing policies (``max_min_fairness_packed``, ``fifo_packed``,
-    ``gandiva``) only rank and pair jobs, so those worlds run them too, with Tessera's costs;
-    the rest of Gavel's own set keeps its loop. Gavel's policies are round mechanisms (their
-    shares change only at round boundaries), so they are refused outside rounds
-    (``in_rounds=False``: the settings' ``mode`` is ``events``) by the simulator and the live
-    service alike.
-    """
-    from tessera.sched.gavel.compat import GAVEL_ONLY
-
-    if policy.name in GAVEL_ONLY and not (policy.packs and shares_gpus):
-        return (f"policy {policy.display_name!r} is Gavel's own and reproduces Gavel's "
-                "simulator: run it with tessera simulate --compat gavel")
-    if policy.packs and not shares_gpus:
-        return (f"policy {policy.display_name!r} co-locates jobs on shared GPUs, which the live "
-                "service cannot run on this executor (it launches one job per GPU): serve it "
-                "with --executor local, or simulate it with tessera simulate")
-    if policy.name in GAVEL_ONLY and not in_rounds:
-        return (f"policy {policy.display_name!r} is Gavel's round mechanism (its shares change "
-                "only at round boundaries): run it in rounds mode, not events")
-    return None
-
-
-def list_policies() -> list[tuple[str, str]]:
-    """(name, one-line summary) for every registered policy, in registration order except
-    that Gavel's own policies (``--compat gavel`` only) come last."""
-    from tessera.sched import policies  # noqa: F401
-    from tessera.sched.gavel.compat import GAVEL_ONLY
-
-    return [(e.name, e.summary) for e in sorted(POLICIES, key=lambda e: e.name in GAVEL_ONLY)]

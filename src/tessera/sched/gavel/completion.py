@@ -31,7 +31,6 @@ from scipy.optimize import linear_sum_assignment
 
 from tessera.model.jobs import JobId
 from tessera.sched.core.lp import INF, LpModel, SolverError
-from tessera.sched.core.policy import POLICIES
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import AlloxMemory, Backend, ShareProblem
 from tessera.sched.gavel.compat_mechanism import GavelCompatPolicy, gavel_type
@@ -93,11 +92,6 @@ def _feasible(p: ShareProblem, tput: np.ndarray, need: np.ndarray, backend: Back
     return np.clip(np.asarray(sol).reshape(m, n), 0.0, 1.0)
 
 
-@POLICIES.register(
-    "min_total_duration",
-    "Gavel's min_total_duration_perf (--compat gavel only): the shortest horizon by which "
-    "every job can finish, by bisection over feasibility LPs.",
-)
 class GavelMinTotalDuration(GavelCompatPolicy):
     """``min_total_duration_perf`` (aware) and ``min_total_duration`` (agnostic)."""
 
@@ -129,11 +123,6 @@ class GavelMinTotalDuration(GavelCompatPolicy):
         return found, memory, ()
 
 
-@POLICIES.register(
-    "allox",
-    "Gavel's allox (--compat gavel only): min-cost assignment of waiting one-GPU jobs to free "
-    "GPUs by remaining time plus waiting time.",
-)
 class GavelAllox(GavelCompatPolicy):
     """``allox`` (``AlloXPolicy`` with α = 1)."""
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tessera.model.jobs import JobId
-from tessera.sched.core.policy import POLICIES, PolicyContext
+from tessera.sched.core.policy import PolicyContext
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel.packed import Combo, GandivaMemory, id_key
 from tessera.sched.gavel.packed_policy import GavelPackedPolicy, Speeds
@@ -58,11 +58,6 @@ def _equal_shares(chosen: Sequence[Combo], gang: Mapping[JobId, int], flavors: S
     return out
 
 
-@POLICIES.register(
-    "gandiva",
-    "Gavel's gandiva (--compat gavel only): random pairs of jobs share GPUs; pairs that do "
-    "not gain are split at the next recompute.",
-)
 class GavelGandiva(GavelPackedPolicy):
     """``GandivaPolicy`` with Gavel's packed round mechanism."""
 

@@ -36,7 +36,7 @@ from pydantic import Field
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
-from tessera.sched.core.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import (
     Backend,
@@ -343,9 +343,6 @@ def _agnostic_share(p: ShareProblem, backend: Backend) -> tuple[np.ndarray, tupl
     return s.x, s.fallbacks
 
 
-@POLICIES.register(
-    "max_min_fairness", "Gavel LAS: max-min fairness over effective throughput (HiGHS LP)."
-)
 class MaxMinFairness(GavelAllocationPolicy):
     def allocate(
         self, ctx: PolicyContext, p: ShareProblem, backend: Backend
@@ -391,9 +388,6 @@ class FinishTimeConfig(GavelConfig):
         "solver's vertex)")
 
 
-@POLICIES.register(
-    "finish_time_fairness", "Themis finish-time fairness: minimise the worst ρ (LP bisection)."
-)
 class FinishTimeFairness(GavelAllocationPolicy):
     Config = FinishTimeConfig
 
@@ -428,7 +422,6 @@ class FinishTimeFairness(GavelAllocationPolicy):
         return found.x, notes + found.fallbacks
 
 
-@POLICIES.register("min_makespan", "Minimise makespan: a common progress rate for all (LP).")
 class MinMakespan(GavelAllocationPolicy):
     def allocate(
         self, ctx: PolicyContext, p: ShareProblem, backend: Backend
@@ -440,10 +433,6 @@ class MinMakespan(GavelAllocationPolicy):
         return s.x, s.fallbacks
 
 
-@POLICIES.register(
-    "max_sum_throughput",
-    "Gavel max-sum throughput: maximise the total steps/s (LP); unfair, slow jobs can starve.",
-)
 class MaxSumThroughput(GavelAllocationPolicy):
     """Gavel's ``max_sum_throughput_perf``: shares that maximise ``Σ_m Σ_j T[m,j] X[m,j]``.
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from tessera.model.jobs import JobId
 from tessera.perf.colocation import PairRefusal, pair_rates
-from tessera.sched.core.policy import POLICIES, Policy, PolicyContext, Ranking
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import Backend, priorities, ranked_entries, resolve_solver
 from tessera.sched.gavel.compat_mechanism import (
@@ -199,11 +199,6 @@ def _notes(shares: Mapping[Combo, tuple[float, ...]] | None, combos: Sequence[Co
     return notes
 
 
-@POLICIES.register(
-    "max_min_fairness_packed",
-    "Gavel's max_min_fairness_packed (--compat gavel only): max-min fairness over jobs and "
-    "measured pairs sharing GPUs.",
-)
 class GavelMaxMinFairnessPacked(GavelPackedPolicy):
     """``MaxMinFairnessPolicyWithPacking`` with Gavel's round mechanism."""
 
@@ -253,11 +248,6 @@ class GavelMaxMinFairnessPacked(GavelPackedPolicy):
                 fallbacks)
 
 
-@POLICIES.register(
-    "fifo_packed",
-    "Gavel's fifo_packed (--compat gavel only): fifo_perf, then queued jobs share the GPUs of "
-    "an assigned job when the measured pair gains > 1.5×.",
-)
 class GavelFifoPacked(GavelPackedPolicy):
     """``FIFOPolicyWithPacking`` with Gavel's round mechanism."""
 

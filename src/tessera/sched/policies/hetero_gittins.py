@@ -16,7 +16,6 @@ import math
 import numpy as np
 from pydantic import Field
 
-from tessera.sched.core.policy import POLICIES
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.hetero_srpt import HeteroSrpt, HeteroSrptConfig
 
@@ -31,11 +30,6 @@ class HeteroGittinsConfig(HeteroSrptConfig):
                               description="equally likely points the prior is drawn as")
 
 
-@POLICIES.register(
-    "hetero_gittins",
-    "Tessera, no oracle: hetero_srpt with remaining time from a Gittins index over attained "
-    "service.",
-)
 class HeteroGittins(HeteroSrpt):
     """:class:`HeteroSrpt` without oracle durations.
 

@@ -86,7 +86,7 @@ from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
 from tessera.sched.core.lp import LpSolver
-from tessera.sched.core.policy import POLICIES, PolicyContext, Ranking
+from tessera.sched.core.policy import PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView, Snapshot
 from tessera.sched.packing.pairs import MEMORY_KEY, may_share
 from tessera.sched.packing.slots import PairOption, SlotGroup, SlotPlan, plan_slots
@@ -131,11 +131,6 @@ class _PairWay:
     second_share: float
 
 
-@POLICIES.register(
-    "hetero_pack",
-    "Tessera, no oracle: hetero_gittins plus space sharing at measured pair speeds, flavors "
-    "and pairs chosen together by one small integer programme a round.",
-)
 class HeteroPack(HeteroGittins):
     """See the module docstring."""
 

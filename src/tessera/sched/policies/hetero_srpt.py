@@ -56,7 +56,7 @@ from tessera.sched.core.lp import INF, LpModel, LpSolver, SolverError, solve_lp
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.placement import Layout as _PlacementLayout
-from tessera.sched.core.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
 _RUNNING = JobState.RUNNING
@@ -143,11 +143,6 @@ class HeteroSrptConfig(PolicyConfig):
     defrag: bool = Field(True, description="clear a node for a gang that would be split")
 
 
-@POLICIES.register(
-    "hetero_srpt",
-    "Tessera (oracle durations): SRPT per GPU, completion-rate flavor matching, whole nodes "
-    "for gangs.",
-)
 class HeteroSrpt(Policy):
     """See the module docstring."""
 

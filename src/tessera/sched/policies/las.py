@@ -22,7 +22,7 @@ from types import MappingProxyType
 from pydantic import Field
 
 from tessera.model.jobs import JobId
-from tessera.sched.core.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.common import candidates_in_order
 
@@ -36,7 +36,6 @@ class LasConfig(PolicyConfig):
     )
 
 
-@POLICIES.register("las", "Tiresias 2D-LAS: least attained GPU-service first; preemptive.")
 class LeastAttainedService(Policy):
     preemptive = True
     Config = LasConfig

@@ -61,7 +61,7 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ElasticRange
 from tessera.perf.goodput import packed_placement
 from tessera.sched.core.oracle import FlavorRate
-from tessera.sched.core.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.policy import PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.elastic.goodput import Config, all_counts_configs, progress_samples
 from tessera.sched.elastic.ilp import choose_configs
@@ -118,12 +118,6 @@ def fitness(speedups: list[float], p: float) -> float:
     return (sum(power_term(s, p) for s in speedups) / len(speedups)) ** (1.0 / p)
 
 
-@POLICIES.register(
-    "pollux",
-    "Pollux (OSDI'21): per round, GPU count and batch per job maximising the p=-1 power mean of "
-    "goodput speed-ups with restart damping; heterogeneity-unaware; exact ILP for its GA. "
-    "Use 60 s rounds.",
-)
 class Pollux(ElasticPolicy):
     Config = PolluxConfig
 

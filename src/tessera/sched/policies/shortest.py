@@ -7,12 +7,11 @@ duration and never preempts; SRTF orders by remaining time and preempts.
 
 from __future__ import annotations
 
-from tessera.sched.core.policy import POLICIES, Policy, PolicyContext, Ranking
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.common import candidates_in_order, remaining_s
 
 
-@POLICIES.register("sjf", "Shortest job first (oracle durations); no preemption.")
 class ShortestJobFirst(Policy):
     preemptive = False
 
@@ -25,7 +24,6 @@ class ShortestJobFirst(Policy):
         return Ranking(candidates_in_order(ctx, jobs))
 
 
-@POLICIES.register("srtf", "Shortest remaining time first (oracle durations); preemptive.")
 class ShortestRemainingTimeFirst(Policy):
     preemptive = True
 

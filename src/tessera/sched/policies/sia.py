@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tessera.sched.core.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.policy import PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.elastic.goodput import (
     DEFAULT_RESTART_S,
@@ -76,11 +76,6 @@ class SiaConfig(PolicyConfig):
         "does while it learns the job's throughput model.")
 
 
-@POLICIES.register(
-    "sia",
-    "Sia (SOSP'23): per round, one (flavor, GPU count) per job by an ILP over normalised goodput "
-    "^ p with restart penalties (HiGHS); elastic jobs resized, batch tuned. Use 60 s rounds.",
-)
 class Sia(ElasticPolicy):
     Config = SiaConfig
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from tessera.errors import SpecError
-from tessera.sched.core.policy import Policy, gavel_loop_only
+from tessera.sched.catalog import gavel_loop_only
+from tessera.sched.core.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.world import SimWorld
 
