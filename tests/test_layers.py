@@ -180,12 +180,8 @@ ALLOWED_CIRCLES: frozenset[frozenset[str]] = frozenset(frozenset(c) for c in [
      "tessera.live.store"},
     # live: the service loop and the launch/reconcile helpers it drives.
     {"tessera.live.launches", "tessera.live.reconcile", "tessera.live.service"},
-    # sched: placement and the free-GPU book.
-    {"tessera.sched.core.free_book", "tessera.sched.core.placement"},
     # sim: the round-driver base, the heap driver and the Gavel driver.
     {"tessera.sim.drivers.base", "tessera.sim.drivers.gavel", "tessera.sim.drivers.heap"},
-    # workload: the package re-exports the loader, which imports the package.
-    {"tessera.workload", "tessera.workload.load"},
 ])
 
 

@@ -32,10 +32,26 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from tessera.sched.core.placement import Layout
+
+class NodeLayout(Protocol):
+    """What the book reads of a cluster's static layout. :class:`~tessera.sched.core.placement.
+    Layout` is the one implementation; the book names this Protocol instead of importing it,
+    because placement builds on the book (no import circle between the two files)."""
+
+    @property
+    def capacity(self) -> Mapping[str, int]: ...
+    @property
+    def flavor(self) -> Mapping[str, str]: ...
+    @property
+    def rack(self) -> Mapping[str, str]: ...
+    @property
+    def by_flavor(self) -> Mapping[str, tuple[str, ...]]: ...
+    @property
+    def size(self) -> Mapping[str, int]: ...
+    @property
+    def position(self) -> Mapping[str, int]: ...
 
 
 class FreeBook(Mapping[str, int]):
@@ -52,7 +68,7 @@ class FreeBook(Mapping[str, int]):
 
     __slots__ = ("_free", "_off", "_sorted", "_total", "layout", "version")
 
-    def __init__(self, layout: Layout, free: Mapping[str, int] | None = None) -> None:
+    def __init__(self, layout: NodeLayout, free: Mapping[str, int] | None = None) -> None:
         self.layout = layout
         cap = layout.capacity
         counts = dict(cap) if free is None else {n: free.get(n, c) for n, c in cap.items()}
