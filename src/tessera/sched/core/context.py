@@ -10,7 +10,10 @@
 * **solver** -- the LP solver instance allocation policies use (never a process-wide one);
 * **layouts** -- the static node layout of the clusters the rounds see, built once;
 * **stay_put** -- running gangs no upgrade can pay for during their current run
-  (:class:`StayPut`), so an event round does not re-examine them.
+  (:class:`StayPut`), so an event round does not re-examine them;
+* **caches** -- what each policy memoises between rounds (:class:`PolicyCaches`): a policy
+  object holds its configuration only, so one policy object run by two drivers (or answered
+  from by ``explain``'s fork) shares no state between them.
 
 A driver builds one context and hands it to every round; :meth:`DecisionContext.fork` gives
 an independent copy (``tessera explain`` answers on API threads with one, so it never touches
@@ -21,19 +24,55 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import Layout
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from tessera.model.cluster import ClusterSpec
     from tessera.model.jobs import JobId
     from tessera.sched.core.options import PlacementOptions
     from tessera.sched.core.snapshot import JobSplit, JobView, Placement
+
+
+T = TypeVar("T")
+
+
+class PolicyCaches:
+    """The memo tables of the policies one driver runs, one table per ``(policy, name)``.
+
+    A policy asks for its table through :meth:`PolicyContext.cache
+    <tessera.sched.core.policy.PolicyContext.cache>` and keeps in it only what it could
+    recompute from the snapshot, the oracle and its configuration (a cache, never a memory:
+    what a policy must remember between rounds travels in ``Ranking.state``). So dropping a
+    table changes speed, never an answer -- which is what :meth:`DecisionContext.fork` does.
+
+    Example::
+
+        caches = PolicyCaches()
+        table = caches.get(policy, "pairs", dict)   # made on first use, then the same object
+        assert caches.get(policy, "pairs", dict) is table
+    """
+
+    __slots__ = ("_tables",)
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[int, str], tuple[object, object]] = {}
+
+    def get(self, owner: object, name: str, make: Callable[[], T]) -> T:
+        """``owner``'s table ``name``, made by ``make()`` the first time it is asked for."""
+        key = (id(owner), name)
+        held = self._tables.get(key)
+        if held is None:  # (the owner is kept with its table, so its id stays its own)
+            held = self._tables[key] = (owner, make())
+        return held[1]  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self._tables)
 
 
 class UnheldGangs(Protocol):
@@ -135,6 +174,7 @@ class DecisionContext:
     solver: LpSolver = field(default_factory=LpSolver)
     _layout: tuple[ClusterSpec, Layout] | None = None
     stay_put: StayPut = field(default_factory=StayPut)
+    caches: PolicyCaches = field(default_factory=PolicyCaches)
 
     def layout(self, cluster: ClusterSpec) -> Layout:
         """The placement layout of ``cluster``, built once per cluster object."""
@@ -148,7 +188,8 @@ class DecisionContext:
     def fork(self, seed: int = 0) -> DecisionContext:
         """An independent context over a fresh oracle of the same table and cluster.
 
-        The twin shares only the 3-D plan cache (:attr:`ThroughputOracle.plans`): plans are
+        The twin starts with empty policy caches (:class:`PolicyCaches`) and shares only
+        the 3-D plan cache (:attr:`ThroughputOracle.plans`): plans are
         pure functions of their key, take up to seconds to search, and an answer given
         from a fork should quote the plan the service itself launches with.
         """

@@ -178,7 +178,7 @@ def _waiting_first(
     split = view.split()
     waiting = split.waiting
     ranking = policy.rank(PolicyContext(view.with_jobs(tuple(waiting)), oracle, ctx.rng,
-                                        ctx.solver))
+                                        ctx.solver, ctx.caches))
     lap("order")
     if ranking.sizes:  # an elastic allocation sizes everyone: it needs the full round
         return None
@@ -212,7 +212,7 @@ def _full_round(
     by_id = {j.spec.job_id: j for j in admitted}
     split = view.split()
     running = split.running
-    ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver))
+    ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver, ctx.caches))
     lap("order")
     sized = by_id
     if ranking.sizes and view.quotas:  # growth only within the queues' quotas

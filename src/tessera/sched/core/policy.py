@@ -29,20 +29,23 @@ import json
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from tessera.errors import SpecError
 from tessera.model.jobs import JobId
+from tessera.sched.core.context import PolicyCaches
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from tessera.sched.elastic.sizes import ElasticSize
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +59,23 @@ class PolicyContext:
         solver: the LP solver the allocation policies must use. The core passes the decision
             context's solver (one per driver, reused round after round, never shared between
             drivers); ``None`` means "make a fresh solver for this call" (tests, one-off calls).
+        caches: where the policy keeps its memo tables between rounds
+            (:class:`~tessera.sched.core.context.PolicyCaches`, owned by the driver's decision
+            context); ``None`` means "no memory": every :meth:`cache` call gets a fresh table.
     """
 
     snapshot: Snapshot
     oracle: ThroughputOracle
     rng: random.Random
     solver: LpSolver | None = None
+    caches: PolicyCaches | None = None
+
+    def cache(self, owner: object, name: str, make: Callable[[], T]) -> T:
+        """``owner``'s memo table ``name`` (a policy passes itself): the driver's, made by
+        ``make()`` on first use, or a fresh one when the context has no caches."""
+        if self.caches is None:
+            return make()
+        return self.caches.get(owner, name, make)
 
     def lp(self) -> LpSolver:
         """The solver to use: :attr:`solver`, or a fresh one when none was given."""

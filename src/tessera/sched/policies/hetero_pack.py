@@ -81,7 +81,6 @@ from dataclasses import dataclass, replace
 
 from pydantic import Field
 
-from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
@@ -136,10 +135,6 @@ class HeteroPack(HeteroGittins):
 
     packs = True
     Config = HeteroPackConfig
-
-    def __init__(self, *args: object, **kw: object) -> None:
-        super().__init__(*args, **kw)
-        self._pairs: dict[tuple[object, ...], PairRates | None] = {}
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         base = super().rank(ctx)
@@ -218,7 +213,7 @@ class HeteroPack(HeteroGittins):
         best = ctx.oracle.best_rate(j.spec)
         if not cfg.short_first or best <= 0:
             return 0
-        hours = self._remaining_best_s(j, best, ctx.snapshot.now_s) / 3600.0
+        hours = self._remaining_best_s(j, best, ctx.snapshot.now_s, ctx) / 3600.0
         return round(math.log2(min(max(hours, 2.0**-6), 2.0**12)))
 
     def _solo_values(self, ctx: PolicyContext, spec: JobSpec, now_on: str | None,
@@ -263,7 +258,7 @@ class HeteroPack(HeteroGittins):
                     alone_b = solos[b].get(f)
                     if alone_b is None:
                         continue
-                    rates = self._pair(oracle.table, ctx.snapshot.cluster, sa, sb, f)
+                    rates = self._pair(ctx, oracle.table, sa, sb, f)
                     if rates is None:
                         continue
                     ra = weights[a] * rates.first_steps_per_s / best[a]
@@ -299,22 +294,25 @@ class HeteroPack(HeteroGittins):
         costs = {id(j): cost for j, cost, _order in selected}
         return [(j, costs[id(j)], order) for j, _c, order in matched], fallbacks
 
-    def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
+    def _pair(self, ctx: PolicyContext, table: ThroughputTable, host: JobSpec,
               partner: JobSpec, flavor: str) -> PairRates | None:
         """:func:`~tessera.sched.packing.pairs.may_share` for jobs without declared memory (cached
-        per job kind), or for any pair with memory declared (not cached)."""
+        per job kind, in the driver's policy caches), or for any pair with memory declared (not
+        cached)."""
+        cluster = ctx.snapshot.cluster
         if MEMORY_KEY in host.extra or MEMORY_KEY in partner.extra:
             got = may_share(table, cluster, host, partner, flavor)
             return None if isinstance(got, PairRefusal) else got
         key = (host.job_type, partner.job_type, host.num_gpus, partner.num_gpus, flavor,
                host.flavors, partner.flavors, id(table))
-        if key not in self._pairs:
-            if len(self._pairs) > 100_000:
-                self._pairs.clear()
+        pairs: dict[tuple[object, ...], PairRates | None] = ctx.cache(self, "pairs", dict)
+        if key not in pairs:
+            if len(pairs) > 100_000:
+                pairs.clear()
             got = may_share(table, cluster, replace(host, exclusive=False),
                             replace(partner, exclusive=False), flavor)
-            self._pairs[key] = None if isinstance(got, PairRefusal) else got
-        return self._pairs[key]
+            pairs[key] = None if isinstance(got, PairRefusal) else got
+        return pairs[key]
 
 
 def _replay(base: Ranking, by_id: dict[JobId, JobView], snap: Snapshot

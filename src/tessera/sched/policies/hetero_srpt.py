@@ -24,9 +24,10 @@ speed-ups the LP reduces to SRPT on the fastest GPUs.
 **3. Gangs get whole nodes.** The core keeps selected running jobs where they are and places
 new gangs into whatever is free, so over time 1-GPU jobs scatter over every node and an 8-GPU
 gang is *split across nodes*, where the Gavel profiles run it 2–10× slower (LM at 8 GPUs:
-0.1× on V100). In rounds mode the policy replays the core's placement (kept jobs, then new
-gangs largest first, best fit); when a gang would be split and splitting hurts it, it stops
-the fewest lower-priority small jobs that free one node (they are re-placed next round).
+0.1× on V100). In rounds mode the policy asks the core where its selection would go
+(:func:`~tessera.sched.core.preview.preview`); when a gang would be split and splitting hurts
+it, it stops the fewest lower-priority small jobs that free one node (they are re-placed next
+round).
 This alone took the Philly 8-GPU mean JCT from 55 h to 20 h (lower bound 19 h).
 
 **No starvation.** A job that has waited (total time since submission not spent running)
@@ -57,6 +58,7 @@ from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.placement import Layout as _PlacementLayout
 from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.preview import preview
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
 _RUNNING = JobState.RUNNING
@@ -150,13 +152,8 @@ class HeteroSrpt(Policy):
     round_based = True
     Config = HeteroSrptConfig
 
-    def __init__(
-        self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""
-    ) -> None:
-        super().__init__(config, agnostic, name)
-        self._nodes: _Nodes | None = None
-
-    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
+    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float,
+                          ctx: PolicyContext) -> float:
         """Remaining seconds on the job's fastest flavor: oracle knowledge (SRTF's bound)."""
         return j.remaining_at(now_s) / best_rate
 
@@ -165,7 +162,7 @@ class HeteroSrpt(Policy):
         assert isinstance(cfg, HeteroSrptConfig)
         snap = ctx.snapshot
         now = snap.now_s
-        nodes = self._nodes_of(snap)
+        nodes = self._nodes_of(ctx)
         cap = nodes.cap
         rates_of = nodes.rates_for(ctx.oracle)
         remaining_best_s = self._remaining_best_s
@@ -208,7 +205,7 @@ class HeteroSrpt(Policy):
                         steps_left = 0.0 if v < 0.0 else v
                 tau = steps_left / top
             else:
-                tau = remaining_best_s(j, top, now)
+                tau = remaining_best_s(j, top, now, ctx)
             p = j.placement
             cur = p.flavor if p is not None and state is _RUNNING else None
             # A flavor's cost is tau * top / rate, evaluated left to right as (tau * top) / rate.
@@ -296,12 +293,14 @@ class HeteroSrpt(Policy):
                 selected.append((j, cost, [fl] + [f for f in order if f != fl]))
         return selected, rest, first_choice
 
-    def _nodes_of(self, snap: Snapshot) -> _Nodes:
-        """The up nodes' static layout, rebuilt only when the cluster or its down nodes change."""
-        nodes = self._nodes
-        if nodes is None or nodes.cluster is not snap.cluster or nodes.down != snap.down_nodes:
-            nodes = self._nodes = _Nodes.of(snap)
-        return nodes
+    def _nodes_of(self, ctx: PolicyContext) -> _Nodes:
+        """The up nodes' static layout, rebuilt only when the cluster or its down nodes change
+        (kept in the driver's policy caches, :meth:`PolicyContext.cache`)."""
+        snap = ctx.snapshot
+        held: list[_Nodes] = ctx.cache(self, "nodes", list)
+        if not held or held[0].cluster is not snap.cluster or held[0].down != snap.down_nodes:
+            held[:] = [_Nodes.of(snap)]
+        return held[0]
 
     @staticmethod
     def _finalize(
@@ -329,81 +328,29 @@ class HeteroSrpt(Policy):
         selected: list[tuple[JobView, dict[str, float], list[str]]],
         ctx: PolicyContext,
     ) -> set[JobId]:
-        """Replay the core's placement (:class:`FreeGpus`: kept jobs, then new gangs largest
-        first, best fit, else spread); clear one node for a gang that would otherwise be split.
+        """Clear one node for a gang the core would otherwise split (and splitting hurts it).
 
-        Returns the running jobs to stop this round (they are re-placed next round).
-
-        Kept jobs are taken first, in selection order, each where it runs. When their GPUs fit
-        their nodes, none fails to take its place, so the replay starts from the nodes' counts
-        less the kept GPUs (:meth:`_kept`); and then, unless a gang of more than one GPU is
-        new to its flavor, nothing can be cleared and the answer is "nobody" without a replay
-        (most rounds, when hardly anyone waits). Otherwise the kept jobs are taken one by one,
-        and one that finds its GPUs taken (a gang shared by two jobs) is new.
+        Returns the running jobs to stop this round (they are re-placed next round). Where the
+        core would put each gang is the core's own answer (:func:`~tessera.sched.core.preview.
+        preview`: kept jobs, then new gangs largest first, best fit, else spread); this policy
+        only decides whom to stop (:meth:`_clear`).
         """
-        layout = self._nodes_of(snap)
-        capacity = layout.placement.capacity
-        used, new = self._kept(selected)
-        fits = all(capacity.get(node_id, 0) >= count for node_id, count in used.items())
-        if fits and all(j.spec.num_gpus <= 1 for j, _fl in new):
+        layout = self._nodes_of(ctx)
+        pv = preview(layout.nodes, layout.placement,
+                     [(j, order[0]) for j, _cost, order in selected])
+        if pv is None:
             return set()
-        occupants: dict[str, list[JobView]] = {}
-        if fits:
-            free = FreeGpus(layout.nodes, {node_id: capacity[node_id] - count
-                                           for node_id, count in used.items()},
-                            layout.placement)
-            fresh = {j.job_id for j, _fl in new}
-            for j, _cost, _order in selected:
-                p = j.placement
-                if p is not None and p.consolidated and j.job_id not in fresh:
-                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
-        else:
-            free = FreeGpus(layout.nodes, None, layout.placement)
-            new = []
-            for j, _cost, order in selected:
-                fl = order[0]
-                p = j.placement
-                if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
-                    if p.consolidated:
-                        occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
-                else:
-                    new.append((j, fl))
-        by_flavor = layout.by_flavor
-        node_max = layout.node_max
-        new.sort(key=lambda e: -e[0].spec.num_gpus)
         displaced: set[JobId] = set()
-        for j, fl in new:
-            g = j.spec.num_gpus
-            if g <= node_max.get(fl, 0):
-                placed = free.find(fl, g, True)
-                if placed is None and g > 1 and self._split_hurts(ctx, j, fl):
-                    node = self._clear(by_flavor.get(fl, ()), free, occupants, g, displaced)
-                    if node is not None:
-                        placed = Placement(fl, ((node, g),))
-                if placed is not None:
-                    free.take(placed)
+        for j, fl in pv.new:
+            if pv.would_split(j, fl) and self._split_hurts(ctx, j, fl):
+                g = j.spec.num_gpus
+                node = self._clear(layout.by_flavor.get(fl, ()), pv.free, pv.occupants, g,
+                                   displaced)
+                if node is not None:
+                    pv.take(Placement(fl, ((node, g),)))
                     continue
-            placed = free.find(fl, g, False)
-            if placed is not None:
-                free.take(placed)
+            pv.place(j, fl)
         return displaced
-
-    @staticmethod
-    def _kept(selected: list[tuple[JobView, dict[str, float], list[str]]]
-              ) -> tuple[dict[str, int], list[tuple[JobView, str]]]:
-        """The GPUs per node of the selected jobs that stay where they run (running on the
-        flavor they were selected for), and the others with that flavor, in order."""
-        used: dict[str, int] = {}
-        new: list[tuple[JobView, str]] = []
-        for j, _cost, order in selected:
-            fl = order[0]
-            p = j.placement
-            if j.state is _RUNNING and p is not None and p.flavor == fl:
-                for node_id, count in p.gpus_by_node:
-                    used[node_id] = used.get(node_id, 0) + count
-            else:
-                new.append((j, fl))
-        return used, new
 
     @staticmethod
     def _split_hurts(ctx: PolicyContext, j: JobView, fl: str) -> bool:

@@ -54,6 +54,7 @@ online to the placements it ran on, whatever their types (``job.py``, ``h_unawar
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from pydantic import Field
 
@@ -118,15 +119,19 @@ def fitness(speedups: list[float], p: float) -> float:
     return (sum(power_term(s, p) for s in speedups) / len(speedups)) ** (1.0 / p)
 
 
+@dataclass(slots=True)
+class _Rows:
+    """Pollux's memo of :meth:`Pollux._blind_row`, valid for one tuple of base configurations
+    (kept in the driver's policy caches, :meth:`PolicyContext.cache`)."""
+
+    configs: tuple[Config, ...] = ()
+    rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
+               tuple[dict[int, float], tuple[tuple[int, float, float], ...]]] = field(
+        default_factory=dict)
+
+
 class Pollux(ElasticPolicy):
     Config = PolluxConfig
-
-    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
-                 name: str = "") -> None:
-        super().__init__(config, agnostic, name)
-        self._rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
-                         tuple[dict[int, float], tuple[tuple[int, float, float], ...]]] = {}
-        self._row_configs: tuple[Config, ...] = ()
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         cfg = self.config
@@ -143,10 +148,11 @@ class Pollux(ElasticPolicy):
         floor = power_term(0.0, cfg.p)
         values: list[list[tuple[int, float]]] = []
         batches: dict[tuple[int, int], float] = {}
+        rows: _Rows = ctx.cache(self, "blind_rows", _Rows)
         for j, v in enumerate(snap.jobs):
             most = memory.explored_max(v) if cfg.explore else 1 << 30
             rates = ctx.oracle.rates(v.spec) if v.spec.elastic is None else ()
-            speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches)
+            speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches, rows)
             speedups = pollux_damped(speedups, sets.current(v), pollux_factor(
                 snap.now_s - v.spec.submit_time_s, memory.restarts.get(v.spec.job_id, 0),
                 cfg.restart_s))
@@ -157,8 +163,11 @@ class Pollux(ElasticPolicy):
 
     def _speedups(self, sets: ConfigSet, v: JobView, j: int, fair: int, most: int, now_s: float,
                   ctx_rates: tuple[FlavorRate, ...],
-                  batches: dict[tuple[int, int], float]) -> list[tuple[int, float]]:
-        """Job ``v``'s type-blind speed-up per configuration (rigid jobs: ``n / fair``)."""
+                  batches: dict[tuple[int, int], float], rows: _Rows | None = None,
+                  ) -> list[tuple[int, float]]:
+        """Job ``v``'s type-blind speed-up per configuration (rigid jobs: ``n / fair``); ``rows``
+        is the memo to use (``None``: a fresh one)."""
+        rows = _Rows() if rows is None else rows
         spec = v.spec
         e = spec.elastic
         if e is None:  # no goodput model: Pollux's linear speed-up at the job's own count
@@ -169,10 +178,10 @@ class Pollux(ElasticPolicy):
                     out.append((c, spec.num_gpus / fair))
             return out
         progress = progress_samples(v, now_s)
-        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress)
+        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress, rows)
         if not blind:
             return []
-        at_fair = self._blind_row(sets, v, min(e.max_gpus, max(most, fair)), progress)[0]
+        at_fair = self._blind_row(sets, v, min(e.max_gpus, max(most, fair)), progress, rows)[0]
         base = at_fair[max((n for n in at_fair if n <= fair), default=min(at_fair))]
         out = []
         for c, g, b in row:
@@ -180,7 +189,7 @@ class Pollux(ElasticPolicy):
             batches[(j, c)] = b
         return out
 
-    def _blind_row(self, sets: ConfigSet, v: JobView, hi: int, progress: float,
+    def _blind_row(self, sets: ConfigSet, v: JobView, hi: int, progress: float, rows: _Rows,
                    ) -> tuple[dict[int, float], tuple[tuple[int, float, float], ...]]:
         """Elastic job ``v``'s type-blind goodput per GPU count up to ``hi``, and ``(index,
         goodput, best batch)`` of each base configuration it may take.
@@ -192,11 +201,11 @@ class Pollux(ElasticPolicy):
         e = spec.elastic
         assert e is not None
         configs = sets.base_configs
-        if configs is not self._row_configs or len(self._rows) > 65536:
-            self._rows.clear()
-            self._row_configs = configs
+        if configs is not rows.configs or len(rows.rows) > 65536:
+            rows.rows.clear()
+            rows.configs = configs
         key = (e, spec.flavors, hi, self.model.epochs(e.efficiency_model, progress))
-        got = self._rows.get(key)
+        got = rows.rows.get(key)
         if got is not None:
             return got
         blind: dict[int, float] = {}
@@ -219,7 +228,7 @@ class Pollux(ElasticPolicy):
             b = batch.get((config.flavor, config.num_gpus))
             if g is not None and b is not None and sets.allowed(spec, c):
                 row.append((c, g, b))
-        got = self._rows[key] = (blind, tuple(row))
+        got = rows.rows[key] = (blind, tuple(row))
         return got
 
 
