@@ -143,12 +143,12 @@ def test_a_failed_matching_lp_is_reported_not_silent(monkeypatch: pytest.MonkeyP
     """When the completion-rate matching LP fails, the greedy order is kept and the ranking
     says so in its fallbacks (the simulator counts them into the run's notes)."""
     from tessera.sched.core.lp import LpSolver, SolverError
-    from tessera.sched.policies import hetero_srpt
+    from tessera.sched.policies import hetero_flavors, hetero_srpt
 
     def fail(*a: object, **k: object) -> None:
         raise SolverError("hetero_srpt matching LP: HiGHS ended with Infeasible")
 
-    monkeypatch.setattr(hetero_srpt, "solve_lp", fail)
+    monkeypatch.setattr(hetero_flavors, "solve_lp", fail)
     j = view(make_job("a", 1))
     selected = [(j, {"V100-16GB": 2.0, "K80": 1.0}, ["V100-16GB", "K80"])]
     out, why = hetero_srpt.HeteroSrpt._match(selected, {"V100-16GB": 1, "K80": 1}, LpSolver())
