@@ -26,7 +26,8 @@ def _shape(policy: Policy) -> dict[str, Any]:
             for k, v in vars(policy).items()}
 
 
-@pytest.mark.parametrize("name", ["hetero_srpt", "hetero_gittins", "hetero_pack"])
+@pytest.mark.parametrize("name", ["hetero_srpt", "hetero_gittins", "hetero_pack",
+                                  "max_min_fairness", "finish_time_fairness"])
 def test_a_busy_run_leaves_the_policy_object_as_it_was_built(name: str) -> None:
     """40 jobs of 1-4 GPUs on 2 V100 + 2 K80 nodes of 4 GPUs (tests.builders.busy_simulator's
     run): gangs wait, are preempted, pair up -- and the policy object gains no state."""

@@ -34,8 +34,7 @@ import numpy as np
 from pydantic import Field
 
 from tessera.model.gpus import GpuFlavor
-from tessera.model.jobs import JobId, JobSpec
-from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
+from tessera.model.jobs import JobId
 from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.gavel import (
@@ -50,6 +49,7 @@ from tessera.sched.gavel import (
     min_max_rho,
     priorities,
 )
+from tessera.sched.gavel.lp_rows import ShareRows
 from tessera.sched.gavel.mechanism import ShareNotes
 
 
@@ -83,142 +83,15 @@ def build_problem(ctx: PolicyContext, jobs: Sequence[JobView] | None = None) -> 
     )
 
 
-class _Rows:
-    """What a round of Gavel's mechanism reads per job that does not change between rounds:
-    each job's share and time run at the last reallocation (fixed until the next one), and
-    which flavors its spec can use (fixed for the oracle and the flavors that are up).
+@dataclass(slots=True)
+class _RoundMemo:
+    """What a Gavel allocation policy keeps between rounds, in the driver's policy caches
+    (:meth:`PolicyContext.cache`): the per-job rows, the last shares' notes (read-only,
+    formatted on demand) and the flavor order of the up flavors."""
 
-    Rows are kept in a fixed column order (the flavors sorted by name; a round's flavor
-    order, shuffled for agnostic policies, is a permutation of it); the matrices have one
-    extra row of zeros, the row of a job the reallocation did not know. The arithmetic a
-    round does on them is the one it did on rebuilt matrices, so the ranking is the same
-    bit for bit.
-    """
-
-    __slots__ = ("_kinds", "_usable", "_usable_array", "at_reset", "col", "gathered",
-                 "kind_of", "oracle", "row_of", "state", "x")
-
-    def __init__(self, state: RoundState, oracle: ThroughputOracle, columns: tuple[str, ...],
-                 kinds: _Rows | None) -> None:
-        self.state = state
-        self.oracle = oracle
-        self.col = {f: k for k, f in enumerate(columns)}
-        jids = list(state.shares.jobs)
-        row_of = {jid: m for m, jid in enumerate(jids)}
-        for jid in state.run_at_reset:
-            row_of.setdefault(jid, len(row_of))
-        self.row_of = row_of
-        n, f_count = len(row_of), len(columns)
-        self.x = np.zeros((n + 1, f_count))
-        self.x[:len(jids)] = state.shares.aligned(jids, columns)[0]
-        self.at_reset = np.zeros((n + 1, f_count))
-        col = self.col
-        where = [(row_of[jid], col[f], ran) for jid, ran_by_flavor in state.run_at_reset.items()
-                 for f, ran in ran_by_flavor if f in col]
-        if where:
-            m, k, ran = zip(*where, strict=True)
-            np.add.at(self.at_reset, (np.array(m, dtype=np.intp), np.array(k, dtype=np.intp)),
-                      np.array(ran))
-        # (job id -> (its spec, its kind)); a kind is a row of ``_usable``
-        self.kind_of: dict[JobId, tuple[JobSpec, int]] = {}
-        self._kinds: dict[RateKey, int] = {}
-        self._usable: list[list[bool]] = []
-        self._usable_array = np.zeros((0, f_count), dtype=bool)
-        if kinds is not None and kinds.oracle is oracle and kinds.col == self.col:
-            self.kind_of, self._kinds, self._usable = kinds.kind_of, kinds._kinds, kinds._usable
-        self.gathered: _Gathered | None = None
-
-    @classmethod
-    def of(cls, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[str],
-           last: _Rows | None) -> _Rows:
-        """The rows of ``state``, keeping ``last``'s usable flavors when they still apply."""
-        return cls(state, oracle, tuple(sorted(flavors)), last)
-
-    def serves(self, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[str]
-               ) -> bool:
-        """Whether these rows are ``state``'s, for ``oracle`` and this set of flavors."""
-        col = self.col
-        return (state is self.state and oracle is self.oracle and len(flavors) == len(col)
-                and all(f in col for f in flavors))
-
-    def perm(self, flavors: Sequence[str]) -> list[int]:
-        """The fixed columns in ``flavors``' order."""
-        return [self.col[f] for f in flavors]
-
-    def kind(self, jid: JobId, spec: JobSpec, oracle: ThroughputOracle) -> int:
-        """The kind of ``spec`` (which flavors it can use), noted for ``jid``."""
-        key = rate_key(spec)
-        k = self._kinds.get(key)
-        if k is None:
-            row = [False] * len(self.col)
-            for r in oracle.rates(spec):
-                c = self.col.get(r.flavor)
-                if c is not None:
-                    row[c] = True
-            k = self._kinds[key] = len(self._usable)
-            self._usable.append(row)
-        self.kind_of[jid] = (spec, k)
-        return k
-
-    def usable(self) -> np.ndarray:
-        """Which flavors each kind can use, one row per kind (rebuilt when a kind was added;
-        kinds are only ever appended)."""
-        if len(self._usable_array) != len(self._usable):
-            self._usable_array = np.array(self._usable, dtype=bool).reshape(
-                len(self._usable), len(self.col))
-        return self._usable_array
-
-    def gather(self, specs: list[JobSpec], perm: list[int], oracle: ThroughputOracle
-               ) -> _Gathered:
-        """The rows of the jobs of ``specs`` (in that order), columns in ``perm``'s order.
-
-        The answer depends only on the specs (their ids and rate keys), these rows and
-        ``perm``; the last one is kept and returned again while all three are equal.
-        """
-        last = self.gathered
-        if last is not None and last.perm == perm and last.specs == specs:
-            return last
-        n = len(specs)
-        ids = [spec.job_id for spec in specs]
-        kind_of = self.kind_of
-        kinds = [kind[1] if kind is not None and kind[0] is spec
-                 else self.kind(jid, spec, oracle)
-                 for jid, spec, kind in zip(ids, specs, map(kind_of.get, ids), strict=True)]
-        where = np.fromiter(map(self.row_of.get, ids, repeat(-1, n)), dtype=np.intp, count=n)
-        x = self.x[where][:, perm]
-        usable = self.usable()[np.array(kinds, dtype=np.intp)][:, perm]
-        whole = np.arange(n)
-        lists = []
-        for k in range(len(perm)):
-            listed = whole[usable[:, k]]
-            lists.append((listed, -x[listed, k]))
-        got = self.gathered = _Gathered(specs=specs, perm=perm, ids=ids, x=x, usable=usable,
-                                        at_reset=self.at_reset[where], lists=tuple(lists))
-        return got
-
-
-@dataclass(frozen=True, slots=True)
-class _Gathered:
-    """One round's per-job rows of :class:`_Rows`, kept for the next round with the same jobs.
-
-    Attributes:
-        specs: the jobs' specs, in the snapshot's order (the key, with ``perm``).
-        perm: the fixed columns in the round's flavor order.
-        ids: the jobs' ids.
-        x: each job's share per flavor, in ``perm``'s order.
-        usable: whether each job can use each flavor, in ``perm``'s order.
-        at_reset: each job's seconds run per flavor at the reallocation, in the fixed order.
-        lists: per flavor (``perm``'s order), the jobs that can use it (their positions) and
-            their shares there, negated (the sort keys that do not change between rounds).
-    """
-
-    specs: list[JobSpec]
-    perm: list[int]
-    ids: list[JobId]
-    x: np.ndarray
-    usable: np.ndarray
-    at_reset: np.ndarray
-    lists: tuple[tuple[np.ndarray, np.ndarray], ...]
+    rows: ShareRows | None = None
+    notes: tuple[Shares, ShareNotes] | None = None
+    order: tuple[tuple[GpuFlavor, ...], list[str]] | None = None
 
 
 class GavelAllocationPolicy(Policy):
@@ -227,15 +100,6 @@ class GavelAllocationPolicy(Policy):
     preemptive = True
     round_based = True
     Config = GavelConfig
-
-    def __init__(
-        self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""
-    ) -> None:
-        super().__init__(config, agnostic, name)
-        self._rows: _Rows | None = None
-        # the last shares' notes (read-only, formatted on demand) and flavor order
-        self._notes: tuple[Shares, ShareNotes] | None = None
-        self._order: tuple[tuple[GpuFlavor, ...], list[str]] | None = None
 
     @abstractmethod
     def allocate(
@@ -269,9 +133,10 @@ class GavelAllocationPolicy(Policy):
                 jobs=ids,
             )
         assert state is not None
-        notes = self._notes
+        memo: _RoundMemo = ctx.cache(self, "gavel_round", _RoundMemo)
+        notes = memo.notes
         if notes is None or notes[0] is not state.shares:
-            notes = self._notes = (state.shares, ShareNotes(state.shares))
+            notes = memo.notes = (state.shares, ShareNotes(state.shares))
         return Ranking(self._candidates(ctx, state), state=state, notes=notes[1],
                        fallbacks=fallbacks)
 
@@ -282,16 +147,18 @@ class GavelAllocationPolicy(Policy):
 
         A job's share and its time run at the reset are fixed until the next reallocation,
         and which flavors it can use is fixed for its spec, so both are kept per job
-        (:class:`_Rows`) and a round gathers them with one index per job -- or, when the jobs
-        and the flavor order are the last round's, takes the last gathering as it is
-        (:meth:`_Rows.gather`); only the time each job has run is read anew.
+        (:class:`~tessera.sched.gavel.lp_rows.ShareRows`) and a round gathers them with one
+        index per job -- or, when the jobs and the flavor order are the last round's, takes the
+        last gathering as it is (:meth:`~tessera.sched.gavel.lp_rows.ShareRows.gather`); only
+        the time each job has run is read anew.
         """
         snap = ctx.snapshot
         elapsed = max(snap.now_s - state.reset_s, 0.0)
         flavors = self._flavor_order(ctx)
-        rows = self._rows
+        memo: _RoundMemo = ctx.cache(self, "gavel_round", _RoundMemo)
+        rows = memo.rows
         if rows is None or not rows.serves(state, ctx.oracle, flavors):
-            rows = self._rows = _Rows.of(state, ctx.oracle, flavors, rows)
+            rows = memo.rows = ShareRows.of(state, ctx.oracle, flavors, rows)
         col = rows.col
         jobs = snap.jobs
         n = len(jobs)
@@ -328,9 +195,10 @@ class GavelAllocationPolicy(Policy):
             flavors = [f.short for f in present]
             ctx.rng.shuffle(flavors)
             return flavors
-        kept = self._order
+        memo: _RoundMemo = ctx.cache(self, "gavel_round", _RoundMemo)
+        kept = memo.order
         if kept is None or kept[0] != present:
-            kept = self._order = (
+            kept = memo.order = (
                 present, [f.short for f in sorted(present, key=lambda f: -f.fp32_tflops)])
         return kept[1]
 
