@@ -35,7 +35,7 @@ same result.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -116,54 +116,20 @@ def plan_slots(
     Raises:
         ValueError: an option names a group that does not exist or pairs gangs of two sizes.
     """
-    flavors = sorted(capacity)
-    frow = {f: len(groups) + i for i, f in enumerate(flavors)}
-    cols: list[tuple[int, str] | int] = []
-    cost: list[float] = []
-    upper: list[float] = []
-    rows: list[int] = []
-    at: list[int] = []
-    coef: list[float] = []
-
-    def column(key: tuple[int, str] | int, value: float, bound: float,
-               entries: list[tuple[int, float]]) -> None:
-        for r, c in entries:
-            rows.append(r)
-            at.append(len(cols))
-            coef.append(c)
-        cols.append(key)
-        cost.append(value)
-        upper.append(bound)
-
-    for g, grp in enumerate(groups):
-        for f, value in sorted(grp.solo.items()):
-            if f in frow and grp.gpus <= capacity[f]:
-                column((g, f), value, float(grp.members), [(g, 1.0), (frow[f], float(grp.gpus))])
-    for i, o in enumerate(options):
-        if not (0 <= o.first < len(groups) and 0 <= o.second < len(groups)):
-            raise ValueError(f"pair option {o} names a group out of range")
-        a, b = groups[o.first], groups[o.second]
-        if a.gpus != b.gpus:
-            raise ValueError(f"pair option {o} pairs gangs of {a.gpus} and {b.gpus} GPUs")
-        if o.flavor not in frow or a.gpus > capacity[o.flavor]:
-            continue
-        if o.first == o.second:
-            column(i, o.value, float(a.members // 2),
-                   [(o.first, 2.0), (frow[o.flavor], float(a.gpus))])
-        else:
-            column(i, o.value, float(min(a.members, b.members)),
-                   [(o.first, 1.0), (o.second, 1.0), (frow[o.flavor], float(a.gpus))])
+    prog = _programme(groups, options, capacity)
+    flavors, cols, cost = prog.flavors, prog.cols, prog.cost
     n = len(cols)
     if n == 0:
         if any(grp.must for grp in groups):
             return "infeasible"
         return SlotPlan({}, {}, 0.0)
-    a_matrix = sp.csc_matrix((coef, (rows, at)), shape=(len(groups) + len(flavors), n))
+    a_matrix = sp.csc_matrix((prog.coef, (prog.rows, prog.at)),
+                             shape=(len(groups) + len(flavors), n))
     row_lower = np.array([float(grp.must) for grp in groups] + [-np.inf] * len(flavors))
     row_upper = np.array([float(grp.members) for grp in groups]
                          + [float(capacity[f]) for f in flavors])
     relaxed = LpModel(cost=np.array(cost), a=a_matrix, row_lower=row_lower,
-                      row_upper=row_upper, col_lower=np.zeros(n), col_upper=np.array(upper),
+                      row_upper=row_upper, col_lower=np.zeros(n), col_upper=np.array(prog.upper),
                       maximize=True)
     out = solver.attempt(relaxed)
     if out.x is None:
@@ -184,3 +150,56 @@ def plan_slots(
             else:
                 solo[key] = k
     return SlotPlan(solo, pairs, float(np.dot(cost, counts)))
+
+
+@dataclass(slots=True)
+class _Programme:
+    """The slot programme's columns, one per solo slot kind ``(group, flavor)`` and per pair
+    option (its index), with their values, upper bounds and matrix entries."""
+
+    flavors: list[str]
+    cols: list[tuple[int, str] | int] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    at: list[int] = field(default_factory=list)
+    coef: list[float] = field(default_factory=list)
+
+    def column(self, key: tuple[int, str] | int, value: float, bound: float,
+               entries: list[tuple[int, float]]) -> None:
+        for r, c in entries:
+            self.rows.append(r)
+            self.at.append(len(self.cols))
+            self.coef.append(c)
+        self.cols.append(key)
+        self.cost.append(value)
+        self.upper.append(bound)
+
+
+def _programme(
+    groups: Sequence[SlotGroup], options: Sequence[PairOption], capacity: Mapping[str, int],
+) -> _Programme:
+    """The columns of the programme: one row per group (how many of its members take a
+    slot), then one per flavor (its GPUs). Raises ``ValueError`` as :func:`plan_slots`."""
+    prog = _Programme(sorted(capacity))
+    frow = {f: len(groups) + i for i, f in enumerate(prog.flavors)}
+    column = prog.column
+    for g, grp in enumerate(groups):
+        for f, value in sorted(grp.solo.items()):
+            if f in frow and grp.gpus <= capacity[f]:
+                column((g, f), value, float(grp.members), [(g, 1.0), (frow[f], float(grp.gpus))])
+    for i, o in enumerate(options):
+        if not (0 <= o.first < len(groups) and 0 <= o.second < len(groups)):
+            raise ValueError(f"pair option {o} names a group out of range")
+        a, b = groups[o.first], groups[o.second]
+        if a.gpus != b.gpus:
+            raise ValueError(f"pair option {o} pairs gangs of {a.gpus} and {b.gpus} GPUs")
+        if o.flavor not in frow or a.gpus > capacity[o.flavor]:
+            continue
+        if o.first == o.second:
+            column(i, o.value, float(a.members // 2),
+                   [(o.first, 2.0), (frow[o.flavor], float(a.gpus))])
+        else:
+            column(i, o.value, float(min(a.members, b.members)),
+                   [(o.first, 1.0), (o.second, 1.0), (frow[o.flavor], float(a.gpus))])
+    return prog
