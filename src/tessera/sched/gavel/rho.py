@@ -135,10 +135,17 @@ def min_max_rho(
         return Solved(x, () if x is not None else (f"{what}: ECOS returned no solution",))
     probe = _Prober(p, inputs, backend, search)
     lo = float(np.max(np.where(inputs.live, inputs.since_s / inputs.isolated_s, 0.0)))
-    start = known if known is not None else _first_feasible(probe, search, lo, what)
-    if isinstance(start, str):
-        return Solved(None, (*probe.notes, start))
-    hi, best = start
+    if known is not None:
+        hi, best = known
+    else:
+        hi = search.start_hi if search.start_hi is not None else max(lo * 2.0, 1.0)
+        first = probe(hi)
+        while first is None:
+            hi *= 2.0
+            if hi > search.give_up_hi:
+                return Solved(None, (*probe.notes, f"{what}: no ρ <= {search.give_up_hi:g}"))
+            first = probe(hi)
+        best = first
     if not search.polish:  # a feasible X may beat the ρ it was asked for
         hi = min(hi, inputs.worst(best, p.tput))
     settled = False  # ``best`` is already the settling LP's answer at the final ρ
@@ -168,25 +175,10 @@ def min_max_rho(
     return _final(probe, backend, search, hi, best, None if settled else settle, what)
 
 
-def _first_feasible(probe: _Prober, search: RhoSearch, lo: float, what: str
-                    ) -> tuple[float, np.ndarray] | str:
-    """The first feasible ``(ρ, X)``, probing up from ``start_hi`` (or ``2·lo``) by doubling;
-    the note to give when no ρ up to ``give_up_hi`` is reachable."""
-    hi = search.start_hi if search.start_hi is not None else max(lo * 2.0, 1.0)
-    first = probe(hi)
-    while first is None:
-        hi *= 2.0
-        if hi > search.give_up_hi:
-            return f"{what}: no ρ <= {search.give_up_hi:g}"
-        first = probe(hi)
-    return hi, first
-
-
 def _final(probe: _Prober, backend: Backend, search: RhoSearch, hi: float, best: np.ndarray,
            settle: np.ndarray | None, what: str) -> Solved:
-    """The answer at the final ρ ``hi``: the settling LP's there (when ``settle`` is given:
-    the search has not already solved it), then the polish solve (``search.polish``); each
-    kept at the search's point, with a note, when it fails."""
+    """The answer at ρ ``hi``: the settling LP's (``settle``, if not yet solved there), then
+    the polish solve (``search.polish``); each kept, with a note, when it fails."""
     notes = probe.notes
     if settle is not None:
         x = probe.settle(hi, settle)
