@@ -30,11 +30,11 @@ import time
 from tessera.model.cluster import parse_compact
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import make_policy
-from tessera.sched.snapshot import JobView, Snapshot
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import JobView, Snapshot
 
 
 def build(n: int, seed: int = 0, one_gpu: bool = False) -> Snapshot:

@@ -48,12 +48,12 @@ from dataclasses import dataclass, replace
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.sia_table import sia_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import make_policy
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import JobView, Placement, Snapshot
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace

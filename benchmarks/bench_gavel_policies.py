@@ -3,7 +3,7 @@
 For each size N, builds the ``bench_decide`` snapshot (Gavel job types, gang sizes 1/2/4/8 in
 Gavel's 70/10/15/5 mix, V100/P100/K80 cluster scaled with N) and times ``policy.rank`` with the
 shares recomputed every time (no cached state), the LP solver passed in the context as the core
-does (one :class:`~tessera.sched.lp.LpSolver` reused across decisions). Prints the median and
+does (one :class:`~tessera.sched.core.lp.LpSolver` reused across decisions). Prints the median and
 max over repeats, and the objective reached (max-min: the minimum normalised rate; finish-time
 fairness: the worst ρ), so a faster solve that answers worse would show.
 
@@ -26,17 +26,18 @@ import numpy as np
 
 from bench_decide import build
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import PolicyContext
 from tessera.sched.gavel import RoundState
-from tessera.sched.lp import LpSolver
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import PolicyContext, make_policy
 
 
 def objective(name: str, ctx: PolicyContext, state: RoundState) -> str:
     """The quality of the shares: min normalised rate (max-min) or worst ρ (FTF)."""
     snap, x = ctx.snapshot, state.shares.x
     from tessera.sched.gavel import Backend
-    from tessera.sched.policies.gavel_lp import _agnostic_share, build_problem
+    from tessera.sched.gavel.lp_policy import _agnostic_share, build_problem
 
     p = build_problem(ctx)
     x_iso, _ = _agnostic_share(p, Backend(LpSolver()))

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.model.cluster import load_cluster
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace

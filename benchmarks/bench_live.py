@@ -54,7 +54,7 @@ from tessera.live.tenancy import CONFIG_NAME, Principal, hash_token, load_tenanc
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.model.jobs import JobId, JobSpec, Workload
 from tessera.perf.profiles import ThroughputTable
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 

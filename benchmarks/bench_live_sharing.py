@@ -42,7 +42,7 @@ def _child(policy: str, jobs: int, reps: int) -> dict[str, float]:
     from tessera.live.store import Store
     from tessera.live.tenancy import CONFIG_NAME, Principal, hash_token, load_tenancy
     from tessera.model.cluster import load_cluster
-    from tessera.sched.settings import SchedulerSettings
+    from tessera.sched.core.settings import SchedulerSettings
 
     class Instant:
         """Every launched run runs at once; nothing ever exits."""

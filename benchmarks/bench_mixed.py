@@ -2,7 +2,7 @@
 
 A *mixed gang* (``SimConfig(mixed_gangs=True)``, ``tessera simulate --mixed-gangs``) lets a job
 that no single flavor can hold start on GPUs of several flavors, at the speed the planner
-predicts (``tessera.sched.mixed``). Every setting runs with the option off and on, for the
+predicts (``tessera.sched.mixed.rates``). Every setting runs with the option off and on, for the
 same seeds, in one process, so the ratios are not skewed by a noisy machine:
 
 * ``small-pools``: Gavel-like traces (200 jobs, 0.5 jobs/h) on ``v100:8,p100:8,k80:8`` with
@@ -35,7 +35,7 @@ from tessera.model.cluster import load_cluster
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.perf.sia_table import sia_throughputs
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import generate_gavel_like, load_trace

@@ -44,11 +44,11 @@ from typing import Any
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_pack import HeteroPack, HeteroPackConfig
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
-from tessera.sched.policy import make_policy
-from tessera.sched.snapshot import Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import Simulator, simulate
 from tessera.sim.metrics import SimResult

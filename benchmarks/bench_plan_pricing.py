@@ -17,8 +17,8 @@ from tessera.model.cluster import ClusterSpec, make_nodes
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, ThreeDParallel
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import Placement
 
 CASES: tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...] = (
     ("gpt3-1.3b", 16, (("A100-80GB", 4), ("V100-16GB", 4))),

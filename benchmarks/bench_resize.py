@@ -37,8 +37,8 @@ from tessera.live.store import Store
 from tessera.live.tenancy import CONFIG_NAME, Principal, hash_token, load_tenancy
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import JobState
-from tessera.sched.core import Decision
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.decide import Decision
+from tessera.sched.core.snapshot import Placement
 from tessera.train.checkpoint import load_checkpoint
 from tessera.train.config import TrainConfig
 from tessera.train.emulation import EmulationConfig

@@ -12,8 +12,8 @@ from tessera.model.cluster import ClusterSpec, Node, make_nodes
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, JobState, Workload
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.policy import make_policy
-from tessera.sched.snapshot import JobView, Placement, Snapshot
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import Simulator
 

@@ -63,7 +63,7 @@ def test_policies_name_lists_that_policys_options() -> None:
 
 def test_simulate_and_serve_share_the_scheduler_flags() -> None:
     """Both commands take every SchedulerSettings field as a flag, with the same help."""
-    from tessera.sched.settings import SchedulerSettings
+    from tessera.sched.core.settings import SchedulerSettings
 
     sim, serve = _tessera("simulate", "--help"), _tessera("serve", "--help")
     for name in SchedulerSettings.model_fields:

@@ -35,7 +35,7 @@ EDGES = frozenset({
     "perf/sia_table.py",          # the table's reference flavor and twins
     "perf/steptime.py",           # same-silicon twins
     "plan/devices.py",            # --devices A100:4,T4:4
-    "sched/policies/gavel_mechanism.py",  # Gavel's worker type names
+    "sched/gavel/compat_mechanism.py",    # Gavel's worker type names
     "train/devices.py",           # the name torch reports for a device
     "workload/readers/fgd.py",    # gpu_spec
     "workload/readers/sia.py",    # the table's reference flavor
@@ -44,8 +44,8 @@ EDGES = frozenset({
 #: Below the edge, until placements, rankings and free-GPU books hold flavors.
 NOT_YET = frozenset({
     "live/executors/ray_cluster.py",  # a placement's short name → Ray's accelerator type
-    "sched/elastic_goodput.py",       # a placement's short name → its flavor
-    "sched/plans.py",                 # a gang shape's short names → flavors
+    "sched/elastic/goodput.py",       # a placement's short name → its flavor
+    "sched/core/plans.py",            # a gang shape's short names → flavors
     "share/mig.py",                   # the services file's gpu name, resolved late
     "sim/cosim.py",                   # the same
     "sim/reservation.py",             # the same

@@ -60,7 +60,7 @@ def test_sia_calibration_tunes_batches_from_m0_for_elastic_policies_only(tmp_pat
     gives what each gets alone on its own workload."""
     from tessera.model.cluster import load_cluster
     from tessera.perf.tables import load_throughputs
-    from tessera.sched.settings import SchedulerSettings
+    from tessera.sched.core.settings import SchedulerSettings
     from tessera.sim.config import SimConfig
     from tessera.sim.engine import simulate
     from tessera.workload import load_trace

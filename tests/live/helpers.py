@@ -14,7 +14,7 @@ from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import CONFIG_NAME, hash_token, load_tenancy
 from tessera.model.cluster import load_cluster
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 
 ADMIN = "admin-token-for-tests"
 TEAM_A = "team-a-token"

@@ -12,7 +12,7 @@ from pathlib import Path
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tests.live.helpers import make_service
 
 ADMIN = Principal("admin", None)
@@ -121,7 +121,7 @@ def test_a_preemptive_policy_always_decides(tmp_path: Path) -> None:
 
 
 def test_rounds_without_progress_record_an_event_and_a_metric(tmp_path: Path) -> None:
-    """The live side of the no-progress net (:class:`tessera.sched.cadence.ProgressWatch`):
+    """The live side of the no-progress net (:class:`tessera.sched.core.cadence.ProgressWatch`):
     rounds in which jobs are active but none runs past its restore (here: planned runs that
     are never launched) end in one ``no-progress`` event naming the round and the swap's
     cost, counted in ``stalls`` and shown by ``/healthz``."""

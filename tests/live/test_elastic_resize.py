@@ -20,8 +20,8 @@ from tessera.live.spec import LiveJob, parse_request, to_live_job
 from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tessera.model.jobs import JobState
-from tessera.sched.core import Decision
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.decide import Decision
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service, wait_for
 
 TEAM_A = Principal("a", "team-a")
@@ -244,7 +244,7 @@ def test_the_sia_policy_grows_an_elastic_job_in_the_live_service(tmp_path: Path)
     """The policy that is simulated is the policy that runs: ``sia`` sizes a live elastic job
     round after round (its exploration cap doubles the GPUs each time), and every new size
     is a checkpoint-restart with the batch re-planned per rank."""
-    from tessera.sched.settings import SchedulerSettings
+    from tessera.sched.core.settings import SchedulerSettings
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)

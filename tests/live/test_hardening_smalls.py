@@ -42,7 +42,7 @@ from tessera.live.spec import validate_request
 from tessera.live.store import Store
 from tessera.live.tenancy import load_tenancy
 from tessera.model.cluster import load_cluster
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import ADMIN, TEAM_A, TEAM_B, ServerThread, auth, wait_for, write_config
 from tests.live.test_api_fuzz import InertExecutor
 from tests.live.test_durability import _start, _wait_up

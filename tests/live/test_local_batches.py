@@ -31,8 +31,8 @@ from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.api import default_cost_model
 from tessera.plan.batch_split import integer_split
 from tessera.plan.dp import DEFAULT_MAX_MICRO_STEPS
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import TEAM_A, auth, make_service, wait_for_job
 
 RECORD = ('echo "$RANK ${TESSERA_LOCAL_BATCH-unset} $TESSERA_FLAVOR" '

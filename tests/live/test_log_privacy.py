@@ -32,7 +32,7 @@ from tessera.live.executors.base import LaunchSpec, RunStatus
 from tessera.live.executors.guardian import TRUNCATED_MARKER
 from tessera.live.executors.local import LocalExecutor
 from tessera.live.executors.logs import LogSettings
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import wait_for
 
 SECRET = "ZETA_SECRET_TOKEN=hunter2"

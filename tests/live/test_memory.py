@@ -15,8 +15,8 @@ from tessera.live import memory
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.gavel.mechanism import RoundState, Shares
-from tessera.sched.settings import SchedulerSettings
 from tests.live.helpers import make_service
 
 ADMIN = Principal("admin", None)

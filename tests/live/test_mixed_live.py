@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from tessera.live.api import create_app
 from tessera.live.spec import JobRequest, to_live_job
 from tessera.live.store import Store
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import TEAM_A, auth, make_service, wait_for
 
 QUEUES: list[dict[str, object]] = [{"name": "team-a", "nominal_gpus": 8},

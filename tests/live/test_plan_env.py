@@ -16,8 +16,8 @@ from tessera.live.service import LiveService
 from tessera.live.spec import LiveJob, to_live_job, validate_request
 from tessera.model.jobs import JobSpec, ThreeDParallel
 from tessera.plan.ranks import PLAN_ENV_VARS
-from tessera.sched.plans import ThreeDPlans
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.plans import ThreeDPlans
+from tessera.sched.core.snapshot import Placement
 from tests.builders import plan_json
 from tests.live.helpers import TEAM_A, auth, make_service, wait_for_job
 

@@ -14,7 +14,7 @@ from tessera.live.spec import parse_request
 from tessera.live.store import Store
 from tessera.live.tenancy import Principal, load_tenancy
 from tessera.model.cluster import load_cluster
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tests.live.helpers import wait_for, write_config
 
 pytestmark = pytest.mark.ray

@@ -22,8 +22,8 @@ from tessera.live.view import free_gpus, queue_usage
 from tessera.live.visibility import cluster_json
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import JobId
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service, wait_for, write_config
 
 ADMIN = Principal("admin", None)
@@ -159,7 +159,7 @@ def test_queue_sharing_must_be_a_boolean(tmp_path: Path) -> None:
 def test_packing_policy_refused_on_an_executor_that_cannot_share(tmp_path: Path) -> None:
     from tessera.live.server import live_policy
     from tessera.live.store import Store
-    from tessera.sched.policy import gavel_loop_only, make_policy
+    from tessera.sched.catalog import gavel_loop_only, make_policy
 
     live_policy("hetero_pack", "local")
     live_policy("max_min_fairness_packed", "ray")

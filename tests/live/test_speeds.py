@@ -22,7 +22,7 @@ from tessera.live.tenancy import Principal
 from tessera.live.view import build_snapshot
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service
 
 ADMIN = Principal("admin", None)

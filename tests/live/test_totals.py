@@ -166,7 +166,7 @@ def test_a_failed_write_leaves_the_queue_totals_true(tmp_path: Path) -> None:
 
 
 def _placement(svc: LiveService) -> Any:
-    from tessera.sched.snapshot import Placement
+    from tessera.sched.core.snapshot import Placement
 
     node = svc.cluster.nodes[0]
     return Placement(node.flavor.short, ((node.node_id, 1),))

@@ -13,7 +13,7 @@ from tessera.perf.profiles import default_throughputs
 from tessera.perf.sia import load_sia_profile
 from tessera.perf.sia_table import interpolate_step_time, sia_job_type, sia_throughputs
 from tessera.perf.tables import load_throughputs
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import load_trace

@@ -16,11 +16,11 @@ from tessera.perf.memory import GIB, MemoryBudget
 from tessera.perf.steptime import CostModel
 from tessera.plan.exhaustive import exhaustive_pipeline_step_s
 from tessera.plan.models import LayeredModel, gpt
+from tessera.plan.order_search import OrderSearch
 from tessera.plan.pipeline import (
     FlavorGroup,
     PipelineConfig,
     PipelinePlan,
-    _Search,
     canonical_groups,
     plan_pipeline,
 )
@@ -219,16 +219,16 @@ def test_reused_rounds_answer_like_fresh_ones(
     """A capped round answered from an earlier, looser one has the fresh round's least Σt."""
     model, groups, cfg = case
     sc = StageCosts(model, canonical_groups(groups), cfg)
-    first = _Search(sc).solve(math.inf, math.inf)
+    first = OrderSearch(sc).solve(math.inf, math.inf)
     if first is None:
         return
     tau = max(s.time_s for s in first.stages) * f_tau
     alpha = max(s.allreduce_s for s in first.stages) * f_alpha
-    warm = _Search(sc)
+    warm = OrderSearch(sc)
     warm.solve(math.inf, math.inf)
     for t, a in ((tau * 1.5, math.inf), (tau * 1.2, alpha * 2), (tau, alpha)):
         got = warm.solve(t, a)
-        fresh = _Search(sc).solve(t, a)
+        fresh = OrderSearch(sc).solve(t, a)
         assert (got is None) == (fresh is None)
         if got is not None and fresh is not None:
             assert got.sum_time_s == pytest.approx(fresh.sum_time_s, rel=1e-12)

@@ -17,7 +17,7 @@ from tessera.report.files import PENDING_RECORD_FIELDS, write_job_csv
 from tessera.report.html import write_html_report
 from tessera.report.policies import ORACLE_MARK, oracle_note, policy_info
 from tessera.report.tables import comparison_table, wait_split_table
-from tessera.sched.policy import list_policies
+from tessera.sched.catalog import list_policies
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import PENDING_KEYS, SimResult

@@ -8,7 +8,7 @@ from pathlib import Path
 from tessera.report.html import write_html_report
 from tessera.report.settings import Setting, decides_in_rounds, run_settings
 from tessera.report.tables import COLUMNS, WAIT_COLUMNS
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.metrics import SimResult
 

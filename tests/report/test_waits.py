@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import JobRecord

@@ -8,12 +8,12 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import PendingKind, PlacementOptions, decide
-from tessera.sched.feasibility import Feasibility, infeasibility
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import make_policy
-from tessera.sched.snapshot import Placement, QueueQuota
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import PendingKind, PlacementOptions, decide
+from tessera.sched.core.feasibility import Feasibility, infeasibility
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import Placement, QueueQuota
 from tests.builders import RECO, RESNET, make_cluster, make_job, snapshot, view
 
 

@@ -29,11 +29,12 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import Decision, PlacementOptions, decide
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import AGNOSTIC_SUFFIX, Policy, list_policies, make_policy
-from tessera.sched.snapshot import JobView, Placement, QueueQuota, Snapshot
+from tessera.sched.catalog import list_policies, make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import Decision, PlacementOptions, decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import AGNOSTIC_SUFFIX, Policy
+from tessera.sched.core.snapshot import JobView, Placement, QueueQuota, Snapshot
 from tests.builders import RECO, RESNET, make_cluster
 
 

@@ -12,15 +12,16 @@ import pytest
 from tessera.errors import SpecError
 from tessera.model.jobs import ElasticRange, JobId, JobState
 from tessera.perf.sia_table import sia_throughputs
-from tessera.sched import elastic_ilp
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.elastic import ElasticSize, even_batch
-from tessera.sched.elastic_goodput import Config
-from tessera.sched.elastic_ilp import choose_configs
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import Policy, PolicyContext, Ranking, list_policies
-from tessera.sched.snapshot import Placement, QueueQuota
+from tessera.sched.catalog import list_policies
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
+from tessera.sched.core.snapshot import Placement, QueueQuota
+from tessera.sched.elastic import ilp as elastic_ilp
+from tessera.sched.elastic.goodput import Config
+from tessera.sched.elastic.ilp import choose_configs
+from tessera.sched.elastic.sizes import ElasticSize, even_batch
 from tests.builders import make_cluster, make_job, snapshot, view
 
 CIFAR = ElasticRange(1, 16, 2048, 4096, "cifar10", 5e6)
@@ -246,7 +247,7 @@ def test_admission_counts_a_grown_running_job_at_the_gpus_it_holds() -> None:
 def test_elastic_policies_never_take_a_queue_past_its_quota(policy: str) -> None:
     """Rounds fed back into the next snapshot (running gangs, the policy's memory): the
     policies grow jobs round after round, never past a queue's nominal + borrowing limit."""
-    from tessera.sched.policy import make_policy
+    from tessera.sched.catalog import make_policy
 
     cluster = _cluster()
     quotas = {"q0": QueueQuota("q0", 3, 1)}
@@ -282,7 +283,7 @@ def test_an_odd_global_batch_is_moved_to_one_that_splits_evenly_over_the_ranks()
 
 @pytest.mark.parametrize("policy", ["sia", "pollux", "goodput_srpt"])
 def test_every_chosen_batch_splits_evenly_or_says_why_not(policy: str) -> None:
-    from tessera.sched.policy import make_policy
+    from tessera.sched.catalog import make_policy
 
     c = make_cluster().node("T4", gpus=4, count=2).node("A100-40GB", gpus=8).build()
     views = [view(make_job(f"j{i}", 1, job_type=CIFAR_TYPE,

@@ -12,12 +12,13 @@ from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.goodput import best_batch, packed_placement
 from tessera.perf.sia_table import sia_throughputs
-from tessera.sched.elastic_policy import ElasticMemory, realloc_factor
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import PolicyContext
+from tessera.sched.core.snapshot import Placement
+from tessera.sched.elastic.policy import ElasticMemory, realloc_factor
 from tessera.sched.policies.goodput_srpt import paid_restart
 from tessera.sched.policies.pollux import fitness, pollux_factor, power_term
-from tessera.sched.policy import PolicyContext, make_policy
-from tessera.sched.snapshot import Placement
 from tessera.workload.elastic import elastic_range
 from tests.builders import make_cluster, make_job, snapshot, view
 
@@ -170,8 +171,8 @@ def test_pollux_measures_speed_ups_against_the_fair_share_past_the_exploration_c
     """Pollux's base goodput is its model's at the fair share, whatever the job may be given
     now (``Problem.__init__``): a job that never ran, capped at 1 GPU, is at 1 GPU as far from
     its fair share (4 of 12 GPUs among 3 jobs) as any other job."""
-    from tessera.sched.elastic_goodput import all_counts_configs
-    from tessera.sched.elastic_policy import ConfigSet
+    from tessera.sched.elastic.goodput import all_counts_configs
+    from tessera.sched.elastic.policy import ConfigSet
     from tessera.sched.policies.pollux import Pollux
 
     nodes = _cluster().nodes

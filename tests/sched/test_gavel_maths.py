@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from tessera.sched import lp as lp_module
+from tessera.sched.core import lp as lp_module
+from tessera.sched.core.lp import LpModel, LpOutcome, LpSolver
 from tessera.sched.gavel import (
     Backend,
     RhoInputs,
@@ -27,7 +28,6 @@ from tessera.sched.gavel import (
     max_min_shares,
     min_max_rho,
 )
-from tessera.sched.lp import LpModel, LpOutcome, LpSolver
 
 
 @st.composite
@@ -262,15 +262,16 @@ def test_policy_reports_the_fallback_in_its_ranking(monkeypatch: pytest.MonkeyPa
     import random
 
     from tessera.perf.profiles import default_throughputs
+    from tessera.sched.catalog import make_policy
+    from tessera.sched.core.oracle import ThroughputOracle
+    from tessera.sched.core.policy import PolicyContext
     from tessera.sched.gavel import Solved
-    from tessera.sched.oracle import ThroughputOracle
-    from tessera.sched.policies import gavel_lp
-    from tessera.sched.policy import PolicyContext, make_policy
+    from tessera.sched.gavel import lp_policy as gavel_lp
     from tests.builders import make_cluster, make_job, make_workload
 
     monkeypatch.setattr(gavel_lp, "min_max_rho", lambda *a, **k: Solved(None, ("no ρ",)))
     from tessera.model.jobs import JobState
-    from tessera.sched.snapshot import JobView, Snapshot
+    from tessera.sched.core.snapshot import JobView, Snapshot
 
     cluster = make_cluster().node("v100", gpus=2).build()
     jobs = make_workload(make_job("a", steps=1000), make_job("b", steps=5000)).jobs
@@ -299,7 +300,7 @@ def test_a_fallback_reaches_the_run_notes_and_the_report(
     ``SimResult.notes``, and the HTML report lists them."""
     from tessera.report.html import write_html_report
     from tessera.sched.gavel import Solved
-    from tessera.sched.policies import gavel_lp
+    from tessera.sched.gavel import lp_policy as gavel_lp
     from tessera.sim.engine import simulate
     from tests.builders import make_cluster, make_job, make_workload
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from scipy.optimize import linprog
 
+from tessera.sched.core.lp import LpSolver
 from tessera.sched.gavel import Backend, ShareProblem, max_sum_shares
 from tessera.sched.gavel.solver import ecos_available
-from tessera.sched.lp import LpSolver
 from tests.sched.test_gavel_maths import _base_rows, _feasible, problems
 
 

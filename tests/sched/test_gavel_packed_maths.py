@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tessera.model.jobs import JobId
+from tessera.sched.core.lp import LpSolver
 from tessera.sched.gavel import Backend
 from tessera.sched.gavel.packed import (
     PackedState,
@@ -15,7 +16,6 @@ from tessera.sched.gavel.packed import (
     reset_counters,
 )
 from tessera.sched.gavel.packed_lp import PackedProblem, job_rows, packed_max_min
-from tessera.sched.lp import LpSolver
 
 J = [JobId(str(i)) for i in range(12)]
 

@@ -18,10 +18,13 @@ import numpy as np
 
 from tessera.model.jobs import JobId
 from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import PolicyCaches
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import PolicyContext
 from tessera.sched.gavel import RoundState, Shares
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policies.gavel_lp import _Gathered, _Rows
-from tessera.sched.policy import PolicyContext, make_policy
+from tessera.sched.gavel.lp_rows import Gathered as _Gathered
+from tessera.sched.gavel.lp_rows import ShareRows as _Rows
 from tests.builders import make_cluster, make_job, snapshot, view
 
 A3C = "A3C"  # runs on both flavors with 1 GPU, on neither with 4 (not profiled)
@@ -62,9 +65,10 @@ def test_the_flavor_order_follows_the_up_flavors() -> None:
     rng = random.Random(0)
     oracle = ThroughputOracle(default_throughputs(), CLUSTER)
     orders = []
+    caches = PolicyCaches()  # the driver's: the order is kept between rounds
     for down in ((), ("v100-16gb-0000",), ()):
         snap = snapshot(CLUSTER, down_nodes=frozenset(down))
-        ctx = PolicyContext(snap, oracle, rng)
+        ctx = PolicyContext(snap, oracle, rng, caches=caches)
         orders.append(list(policy._flavor_order(ctx)))  # type: ignore[attr-defined]
     assert orders == [["V100-16GB", "K80"], ["K80"], ["V100-16GB", "K80"]]
 
@@ -74,10 +78,12 @@ def test_the_notes_follow_the_shares() -> None:
     oracle = ThroughputOracle(default_throughputs(), CLUSTER)
     a = make_job("a", 1, job_type=A3C)
     notes = []
+    caches = PolicyCaches()  # the driver's: the notes are kept between rounds
     for x in ([[0.25, 0.75]], [[1.0, 0.0]]):
         shares = Shares((JobId("a"),), FLAVORS, np.array(x))
         state = RoundState(shares, 0.0, MappingProxyType({}), frozenset({a.job_id}))
         snap = snapshot(CLUSTER, view(a), policy_state=state)
-        notes.append(dict(policy.rank(PolicyContext(snap, oracle, random.Random(0))).notes))
+        ctx = PolicyContext(snap, oracle, random.Random(0), caches=caches)
+        notes.append(dict(policy.rank(ctx).notes))
     assert notes == [{"a": "target share V100-16GB 0.25, K80 0.75"},
                      {"a": "target share V100-16GB 1.00"}]

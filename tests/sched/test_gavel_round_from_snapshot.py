@@ -13,12 +13,13 @@ import random
 import pytest
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import PolicyContext
 from tessera.sched.gavel import GavelState
+from tessera.sched.gavel.compat import gavel_compat_policy
 from tessera.sched.gavel.packed import PackedState
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policies.gavel_compat import gavel_compat_policy
-from tessera.sched.policy import PolicyContext, make_policy
 from tests.builders import make_cluster, make_job, snapshot, view
 
 

@@ -9,13 +9,13 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_gittins import _gittins_remaining, _prior_quantiles
-from tessera.sched.policy import make_policy
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload, snapshot, view
@@ -143,13 +143,13 @@ def test_same_inputs_same_ranking() -> None:
 def test_a_failed_matching_lp_is_reported_not_silent(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the completion-rate matching LP fails, the greedy order is kept and the ranking
     says so in its fallbacks (the simulator counts them into the run's notes)."""
-    from tessera.sched.lp import LpSolver, SolverError
-    from tessera.sched.policies import hetero_srpt
+    from tessera.sched.core.lp import LpSolver, SolverError
+    from tessera.sched.policies import hetero_flavors, hetero_srpt
 
     def fail(*a: object, **k: object) -> None:
         raise SolverError("hetero_srpt matching LP: HiGHS ended with Infeasible")
 
-    monkeypatch.setattr(hetero_srpt, "solve_lp", fail)
+    monkeypatch.setattr(hetero_flavors, "solve_lp", fail)
     j = view(make_job("a", 1))
     selected = [(j, {"V100-16GB": 2.0, "K80": 1.0}, ["V100-16GB", "K80"])]
     out, why = hetero_srpt.HeteroSrpt._match(selected, {"V100-16GB": 1, "K80": 1}, LpSolver())

@@ -3,12 +3,13 @@
 A round of ``hetero_srpt`` skips work when it cannot change the answer:
 
 * the matching LP and ``_finalize`` when every selected job took its cheapest flavor;
-* in ``_plan``, taking the kept jobs one by one when their GPUs fit their nodes (the replay
-  starts from the counts less their GPUs), and the whole replay when, besides, no gang of
-  more than one GPU is new to its flavor.
+* in the core's :func:`~tessera.sched.core.preview.preview` that ``_plan`` asks, taking the
+  kept jobs one by one when their GPUs fit their nodes (the replay starts from the counts less
+  their GPUs), and the whole replay when, besides, no gang of more than one GPU is new to its
+  flavor.
 
 Whole busy runs check both at every decision against the long path; a unit case checks which
-jobs ``_kept`` counts as kept.
+jobs the preview's ``_kept`` counts as kept.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.sched.lp import LpSolver
+from tessera.sched.core import preview as preview_module
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
-from tessera.sched.snapshot import Placement
 from tessera.sim.config import FailureConfig, SimConfig
 from tests.builders import busy_simulator, make_job, view
 
@@ -29,7 +31,7 @@ from tests.builders import busy_simulator, make_job, view
 def test_the_shortcuts_answer_as_the_long_path_at_every_decision(
     policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    select, plan, kept = HeteroSrpt._select, HeteroSrpt._plan, HeteroSrpt._kept
+    select, plan, kept = HeteroSrpt._select, HeteroSrpt._plan, preview_module._kept
     seen = {"first": 0, "skipped": 0, "replayed": 0, "cleared": 0}
 
     def checked_select(ranked: Any, cap: dict[str, int]) -> Any:
@@ -44,11 +46,12 @@ def test_the_shortcuts_answer_as_the_long_path_at_every_decision(
         got = plan(self, snap, selected, ctx)
         # the long path: every kept job taken one by one (forced by a node that is not up)
         with monkeypatch.context() as m:
-            m.setattr(HeteroSrpt, "_kept", staticmethod(
-                lambda sel: ({**kept(sel)[0], "nowhere": 1}, kept(sel)[1])))
+            m.setattr(preview_module, "_kept",
+                      lambda sel: ({**kept(sel)[0], "nowhere": 1}, kept(sel)[1]))
             full = plan(self, snap, selected, ctx)
         assert got == full
-        gang = any(j.spec.num_gpus > 1 for j, _fl in kept(selected)[1])
+        firsts = [(j, order[0]) for j, _cost, order in selected]
+        gang = any(j.spec.num_gpus > 1 for j, _fl in kept(firsts)[1])
         seen["replayed" if gang else "skipped"] += 1
         seen["cleared"] += bool(got)
         return got
@@ -78,6 +81,6 @@ def test_kept_jobs_are_those_running_on_the_flavor_they_were_selected_for() -> N
                ["v100"])
     selected = [_kept("a", 2, "n0"), _new("c", 1), _kept("b", 3, "n0"),
                 (moved[0], {}, ["k80", "v100"]), stopped, _kept("d", 1, "n2")]
-    used, new = HeteroSrpt._kept(selected)
+    used, new = preview_module._kept([(j, order[0]) for j, _cost, order in selected])
     assert used == {"n0": 5, "n2": 1}
     assert [(j.job_id, fl) for j, fl in new] == [("c", "v100"), ("m", "k80"), ("s", "v100")]

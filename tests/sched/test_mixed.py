@@ -13,14 +13,14 @@ from tessera.errors import SpecError
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import PendingKind, PlacementOptions, decide
-from tessera.sched.feasibility import infeasibility
-from tessera.sched.mixed import MixedRates, local_batch_of
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.placement import FreeGpus
-from tessera.sched.policy import make_policy
-from tessera.sched.snapshot import Placement
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import PendingKind, PlacementOptions, decide
+from tessera.sched.core.feasibility import infeasibility
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.snapshot import Placement
+from tessera.sched.mixed.rates import MixedRates, local_batch_of
 from tests.builders import RESNET, make_cluster, make_job, snapshot, view
 
 V100, P100, K80 = "V100-16GB", "P100", "K80"

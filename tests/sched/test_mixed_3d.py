@@ -11,24 +11,24 @@ import pytest
 from tessera.errors import SpecError
 from tessera.model.jobs import ElasticRange, JobSpec, JobState, ThreeDParallel
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.feasibility import infeasibility
-from tessera.sched.mixed_placement import Releases, try_mixed
-from tessera.sched.options import PlacementOptions
-from tessera.sched.oracle import ThroughputOracle, rate_key
-from tessera.sched.placement import FreeGpus
-from tessera.sched.plans import DEFAULT_MAX_PLANS, NoPlanError, ThreeDPlans, gang_shape
-from tessera.sched.policy import make_policy
-from tessera.sched.reasons import (
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.feasibility import infeasibility
+from tessera.sched.core.options import PlacementOptions
+from tessera.sched.core.oracle import ThroughputOracle, rate_key
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.plans import DEFAULT_MAX_PLANS, NoPlanError, ThreeDPlans, gang_shape
+from tessera.sched.core.reasons import (
     CannotRun,
     MixNoPlan,
     NoCapacity,
     PendingKind,
     pending_reasons,
 )
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import JobView, Placement
+from tessera.sched.mixed.placement import Releases, try_mixed
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import make_cluster, make_job, make_workload, plan_json, snapshot, view

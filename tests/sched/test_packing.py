@@ -12,12 +12,13 @@ from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
 from tessera.perf.profiles import ThroughputTable, default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.packing import check_pair, colocate, may_share
-from tessera.sched.policy import Policy, PolicyContext, Ranking, make_policy
-from tessera.sched.snapshot import Placement
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
+from tessera.sched.core.snapshot import Placement
+from tessera.sched.packing.pairs import check_pair, colocate, may_share
 from tests.builders import make_cluster, make_job, snapshot, view
 
 TABLE = default_throughputs()
@@ -353,29 +354,34 @@ def test_hetero_pack_gives_the_fast_gpu_to_the_job_expected_to_end_sooner_when_c
 
 
 def test_hetero_pack_keeps_running_pairs_together_and_gangs_keep_their_fallbacks() -> None:
-    from tessera.sched.policies.hetero_pack import _candidates, _fill, _Member, _PairWay
-    from tessera.sched.slots import PairOption, SlotPlan
+    from tessera.sched.packing.slots import PairOption, SlotPlan
+    from tessera.sched.policies.hetero_pack_slots import (
+        Member,
+        PairWay,
+        fill_slots,
+        ranked_candidates,
+    )
 
     # Two ResNet-18s (a1, a2) each share a V100 with a ResNet-50 (a1 with b2, a2 with b1).
     # The plan keeps two such pairs; by rank alone a1 would take b1 -- both pairs would swap
     # partners and restart. They are kept as they run.
-    a1, a2 = (_Member(JobId(n), V100, JobId(p)) for n, p in (("a1", "b2"), ("a2", "b1")))
-    b1, b2 = (_Member(JobId(n), V100, JobId(p)) for n, p in (("b1", "a2"), ("b2", "a1")))
+    a1, a2 = (Member(JobId(n), V100, JobId(p)) for n, p in (("a1", "b2"), ("a2", "b1")))
+    b1, b2 = (Member(JobId(n), V100, JobId(p)) for n, p in (("b1", "a2"), ("b2", "a1")))
     option = PairOption(0, 1, V100, 1.5)
-    where, partner_of = _fill([[a1, a2], [b1, b2]], [{V100: 1.0}, {V100: 1.0}], [option],
-                              [_PairWay(True, 0.8, 0.7)], SlotPlan({}, {0: 2}, 3.0))
+    where, partner_of = fill_slots([[a1, a2], [b1, b2]], [{V100: 1.0}, {V100: 1.0}], [option],
+                              [PairWay(True, 0.8, 0.7)], SlotPlan({}, {0: 2}, 3.0))
     assert partner_of == {"b2": "a1", "b1": "a2"}
     assert where == {"a1": V100, "a2": V100}
     # A job alone on the K80 keeps it over a higher-ranked member of its group.
-    x, y = _Member(JobId("x"), None, None), _Member(JobId("y"), "K80", None)
-    where, _p = _fill([[x, y]], [{"K80": 0.3, V100: 1.0}], [], [],
+    x, y = Member(JobId("x"), None, None), Member(JobId("y"), "K80", None)
+    where, _p = fill_slots([[x, y]], [{"K80": 0.3, V100: 1.0}], [], [],
                       SlotPlan({(0, "K80"): 1, (0, V100): 1}, {}, 1.3))
     assert where == {"y": "K80", "x": V100}
     # The planned flavor first, the job's other flavors right after it (a gang the plan's
     # flavor cannot hold still comes before lower-ranked jobs); partners left out.
     base = Ranking(((JobId("g"), V100), (JobId("g"), "K80"), (JobId("h"), "K80"),
                     (JobId("p"), V100)))
-    got = _candidates(base, {JobId("g"): "K80", JobId("h"): "K80"}, {JobId("p"): JobId("h")})
+    got = ranked_candidates(base, {JobId("g"): "K80", JobId("h"): "K80"}, {JobId("p"): JobId("h")})
     assert got == (("g", "K80"), ("g", V100), ("h", "K80"))
 
 

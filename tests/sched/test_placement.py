@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
-from tessera.sched.free_book import FreeBook
-from tessera.sched.placement import FreeGpus, Layout
-from tessera.sched.snapshot import JobView, Placement, Snapshot
+from tessera.sched.core.free_book import FreeBook
+from tessera.sched.core.placement import FreeGpus, Layout
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tests.builders import make_cluster, make_job
 
 

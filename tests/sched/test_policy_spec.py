@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import tessera.sched
+import tessera.sched.core.policy as policy_module
 from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
+from tessera.sched.catalog import list_policies, make_policy, policy_options
+from tessera.sched.core.policy import parse_policy_spec, split_policies
 from tessera.sched.policies.hetero_pack import HeteroPackConfig
-from tessera.sched.policy import make_policy, parse_policy_spec, policy_options, split_policies
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import generate_gavel_like
@@ -97,3 +102,23 @@ def test_a_simulation_runs_the_options_and_is_labelled_by_the_spec() -> None:
     unpacked = simulate(wl, cluster, "hetero_gittins", cfg)
     assert plain.summary.avg_jct_s < never.summary.avg_jct_s
     assert never.summary.avg_jct_s != unpacked.summary.avg_jct_s  # flavors still its own
+
+
+def test_the_catalog_lists_every_policy_in_the_order_tessera_policies_shows() -> None:
+    """One explicit list (``tessera.sched.catalog``), in the order ``tessera policies`` always
+    showed: Tessera's and the literature's policies, then Gavel's own (``--compat gavel``)."""
+    assert [name for name, _ in list_policies()] == [
+        "fifo", "max_min_fairness", "finish_time_fairness", "min_makespan",
+        "max_sum_throughput", "goodput_srpt", "hetero_srpt", "hetero_gittins", "hetero_pack",
+        "las", "pollux", "sjf", "srtf", "sia", "max_min_fairness_packed", "fifo_packed",
+        "min_total_duration", "allox", "gandiva"]
+
+
+def test_importing_a_policy_module_registers_nothing() -> None:
+    """No registry is filled as a side effect of an import: no module of ``sched/`` but the
+    catalog calls ``.register(`` (the catalog is the one list)."""
+    sched = Path(tessera.sched.__file__).parent
+    registering = sorted(str(p.relative_to(sched)) for p in sched.rglob("*.py")
+                         if ".register(" in p.read_text() and p.name != "catalog.py")
+    assert registering == []
+    assert not hasattr(policy_module, "POLICIES")

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from tessera.sched.lp import LpSolver
-from tessera.sched.slots import PairOption, SlotGroup, SlotPlan, plan_slots
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.packing.slots import PairOption, SlotGroup, SlotPlan, plan_slots
 
 
 def _brute_force(groups: list[SlotGroup], options: list[PairOption],

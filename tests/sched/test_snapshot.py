@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 
 
 def test_same_gpus_ignores_the_partner_and_the_batch_but_not_the_gpus() -> None:
@@ -19,7 +19,7 @@ def test_with_jobs_is_replace_of_the_jobs_field_by_field() -> None:
     from dataclasses import fields
 
     from tessera.model.jobs import JobState
-    from tessera.sched.snapshot import JobSplit, JobView, QueueQuota, Snapshot
+    from tessera.sched.core.snapshot import JobSplit, JobView, QueueQuota, Snapshot
     from tests.builders import make_cluster, make_job
 
     cluster = make_cluster().node("v100", gpus=4, count=2).build()

@@ -2,7 +2,7 @@
 
 Three structures are kept up to date between rounds instead of being rebuilt at each one:
 
-* the free-GPU book (:class:`~tessera.sched.free_book.FreeBook`): per-node counts, per-flavor
+* the free-GPU book (:class:`~tessera.sched.core.free_book.FreeBook`): per-node counts, per-flavor
   totals and layout-ordered buckets, which a round's placement starts from;
 * the view book's running gangs the move memory may not hold
   (:meth:`~tessera.sim.views.ViewBook.unheld`), which an upgrade check looks at instead of
@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from tessera.sched.context import StayPut
-from tessera.sched.core import Decision
-from tessera.sched.free_book import FreeBook
-from tessera.sched.placement import FreeGpus
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import JobSplit, JobView, Snapshot
+from tessera.sched.core.context import StayPut
+from tessera.sched.core.decide import Decision
+from tessera.sched.core.free_book import FreeBook
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import JobSplit, JobView, Snapshot
 from tessera.sim.config import FailureConfig, SimConfig, ValidationConfig
 from tessera.sim.views import ViewBook
 from tessera.sim.world import SimWorld

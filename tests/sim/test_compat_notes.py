@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import make_cluster, make_job, make_workload

@@ -7,12 +7,12 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.sia_table import sia_throughputs
-from tessera.sched.core import Decision
-from tessera.sched.elastic_goodput import RESCALE_S, RESTART_S
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import make_policy
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import Placement
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.decide import Decision
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import Placement
+from tessera.sched.elastic.goodput import RESCALE_S, RESTART_S
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.events import COMPLETE, FAIL

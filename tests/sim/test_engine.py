@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload

@@ -8,12 +8,12 @@ import pytest
 
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import PlacementOptions, decide
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import make_policy
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import Placement
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import PlacementOptions, decide
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import make_cluster, make_job, make_workload, snapshot, view

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.policies.gavel_compat import GavelState, gavel_compat_policy
-from tessera.sched.policy import make_policy
+from tessera.sched.catalog import make_policy
+from tessera.sched.gavel.compat import GavelState, gavel_compat_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload
@@ -180,7 +180,7 @@ def test_max_min_coefficients_are_gavels_bits(monkeypatch: pytest.MonkeyPatch) -
     sum, ``P = np.sum(T · x, axis=1)``. For one CycleGAN job on 12:12:12 the textbook
     ``T · sf / (w · T @ (cap / Σcap))`` is off in the last bit (Tessera computed that once;
     it cost 0.58 s of average JCT on the 40-job multi-GPU agreement trace)."""
-    import tessera.sched.policies.gavel_compat as gc
+    import tessera.sched.gavel.compat as gc
 
     seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     real = gc.max_min_shares

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.policies.gavel_compat import gavel_compat_policy
-from tessera.sched.policy import list_policies, make_policy
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.catalog import list_policies, make_policy
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.gavel.compat import gavel_compat_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RECO, RESNET, busy_simulator, make_cluster, make_job, make_workload

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload.readers.gavel_tsv import write_gavel_tsv

@@ -1,6 +1,6 @@
 """No policy livelocks, whatever the round length and the swap's cost (issue 31).
 
-Before the lease rule (:func:`tessera.sched.cadence.leased`) Gavel's round policies never
+Before the lease rule (:func:`tessera.sched.core.cadence.leased`) Gavel's round policies never
 finished with ``--round-s 60`` and the default costs (checkpoint 30 s + restore 30 s): a job
 swapped in for a round spent it restoring, made no progress, and was swapped out again.
 
@@ -33,9 +33,9 @@ from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobSpec
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import gavel_loop_only, list_policies, make_policy
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.catalog import gavel_loop_only, list_policies, make_policy
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload
@@ -132,7 +132,7 @@ def test_without_the_lease_the_simulator_names_the_setting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The no-progress net: with the lease rule switched off the issue's setting thrashes,
     and the round driver stops with one line naming ``--round-s`` and the swap's cost."""
-    import tessera.sched.core as core
+    import tessera.sched.core.decide as core
 
     monkeypatch.setattr(core, "leased", lambda *_a, **_k: frozenset())
     jobs = _jobs([1] * 6, [0.0] * 6, [30] * 6)

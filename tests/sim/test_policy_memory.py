@@ -16,10 +16,11 @@ import random
 
 import pytest
 
-from tessera.sched.core import Decision
-from tessera.sched.policy import PolicyContext, make_policy
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import Snapshot
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.decide import Decision
+from tessera.sched.core.policy import PolicyContext
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import Snapshot
 from tessera.sim.config import FailureConfig, SimConfig
 from tests.builders import busy_simulator
 

@@ -6,7 +6,7 @@ import pytest
 
 from tessera.perf.profiles import default_throughputs
 from tessera.report.tables import comparison_table, wait_split_table
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import QueueQuotaConfig, QuotaConfig, SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload

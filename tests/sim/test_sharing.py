@@ -12,9 +12,9 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.colocation import PairRates, pair_rates
 from tessera.perf.profiles import ThroughputTable, default_throughputs
-from tessera.sched.core import Decision
-from tessera.sched.policy import gavel_loop_only, make_policy
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.catalog import gavel_loop_only, make_policy
+from tessera.sched.core.decide import Decision
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import Simulator, simulate
 from tessera.sim.metrics import SimResult

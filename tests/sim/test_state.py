@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sim.catchup import catch_up
 from tessera.sim.state import SimJob, new_view
 from tessera.sim.steps import steps_from

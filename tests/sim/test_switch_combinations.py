@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, QuotaConfig, SimConfig, ValidationConfig
 from tessera.sim.engine import simulate
 from tessera.sim.world import SimWorld

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from tessera.model.jobs import JobState
-from tessera.sched.settings import SchedulerSettings
-from tessera.sched.snapshot import JobSplit, JobView, Snapshot
+from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import JobSplit, JobView, Snapshot
 from tessera.sim.config import FailureConfig, SimConfig
 from tessera.sim.state import SimJob
 from tessera.sim.views import ViewBook

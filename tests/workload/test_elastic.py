@@ -12,8 +12,8 @@ from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import ElasticRange
 from tessera.perf.efficiency import load_efficiency
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.feasibility import infeasibility
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.core.feasibility import infeasibility
+from tessera.sched.core.oracle import ThroughputOracle
 from tessera.workload.elastic import (
     elastic_or_rigid,
     elastic_range,

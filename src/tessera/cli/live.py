@@ -34,7 +34,7 @@ from tessera.cli.options import (
 from tessera.cli.settings_flags import settings_flags
 from tessera.cli.terminal import safe
 from tessera.model.jobs import JobState
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 
 JOB_ID = typer.Argument(..., metavar="JOB_ID", help="Job id, as `tessera submit` or "
                         "`tessera jobs` shows it (j-…).")

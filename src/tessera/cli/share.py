@@ -250,7 +250,7 @@ def cosim_cmd(
     """Services on MIG slices, training on the rest: SLO attainment and training cost."""
     from tessera.model.cluster import load_cluster
     from tessera.perf.tables import load_throughputs
-    from tessera.sched.policy import make_policy
+    from tessera.sched.catalog import make_policy
     from tessera.share.profiles import load_parvagpu_profiles
     from tessera.share.spec import load_services
     from tessera.sim.config import SimConfig

@@ -25,7 +25,7 @@ from tessera.cli.options import (
 )
 from tessera.cli.settings_flags import settings_flags
 from tessera.cli.traces import register as register_traces
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,7 +76,7 @@ def run_simulation(
     from tessera.cli.progress import SimProgress, show_progress
     from tessera.report.policies import policy_info
     from tessera.report.settings import run_settings
-    from tessera.sched.policy import make_policy
+    from tessera.sched.catalog import make_policy
     from tessera.sim.batch import RunSpec, run_policies
 
     err = Console(stderr=True)
@@ -130,7 +130,7 @@ def _load_inputs(
     """Read the throughput table, the cluster and the trace (Sia-calibrated when asked)."""
     from tessera.model.cluster import load_cluster
     from tessera.perf.tables import load_throughputs
-    from tessera.sched.policy import make_policy
+    from tessera.sched.catalog import make_policy
     from tessera.workload import read_trace
 
     table = load_throughputs(throughputs)
@@ -230,7 +230,7 @@ def _write_outputs(
     cluster: str, settings: Sequence[Setting],
 ) -> Path | None:
     from tessera.report.files import write_run_files
-    from tessera.sched.policy import make_policy
+    from tessera.sched.catalog import make_policy
 
     out.mkdir(parents=True, exist_ok=True)
     write_run_files(results, out)
@@ -314,7 +314,7 @@ def _register_simulate(app: typer.Typer) -> None:
 
         The Scheduler options are the same settings `tessera serve` runs with.
         """
-        from tessera.sched.policy import split_policies
+        from tessera.sched.core.policy import split_policies
 
         pols = split_policies(policy)
         n = workers or min(len(pols), os.cpu_count() or 1)
@@ -362,7 +362,7 @@ def _register_policies(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from tessera.sched.policy import list_policies, policy_options
+        from tessera.sched.catalog import list_policies, policy_options
 
         if name is not None:
             options = policy_options(name)

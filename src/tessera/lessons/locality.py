@@ -25,7 +25,7 @@ import numpy as np
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import JobRecord

@@ -24,7 +24,7 @@ from, first source that knows wins:
 2. **measured per-flavor speeds** -- the job's ``job_type`` is in the oracle's throughput
    table and runs on every flavor of the gang: a GPU of flavor f processes samples in
    proportion to the gang's measured steps/s on f (α = 0, no cap), as
-   :mod:`tessera.sched.mixed` predicts the same gang's speed;
+   :mod:`tessera.sched.mixed.rates` predicts the same gang's speed;
 3. **relative compute** -- otherwise the catalog's peak rate of each flavor (fp16 tensor
    TFLOPS when every flavor has them, else fp32), as ``tessera train`` falls back to;
 4. **equal shares** -- only if even that fails (an error is caught, never raised: a launch is
@@ -60,9 +60,9 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ThreeDParallel
 from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.dp import DEFAULT_MAX_MICRO_STEPS
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.plans import ThreeDPlans
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.plans import ThreeDPlans
+from tessera.sched.core.snapshot import Placement
 from tessera.train.balancer import equal_split
 
 log = logging.getLogger("tessera.live")
@@ -263,7 +263,7 @@ def plan_rank_roles(job: LiveJob, placement: Placement, global_batch: int,
     same plan, rank for rank, as ``tessera plan --json`` prints for the same devices.
 
     ``plans`` is the service oracle's cache (:attr:`ThroughputOracle.plans
-    <tessera.sched.oracle.ThroughputOracle.plans>`): the plan object that priced the gang when
+    <tessera.sched.core.oracle.ThroughputOracle.plans>`): the plan object that priced the gang when
     the scheduler chose it is the one whose roles are exported here. Never raises: a failure
     gives no variables and says why.
     """

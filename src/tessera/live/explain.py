@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.view import build_snapshot, queue_usage
 from tessera.model.jobs import JobState
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import decide
-from tessera.sched.policy import make_policy
-from tessera.sched.snapshot import Snapshot
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService

@@ -46,7 +46,7 @@ import yaml
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec, load_cluster
-from tessera.sched.snapshot import QueueQuota
+from tessera.sched.core.snapshot import QueueQuota
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"

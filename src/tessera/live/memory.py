@@ -3,8 +3,8 @@
 A policy may remember things between two decisions: Gavel's LP policies the last allocation
 and each job's time on each flavor since it was computed (``RoundState``), Tiresias with
 starvation promotion the attained service at which a job was promoted. ``decide()`` returns
-that memory as :attr:`~tessera.sched.core.Decision.policy_state` and takes it back in the next
-snapshot; the simulator simply holds it. The live service must also survive a restart, so it
+that memory as :attr:`~tessera.sched.core.decide.Decision.policy_state` and takes it back in the
+next snapshot; the simulator simply holds it. The live service must also survive a restart, so it
 writes the memory into the state database **in the same transaction as the decision that
 produced it**: after a crash the journal and the memory always belong to the same round.
 

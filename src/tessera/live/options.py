@@ -1,8 +1,8 @@
 """The live service's own settings, around the scheduler's.
 
 The scheduler's settings (cadence, round length, locality wait, costs, mixed gangs) are the
-simulator's :class:`~tessera.sched.settings.SchedulerSettings`, unchanged; what only a service on
-a wall clock needs -- how often to look at runs, how long a stopped run may take, which user
+simulator's :class:`~tessera.sched.core.settings.SchedulerSettings`, unchanged; what only a service
+on a wall clock needs -- how often to look at runs, how long a stopped run may take, which user
 jobs run as -- is added here.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 
 
 @dataclass(frozen=True, slots=True)

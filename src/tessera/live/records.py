@@ -1,9 +1,9 @@
 """The records the store reads back: a job's row, a run's allocation, an event.
 
 A :class:`JobRecord` is one row of ``jobs`` decoded, its :class:`~tessera.live.livejob.LiveJob`
-lean (no ``env``: :mod:`tessera.live.store`); an :class:`Allocation` is one run of a job, with its
-:class:`~tessera.sched.snapshot.Placement`; an :class:`Event` one line of the log. The functions
-below turn SQLite rows into them.
+lean (no ``env``: :mod:`tessera.live.store`); an :class:`Allocation` is one run of a job, with
+its :class:`~tessera.sched.core.snapshot.Placement`; an :class:`Event` one line of the log. The
+functions below turn SQLite rows into them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from tessera.live import idempotency
 from tessera.live.livejob import LiveJob
 from tessera.model.jobs import JobId, JobState
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 
 #: Allocation statuses in which the run holds its GPUs.
 HOLDING = ("planned", "running", "stopping")

@@ -3,7 +3,7 @@
 An elastic job (:class:`~tessera.model.jobs.ElasticRange`, from a request with a ``gpus`` or
 ``global_batch`` range) may be given, by a decision, a placement with another GPU count or
 another global batch (:attr:`Placement.global_batch_samples
-<tessera.sched.snapshot.Placement.global_batch_samples>`) than the run it has. The service
+<tessera.sched.core.snapshot.Placement.global_batch_samples>`) than the run it has. The service
 resizes it with the contract every job already has -- the one preemption uses:
 
 1. the running run is asked to stop (SIGTERM: the job saves its checkpoint and exits), as a
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tessera.live.spec import LiveJob
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 
 RESIZED = "resized"
 """The event kind of a resize."""

@@ -40,8 +40,8 @@ from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.storecheck import MarkerKeeper, open_store
 from tessera.live.tenancy import ensure_config, load_tenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
-from tessera.sched.policy import gavel_loop_only, make_policy
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.catalog import gavel_loop_only, make_policy
+from tessera.sched.core.settings import SchedulerSettings
 
 if TYPE_CHECKING:
     import uvicorn
@@ -133,7 +133,7 @@ def live_policy(name: str, executor: str = "local",
     Raises:
         SpecError: an unknown name or bad options, or a policy only the simulator's Gavel
             loop runs, or a packing policy on an executor that cannot share GPUs
-            (:func:`~tessera.sched.policy.gavel_loop_only`), or Gavel's round mechanism in
+            (:func:`~tessera.sched.catalog.gavel_loop_only`), or Gavel's round mechanism in
             events mode (``settings.mode``).
     """
     policy = make_policy(name)

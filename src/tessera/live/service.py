@@ -13,7 +13,8 @@ exists, and the executor names it by ``(job_id, run)``, so after a crash the res
 finds the row, asks the executor, and either adopts the run or launches it -- never twice
 (see :mod:`tessera.live.reconcile`). API threads only write the store and poke the loop.
 
-The cadence is the simulator's, from the same :class:`~tessera.sched.settings.SchedulerSettings`:
+The cadence is the simulator's, from the same
+:class:`~tessera.sched.core.settings.SchedulerSettings`:
 
 * **events** (event-driven policies, or ``mode="events"``): decide when something changed (a
   submission, a cancel, an exit), when the policy asked to be woken, and every ``period_s``;
@@ -53,12 +54,12 @@ from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.cadence import Cadence, ProgressWatch, Step
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import Decision, decide
-from tessera.sched.feasibility import infeasibility
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import gavel_loop_only, make_policy
+from tessera.sched.catalog import gavel_loop_only, make_policy
+from tessera.sched.core.cadence import Cadence, ProgressWatch, Step
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import Decision, decide
+from tessera.sched.core.feasibility import infeasibility
+from tessera.sched.core.oracle import ThroughputOracle
 
 if TYPE_CHECKING:
     from tessera.live.storecheck import MarkerKeeper
@@ -289,7 +290,7 @@ class LiveService:
 
         ``next_round`` is ``None`` while idle: the last round found no active job, so the
         next change starts a round at once, as the round driver does in the simulator. The
-        rules are the round driver's own object (:class:`~tessera.sched.cadence.Cadence`),
+        rules are the round driver's own object (:class:`~tessera.sched.core.cadence.Cadence`),
         and so is its no-progress watch: a stall is journalled as a ``no-progress`` event and
         counted in :attr:`stalls` (``/healthz``).
         """

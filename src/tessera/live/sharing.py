@@ -1,7 +1,7 @@
 """Shared GPUs in the live service: two runs on one GPU set (a packing policy's co-location).
 
 A packing policy (``Policy.packs``) may place a *partner* on the GPUs of a running *host*
-(:mod:`tessera.sched.packing` checks the pair: both jobs agreed to share, the pair's speeds
+(:mod:`tessera.sched.packing.pairs` checks the pair: both jobs agreed to share, the pair's speeds
 were measured, their memory fits). The service carries that out with three rules, the live
 twins of the simulator's :mod:`tessera.sim.sharing`:
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from tessera.live.store import Allocation, Store
 from tessera.model.jobs import JobId
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 
 #: Where ``nvidia-cuda-mps-control -d`` puts its pipes unless ``CUDA_MPS_PIPE_DIRECTORY`` says.
 DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
@@ -92,7 +92,7 @@ def mechanism(environ: Mapping[str, str] | None = None) -> Mechanism:
 
 def same_gpus(a: Placement, b: Placement) -> bool:
     """Whether two placements are the same gang, whoever shares it: the same GPUs
-    (:meth:`Placement.same_gpus <tessera.sched.snapshot.Placement.same_gpus>`) at the same
+    (:meth:`Placement.same_gpus <tessera.sched.core.snapshot.Placement.same_gpus>`) at the same
     batch, i.e. every compared field of a placement equal but ``colocated_with``."""
     return a.same_gpus(b) and a.global_batch_samples == b.global_batch_samples
 

@@ -2,7 +2,7 @@
 
 The service does not read a job's own step counter; it measures progress the way the
 simulator does, in the oracle's steps: time run × the job's speed there. A run's speed is
-its placement's speed (:meth:`~tessera.sched.oracle.ThroughputOracle.placement_rate`: its
+its placement's speed (:meth:`~tessera.sched.core.oracle.ThroughputOracle.placement_rate`: its
 flavor, or the planner's speed for a mixed gang) while it has its GPUs to itself, and the
 measured *pair* speed (:func:`~tessera.perf.colocation.pair_rates`, Gavel's co-location
 table) while another job's run shares them -- the speeds the simulator's
@@ -31,7 +31,7 @@ from tessera.live.sharing import riders
 from tessera.live.store import Allocation, JobRecord, Store
 from tessera.model.jobs import JobSpec
 from tessera.perf.colocation import PairRefusal, pair_rates
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.core.oracle import ThroughputOracle
 
 #: Allocation statuses of a run that has GPUs and may be running on them.
 _ON_GPUS = ("running", "stopping")

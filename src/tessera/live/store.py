@@ -58,7 +58,7 @@ from tessera.live.records import (
 from tessera.live.spec_cache import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, SpecCache
 from tessera.live.storedb import FAULT_CODES, HIGH_WATER_SQL, StoreDamaged, StoreDb
 from tessera.model.jobs import JobState, transition
-from tessera.sched.snapshot import Placement, QueueQuota
+from tessera.sched.core.snapshot import Placement, QueueQuota
 
 __all__ = ["FAULT_CODES", "HIGH_WATER_SQL", "HOLDING", "Allocation", "Event", "JobRecord",
            "NewJob", "Store", "StoreDamaged"]

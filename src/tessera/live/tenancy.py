@@ -51,7 +51,7 @@ from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
 from tessera.live.layout import CONFIG_FILE, check_private, write_private
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
 from tessera.live.totals import QueueCaps
-from tessera.sched.snapshot import QueueQuota
+from tessera.sched.core.snapshot import QueueQuota
 
 CONFIG_NAME = CONFIG_FILE
 

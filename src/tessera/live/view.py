@@ -1,4 +1,5 @@
-"""From stored rows to the core's :class:`~tessera.sched.snapshot.Snapshot` (and back to words).
+"""From stored rows to the core's :class:`~tessera.sched.core.snapshot.Snapshot` (and back to
+words).
 
 The store knows more states than the core needs. The mapping:
 
@@ -25,8 +26,8 @@ from tessera.live.speeds import RunSpeeds, running_mates
 from tessera.live.store import Allocation, JobRecord
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.snapshot import JobView, Placement, QueueQuota, Snapshot
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import JobView, Placement, QueueQuota, Snapshot
 
 
 def free_gpus(cluster: ClusterSpec, holding: list[Allocation]) -> dict[str, int]:

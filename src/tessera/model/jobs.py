@@ -135,7 +135,7 @@ class ThreeDParallel:
     and splits only the batch; its speed on a gang is predicted from per-flavor speeds. A 3-D
     job splits the *model* too -- layers into pipeline stages, weight matrices over
     tensor-parallel GPUs -- so its speed on a gang is whatever the planner's best plan for that
-    gang achieves (:mod:`tessera.sched.plans`), and a gang no plan fits cannot run it. One
+    gang achieves (:mod:`tessera.sched.core.plans`), and a gang no plan fits cannot run it. One
     training step is one optimizer step over ``global_batch_samples``.
 
     Attributes:

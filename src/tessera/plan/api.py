@@ -11,7 +11,7 @@ These glue the cost model (:class:`tessera.perf.steptime.CostModel`) to the spli
   out on concrete GPUs, rank by rank -- what ``tessera plan --json`` prints and the live
   service exports to each rank;
 * :func:`predict_mixed_throughput` is the one-number answer (samples/s) for a job given GPUs of
-  several flavors; the scheduler's mixed gangs (:mod:`tessera.sched.mixed`) plan with the same
+  several flavors; the scheduler's mixed gangs (:mod:`tessera.sched.mixed.rates`) plan with the same
   :func:`~tessera.plan.dp.split_batch`, on the job's own servers.
 """
 

@@ -2,7 +2,7 @@
 
 A simulator knows every job's true duration; a real scheduler does not. A policy that ranks
 jobs by it (``hetero_srpt``, ``sjf``, ``srtf``, the finish-time and makespan LPs: each sets
-:attr:`tessera.sched.policy.Policy.oracle`) shows what a scheduler *could* reach with perfect
+:attr:`tessera.sched.core.policy.Policy.oracle`) shows what a scheduler *could* reach with perfect
 knowledge, not what a deployment gets. Wherever results are shown (terminal table, ``--json``,
 ``report.html``, ``lessons``) such a policy carries :data:`ORACLE_MARK` and one line saying what
 it reads, so a reader never takes an oracle's win for a result to expect.
@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tessera.sched.policy import list_policies, make_policy
+from tessera.sched.catalog import list_policies, make_policy
 from tessera.sim.metrics import SimResult
 
 ORACLE_MARK = "◆"

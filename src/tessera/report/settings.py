@@ -3,7 +3,7 @@ report lists at its top.
 
 Everything comes from the :class:`~tessera.sim.config.SimConfig` the simulator ran with (after
 ``compat`` is applied, :meth:`~tessera.sim.config.SimConfig.effective`) and its
-:class:`~tessera.sched.settings.SchedulerSettings`; ``config.json`` beside the report holds the
+:class:`~tessera.sched.core.settings.SchedulerSettings`; ``config.json`` beside the report holds the
 same values as fields.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.errors import SpecError
-from tessera.sched.policy import make_policy
+from tessera.sched.catalog import make_policy
 from tessera.sim.config import SimConfig
 
 
@@ -83,8 +83,6 @@ def _quotas(config: SimConfig) -> str:
 
 def _elastic_restarts(policies: Sequence[str]) -> str:
     """The restart rule of the elastic policies among ``policies`` ('' when there are none)."""
-    from tessera.sched.policy import make_policy
-
     elastic = [p for p in policies if make_policy(p).elastic]
     if not elastic:
         return ""

@@ -16,7 +16,7 @@ from typing import Any
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable
-from tessera.sched.policy import make_policy
+from tessera.sched.catalog import make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult

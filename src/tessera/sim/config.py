@@ -1,7 +1,7 @@
 """Simulation settings, validated once; ``compat="gavel"`` reproduces Gavel's assumptions.
 
-The scheduler's own behaviour is a :class:`~tessera.sched.settings.SchedulerSettings` shared with
-the live service; this module adds what only a simulation has (failures, validation, quotas,
+The scheduler's own behaviour is a :class:`~tessera.sched.core.settings.SchedulerSettings` shared
+with the live service; this module adds what only a simulation has (failures, validation, quotas,
 Gavel compatibility, the seed).
 """
 
@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tessera.sched.settings import SchedulerSettings
+from tessera.sched.core.settings import SchedulerSettings
 
 if TYPE_CHECKING:
     from tessera.model.jobs import Workload
-    from tessera.sched.snapshot import QueueQuota
+    from tessera.sched.core.snapshot import QueueQuota
 
 
 class FailureConfig(BaseModel):
@@ -87,7 +87,7 @@ class QuotaConfig(BaseModel):
 
     def resolve(self, workload: Workload, total_gpus: int) -> dict[str, QueueQuota]:
         """The quotas of ``workload``'s queues on a cluster of ``total_gpus`` GPUs."""
-        from tessera.sched.snapshot import QueueQuota
+        from tessera.sched.core.snapshot import QueueQuota
 
         out = {name: QueueQuota(name, q.nominal_gpus, q.borrowing_limit_gpus)
                for name, q in self.queues.items()}
@@ -114,7 +114,7 @@ class SimConfig(BaseModel):
     Attributes:
         scheduler: the scheduler's behaviour (cadence, round length, costs, locality wait,
             mixed gangs, fill), the same object the live service runs with
-            (:class:`~tessera.sched.settings.SchedulerSettings`).
+            (:class:`~tessera.sched.core.settings.SchedulerSettings`).
         failures / validation / quotas: failure model, pre-run validation of big gangs, and
             tenant quotas (all off by default).
         compat: ``gavel`` reproduces Gavel's simulator (``docs/gavel-compat.md``) with its own

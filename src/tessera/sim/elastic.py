@@ -7,7 +7,7 @@ simulators do:
 
 * **speed** -- the job progresses at its *goodput* on its placement (throughput × statistical
   efficiency at its current progress, best batch for the GPUs it holds, as AdaptDL jobs tune
-  their own batch; :class:`~tessera.sched.elastic_goodput.GoodputModel`), converted to the
+  their own batch; :class:`~tessera.sched.elastic.goodput.GoodputModel`), converted to the
   job's steps (``ElasticRange.target_samples`` ↔ ``spec.total_steps``);
 * **re-evaluation** -- the speed is set when the job starts, resizes or moves, and re-evaluated
   at every decision round (Sia's and Pollux's 60 s rounds): efficiency changes with progress
@@ -15,8 +15,8 @@ simulators do:
   fraction of an epoch for every model here. A changed speed re-books the job's completion;
 * **cost** -- every start, resize (new GPU count), migration (same count, other GPUs) and
   resume after a preemption holds the new GPUs for the model's checkpoint-restore time as Sia's
-  simulator charges it (:data:`~tessera.sched.elastic_goodput.RESCALE_S`, 25-250 s; its
-  policy assumes the shorter :data:`~tessera.sched.elastic_goodput.RESTART_S` for cifar10 and
+  simulator charges it (:data:`~tessera.sched.elastic.goodput.RESCALE_S`, 25-250 s; its
+  policy assumes the shorter :data:`~tessera.sched.elastic.goodput.RESTART_S` for cifar10 and
   yolov3) instead of the rigid ``checkpoint_s + restore_s`` (the first start too: Sia's
   simulator charges a job's start-up like any re-allocation); resizes are counted apart from
   migrations;
@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tessera.model.jobs import JobState
-from tessera.sched.elastic_goodput import GoodputModel, rescale_s
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
+from tessera.sched.elastic.goodput import GoodputModel, rescale_s
 from tessera.sim.state import SimJob
 
 Schedule = Callable[[float, int, int, int], None]

@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import Policy, make_policy
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers import Driver, driver_for
 from tessera.sim.events import ProgressFn

@@ -40,8 +40,8 @@ import numpy as np
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState, Workload
-from tessera.sched.core import PendingKind
-from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
+from tessera.sched.core.decide import PendingKind
+from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sim.config import SimConfig
 from tessera.sim.state import SimJob
 

@@ -1,7 +1,7 @@
 """Shared GPUs in Tessera's own drivers: two training jobs on one gang (co-location).
 
 A packing policy (``Policy.packs``) may put a *partner* on the GPUs of a running *host*
-(:mod:`tessera.sched.packing` decides and checks the pair). :class:`SharingWorld` is the
+(:mod:`tessera.sched.packing.pairs` decides and checks the pair). :class:`SharingWorld` is the
 :class:`~tessera.sim.world.SimWorld` that books such pairs:
 
 * **GPUs are booked once per pair.** The first job of a pair to start books the gang's GPUs;
@@ -28,8 +28,8 @@ from dataclasses import replace
 
 from tessera.model.jobs import JobState
 from tessera.perf.colocation import PairRefusal, pair_rates
-from tessera.sched.core import Decision
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.decide import Decision
+from tessera.sched.core.snapshot import Placement
 from tessera.sim.events import COMPLETE, FAIL
 from tessera.sim.metrics import SimResult
 from tessera.sim.state import SimJob

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 from tessera.model.jobs import JobSpec, JobState, transition
-from tessera.sched.core import PendingKind
-from tessera.sched.snapshot import JobView, Placement
+from tessera.sched.core.decide import PendingKind
+from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sim.steps import steps_from, whole_gang_steps
 
 _RUNNING = JobState.RUNNING

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tessera.model.jobs import JobSpec
-from tessera.sched.oracle import ThroughputOracle
+from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sim.config import ValidationConfig
 from tessera.sim.state import SimJob
 

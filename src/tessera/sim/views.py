@@ -1,7 +1,7 @@
 """The world's book of job views: each snapshot rebuilds only what changed since the last one.
 
-The decision core reads frozen :class:`~tessera.sched.snapshot.JobView` values, split into the
-running jobs and the waiting ones (:class:`~tessera.sched.snapshot.JobSplit`). Building a view
+The decision core reads frozen :class:`~tessera.sched.core.snapshot.JobView` values, split into the
+running jobs and the waiting ones (:class:`~tessera.sched.core.snapshot.JobSplit`). Building a view
 per active job at every event (a few hundred on the full Philly table, 75,000 events) was a
 sixth of an event-driven run, and splitting them by state another tenth, although between two
 events only the jobs that arrived, started, stopped or finished change. A :class:`ViewBook`
@@ -23,9 +23,9 @@ exactly the views of the active jobs, in their order, split by state -- the same
 building every view anew.
 
 The book also follows which running gangs the decision core may still want to move to faster
-GPUs (those its :class:`~tessera.sched.context.StayPut` memory does not hold): the gangs
+GPUs (those its :class:`~tessera.sched.core.context.StayPut` memory does not hold): the gangs
 started since the last snapshot, plus those that were not held then. It hands them to the
-memory as a hint (:meth:`~tessera.sched.context.StayPut.narrow`), so a round looks at a few
+memory as a hint (:meth:`~tessera.sched.core.context.StayPut.narrow`), so a round looks at a few
 gangs instead of every running one.
 """
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from tessera.model.jobs import JobState
-from tessera.sched.context import StayPut
-from tessera.sched.snapshot import JobSplit, JobView
+from tessera.sched.core.context import StayPut
+from tessera.sched.core.snapshot import JobSplit, JobView
 from tessera.sim.state import SimJob
 
 _RUNNING = JobState.RUNNING
@@ -179,7 +179,7 @@ class ViewBook:
     def unheld(self, split: JobSplit, stay_put: StayPut) -> Sequence[JobView] | None:
         """The running gangs of ``split`` that ``stay_put`` may not hold, in its order;
         ``None`` once the book has moved past ``split`` (see
-        :class:`~tessera.sched.context.UnheldGangs`)."""
+        :class:`~tessera.sched.core.context.UnheldGangs`)."""
         if split is not self._split:
             return None
         memory = (stay_put, stay_put.generation)

@@ -34,13 +34,13 @@ from dataclasses import replace
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState, Workload
-from tessera.sched.context import DecisionContext
-from tessera.sched.core import Decision, PendingKind, PlacementOptions, decide
-from tessera.sched.feasibility import Feasibility
-from tessera.sched.free_book import FreeBook
-from tessera.sched.oracle import ThroughputOracle
-from tessera.sched.policy import Policy
-from tessera.sched.snapshot import Placement, Snapshot
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import Decision, PendingKind, PlacementOptions, decide
+from tessera.sched.core.feasibility import Feasibility
+from tessera.sched.core.free_book import FreeBook
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import Policy
+from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move

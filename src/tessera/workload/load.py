@@ -27,7 +27,6 @@ from pathlib import Path
 from tessera.errors import SpecError, TraceFormatError
 from tessera.model.jobs import JobSpec, Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
-from tessera.workload import readers as _readers  # noqa: F401  (registers every reader)
 from tessera.workload.csvio import read_header
 from tessera.workload.known import (
     TRACES,
@@ -35,6 +34,9 @@ from tessera.workload.known import (
     resolve_named,
     unknown_trace_message,
 )
+
+# the reader modules register themselves in READERS when imported (the registry is below them)
+from tessera.workload.readers import fgd, gavel_tsv, itp, philly, sia  # noqa: F401
 from tessera.workload.registry import READERS, TraceReader
 from tessera.workload.rows import OnError, ReadContext, SkippedRow
 

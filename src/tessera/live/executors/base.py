@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from tessera.errors import SpecError
-from tessera.sched.snapshot import Placement
+from tessera.sched.core.snapshot import Placement
 
 if TYPE_CHECKING:
     from tessera.live.sharing import Mechanism

@@ -13,8 +13,8 @@ one module each:
 * :mod:`.state` -- Gavel's own bookkeeping between rounds (``--compat gavel``);
 * :mod:`.solver` -- which optimiser (HiGHS simplex, HiGHS IPM, ECOS) and the fallback record.
 
-Tessera's policies (``sched/policies/gavel_lp.py``) and the ``--compat gavel`` twins
-(``sched/policies/gavel_compat.py``) are thin users of this package; the LP solver always comes
+Tessera's policies (``sched/gavel/lp_policy.py``) and the ``--compat gavel`` twins
+(``sched/gavel/compat.py``) are thin users of this package; the LP solver always comes
 from the caller (``PolicyContext.solver``), never from a module global.
 """
 

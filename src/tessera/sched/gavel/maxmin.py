@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from tessera.sched.core.lp import INF, LpModel
 from tessera.sched.gavel.problem import JobClasses, ShareProblem, Variables
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
-from tessera.sched.lp import INF, LpModel
 
 
 def max_min_shares(

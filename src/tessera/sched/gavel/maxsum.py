@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.sched.core.lp import INF, LpModel
 from tessera.sched.gavel.problem import JobClasses, ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
-from tessera.sched.lp import INF, LpModel
 
 
 def max_sum_shares(

@@ -26,9 +26,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from tessera.model.jobs import JobId
+from tessera.sched.core.lp import INF, LpModel
 from tessera.sched.gavel.packed import Combo
 from tessera.sched.gavel.solver import Backend
-from tessera.sched.lp import INF, LpModel
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from tessera.sched.core.lp import INF, LpMethod, LpModel, LpSolver
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
 from tessera.sched.gavel.solver import Backend, Solved, solve_ecos
-from tessera.sched.lp import INF, LpMethod, LpModel, LpSolver
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +172,15 @@ def min_max_rho(
             hi = mid  # the polish solve below replaces X; ``best`` stays the first feasible
         else:
             best, hi, settled = x, min(mid, inputs.worst(x, p.tput)), False
+    return _final(probe, backend, search, hi, best, None if settled else settle, what)
+
+
+def _final(probe: _Prober, backend: Backend, search: RhoSearch, hi: float, best: np.ndarray,
+           settle: np.ndarray | None, what: str) -> Solved:
+    """The answer at ρ ``hi``: the settling LP's (``settle``, if not yet solved there), then
+    the polish solve (``search.polish``); each kept, with a note, when it fails."""
     notes = probe.notes
-    if settle is not None and not settled:
+    if settle is not None:
         x = probe.settle(hi, settle)
         if x is None:
             notes += (f"{what}: the settling solve at ρ={hi:.6g} failed; kept the search's "

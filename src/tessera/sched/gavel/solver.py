@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from tessera.sched.lp import LpMethod, LpSolver, SolverError
+from tessera.sched.core.lp import LpMethod, LpSolver, SolverError
 
 if TYPE_CHECKING:
     from tessera.sched.gavel.problem import ShareProblem

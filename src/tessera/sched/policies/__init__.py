@@ -1,18 +1,5 @@
-"""Every built-in policy; importing this package registers them all in ``POLICIES``."""
+"""Tessera's and the literature's policies, one module each (Gavel's own and its LP policies
+live in :mod:`tessera.sched.gavel`).
 
-from tessera.sched.policies import (  # noqa: F401
-    fifo,
-    gavel_compat,
-    gavel_completion,
-    gavel_gandiva,
-    gavel_lp,
-    gavel_packed,
-    goodput_srpt,
-    hetero_gittins,
-    hetero_pack,
-    hetero_srpt,
-    las,
-    pollux,
-    shortest,
-    sia,
-)
+Importing a policy module registers nothing: :mod:`tessera.sched.catalog` lists every policy.
+"""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tessera.model.jobs import JobId
-from tessera.sched.policy import PolicyContext
-from tessera.sched.snapshot import JobView
+from tessera.sched.core.policy import PolicyContext
+from tessera.sched.core.snapshot import JobView
 
 
 def flavors_fastest_first(ctx: PolicyContext, job: JobView) -> tuple[str, ...]:

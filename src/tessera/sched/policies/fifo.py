@@ -7,11 +7,10 @@ with room; the agnostic one takes flavors in the cluster's order.
 
 from __future__ import annotations
 
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.policies.common import candidates_in_order
-from tessera.sched.policy import POLICIES, Policy, PolicyContext, Ranking
 
 
-@POLICIES.register("fifo", "First come, first served; backfills; no preemption.")
 class Fifo(Policy):
     preemptive = False
 

@@ -31,14 +31,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from tessera.sched.elastic_goodput import (
+from tessera.sched.core.policy import PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
+from tessera.sched.elastic.goodput import (
     DEFAULT_RESTART_S,
     progress_samples,
     restart_s,
     sia_configs,
 )
-from tessera.sched.elastic_ilp import choose_configs
-from tessera.sched.elastic_policy import (
+from tessera.sched.elastic.ilp import choose_configs
+from tessera.sched.elastic.policy import (
     ConfigSet,
     ElasticMemory,
     ElasticPolicy,
@@ -47,8 +49,6 @@ from tessera.sched.elastic_policy import (
     damp_changes,
     rigid_rates,
 )
-from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 class GoodputSrptConfig(PolicyConfig):
@@ -80,12 +80,6 @@ def paid_restart(speedup: float, restart_s: float, left_s: float) -> float:
     return left_s / (restart_s + left_s / speedup)
 
 
-@POLICIES.register(
-    "goodput_srpt",
-    "Tessera (no oracle): per round, one (flavor, GPU count) per job maximising total "
-    "completion rate = goodput / estimated work left, restart-damped, starvation guard. "
-    "Use 60 s rounds.",
-)
 class GoodputSrpt(ElasticPolicy):
     Config = GoodputSrptConfig
 

@@ -16,9 +16,9 @@ import math
 import numpy as np
 from pydantic import Field
 
+from tessera.sched.core.policy import PolicyContext
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.hetero_srpt import HeteroSrpt, HeteroSrptConfig
-from tessera.sched.policy import POLICIES
-from tessera.sched.snapshot import JobView
 
 
 class HeteroGittinsConfig(HeteroSrptConfig):
@@ -31,11 +31,6 @@ class HeteroGittinsConfig(HeteroSrptConfig):
                               description="equally likely points the prior is drawn as")
 
 
-@POLICIES.register(
-    "hetero_gittins",
-    "Tessera, no oracle: hetero_srpt with remaining time from a Gittins index over attained "
-    "service.",
-)
 class HeteroGittins(HeteroSrpt):
     """:class:`HeteroSrpt` without oracle durations.
 
@@ -60,19 +55,20 @@ class HeteroGittins(HeteroSrpt):
         cfg = self.config
         assert isinstance(cfg, HeteroGittinsConfig)
         self._sizes = _prior_quantiles(cfg.prior_minutes, cfg.prior_points)
-        self._cache: dict[int, float] = {}
 
-    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
+    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float,
+                          ctx: PolicyContext) -> float:
         attained = max(j.spec.total_steps - j.remaining_at(now_s), 0.0) / best_rate
         # One-minute buckets keep the cache small. Attained service often lands on a whole
         # minute (whole rounds on the fastest flavor); rounding to a microsecond first keeps
         # one ulp of float noise (steps summed in another order, as the live service and the
         # simulator do) from moving a job to the minute before.
         key = int(round(attained, 6) // 60)
-        hit = self._cache.get(key)
+        table: dict[int, float] = ctx.cache(self, "gittins_remaining_s", dict)
+        hit = table.get(key)
         if hit is None:
             hit = _gittins_remaining(self._sizes, key * 60.0)
-            self._cache[key] = hit
+            table[key] = hit
         return hit
 
 

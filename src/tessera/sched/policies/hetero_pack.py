@@ -27,8 +27,8 @@ part of their life) this second kind is most of the gain. A running job that mov
 restart (``restart_s`` of the round); a host that stays on its flavor pays none.
 
 **Flavors and pairs together.** Who runs is the Gittins order's answer; *where* they run and
-*with whom* is one small integer programme a round (:mod:`tessera.sched.slots`): every job the
-order runs keeps a slot -- alone on a flavor or in a pair -- waiting jobs may take what is left,
+*with whom* is one small integer programme a round (:mod:`tessera.sched.packing.slots`): every job
+the order runs keeps a slot -- alone on a flavor or in a pair -- waiting jobs may take what is left,
 and the programme maximises the round's normalised progress. Jobs alike (job type, gang size,
 allowed flavors, declared memory, where they run now) are one group, so the programme grows with
 the kinds of job, not their number. A pair is offered only when it does more than ``(1 +
@@ -62,7 +62,7 @@ policy names.
 Packing never stops a job the order runs, and ``hetero_srpt``'s starvation rule still puts a
 job that waited too long first. A pair without a positive measurement, a job marked
 ``exclusive``, or a pair whose declared memory does not fit is never offered
-(:func:`tessera.sched.packing.may_share`). When HiGHS returns no plan the round keeps
+(:func:`tessera.sched.packing.pairs.may_share`). When HiGHS returns no plan the round keeps
 ``hetero_gittins``' flavors, packs nothing, and says so in the run's notes.
 
 **Measured and dropped.** Until 2026-12-02 the flavors came from the matching LP and the pairs
@@ -77,21 +77,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from pydantic import Field
 
-from tessera.model.cluster import ClusterSpec
-from tessera.model.jobs import JobId, JobSpec, JobState
+from tessera.model.jobs import JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
-from tessera.sched.lp import LpSolver
-from tessera.sched.packing import may_share
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.core.policy import PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
+from tessera.sched.packing.pairs import may_share
+from tessera.sched.packing.slots import PairOption, SlotGroup, plan_slots
 from tessera.sched.policies.hetero_gittins import HeteroGittins, HeteroGittinsConfig
+from tessera.sched.policies.hetero_pack_slots import (
+    Member,
+    PairWay,
+    fill_slots,
+    moves,
+    ranked_candidates,
+    replay_selection,
+)
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
-from tessera.sched.policy import POLICIES, PolicyContext, Ranking
-from tessera.sched.slots import PairOption, SlotGroup, SlotPlan, plan_slots
-from tessera.sched.snapshot import JobView, Snapshot
 
 
 class HeteroPackConfig(HeteroGittinsConfig):
@@ -113,38 +120,11 @@ class HeteroPackConfig(HeteroGittinsConfig):
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Member:
-    """A job in the slot programme: its group's key parts the mapping back to jobs needs."""
-
-    job_id: JobId
-    now_on: str | None
-    partner_now: JobId | None
-
-
-@dataclass(frozen=True, slots=True)
-class _PairWay:
-    """How one pair option is worth its value: which side hosts, and each side's share."""
-
-    first_hosts: bool
-    first_share: float
-    second_share: float
-
-
-@POLICIES.register(
-    "hetero_pack",
-    "Tessera, no oracle: hetero_gittins plus space sharing at measured pair speeds, flavors "
-    "and pairs chosen together by one small integer programme a round.",
-)
 class HeteroPack(HeteroGittins):
     """See the module docstring."""
 
     packs = True
     Config = HeteroPackConfig
-
-    def __init__(self, *args: object, **kw: object) -> None:
-        super().__init__(*args, **kw)
-        self._pairs: dict[tuple[object, ...], PairRates | None] = {}
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         base = super().rank(ctx)
@@ -152,7 +132,7 @@ class HeteroPack(HeteroGittins):
         assert isinstance(cfg, HeteroPackConfig)
         snap = ctx.snapshot
         by_id = {j.job_id: j for j in snap.jobs}
-        hosts, waiting = _replay(base, by_id, snap)
+        hosts, waiting = replay_selection(base, by_id, snap)
         if not hosts:
             return base
         capacity: dict[str, int] = {}
@@ -168,7 +148,7 @@ class HeteroPack(HeteroGittins):
         jobs = sorted([jid for jid in [*hosts, *waiting[: cfg.scan_factor * len(hosts)]]
                        if by_id[jid].spec.num_gpus == 1], key=order.__getitem__)
         keys: dict[tuple[object, ...], int] = {}
-        groups: list[list[_Member]] = []
+        groups: list[list[Member]] = []
         specs: list[JobSpec] = []
         musts: list[bool] = []
         solos: list[dict[str, float]] = []
@@ -195,7 +175,7 @@ class HeteroPack(HeteroGittins):
                 solos.append(solo)
                 weights.append(weight)
             partner_now = p.colocated_with[0] if p is not None and p.colocated_with else None
-            groups[g].append(_Member(jid, now_on, partner_now))
+            groups[g].append(Member(jid, now_on, partner_now))
         options, ways = self._options(ctx, groups, specs, musts, solos, weights, restart)
         plan = plan_slots(
             [SlotGroup(specs[g].num_gpus, len(members), len(members) if musts[g] else 0,
@@ -210,8 +190,8 @@ class HeteroPack(HeteroGittins):
             # Nothing shares: the base ranking's flavors, which know servers and gangs (the
             # programme counts GPUs per flavor only) -- see the module docstring.
             return base
-        where, partner_of = _fill(groups, solos, options, ways, plan)
-        return Ranking(_candidates(base, where, partner_of), state=base.state,
+        where, partner_of = fill_slots(groups, solos, options, ways, plan)
+        return Ranking(ranked_candidates(base, where, partner_of), state=base.state,
                        notes=base.notes, wakeup_s=base.wakeup_s, fallbacks=base.fallbacks,
                        colocate=partner_of)
 
@@ -223,7 +203,7 @@ class HeteroPack(HeteroGittins):
         best = ctx.oracle.best_rate(j.spec)
         if not cfg.short_first or best <= 0:
             return 0
-        hours = self._remaining_best_s(j, best, ctx.snapshot.now_s) / 3600.0
+        hours = self._remaining_best_s(j, best, ctx.snapshot.now_s, ctx) / 3600.0
         return round(math.log2(min(max(hours, 2.0**-6), 2.0**12)))
 
     def _solo_values(self, ctx: PolicyContext, spec: JobSpec, now_on: str | None,
@@ -235,14 +215,14 @@ class HeteroPack(HeteroGittins):
         if best <= 0:
             return {}
         return {r.flavor: weight * r.consolidated / best
-                * (1.0 - _moves(now_on, r.flavor) * restart)
+                * (1.0 - moves(now_on, r.flavor) * restart)
                 for r in ctx.oracle.rates(spec)
                 if r.consolidated > 0 and r.flavor in capacity}
 
     def _options(
-        self, ctx: PolicyContext, groups: list[list[_Member]], specs: list[JobSpec],
+        self, ctx: PolicyContext, groups: list[list[Member]], specs: list[JobSpec],
         musts: list[bool], solos: list[dict[str, float]], weights: list[float], restart: float,
-    ) -> tuple[list[PairOption], list[_PairWay]]:
+    ) -> tuple[list[PairOption], list[PairWay]]:
         """The pairs worth offering the programme: measured, allowed, on a flavor both may
         use, and doing more than ``(1 + min_gain)`` × the better of the two alone there."""
         cfg = self.config
@@ -250,7 +230,7 @@ class HeteroPack(HeteroGittins):
         oracle = ctx.oracle
         best = [oracle.best_rate(s) for s in specs]
         options: list[PairOption] = []
-        ways: list[_PairWay] = []
+        ways: list[PairWay] = []
         for a in range(len(groups)):
             sa = specs[a]
             if sa.exclusive:
@@ -268,7 +248,7 @@ class HeteroPack(HeteroGittins):
                     alone_b = solos[b].get(f)
                     if alone_b is None:
                         continue
-                    rates = self._pair(oracle.table, ctx.snapshot.cluster, sa, sb, f)
+                    rates = self._pair(ctx, oracle.table, sa, sb, f)
                     if rates is None:
                         continue
                     ra = weights[a] * rates.first_steps_per_s / best[a]
@@ -276,12 +256,12 @@ class HeteroPack(HeteroGittins):
                     # The host keeps its GPUs if it runs on ``f`` now; the partner moves onto
                     # them (a restart) unless the two share a gang of ``f`` already.
                     stays = together and now_a == f
-                    a_hosts = (ra * (1.0 - _moves(now_a, f) * restart),
+                    a_hosts = (ra * (1.0 - moves(now_a, f) * restart),
                                rb * (1.0 - (not stays and now_b is not None) * restart))
                     b_hosts = (ra * (1.0 - (not stays and now_a is not None) * restart),
-                               rb * (1.0 - _moves(now_b, f) * restart))
-                    way = (_PairWay(True, *a_hosts) if sum(a_hosts) >= sum(b_hosts)
-                           else _PairWay(False, *b_hosts))
+                               rb * (1.0 - moves(now_b, f) * restart))
+                    way = (PairWay(True, *a_hosts) if sum(a_hosts) >= sum(b_hosts)
+                           else PairWay(False, *b_hosts))
                     value = way.first_share + way.second_share
                     if value > (1.0 + cfg.min_gain) * max(alone_a, alone_b):
                         options.append(PairOption(a, b, f, value))
@@ -304,132 +284,22 @@ class HeteroPack(HeteroGittins):
         costs = {id(j): cost for j, cost, _order in selected}
         return [(j, costs[id(j)], order) for j, _c, order in matched], fallbacks
 
-    def _pair(self, table: ThroughputTable, cluster: ClusterSpec, host: JobSpec,
+    def _pair(self, ctx: PolicyContext, table: ThroughputTable, host: JobSpec,
               partner: JobSpec, flavor: str) -> PairRates | None:
-        """:func:`~tessera.sched.packing.may_share` for jobs without declared memory (cached
-        per job kind), or for any pair with memory declared (not cached)."""
+        """:func:`~tessera.sched.packing.pairs.may_share` for jobs without declared memory (cached
+        per job kind, in the driver's policy caches), or for any pair with memory declared (not
+        cached)."""
+        cluster = ctx.snapshot.cluster
         if host.memory_gib is not None or partner.memory_gib is not None:
             got = may_share(table, cluster, host, partner, flavor)
             return None if isinstance(got, PairRefusal) else got
         key = (host.job_type, partner.job_type, host.num_gpus, partner.num_gpus, flavor,
                host.flavors, partner.flavors, id(table))
-        if key not in self._pairs:
-            if len(self._pairs) > 100_000:
-                self._pairs.clear()
+        pairs: dict[tuple[object, ...], PairRates | None] = ctx.cache(self, "pairs", dict)
+        if key not in pairs:
+            if len(pairs) > 100_000:
+                pairs.clear()
             got = may_share(table, cluster, replace(host, exclusive=False),
                             replace(partner, exclusive=False), flavor)
-            self._pairs[key] = None if isinstance(got, PairRefusal) else got
-        return self._pairs[key]
-
-
-def _replay(base: Ranking, by_id: dict[JobId, JobView], snap: Snapshot
-            ) -> tuple[dict[JobId, str], list[JobId]]:
-    """The core's selection by count, replayed: ``({job: flavor it gets alone}, [jobs left
-    waiting, in the ranking's order])``."""
-    count: dict[str, int] = {}
-    for node in snap.up_nodes():
-        count[node.flavor.short] = count.get(node.flavor.short, 0) + node.gpus
-    hosts: dict[JobId, str] = {}
-    waiting: list[JobId] = []
-    seen: set[JobId] = set()
-    for jid, fl in base.candidates:
-        if jid in hosts:
-            continue
-        g = by_id[jid].spec.num_gpus
-        if count.get(fl, 0) >= g:
-            count[fl] -= g
-            hosts[jid] = fl
-        elif jid not in seen:
-            waiting.append(jid)
-        seen.add(jid)
-    return hosts, [j for j in dict.fromkeys(waiting) if j not in hosts]
-
-
-def _candidates(base: Ranking, where: Mapping[JobId, str], partner_of: Mapping[JobId, JobId]
-                ) -> tuple[tuple[JobId, str], ...]:
-    """The base ranking's jobs in its order, each planned job's flavor first and its other
-    flavors after it (a gang the plan's flavor cannot hold -- the programme counts GPUs, not
-    servers -- still finds its place before lower-ranked jobs take it); partners left out."""
-    flavors: dict[JobId, list[str]] = {}
-    for jid, fl in base.candidates:
-        if jid not in partner_of:
-            flavors.setdefault(jid, []).append(fl)
-    out: list[tuple[JobId, str]] = []
-    for jid, listed in flavors.items():
-        first = where.get(jid)
-        if first is not None:
-            out.append((jid, first))
-        out += [(jid, fl) for fl in dict.fromkeys(listed) if fl != first]
-    return tuple(out)
-
-
-def _moves(now_on: str | None, flavor: str) -> bool:
-    """Whether a slot on ``flavor`` restarts a job running on ``now_on`` (``None``: waiting,
-    nothing to restart)."""
-    return now_on is not None and now_on != flavor
-
-
-def _fill(
-    groups: list[list[_Member]], solos: list[dict[str, float]], options: list[PairOption],
-    ways: list[_PairWay], plan: SlotPlan,
-) -> tuple[dict[JobId, str], dict[JobId, JobId]]:
-    """The plan's counts handed to jobs: ``({job: flavor} of every job alone or hosting,
-    {partner: host})``.
-
-    The programme counts slots per group; which member takes which slot is free, and each
-    choice that moves a running job costs a restart the programme did not see. So the plan
-    first keeps what runs: two jobs sharing a gang now keep sharing it where the plan has a
-    pair of their groups on that flavor, and a job alone on a flavor keeps it where the plan
-    has a solo slot of its group there. The slots left go best first (largest share of the
-    value) to the highest-ranked members left.
-    """
-    group_of = {m.job_id: g for g, members in enumerate(groups) for m in members}
-    by_id = {m.job_id: m for members in groups for m in members}
-    solo_left = dict(plan.solo)
-    pairs_left = dict(plan.pairs)
-    where: dict[JobId, str] = {}
-    partner_of: dict[JobId, JobId] = {}
-    done: set[JobId] = set()
-
-    def pair_up(o: int, first: _Member, second: _Member) -> None:
-        host, partner = (first, second) if ways[o].first_hosts else (second, first)
-        where[host.job_id] = options[o].flavor
-        partner_of[partner.job_id] = host.job_id
-        done.update((first.job_id, second.job_id))
-        pairs_left[o] -= 1
-
-    for o in sorted(pairs_left):  # pairs that share a gang now, kept
-        opt = options[o]
-        for m in groups[opt.first]:
-            mate = by_id.get(m.partner_now) if m.partner_now is not None else None
-            if (pairs_left[o] and mate is not None and m.now_on == opt.flavor
-                    and mate.now_on == opt.flavor and group_of[mate.job_id] == opt.second
-                    and not done.intersection((m.job_id, mate.job_id))):
-                pair_up(o, m, mate)
-    for members in groups:  # jobs alone on a flavor, kept there
-        for m in members:
-            g = group_of[m.job_id]
-            if m.job_id not in done and m.now_on is not None and solo_left.get((g, m.now_on)):
-                solo_left[(g, m.now_on)] -= 1
-                where[m.job_id] = m.now_on
-                done.add(m.job_id)
-    slots: list[list[tuple[float, int, str, int, bool]]] = [[] for _ in groups]
-    for (g, f), k in solo_left.items():
-        slots[g] += [(-solos[g][f], len(slots[g]), f, -1, True)] * k
-    for o, k in sorted(pairs_left.items()):
-        opt, way = options[o], ways[o]
-        slots[opt.first] += [(-way.first_share, len(slots[opt.first]), opt.flavor, o, True)] * k
-        slots[opt.second] += [(-way.second_share, len(slots[opt.second]), opt.flavor, o,
-                               False)] * k
-    sides: dict[tuple[int, bool], list[_Member]] = {}
-    for g, members in enumerate(groups):
-        left = [m for m in members if m.job_id not in done]
-        for m, (_share, _i, f, o, first) in zip(left, sorted(slots[g]), strict=False):
-            if o < 0:
-                where[m.job_id] = f
-            else:
-                sides.setdefault((o, first), []).append(m)
-    for o in sorted(pairs_left):
-        for a, b in zip(sides.get((o, True), []), sides.get((o, False), []), strict=True):
-            pair_up(o, a, b)
-    return where, partner_of
+            pairs[key] = None if isinstance(got, PairRefusal) else got
+        return pairs[key]

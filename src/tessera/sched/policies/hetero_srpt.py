@@ -24,9 +24,10 @@ speed-ups the LP reduces to SRPT on the fastest GPUs.
 **3. Gangs get whole nodes.** The core keeps selected running jobs where they are and places
 new gangs into whatever is free, so over time 1-GPU jobs scatter over every node and an 8-GPU
 gang is *split across nodes*, where the Gavel profiles run it 2–10× slower (LM at 8 GPUs:
-0.1× on V100). In rounds mode the policy replays the core's placement (kept jobs, then new
-gangs largest first, best fit); when a gang would be split and splitting hurts it, it stops
-the fewest lower-priority small jobs that free one node (they are re-placed next round).
+0.1× on V100). In rounds mode the policy asks the core where its selection would go
+(:func:`~tessera.sched.core.preview.preview`); when a gang would be split and splitting hurts
+it, it stops the fewest lower-priority small jobs that free one node (they are re-placed next
+round).
 This alone took the Philly 8-GPU mean JCT from 55 h to 20 h (lower bound 19 h).
 
 **No starvation.** A job that has waited (total time since submission not spent running)
@@ -43,88 +44,19 @@ so the defragmentation step is skipped. Pure: no I/O, no clock, no randomness.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from operator import itemgetter
 
-import numpy as np
-import scipy.sparse as sp
 from pydantic import Field
 
-from tessera.model.cluster import ClusterSpec, Node
-from tessera.model.jobs import JobId, JobSpec, JobState
-from tessera.sched.lp import INF, LpModel, LpSolver, SolverError, solve_lp
-from tessera.sched.oracle import RateKey, ThroughputOracle, rate_key
-from tessera.sched.placement import FreeGpus
-from tessera.sched.placement import Layout as _PlacementLayout
-from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView, Placement, Snapshot
+from tessera.model.jobs import JobId, JobState
+from tessera.sched.core.lp import INF
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.preview import preview
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
+from tessera.sched.policies.hetero_flavors import NodeRates, flavor_costs, match_flavors
 
 _RUNNING = JobState.RUNNING
-
-_Usable = tuple[tuple[tuple[str, float], ...], float, float]
-"""A job's usable flavors with their rates, its best rate and ``gpus ** gang_exponent``."""
-
-
-@dataclass(slots=True)
-class _Nodes:
-    """What a round needs of the up nodes, computed once per cluster and set of down nodes
-    (a round used to walk every node twice), plus each job kind's usable rates."""
-
-    cluster: ClusterSpec
-    down: frozenset[str]
-    cap: dict[str, int]
-    """GPUs per flavor."""
-    node_max: dict[str, int]
-    """The largest node of each flavor."""
-    by_flavor: dict[str, tuple[str, ...]]
-    nodes: tuple[Node, ...]
-    placement: _PlacementLayout
-    """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
-    oracle: ThroughputOracle | None = None
-    rates: dict[RateKey, _Usable] = field(default_factory=dict)
-    by_job: dict[JobId, tuple[JobSpec, _Usable]] = field(default_factory=dict)
-    """Each job's usable rates, noted with its spec (a job is looked up by id, not by key)."""
-
-    @classmethod
-    def of(cls, snap: Snapshot) -> _Nodes:
-        cap: dict[str, int] = {}
-        node_max: dict[str, int] = {}
-        by_flavor: dict[str, list[str]] = {}
-        nodes = snap.up_nodes()
-        for n in nodes:
-            f = n.flavor.short
-            cap[f] = cap.get(f, 0) + n.gpus
-            node_max[f] = max(node_max.get(f, 0), n.gpus)
-            by_flavor.setdefault(f, []).append(n.node_id)
-        return cls(snap.cluster, snap.down_nodes, cap, node_max,
-                   {f: tuple(ns) for f, ns in by_flavor.items()}, nodes,
-                   _PlacementLayout.of(nodes))
-
-    def rates_for(
-        self, oracle: ThroughputOracle
-    ) -> dict[RateKey, _Usable]:
-        """The usable-rates cache, valid for ``oracle`` (one per simulation in practice)."""
-        if self.oracle is not oracle:
-            self.oracle = oracle
-            self.rates = {}
-            self.by_job = {}
-        return self.rates
-
-    def usable(self, ctx: PolicyContext, spec: JobSpec, gang_exponent: float) -> _Usable:
-        """The flavors with room for the gang by count, at its consolidated speed if it fits
-        on one node of the flavor, else its spread speed."""
-        g = spec.num_gpus
-        cap = self.cap
-        rates: dict[str, float] = {}
-        for r in ctx.oracle.rates(spec):
-            if r.flavor not in cap or g > cap[r.flavor]:
-                continue
-            rate = r.consolidated if g <= self.node_max[r.flavor] else r.spread
-            if rate > 0:
-                rates[r.flavor] = rate
-        top = max(rates.values()) if rates else 0.0
-        return tuple(rates.items()), top, g ** gang_exponent
-
 
 class HeteroSrptConfig(PolicyConfig):
     restart_s: float = Field(
@@ -143,11 +75,6 @@ class HeteroSrptConfig(PolicyConfig):
     defrag: bool = Field(True, description="clear a node for a gang that would be split")
 
 
-@POLICIES.register(
-    "hetero_srpt",
-    "Tessera (oracle durations): SRPT per GPU, completion-rate flavor matching, whole nodes "
-    "for gangs.",
-)
 class HeteroSrpt(Policy):
     """See the module docstring."""
 
@@ -156,13 +83,10 @@ class HeteroSrpt(Policy):
     Config = HeteroSrptConfig
     oracle = "each job's true remaining time, taken from the trace"
 
-    def __init__(
-        self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""
-    ) -> None:
-        super().__init__(config, agnostic, name)
-        self._nodes: _Nodes | None = None
+    _match = staticmethod(match_flavors)
 
-    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float) -> float:
+    def _remaining_best_s(self, j: JobView, best_rate: float, now_s: float,
+                          ctx: PolicyContext) -> float:
         """Remaining seconds on the job's fastest flavor: oracle knowledge (SRTF's bound)."""
         return j.remaining_at(now_s) / best_rate
 
@@ -170,88 +94,9 @@ class HeteroSrpt(Policy):
         cfg = self.config
         assert isinstance(cfg, HeteroSrptConfig)
         snap = ctx.snapshot
-        now = snap.now_s
-        nodes = self._nodes_of(snap)
+        nodes = self._nodes_of(ctx)
         cap = nodes.cap
-        rates_of = nodes.rates_for(ctx.oracle)
-        remaining_best_s = self._remaining_best_s
-        restart_s = cfg.restart_s
-        aging_s = cfg.aging_s
-        starvation = cfg.starvation_factor
-        # (the oracle's remaining time, inlined: JobView.remaining_at, then ÷ the best rate)
-        oracle_tau = type(self)._remaining_best_s is HeteroSrpt._remaining_best_s
-        by_job = nodes.by_job
-        jobs: list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]] = []
-        # whether the first of each job's sorted flavors is the cheapest in the cost table's
-        # order (the matching LP's test; it can differ only if a cost is nan)
-        first_choice = True
-        for j in snap.jobs:
-            spec = j.spec
-            jid = spec.job_id
-            hit = by_job.get(jid)
-            if hit is not None and hit[0] is spec:
-                usable = hit[1]
-            else:
-                key = rate_key(spec)
-                kept = rates_of.get(key)
-                if kept is None:
-                    kept = rates_of[key] = nodes.usable(ctx, spec, cfg.gang_exponent)
-                usable = kept
-                by_job[jid] = (spec, usable)
-            rates, top, g_pow = usable
-            if not rates:
-                continue
-            state = j.state
-            if oracle_tau:
-                steps_left = j.remaining_steps
-                rate_now = j.progress_rate
-                if state is _RUNNING and rate_now > 0:
-                    as_of = j.as_of_s
-                    pf = j.progress_from_s
-                    start = pf if pf > as_of else as_of  # (max(as_of, pf), without the call)
-                    if now > start:
-                        v = steps_left - rate_now * (now - start)
-                        steps_left = 0.0 if v < 0.0 else v
-                tau = steps_left / top
-            else:
-                tau = remaining_best_s(j, top, now)
-            p = j.placement
-            cur = p.flavor if p is not None and state is _RUNNING else None
-            # A flavor's cost is tau * top / rate, evaluated left to right as (tau * top) / rate.
-            tau_top = tau * top
-            if len(rates) == 1:
-                f, rate = rates[0]
-                best = tau_top / rate + (0.0 if f == cur else restart_s)
-                cost = {f: best}
-                order = [f]
-            elif len(rates) == 2:
-                # (the general case's min and stable sort, spelled out for two flavors: the
-                # second goes first only when strictly cheaper)
-                (f0, r0), (f1, r1) = rates
-                c0 = tau_top / r0 + (0.0 if f0 == cur else restart_s)
-                c1 = tau_top / r1 + (0.0 if f1 == cur else restart_s)
-                cost = {f0: c0, f1: c1}
-                if c1 < c0:
-                    best, order = c1, [f1, f0]
-                else:
-                    best, order = c0, [f0, f1]
-            else:
-                cost = {f: tau_top / rate + (0.0 if f == cur else restart_s) for f, rate in rates}
-                best = min(cost.values())
-                order = sorted(cost, key=cost.__getitem__)
-                if order[0] != min(cost, key=cost.__getitem__):  # (only if a cost is nan)
-                    first_choice = False
-            prio = 1.0 / (best * g_pow) if best > 0.0 else INF  # done: finishing now
-            run_s = j.run_s_by_flavor
-            ran = run_s[0][1] if len(run_s) == 1 else sum(t for _f, t in run_s)
-            waited = now - spec.submit_time_s - ran
-            if waited < 0.0:  # (max(waited, 0.0), without the call)
-                waited = 0.0
-            if aging_s is not None:
-                prio *= 1.0 + waited / aging_s
-            if starvation is not None and waited > starvation * best:
-                prio = 1e30 * (1.0 + waited)
-            jobs.append(((-prio, spec.submit_time_s, jid), j, cost, order))
+        jobs, first_choice = self._prioritised(ctx, cfg, nodes)
         jobs.sort(key=itemgetter(0))
         selected, rest, took_first = self._select(jobs, cap)
         first_choice = first_choice and took_first
@@ -268,6 +113,61 @@ class HeteroSrpt(Policy):
             if (jid := j.spec.job_id) not in displaced for f in order]
         cands += [(j.spec.job_id, f) for j, order in rest for f in order]
         return Ranking(tuple(cands), fallbacks=fallbacks)
+
+    def _prioritised(
+        self, ctx: PolicyContext, cfg: HeteroSrptConfig, nodes: NodeRates
+    ) -> tuple[list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]],
+               bool]:
+        """Every job with a usable flavor: ``(sort key, view, cost per flavor, flavors
+        cheapest first)`` -- the key is ``(-priority, submit time, id)`` -- and whether the
+        first of each job's sorted flavors is the cheapest in its cost table's order (the
+        matching LP's test; it can differ only if a cost is nan)."""
+        snap = ctx.snapshot
+        now = snap.now_s
+        nodes.rates_for(ctx.oracle)
+        remaining_best_s = self._remaining_best_s
+        restart_s = cfg.restart_s
+        aging_s = cfg.aging_s
+        starvation = cfg.starvation_factor
+        # (the oracle's remaining time, inlined: JobView.remaining_at, then ÷ the best rate)
+        oracle_tau = type(self)._remaining_best_s is HeteroSrpt._remaining_best_s
+        jobs: list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]] = []
+        first_choice = True
+        for j in snap.jobs:
+            spec = j.spec
+            rates, top, g_pow = nodes.usable_of(ctx, spec, cfg.gang_exponent)
+            if not rates:
+                continue
+            state = j.state
+            if oracle_tau:
+                steps_left = j.remaining_steps
+                rate_now = j.progress_rate
+                if state is _RUNNING and rate_now > 0:
+                    as_of = j.as_of_s
+                    pf = j.progress_from_s
+                    start = pf if pf > as_of else as_of  # (max(as_of, pf), without the call)
+                    if now > start:
+                        v = steps_left - rate_now * (now - start)
+                        steps_left = 0.0 if v < 0.0 else v
+                tau = steps_left / top
+            else:
+                tau = remaining_best_s(j, top, now, ctx)
+            p = j.placement
+            cur = p.flavor if p is not None and state is _RUNNING else None
+            cost, best, order, sorted_ok = flavor_costs(rates, tau * top, cur, restart_s)
+            first_choice = first_choice and sorted_ok
+            prio = 1.0 / (best * g_pow) if best > 0.0 else INF  # done: finishing now
+            run_s = j.run_s_by_flavor
+            ran = run_s[0][1] if len(run_s) == 1 else sum(t for _f, t in run_s)
+            waited = now - spec.submit_time_s - ran
+            if waited < 0.0:  # (max(waited, 0.0), without the call)
+                waited = 0.0
+            if aging_s is not None:
+                prio *= 1.0 + waited / aging_s
+            if starvation is not None and waited > starvation * best:
+                prio = 1e30 * (1.0 + waited)
+            jobs.append(((-prio, spec.submit_time_s, spec.job_id), j, cost, order))
+        return jobs, first_choice
 
     @staticmethod
     def _select(
@@ -302,12 +202,14 @@ class HeteroSrpt(Policy):
                 selected.append((j, cost, [fl] + [f for f in order if f != fl]))
         return selected, rest, first_choice
 
-    def _nodes_of(self, snap: Snapshot) -> _Nodes:
-        """The up nodes' static layout, rebuilt only when the cluster or its down nodes change."""
-        nodes = self._nodes
-        if nodes is None or nodes.cluster is not snap.cluster or nodes.down != snap.down_nodes:
-            nodes = self._nodes = _Nodes.of(snap)
-        return nodes
+    def _nodes_of(self, ctx: PolicyContext) -> NodeRates:
+        """The up nodes' static layout, rebuilt only when the cluster or its down nodes change
+        (kept in the driver's policy caches, :meth:`PolicyContext.cache`)."""
+        snap = ctx.snapshot
+        held: list[NodeRates] = ctx.cache(self, "nodes", list)
+        if not held or held[0].cluster is not snap.cluster or held[0].down != snap.down_nodes:
+            held[:] = [NodeRates.of(snap)]
+        return held[0]
 
     @staticmethod
     def _finalize(
@@ -335,81 +237,29 @@ class HeteroSrpt(Policy):
         selected: list[tuple[JobView, dict[str, float], list[str]]],
         ctx: PolicyContext,
     ) -> set[JobId]:
-        """Replay the core's placement (:class:`FreeGpus`: kept jobs, then new gangs largest
-        first, best fit, else spread); clear one node for a gang that would otherwise be split.
+        """Clear one node for a gang the core would otherwise split (and splitting hurts it).
 
-        Returns the running jobs to stop this round (they are re-placed next round).
-
-        Kept jobs are taken first, in selection order, each where it runs. When their GPUs fit
-        their nodes, none fails to take its place, so the replay starts from the nodes' counts
-        less the kept GPUs (:meth:`_kept`); and then, unless a gang of more than one GPU is
-        new to its flavor, nothing can be cleared and the answer is "nobody" without a replay
-        (most rounds, when hardly anyone waits). Otherwise the kept jobs are taken one by one,
-        and one that finds its GPUs taken (a gang shared by two jobs) is new.
+        Returns the running jobs to stop this round (they are re-placed next round). Where the
+        core would put each gang is the core's own answer (:func:`~tessera.sched.core.preview.
+        preview`: kept jobs, then new gangs largest first, best fit, else spread); this policy
+        only decides whom to stop (:meth:`_clear`).
         """
-        layout = self._nodes_of(snap)
-        capacity = layout.placement.capacity
-        used, new = self._kept(selected)
-        fits = all(capacity.get(node_id, 0) >= count for node_id, count in used.items())
-        if fits and all(j.spec.num_gpus <= 1 for j, _fl in new):
+        layout = self._nodes_of(ctx)
+        pv = preview(layout.nodes, layout.placement,
+                     [(j, order[0]) for j, _cost, order in selected])
+        if pv is None:
             return set()
-        occupants: dict[str, list[JobView]] = {}
-        if fits:
-            free = FreeGpus(layout.nodes, {node_id: capacity[node_id] - count
-                                           for node_id, count in used.items()},
-                            layout.placement)
-            fresh = {j.job_id for j, _fl in new}
-            for j, _cost, _order in selected:
-                p = j.placement
-                if p is not None and p.consolidated and j.job_id not in fresh:
-                    occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
-        else:
-            free = FreeGpus(layout.nodes, None, layout.placement)
-            new = []
-            for j, _cost, order in selected:
-                fl = order[0]
-                p = j.placement
-                if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
-                    if p.consolidated:
-                        occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
-                else:
-                    new.append((j, fl))
-        by_flavor = layout.by_flavor
-        node_max = layout.node_max
-        new.sort(key=lambda e: -e[0].spec.num_gpus)
         displaced: set[JobId] = set()
-        for j, fl in new:
-            g = j.spec.num_gpus
-            if g <= node_max.get(fl, 0):
-                placed = free.find(fl, g, True)
-                if placed is None and g > 1 and self._split_hurts(ctx, j, fl):
-                    node = self._clear(by_flavor.get(fl, ()), free, occupants, g, displaced)
-                    if node is not None:
-                        placed = Placement(fl, ((node, g),))
-                if placed is not None:
-                    free.take(placed)
+        for j, fl in pv.new:
+            if pv.would_split(j, fl) and self._split_hurts(ctx, j, fl):
+                g = j.spec.num_gpus
+                node = self._clear(layout.by_flavor.get(fl, ()), pv.free, pv.occupants, g,
+                                   displaced)
+                if node is not None:
+                    pv.take(Placement(fl, ((node, g),)))
                     continue
-            placed = free.find(fl, g, False)
-            if placed is not None:
-                free.take(placed)
+            pv.place(j, fl)
         return displaced
-
-    @staticmethod
-    def _kept(selected: list[tuple[JobView, dict[str, float], list[str]]]
-              ) -> tuple[dict[str, int], list[tuple[JobView, str]]]:
-        """The GPUs per node of the selected jobs that stay where they run (running on the
-        flavor they were selected for), and the others with that flavor, in order."""
-        used: dict[str, int] = {}
-        new: list[tuple[JobView, str]] = []
-        for j, _cost, order in selected:
-            fl = order[0]
-            p = j.placement
-            if j.state is _RUNNING and p is not None and p.flavor == fl:
-                for node_id, count in p.gpus_by_node:
-                    used[node_id] = used.get(node_id, 0) + count
-            else:
-                new.append((j, fl))
-        return used, new
 
     @staticmethod
     def _split_hurts(ctx: PolicyContext, j: JobView, fl: str) -> bool:
@@ -457,46 +307,3 @@ class HeteroSrpt(Policy):
             free.release(o.placement)
             need -= o.spec.num_gpus
         return best
-
-    @staticmethod
-    def _match(
-        selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int],
-        solver: LpSolver,
-    ) -> tuple[list[tuple[JobView, dict[str, float], list[str]]], tuple[str, ...]]:
-        """Reorder each selected job's flavors by a completion-rate matching LP; returns the
-        selection and, when the LP failed and the greedy order was kept, why."""
-        if all(order[0] == min(cost, key=cost.__getitem__) for _j, cost, order in selected):
-            return selected, ()
-        flavors = list(cap)
-        col = {f: i for i, f in enumerate(flavors)}
-        rows, cols, vals = [], [], []
-        for m, (_j, cost, _o) in enumerate(selected):
-            for f, c in cost.items():
-                rows.append(m)
-                cols.append(col[f])
-                vals.append(1.0 / max(c, 1e-9))
-        n = len(rows)
-        r = np.array(rows)
-        cc = np.array(cols)
-        g = np.array([float(s[0].spec.num_gpus) for s in selected])
-        var = np.arange(n)
-        mcount = len(selected)
-        a = sp.vstack([
-            sp.csr_matrix((np.ones(n), (r, var)), shape=(mcount, n)),
-            sp.csr_matrix((g[r], (cc, var)), shape=(len(flavors), n)),
-        ]).tocsc()
-        lo = np.concatenate([np.ones(mcount), np.full(len(flavors), -INF)])
-        hi = np.concatenate([np.ones(mcount), np.array([float(cap[f]) for f in flavors])])
-        try:
-            x = solve_lp(LpModel(np.array(vals), a, lo, hi, np.zeros(n), np.ones(n),
-                                 maximize=True), what="hetero_srpt matching LP", solver=solver)
-        except SolverError as e:
-            return selected, (f"{e}; kept the greedy flavor order",)
-        share: list[dict[str, float]] = [{} for _ in selected]
-        for k in range(n):
-            share[rows[k]][flavors[cols[k]]] = x[k]
-        out = []
-        for m, (j, cost, order) in enumerate(selected):
-            sh = share[m]
-            out.append((j, cost, sorted(order, key=lambda f: (-round(sh.get(f, 0.0), 6), cost[f]))))
-        return out, ()

@@ -22,9 +22,9 @@ from types import MappingProxyType
 from pydantic import Field
 
 from tessera.model.jobs import JobId
+from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.common import candidates_in_order
-from tessera.sched.policy import POLICIES, Policy, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 class LasConfig(PolicyConfig):
@@ -36,7 +36,6 @@ class LasConfig(PolicyConfig):
     )
 
 
-@POLICIES.register("las", "Tiresias 2D-LAS: least attained GPU-service first; preemptive.")
 class LeastAttainedService(Policy):
     preemptive = True
     Config = LasConfig

@@ -14,7 +14,7 @@ of the jobs' speed-ups:
   one is multiplied by ``max(age − restarts × 30 s, 0) / (age + 30 s)``. As in Pollux's
   ``Problem._evaluate`` (a restart is any state but the base one), a waiting job's allocation
   is such a change too, and no young job is exempt: a job is worth nothing in the round it
-  arrives at age 0 (Sia's own factor, :func:`~tessera.sched.elastic_policy.realloc_factor`,
+  arrives at age 0 (Sia's own factor, :func:`~tessera.sched.elastic.policy.realloc_factor`,
   spares jobs younger than one restart and jobs not running);
 * **exploration**: a job may get at most twice the most GPUs it has run on (1 at first), as its
   throughput model is fitted to the placements it has run on;
@@ -26,7 +26,7 @@ of the jobs' speed-ups:
 per-server replica counts). Here the same objective is optimised *exactly*: for ``p < 0``
 maximising the power mean is minimising ``Σ_j (s_j + ε)^p``, a sum of one term per job, so
 choosing one (flavor, GPU count) per job is the multiple-choice knapsack of
-:mod:`tessera.sched.elastic_ilp` with value ``ε^p − (s + ε)^p``. An exact, deterministic
+:mod:`tessera.sched.elastic.ilp` with value ``ε^p − (s + ε)^p``. An exact, deterministic
 optimum of Pollux's objective is at least as good as the GA's answer, needs no random stream,
 and takes milliseconds where 10,000 GA evaluations a round take seconds in Python. What the GA
 could express and this cannot: a gang spread unevenly over servers (here the core packs it),
@@ -54,24 +54,25 @@ online to the placements it ran on, whatever their types (``job.py``, ``h_unawar
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from pydantic import Field
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ElasticRange
 from tessera.perf.goodput import packed_placement
-from tessera.sched.elastic_goodput import Config, all_counts_configs, progress_samples
-from tessera.sched.elastic_ilp import choose_configs
-from tessera.sched.elastic_policy import (
+from tessera.sched.core.oracle import FlavorRate
+from tessera.sched.core.policy import PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
+from tessera.sched.elastic.goodput import Config, all_counts_configs, progress_samples
+from tessera.sched.elastic.ilp import choose_configs
+from tessera.sched.elastic.policy import (
     ConfigSet,
     ElasticMemory,
     ElasticPolicy,
     answer,
     capacity,
 )
-from tessera.sched.oracle import FlavorRate
-from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 class PolluxConfig(PolicyConfig):
@@ -118,21 +119,19 @@ def fitness(speedups: list[float], p: float) -> float:
     return (sum(power_term(s, p) for s in speedups) / len(speedups)) ** (1.0 / p)
 
 
-@POLICIES.register(
-    "pollux",
-    "Pollux (OSDI'21): per round, GPU count and batch per job maximising the p=-1 power mean of "
-    "goodput speed-ups with restart damping; heterogeneity-unaware; exact ILP for its GA. "
-    "Use 60 s rounds.",
-)
+@dataclass(slots=True)
+class _Rows:
+    """Pollux's memo of :meth:`Pollux._blind_row`, valid for one tuple of base configurations
+    (kept in the driver's policy caches, :meth:`PolicyContext.cache`)."""
+
+    configs: tuple[Config, ...] = ()
+    rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
+               tuple[dict[int, float], tuple[tuple[int, float, float], ...]]] = field(
+        default_factory=dict)
+
+
 class Pollux(ElasticPolicy):
     Config = PolluxConfig
-
-    def __init__(self, config: PolicyConfig | None = None, agnostic: bool = False,
-                 name: str = "") -> None:
-        super().__init__(config, agnostic, name)
-        self._rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
-                         tuple[dict[int, float], tuple[tuple[int, float, float], ...]]] = {}
-        self._row_configs: tuple[Config, ...] = ()
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         cfg = self.config
@@ -149,10 +148,11 @@ class Pollux(ElasticPolicy):
         floor = power_term(0.0, cfg.p)
         values: list[list[tuple[int, float]]] = []
         batches: dict[tuple[int, int], float] = {}
+        rows: _Rows = ctx.cache(self, "blind_rows", _Rows)
         for j, v in enumerate(snap.jobs):
             most = memory.explored_max(v) if cfg.explore else 1 << 30
             rates = ctx.oracle.rates(v.spec) if v.spec.elastic is None else ()
-            speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches)
+            speedups = self._speedups(sets, v, j, fair, most, snap.now_s, rates, batches, rows)
             speedups = pollux_damped(speedups, sets.current(v), pollux_factor(
                 snap.now_s - v.spec.submit_time_s, memory.restarts.get(v.spec.job_id, 0),
                 cfg.restart_s))
@@ -163,8 +163,11 @@ class Pollux(ElasticPolicy):
 
     def _speedups(self, sets: ConfigSet, v: JobView, j: int, fair: int, most: int, now_s: float,
                   ctx_rates: tuple[FlavorRate, ...],
-                  batches: dict[tuple[int, int], float]) -> list[tuple[int, float]]:
-        """Job ``v``'s type-blind speed-up per configuration (rigid jobs: ``n / fair``)."""
+                  batches: dict[tuple[int, int], float], rows: _Rows | None = None,
+                  ) -> list[tuple[int, float]]:
+        """Job ``v``'s type-blind speed-up per configuration (rigid jobs: ``n / fair``); ``rows``
+        is the memo to use (``None``: a fresh one)."""
+        rows = _Rows() if rows is None else rows
         spec = v.spec
         e = spec.elastic
         if e is None:  # no goodput model: Pollux's linear speed-up at the job's own count
@@ -175,10 +178,10 @@ class Pollux(ElasticPolicy):
                     out.append((c, spec.num_gpus / fair))
             return out
         progress = progress_samples(v, now_s)
-        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress)
+        blind, row = self._blind_row(sets, v, min(e.max_gpus, most), progress, rows)
         if not blind:
             return []
-        at_fair = self._blind_row(sets, v, min(e.max_gpus, max(most, fair)), progress)[0]
+        at_fair = self._blind_row(sets, v, min(e.max_gpus, max(most, fair)), progress, rows)[0]
         base = at_fair[max((n for n in at_fair if n <= fair), default=min(at_fair))]
         out = []
         for c, g, b in row:
@@ -186,7 +189,7 @@ class Pollux(ElasticPolicy):
             batches[(j, c)] = b
         return out
 
-    def _blind_row(self, sets: ConfigSet, v: JobView, hi: int, progress: float,
+    def _blind_row(self, sets: ConfigSet, v: JobView, hi: int, progress: float, rows: _Rows,
                    ) -> tuple[dict[int, float], tuple[tuple[int, float, float], ...]]:
         """Elastic job ``v``'s type-blind goodput per GPU count up to ``hi``, and ``(index,
         goodput, best batch)`` of each base configuration it may take.
@@ -198,11 +201,11 @@ class Pollux(ElasticPolicy):
         e = spec.elastic
         assert e is not None
         configs = sets.base_configs
-        if configs is not self._row_configs or len(self._rows) > 65536:
-            self._rows.clear()
-            self._row_configs = configs
+        if configs is not rows.configs or len(rows.rows) > 65536:
+            rows.rows.clear()
+            rows.configs = configs
         key = (e, spec.flavors, hi, self.model.epochs(e.efficiency_model, progress))
-        got = self._rows.get(key)
+        got = rows.rows.get(key)
         if got is not None:
             return got
         blind: dict[int, float] = {}
@@ -225,7 +228,7 @@ class Pollux(ElasticPolicy):
             b = batch.get((config.flavor, config.num_gpus))
             if g is not None and b is not None and sets.allowed(spec, c):
                 row.append((c, g, b))
-        got = self._rows[key] = (blind, tuple(row))
+        got = rows.rows[key] = (blind, tuple(row))
         return got
 
 

@@ -7,12 +7,11 @@ duration and never preempts; SRTF orders by remaining time and preempts.
 
 from __future__ import annotations
 
+from tessera.sched.core.policy import Policy, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
 from tessera.sched.policies.common import candidates_in_order, remaining_s
-from tessera.sched.policy import POLICIES, Policy, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
-@POLICIES.register("sjf", "Shortest job first (oracle durations); no preemption.")
 class ShortestJobFirst(Policy):
     preemptive = False
     oracle = "each job's true total duration, taken from the trace"
@@ -26,7 +25,6 @@ class ShortestJobFirst(Policy):
         return Ranking(candidates_in_order(ctx, jobs))
 
 
-@POLICIES.register("srtf", "Shortest remaining time first (oracle durations); preemptive.")
 class ShortestRemainingTimeFirst(Policy):
     preemptive = True
     oracle = "each job's true remaining time, taken from the trace"

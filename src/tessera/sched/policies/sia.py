@@ -3,7 +3,7 @@
 Every round (Sia runs 60 s rounds: ``SchedulerSettings(round_s=60)``) Sia re-decides every
 job's *configuration*: a GPU flavor and a GPU count from a fixed set per flavor -- on servers
 of ``G`` GPUs, 1, 2, 4 … GPUs on one server, then whole servers ``G``, ``2G`` …
-(:func:`~tessera.sched.elastic_goodput.sia_configs`). For each job and configuration:
+(:func:`~tessera.sched.elastic.goodput.sia_configs`). For each job and configuration:
 
 1. **goodput** ``g[j,c]``: the job's throughput × statistical efficiency at its current
    progress, at the best batch for that configuration (``GoodputModel``; Sia's jobs tune their
@@ -14,7 +14,7 @@ of ``G`` GPUs, 1, 2, 4 … GPUs on one server, then whole servers ``G``, ``2G`` 
    between a cifar10 job and an imagenet job although their samples/s differ 100-fold;
 3. **restart penalty**: every configuration except the one the job holds is multiplied by the
    re-allocation factor ``(age − restarts × r) / (age + r)`` with ``r`` the model's measured
-   checkpoint-restore time (:data:`~tessera.sched.elastic_goodput.RESTART_S`, 25-250 s), so a
+   checkpoint-restore time (:data:`~tessera.sched.elastic.goodput.RESTART_S`, 25-250 s), so a
    change must pay for the restart; a job mid-restart keeps its GPUs (pinned);
 4. **fairness exponent** ``p`` (Sia's default −0.5): the solver *minimises*
    ``Σ x[j,c] · round(g[j,c]^p, 2) + λ_n · (jobs left without GPUs)`` with ``λ_n`` = 1.1; as
@@ -22,7 +22,7 @@ of ``G`` GPUs, 1, 2, 4 … GPUs on one server, then whole servers ``G``, ``2G`` 
    among configurations the concave ``g^p`` favours spreading goodput over hoarding it.
 
 The program (one configuration per job, GPU capacity per flavor, binary) is solved exactly with
-HiGHS (:mod:`tessera.sched.elastic_ilp`), where Sia's artifact used CBC through CVXPY.
+HiGHS (:mod:`tessera.sched.elastic.ilp`), where Sia's artifact used CBC through CVXPY.
 
 As in Sia's simulator, a job may be given at most twice the most GPUs it has run on so far
 (``explore``; 1 GPU before its first run): its throughput model is fitted to what it has run on.
@@ -44,14 +44,16 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tessera.sched.elastic_goodput import (
+from tessera.sched.core.policy import PolicyConfig, PolicyContext, Ranking
+from tessera.sched.core.snapshot import JobView
+from tessera.sched.elastic.goodput import (
     DEFAULT_RESTART_S,
     progress_samples,
     restart_s,
     sia_configs,
 )
-from tessera.sched.elastic_ilp import choose_configs
-from tessera.sched.elastic_policy import (
+from tessera.sched.elastic.ilp import choose_configs
+from tessera.sched.elastic.policy import (
     ConfigSet,
     ElasticMemory,
     ElasticPolicy,
@@ -60,8 +62,6 @@ from tessera.sched.elastic_policy import (
     damp_changes,
     rigid_rates,
 )
-from tessera.sched.policy import POLICIES, PolicyConfig, PolicyContext, Ranking
-from tessera.sched.snapshot import JobView
 
 
 class SiaConfig(PolicyConfig):
@@ -76,11 +76,6 @@ class SiaConfig(PolicyConfig):
         "does while it learns the job's throughput model.")
 
 
-@POLICIES.register(
-    "sia",
-    "Sia (SOSP'23): per round, one (flavor, GPU count) per job by an ILP over normalised goodput "
-    "^ p with restart penalties (HiGHS); elastic jobs resized, batch tuned. Use 60 s rounds.",
-)
 class Sia(ElasticPolicy):
     Config = SiaConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from tessera.sched.policy import Policy
+from tessera.sched.core.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.world import SimWorld
 

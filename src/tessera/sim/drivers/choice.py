@@ -8,7 +8,8 @@ them imports it.
 from __future__ import annotations
 
 from tessera.errors import SpecError
-from tessera.sched.policy import Policy, gavel_loop_only
+from tessera.sched.catalog import gavel_loop_only
+from tessera.sched.core.policy import Policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers.base import Driver
 from tessera.sim.drivers.gavel import GavelDriver

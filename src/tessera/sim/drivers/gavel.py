@@ -12,8 +12,8 @@ cost, as in Gavel), and the next round leases the GPUs again.
 from __future__ import annotations
 
 from tessera.model.jobs import JobId, JobState
-from tessera.sched.policies.gavel_compat import gavel_boundary, gavel_compat_policy
-from tessera.sched.policy import Policy
+from tessera.sched.core.policy import Policy
+from tessera.sched.gavel.compat import gavel_boundary, gavel_compat_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers.base import Driver
 from tessera.sim.drivers.gavel_pairs import PairLease, end_pair_lease, start_pair_lease

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from tessera.model.jobs import JobState
 from tessera.perf.colocation import PairRefusal, pair_rates
+from tessera.sched.core.snapshot import Placement
 from tessera.sched.gavel.packed import id_key
-from tessera.sched.snapshot import Placement
 from tessera.sim.state import SimJob, move
 from tessera.sim.world import SimWorld
 

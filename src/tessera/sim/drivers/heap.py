@@ -22,8 +22,8 @@ from abc import abstractmethod
 
 from tessera.errors import SpecError
 from tessera.model.jobs import JobState
-from tessera.sched.cadence import Cadence, ProgressWatch, Step
-from tessera.sched.elastic_goodput import RESCALE_S
+from tessera.sched.core.cadence import Cadence, ProgressWatch, Step
+from tessera.sched.elastic.goodput import RESCALE_S
 from tessera.sim.drivers.base import Driver
 from tessera.sim.events import COMPLETE, EPS_S, RETRY
 from tessera.sim.world import SimWorld
@@ -147,7 +147,7 @@ class EventDriver(_HeapDriver):
 
 class RoundDriver(_HeapDriver):
     """Decide every ``round_s`` while jobs are active (see the module docstring), on the
-    cadence the live service shares (:class:`~tessera.sched.cadence.Cadence`)."""
+    cadence the live service shares (:class:`~tessera.sched.core.cadence.Cadence`)."""
 
     name = "rounds"
 

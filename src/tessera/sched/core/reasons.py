@@ -1,0 +1,158 @@
+"""Why a job waits: the explain phase of a round, as reasons a person can act on.
+
+Every active job a round leaves waiting carries a :class:`PendingReason`: a
+:class:`PendingKind` (ordered from the worst outlook to the best, after Kueue's fit modes) and
+a typed detail with the numbers behind it. The message is built only when shown, so a round
+with a long queue pays nothing for words nobody reads.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from tessera.model.jobs import JobId
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.placement import BlockInfo, FreeGpus
+from tessera.sched.core.snapshot import JobView
+
+_NONE_FREE = BlockInfo(0, 0)
+
+
+class PendingKind(enum.IntEnum):
+    """Why a job waits, from worst to best outlook (after Kueue's ordered fit modes)."""
+
+    NO_FIT = 0
+    """It can never run here (rejected)."""
+    QUOTA = 1
+    """Its queue is at quota (fair-share delay)."""
+    CAPACITY = 2
+    """Not enough free GPUs of an allowed flavor: higher-ranked jobs hold them."""
+    FRAGMENTATION = 3
+    """Enough GPUs are free, but not with the locality the gang needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class CannotRun:
+    """No allowed flavor of this cluster can run the job."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaHeld:
+    """The job's queue would exceed its nominal quota plus its borrowing limit."""
+
+    queue: str
+    used_gpus: int
+    nominal_gpus: int
+    borrowing_limit_gpus: int | None
+    """``None``: unlimited borrowing."""
+    needs_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoCapacity:
+    """Not enough free GPUs of the job's flavors; higher-ranked jobs hold them."""
+
+    needs_gpus: int
+    flavors: tuple[str, ...]
+    free_gpus_by_flavor: tuple[tuple[str, int], ...]
+    rank: int
+    """The job's position in the policy's ranking (1 = first; 0 = not ranked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fragmented:
+    """Enough GPUs of a flavor are free, but no node holds the gang in one block."""
+
+    needs_gpus: int
+    flavor: str
+    free_gpus: int
+    largest_block_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class MixNoPlan:
+    """Not enough free GPUs of any one flavor, and the free mixed gang fits no 3-D plan."""
+
+    needs_gpus: int
+    why: str
+    """The planner's message for the free mix (see ``mixed.placement.mixed_no_plan``)."""
+    rank: int
+
+
+Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """A reason a person can act on; the message is built only when shown."""
+
+    kind: PendingKind
+    detail: Detail | None = None
+
+    def __str__(self) -> str:
+        d = self.detail
+        if isinstance(d, QuotaHeld):
+            borrow = "∞" if d.borrowing_limit_gpus is None else d.borrowing_limit_gpus
+            return (f"queue {d.queue!r} at quota: uses {d.used_gpus} of {d.nominal_gpus} GPUs "
+                    f"(+{borrow} borrowable); needs {d.needs_gpus}")
+        if isinstance(d, Fragmented):
+            return (f"needs {d.needs_gpus}×{d.flavor} together; {d.free_gpus} are free but the "
+                    f"largest free block on one node is {d.largest_block_gpus}")
+        if isinstance(d, NoCapacity):
+            free = ", ".join(f"{f} {n}" for f, n in d.free_gpus_by_flavor) or "none"
+            return (f"needs {d.needs_gpus} GPUs of {'/'.join(d.flavors) or 'any flavor'}; "
+                    f"free now: {free}; ranked #{d.rank} by the policy")
+        if isinstance(d, CannotRun):
+            return d.why
+        if isinstance(d, MixNoPlan):
+            return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "
+                    f"planner can use; {d.why}; ranked #{d.rank} by the policy")
+        return "cannot run on this cluster"
+
+
+def pending_reasons(
+    jobs: list[JobView], candidates: tuple[tuple[JobId, str], ...], oracle: ThroughputOracle,
+    free: FreeGpus, needs_locality: dict[JobId, bool],
+    mix_no_plan: dict[JobId, str] | None = None,
+) -> dict[JobId, PendingReason]:
+    """A reason for every job in ``jobs`` (all of them left waiting), given the policy's
+    ranking ``candidates``, the GPUs left free, whether each job needs one node now, and —
+    for 3-D jobs whose free mixed gang fits no plan — the planner's message."""
+    rank_pos: dict[JobId, int] = {}
+    for jid, _fl in candidates:
+        rank_pos.setdefault(jid, len(rank_pos) + 1)
+    infos = {f: free.info(f) for f in free.flavors()}
+    reasons = {
+        j.spec.job_id: _reason(j, oracle, infos, rank_pos.get(j.spec.job_id, 0),
+                               needs_locality[j.spec.job_id])
+        for j in jobs
+    }
+    for jid, why in (mix_no_plan or {}).items():
+        if reasons[jid].kind is PendingKind.CAPACITY:
+            held = reasons[jid].detail
+            assert isinstance(held, NoCapacity)
+            reasons[jid] = PendingReason(PendingKind.CAPACITY,
+                                         MixNoPlan(held.needs_gpus, why, held.rank))
+    return reasons
+
+
+def _reason(
+    j: JobView, oracle: ThroughputOracle, infos: dict[str, BlockInfo], pos: int, local: bool
+) -> PendingReason:
+    rates = oracle.real_rates(j.spec)
+    if not rates:
+        why = oracle.cannot_run_reason(j.spec) or "no allowed flavor can run this job"
+        return PendingReason(PendingKind.NO_FIT, CannotRun(why))
+    g = j.spec.num_gpus
+    flavors = tuple(r.flavor for r in rates)
+    if local:
+        for fl in flavors:
+            info = infos.get(fl, _NONE_FREE)
+            if info.total_free >= g > info.largest_block:
+                return PendingReason(PendingKind.FRAGMENTATION,
+                                     Fragmented(g, fl, info.total_free, info.largest_block))
+    free_now = tuple((fl, infos.get(fl, _NONE_FREE).total_free) for fl in flavors)
+    return PendingReason(PendingKind.CAPACITY, NoCapacity(g, flavors, free_now, pos))
