@@ -149,9 +149,10 @@ def register(app: typer.Typer) -> None:
             "that lets in clients without a token (refused otherwise: anyone who reaches it "
             "runs code as its nodes' user; docs/security.md)."),
         ray_flavor_resource: str = typer.Option(
-            "accelerator_type", "--ray-flavor-resource", help="How ranks ask Ray for their "
-            "flavor: accelerator_type (the accelerator_type:<T> resources Ray's GPU detection "
-            "publishes) or gpu_flavor (gpu_flavor:<flavor> resources the nodes declare)."),
+            None, "--ray-flavor-resource", show_default="accelerator_type",
+            help="How ranks ask Ray for their flavor: accelerator_type (the "
+            "accelerator_type:<T> resources Ray's GPU detection publishes) or gpu_flavor "
+            "(gpu_flavor:<flavor> resources the nodes declare)."),
         port: int = typer.Option(8470, "--port", help="HTTP port for the API and dashboard."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
         cluster: str = typer.Option(None, "--cluster", "-c", help=CLUSTER_HELP,
@@ -195,16 +196,20 @@ def register(app: typer.Typer) -> None:
 
         With --mixed-gangs each rank gets its own TESSERA_FLAVOR.
         """
+        from tessera.live.executors.registry import options_from_flags
         from tessera.live.server import ServeConfig
         from tessera.live.server import serve as run_serve
         from tessera.live.service import ServiceOptions
 
-        cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
+        given = {"ray": {k: v for k, v in (
+            ("address", ray_address), ("token_file", ray_token_file),
+            ("allow_unauthenticated", ray_allow_unauthenticated or None),
+            ("flavor_resource", ray_flavor_resource)) if v is not None}}
+        cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor,
+                          _run(lambda: options_from_flags(executor, given)),
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
-                          run_as=run_as, ray_token_file=ray_token_file,
-                          ray_flavor_resource=ray_flavor_resource, new_store=new_store,
-                          ray_allow_unauthenticated=ray_allow_unauthenticated)
+                          run_as=run_as, new_store=new_store)
         _run(lambda: run_serve(cfg, host, port))
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")

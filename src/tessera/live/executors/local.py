@@ -53,8 +53,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from tessera.live.executors import contain
 from tessera.live.executors.base import (
+    Executor,
     LaunchSpec,
     LogChunk,
     RunStatus,
@@ -66,6 +69,7 @@ from tessera.live.executors.base import (
     read_log_file,
 )
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, private_run_dir, remove_expired
+from tessera.live.executors.registry import EXECUTORS, ExecutorPlugin, ExecutorSite
 from tessera.live.sharing import Mechanism, mechanism
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -255,3 +259,21 @@ def _is_runner(pid: int, d: Path) -> bool:
         return False
     state = stat.rsplit(")", 1)[-1].split()[0]
     return state not in ("Z", "X") and str(d).encode() in cmdline
+
+
+class LocalOptions(BaseModel):
+    """The local executor's options: none (its runs' directories come from the layout)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@EXECUTORS.register("local", "Subprocesses on this machine (no Ray).")
+class LocalPlugin(ExecutorPlugin[LocalOptions]):
+    """``--executor local``: :class:`LocalExecutor`."""
+
+    options_model = LocalOptions
+    shares_gpus = LocalExecutor.shares_gpus
+
+    def build(self, options: LocalOptions, site: ExecutorSite) -> Executor:
+        return LocalExecutor(site.runs_dir, grace_s=site.grace_s,
+                             checkpoints_dir=site.checkpoints_dir, logs=site.logs)
