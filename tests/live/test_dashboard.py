@@ -86,7 +86,7 @@ def test_dashboard_shows_flavors_queues_and_jobs(server: ServerThread,
     assert queues["team-b"][5] == "1"  # one job pending
     jobs = {r[0]: r for r in page.tables["jobs"]}
     assert jobs[run["job_id"]][1:5] == ["resnet", "team-a", "running", "3"]
-    assert jobs[run["job_id"]][5] == "3×V100-16GB on v100-16gb-0000:3"
+    assert jobs[run["job_id"]][5] == "3×V100-16GB: 3 GPUs on node v100-16gb-0000"
     assert jobs[wait["job_id"]][3] == "pending"
     assert jobs[wait["job_id"]][5].startswith("needs 2 GPUs of V100-16GB; free now: V100-16GB 1")
     tenant = _Rows()

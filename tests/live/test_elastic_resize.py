@@ -77,7 +77,8 @@ def test_a_running_elastic_job_is_resized_by_checkpoint_restart(service: LiveSer
     assert rec is not None and rec.attempts == 0 and rec.runs == 2  # no retry charged
     events = service.store.events(jid)
     resized = [e.detail for e in events if e.kind == "resized"]
-    assert resized == [f"run 2: 1 → 4 GPUs, global batch 256 → 512 on 4×V100-16GB on {node}:4"]
+    assert resized == [f"run 2: 1 → 4 GPUs, global batch 256 → 512 on 4×V100-16GB: 4 GPUs "
+                       f"on node {node}"]
     assert resize_count(e.kind for e in events) == 1
     assert any(e.kind == "stop-requested" and "run 1: resizing (1 → 4 GPUs" in e.detail
                for e in events)

@@ -252,9 +252,11 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
+        from tessera.cli.job_text import where_or_why
+
         _table("jobs", ["id", "name", "queue", "state", "gpus", "placement / reason"],
                [[j["job_id"], j["name"], j["queue"], j["state"], j["gpus"],
-                 j["placement"] or j["reason"]] for j in rows])
+                 where_or_why(j)] for j in rows])
 
     @app.command(epilog="Example: tessera job j-1a2b3c4d5e")
     def job(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,

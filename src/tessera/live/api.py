@@ -79,13 +79,14 @@ from tessera.live.intake import (
 from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
-from tessera.live.store import HOLDING, JobRecord, NewJob, StoreDamaged
+from tessera.live.store import Allocation, JobRecord, NewJob, StoreDamaged
 from tessera.live.tenancy import Principal
 from tessera.live.totals import OverCap
 from tessera.live.visibility import (
     cluster_json,
     job_json,
     job_summary_json,
+    latest_runs,
     log_retention_json,
     queues_json,
 )
@@ -137,8 +138,8 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
             raise HTTPException(404, f"no job {job_id!r}")
         return rec
 
-    def placements() -> dict[str, str]:
-        return {a.job_id: a.placement.describe() for a in svc.store.allocations(HOLDING)}
+    def where(rec: JobRecord) -> Allocation | None:
+        return latest_runs(svc.store, [rec]).get(rec.job_id)
 
     @app.exception_handler(SpecError)
     async def _spec_error(_req: Request, e: SpecError) -> JSONResponse:
@@ -214,7 +215,7 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
             raise HTTPException(409, f"Idempotency-Key {key!r} names job {job_id}, which is "
                                      "no longer stored")
         replayed = first_digest is not None
-        return JSONResponse({**job_json(rec, placements().get(job_id)), "replayed": replayed},
+        return JSONResponse({**job_json(rec, where(rec)), "replayed": replayed},
                             status_code=200 if replayed else 201,
                             headers={REPLAYED_HEADER: "true"} if replayed else None)
 
@@ -240,14 +241,14 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
         more = len(recs) > size  # one more than the page: older jobs exist
         if more:
             recs = recs[1:]
-        where = placements()
-        return {"jobs": [job_summary_json(r, where.get(r.job_id)) for r in recs],
+        runs = latest_runs(svc.store, recs)
+        return {"jobs": [job_summary_json(r, runs.get(r.job_id)) for r in recs],
                 "next_before": recs[0].seq if more else None}
 
     @app.get("/api/jobs/{job_id}")
     def get_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
         rec = visible(job_id, who)
-        out = job_json(rec, placements().get(job_id))
+        out = job_json(rec, where(rec))
         out["events"] = [{"ts_s": e.ts_s, "kind": e.kind, "from": e.from_state,
                           "to": e.to_state, "detail": e.detail}
                          for e in svc.store.events(job_id=job_id)]
@@ -264,7 +265,7 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
             raise HTTPException(409, str(e)) from None
         rec = svc.store.get(job_id)
         assert rec is not None
-        return {**job_json(rec), "was": old.value}
+        return {**job_json(rec, where(rec)), "was": old.value}
 
     @app.get("/api/jobs/{job_id}/explain")
     def explain_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store, St
 from tessera.live.tenancy import JobDefaults, Principal, Tenancy
 from tessera.live.totals import check_totals
 from tessera.live.view import build_snapshot
+from tessera.live.where import describe
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
@@ -376,15 +377,15 @@ class LiveService:
                     held = self.store.allocations(HOLDING, job_id=jid)
                     change = size_change(rec.job, held[-1].placement, p) if held else None
                     why = f"resizing ({change.describe()})" if change else "moving"
-                    self._request_stop(db, jid, now_s, f"{why} to {p.describe()}", "move")
+                    self._request_stop(db, jid, now_s, f"{why} to {describe(p)}", "move")
                     rec = self.store.get(jid)
                     assert rec is not None
                 run = rec.runs + 1
                 self.store.add_allocation(db, jid, run, p, now_s)
-                what = f"run {run} on {p.describe()}"
+                what = f"run {run} on {describe(p)}"
                 if change is not None:
                     self.store.event(db, now_s, jid, RESIZED,
-                                     f"run {run}: {change.describe()} on {p.describe()}")
+                                     f"run {run}: {change.describe()} on {describe(p)}")
                 if rec.state is JobState.PENDING:
                     self.store.transition(db, jid, JobState.ADMITTED, now_s, what, runs=run,
                                           reason="")

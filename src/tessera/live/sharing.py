@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tessera.live.store import Allocation, Store
+from tessera.live.where import describe
 from tessera.model.jobs import JobId
 from tessera.sched.snapshot import Placement
 
@@ -171,10 +172,10 @@ def relabel_run(store: Store, db: sqlite3.Connection, a: Allocation, p: Placemen
     say so in the job's events."""
     store.set_allocation(db, a.job_id, a.run, colocated_with=",".join(p.colocated_with))
     if p.colocated_with:
-        what = (f"run {a.run} now shares {p.describe()} with job "
+        what = (f"run {a.run} now shares {describe(p)} with job "
                 f"{', '.join(p.colocated_with)}; it keeps running")
     else:
-        what = (f"run {a.run} has {p.describe()} to itself again (job "
+        what = (f"run {a.run} has {describe(p)} to itself again (job "
                 f"{', '.join(a.placement.colocated_with)} left); it keeps running")
     store.event(db, now_s, a.job_id, "sharing", what)
 
@@ -182,7 +183,7 @@ def relabel_run(store: Store, db: sqlite3.Connection, a: Allocation, p: Placemen
 def record_sharing(store: Store, db: sqlite3.Connection, a: Allocation, host: RunKey,
                    mech: Mechanism, now_s: float) -> None:
     """Say, in both jobs' events, how run ``a`` shares the GPUs of run ``host``."""
-    gpus = replace(a.placement, colocated_with=()).describe()
+    gpus = describe(replace(a.placement, colocated_with=()))
     store.event(db, now_s, a.job_id, "sharing",
                 f"run {a.run}: sharing {gpus} with job {host[0]} (run {host[1]}) by {mech.kind}")
     store.event(db, now_s, host[0], "sharing",

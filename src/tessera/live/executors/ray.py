@@ -112,6 +112,7 @@ from tessera.live.executors.ray_records import (
 )
 from tessera.live.executors.ray_worker import RankKey
 from tessera.live.sharing import Mechanism, mechanism
+from tessera.live.where import describe
 from tessera.model.cluster import ClusterSpec
 
 PLACE_TIMEOUT_S = 30.0
@@ -287,7 +288,7 @@ class RayExecutor:
             if not self._all_ready([ln.ready]):
                 why = unplaceable_reason(ln.bundles, self._node_totals())
                 if why is None and time.monotonic() - ln.since_s > self.place_timeout_s:
-                    why = (f"placement group {spec.placement.describe()} not placed after "
+                    why = (f"placement group {describe(spec.placement)} not placed after "
                            f"{self.place_timeout_s:g} s: {ln.bundles} exceed what Ray has free")
                 if why is not None:
                     self._launching.pop(key, None)
