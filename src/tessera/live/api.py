@@ -295,6 +295,13 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     def dashboard_css() -> Response:
         return Response(_web_file("dashboard.css"), media_type="text/css")
 
+    # The page's icon: a small SVG of the service's own (img-src 'self'), nothing fetched
+    # from elsewhere; browsers that ask for /favicon.ico get it too.
+    @app.get("/favicon.svg", include_in_schema=False)
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(_web_file("favicon.svg"), media_type="image/svg+xml")
+
     return app
 
 
