@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.live.journal import journal
 from tessera.live.resize import SizeChange, out_of_range, resize_count, run_batch, size_change
 from tessera.live.service import LiveService
 from tessera.live.spec import LiveJob, parse_request, to_live_job
@@ -47,8 +48,8 @@ def _running(svc: LiveService, job_id: str) -> Placement:
 
 def _give(svc: LiveService, job_id: str, p: Placement) -> None:
     """Hand the service a decision that places ``job_id`` on ``p``."""
-    svc._journal(Decision(placements={job_id: p}, started=(job_id,), preempted=(), pending={}),
-                 svc.clock())
+    journal(svc, Decision(placements={job_id: p}, started=(job_id,), preempted=(), pending={}),
+            svc.clock())
     svc.poke()
 
 

@@ -34,7 +34,7 @@ control files (marker, exit status) cannot be forged by the job.
 **Shared GPUs.** A run that joins another run's GPUs (``LaunchSpec.share_with``, a packing
 policy's co-location) gets, rank by rank, the ``CUDA_VISIBLE_DEVICES`` that run's ranks got
 (read from its ``launch.json``), so both use the same devices; how they share them (MPS or
-time-slicing) is :func:`~tessera.live.sharing.mechanism`'s answer for this machine.
+time-slicing) is :func:`~tessera.live.executors.gpu_sharing.mechanism`'s answer for this machine.
 
 So ``status`` is read from the files, not from the service's memory: exit file → exited;
 marker whose pid is alive and is our runner → running; marker without a live runner and
@@ -68,9 +68,9 @@ from tessera.live.executors.base import (
     rank_envs,
     read_log_file,
 )
+from tessera.live.executors.gpu_sharing import Mechanism, mechanism
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, private_run_dir, remove_expired
 from tessera.live.executors.registry import EXECUTORS, ExecutorPlugin, ExecutorSite
-from tessera.live.sharing import Mechanism, mechanism
 
 RUNNER = Path(__file__).with_name("runner.py")
 #: How long ``launch`` waits for an earlier run's killed processes to disappear.

@@ -84,6 +84,7 @@ from tessera.live.executors.base import (
     RunStatus,
     rank_envs,
 )
+from tessera.live.executors.gpu_sharing import Mechanism, mechanism
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, RankLogs, remove_expired
 from tessera.live.executors.ray_cluster import (
     EmbeddedHead,
@@ -111,7 +112,6 @@ from tessera.live.executors.ray_records import (
     status_from_records,
 )
 from tessera.live.executors.ray_worker import RankKey
-from tessera.live.sharing import Mechanism, mechanism
 from tessera.live.where import describe
 from tessera.model.cluster import ClusterSpec
 
