@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import SpecError
-from tessera.live.executors.ray_cluster import EmbeddedHead, cluster_pids
+from tessera.live.executors.ray_head import EmbeddedHead, cluster_pids
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.spec import parse_request
 from tessera.live.store import Store
@@ -338,7 +338,7 @@ def test_a_session_member_counts_only_with_the_heads_marker(tmp_path: Path) -> N
     asked for but that does not carry the head's marker is never taken."""
     import subprocess
 
-    from tessera.live.executors.ray_cluster import HEAD_MARK_VAR, stop_pids
+    from tessera.live.executors.ray_head import HEAD_MARK_VAR, stop_pids
 
     marker = str(tmp_path / "r")
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]

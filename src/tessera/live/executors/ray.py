@@ -87,7 +87,6 @@ from tessera.live.executors.base import (
 from tessera.live.executors.gpu_sharing import Mechanism, mechanism
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, RankLogs, remove_expired
 from tessera.live.executors.ray_cluster import (
-    EmbeddedHead,
     FlavorResource,
     connect,
     flavor_resource,
@@ -96,6 +95,7 @@ from tessera.live.executors.ray_cluster import (
     unplaceable_reason,
     use_token_file,
 )
+from tessera.live.executors.ray_head import EmbeddedHead
 from tessera.live.executors.ray_hosts import BundleSlot, HostPool, bundle_slot
 from tessera.live.executors.ray_polls import RankPolls
 from tessera.live.executors.ray_records import (
