@@ -21,6 +21,7 @@ from typing import Any
 
 import typer
 
+from tessera.cli.job_text import where_or_why
 from tessera.cli.options import (
     CLUSTER_HELP,
     GPUS_PER_SERVER,
@@ -276,8 +277,6 @@ def _job_commands(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        from tessera.cli.job_text import where_or_why
-
         _table("jobs", ["id", "name", "queue", "state", "gpus", "placement / reason"],
                [[j["job_id"], j["name"], j["queue"], j["state"], j["gpus"],
                  where_or_why(j)] for j in rows])
