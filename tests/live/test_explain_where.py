@@ -90,6 +90,8 @@ def test_where_a_job_ran_is_kept_after_it_ended(api: TestClient) -> None:
         "nodes": [{"node_id": V100_NODE, "gpu_count": 2, "flavor": "V100-16GB"}]}
     listed = api.get("/api/jobs", headers=auth(ADMIN)).json()["jobs"]
     assert [j["last_placement"]["text"] for j in listed] == [job["last_placement"]["text"]]
+    lines = api.get(f"/api/jobs/{job_id}/explain", headers=auth(ADMIN)).json()["lines"]
+    assert lines == ["finished: succeeded", f"run 1 ran on 2×V100-16GB: 2 GPUs on node {V100_NODE}"]
 
 
 def test_a_running_job_says_its_gpu_count_in_words(api: TestClient) -> None:

@@ -47,6 +47,9 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     allocs = svc.store.allocations(HOLDING, job_id=rec.job_id)
     if rec.final:
         lines.append(f"finished: {rec.state.value}" + (f" ({rec.reason})" if rec.reason else ""))
+        last = svc.store.allocation(rec.job_id, rec.runs) if rec.runs else None
+        if last is not None:
+            lines.append(f"run {last.run} ran on {describe(last.placement)}")
         return out
     if allocs:
         a = allocs[-1]
