@@ -69,7 +69,7 @@ def _child(policy: str, jobs: int, reps: int) -> dict[str, float]:
             return None
 
         def sharing_mechanism(self, host: tuple[str, int]) -> object:
-            from tessera.live.sharing import Mechanism
+            from tessera.live.executors.gpu_sharing import Mechanism
 
             return Mechanism("time-slicing")
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.live.executors.local import LocalExecutor
+from tessera.live.journal import journal
 from tessera.live.layout import default_work_dir
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.spec import parse_request
@@ -112,7 +113,7 @@ def main() -> None:
             held = svc.store.allocations(("running",), job_id=jid)[0].placement
             gpus, batch = (2, 256) if held.num_gpus == 1 else (1, 128)
             asked_s = time.time()
-            svc._journal(Decision({jid: Placement(held.flavor, ((held.gpus_by_node[0][0], gpus),),
+            journal(svc, Decision({jid: Placement(held.flavor, ((held.gpus_by_node[0][0], gpus),),
                                                   global_batch_samples=batch)},
                                   (jid,), (), {}), asked_s)
             svc.poke()

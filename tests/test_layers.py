@@ -169,15 +169,8 @@ def test_the_scanner_sees_every_kind_of_import(
 # (a imports b, b imports ... a) means none of them can be read, tested or loaded alone, and it
 # is usually closed by an import inside a function that hides it. Every import counts here too
 # (module level, in functions, under ``if TYPE_CHECKING:``): a circle is a strongly connected
-# component of more than one file in the graph of ``tessera`` modules.
-#
-# The circles that remain, exactly as found. This list may only shrink: break a circle, then
-# delete its entry (the test fails on an entry that is no longer a circle, so the list stays
-# exact). Never add one -- move the shared piece down into a module both sides import instead.
-ALLOWED_CIRCLES: frozenset[frozenset[str]] = frozenset(frozenset(c) for c in [
-    # live: the service loop and the launch/reconcile helpers it drives.
-    {"tessera.live.launches", "tessera.live.reconcile", "tessera.live.service"},
-])
+# component of more than one file in the graph of ``tessera`` modules. There are none: a new one
+# fails the test -- move the shared piece down into a module both sides import instead.
 
 
 def _module_edges(src: Path) -> dict[str, set[str]]:
@@ -248,13 +241,10 @@ def _circles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
 
 
 def test_no_circles_between_files() -> None:
-    circles = _circles(_module_edges(SRC))
-    new = [sorted(c) for c in circles - ALLOWED_CIRCLES]
-    gone = [sorted(c) for c in ALLOWED_CIRCLES - circles]
-    assert not new, ("import circles between files (move the shared piece into a module both "
-                     "import; no imports inside functions):\n" + "\n".join(map(str, new)))
-    assert not gone, ("these allowed circles are gone or changed: delete (or shrink) their "
-                      "ALLOWED_CIRCLES entries:\n" + "\n".join(map(str, gone)))
+    circles = sorted(sorted(c) for c in _circles(_module_edges(SRC)))
+    assert not circles, ("import circles between files (move the shared piece into a module "
+                         "both import; no imports inside functions):\n"
+                         + "\n".join(map(str, circles)))
 
 
 def test_the_circle_finder_sees_a_circle_closed_inside_a_function(

@@ -79,9 +79,9 @@ def test_waiting_job_says_not_placed_and_how_long() -> None:
 
 def test_running_job_shows_placement_and_run_time() -> None:
     job = _job(state="running", final=False, finished_s=None, exit_code=None,
-               placement="4×A100-80GB on a100-80gb-0000:4")
+               placement="4×A100-80GB: 4 GPUs on node a100-80gb-0000")
     text = "\n".join(job_lines(job, now_s=SUBMIT_S + 3.2 + 90))
-    assert "placement: 4×A100-80GB on a100-80gb-0000:4" in text
+    assert "placement: 4×A100-80GB: 4 GPUs on node a100-80gb-0000" in text
     assert "running: 1m 30s since its first start" in text
 
 

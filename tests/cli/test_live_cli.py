@@ -94,7 +94,7 @@ def test_job_prints_words_and_json_keeps_raw_values(app: typer.Typer, server: Se
         assert "request: 4 GPU(s) of T4" in out and ISO.search(out) and "→ pending" in out
     assert "placement: not placed" in _cli(app, server, ADMIN, "job", waiting)[1]
     code, out = _cli(app, server, ADMIN, "job", running)
-    assert re.search(r"placement: 4×T4 on \S+:4", out) and "(waited " in out
+    assert re.search(r"placement: 4×T4: 4 GPUs on node \S+$", out, re.M) and "(waited " in out
     code, out = _cli(app, server, ADMIN, "job", waiting, "--json")
     raw = json.loads(out)
     assert code == 0 and isinstance(raw["submitted_s"], float) and raw["placement"] is None

@@ -86,7 +86,7 @@ def test_dashboard_shows_flavors_queues_and_jobs(server: ServerThread,
     assert queues["team-b"][5] == "1"  # one job pending
     jobs = {r[0]: r for r in page.tables["jobs"]}
     assert jobs[run["job_id"]][1:5] == ["resnet", "team-a", "running", "3"]
-    assert jobs[run["job_id"]][5] == "3×V100-16GB on v100-16gb-0000:3"
+    assert jobs[run["job_id"]][5] == "3×V100-16GB: 3 GPUs on node v100-16gb-0000"
     assert jobs[wait["job_id"]][3] == "pending"
     assert jobs[wait["job_id"]][5].startswith("needs 2 GPUs of V100-16GB; free now: V100-16GB 1")
     tenant = _Rows()
@@ -103,3 +103,50 @@ def test_dashboard_asks_for_a_token(server: ServerThread) -> None:
     dom = _render(f"{server.url}/dashboard#token=wrong")
     assert 'id="login" style="display: block;"' in dom
     assert "error: unauthorized" in dom
+
+
+def _text_of(dom: str, element_id: str) -> str:
+    """The text inside ``<pre id=element_id>`` of a dumped page, entities decoded."""
+    import html
+    import re
+
+    m = re.search(rf'<pre id="{element_id}"[^>]*>(.*?)</pre>', dom, re.S)
+    assert m is not None, f"no #{element_id} in the page"
+    return html.unescape(m.group(1))
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_a_jobs_detail_shows_where_it_ran_and_its_output_escaped(
+        server: ServerThread, service: LiveService) -> None:
+    """``#job=<id>`` opens the job's detail: where it ran (kept after it ended) and its output
+    from the logs API, as text: markup stays text, escape sequences are shown, not run."""
+    with TestClient(server.server.config.app) as api:
+        job = api.post("/api/jobs", json={
+            "name": "talker", "gpus": 2, "flavors": ["v100"],
+            "command": ["sh", "-c", "printf 'step 1 loss 2.30\\n<b>bold</b>\\n\\033[31mred\\n'"]},
+            headers=auth(TEAM_A)).json()
+    wait_for(lambda: service.store.get(job["job_id"]).final,  # type: ignore[union-attr]
+             what="the job to finish")
+    dom = _render(f"{server.url}/dashboard#token={TEAM_A}&job={job['job_id']}")
+    assert '<section id="job">' in dom  # shown (no longer hidden)
+    detail = _text_of(dom, "detail")
+    assert detail.startswith(f"{job['job_id']} (talker) · queue team-a · succeeded")
+    assert "2 GPU(s) · ran on: 2×V100-16GB: 2 GPUs on node v100-16gb-0000 (run 1, ended)" \
+        in detail
+    assert _text_of(dom, "log") == "step 1 loss 2.30\n<b>bold</b>\n\\u001b[31mred\n"
+    assert "<b>bold</b>" not in dom  # the markup is text in the page, never an element
+    page = _Rows()
+    page.feed(dom)
+    jobs = {r[0]: r for r in page.tables["jobs"]}
+    assert jobs[job["job_id"]][5] == "ran on 2×V100-16GB: 2 GPUs on node v100-16gb-0000"
+
+
+def test_the_favicon_is_the_services_own(api: TestClient) -> None:
+    page = api.get("/dashboard").text
+    assert '<link rel="icon" type="image/svg+xml" href="/favicon.svg">' in page
+    icon = api.get("/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.text.startswith("<svg") and "href" not in icon.text  # fetches nothing
+    assert icon.headers["content-security-policy"].startswith("default-src 'none'")
+    assert "img-src 'self'" in api.get("/dashboard").headers["content-security-policy"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.live.journal import journal
 from tessera.live.resize import SizeChange, out_of_range, resize_count, run_batch, size_change
 from tessera.live.service import LiveService
 from tessera.live.spec import LiveJob, parse_request, to_live_job
@@ -47,8 +48,8 @@ def _running(svc: LiveService, job_id: str) -> Placement:
 
 def _give(svc: LiveService, job_id: str, p: Placement) -> None:
     """Hand the service a decision that places ``job_id`` on ``p``."""
-    svc._journal(Decision(placements={job_id: p}, started=(job_id,), preempted=(), pending={}),
-                 svc.clock())
+    journal(svc, Decision(placements={job_id: p}, started=(job_id,), preempted=(), pending={}),
+            svc.clock())
     svc.poke()
 
 
@@ -77,7 +78,8 @@ def test_a_running_elastic_job_is_resized_by_checkpoint_restart(service: LiveSer
     assert rec is not None and rec.attempts == 0 and rec.runs == 2  # no retry charged
     events = service.store.events(jid)
     resized = [e.detail for e in events if e.kind == "resized"]
-    assert resized == [f"run 2: 1 → 4 GPUs, global batch 256 → 512 on 4×V100-16GB on {node}:4"]
+    assert resized == [f"run 2: 1 → 4 GPUs, global batch 256 → 512 on 4×V100-16GB: 4 GPUs "
+                       f"on node {node}"]
     assert resize_count(e.kind for e in events) == 1
     assert any(e.kind == "stop-requested" and "run 1: resizing (1 → 4 GPUs" in e.detail
                for e in events)

@@ -67,6 +67,8 @@ def _hostile_job() -> dict[str, Any]:
             "model": None, "job_type": "command", "requires_locality": False,
             "submitted_s": 1.0e9, "started_s": None, "finished_s": None, "reason": HOSTILE,
             "exit_code": None, "placement": None, "global_batch": None, "elastic": None,
+            "last_placement": {"run": 1, "status": "done", "held": False, "text": HOSTILE,
+                               "nodes": []},
             "was": HOSTILE, "replayed": False,
             "events": [{"ts_s": 1.0e9, "kind": "note", "from": None, "to": None,
                         "detail": HOSTILE}]}

@@ -29,7 +29,7 @@ ENV_DUMP = ("import json, os, sys; json.dump({k: v for k, v in os.environ.items(
             "open(sys.argv[1] + '/' + os.environ['RANK'] + '.json', 'w'))")
 
 
-from tessera.live.executors.ray_cluster import EmbeddedHead  # noqa: E402
+from tessera.live.executors.ray_head import EmbeddedHead  # noqa: E402
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import SpecError
-from tessera.live.executors.ray_cluster import EmbeddedHead, cluster_pids
+from tessera.live.executors.ray_head import EmbeddedHead, cluster_pids
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.spec import parse_request
 from tessera.live.store import Store
@@ -284,23 +284,23 @@ def _session(pid: int) -> int | None:
 def _serve_config(address: str, token: Path | None, allow: bool = False) -> object:
     from tessera.live.server import ServeConfig
 
-    extra = {"ray_allow_unauthenticated": True} if allow else {}
-    return ServeConfig(Path("/nonexistent"), executor="ray", ray_address=address,
-                       ray_token_file=token, **extra)  # type: ignore[arg-type]
+    extra = {"allow_unauthenticated": True} if allow else {}
+    return ServeConfig(Path("/nonexistent"), executor="ray", executor_options={
+        "address": address, "token_file": token, **extra})
 
 
 def test_an_external_cluster_with_a_token_still_connects(tmp_path: Path) -> None:
     """Two nodes with Ray's token auth: the service connects with --ray-token-file and sees
     both; the same address without the token is told why it cannot connect."""
     from tessera.live.executors.ray_cluster import accepts_anyone
-    from tessera.live.server import connect_ray
+    from tessera.live.server import connect_executor
 
     nodes = RayNodes()
     try:
         address = nodes.add_head(0, {"gpu_flavor:T4": 1})
         nodes.add_node(0, {"gpu_flavor:V100": 1})
         assert accepts_anyone(address) is False
-        connect_ray(_serve_config(address, nodes.token_file))  # type: ignore[arg-type]
+        connect_executor(_serve_config(address, nodes.token_file))  # type: ignore[arg-type]
         try:
             assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         finally:
@@ -312,7 +312,7 @@ def test_an_external_cluster_with_a_token_still_connects(tmp_path: Path) -> None
 
 def test_an_unauthenticated_external_cluster_is_refused_unless_allowed(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tessera.live.server import connect_ray
+    from tessera.live.server import connect_executor
 
     nodes = RayNodes(auth=False)
     try:
@@ -320,9 +320,9 @@ def test_an_unauthenticated_external_cluster_is_refused_unless_allowed(
         nodes.add_node(0, {})
         with pytest.raises(SpecError, match=r"accepts clients without a token.*"
                            r"--ray-allow-unauthenticated"):
-            connect_ray(_serve_config(address, None))  # type: ignore[arg-type]
+            connect_executor(_serve_config(address, None))  # type: ignore[arg-type]
         assert not ray.is_initialized()
-        connect_ray(_serve_config(address, None, allow=True))  # type: ignore[arg-type]
+        connect_executor(_serve_config(address, None, allow=True))  # type: ignore[arg-type]
         try:
             assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         finally:
@@ -338,7 +338,7 @@ def test_a_session_member_counts_only_with_the_heads_marker(tmp_path: Path) -> N
     asked for but that does not carry the head's marker is never taken."""
     import subprocess
 
-    from tessera.live.executors.ray_cluster import HEAD_MARK_VAR, stop_pids
+    from tessera.live.executors.ray_head import HEAD_MARK_VAR, stop_pids
 
     marker = str(tmp_path / "r")
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -20,7 +20,7 @@ from tests.live.helpers import wait_for, write_config
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
-from tessera.live.executors.ray_cluster import EmbeddedHead  # noqa: E402
+from tessera.live.executors.ray_head import EmbeddedHead  # noqa: E402
 
 ADMIN = Principal("admin", None)
 QUEUES = [{"name": "team-a", "nominal_gpus": 4, "sharing": True},

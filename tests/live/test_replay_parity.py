@@ -36,8 +36,8 @@ from types import SimpleNamespace
 import pytest
 
 from tessera.live.executors.base import LaunchSpec, RunStatus
+from tessera.live.executors.gpu_sharing import Mechanism
 from tessera.live.service import LiveService, ServiceOptions
-from tessera.live.sharing import Mechanism
 from tessera.live.spec import parse_request
 from tessera.live.speeds import running_mates
 from tessera.live.store import Event, Store

@@ -126,7 +126,7 @@ def test_a_failing_ray_address_is_one_line_and_the_token_survives(
     def unreachable(*_a: object, **_k: object) -> None:
         raise ConnectionError("could not connect")
 
-    monkeypatch.setattr(server, "connect_ray", lambda _cfg: None)
+    monkeypatch.setattr(server, "connect_executor", lambda _cfg: None)
     monkeypatch.setattr(ray.RayExecutor, "__init__", unreachable)
     r = runner.invoke(app, ["serve", "--state", str(tmp_path / "state"), "--port",
                             str(_free_port()), "--executor", "ray", "--ray-address",

@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from tessera.errors import SpecError
+from tessera.live.executors.gpu_sharing import mechanism
 from tessera.live.executors.local import LocalExecutor
 from tessera.live.options import ServiceOptions
 from tessera.live.service import LiveService
-from tessera.live.sharing import counted, mechanism, relabels, riders
+from tessera.live.sharing import counted, relabels, riders
 from tessera.live.spec import parse_request, to_live_job
 from tessera.live.store import Allocation
 from tessera.live.tenancy import CONFIG_NAME, Principal, load_tenancy

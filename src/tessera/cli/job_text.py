@@ -81,6 +81,17 @@ def _logs_kept(job: dict[str, Any], now_s: float) -> str:
             "earlier runs' sooner)")
 
 
+def where_or_why(job: dict[str, Any]) -> str | None:
+    """The ``placement / reason`` cell of ``tessera jobs``: the GPUs a job holds; for a
+    finished job where its last run ran (``ran on …``); else why it waits."""
+    last = job.get("last_placement")
+    if job.get("placement"):
+        return str(job["placement"])
+    if last and (job.get("final") or not job.get("reason")):
+        return f"ran on {last['text']}"
+    return str(job["reason"]) if job.get("reason") else None
+
+
 def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
     """The lines ``tessera job`` prints for one job of the API (with its ``events``)."""
     rows: list[tuple[str, str]] = [
@@ -95,8 +106,11 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
                                 f"(efficiency of {elastic['efficiency_model']})"))
     elif job.get("global_batch") is not None:
         rows.append(("batch", f"global batch {job['global_batch']}"))
+    last = job.get("last_placement")
     if job.get("placement"):
         rows.append(("placement", job["placement"]))
+    elif last:  # where it ran is kept after the run ended
+        rows.append(("ran on", f"{last['text']} (run {last['run']}, ended)"))
     elif not job.get("final"):
         rows.append(("placement", "not placed"))
     if job.get("reason"):

@@ -21,6 +21,7 @@ from typing import Any
 
 import typer
 
+from tessera.cli.job_text import where_or_why
 from tessera.cli.options import (
     CLUSTER_HELP,
     GPUS_PER_SERVER,
@@ -131,27 +132,44 @@ def _status(value: str | None) -> str | None:
     return value
 
 
+# The Ray executor's options (its options model: tessera.live.executors.ray_plugin).
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="HOST:PORT of an existing Ray head "
+                           "(with --executor ray; default: start one).")
+RAY_TOKEN_FILE = typer.Option(None, "--ray-token-file", help="The Ray head's auth token file "
+                              "(its ~/.ray/auth_token), when this host has not got the same "
+                              "one.")
+RAY_ALLOW_UNAUTHENTICATED = typer.Option(
+    False, "--ray-allow-unauthenticated", help="Connect to a --ray-address cluster that lets "
+    "in clients without a token (refused otherwise: anyone who reaches it runs code as its "
+    "nodes' user; docs/security.md).")
+RAY_FLAVOR_RESOURCE = typer.Option(
+    None, "--ray-flavor-resource", show_default="accelerator_type",
+    help="How ranks ask Ray for their flavor: accelerator_type (the accelerator_type:<T> "
+    "resources Ray's GPU detection publishes) or gpu_flavor (gpu_flavor:<flavor> resources "
+    "the nodes declare).")
+
+
 def register(app: typer.Typer) -> None:
-    """Add the live-service commands to ``app``."""
+    """Add the live-service commands to ``app``: the service, then its clients' commands."""
+    _serve_command(app)
+    _submit_command(app)
+    _job_commands(app)
+    _cluster_commands(app)
+    _admin_commands(app)
+
+
+def _serve_command(app: typer.Typer) -> None:
+    """``tessera serve``."""
 
     @app.command(epilog="Example: tessera serve -c v100:8,t4:8 -p fifo, then "
                  "export TESSERA_TOKEN=<the admin token it prints> and tessera submit job.yaml")
     @settings_flags(SchedulerSettings)
     def serve(
         state: Path = STATE,
-        ray_address: str = typer.Option(None, "--ray-address", help="HOST:PORT of an existing "
-                                        "Ray head (with --executor ray; default: start one)."),
-        ray_token_file: Path = typer.Option(None, "--ray-token-file", help="The Ray head's "
-                                            "auth token file (its ~/.ray/auth_token), when "
-                                            "this host has not got the same one."),
-        ray_allow_unauthenticated: bool = typer.Option(
-            False, "--ray-allow-unauthenticated", help="Connect to a --ray-address cluster "
-            "that lets in clients without a token (refused otherwise: anyone who reaches it "
-            "runs code as its nodes' user; docs/security.md)."),
-        ray_flavor_resource: str = typer.Option(
-            "accelerator_type", "--ray-flavor-resource", help="How ranks ask Ray for their "
-            "flavor: accelerator_type (the accelerator_type:<T> resources Ray's GPU detection "
-            "publishes) or gpu_flavor (gpu_flavor:<flavor> resources the nodes declare)."),
+        ray_address: str = RAY_ADDRESS,
+        ray_token_file: Path = RAY_TOKEN_FILE,
+        ray_allow_unauthenticated: bool = RAY_ALLOW_UNAUTHENTICATED,
+        ray_flavor_resource: str = RAY_FLAVOR_RESOURCE,
         port: int = typer.Option(8470, "--port", help="HTTP port for the API and dashboard."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
         cluster: str = typer.Option(None, "--cluster", "-c", help=CLUSTER_HELP,
@@ -195,17 +213,25 @@ def register(app: typer.Typer) -> None:
 
         With --mixed-gangs each rank gets its own TESSERA_FLAVOR.
         """
+        from tessera.live.executors.registry import options_from_flags
         from tessera.live.server import ServeConfig
         from tessera.live.server import serve as run_serve
         from tessera.live.service import ServiceOptions
 
-        cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor, ray_address,
+        given = {"ray": {k: v for k, v in (
+            ("address", ray_address), ("token_file", ray_token_file),
+            ("allow_unauthenticated", ray_allow_unauthenticated or None),
+            ("flavor_resource", ray_flavor_resource)) if v is not None}}
+        cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor,
+                          _run(lambda: options_from_flags(executor, given)),
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
-                          run_as=run_as, ray_token_file=ray_token_file,
-                          ray_flavor_resource=ray_flavor_resource, new_store=new_store,
-                          ray_allow_unauthenticated=ray_allow_unauthenticated)
+                          run_as=run_as, new_store=new_store)
         _run(lambda: run_serve(cfg, host, port))
+
+
+def _submit_command(app: typer.Typer) -> None:
+    """``tessera submit``."""
 
     @app.command(epilog="Example: tessera submit examples/job-resnet.yaml")
     def submit(
@@ -237,6 +263,10 @@ def register(app: typer.Typer) -> None:
                    safe(f"submitted {job['job_id']} ({job['name']}) to queue "
                         f"{job['queue']}{again}"))
 
+
+def _job_commands(app: typer.Typer) -> None:
+    """``tessera jobs``, ``job``, ``cancel`` and ``explain``."""
+
     @app.command("jobs", epilog="Example: tessera jobs --status pending")
     def jobs_cmd(status: str = typer.Option(None, "--status", callback=_status,
                                             help=f"Only jobs in this state: {STATES}."),
@@ -249,7 +279,7 @@ def register(app: typer.Typer) -> None:
             return
         _table("jobs", ["id", "name", "queue", "state", "gpus", "placement / reason"],
                [[j["job_id"], j["name"], j["queue"], j["state"], j["gpus"],
-                 j["placement"] or j["reason"]] for j in rows])
+                 where_or_why(j)] for j in rows])
 
     @app.command(epilog="Example: tessera job j-1a2b3c4d5e")
     def job(job_id: str = JOB_ID, server: str = SERVER, token: str = TOKEN,
@@ -285,6 +315,10 @@ def register(app: typer.Typer) -> None:
         for line in e["lines"]:
             typer.echo(f"  - {safe(line)}")
 
+
+def _cluster_commands(app: typer.Typer) -> None:
+    """``tessera queues`` and ``cluster``."""
+
     @app.command(epilog="Example: tessera queues --json")
     def queues(server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
                as_json: bool = JSON) -> None:
@@ -311,6 +345,10 @@ def register(app: typer.Typer) -> None:
         _table(f"{c['name']} ({c['policy']}, {c['executor']} executor)",
                ["flavor", "nodes", "GPUs", "in use" if everyone else f"used by {c['queue']}"],
                [[f["flavor"], f["nodes"], f["total_gpus"], f[key]] for f in c["flavors"]])
+
+
+def _admin_commands(app: typer.Typer) -> None:
+    """``tessera token-add`` and ``export kueue`` (on the state dir's files)."""
 
     @app.command("token-add", epilog="Example: tessera token-add ci --queue vision "
                  "--nominal-gpus 4, then restart `tessera serve`")

@@ -79,13 +79,14 @@ from tessera.live.intake import (
 from tessera.live.limits import BodyLimit
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
-from tessera.live.store import HOLDING, JobRecord, NewJob, StoreDamaged
+from tessera.live.store import Allocation, JobRecord, NewJob, StoreDamaged
 from tessera.live.tenancy import Principal
 from tessera.live.totals import OverCap
 from tessera.live.visibility import (
     cluster_json,
     job_json,
     job_summary_json,
+    latest_runs,
     log_retention_json,
     queues_json,
 )
@@ -120,25 +121,46 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     app.add_middleware(FastSubmit, svc=svc, commit=commit)  # inside BodyLimit: sizes checked
     app.add_middleware(BodyLimit, max_bytes=limits.body_bytes)
     app.add_middleware(SecurityHeaders)  # outermost: every answer gets the headers
-    keys = KeysInFlight()
+    access = Access(svc)
+    _add_error_handlers(app)
+    _add_submit_route(app, svc, access, commit)
+    _add_job_routes(app, svc, access)
+    _add_cluster_routes(app, svc, access)
+    add_log_route(app, svc, access.principal, access.visible)
+    _add_web_routes(app)
+    return app
 
-    async def principal(cred: HTTPAuthorizationCredentials | None = Depends(_bearer)
+
+class Access:
+    """Who calls (the bearer token) and what they may see: the routes' shared checks."""
+
+    def __init__(self, svc: LiveService) -> None:
+        self.svc = svc
+
+    async def principal(self, cred: HTTPAuthorizationCredentials | None = Depends(_bearer)
                         ) -> Principal:
+        """The caller (401 without a known token); a route dependency."""
         # async: a hash and a constant-time compare, too cheap to be worth a worker thread
-        who = svc.tenancy.authenticate(cred.credentials if cred else None)
+        who = self.svc.tenancy.authenticate(cred.credentials if cred else None)
         if who is None:
             detail = "missing bearer token" if cred is None else "unknown token"
             raise HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
         return who
 
-    def visible(job_id: str, who: Principal) -> JobRecord:
-        rec = svc.store.get(job_id)
+    def visible(self, job_id: str, who: Principal) -> JobRecord:
+        """The job, if ``who`` may see it; 404 otherwise, as for a job that does not exist."""
+        rec = self.svc.store.get(job_id)
         if rec is None or not who.may_see(rec.queue):
             raise HTTPException(404, f"no job {job_id!r}")
         return rec
 
-    def placements() -> dict[str, str]:
-        return {a.job_id: a.placement.describe() for a in svc.store.allocations(HOLDING)}
+    def where(self, rec: JobRecord) -> Allocation | None:
+        """The job's latest run: where it runs or last ran."""
+        return latest_runs(self.svc.store, [rec]).get(rec.job_id)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as JSON ``{"detail": ...}`` with its status (the module docstring)."""
 
     @app.exception_handler(SpecError)
     async def _spec_error(_req: Request, e: SpecError) -> JSONResponse:
@@ -170,18 +192,12 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
                              "log has the details"}, status_code=500,
                             headers=headers_for(req.url.path))
 
-    @app.get("/healthz", response_model=None)
-    def healthz() -> dict[str, Any] | JSONResponse:
-        """``ok`` and ``"store": "ok"``; a failed store: 503 with ``"store": "failed"`` (what
-        happened is for the log and authenticated callers: this route answers anyone)."""
-        if svc.store.fault is None:
-            return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name,
-                    "store": "ok", "stalled_rounds": svc.stalled_rounds, "stalls": svc.stalls}
-        # Anyone may ask: what failed, where and why is in the log and the /api answers.
-        return JSONResponse({"ok": False, "rounds": svc.rounds, "executor": svc.executor.name,
-                             "store": "failed", "detail": "the job store failed; the service "
-                             "has stopped deciding (the service log says why)"},
-                            status_code=503)
+
+def _add_submit_route(app: FastAPI, svc: LiveService, access: Access,
+                      commit: GroupCommit) -> None:
+    """``POST /api/jobs``: what the fast path (:class:`FastSubmit`) does not answer."""
+    keys = KeysInFlight()
+    principal, where = access.principal, access.where
 
     @app.post("/api/jobs", status_code=201, response_model=None,
               openapi_extra={"security": [{"HTTPBearer": []}]})
@@ -214,7 +230,7 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
             raise HTTPException(409, f"Idempotency-Key {key!r} names job {job_id}, which is "
                                      "no longer stored")
         replayed = first_digest is not None
-        return JSONResponse({**job_json(rec, placements().get(job_id)), "replayed": replayed},
+        return JSONResponse({**job_json(rec, where(rec)), "replayed": replayed},
                             status_code=200 if replayed else 201,
                             headers={REPLAYED_HEADER: "true"} if replayed else None)
 
@@ -228,6 +244,12 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
                     else await run_in_threadpool(svc.admit, req, who))
         return await run_in_threadpool(admit_body, svc, body, ctype, who)
 
+
+def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
+    """Listing, reading, cancelling and explaining jobs."""
+    principal, visible, where = access.principal, access.visible, access.where
+    limits = svc.tenancy.limits
+
     @app.get("/api/jobs")
     def list_jobs(state: str | None = Query(None, max_length=32),
                   active: bool = Query(False),
@@ -240,14 +262,14 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
         more = len(recs) > size  # one more than the page: older jobs exist
         if more:
             recs = recs[1:]
-        where = placements()
-        return {"jobs": [job_summary_json(r, where.get(r.job_id)) for r in recs],
+        runs = latest_runs(svc.store, recs)
+        return {"jobs": [job_summary_json(r, runs.get(r.job_id)) for r in recs],
                 "next_before": recs[0].seq if more else None}
 
     @app.get("/api/jobs/{job_id}")
     def get_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
         rec = visible(job_id, who)
-        out = job_json(rec, placements().get(job_id))
+        out = job_json(rec, where(rec))
         out["events"] = [{"ts_s": e.ts_s, "kind": e.kind, "from": e.from_state,
                           "to": e.to_state, "detail": e.detail}
                          for e in svc.store.events(job_id=job_id)]
@@ -264,11 +286,29 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
             raise HTTPException(409, str(e)) from None
         rec = svc.store.get(job_id)
         assert rec is not None
-        return {**job_json(rec), "was": old.value}
+        return {**job_json(rec, where(rec)), "was": old.value}
 
     @app.get("/api/jobs/{job_id}/explain")
     def explain_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
         return explain(svc, visible(job_id, who))
+
+
+def _add_cluster_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
+    """``/healthz`` (anyone), ``/api/queues`` and ``/api/cluster``."""
+    principal = access.principal
+
+    @app.get("/healthz", response_model=None)
+    def healthz() -> dict[str, Any] | JSONResponse:
+        """``ok`` and ``"store": "ok"``; a failed store: 503 with ``"store": "failed"`` (what
+        happened is for the log and authenticated callers: this route answers anyone)."""
+        if svc.store.fault is None:
+            return {"ok": True, "rounds": svc.rounds, "executor": svc.executor.name,
+                    "store": "ok", "stalled_rounds": svc.stalled_rounds, "stalls": svc.stalls}
+        # Anyone may ask: what failed, where and why is in the log and the /api answers.
+        return JSONResponse({"ok": False, "rounds": svc.rounds, "executor": svc.executor.name,
+                             "store": "failed", "detail": "the job store failed; the service "
+                             "has stopped deciding (the service log says why)"},
+                            status_code=503)
 
     @app.get("/api/queues")
     def queues(who: Principal = Depends(principal)) -> dict[str, Any]:
@@ -278,8 +318,9 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     def cluster(who: Principal = Depends(principal)) -> dict[str, Any]:
         return cluster_json(svc, who)
 
-    add_log_route(app, svc, principal, visible)
 
+def _add_web_routes(app: FastAPI) -> None:
+    """The dashboard's page, script, style and icon."""
     @app.get("/", response_class=HTMLResponse)
     @app.get("/dashboard", response_class=HTMLResponse)
     def dashboard() -> str:
@@ -294,7 +335,12 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     def dashboard_css() -> Response:
         return Response(_web_file("dashboard.css"), media_type="text/css")
 
-    return app
+    # The page's icon: a small SVG of the service's own (img-src 'self'), nothing fetched
+    # from elsewhere; browsers that ask for /favicon.ico get it too.
+    @app.get("/favicon.svg", include_in_schema=False)
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(_web_file("favicon.svg"), media_type="image/svg+xml")
 
 
 def _web_file(name: str) -> str:

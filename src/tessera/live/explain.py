@@ -3,13 +3,20 @@
 The answer reuses the decision core rather than re-implementing it: the last round's reason
 for the job, plus two what-if rounds over pure snapshots --
 
-* **now**: the running gangs as they are, and this job as the only one waiting: does it fit
-  in what is free right now (so only higher-ranked jobs stand in its way)?
+* **now**: the running gangs as they are, and this job as the only one waiting: would the
+  service's policy start it now, in what is free or by preempting a running job?
 * **empty cluster**: this job alone: where would it go once the cluster drains?
 
-The what-if rounds run on API threads, so each runs on its own fork of the service's decision
+Both rounds are decided by the service's own policy (with its options and its memory of the
+last round) and settings (round length, locality wait, mixed gangs), so the answer is the one
+the service would give -- a preemptive policy may start a job a first-come policy would keep
+waiting. They run on API threads, so each runs on its own fork of the service's decision
 context (a fresh oracle and random stream): they never touch the loop's caches or its random
-stream, and they place with the service's own settings (locality wait, mixed gangs).
+stream.
+
+Speeds are said as they are known: a job with a model or a profiled job type has its
+measured steps/s per flavor; a plain command has none, and the scheduler counts every allowed
+flavor alike -- ``explain`` says that rather than print the placeholder rate of 1 step/s.
 """
 
 from __future__ import annotations
@@ -19,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.view import build_snapshot, queue_usage
-from tessera.model.jobs import JobState
-from tessera.sched.catalog import make_policy
+from tessera.live.where import describe
+from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.snapshot import Snapshot
@@ -40,13 +47,20 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     allocs = svc.store.allocations(HOLDING, job_id=rec.job_id)
     if rec.final:
         lines.append(f"finished: {rec.state.value}" + (f" ({rec.reason})" if rec.reason else ""))
+        last = svc.store.allocation(rec.job_id, rec.runs) if rec.runs else None
+        if last is not None:
+            lines.append(f"run {last.run} ran on {describe(last.placement)}")
         return out
     if allocs:
         a = allocs[-1]
-        lines.append(f"run {a.run} is {a.status} on {a.placement.describe()}")
-        rate = ctx.oracle.placement_rate(spec, a.placement)
-        lines.append(f"speed on {a.placement.flavor}: {rate:g} steps/s")
-        out["placement"] = a.placement.describe()
+        lines.append(f"run {a.run} is {a.status} on {describe(a.placement)}")
+        if measured(svc, spec):
+            rate = ctx.oracle.placement_rate(spec, a.placement)
+            lines.append(f"speed on {a.placement.flavor}: {rate:g} steps/s (profile of "
+                         f"{spec.job_type})")
+        else:
+            lines.append(UNMEASURED)
+        out["placement"] = describe(a.placement)
         return out
     now = svc.clock()
     lines.append("waiting: " + (rec.reason or "not yet considered by a decision round"))
@@ -58,28 +72,55 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
         lines.append(f"queue {q.name}: {used.get(q.name, 0)} of {q.nominal_gpus} nominal GPUs in "
                      f"use, borrowing limit {borrow}")
     rates = ctx.oracle.real_rates(spec)
-    lines.append("allowed flavors here: " + (", ".join(
-        f"{r.flavor} ({r.consolidated:g} steps/s)" for r in rates) or "none"))
+    if measured(svc, spec):
+        lines.append("allowed flavors here: " + (", ".join(
+            f"{r.flavor} ({r.consolidated:g} steps/s)" for r in rates) or "none"))
+    else:
+        lines.append("allowed flavors here: " + (", ".join(r.flavor for r in rates) or "none"))
+        lines.append(UNMEASURED)
     running = [r for r in svc.store.jobs(active_only=True)
                if r.state in (JobState.ADMITTED, JobState.RUNNING)]
     pending_me = replace(rec, state=JobState.PENDING)
     snap = build_snapshot(now, svc.cluster, [*running, pending_me], holding,
-                          svc.tenancy.quotas, ctx.oracle, None)
-    now_place = _where(snap, svc, ctx, rec.job_id)
+                          svc.tenancy.quotas, ctx.oracle, svc.policy_state,
+                          svc.settings.round_s if svc.uses_rounds else None)
+    now_place, preempts = _what_if(snap, svc, ctx, rec.job_id)
     out["would_fit_now"] = now_place
-    if now_place:
-        lines.append(f"fits in the GPUs free now: {now_place}; it starts when no higher-ranked "
-                     "job claims them")
+    out["would_preempt"] = preempts
+    name = svc.policy.display_name
+    if now_place and preempts:
+        lines.append(f"{name} would start it now on {now_place}, preempting "
+                     f"{', '.join(preempts)}")
+    elif now_place:
+        lines.append(f"fits in the GPUs free now: {now_place}; {name} starts it when no "
+                     "higher-ranked job claims them")
     else:
-        lines.append("does not fit in the GPUs free now")
+        lines.append(f"{name} would not start it now")
     alone = Snapshot(now_s=now, cluster=svc.cluster, jobs=tuple(
-        v for v in snap.jobs if v.job_id == rec.job_id))
-    out["would_go_when_empty"] = _where(alone, svc, ctx, rec.job_id)
+        v for v in snap.jobs if v.job_id == rec.job_id), policy_state=snap.policy_state,
+        round_s=snap.round_s)
+    out["would_go_when_empty"] = _what_if(alone, svc, ctx, rec.job_id)[0]
     lines.append(f"on an empty cluster it would run on {out['would_go_when_empty'] or 'nothing'}")
     return out
 
 
-def _where(snap: Snapshot, svc: LiveService, ctx: DecisionContext, job_id: str) -> str | None:
-    d = decide(snap, make_policy("fifo"), ctx, svc.placement)
+#: What ``explain`` says of a job whose speed nobody measured.
+UNMEASURED = ("speed: not known (no model and no profile of its job type), so the scheduler "
+              "counts every allowed flavor alike")
+
+
+def measured(svc: LiveService, spec: JobSpec) -> bool:
+    """Whether the job's speeds come from a measurement (its model's or job type's profile,
+    or its 3-D plan), not from the placeholder rate a plain command gets."""
+    return spec.parallelism is not None or spec.job_type in svc.oracle.table.job_types()
+
+
+def _what_if(snap: Snapshot, svc: LiveService, ctx: DecisionContext,
+             job_id: str) -> tuple[str | None, list[str]]:
+    """Where the service's policy would place ``job_id`` in ``snap``, and whom it would
+    preempt for it."""
+    d = decide(snap, svc.policy, ctx, svc.placement)
     p = d.placements.get(job_id)  # type: ignore[call-overload]
-    return p.describe() if p is not None else None
+    if p is None:
+        return None, []
+    return describe(p), sorted(str(j) for j in d.preempted)

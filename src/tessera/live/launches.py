@@ -1,9 +1,14 @@
-"""A launched run until it runs: confirm it, or withdraw a plan the executor cannot place.
+"""Step 4 of the loop: launch planned runs, confirm them, signal stopping ones.
 
-Launches do not block the loop (:meth:`LiveService.act`): an executor that needs time -- Ray
-reserving a placement group, starting one actor per rank -- says ``starting``, and the run's
-allocation stays ``planned`` (its GPUs held, nothing else placed on them) until a later look
-says how it went:
+:func:`act` launches a planned run only once every GPU it needs is free of other runs (a run
+planned onto GPUs that a preempted or moving run still drains waits for it), except a packing
+policy's *rider*, which launches on its host's GPUs once the host runs (:func:`launch` gives
+it the host's sharing mechanism). A launch that raises is the run's failure, recorded at once.
+
+**A launched run until it runs.** Launches do not block the loop (:func:`act`): an executor
+that needs time -- Ray reserving a placement group, starting one actor per rank -- says
+``starting``, and the run's allocation stays ``planned`` (its GPUs held, nothing else placed
+on them) until a later look says how it went:
 
 ==============  ===========================================================================
 executor says   what the service does
@@ -21,37 +26,40 @@ unplaceable     withdraw the plan: job back to PENDING with the executor's reaso
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from tessera.live import lifecycle
-from tessera.live.store import Allocation
+from tessera.live.batches import plan_local_batches, plan_rank_roles
+from tessera.live.executors.base import LaunchSpec, RunStatus, SharingExecutor
+from tessera.live.faults import crash_point
+from tessera.live.loop_parts import ServiceParts
+from tessera.live.resize import run_batch
+from tessera.live.sharing import record_sharing, riders
+from tessera.live.store import HOLDING, Allocation
+from tessera.live.tenancy import JobDefaults
 from tessera.model.jobs import JobState
-
-if TYPE_CHECKING:
-    from tessera.live.service import LiveService
 
 MIN_BACKOFF_S = 5.0
 MAX_BACKOFF_S = 120.0
 log = logging.getLogger("tessera.live")
 
 
-def confirm(svc: LiveService, a: Allocation, now_s: float) -> None:
+def confirm(svc: ServiceParts, a: Allocation, now_s: float) -> None:
     """Ask the executor about launched run ``a`` and act on the answer (module docstring)."""
     key = (a.job_id, a.run)
     st = svc.executor.status(a.job_id, a.run)
     if st.state in ("starting", "absent"):
-        svc._launching.add(key)
+        svc.launching.add(key)
         return
-    svc._launching.discard(key)
+    svc.launching.discard(key)
     if st.state != "unplaceable":
         with svc.store.tx() as db:
             lifecycle.mark_running(svc.store, db, a, svc.clock(), f"run {a.run} launched",
                                    svc.speeds)
-        svc._backoff.pop(a.job_id, None)
+        svc.backoff.pop(a.job_id, None)
         return
-    last_s = svc._backoff.get(a.job_id, (0.0, MIN_BACKOFF_S / 2))[1]
+    last_s = svc.backoff.get(a.job_id, (0.0, MIN_BACKOFF_S / 2))[1]
     delay_s = min(2 * last_s, MAX_BACKOFF_S)
-    svc._backoff[a.job_id] = (now_s + delay_s, delay_s)
+    svc.backoff[a.job_id] = (now_s + delay_s, delay_s)
     why = f"{st.detail}; trying again in {delay_s:g} s"
     with svc.store.tx() as db:
         lifecycle.withdraw_planned(svc.store, db, a.job_id, now_s, st.detail)
@@ -63,3 +71,106 @@ def confirm(svc: LiveService, a: Allocation, now_s: float) -> None:
     svc.executor.release(a.job_id, a.run)
     log.warning("job %s run %s: %s", a.job_id, a.run, why)
     svc.poke()
+
+
+def act(svc: ServiceParts, now_s: float) -> None:
+    """4. Launch planned runs and signal stopping ones (both idempotent).
+
+    A planned run launches only once every GPU it needs is free of other runs: a run
+    planned onto GPUs that a preempted or moving run still drains waits for that run to
+    exit, so no GPU ever runs two jobs, not even inside a grace period -- unless a packing
+    policy paired them: a partner's run (a *rider*, :func:`~tessera.live.sharing.riders`)
+    holds no GPUs of its own and launches once its host runs. A launch never blocks: a
+    run still starting stays ``planned`` until :func:`confirm` sees it run.
+    """
+    for key in sorted(svc.launching):
+        cur = svc.store.allocation(*key)
+        if cur is None or cur.status != "planned":  # cancelled or withdrawn meanwhile
+            svc.launching.discard(key)
+            if cur is None or cur.status == "done":
+                svc.executor.release(*key)
+    capacity = {n.node_id: n.gpus for n in svc.cluster.nodes}
+    used: dict[str, int] = {}
+    draining: set[str] = set()
+    holding = svc.store.allocations(HOLDING)
+    ride = riders(holding) if svc.policy.packs else {}  # runs on a partner's GPUs
+    status = {(a.job_id, a.run): a.status for a in holding} if ride else {}
+    for a in holding:
+        if a.status == "planned":
+            continue
+        if (a.job_id, a.run) not in ride:
+            for node, count in a.placement.gpus_by_node:
+                used[node] = used.get(node, 0) + count
+        if a.status == "stopping":
+            draining.add(a.job_id)
+    for a in (a for a in holding if a.status == "planned"):
+        host = ride.get((a.job_id, a.run))
+        if (a.job_id, a.run) in svc.launching:
+            confirm(svc, a, now_s)
+        elif a.job_id in draining:
+            continue
+        elif host is not None:  # joins its host's GPUs once the host runs there
+            if status.get(host) == "running" and host not in svc.launching:
+                launch(svc, a, host)
+            continue
+        elif any(used.get(node, 0) + count > capacity.get(node, 0)
+                 for node, count in a.placement.gpus_by_node):
+            continue
+        else:
+            launch(svc, a)
+        if host is None:
+            for node, count in a.placement.gpus_by_node:
+                used[node] = used.get(node, 0) + count
+    for a in svc.store.allocations(("stopping",)):
+        if (a.job_id, a.run) not in svc.signalled and \
+                svc.executor.stop(a.job_id, a.run, svc.opts.grace_s):
+            svc.signalled.add((a.job_id, a.run))
+
+def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None) -> None:
+    """Launch run ``a``; ``host``: the run whose GPUs it joins (a co-located partner)."""
+    rec = svc.store.get(a.job_id)
+    assert rec is not None
+    job = rec.job
+    ckpt = job.checkpoint_dir or str(svc.work_dir / "checkpoints" / a.job_id)
+    queue = svc.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
+    batch = run_batch(job, a.placement)
+    batches = plan_local_batches(job, a.placement, svc.oracle, global_batch=batch)
+    roles = (plan_rank_roles(job, a.placement, batch, svc.oracle.plans)
+             if job.parallelism == "3d" and batch is not None else None)
+    if roles is not None and roles.envs:
+        batches = None                  # the plan's TESSERA_LOCAL_BATCH replaces the split
+    for kind, note in (("local-batches", batches.describe() if batches else None),
+                       ("plan", roles.summary if roles else None)):
+        if note:
+            with svc.store.tx() as db:
+                svc.store.event(db, svc.clock(), a.job_id, kind, f"run {a.run}: {note}")
+    env = svc.store.env(a.job_id)  # records are lean: env is read for the launch alone
+    if batch is not None:
+        env = (*env, ("TESSERA_GLOBAL_BATCH", str(batch)))
+    if host is not None:
+        assert isinstance(svc.executor, SharingExecutor)   # checked at construction
+        mech = svc.executor.sharing_mechanism(host)
+        with svc.store.tx() as db:
+            record_sharing(svc.store, db, a, host, mech, svc.clock())
+        env = (*env, *mech.env())
+    spec = LaunchSpec(a.job_id, a.run, job.argv, env, a.placement, ckpt,
+                      local_batches=batches.batches if batches else None,
+                      rank_env=roles.envs if roles and roles.envs else None,
+                      requires_locality=job.spec.requires_locality,
+                      run_as=queue.run_as or svc.opts.run_as,
+                      max_runtime_s=job.max_runtime_s or queue.max_runtime_s,
+                      grace_s=svc.opts.grace_s, share_with=host)
+    try:
+        svc.executor.launch(spec)
+    except Exception as e:  # any launch failure is the run's failure
+        with svc.store.tx() as db:
+            svc.store.set_allocation(db, a.job_id, a.run, status="running",
+                                      started_s=svc.clock())
+            a2 = svc.store.allocation(a.job_id, a.run)
+            assert a2 is not None
+            lifecycle.finish_run(svc.store, db, a2,
+                                 RunStatus("lost", detail=f"launch failed: {e}"),
+                                 svc.clock(), svc.speeds)
+        return
+    crash_point("after-launch")
+    confirm(svc, a, svc.clock())

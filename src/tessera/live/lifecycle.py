@@ -25,6 +25,7 @@ from tessera.live.executors.base import RunStatus
 from tessera.live.sharing import relabel_run
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import Allocation, Store
+from tessera.live.where import describe
 from tessera.model.jobs import JobState
 
 
@@ -94,7 +95,7 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
         if not nxt:
             return "preempted"
         store.transition(db, a.job_id, JobState.ADMITTED, now_s,
-                         f"run {nxt[0].run} on {nxt[0].placement.describe()}", reason="")
+                         f"run {nxt[0].run} on {describe(nxt[0].placement)}", reason="")
         return "moved"
     withdraw_planned(store, db, a.job_id, now_s, f"run {a.run} ended: {detail}")
     attempts = rec.attempts + 1

@@ -29,17 +29,13 @@ holds, and frees what a service killed between recording a run's end and releasi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tessera.live import lifecycle
 from tessera.live.executors.base import RunStatus
+from tessera.live.loop_parts import ServiceParts
 from tessera.live.store import HOLDING
 
-if TYPE_CHECKING:
-    from tessera.live.service import LiveService
 
-
-def reconcile(svc: LiveService) -> dict[str, int]:
+def reconcile(svc: ServiceParts) -> dict[str, int]:
     """Adopt what still runs, record what ended while the service was down; returns counts."""
     store, ex = svc.store, svc.executor
     now = svc.clock()
@@ -73,7 +69,7 @@ def reconcile(svc: LiveService) -> dict[str, int]:
     return counts
 
 
-def _requeue(svc: LiveService, job_id: str, run: int, now_s: float) -> None:
+def _requeue(svc: ServiceParts, job_id: str, run: int, now_s: float) -> None:
     """Record a run its executor lost together with the service as preempted (no retry)."""
     store = svc.store
     with store.tx() as db:
@@ -87,6 +83,6 @@ def _requeue(svc: LiveService, job_id: str, run: int, now_s: float) -> None:
     svc.executor.release(job_id, run)
 
 
-def _final(svc: LiveService, job_id: str) -> bool:
+def _final(svc: ServiceParts, job_id: str) -> bool:
     rec = svc.store.get(job_id)
     return rec is None or rec.final

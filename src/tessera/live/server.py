@@ -8,8 +8,8 @@ the same setup.
 ``serve`` starts in an order that makes every failure cheap and clear:
 
 1. bind the port (``port 8470 is in use …; choose --port``), before anything is printed;
-2. with ``--ray-address``, connect to that Ray cluster (one line when it does not answer or
-   refuses the token), before anything is written;
+2. let the executor check what it needs before anything is written (with ``--ray-address``,
+   connect to that Ray cluster: one line when it does not answer or refuses the token);
 3. create or check the state dir and the work root (modes, owners, not nested);
 4. lock the state dir (``… is in use by another tessera serve (pid N)``);
 5. open the store, only if it is the one the service left (:mod:`tessera.live.storecheck`:
@@ -26,7 +26,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, check_run_as
+from tessera.live.executors.builtin import executor_plugin
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
+from tessera.live.executors.registry import ExecutorSite, parse_options
 from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.storecheck import MarkerKeeper, open_store
@@ -53,23 +55,26 @@ DEFAULT_PORT = 8470
 
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
-    """What ``tessera serve`` was asked for (``None`` = what the state dir remembers)."""
+    """What ``tessera serve`` was asked for (``None`` = what the state dir remembers).
+
+    ``executor`` names an entry of :data:`~tessera.live.executors.registry.EXECUTORS`;
+    ``executor_options`` are its options (the ``--ray-*`` flags for ``ray``: ``{"address":
+    "HOST:PORT"}``), checked against its options model: an option it does not take is
+    refused with the executor's name.
+    """
 
     state_dir: Path
     cluster: str | None = None
     gpus_per_server: int = 4
     policy: str | None = None
     executor: str = "local"
-    ray_address: str | None = None
+    executor_options: Mapping[str, Any] = field(default_factory=dict)
     options: ServiceOptions = field(default_factory=ServiceOptions)
     work_dir: Path | None = None
     api_docs: bool = False
     run_as: str | None = None
-    ray_token_file: Path | None = None
-    ray_flavor_resource: str = "accelerator_type"
     new_store: bool = False
     """Move the old store aside and start with an empty one (``--new-store``)."""
-    ray_allow_unauthenticated: bool = False
 
     @property
     def layout(self) -> Layout:
@@ -95,7 +100,7 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
     """
     if cfg.policy is not None:  # a policy the service cannot run is refused before any state
         live_policy(cfg.policy, cfg.executor, cfg.options.scheduler)
-    connect_ray(cfg)  # before any state is written: a wrong address changes nothing
+    connect_executor(cfg)  # before any state is written: a wrong address changes nothing
     check_run_as(cfg.run_as)
     layout = cfg.layout
     prepare(layout)
@@ -131,72 +136,46 @@ def live_policy(name: str, executor: str = "local",
     """Check that the live service can run policy ``name`` with ``executor``.
 
     Raises:
-        SpecError: an unknown name or bad options, or a policy only the simulator's Gavel
-            loop runs, or a packing policy on an executor that cannot share GPUs
-            (:func:`~tessera.sched.catalog.gavel_loop_only`), or Gavel's round mechanism in
-            events mode (``settings.mode``).
+        SpecError: an unknown name or bad options, an unknown executor, or a policy only the
+            simulator's Gavel loop runs, or a packing policy on an executor that cannot share
+            GPUs (:func:`~tessera.sched.catalog.gavel_loop_only`), or Gavel's round mechanism
+            in events mode (``settings.mode``).
     """
     policy = make_policy(name)
     in_rounds = (settings or SchedulerSettings()).uses_rounds(policy)
-    refusal = gavel_loop_only(policy, executor in SHARING_EXECUTORS, in_rounds)
+    refusal = gavel_loop_only(policy, executor_plugin(executor).shares_gpus, in_rounds)
     if refusal is not None:
         raise SpecError(refusal)
 
 
-#: Executors that can run two jobs on one GPU set (a packing policy's co-location).
-SHARING_EXECUTORS = frozenset({"local", "ray"})
-
-
-def connect_ray(cfg: ServeConfig) -> None:
-    """With ``--ray-address``, connect now (token from ``--ray-token-file``) or fail in one
-    line (:class:`SpecError`), also when the cluster lets in clients without a token (unless
-    ``--ray-allow-unauthenticated``); the executor then reuses the connection."""
-    if cfg.executor != "ray" or cfg.ray_address is None:
-        return
-    import ray
-
-    if ray.is_initialized():  # serve() connected already
-        return
-    from tessera.live.executors.ray import NAMESPACE
-    from tessera.live.executors.ray_cluster import connect, use_token_file
-
-    use_token_file(cfg.ray_token_file)
-    connect(cfg.ray_address, NAMESPACE, allow_unauthenticated=cfg.ray_allow_unauthenticated)
+def connect_executor(cfg: ServeConfig) -> None:
+    """What the executor must check before any state is written (Ray: connect to
+    ``--ray-address``, token from ``--ray-token-file``, refusing a cluster that lets in
+    clients without a token unless ``--ray-allow-unauthenticated``); one line
+    (:class:`SpecError`) when it fails. Unknown executors and options are refused here too."""
+    executor_plugin(cfg.executor).connect(parse_options(cfg.executor, cfg.executor_options))
 
 
 def make_executor(cfg: ServeConfig, cluster: ClusterSpec,
                   logs: LogSettings = DEFAULT_LOGS) -> Executor:
-    """The executor ``cfg`` names, with its run directories (and its ranks' logs, capped and
-    kept as ``logs`` says) under the work root.
+    """The executor ``cfg`` names, built by its plugin with its options, with its run
+    directories (and its ranks' logs, capped and kept as ``logs`` says) under the work root.
 
     Raises:
-        SpecError: an unknown executor, or one that fails to start (a Ray address that does
-            not answer, Ray not installed), as one line.
+        SpecError: an unknown executor or option, or an executor that fails to start (a Ray
+            address that does not answer, Ray not installed), as one line.
     """
-    runs_dir = cfg.layout.runs_dir
-    if cfg.executor not in ("local", "ray"):
-        raise SpecError(f"unknown executor {cfg.executor!r}; use 'local' or 'ray'")
+    plugin = executor_plugin(cfg.executor)
+    options = parse_options(cfg.executor, cfg.executor_options)
+    layout = cfg.layout
+    site = ExecutorSite(cluster, layout.state_dir, layout.runs_dir, layout.checkpoints_dir,
+                        cfg.options.grace_s, logs)
     try:
-        if cfg.executor == "local":
-            from tessera.live.executors.local import LocalExecutor
-
-            return LocalExecutor(runs_dir, grace_s=cfg.options.grace_s,
-                                 checkpoints_dir=cfg.layout.checkpoints_dir, logs=logs)
-        from tessera.live.executors.ray import RayExecutor
-        from tessera.live.executors.ray_cluster import FlavorResource
-
-        if cfg.ray_flavor_resource not in ("accelerator_type", "gpu_flavor"):
-            raise SpecError(f"unknown --ray-flavor-resource {cfg.ray_flavor_resource!r}; use "
-                            "'accelerator_type' or 'gpu_flavor'")
-        kind: FlavorResource = "gpu_flavor" if cfg.ray_flavor_resource == "gpu_flavor" \
-            else "accelerator_type"
-        return RayExecutor(cluster, cfg.ray_address, runs_dir, grace_s=cfg.options.grace_s,
-                           flavor_resource=kind, state_dir=cfg.layout.state_dir, logs=logs)
+        return plugin.build(options, site)
     except SpecError:
         raise
-    except Exception as e:  # whatever Ray raises, the user gets one line, not a traceback
-        where = f" at {cfg.ray_address}" if cfg.ray_address else ""
-        raise SpecError(f"cannot start the {cfg.executor} executor{where}: "
+    except Exception as e:  # whatever the executor raises, the user gets one line
+        raise SpecError(f"cannot start the {cfg.executor} executor{plugin.where(options)}: "
                         f"{type(e).__name__}: {e}") from None
 
 
@@ -240,7 +219,7 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
     try:
         if cfg.policy is not None:  # a policy the service cannot run changes nothing either
             live_policy(cfg.policy, cfg.executor, cfg.options.scheduler)
-        connect_ray(cfg)  # before any state is written: a wrong address changes nothing
+        connect_executor(cfg)  # before any state is written: a wrong address changes nothing
         layout = cfg.layout
         prepare(layout)
         lock = StateLock(layout.state_dir)

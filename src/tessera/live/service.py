@@ -38,21 +38,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tessera.errors import SpecError
-from tessera.live import lifecycle, memory
-from tessera.live.batches import plan_local_batches, plan_rank_roles
-from tessera.live.executors.base import Executor, ExpiringExecutor, LaunchSpec, SharingExecutor
+from tessera.live import launches, lifecycle
+from tessera.live.executors.base import Executor, ExpiringExecutor, SharingExecutor
 from tessera.live.faults import crash_point
+from tessera.live.journal import journal
 from tessera.live.options import ServiceOptions
-from tessera.live.resize import RESIZED, out_of_range, run_batch, size_change
-from tessera.live.sharing import record_sharing, relabel_run, relabels, riders
+from tessera.live.reconcile import reconcile
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.speeds import RunSpeeds
-from tessera.live.store import HOLDING, Allocation, JobRecord, NewJob, Store, StoreDamaged
-from tessera.live.tenancy import JobDefaults, Principal, Tenancy
+from tessera.live.store import HOLDING, JobRecord, NewJob, Store, StoreDamaged
+from tessera.live.tenancy import Principal, Tenancy
 from tessera.live.totals import check_totals
 from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
-from tessera.model.jobs import JobId, JobState
+from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import gavel_loop_only, make_policy
 from tessera.sched.core.cadence import Cadence, ProgressWatch, Step
@@ -117,9 +116,9 @@ class LiveService:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._signalled: set[tuple[str, int]] = set()
-        self._launching: set[tuple[str, int]] = set()
-        self._backoff: dict[str, tuple[float, float]] = {}  # job → (not before, last delay)
+        self.signalled: set[tuple[str, int]] = set()
+        self.launching: set[tuple[str, int]] = set()
+        self.backoff: dict[str, tuple[float, float]] = {}  # job → (not before, last delay)
         self.keeper: MarkerKeeper | None = None
         """Keeps the store's marker current (set by ``tessera serve``, :mod:`.storecheck`)."""
         self.store.sync_queues(tenancy.quotas)
@@ -128,8 +127,6 @@ class LiveService:
 
     def start(self) -> None:
         """Reconcile with the executor, then start the loop thread."""
-        from tessera.live.reconcile import reconcile
-
         reconcile(self)
         self._thread = threading.Thread(target=self._loop, name="tessera-loop", daemon=True)
         self._thread.start()
@@ -328,7 +325,7 @@ class LiveService:
             with self.store.tx() as db:
                 what = lifecycle.finish_run(self.store, db, a, st, now_s, self.speeds)
             self.executor.release(a.job_id, a.run)
-            self._signalled.discard((a.job_id, a.run))
+            self.signalled.discard((a.job_id, a.run))
             log.info("job %s run %s: %s", a.job_id, a.run, what)
             # A run the scheduler stopped (preempted or moving) is no news: the decision that
             # stopped it already gave its GPUs away; the simulator decides nothing then either.
@@ -346,7 +343,7 @@ class LiveService:
         full round set it.
         """
         records = [r for r in self.store.jobs(active_only=True)
-                   if self._backoff.get(r.job_id, (0.0, 0.0))[0] <= now_s]
+                   if self.backoff.get(r.job_id, (0.0, 0.0))[0] <= now_s]
         self.idle = not records
         if self.idle:
             return None
@@ -369,187 +366,10 @@ class LiveService:
             self.policy_state = d.policy_state
         self.last_decision = d
         self.rounds += 1
-        self._journal(d, now_s, remember)
+        journal(self, d, now_s, remember)
         crash_point("after-journal")
         return d.wakeup_s
 
-    def _journal(self, d: Decision, now_s: float, remember: bool = False) -> None:
-        """Write the decision; with ``remember``, the policy's new memory in the same commit."""
-        current: dict[str, Allocation] = {}
-        relabel: set[JobId] = set()
-        if self.policy.packs:  # a partner coming or going is no restart (live.sharing)
-            current = {a.job_id: a for a in self.store.allocations(("planned", "running"))}
-            relabel = set(relabels(d.started, d.placements, current))
-        with self.store.tx() as db:
-            if remember:
-                memory.save(db, self.policy.display_name, d.policy_state, now_s)
-            if self.policy.packs and (d.started or d.preempted):
-                # Relabels, stops and joins below change who shares with whom from now on:
-                # bank every run's steps at the speed of the pairs as they were (live.speeds).
-                self.speeds.settle_all(self.store, db, now_s, {*d.started, *d.preempted})
-            for jid in d.preempted:
-                self._request_stop(db, jid, now_s, "preempted by the policy", "preempt")
-            for jid in d.started:
-                rec = self.store.get(jid)
-                if rec is None or rec.final:
-                    continue
-                p = d.placements[jid]
-                if jid in relabel:
-                    relabel_run(self.store, db, current[jid], p, now_s)
-                    continue
-                bad = out_of_range(rec.job, p)
-                if bad is not None:  # a policy bug; the job keeps what it has
-                    log.warning("job %s: decision ignored: %s", jid, bad)
-                    self.store.event(db, now_s, jid, "placement-refused", bad)
-                    continue
-                change = None
-                if rec.state in (JobState.RUNNING, JobState.ADMITTED):
-                    # A move (a resize when the size or batch changes): the current run stops
-                    # with its checkpoint and the next one is planned now; it launches as soon
-                    # as the GPUs it needs have drained.
-                    held = self.store.allocations(HOLDING, job_id=jid)
-                    change = size_change(rec.job, held[-1].placement, p) if held else None
-                    why = f"resizing ({change.describe()})" if change else "moving"
-                    self._request_stop(db, jid, now_s, f"{why} to {p.describe()}", "move")
-                    rec = self.store.get(jid)
-                    assert rec is not None
-                run = rec.runs + 1
-                self.store.add_allocation(db, jid, run, p, now_s)
-                what = f"run {run} on {p.describe()}"
-                if change is not None:
-                    self.store.event(db, now_s, jid, RESIZED,
-                                     f"run {run}: {change.describe()} on {p.describe()}")
-                if rec.state is JobState.PENDING:
-                    self.store.transition(db, jid, JobState.ADMITTED, now_s, what, runs=run,
-                                          reason="")
-                else:  # still RUNNING while its old run drains; ADMITTED once that run ends
-                    self.store.update_job(db, jid, runs=run)
-                    self.store.event(db, now_s, jid, "move-planned", what)
-            if d.started or d.preempted:
-                self.store.event(db, now_s, None, "decision",
-                                 f"{self.policy.display_name}: started {len(d.started)}, "
-                                 f"preempted {len(d.preempted)}, pending {len(d.pending)}")
-        self.store.set_reasons({jid: str(r) for jid, r in d.pending.items()})
-
-    def _request_stop(self, db: sqlite3.Connection, job_id: JobId, now_s: float, why: str,
-                      reason: str) -> None:
-        """Ask the job's run to stop (``reason``: preempt or move); a planned run that was
-        never launched is withdrawn instead, and an admitted job goes back to PENDING."""
-        if lifecycle.withdraw_planned(self.store, db, job_id, now_s, why):
-            rec = self.store.get(job_id)
-            if rec is not None and rec.state is JobState.ADMITTED:
-                self.store.transition(db, job_id, JobState.PENDING, now_s,
-                                      f"plan withdrawn: {why}", pending_since_s=now_s)
-        for a in self.store.allocations(("running",), job_id=job_id):
-            self.store.set_allocation(db, job_id, a.run, status="stopping", stop_reason=reason)
-            self.store.event(db, now_s, job_id, "stop-requested", f"run {a.run}: {why}")
-
     def act(self, now_s: float) -> None:
-        """4. Launch planned runs and signal stopping ones (both idempotent).
-
-        A planned run launches only once every GPU it needs is free of other runs: a run
-        planned onto GPUs that a preempted or moving run still drains waits for that run to
-        exit, so no GPU ever runs two jobs, not even inside a grace period -- unless a packing
-        policy paired them: a partner's run (a *rider*, :func:`~tessera.live.sharing.riders`)
-        holds no GPUs of its own and launches once its host runs. A launch never blocks: a
-        run still starting stays ``planned`` until :meth:`_confirm` sees it run.
-        """
-        for key in sorted(self._launching):
-            cur = self.store.allocation(*key)
-            if cur is None or cur.status != "planned":  # cancelled or withdrawn meanwhile
-                self._launching.discard(key)
-                if cur is None or cur.status == "done":
-                    self.executor.release(*key)
-        capacity = {n.node_id: n.gpus for n in self.cluster.nodes}
-        used: dict[str, int] = {}
-        draining: set[str] = set()
-        holding = self.store.allocations(HOLDING)
-        ride = riders(holding) if self.policy.packs else {}  # runs on a partner's GPUs
-        status = {(a.job_id, a.run): a.status for a in holding} if ride else {}
-        for a in holding:
-            if a.status == "planned":
-                continue
-            if (a.job_id, a.run) not in ride:
-                for node, count in a.placement.gpus_by_node:
-                    used[node] = used.get(node, 0) + count
-            if a.status == "stopping":
-                draining.add(a.job_id)
-        for a in (a for a in holding if a.status == "planned"):
-            host = ride.get((a.job_id, a.run))
-            if (a.job_id, a.run) in self._launching:
-                self._confirm(a, now_s)
-            elif a.job_id in draining:
-                continue
-            elif host is not None:  # joins its host's GPUs once the host runs there
-                if status.get(host) == "running" and host not in self._launching:
-                    self._launch(a, host)
-                continue
-            elif any(used.get(node, 0) + count > capacity.get(node, 0)
-                     for node, count in a.placement.gpus_by_node):
-                continue
-            else:
-                self._launch(a)
-            if host is None:
-                for node, count in a.placement.gpus_by_node:
-                    used[node] = used.get(node, 0) + count
-        for a in self.store.allocations(("stopping",)):
-            if (a.job_id, a.run) not in self._signalled and \
-                    self.executor.stop(a.job_id, a.run, self.opts.grace_s):
-                self._signalled.add((a.job_id, a.run))
-
-    def _confirm(self, a: Allocation, now_s: float) -> None:
-        """How a launched run is doing (see :func:`tessera.live.launches.confirm`)."""
-        from tessera.live.launches import confirm
-
-        confirm(self, a, now_s)
-
-    def _launch(self, a: Allocation, host: tuple[str, int] | None = None) -> None:
-        """Launch run ``a``; ``host``: the run whose GPUs it joins (a co-located partner)."""
-        rec = self.store.get(a.job_id)
-        assert rec is not None
-        job = rec.job
-        ckpt = job.checkpoint_dir or str(self.work_dir / "checkpoints" / a.job_id)
-        queue = self.tenancy.job_defaults.get(job.spec.queue, JobDefaults())
-        batch = run_batch(job, a.placement)
-        batches = plan_local_batches(job, a.placement, self.oracle, global_batch=batch)
-        roles = (plan_rank_roles(job, a.placement, batch, self.oracle.plans)
-                 if job.parallelism == "3d" and batch is not None else None)
-        if roles is not None and roles.envs:
-            batches = None                  # the plan's TESSERA_LOCAL_BATCH replaces the split
-        for kind, note in (("local-batches", batches.describe() if batches else None),
-                           ("plan", roles.summary if roles else None)):
-            if note:
-                with self.store.tx() as db:
-                    self.store.event(db, self.clock(), a.job_id, kind, f"run {a.run}: {note}")
-        env = self.store.env(a.job_id)  # records are lean: env is read for the launch alone
-        if batch is not None:
-            env = (*env, ("TESSERA_GLOBAL_BATCH", str(batch)))
-        if host is not None:
-            assert isinstance(self.executor, SharingExecutor)   # checked at construction
-            mech = self.executor.sharing_mechanism(host)
-            with self.store.tx() as db:
-                record_sharing(self.store, db, a, host, mech, self.clock())
-            env = (*env, *mech.env())
-        spec = LaunchSpec(a.job_id, a.run, job.argv, env, a.placement, ckpt,
-                          local_batches=batches.batches if batches else None,
-                          rank_env=roles.envs if roles and roles.envs else None,
-                          requires_locality=job.spec.requires_locality,
-                          run_as=queue.run_as or self.opts.run_as,
-                          max_runtime_s=job.max_runtime_s or queue.max_runtime_s,
-                          grace_s=self.opts.grace_s, share_with=host)
-        try:
-            self.executor.launch(spec)
-        except Exception as e:  # any launch failure is the run's failure
-            from tessera.live.executors.base import RunStatus
-
-            with self.store.tx() as db:
-                self.store.set_allocation(db, a.job_id, a.run, status="running",
-                                          started_s=self.clock())
-                a2 = self.store.allocation(a.job_id, a.run)
-                assert a2 is not None
-                lifecycle.finish_run(self.store, db, a2,
-                                     RunStatus("lost", detail=f"launch failed: {e}"),
-                                     self.clock(), self.speeds)
-            return
-        crash_point("after-launch")
-        self._confirm(a, self.clock())
+        """4. Launch planned runs and signal stopping ones (:func:`.launches.act`)."""
+        launches.act(self, now_s)

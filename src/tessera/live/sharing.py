@@ -26,68 +26,24 @@ twins of the simulator's :mod:`tessera.sim.sharing`:
   whether a job will be paired, and no queue gets more than its quota by being packed. So
   ``/api/queues`` (quota use) may add up to more than ``/api/cluster`` (GPUs physically held).
 
-**Mechanism.** Two processes on one GPU run by *time-slicing* (the driver switches contexts;
-each context has the whole GPU while it runs) unless the node runs NVIDIA's MPS control daemon,
-whose clients run their kernels concurrently. :func:`mechanism` looks for the daemon's control
-pipe; a shared run's ranks get ``TESSERA_GPU_SHARING`` (``mps`` or ``time-slicing``) and, under
-MPS, the daemon's ``CUDA_MPS_PIPE_DIRECTORY``, and the job's events say which.
+**Mechanism.** How two processes share a GPU on a node (MPS or time-slicing) is the executor's
+to find out, where the ranks run: :mod:`tessera.live.executors.gpu_sharing`; the job's events
+say which (:func:`record_sharing`).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
+from tessera.live.executors.gpu_sharing import Mechanism
 from tessera.live.store import Allocation, Store
+from tessera.live.where import describe
 from tessera.model.jobs import JobId
 from tessera.sched.core.snapshot import Placement
 
-#: Where ``nvidia-cuda-mps-control -d`` puts its pipes unless ``CUDA_MPS_PIPE_DIRECTORY`` says.
-DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
-#: Variable a shared run's ranks get: ``mps`` or ``time-slicing``.
-SHARING_VAR = "TESSERA_GPU_SHARING"
-
 RunKey = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Mechanism:
-    """How two runs share a GPU on this node.
-
-    Attributes:
-        kind: ``mps`` (an MPS control daemon runs) or ``time-slicing``.
-        pipe_directory: the MPS daemon's pipe directory, for its clients; ``None`` without MPS.
-    """
-
-    kind: str
-    pipe_directory: str | None = None
-
-    def env(self) -> tuple[tuple[str, str], ...]:
-        """What a shared run's ranks get: the mechanism, and the MPS pipes to connect to."""
-        out = [(SHARING_VAR, self.kind)]
-        if self.pipe_directory is not None:
-            out.append(("CUDA_MPS_PIPE_DIRECTORY", self.pipe_directory))
-        return tuple(out)
-
-
-def mechanism(environ: Mapping[str, str] | None = None) -> Mechanism:
-    """MPS when this node runs an MPS control daemon, else time-slicing.
-
-    The daemon is taken to run when its control program is installed and its pipe directory
-    (``CUDA_MPS_PIPE_DIRECTORY``, default ``/tmp/nvidia-mps``) holds the ``control`` pipe the
-    daemon creates while it runs.
-    """
-    env = os.environ if environ is None else environ
-    pipes = env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY
-    if shutil.which("nvidia-cuda-mps-control", path=env.get("PATH")) is None:
-        return Mechanism("time-slicing")
-    if not (Path(pipes) / "control").exists():
-        return Mechanism("time-slicing")
-    return Mechanism("mps", pipes)
 
 
 def same_gpus(a: Placement, b: Placement) -> bool:
@@ -171,10 +127,10 @@ def relabel_run(store: Store, db: sqlite3.Connection, a: Allocation, p: Placemen
     say so in the job's events."""
     store.set_allocation(db, a.job_id, a.run, colocated_with=",".join(p.colocated_with))
     if p.colocated_with:
-        what = (f"run {a.run} now shares {p.describe()} with job "
+        what = (f"run {a.run} now shares {describe(p)} with job "
                 f"{', '.join(p.colocated_with)}; it keeps running")
     else:
-        what = (f"run {a.run} has {p.describe()} to itself again (job "
+        what = (f"run {a.run} has {describe(p)} to itself again (job "
                 f"{', '.join(a.placement.colocated_with)} left); it keeps running")
     store.event(db, now_s, a.job_id, "sharing", what)
 
@@ -182,7 +138,7 @@ def relabel_run(store: Store, db: sqlite3.Connection, a: Allocation, p: Placemen
 def record_sharing(store: Store, db: sqlite3.Connection, a: Allocation, host: RunKey,
                    mech: Mechanism, now_s: float) -> None:
     """Say, in both jobs' events, how run ``a`` shares the GPUs of run ``host``."""
-    gpus = replace(a.placement, colocated_with=()).describe()
+    gpus = describe(replace(a.placement, colocated_with=()))
     store.event(db, now_s, a.job_id, "sharing",
                 f"run {a.run}: sharing {gpus} with job {host[0]} (run {host[1]}) by {mech.kind}")
     store.event(db, now_s, host[0], "sharing",

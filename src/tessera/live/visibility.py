@@ -21,27 +21,35 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tessera.live.sharing import counted
-from tessera.live.store import HOLDING, JobRecord
+from tessera.live.store import HOLDING, Allocation, JobRecord, Store
 from tessera.live.tenancy import Principal
 from tessera.live.view import queue_usage
+from tessera.live.where import describe, placement_json
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
 
 
-def job_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
+def job_json(rec: JobRecord, where: Allocation | None = None) -> dict[str, Any]:
     """The public view of one job (no ``env``: see the module docstring): its summary and its
     ``command``."""
-    out = job_summary_json(rec, placement)
+    out = job_summary_json(rec, where)
     out["command"] = list(rec.job.argv)
     return out
 
 
-def job_summary_json(rec: JobRecord, placement: str | None = None) -> dict[str, Any]:
+def job_summary_json(rec: JobRecord, where: Allocation | None = None) -> dict[str, Any]:
     """A job as listings show it (``GET /api/jobs``, the dashboard's poll): :func:`job_json`
     without ``command``, whose 8 KiB per job made a poll of a few hundred jobs megabytes; the
-    command is one ``GET /api/jobs/<id>`` away."""
+    command is one ``GET /api/jobs/<id>`` away.
+
+    ``where``: the job's latest run (:func:`latest_runs`). ``placement`` is the text of the
+    GPUs it holds now (``None`` when it holds none, as before); ``last_placement`` keeps the
+    latest run's placement after the run ended, with its parts as numbers
+    (:func:`~tessera.live.where.placement_json`).
+    """
     s = rec.job.spec
+    held = where is not None and where.status != "done"
     return {
         "job_id": rec.job_id, "name": rec.job.name, "queue": rec.queue, "state": rec.state.value,
         "final": rec.final, "gpus": s.num_gpus, "flavors": [f.short for f in s.flavors],
@@ -50,9 +58,24 @@ def job_summary_json(rec: JobRecord, placement: str | None = None) -> dict[str, 
         "job_type": s.job_type, "requires_locality": s.requires_locality,
         "submitted_s": s.submit_time_s, "started_s": rec.first_start_s,
         "finished_s": rec.finish_s, "reason": rec.reason, "exit_code": rec.exit_code,
-        "placement": placement, "global_batch": rec.job.global_batch,
+        "placement": describe(where.placement) if held and where is not None else None,
+        "last_placement": (placement_json(where.placement, where.run, where.status)
+                           if where is not None else None),
+        "global_batch": rec.job.global_batch,
         "elastic": _elastic_json(rec),
     }
+
+
+def latest_runs(store: Store, recs: list[JobRecord]) -> dict[str, Allocation]:
+    """Each job's latest run that holds GPUs (one read for all), else its latest run's
+    allocation (one keyed read per job that holds none): where the job runs or last ran."""
+    out = {a.job_id: a for a in store.allocations(HOLDING)}
+    for rec in recs:
+        if rec.job_id not in out and rec.runs > 0:
+            a = store.allocation(rec.job_id, rec.runs)
+            if a is not None:
+                out[rec.job_id] = a
+    return {r.job_id: out[r.job_id] for r in recs if r.job_id in out}
 
 
 def log_retention_json(rec: JobRecord, retention_s: float) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 // The dashboard's script (a file: the page's CSP allows no inline script).
 "use strict";
 // The token comes from the URL fragment (#token=...) or the form; it is kept in this tab only.
-let token = new URLSearchParams(location.hash.slice(1)).get("token") || sessionStorage.getItem("tessera-token");
+// #job=<id> opens that job's detail and output (the URL then keeps only #job=<id>).
+const fragment = new URLSearchParams(location.hash.slice(1));
+let token = fragment.get("token") || sessionStorage.getItem("tessera-token");
 if (token) sessionStorage.setItem("tessera-token", token);
 
 // Control characters (C0, DEL, C1), the line and paragraph separators, and the bidirectional overrides that reorder what is shown
@@ -10,6 +12,18 @@ if (token) sessionStorage.setItem("tessera-token", token);
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 function visible(text) {
   return String(text).replace(UNSAFE, c => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+}
+// A job's output keeps its tabs and line breaks; every other control character is escaped
+// as above, so a log cannot move the cursor, recolour the page's text or reorder it.
+const LOG_UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+function logText(text) {
+  return String(text).replace(LOG_UNSAFE, c => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+}
+// Where a job is: the GPUs it holds; once its run ended, where that run ran.
+function whereText(j) {
+  if (j.placement) return j.placement;
+  if (j.last_placement && (j.final || !j.reason)) return "ran on " + j.last_placement.text;
+  return j.reason;
 }
 function cell(row, text, cls) {
   const td = row.insertCell();
@@ -63,7 +77,7 @@ async function refresh() {
       cell(row, j.job_id).addEventListener("click", () => showJob(j.job_id));
       cell(row, j.name); cell(row, j.queue);
       cell(row, j.state, "state state-" + j.state); cell(row, j.gpus);
-      cell(row, j.placement || j.reason);
+      cell(row, whereText(j));
     });
     const c = mine ? cluster.queue_counts : cluster.counts;
     document.getElementById("status").textContent =
@@ -72,6 +86,7 @@ async function refresh() {
       Object.keys(c).map(k => c[k] + " " + k).join(", ")) +
       (active.next_before === null ? "" : " · only the newest 500 unfinished jobs shown (tessera jobs lists all)") +
       " · updated " + new Date().toLocaleTimeString();
+    await renderJob();
   } catch (e) {
     document.getElementById("status").textContent = "error: " + visible(e.message);
     if (e.message === "unauthorized") {
@@ -80,23 +95,58 @@ async function refresh() {
     }
   }
 }
-async function showJob(id) {
-  const out = document.getElementById("detail");
+// The job shown below the tables: its id, the rank whose output is read, and that output so
+// far (read on from next_offset at every poll, the newest LOG_KEEP characters kept).
+let shown = null;
+const LOG_KEEP = 262144;
+function showJob(id, rank) {
+  shown = {id: id, rank: rank || 0, run: null, offset: 0, text: "", ranks: 0};
+  history.replaceState(null, "", "#job=" + encodeURIComponent(id));
+  document.getElementById("log").textContent = "";
+  renderJob();
+}
+async function renderJob() {
+  if (!shown) return;
+  const s = shown, out = document.getElementById("detail");
+  document.getElementById("job").hidden = false;
   try {
-    const j = await api("/api/jobs/" + encodeURIComponent(id));
+    const path = "/api/jobs/" + encodeURIComponent(s.id);
+    const j = await api(path);
     const last = j.events.slice(-10).map(e => e.kind + (e.to ? " → " + e.to : "") + (e.detail ? ": " + e.detail : ""));
+    const where = j.placement ? "placement: " + j.placement
+      : j.last_placement ? "ran on: " + j.last_placement.text + " (run " + j.last_placement.run + ", ended)"
+      : "placement: not placed";
     // Each line escaped on its own, then joined: no tenant text can start a line of its own.
     out.textContent = [j.job_id + " (" + j.name + ") · queue " + j.queue + " · " + j.state,
+                       j.gpus + " GPU(s) · " + where, ...(j.reason ? ["reason: " + j.reason] : []),
                        "command: " + JSON.stringify(j.command), "", "last events:", ...last]
       .map(visible).join("\n");
+    const log = await api(path + "/logs?rank=" + s.rank + "&offset=" + s.offset + (s.run ? "&run=" + s.run : ""));
+    if (s !== shown) return;  // another job was picked meanwhile
+    if (log.run !== null) s.run = log.run;
+    s.text = (s.text + log.text).slice(-LOG_KEEP);
+    s.offset = log.next_offset;
+    if (log.ranks !== s.ranks) {
+      s.ranks = log.ranks;
+      const pick = document.getElementById("rank");
+      pick.replaceChildren(...Array.from({length: Math.max(log.ranks, 1)}, (_, i) => new Option(String(i), String(i), false, i === s.rank)));
+    }
+    document.getElementById("log").textContent = s.text ? logText(s.text) : "(no output yet)";
+    document.getElementById("log-status").textContent = log.run === null ? "no run yet" :
+      "run " + log.run + " · rank " + s.rank + " of " + log.ranks + " · " + log.size_bytes + " bytes" +
+      (log.skipped_bytes ? " (" + log.skipped_bytes + " bytes over the log cap were not kept)" : "") +
+      (log.running ? " · following" : "");
   } catch (e) {
     out.textContent = "error: " + visible(e.message);
   }
-  document.getElementById("detail-title").hidden = false; out.hidden = false;
 }
+document.getElementById("rank").addEventListener("change", ev => {
+  if (shown) showJob(shown.id, Number(ev.target.value));
+});
 document.getElementById("login").addEventListener("submit", ev => {
   ev.preventDefault(); token = document.getElementById("token").value;
   sessionStorage.setItem("tessera-token", token); refresh();
 });
+if (fragment.get("job")) showJob(fragment.get("job"));
 refresh();
 setInterval(refresh, 1000);

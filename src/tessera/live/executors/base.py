@@ -38,7 +38,7 @@ from tessera.errors import SpecError
 from tessera.sched.core.snapshot import Placement
 
 if TYPE_CHECKING:
-    from tessera.live.sharing import Mechanism
+    from tessera.live.executors.gpu_sharing import Mechanism
 
 RunState = Literal["absent", "starting", "unplaceable", "running", "exited", "lost"]
 

@@ -34,7 +34,7 @@ control files (marker, exit status) cannot be forged by the job.
 **Shared GPUs.** A run that joins another run's GPUs (``LaunchSpec.share_with``, a packing
 policy's co-location) gets, rank by rank, the ``CUDA_VISIBLE_DEVICES`` that run's ranks got
 (read from its ``launch.json``), so both use the same devices; how they share them (MPS or
-time-slicing) is :func:`~tessera.live.sharing.mechanism`'s answer for this machine.
+time-slicing) is :func:`~tessera.live.executors.gpu_sharing.mechanism`'s answer for this machine.
 
 So ``status`` is read from the files, not from the service's memory: exit file → exited;
 marker whose pid is alive and is our runner → running; marker without a live runner and
@@ -53,8 +53,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from tessera.live.executors import contain
 from tessera.live.executors.base import (
+    Executor,
     LaunchSpec,
     LogChunk,
     RunStatus,
@@ -65,8 +68,9 @@ from tessera.live.executors.base import (
     rank_envs,
     read_log_file,
 )
+from tessera.live.executors.gpu_sharing import Mechanism, mechanism
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, private_run_dir, remove_expired
-from tessera.live.sharing import Mechanism, mechanism
+from tessera.live.executors.registry import EXECUTORS, ExecutorPlugin, ExecutorSite
 
 RUNNER = Path(__file__).with_name("runner.py")
 #: How long ``launch`` waits for an earlier run's killed processes to disappear.
@@ -255,3 +259,21 @@ def _is_runner(pid: int, d: Path) -> bool:
         return False
     state = stat.rsplit(")", 1)[-1].split()[0]
     return state not in ("Z", "X") and str(d).encode() in cmdline
+
+
+class LocalOptions(BaseModel):
+    """The local executor's options: none (its runs' directories come from the layout)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@EXECUTORS.register("local", "Subprocesses on this machine (no Ray).")
+class LocalPlugin(ExecutorPlugin[LocalOptions]):
+    """``--executor local``: :class:`LocalExecutor`."""
+
+    options_model = LocalOptions
+    shares_gpus = LocalExecutor.shares_gpus
+
+    def build(self, options: LocalOptions, site: ExecutorSite) -> Executor:
+        return LocalExecutor(site.runs_dir, grace_s=site.grace_s,
+                             checkpoints_dir=site.checkpoints_dir, logs=site.logs)

@@ -1,0 +1,67 @@
+"""``--executor ray``: the Ray executor's options and how ``serve`` builds it.
+
+The options are the ``--ray-*`` flags of ``tessera serve``; this module imports no Ray (the
+executor and the connection helpers are imported when they are used), so listing the
+executors costs nothing where Ray is not installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tessera.live.executors.base import Executor
+from tessera.live.executors.registry import EXECUTORS, ExecutorPlugin, ExecutorSite
+
+
+class RayOptions(BaseModel):
+    """The Ray executor's options (``tessera serve --ray-<option>``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str | None = Field(None, description="HOST:PORT of an existing Ray head; "
+                                "None: start an embedded head in the state dir.")
+    token_file: Path | None = Field(None, description="The Ray head's auth token file, when "
+                                    "this host has not got the same one.")
+    allow_unauthenticated: bool = Field(False, description="Connect to an address whose "
+                                        "cluster lets in clients without a token.")
+    flavor_resource: Literal["accelerator_type", "gpu_flavor"] = Field(
+        "accelerator_type", description="How ranks ask Ray for their flavor.")
+
+
+@EXECUTORS.register("ray", "Placement groups and detached actors on a Ray cluster (embedded "
+                    "head, or --ray-address).")
+class RayPlugin(ExecutorPlugin[RayOptions]):
+    """``--executor ray``: :class:`~tessera.live.executors.ray.RayExecutor`."""
+
+    options_model = RayOptions
+    shares_gpus = True  # a rider runs in the bundles of its host's placement group
+
+    def connect(self, options: RayOptions) -> None:
+        """With an address, connect now (token from ``token_file``) or fail in one line,
+        also when the cluster lets in clients without a token (unless
+        ``allow_unauthenticated``); the executor then reuses the connection."""
+        if options.address is None:
+            return
+        import ray
+
+        if ray.is_initialized():  # serve() connected already
+            return
+        from tessera.live.executors.ray import NAMESPACE
+        from tessera.live.executors.ray_cluster import connect, use_token_file
+
+        use_token_file(options.token_file)
+        connect(options.address, NAMESPACE,
+                allow_unauthenticated=options.allow_unauthenticated)
+
+    def build(self, options: RayOptions, site: ExecutorSite) -> Executor:
+        from tessera.live.executors.ray import RayExecutor
+
+        return RayExecutor(site.cluster, options.address, site.runs_dir, grace_s=site.grace_s,
+                           flavor_resource=options.flavor_resource, state_dir=site.state_dir,
+                           logs=site.logs)
+
+    def where(self, options: RayOptions) -> str:
+        return f" at {options.address}" if options.address else ""

@@ -1,0 +1,148 @@
+"""Executors by name: each executor brings its options model and how it is built.
+
+``tessera serve --executor NAME`` looks ``NAME`` up in :data:`EXECUTORS`. An entry is an
+:class:`ExecutorPlugin`: a pydantic model of the executor's own options (``extra="forbid"``,
+so an option another executor takes is refused with the executor's name), whether it can run
+two jobs on one GPU set (a packing policy's co-location), a check to run before any state is
+written (:meth:`ExecutorPlugin.connect`: Ray connects to ``--ray-address`` there), and how to
+build the executor from its options and the service's layout (:meth:`ExecutorPlugin.build`).
+
+Adding an executor touches its own modules: the executor, and a plugin registered next to
+it::
+
+    class MyOptions(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        endpoint: str = "http://127.0.0.1:9000"
+
+    @EXECUTORS.register("mine", "Runs jobs on my cluster.")
+    class MyPlugin(ExecutorPlugin[MyOptions]):
+        options_model = MyOptions
+
+        def build(self, options: MyOptions, where: ExecutorSite) -> Executor:
+            return MyExecutor(options.endpoint, where.runs_dir)
+
+The built-in executors register in :mod:`tessera.live.executors.builtin`, which ``serve``
+imports; a plugin outside Tessera registers the same way from its own module. On the command
+line an executor's options are flags ``--<executor>-<option>`` (``--ray-address``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from tessera.errors import SpecError
+from tessera.live.executors.base import Executor
+from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
+from tessera.model.cluster import ClusterSpec
+from tessera.registry import Registry
+
+O = TypeVar("O", bound=BaseModel)  # noqa: E741 -- the options model
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSite:
+    """What every executor is built with, whatever its options: the service's side.
+
+    Attributes:
+        cluster: the cluster the service schedules.
+        state_dir: the service's private state dir (an executor may keep its own state there:
+            the embedded Ray head's files).
+        runs_dir: where runs' directories go (logs, exit records), under the work root.
+        checkpoints_dir: the default checkpoints' root, under the work root.
+        grace_s: how long a stopped run may take to checkpoint before it is killed.
+        logs: how ranks' logs are capped and how long they are kept.
+    """
+
+    cluster: ClusterSpec
+    state_dir: Path
+    runs_dir: Path
+    checkpoints_dir: Path
+    grace_s: float = 10.0
+    logs: LogSettings = DEFAULT_LOGS
+
+
+class ExecutorPlugin(Generic[O]):
+    """One executor as ``serve`` sees it (the module docstring has an example).
+
+    Subclasses set :attr:`options_model` and implement :meth:`build`; the rest has defaults.
+    """
+
+    options_model: ClassVar[type[BaseModel]]
+    #: Whether the executor can run two jobs on one GPU set (packing policies need it).
+    shares_gpus: ClassVar[bool] = False
+
+    def connect(self, options: O) -> None:
+        """Check or open what the executor needs before the service writes any state (a
+        wrong address must change nothing); raises :class:`SpecError` in one line."""
+
+    def build(self, options: O, site: ExecutorSite) -> Executor:
+        """The executor, started (it may raise anything: ``serve`` reports it in one line)."""
+        raise NotImplementedError
+
+    def where(self, options: O) -> str:
+        """Where the executor runs jobs, for error messages (``" at HOST:PORT"``, or "")."""
+        return ""
+
+
+#: Executor name → plugin class.
+EXECUTORS = Registry[type[ExecutorPlugin[Any]]]("executor")
+
+
+def executor_plugin(name: str) -> ExecutorPlugin[Any]:
+    """The plugin called ``name`` (:class:`SpecError` naming the known ones otherwise)."""
+    return EXECUTORS.get(name)()
+
+
+def flag_of(executor: str, option: str) -> str:
+    """The command-line flag of one of an executor's options: ``--ray-address``."""
+    return f"--{executor}-{option}".replace("_", "-")
+
+
+def parse_options(executor: str, raw: Mapping[str, Any] | BaseModel | None) -> BaseModel:
+    """``raw`` checked against executor ``executor``'s options model.
+
+    Raises:
+        SpecError: an unknown executor, an option it does not take (naming the executor,
+            the flag and the options it takes), or a value its model refuses.
+    """
+    plugin = executor_plugin(executor)
+    model = plugin.options_model
+    if isinstance(raw, model):
+        return raw
+    if isinstance(raw, BaseModel):
+        raise SpecError(f"executor {executor!r} takes {model.__name__}, not "
+                        f"{type(raw).__name__}")
+    values = dict(raw or {})
+    unknown = sorted(set(values) - set(model.model_fields))
+    if unknown:
+        takes = ", ".join(flag_of(executor, f) for f in model.model_fields) or "none"
+        raise SpecError(f"executor {executor!r} has no option "
+                        f"{', '.join(map(repr, unknown))}; its options: {takes}")
+    try:
+        return model.model_validate(values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        raise SpecError(f"executor {executor!r}: {flag_of(executor, field)}: "
+                        f"{err['msg']}") from None
+
+
+def options_from_flags(executor: str, given: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The options of ``executor`` among flags given per executor (``{"ray": {"address":
+    …}}``: the flags ``--ray-*`` that were given).
+
+    Raises:
+        SpecError: a flag of another executor (``--ray-address`` with ``--executor local``),
+            naming both.
+    """
+    for other, values in given.items():
+        if other != executor and values:
+            flags = ", ".join(flag_of(other, k) for k in values)
+            raise SpecError(f"{flags}: option(s) of the {other!r} executor, but this service "
+                            f"runs --executor {executor}")
+    return dict(given.get(executor, {}))
