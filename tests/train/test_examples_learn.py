@@ -1,7 +1,8 @@
 """The training examples visibly learn (issue 31, first hour: ``tessera train cnn`` went
-2.2956 → 2.3137 over the README's 40 steps). Each example is trained here as the README runs
-it — its default global batch, learning rate and momentum, 40 steps on the example's own sample
-stream — and its loss must fall clearly."""
+2.2956 → 2.3137 over the README's 40 steps, ``tessera train transformer`` stayed near 1.39).
+Every example ``tessera train`` offers is trained here as the README runs it — its default
+global batch, learning rate and momentum, 40 steps on the example's own sample stream — and its
+loss must fall clearly."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tessera.train.config import TrainConfig  # noqa: E402
-from tessera.train.examples import build_model, get_example, global_batch, loss_fn  # noqa: E402
+from tessera.train.examples import (  # noqa: E402
+    EXAMPLES,
+    build_model,
+    get_example,
+    global_batch,
+    loss_fn,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -29,11 +36,11 @@ def _losses(name: str, steps: int = README_STEPS) -> list[float]:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 
-@pytest.mark.parametrize("name", ["cnn", "mlp"])
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_loss_falls_clearly_within_the_readme_steps(name: str) -> None:
     losses = _losses(name)
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5

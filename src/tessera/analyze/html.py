@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.text import Text
+
 from tessera.analyze.published import Outcome
 from tessera.analyze.terminal import fmt, tables
 
@@ -42,8 +44,6 @@ def _cell_text(cell: object) -> str:
 
 def _rich_table_html(table: Table) -> str:
     """Render a rich table's header and cells as an HTML table (markup stripped)."""
-    from rich.text import Text
-
     head = "".join(f"<th>{html.escape(str(c.header))}</th>" for c in table.columns)
     columns = [[Text.from_markup(str(v)).plain for v in c.cells] for c in table.columns]
     rows = "".join(

@@ -12,7 +12,9 @@ once per run, before click parses anything:
 * a group lists each command with the whole first paragraph of its help (click would cut it
   to fit one line, ending in ``...``);
 * when stdout is not a terminal, the help is click's plain text instead of rich panels: it
-  wraps long names and texts, never cuts them, and has no box drawing to clutter a file.
+  wraps long names and texts, never cuts them, and has no box drawing to clutter a file;
+* on a terminal, options are drawn in two columns whose names are never cut, even at 80
+  columns (:mod:`tessera.cli.rich_help`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import inspect
 import re
 from collections.abc import Iterator
 from typing import Any
+
+from tessera.cli.rich_help import install as install_rich_help
 
 _LIST_ITEM = re.compile(r"\s*([*-]|\d+[.)])\s")
 _BLOCK = re.compile(r"\s{4,}\S")
@@ -60,6 +64,8 @@ def tidy_help(root: Any, plain: bool) -> Any:
     switch every command to click's plain help. Returns ``root``."""
     from typer._click import Context
 
+    if not plain:
+        install_rich_help()
     for cmd in walk(root):
         if cmd.help:
             cmd.help = reflow(cmd.help)

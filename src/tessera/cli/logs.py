@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print one rank's output (stdout and stderr) of a job's run.
 
-        Control characters are shown as escapes such as \x1b unless --raw.
+        Control characters are shown as escapes such as \\x1b unless --raw.
         """
         client = _client(server, token, token_file)
         offset = 0

@@ -27,6 +27,7 @@ import numpy as np
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable
+from tessera.report.plots import _plt
 from tessera.sim.config import FailureConfig, SimConfig, ValidationConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult
@@ -138,8 +139,6 @@ def write_failure_outputs(rows: Sequence[FailureRow], out: Path, title: str = ""
         w.writeheader()
         for row in rows:
             w.writerow(asdict(row))
-    from tessera.report.plots import _plt
-
     plt = _plt()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     labels = [r.label for r in rows]

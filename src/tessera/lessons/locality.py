@@ -25,6 +25,7 @@ import numpy as np
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable
+from tessera.report.plots import _plt
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
@@ -236,8 +237,6 @@ def write_locality_outputs(rows: Sequence[LocalityRow], out: Path, title: str = 
         w.writeheader()
         for row in rows:
             w.writerow({"threshold": threshold_label(row.threshold_s), **asdict(row)})
-    from tessera.report.plots import _plt
-
     plt = _plt()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     x = np.arange(len(rows))

@@ -59,11 +59,14 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ThreeDParallel
 from tessera.perf.steptime import CostModel, DeviceCost
+from tessera.plan.api import default_cost_model
+from tessera.plan.batch_split import BatchTooLargeError, continuous_split, integer_split
 from tessera.plan.dp import DEFAULT_MAX_MICRO_STEPS
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.plans import ThreeDPlans
 from tessera.sched.core.snapshot import Placement
 from tessera.train.balancer import equal_split
+from tessera.train.prior import raise_to_min_batch
 
 log = logging.getLogger("tessera.live")
 
@@ -146,9 +149,6 @@ def balanced_split(costs: Sequence[DeviceCost], global_batch: int,
     Raises:
         BatchTooLargeError: the devices cannot hold ``global_batch`` with the accumulation.
     """
-    from tessera.plan.batch_split import continuous_split, integer_split
-    from tessera.train.prior import raise_to_min_batch
-
     classes = list(dict.fromkeys(costs))          # identical devices form one class
     counts = [sum(1 for c in costs if c == k) for k in classes]
     _, per_class = continuous_split(classes, counts, global_batch, max_micro_steps)
@@ -192,9 +192,6 @@ def _split(job: LiveJob, flavors: list[str], global_batch: int, oracle: Throughp
 def _from_cost_model(job: LiveJob, flavors: list[str], global_batch: int,
                      cluster: ClusterSpec, cost_model: CostModel | None,
                      why_not: list[str]) -> LocalBatches | None:
-    from tessera.plan.api import default_cost_model
-    from tessera.plan.batch_split import BatchTooLargeError
-
     cm = cost_model or default_cost_model()
     model = job.model
     if model is None or model not in cm.models():

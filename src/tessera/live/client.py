@@ -8,6 +8,7 @@ second. Without a key nothing is retried: a retry could submit the job twice.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -73,8 +74,6 @@ class Client:
                idempotency_key: str | None = None) -> dict[str, Any]:
         """Submit a job request given as a mapping (sent as JSON); retries as
         :meth:`submit_yaml`."""
-        import json
-
         body = json.dumps(request).encode()
         return self._submit(body, {"content-type": "application/json"}, idempotency_key)
 

@@ -45,6 +45,8 @@ from typing import Any
 import yaml
 
 from tessera.errors import SpecError
+from tessera.live.store import Store
+from tessera.live.tenancy import load_tenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.sched.core.snapshot import QueueQuota
 
@@ -286,9 +288,8 @@ def export_from_state(state_dir: Path, cluster_text: str | None, gpus_per_server
         SpecError: an invalid namespace (checked first), a missing or malformed tenancy config
             or cluster, or anything :func:`manifests` refuses.
     """
+    # lazy: live.server loads the service, its executors and every policy (+0.8 s measured)
     from tessera.live.server import DEFAULT_CLUSTER
-    from tessera.live.store import Store
-    from tessera.live.tenancy import load_tenancy
 
     check_namespace(namespace)
     tenancy = load_tenancy(state_dir)

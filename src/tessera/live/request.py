@@ -69,6 +69,7 @@ from tessera.errors import NoProfileError, SpecError, UnknownFlavorError
 from tessera.live.executors.base import DEVICE_VARS
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor
+from tessera.plan.models import layered_model
 
 #: Environment variables every rank gets from the service; a request may not set them.
 RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
@@ -190,8 +191,6 @@ class JobRequest(BaseModel):
 
     def _check_3d(self) -> None:
         """A 3-D plan needs a layer-wise model, a fixed global batch and a fixed GPU count."""
-        from tessera.plan.models import layered_model
-
         if self.asks_elastic or self.global_batch is None:
             raise ValueError("parallelism 3d needs a fixed gpus count and a fixed global_batch "
                              "(the plan splits that batch into pipeline micro-batches)")

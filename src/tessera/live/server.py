@@ -22,6 +22,7 @@ the same setup.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import logging
 import os
 import signal
@@ -213,7 +214,7 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
 
     The start sequence is in the module docstring.
     """
-    from tessera.live.api import create_app
+    from tessera.live.api import create_app  # lazy: FastAPI, the optional live extra (+0.25 s)
 
     sock = reserve_port(host, port)
     try:
@@ -258,7 +259,7 @@ def uvicorn_config(app: FastAPI, **kwargs: Any) -> uvicorn.Config:
     loopback address for local clients, so no ``X-Forwarded-*`` header is trusted -- and
     neither costs a pass over every request's headers.
     """
-    import uvicorn
+    import uvicorn  # lazy: the optional live extra; only to serve HTTP
 
     fast = {"http": "httptools" if _importable("httptools") else "h11",
             "loop": "uvloop" if _importable("uvloop") else "asyncio"}
@@ -267,8 +268,6 @@ def uvicorn_config(app: FastAPI, **kwargs: Any) -> uvicorn.Config:
 
 
 def _importable(module: str) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec(module) is not None
 
 
@@ -286,7 +285,7 @@ def run_http(app: FastAPI, sock: socket.socket) -> int | None:
     before :meth:`LiveService.stop` and the state lock's release ran, and without a word;
     here the signal is recorded instead, so ``serve`` says why it stops and stops in order.
     """
-    import uvicorn
+    import uvicorn  # lazy: the optional live extra; only to serve HTTP
 
     class _Server(uvicorn.Server):
         stop_signal: int | None = None

@@ -30,6 +30,8 @@ from tessera.live.request import (
 )
 from tessera.model.gpus import resolve_flavors
 from tessera.model.jobs import ElasticRange, JobId, JobSpec, ThreeDParallel
+from tessera.perf.efficiency import load_efficiency
+from tessera.perf.sia import sia_models
 
 __all__ = [
     "DEFAULT_EXPECTED_DURATION_S", "MAX_GLOBAL_BATCH", "MAX_GPUS", "RESERVED_ENV",
@@ -67,9 +69,6 @@ def elastic_choice(req: JobRequest) -> ElasticChoice:
     Raises:
         SpecError: the batch range lies outside the range the model's curves measured.
     """
-    from tessera.perf.efficiency import load_efficiency
-    from tessera.perf.sia import sia_models
-
     if not req.asks_elastic:
         return ElasticChoice(None)
     gpus, batch = req.initial_gpus, req.initial_batch

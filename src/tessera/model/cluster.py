@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -231,8 +231,6 @@ def _philly() -> ClusterSpec:
 
 
 def _rename(nodes: list[Node]) -> list[Node]:
-    from dataclasses import replace
-
     return [replace(n, node_id=n.node_id.rsplit("-", 1)[0]) for n in nodes]
 
 

@@ -11,6 +11,7 @@ import multiprocessing as mp
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from queue import Empty
 from typing import Any
 
 from tessera.model.cluster import ClusterSpec
@@ -97,16 +98,14 @@ def run_policies(
 
 
 def _drain(queue: Any, progress: ProgressSink | None, timeout: float) -> None:
-    import queue as q
-
     try:
         item = queue.get(timeout=timeout) if timeout else queue.get_nowait()
-    except q.Empty:
+    except Empty:
         return
     while True:
         if progress is not None:
             progress(*item)
         try:
             item = queue.get_nowait()
-        except q.Empty:
+        except Empty:
             return

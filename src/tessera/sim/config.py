@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import QueueQuota
 
 if TYPE_CHECKING:
     from tessera.model.jobs import Workload
-    from tessera.sched.core.snapshot import QueueQuota
 
 
 class FailureConfig(BaseModel):
@@ -87,8 +87,6 @@ class QuotaConfig(BaseModel):
 
     def resolve(self, workload: Workload, total_gpus: int) -> dict[str, QueueQuota]:
         """The quotas of ``workload``'s queues on a cluster of ``total_gpus`` GPUs."""
-        from tessera.sched.core.snapshot import QueueQuota
-
         out = {name: QueueQuota(name, q.nominal_gpus, q.borrowing_limit_gpus)
                for name, q in self.queues.items()}
         if self.split == "none":

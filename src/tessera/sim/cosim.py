@@ -41,6 +41,7 @@ from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import Workload
+from tessera.perf.profiles import default_throughputs
 from tessera.share.arrivals import read_trace_times, shaped_streams
 from tessera.share.mig import MigGpu
 from tessera.share.packing import plan_services
@@ -50,12 +51,14 @@ from tessera.share.segments import all_options
 from tessera.share.serving_sim import RequestStream, poisson_streams
 from tessera.share.serving_sim import SimResult as ServingResult
 from tessera.share.serving_sim import simulate as simulate_serving
+from tessera.sim.engine import simulate as simulate_training
 from tessera.sim.reservation import (
     NodeReservation,
     Reservation,
     profiled_mig_gpu,
     reserve_gpus,
 )
+from tessera.workload.datadir import find_data, missing_data_message
 
 if TYPE_CHECKING:
     from tessera.perf.profiles import ThroughputTable
@@ -164,8 +167,6 @@ def request_streams(
     if source not in REQUEST_SOURCES:
         raise SpecError(f"unknown request source {source!r}: use {', '.join(REQUEST_SOURCES)}")
     if traces_dir is None:
-        from tessera.workload.datadir import find_data, missing_data_message
-
         traces_dir = find_data("traces")
         if traces_dir is None:
             raise SpecError(
@@ -198,8 +199,6 @@ def run_training(
     throughputs: ThroughputTable | None = None,
 ) -> TrainingOutcome:
     """One training simulation (the unchanged engine), summarised."""
-    from tessera.sim.engine import simulate as simulate_training
-
     res = simulate_training(workload, cluster, policy, config, throughputs)
     return _training_outcome(res, cluster.total_gpus)
 
@@ -242,8 +241,6 @@ def cosimulate(
         compare: also run the trace on the full cluster (the reservation's JCT cost).
         config, throughputs: the training simulator's ``SimConfig`` and throughput table.
     """
-    from tessera.perf.profiles import default_throughputs
-
     tput = throughputs if throughputs is not None else default_throughputs()
     g = profiled_mig_gpu(cluster, table, service_gpu)
     plan = plan_services(services, table, g, rule, method=method, time_limit_s=time_limit_s)

@@ -212,6 +212,14 @@ class Rebalance:
         """Fractional reduction of the predicted step time."""
         return 1.0 - self.predicted_new_s / self.predicted_old_s
 
+    def to_json(self) -> dict[str, Any]:
+        """The event as a step record in ``result.json`` carries it (splits as lists)."""
+        return {
+            "step": self.step, "old_split": list(self.old_split),
+            "new_split": list(self.new_split), "predicted_old_s": self.predicted_old_s,
+            "predicted_new_s": self.predicted_new_s, "reason": self.reason,
+        }
+
 
 class OnlineBalancer:
     """Keeps the batch split balanced from per-rank compute times measured every step.

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tessera.train.balancer import OnlineBalancer, Rebalance
+from tessera.train.balancer import OnlineBalancer
 from tessera.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from tessera.train.config import TrainConfig, from_json
 from tessera.train.ddp import LossScaler, autocast_for, broadcast_parameters, sync_gradients
@@ -85,6 +85,8 @@ class StopSignal:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.requested = True
+
+
 RESULT_NAME = "result.json"
 PROCESS_GROUP_TIMEOUT = timedelta(seconds=120)
 
@@ -134,16 +136,6 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set every parameter group's rate (a loaded optimizer state brings its old one)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-
-
-def _rebalance_dict(event: Rebalance | None) -> dict[str, Any] | None:
-    if event is None:
-        return None
-    return {
-        "step": event.step, "old_split": list(event.old_split),
-        "new_split": list(event.new_split), "predicted_old_s": event.predicted_old_s,
-        "predicted_new_s": event.predicted_new_s, "reason": event.reason,
-    }
 
 
 def _print_step(record: dict[str, Any]) -> None:
@@ -305,8 +297,8 @@ def _train_step(run: _Run, step: int, restart_count: int, stop: StopSignal | Non
     record: dict[str, Any] = {
         "step": step, "split": list(split), "compute_s": list(extras.compute_s),
         "loss": extras.loss, "skipped": extras.overflow, "attempt": restart_count,
-        "rebalance": _rebalance_dict(event), "global_batch": cfg.global_batch,
-        "lr": run.optimizer.param_groups[0]["lr"],
+        "rebalance": event.to_json() if event is not None else None,
+        "global_batch": cfg.global_batch, "lr": run.optimizer.param_groups[0]["lr"],
         "resize": run.resize.to_json() if run.resize is not None and step == run.start
         else None,
     }

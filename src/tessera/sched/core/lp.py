@@ -77,7 +77,7 @@ class LpOutcome:
 def _quiet_highs() -> Any:
     """A HiGHS instance created with stdout silenced (HiGHS prints a banner on construction,
     which would corrupt ``--json`` output)."""
-    import highspy
+    import highspy  # lazy: +16 ms at every `tessera` start
 
     sys.stdout.flush()
     saved = os.dup(1)
@@ -136,7 +136,7 @@ class LpSolver:
 
     def load(self, model: LpModel, method: LpMethod = "choose") -> None:
         """Replace the solver's model (and forget any basis) without solving it."""
-        import highspy
+        import highspy  # lazy: +16 ms at every `tessera` start
 
         csc = sp.csc_matrix(model.a)
         h = self._highs()
@@ -180,7 +180,7 @@ class LpSolver:
         hundred pivots instead of one per row. Later :meth:`run` calls keep the basis; call
         :meth:`use_dual` to go back to the dual simplex for bound changes.
         """
-        import highspy
+        import highspy  # lazy: +16 ms at every `tessera` start
 
         h = self._highs()
         status = highspy.HighsBasisStatus
@@ -217,7 +217,7 @@ class LpSolver:
     def set_objective(self, cost: np.ndarray, maximize: bool) -> None:
         """Replace the loaded model's objective; the next :meth:`run` starts from the current
         basis (still primal feasible: only the costs changed)."""
-        import highspy
+        import highspy  # lazy: +16 ms at every `tessera` start
 
         h = self._highs()
         n = len(cost)
@@ -227,7 +227,7 @@ class LpSolver:
 
     def run(self) -> LpOutcome:
         """Solve the loaded model (warm-started if it was solved before)."""
-        import highspy
+        import highspy  # lazy: +16 ms at every `tessera` start
 
         h = self._highs()
         h.run()

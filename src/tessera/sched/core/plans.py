@@ -132,6 +132,7 @@ class ThreeDPlans:
         Raises:
             NoPlanError: as :meth:`plan`.
         """
+        # lazy: the planner (tessera.plan) is +45 ms at every `tessera` start; 3-D jobs only
         from tessera.plan.models import layered_model
         from tessera.plan.ranks import assign_ranks, slots_of_parts
 
@@ -167,6 +168,7 @@ class ThreeDPlans:
         from tessera.plan.models import layered_model
         from tessera.plan.pipeline import PipelineConfig
         from tessera.plan.ranks import slots_of_parts
+        # (the plan imports above are lazy for the reason given in ranked)
 
         flavor_counts, per_server, max_tp = shape
         try:

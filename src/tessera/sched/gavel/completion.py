@@ -23,10 +23,12 @@ the shares differ.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
 from tessera.model.jobs import JobId
@@ -53,9 +55,7 @@ def _feasible(p: ShareProblem, tput: np.ndarray, need: np.ndarray, backend: Back
     """Shares under the base constraints giving each job at least ``need`` steps/s, or
     ``None`` when there are none (Gavel's ``cvxprob.status != "optimal"``)."""
     if backend.method == "ecos":
-        import warnings
-
-        import cvxpy as cp
+        import cvxpy as cp  # lazy: optional gavel-compat extra, +1.2 s
 
         x = cp.Variable(p.shape)
         sfa = np.repeat(p.scale[:, None], p.shape[1], axis=1)
@@ -72,8 +72,6 @@ def _feasible(p: ShareProblem, tput: np.ndarray, need: np.ndarray, backend: Back
             return None
         return np.clip(np.asarray(x.value, dtype=float), 0.0, 1.0)
     m, n = p.shape
-    import scipy.sparse as sp
-
     var = np.arange(m * n)
     rows = var // n
     cols = var % n

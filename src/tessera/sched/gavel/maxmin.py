@@ -131,7 +131,7 @@ def _matrix(p: ShareProblem, a: np.ndarray, v: Variables) -> tuple[sp.csc_matrix
 
 def _ecos(p: ShareProblem, a: np.ndarray) -> np.ndarray | None:
     """Gavel's own cvxpy formulation, solved by ECOS; ``None`` when ECOS gives nothing."""
-    import cvxpy as cp
+    import cvxpy as cp  # lazy: optional gavel-compat extra, +1.2 s
 
     x = cp.Variable(p.shape)
     return solve_ecos(p, cp.Maximize(cp.min(cp.sum(cp.multiply(a, x), axis=1))), x)

@@ -388,7 +388,7 @@ def _class_lower_bound(
 
 def _ecos(p: ShareProblem, inputs: RhoInputs) -> np.ndarray | None:
     """Gavel's cvxpy formulation (``inv_pos`` of the rate), solved by ECOS."""
-    import cvxpy as cp
+    import cvxpy as cp  # lazy: optional gavel-compat extra, +1.2 s
 
     m, _n = p.shape
     t, r, d = inputs.since_s, inputs.remaining, inputs.isolated_s

@@ -18,6 +18,7 @@ silently.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +36,7 @@ Method = Literal["ecos", "highs", "highs-ipm"]
 def ecos_available() -> bool:
     """Whether cvxpy and ECOS are importable."""
     try:
-        import cvxpy  # noqa: F401
+        import cvxpy  # noqa: F401  (lazy: probes the optional gavel-compat extra)
         import ecos  # noqa: F401
     except ImportError:
         return False
@@ -97,9 +98,7 @@ def solve_ecos(p: ShareProblem, objective: Any, x: Any) -> np.ndarray | None:
     ``x`` (a ``cvxpy.Variable`` of ``p.shape``) under Gavel's base constraints -- shares are
     non-negative, each flavor's scaled shares fit its capacity, each job's shares sum to at
     most 1. Returns the shares clipped to [0, 1], or ``None`` when ECOS gives nothing."""
-    import warnings
-
-    import cvxpy as cp
+    import cvxpy as cp  # lazy: optional gavel-compat extra, +1.2 s
 
     n = p.shape[1]
     sfa = np.repeat(p.scale[:, None], n, axis=1)

@@ -45,9 +45,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tessera.errors import NoProfileError, SpecError
+from tessera.model.cluster import make_nodes
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.steptime import CostModel, DeviceCost
+from tessera.plan.dp import DpDevice, split_batch
 from tessera.sched.core.plans import ThreeDPlans
 
 Mix = tuple[tuple[str, int], ...]
@@ -90,9 +92,6 @@ def planner_model(job: JobSpec, cost_model: CostModel) -> str | None:
 def _split_step_s(costs: list[DeviceCost], global_bsz: int, grad_bytes: float,
                   node_gpus: list[int]) -> float:
     """The planner's step time for ``costs`` laid out as ``node_gpus`` GPUs per server."""
-    from tessera.model.cluster import make_nodes
-    from tessera.plan.dp import DpDevice, split_batch
-
     devices: list[DpDevice] = []
     i = 0
     for k, n_gpus in enumerate(node_gpus):
