@@ -251,8 +251,10 @@ def test_the_sia_policy_grows_an_elastic_job_in_the_live_service(tmp_path: Path)
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     ckpt = tmp_path / "ckpt"
+    # (restore_s 0: a resumed run progresses from its launch, so sia does not keep it pinned
+    # for the default 30 s restore (live/view.py) and the test needs no minute per resize)
     svc = make_service(state, cluster="v100:8", policy="sia", gpus_per_server=8,
-                       settings=SchedulerSettings(round_s=1.0))
+                       settings=SchedulerSettings(round_s=1.0, restore_s=0.0))
     try:
         text = _elastic(ckpt, "{min: 1, max: 8}").replace(RECORD, "exec sleep 60")
         jid = svc.submit(parse_request(text), TEAM_A).job_id

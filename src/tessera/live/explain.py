@@ -83,7 +83,8 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     pending_me = replace(rec, state=JobState.PENDING)
     snap = build_snapshot(now, svc.cluster, [*running, pending_me], holding,
                           svc.tenancy.quotas, ctx.oracle, svc.policy_state,
-                          svc.settings.round_s if svc.uses_rounds else None)
+                          svc.settings.round_s if svc.uses_rounds else None,
+                          svc.settings.restore_s)
     now_place, preempts = _what_if(snap, svc, ctx, rec.job_id)
     out["would_fit_now"] = now_place
     out["would_preempt"] = preempts

@@ -54,7 +54,7 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import gavel_loop_only, make_policy
-from tessera.sched.core.cadence import Cadence, ProgressWatch, Step
+from tessera.sched.core.cadence import EPS_S, Cadence, ProgressWatch, Step
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, decide
 from tessera.sched.core.feasibility import infeasibility
@@ -349,7 +349,8 @@ class LiveService:
             return None
         snap = build_snapshot(now_s, self.cluster, records, self.store.allocations(HOLDING),
                               self.tenancy.quotas, self.oracle, self.policy_state,
-                              self.settings.round_s if self.uses_rounds else None)
+                              self.settings.round_s if self.uses_rounds else None,
+                              self.settings.restore_s)
         self.idle = not snap.jobs
         if self.idle:
             return None
@@ -357,8 +358,7 @@ class LiveService:
         # (nobody holding GPUs is no thrashing: a policy may leave them idle)
         held = [j for j in snap.jobs if j.running]
         self._progressed = not held or any(
-            j.progress_rate > 0 and now_s - j.progress_from_s > self.settings.restore_s
-            for j in held)
+            j.progress_rate > 0 and now_s > j.progress_from_s + EPS_S for j in held)
         opts = replace(self.placement, fill_only=True) if fill_only else self.placement
         d = decide(snap, self.policy, self.ctx, opts)
         remember = not fill_only and d.policy_state is not self.policy_state

@@ -14,6 +14,19 @@ The store knows more states than the core needs. The mapping:
 Progress is measured in the oracle's steps: seconds run on each flavor times the job's rate
 there (1 step/s for unprofiled commands), so ``remaining_steps`` shrinks as a job runs and
 size-aware policies (SRPT) see it.
+
+**When a run's restore ends.** A run that resumes a job which ran before (an earlier run of it
+ended: it was preempted, moved, resized or failed) first restores its checkpoint; the service
+cannot see inside the run, so it takes the settings' word for it: the run progresses from
+``started_s + restore_s`` (:func:`progress_start_s`). A job's first run progresses from its
+start. That is the view's ``progress_from_s``, the time the lease of
+:func:`tessera.sched.core.cadence.leased` counts from -- as the simulator's does, whose runs
+progress after their restore -- so a round-based policy keeps a resumed run until it has made
+checkpoint + restore of progress *after* restoring, live as in simulation (issue 31: counted
+from the launch, the lease ran out while a 60 s round's run was still half restoring).
+(The steps a run made are still counted from its start: a job's measured progress is the
+service's bookkeeping, unchanged; only where its progress begins for the lease and for
+policies that read ``progress_from_s`` is shifted.)
 """
 
 from __future__ import annotations
@@ -46,6 +59,13 @@ def free_gpus(cluster: ClusterSpec, holding: list[Allocation]) -> dict[str, int]
     return {n.node_id: max(n.gpus - used.get(n.node_id, 0), 0) for n in cluster.nodes}
 
 
+def progress_start_s(rec: JobRecord, started_s: float, restore_s: float) -> float:
+    """When run of ``rec`` that started at ``started_s`` begins to progress: after
+    ``restore_s`` if it resumes (an earlier run of the job ended), at once if it is the job's
+    first run (see the module docstring)."""
+    return started_s + restore_s if rec.last_run_end_s is not None else started_s
+
+
 def build_snapshot(
     now_s: float,
     cluster: ClusterSpec,
@@ -55,8 +75,10 @@ def build_snapshot(
     oracle: ThroughputOracle,
     policy_state: object,
     round_s: float | None = None,
+    restore_s: float = 0.0,
 ) -> Snapshot:
-    """The snapshot ``decide()`` sees (see the module docstring for the mapping)."""
+    """The snapshot ``decide()`` sees (see the module docstring for the mapping);
+    ``restore_s``: what a resumed run spends restoring before it progresses."""
     current = {a.job_id: a for a in holding if a.status in ("planned", "running")}
     draining = [a for a in holding if a.status == "stopping"]
     draining_jobs = {a.job_id for a in draining}
@@ -85,7 +107,8 @@ def build_snapshot(
             done = done + speeds.steps(alloc, now_rate, now_s)
             if state is JobState.RUNNING:
                 ran_s = max(now_s - alloc.started_s, 0.0)
-                rate, since_s = now_rate, alloc.started_s
+                rate = now_rate
+                since_s = progress_start_s(rec, alloc.started_s, restore_s)
         remaining = max(spec.total_steps - done, 1e-3)
         if ran_s > 0 and alloc is not None:
             g = alloc.placement.num_gpus

@@ -196,6 +196,30 @@ class GavelCompatPolicy(Policy):
         col = {f: k for k, f in enumerate(flavors)}
         queue = ranked_entries(prio, deficit, a, np.ones(a.shape, dtype=bool),
                                [col[f] for f in order])
+        run = self._greedy(queue, jobs, flavors, cap, thr, prio, shares)
+
+        new_state = GavelState(
+            flavors=flavors,
+            accounts={jid: JobAccount(tuple(job_time[i].tolist()), tuple(deficit[i].tolist()))
+                      for i, jid in enumerate(ids)},
+            worker_time_s=tuple(worker_time.tolist()), shares=shares, last_reset_s=last_reset,
+            need_update=need_update, shuffle_rng=shuffler.getstate(), memory=memory,
+        )
+        return Ranking(tuple(run), state=new_state, notes=_notes(shares, ids),
+                       fallbacks=fallbacks)
+
+
+    def _greedy(
+        self, queue: Sequence[tuple[int, int]], jobs: Sequence[JobView],
+        flavors: Sequence[str], cap: dict[str, int], thr: np.ndarray, prio: np.ndarray,
+        shares: Shares | None,
+    ) -> list[tuple[JobId, str]]:
+        """Gavel's one greedy pass: walk ``queue`` (``(job row, flavor column)`` entries in
+        priority order), giving each job not yet chosen its whole gang on the first flavor
+        with room, a speed there and (for the policies that refuse it) a positive priority.
+        A picked job without a share is not given workers (its GPUs idle this round). Returns
+        ``(job, flavor)`` pairs, largest gangs first."""
+        ids = [j.job_id for j in jobs]
         left = [cap[f] for f in flavors]
         scale = [j.spec.num_gpus for j in jobs]
         picked: list[tuple[int, int]] = []
@@ -210,20 +234,10 @@ class GavelCompatPolicy(Policy):
             left[k] -= scale[m]
             chosen.add(m)
             picked.append((m, k))
-        # A picked job without a share is not given workers: its GPUs idle this round.
         run = [(ids[m], flavors[k]) for m, k in picked if shares is not None and ids[m] in shares]
         gang = {jid: scale[m] for m, jid in enumerate(ids)}
         run.sort(key=lambda c: -gang[c[0]])
-
-        new_state = GavelState(
-            flavors=flavors,
-            accounts={jid: JobAccount(tuple(job_time[i].tolist()), tuple(deficit[i].tolist()))
-                      for i, jid in enumerate(ids)},
-            worker_time_s=tuple(worker_time.tolist()), shares=shares, last_reset_s=last_reset,
-            need_update=need_update, shuffle_rng=shuffler.getstate(), memory=memory,
-        )
-        return Ranking(tuple(run), state=new_state, notes=_notes(shares, ids),
-                       fallbacks=fallbacks)
+        return run
 
 
 def _notes(shares: Shares | None, ids: Sequence[JobId]) -> dict[JobId, str]:

@@ -390,12 +390,9 @@ def _ecos(p: ShareProblem, inputs: RhoInputs) -> np.ndarray | None:
     """Gavel's cvxpy formulation (``inv_pos`` of the rate), solved by ECOS."""
     import cvxpy as cp  # lazy: optional gavel-compat extra, +1.2 s
 
-    m, _n = p.shape
     t, r, d = inputs.since_s, inputs.remaining, inputs.isolated_s
     x = cp.Variable(p.shape)
-    fracs = [
-        (t[i] + r[i] * cp.inv_pos(cp.sum(cp.multiply(p.tput[i], x[i])))) / d[i]
-        for i in range(m)
-    ]
-    obj = fracs[0] if m == 1 else cp.maximum(*fracs)
+    fracs = [(t[i] + r[i] * cp.inv_pos(cp.sum(cp.multiply(p.tput[i], x[i])))) / d[i]
+             for i in range(p.shape[0])]
+    obj = fracs[0] if len(fracs) == 1 else cp.maximum(*fracs)
     return solve_ecos(p, cp.Minimize(obj), x)
