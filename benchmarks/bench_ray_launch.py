@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tessera.live.executors.ray import RayExecutor
+from tessera.live.executors.ray.executor import RayExecutor
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.spec import parse_request
 from tessera.live.store import Store
@@ -72,7 +72,7 @@ def _wait(pred: Any, timeout_s: float) -> bool:
 def _cluster_cpu_s(svc: LiveService) -> float:
     """CPU seconds used so far by the embedded Ray cluster's processes (head, workers, rank
     hosts) and the children they reaped (the ranks' guardians and commands)."""
-    from tessera.live.executors.ray_head import cluster_pids
+    from tessera.live.executors.ray.head import cluster_pids
 
     head = getattr(svc.executor, "head", None)
     if head is None:
@@ -167,7 +167,7 @@ def measure(jobs: int, samples: int) -> dict[str, float]:
             return {**bench_latency(Path(tmp), samples), **bench_throughput(Path(tmp), jobs)}
         finally:
             with contextlib.suppress(ImportError):
-                from tessera.live.executors.ray_head import EmbeddedHead
+                from tessera.live.executors.ray.head import EmbeddedHead
 
                 for d in ("lat", "tput"):
                     EmbeddedHead(Path(tmp) / d).stop()

@@ -43,7 +43,7 @@ EDGES = frozenset({
 
 #: Below the edge, until placements, rankings and free-GPU books hold flavors.
 NOT_YET = frozenset({
-    "live/executors/ray_cluster.py",  # a placement's short name → Ray's accelerator type
+    "live/executors/ray/cluster.py",  # a placement's short name → Ray's accelerator type
     "sched/elastic/goodput.py",       # a placement's short name → its flavor
     "sched/core/plans.py",            # a gang shape's short names → flavors
     "share/mig.py",                   # the services file's gpu name, resolved late

@@ -35,7 +35,7 @@ def restore_ray_env(saved: dict[str, str | None]) -> None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    from tessera.live.executors.ray_cluster import _reread_ray_config
+    from tessera.live.executors.ray.cluster import _reread_ray_config
 
     _reread_ray_config()
 

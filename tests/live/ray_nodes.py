@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from tessera.live.executors.base import free_port
-from tessera.live.executors.ray_head import (
+from tessera.live.executors.ray.head import (
     HEAD_MARK_VAR,
     cluster_pids,
     head_port_flags,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.live.executors.ray_head import EmbeddedHead
+from tessera.live.executors.ray.head import EmbeddedHead
 from tests.live.ray_nodes import RayNodes
 from tests.live.test_durability import run_workload
 

@@ -210,8 +210,8 @@ def ray_ex() -> Iterator[Any]:
     kept an hour; its runs dir is a fresh work root's ``runs/`` as ``tessera serve`` lays it
     out."""
     pytest.importorskip("ray")
-    from tessera.live.executors.ray import RayExecutor
-    from tessera.live.executors.ray_cluster import use_token_file
+    from tessera.live.executors.ray.cluster import use_token_file
+    from tessera.live.executors.ray.executor import RayExecutor
     from tessera.live.layout import Layout, prepare
     from tessera.model.cluster import load_cluster
     from tests.live.ray_nodes import RayNodes

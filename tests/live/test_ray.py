@@ -29,12 +29,12 @@ ENV_DUMP = ("import json, os, sys; json.dump({k: v for k, v in os.environ.items(
             "open(sys.argv[1] + '/' + os.environ['RANK'] + '.json', 'w'))")
 
 
-from tessera.live.executors.ray_head import EmbeddedHead  # noqa: E402
+from tessera.live.executors.ray.head import EmbeddedHead  # noqa: E402
 
 
 @pytest.fixture
 def ray_service(tmp_path: Path) -> Iterator[LiveService]:
-    from tessera.live.executors.ray import RayExecutor
+    from tessera.live.executors.ray.executor import RayExecutor
 
     state, work = tmp_path / "state", tmp_path / "state-work"
     write_config(state)
@@ -108,8 +108,8 @@ def test_a_restart_finds_the_exit_of_a_run_that_ended_while_it_was_down(
     """The service stops while a job runs; the job ends; its rank host is killed (as a node
     restart would): the next service learns the exit from the KV record, then prunes it, and
     frees a group and a record of a run its store no longer holds."""
-    from tessera.live.executors.ray_hosts import HOST_PREFIX
-    from tessera.live.executors.ray_records import NAMESPACE
+    from tessera.live.executors.ray.hosts import HOST_PREFIX
+    from tessera.live.executors.ray.records import NAMESPACE
 
     state, work = tmp_path / "state", tmp_path / "state-work"
     write_config(state)
@@ -123,7 +123,7 @@ def test_a_restart_finds_the_exit_of_a_run_that_ended_while_it_was_down(
         # group and a run record of a run the store does not hold. The restart frees both.
         from ray.util.placement_group import placement_group
 
-        from tessera.live.executors.ray_records import put, run_key
+        from tessera.live.executors.ray.records import put, run_key
 
         stray = placement_group([{"GPU": 1.0}], name="tessera-pg:j-stray:1",
                                 lifetime="detached")
@@ -152,7 +152,7 @@ def test_a_restart_finds_the_exit_of_a_run_that_ended_while_it_was_down(
 
 
 def _service(state: Path, work: Path, start: bool = True) -> LiveService:
-    from tessera.live.executors.ray import RayExecutor
+    from tessera.live.executors.ray.executor import RayExecutor
 
     cluster = load_cluster("v100:2,t4:2", 2)
     svc = LiveService(Store(state / "state.db"),
@@ -165,13 +165,13 @@ def _service(state: Path, work: Path, start: bool = True) -> LiveService:
 
 
 def _kv_records() -> list[str]:
-    from tessera.live.executors.ray_records import keys
+    from tessera.live.executors.ray.records import keys
 
     return keys("run:") + keys("exit:")
 
 
 def test_a_mixed_gang_gets_one_bundle_per_flavor(tmp_path: Path) -> None:
-    from tessera.live.executors.ray import RayExecutor
+    from tessera.live.executors.ray.executor import RayExecutor
 
     state, work = tmp_path / "state", tmp_path / "state-work"
     write_config(state)
@@ -205,7 +205,7 @@ def test_a_flavor_no_node_offers_waits_and_others_run_and_keep_their_logs(
     """A head offering only V100s: a T4 job is unplaceable (pending, reason, no retry) while a
     V100 job runs; the V100 job's output is read through its host, then from its exit record
     once its host has forgotten the rank."""
-    from tessera.live.executors.ray import RayExecutor
+    from tessera.live.executors.ray.executor import RayExecutor
     from tests.live.ray_nodes import RayNodes
 
     nodes = RayNodes()
@@ -214,7 +214,7 @@ def test_a_flavor_no_node_offers_waits_and_others_run_and_keep_their_logs(
     cluster = load_cluster("v100:2,t4:2", 2)
     try:
         nodes.add_head(2, {"accelerator_type:V100": 1.0})
-        from tessera.live.executors.ray_cluster import use_token_file
+        from tessera.live.executors.ray.cluster import use_token_file
 
         monkeypatch.setenv("RAY_AUTH_MODE", "token")  # restored afterwards
         monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(nodes.token_file))

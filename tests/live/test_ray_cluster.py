@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from tessera.cli import app
 from tessera.errors import SpecError
 from tessera.live.executors.base import free_port
-from tessera.live.executors.ray_cluster import (
+from tessera.live.executors.ray.cluster import (
     flavor_resource,
     pretend_resources,
     probe,
@@ -95,7 +95,7 @@ def test_a_silent_embedded_head_with_live_processes_is_never_stopped(tmp_path: P
     import subprocess
     import sys
 
-    from tessera.live.executors.ray_head import EmbeddedHead
+    from tessera.live.executors.ray.head import EmbeddedHead
 
     head = EmbeddedHead(tmp_path)
     head.record.write_text(json.dumps({"address": f"127.0.0.1:{free_port()}",
@@ -114,7 +114,7 @@ def test_a_silent_embedded_head_with_live_processes_is_never_stopped(tmp_path: P
 def test_a_head_is_never_started_without_its_record(tmp_path: Path) -> None:
     """The record is written before ``ray start``: where it cannot be written (here, a state
     dir that does not exist), no head is started, so none is left running unfound."""
-    from tessera.live.executors.ray_head import EmbeddedHead, cluster_pids
+    from tessera.live.executors.ray.head import EmbeddedHead, cluster_pids
 
     head = EmbeddedHead(tmp_path / "missing")
     with pytest.raises(FileNotFoundError):
@@ -135,7 +135,7 @@ def test_a_head_start_ray_calls_timed_out_is_tried_once_more(
     one more start on a fresh port; any other failure is reported at once, with Ray's words."""
     import subprocess
 
-    from tessera.live.executors.ray_head import EmbeddedHead
+    from tessera.live.executors.ray.head import EmbeddedHead
 
     calls: list[list[str]] = []
 

@@ -59,7 +59,7 @@ def _logs(tmp_path: Path) -> Any:
 
 
 def _host() -> Any:
-    from tessera.live.executors.ray_worker import HOST_CONCURRENCY, RankHost
+    from tessera.live.executors.ray.worker import HOST_CONCURRENCY, RankHost
 
     return RankHost.options(max_concurrency=HOST_CONCURRENCY).remote()  # type: ignore
 
@@ -117,7 +117,7 @@ def test_rank_stops_at_max_runtime_and_its_env_is_clean(embedded_ray: None,
 
 def test_next_runs_rank_starts_only_after_the_earlier_runs_processes_are_gone(
         embedded_ray: None, tmp_path: Path) -> None:
-    from tessera.live.executors.ray_worker import log_path
+    from tessera.live.executors.ray.worker import log_path
 
     orphan = _spawn_orphan()
     try:

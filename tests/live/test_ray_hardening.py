@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import SpecError
-from tessera.live.executors.ray_head import EmbeddedHead, cluster_pids
+from tessera.live.executors.ray.head import EmbeddedHead, cluster_pids
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.spec import parse_request
 from tessera.live.store import Store
@@ -84,7 +84,7 @@ json.dump(out, open(os.path.join(os.environ["TESSERA_CHECKPOINT_DIR"], "attack.j
 
 
 def _service(state: Path, work: Path) -> LiveService:
-    from tessera.live.executors.ray import RayExecutor
+    from tessera.live.executors.ray.executor import RayExecutor
 
     write_config(state, [{"name": "team-a", "nominal_gpus": 2, "run_as": "nobody"},
                          {"name": "team-b", "nominal_gpus": 2}])
@@ -292,7 +292,7 @@ def _serve_config(address: str, token: Path | None, allow: bool = False) -> obje
 def test_an_external_cluster_with_a_token_still_connects(tmp_path: Path) -> None:
     """Two nodes with Ray's token auth: the service connects with --ray-token-file and sees
     both; the same address without the token is told why it cannot connect."""
-    from tessera.live.executors.ray_cluster import accepts_anyone
+    from tessera.live.executors.ray.cluster import accepts_anyone
     from tessera.live.server import connect_executor
 
     nodes = RayNodes()
@@ -338,7 +338,7 @@ def test_a_session_member_counts_only_with_the_heads_marker(tmp_path: Path) -> N
     asked for but that does not carry the head's marker is never taken."""
     import subprocess
 
-    from tessera.live.executors.ray_head import HEAD_MARK_VAR, stop_pids
+    from tessera.live.executors.ray.head import HEAD_MARK_VAR, stop_pids
 
     marker = str(tmp_path / "r")
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]

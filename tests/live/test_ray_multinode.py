@@ -119,7 +119,7 @@ def test_mixed_gang_across_two_nodes(nodes: RayNodes, tmp_path: Path) -> None:
         def left() -> dict[str, list[object]]:
             return dict(json.loads(nodes.query(
                 "from ray.util import placement_group_table\n"
-                "from tessera.live.executors.ray_hosts import HostPool\n"
+                "from tessera.live.executors.ray.hosts import HostPool\n"
                 "print(json.dumps({'ranks': HostPool().held(), 'pgs': [p['state'] for p in "
                 "placement_group_table().values() if p['state'] != 'REMOVED']}))")))
 

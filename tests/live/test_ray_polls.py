@@ -1,4 +1,4 @@
-"""Snapshots of the Ray rank hosts, taken without waiting (``ray_polls.RankPolls``).
+"""Snapshots of the Ray rank hosts, taken without waiting (``ray.polls.RankPolls``).
 
 No Ray cluster needed: the hosts are fakes whose ``poll_all`` answers when the test says, so
 the interleavings a loaded machine produces can be written down one by one.
@@ -13,8 +13,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from tessera.live.executors.ray_polls import ABSENT, RUNNING, Poll, RankPolls  # noqa: E402
-from tessera.live.executors.ray_worker import RankKey  # noqa: E402
+from tessera.live.executors.ray.polls import ABSENT, RUNNING, Poll, RankPolls  # noqa: E402
+from tessera.live.executors.ray.worker import RankKey  # noqa: E402
 
 
 @dataclass(eq=False)

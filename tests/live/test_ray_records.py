@@ -1,6 +1,6 @@
 """Exit records kept by the service once pruned from Ray's KV, and logs read from them.
 
-No Ray cluster needed: these are the file and tail parts of ``ray_records``.
+No Ray cluster needed: these are the file and tail parts of ``ray.records``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from tessera.live.executors.ray_records import (
+from tessera.live.executors.ray.records import (
     exit_record,
     log_from_record,
     save_exit,

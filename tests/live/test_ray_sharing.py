@@ -20,7 +20,7 @@ from tests.live.helpers import wait_for, write_config
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
-from tessera.live.executors.ray_head import EmbeddedHead  # noqa: E402
+from tessera.live.executors.ray.head import EmbeddedHead  # noqa: E402
 
 ADMIN = Principal("admin", None)
 QUEUES = [{"name": "team-a", "nominal_gpus": 4, "sharing": True},
@@ -33,7 +33,7 @@ def _groups() -> list[str]:
 
 
 def test_two_jobs_share_one_gpu_through_one_placement_group(tmp_path: Path) -> None:
-    from tessera.live.executors.ray import RayExecutor
+    from tessera.live.executors.ray.executor import RayExecutor
 
     state, work = tmp_path / "state", tmp_path / "state-work"
     write_config(state, QUEUES)

@@ -18,7 +18,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tessera.cli.live import register
+from tessera.cli.live import register as register_clients
+from tessera.cli.serve import register
 from tessera.errors import SpecError
 from tessera.live import server
 from tessera.live.executors import local
@@ -33,6 +34,7 @@ runner = CliRunner()
 def app() -> typer.Typer:
     a = typer.Typer()
     register(a)
+    register_clients(a)  # token-add
     return a
 
 
@@ -121,13 +123,13 @@ def test_a_failing_ray_address_is_one_line_and_the_token_survives(
     admin token printed before it is not lost. (An address that does not answer at all is
     refused before anything is written: tests/live/test_ray_cluster.py.)"""
     from tessera.live import server
-    from tessera.live.executors import ray
+    from tessera.live.executors.ray.executor import RayExecutor
 
     def unreachable(*_a: object, **_k: object) -> None:
         raise ConnectionError("could not connect")
 
     monkeypatch.setattr(server, "connect_executor", lambda _cfg: None)
-    monkeypatch.setattr(ray.RayExecutor, "__init__", unreachable)
+    monkeypatch.setattr(RayExecutor, "__init__", unreachable)
     r = runner.invoke(app, ["serve", "--state", str(tmp_path / "state"), "--port",
                             str(_free_port()), "--executor", "ray", "--ray-address",
                             "10.0.0.9:6379", "-c", "v100:4"])

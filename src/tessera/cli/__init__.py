@@ -31,7 +31,7 @@ app = typer.Typer(
 
 # Modules under tessera.cli that contribute commands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
-    "simulate", "analyze", "plan", "train", "share", "live", "admin", "logs", "lessons",
+    "simulate", "analyze", "plan", "train", "share", "serve", "live", "admin", "logs", "lessons",
 )
 
 

@@ -1,4 +1,4 @@
-"""``tessera serve`` and the client commands of the live service.
+"""The client commands of the live service (``tessera serve`` itself: :mod:`tessera.cli.serve`).
 
 Client commands talk to a running service: ``--server`` / ``TESSERA_SERVER`` (default
 ``http://127.0.0.1:8470``) and a token: the admin token that the first ``tessera serve``
@@ -26,16 +26,13 @@ from tessera.cli.options import (
     CLUSTER_HELP,
     GPUS_PER_SERVER,
     JSON,
-    POLICY_HELP,
     SERVER,
     STATE,
     TOKEN,
     TOKEN_FILE,
 )
-from tessera.cli.settings_flags import settings_flags
 from tessera.cli.terminal import safe
 from tessera.model.jobs import JobState
-from tessera.sched.core.settings import SchedulerSettings
 
 JOB_ID = typer.Argument(..., metavar="JOB_ID", help="Job id, as `tessera submit` or "
                         "`tessera jobs` shows it (j-…).")
@@ -132,102 +129,13 @@ def _status(value: str | None) -> str | None:
     return value
 
 
-# The Ray executor's options (its options model: tessera.live.executors.ray_plugin).
-RAY_ADDRESS = typer.Option(None, "--ray-address", help="HOST:PORT of an existing Ray head "
-                           "(with --executor ray; default: start one).")
-RAY_TOKEN_FILE = typer.Option(None, "--ray-token-file", help="The Ray head's auth token file "
-                              "(its ~/.ray/auth_token), when this host has not got the same "
-                              "one.")
-RAY_ALLOW_UNAUTHENTICATED = typer.Option(
-    False, "--ray-allow-unauthenticated", help="Connect to a --ray-address cluster that lets "
-    "in clients without a token (refused otherwise: anyone who reaches it runs code as its "
-    "nodes' user; docs/security.md).")
-RAY_FLAVOR_RESOURCE = typer.Option(
-    None, "--ray-flavor-resource", show_default="accelerator_type",
-    help="How ranks ask Ray for their flavor: accelerator_type (the accelerator_type:<T> "
-    "resources Ray's GPU detection publishes) or gpu_flavor (gpu_flavor:<flavor> resources "
-    "the nodes declare).")
-
-
 def register(app: typer.Typer) -> None:
-    """Add the live-service commands to ``app``: the service, then its clients' commands."""
-    _serve_command(app)
+    """Add the live service's client commands to ``app`` (``serve`` itself:
+    :mod:`tessera.cli.serve`)."""
     _submit_command(app)
     _job_commands(app)
     _cluster_commands(app)
     _admin_commands(app)
-
-
-def _serve_command(app: typer.Typer) -> None:
-    """``tessera serve``."""
-
-    @app.command(epilog="Example: tessera serve -c v100:8,t4:8 -p fifo, then "
-                 "export TESSERA_TOKEN=<the admin token it prints> and tessera submit job.yaml")
-    @settings_flags(SchedulerSettings)
-    def serve(
-        state: Path = STATE,
-        ray_address: str = RAY_ADDRESS,
-        ray_token_file: Path = RAY_TOKEN_FILE,
-        ray_allow_unauthenticated: bool = RAY_ALLOW_UNAUTHENTICATED,
-        ray_flavor_resource: str = RAY_FLAVOR_RESOURCE,
-        port: int = typer.Option(8470, "--port", help="HTTP port for the API and dashboard."),
-        host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-        cluster: str = typer.Option(None, "--cluster", "-c", help=CLUSTER_HELP,
-                                    show_default="the one --state remembers, else v100:4,t4:4"),
-        gpus_per_server: int = GPUS_PER_SERVER,
-        policy: str = typer.Option(None, "--policy", "-p", help=POLICY_HELP,
-                                   show_default="the one --state remembers, else fifo"),
-        executor: str = typer.Option("local", "--executor", help="Where jobs run: local "
-                                     "(subprocesses on this machine) or ray."),
-        grace_s: float = typer.Option(10.0, "--grace-s", help="Time a stopped job gets to "
-                                      "checkpoint and exit before it is killed (s)."),
-        period_s: float = typer.Option(1.0, "--period-s", help="In events mode, decide at "
-                                       "least this often even when nothing happened (s)."),
-        work_dir: Path = typer.Option(None, "--work-dir", show_default="--state's path + "
-                                      "'-work', e.g. ~/.tessera-work",
-                                      help="Work root for the jobs' run folders and default "
-                                      "checkpoints; never inside --state, which only the "
-                                      "service may read."),
-        api_docs: bool = typer.Option(False, "--api-docs", help="Serve the API's schema "
-                                      "pages /docs, /redoc and /openapi.json (no token "
-                                      "needed; they hold no data)."),
-        run_as: str = typer.Option(None, "--run-as", metavar="USER", help="Run every job as "
-                                   "this user (the service must run as root); a queue's "
-                                   "run_as in tessera-live.yaml overrides it.",
-                                   show_default="the service's own user"),
-        new_store: bool = typer.Option(False, "--new-store", help="Start with an empty job "
-                                       "store on purpose: the old one (if any) is moved to "
-                                       "store-aside-<time>/ in --state, never deleted. Without "
-                                       "it, a missing, empty or damaged store stops serve."),
-        settings: SchedulerSettings = SchedulerSettings(),
-    ) -> None:
-        """Run the scheduler service, its HTTP API and dashboard.
-
-        The first start prints the admin token once; clients pass it as --token or TESSERA_TOKEN.
-
-        --state must be the service user's alone (0700; files 0600): serve creates it so and
-        refuses one that others can read or write. Limits and tenant views are set in
-        tessera-live.yaml there (docs/security.md).
-
-        The Scheduler options are the settings `tessera simulate` runs with.
-
-        With --mixed-gangs each rank gets its own TESSERA_FLAVOR.
-        """
-        from tessera.live.executors.registry import options_from_flags
-        from tessera.live.server import ServeConfig
-        from tessera.live.server import serve as run_serve
-        from tessera.live.service import ServiceOptions
-
-        given = {"ray": {k: v for k, v in (
-            ("address", ray_address), ("token_file", ray_token_file),
-            ("allow_unauthenticated", ray_allow_unauthenticated or None),
-            ("flavor_resource", ray_flavor_resource)) if v is not None}}
-        cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor,
-                          _run(lambda: options_from_flags(executor, given)),
-                          ServiceOptions(scheduler=settings, period_s=period_s,
-                                         grace_s=grace_s), work_dir, api_docs,
-                          run_as=run_as, new_store=new_store)
-        _run(lambda: run_serve(cfg, host, port))
 
 
 def _submit_command(app: typer.Typer) -> None:

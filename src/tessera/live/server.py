@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, check_run_as
-from tessera.live.executors.builtin import executor_plugin
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
-from tessera.live.executors.registry import ExecutorSite, parse_options
+from tessera.live.executors.registry import ExecutorSite, executor_plugin, parse_options
 from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.storecheck import MarkerKeeper, open_store

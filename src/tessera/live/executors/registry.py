@@ -7,8 +7,8 @@ two jobs on one GPU set (a packing policy's co-location), a check to run before 
 written (:meth:`ExecutorPlugin.connect`: Ray connects to ``--ray-address`` there), and how to
 build the executor from its options and the service's layout (:meth:`ExecutorPlugin.build`).
 
-Adding an executor touches its own modules: the executor, and a plugin registered next to
-it::
+Adding an executor touches one package: a sub-package of ``tessera.live.executors`` (the
+built-in ``local/`` and ``ray/``) whose ``__init__`` registers a plugin::
 
     class MyOptions(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
@@ -18,16 +18,32 @@ it::
     class MyPlugin(ExecutorPlugin[MyOptions]):
         options_model = MyOptions
 
-        def build(self, options: MyOptions, where: ExecutorSite) -> Executor:
-            return MyExecutor(options.endpoint, where.runs_dir)
+        def build(self, options: MyOptions, site: ExecutorSite) -> Executor:
+            return MyExecutor(options.endpoint, site.runs_dir)
 
-The built-in executors register in :mod:`tessera.live.executors.builtin`, which ``serve``
-imports; a plugin outside Tessera registers the same way from its own module. On the command
-line an executor's options are flags ``--<executor>-<option>`` (``--ray-address``).
+No list names the executors: :func:`load_executors` imports every sub-package of this package
+(:mod:`pkgutil`), so a new built-in one is found by being there. A package outside Tessera
+adds an executor through the entry-point group ``tessera.executors`` of its own
+``pyproject.toml`` (``mine = "my_package.tessera_executor"``: a module that registers as above,
+or ``mine = "my_package:MyPlugin"``: a plugin class, registered under the entry point's name
+with its docstring's first line as summary). Why both: a directory walk needs no install step,
+so the built-in executors are found the same way in a fresh clone, an editable install and a
+wheel, and cannot go missing when a package's metadata is stale; entry points are how an
+installed package extends another, and only they reach code outside Tessera's directory.
+
+Nothing is imported until an executor is asked for by name or listed (``serve``, its
+``--help``), and an executor's package imports nothing heavy (the Ray executor imports Ray only
+when it is built). On the command line an executor's options are flags
+``--<executor>-<option>`` (``--ray-address``).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.metadata
+import logging
+import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +58,11 @@ from tessera.model.cluster import ClusterSpec
 from tessera.registry import Registry
 
 O = TypeVar("O", bound=BaseModel)  # noqa: E741 -- the options model
+
+#: The entry-point group through which an installed package adds executors.
+ENTRY_POINT_GROUP = "tessera.executors"
+
+log = logging.getLogger("tessera.live")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +114,55 @@ class ExecutorPlugin(Generic[O]):
 EXECUTORS = Registry[type[ExecutorPlugin[Any]]]("executor")
 
 
+@functools.cache
+def load_executors() -> Registry[type[ExecutorPlugin[Any]]]:
+    """:data:`EXECUTORS`, with every executor imported (once per process; the module
+    docstring says how they are found).
+
+    The built-in sub-packages are imported first, in name order; an error in one of them is a
+    bug and propagates. An entry point that fails to load, that names something that is no
+    plugin, or whose name is taken is skipped with a warning: a broken package outside Tessera
+    must not stop ``tessera serve --help``.
+    """
+    here = importlib.import_module(__package__ or "tessera.live.executors")
+    for info in sorted(pkgutil.iter_modules(here.__path__, here.__name__ + "."),
+                       key=lambda m: m.name):
+        if info.ispkg:
+            importlib.import_module(info.name)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        _load_entry_point(ep)
+    return EXECUTORS
+
+
+def _load_entry_point(ep: importlib.metadata.EntryPoint) -> None:
+    """Import one ``tessera.executors`` entry point; register it if it names a plugin class."""
+    before = EXECUTORS.names()
+    try:
+        obj = ep.load()
+    except Exception as e:  # whatever a third-party package raises on import
+        log.warning("executor %r (%s) was skipped: it failed to load: %s", ep.name, ep.value, e)
+        return
+    if isinstance(obj, type) and issubclass(obj, ExecutorPlugin):
+        if ep.name in EXECUTORS and EXECUTORS.get(ep.name) is not obj:
+            log.warning("executor %r (%s) was skipped: the name is taken", ep.name, ep.value)
+            return
+        if ep.name not in EXECUTORS:
+            summary = (obj.__doc__ or "").strip().split("\n")[0] or f"From {ep.value}."
+            EXECUTORS.register(ep.name, summary)(obj)
+    elif ep.name not in EXECUTORS.names() and EXECUTORS.names() == before:
+        log.warning("executor %r (%s) was skipped: it registered no executor", ep.name,
+                    ep.value)
+
+
 def executor_plugin(name: str) -> ExecutorPlugin[Any]:
-    """The plugin called ``name`` (:class:`SpecError` naming the known ones otherwise)."""
-    return EXECUTORS.get(name)()
+    """The plugin called ``name`` (:class:`SpecError` naming the registered ones otherwise)."""
+    return load_executors().get(name)()
+
+
+def executors_help() -> str:
+    """The registered executors in one line, for ``--executor``'s help: ``local: Subprocesses
+    on this machine (no Ray); ray: ...``."""
+    return "; ".join(f"{e.name}: {e.summary.rstrip('.')}" for e in load_executors())
 
 
 def flag_of(executor: str, option: str) -> str:

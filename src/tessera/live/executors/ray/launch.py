@@ -1,25 +1,25 @@
 """The Ray executor's launches: from ``launch`` to ``running``, never blocking the loop.
 
 For run ``r`` of job ``j`` on ``g`` GPUs (the rest of the run's life is
-:mod:`~tessera.live.executors.ray`'s):
+:mod:`~tessera.live.executors.ray.executor`'s):
 
 1. ``launch`` writes a run record to Ray's KV and creates a **placement group**
    ``tessera-pg:j:r``, one bundle ``{"GPU": n, <flavor mark>}`` per node of the placement
-   (marks: :mod:`~tessera.live.executors.ray_cluster`), STRICT_PACK for jobs that require
+   (marks: :mod:`~tessera.live.executors.ray.cluster`), STRICT_PACK for jobs that require
    locality, else PACK, and returns at once.
 2. ``status`` moves the launch on without blocking (:meth:`Launches._advance`), one step per
    call while the run is ``starting``: the group is placed → one **bundle slot** task per
    bundle learns its node and the GPU ids Ray reserved for it (and, on bundle 0's node, a free
-   port for ``MASTER_PORT``; :mod:`~tessera.live.executors.ray_hosts`), on the *placer* thread,
+   port for ``MASTER_PORT``; :mod:`~tessera.live.executors.ray.hosts`), on the *placer* thread,
    one launch at a time → on the *starter* thread, while the placer asks about the next launch,
    the ranks' nodes go into the run record and the warm **rank host** of each rank's node
-   (:mod:`~tessera.live.executors.ray_worker`) is asked to start the rank's command with
+   (:mod:`~tessera.live.executors.ray.worker`) is asked to start the rank's command with
    ``CUDA_VISIBLE_DEVICES`` = its GPU, logging to a file on that node → once every start call
    has returned, ``running``. A group that no alive node could ever hold is ``unplaceable`` at
    once, one still pending after ``place_timeout_s`` is ``unplaceable`` then; either way the
    group is removed and ``detail`` names what is missing.
 
-:class:`Launches` is the part of :class:`~tessera.live.executors.ray.RayExecutor` that does
+:class:`Launches` is the part of :class:`~tessera.live.executors.ray.executor.RayExecutor` that does
 this; the executor builds the state it names (threads, caches) in its constructor.
 """
 
@@ -40,10 +40,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tessera.live.executors.base import CHECKPOINTS_ROOT_VAR, LaunchSpec, RunStatus, rank_envs
 from tessera.live.executors.logs import LogSettings, RankLogs
-from tessera.live.executors.ray_cluster import FlavorResource, flavor_resource, unplaceable_reason
-from tessera.live.executors.ray_hosts import BundleSlot, HostPool, bundle_slot
-from tessera.live.executors.ray_polls import RankPolls
-from tessera.live.executors.ray_records import get, keys, put, run_key
+from tessera.live.executors.ray.cluster import FlavorResource, flavor_resource, unplaceable_reason
+from tessera.live.executors.ray.hosts import BundleSlot, HostPool, bundle_slot
+from tessera.live.executors.ray.polls import RankPolls
+from tessera.live.executors.ray.records import get, keys, put, run_key
 from tessera.live.where import describe
 
 PLACE_TIMEOUT_S = 30.0

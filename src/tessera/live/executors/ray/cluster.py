@@ -22,7 +22,7 @@ listens at the address before Ray retries for twenty seconds, and turns every fa
 :class:`~tessera.errors.SpecError` line.
 
 **The embedded cluster** (a ``ray start --head`` of the service's own) is
-:mod:`~tessera.live.executors.ray_head`.
+:mod:`~tessera.live.executors.ray.head`.
 An external cluster that lets in clients without a token is refused
 (:func:`check_authenticated`) unless the admin says otherwise.
 """
@@ -176,7 +176,7 @@ def connect(address: str, namespace: str, *, loopback: bool = False,
             allow_unauthenticated: bool = False) -> None:
     """``ray.init`` against a running cluster, or one clear :class:`SpecError`.
 
-    ``loopback``: the embedded head (:class:`~.ray_head.EmbeddedHead`), whose node address is
+    ``loopback``: the embedded head (:class:`~.head.EmbeddedHead`), whose node address is
     127.0.0.1; otherwise the cluster is first asked whether it lets in a client without a
     token (:func:`check_authenticated`), and refused if so unless ``allow_unauthenticated``.
 

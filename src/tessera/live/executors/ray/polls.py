@@ -28,7 +28,7 @@ from typing import Any
 
 import ray
 
-from tessera.live.executors.ray_worker import RankKey
+from tessera.live.executors.ray.worker import RankKey
 
 Poll = tuple[str, int | None, bool]
 """A rank's ``(state, status, stopped)`` as its host reports it (``RankHost.poll``)."""

@@ -6,7 +6,7 @@ For run ``r`` of job ``j`` on ``g`` GPUs:
    returns at once;
 2. ``status`` moves the launch on one non-blocking step per call -- the group placed, each
    bundle's node and GPUs learnt, the ranks started by their nodes' warm hosts -- until the
-   run is ``running`` (or ``unplaceable``, or ``lost``): :mod:`~tessera.live.executors.ray_launch`.
+   run is ``running`` (or ``unplaceable``, or ``lost``): :mod:`~tessera.live.executors.ray.launch`.
 3. Each rank's host writes an **exit record** (status, stop flag, the tail of its log) to Ray's
    KV when the command ends, so the status of a run that ended while the service was down --
    or whose host died afterwards -- is read from the cluster, not from the service's memory.
@@ -17,8 +17,8 @@ For run ``r`` of job ``j`` on ``g`` GPUs:
    exit record's tail once the rank is forgotten), so no shared filesystem is needed.
 
 A running run's state comes from snapshots of every host's ranks, asked for every
-``POLL_TTL_S`` and never waited for by the scheduling loop (:mod:`~tessera.live.executors.
-ray_polls`, which also says why a snapshot asked before a rank started must not judge it).
+``POLL_TTL_S`` and never waited for by the scheduling loop (:mod:`~tessera.live.executors.ray.
+polls`, which also says why a snapshot asked before a rank started must not judge it).
 
 Every name is derived from ``(job, run)``, so ``launch`` is idempotent: after a restart it finds
 what exists and creates only what is missing; a rank starts at most once on its node (the
@@ -68,24 +68,24 @@ from tessera.live.executors.base import (
 )
 from tessera.live.executors.gpu_sharing import Mechanism, mechanism
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, remove_expired
-from tessera.live.executors.ray_cluster import (
+from tessera.live.executors.ray.cluster import (
     FlavorResource,
     connect,
     pretend_resources,
     shared_accelerator_types,
     use_token_file,
 )
-from tessera.live.executors.ray_head import EmbeddedHead
-from tessera.live.executors.ray_hosts import HostPool
-from tessera.live.executors.ray_launch import (
+from tessera.live.executors.ray.head import EmbeddedHead
+from tessera.live.executors.ray.hosts import HostPool
+from tessera.live.executors.ray.launch import (
     PLACE_TIMEOUT_S,
     SLOT_TIMEOUT_S,
     Launch,
     Launches,
     pg_name,
 )
-from tessera.live.executors.ray_polls import RankPolls
-from tessera.live.executors.ray_records import (
+from tessera.live.executors.ray.polls import RankPolls
+from tessera.live.executors.ray.records import (
     NAMESPACE,
     exit_key,
     get,
@@ -97,7 +97,7 @@ from tessera.live.executors.ray_records import (
     saved_exit,
     status_from_records,
 )
-from tessera.live.executors.ray_worker import RankKey
+from tessera.live.executors.ray.worker import RankKey
 from tessera.model.cluster import ClusterSpec
 
 #: How long a release waits for a host to kill what is left of a rank and report its exit.
@@ -118,7 +118,7 @@ class RayExecutor(Launches):
 
     ``address``: ``HOST:PORT`` of a running head, or ``None`` for the embedded head of
     ``state_dir`` (default ``runs_dir``'s parent), which pretends to hold ``cluster``'s GPUs.
-    ``flavor_resource``: how a rank asks for its flavor (:mod:`ray_cluster`).
+    ``flavor_resource``: how a rank asks for its flavor (:mod:`.cluster`).
     """
 
     name = "ray"

@@ -1,4 +1,4 @@
-"""The local executor: every run is a runner process (``runner.py``) and its ranks, no Ray.
+"""The local executor: every run is a runner process (``../runner.py``) and its ranks, no Ray.
 
 Each run gets a directory ``<runs_dir>/<job_id>/<run>/`` holding what a restarted service needs
 to know, in files written atomically:
@@ -72,7 +72,8 @@ from tessera.live.executors.gpu_sharing import Mechanism, mechanism
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, private_run_dir, remove_expired
 from tessera.live.executors.registry import EXECUTORS, ExecutorPlugin, ExecutorSite
 
-RUNNER = Path(__file__).with_name("runner.py")
+#: The runner script: beside ``contain.py``, which it imports as a sibling (run with ``-S``).
+RUNNER = Path(__file__).parents[1] / "runner.py"
 #: How long ``launch`` waits for an earlier run's killed processes to disappear.
 SWEEP_TIMEOUT_S = 5.0
 

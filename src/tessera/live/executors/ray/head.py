@@ -6,7 +6,7 @@ derived from the state dir. It outlives a stopped or killed service, so a restar
 and adopts the runs exactly as with ``--ray-address``. It is locked down (token auth with a
 token only the service holds, loopback sockets only, no Ray client server, no job API) and
 stopped by its session, not its command lines (:func:`cluster_pids`, :func:`stop_pids`).
-Connecting to it is :mod:`~tessera.live.executors.ray_cluster`'s :func:`connect`.
+Connecting to it is :mod:`~tessera.live.executors.ray.cluster`'s :func:`connect`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from tessera.errors import SpecError
 from tessera.live.executors import contain
 from tessera.live.executors.base import free_port, free_ports
-from tessera.live.executors.ray_cluster import CONNECT_PROBE_S, probe
+from tessera.live.executors.ray.cluster import CONNECT_PROBE_S, probe
 from tessera.live.layout import write_private
 
 log = logging.getLogger("tessera.live")

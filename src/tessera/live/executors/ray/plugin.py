@@ -1,6 +1,7 @@
 """``--executor ray``: the Ray executor's options and how ``serve`` builds it.
 
-The options are the ``--ray-*`` flags of ``tessera serve``; this module imports no Ray (the
+The options are the ``--ray-*`` flags of ``tessera serve`` (generated from :class:`RayOptions`:
+its descriptions are the flags' help); this module imports no Ray (the
 executor and the connection helpers are imported when they are used), so listing the
 executors costs nothing where Ray is not installed.
 """
@@ -21,20 +22,25 @@ class RayOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    address: str | None = Field(None, description="HOST:PORT of an existing Ray head; "
-                                "None: start an embedded head in the state dir.")
-    token_file: Path | None = Field(None, description="The Ray head's auth token file, when "
-                                    "this host has not got the same one.")
-    allow_unauthenticated: bool = Field(False, description="Connect to an address whose "
-                                        "cluster lets in clients without a token.")
+    address: str | None = Field(None, description="HOST:PORT of an existing Ray head "
+                                "(default: start an embedded one in the state dir).")
+    token_file: Path | None = Field(None, description="The Ray head's auth token file (its "
+                                    "~/.ray/auth_token), when this host has not got the same "
+                                    "one.")
+    allow_unauthenticated: bool = Field(False, description="Connect to a --ray-address "
+                                        "cluster that lets in clients without a token "
+                                        "(refused otherwise: anyone who reaches it runs code "
+                                        "as its nodes' user; docs/security.md).")
     flavor_resource: Literal["accelerator_type", "gpu_flavor"] = Field(
-        "accelerator_type", description="How ranks ask Ray for their flavor.")
+        "accelerator_type", description="How ranks ask Ray for their flavor: accelerator_type "
+        "(the accelerator_type:<T> resources Ray's GPU detection publishes) or gpu_flavor "
+        "(gpu_flavor:<flavor> resources the nodes declare).")
 
 
 @EXECUTORS.register("ray", "Placement groups and detached actors on a Ray cluster (embedded "
                     "head, or --ray-address).")
 class RayPlugin(ExecutorPlugin[RayOptions]):
-    """``--executor ray``: :class:`~tessera.live.executors.ray.RayExecutor`."""
+    """``--executor ray``: :class:`~tessera.live.executors.ray.executor.RayExecutor`."""
 
     options_model = RayOptions
     shares_gpus = True  # a rider runs in the bundles of its host's placement group
@@ -49,15 +55,15 @@ class RayPlugin(ExecutorPlugin[RayOptions]):
 
         if ray.is_initialized():  # serve() connected already
             return
-        from tessera.live.executors.ray import NAMESPACE
-        from tessera.live.executors.ray_cluster import connect, use_token_file
+        from tessera.live.executors.ray.cluster import connect, use_token_file
+        from tessera.live.executors.ray.executor import NAMESPACE
 
         use_token_file(options.token_file)
         connect(options.address, NAMESPACE,
                 allow_unauthenticated=options.allow_unauthenticated)
 
     def build(self, options: RayOptions, site: ExecutorSite) -> Executor:
-        from tessera.live.executors.ray import RayExecutor
+        from tessera.live.executors.ray.executor import RayExecutor
 
         return RayExecutor(site.cluster, options.address, site.runs_dir, grace_s=site.grace_s,
                            flavor_resource=options.flavor_resource, state_dir=site.state_dir,

@@ -7,7 +7,7 @@ the actor anyway -- it runs under a guardian, a separate process tree
 every rank placed there, run after run. :class:`RankHost` is that actor: named, detached,
 pinned to its node, holding no resources itself (the run's placement group holds the GPUs; the
 executor passes each rank the GPU ids Ray assigned to its bundle, see
-:mod:`tessera.live.executors.ray_hosts`).
+:mod:`tessera.live.executors.ray.hosts`).
 
 A rank is known by its key ``(job_id, run, rank)``. For each one the host
 
@@ -21,7 +21,7 @@ A rank is known by its key ``(job_id, run, rank)``. For each one the host
 * gives it a clean environment (:func:`~tessera.live.executors.base.launch_env`), never the
   host's own, so nothing of the host -- or of an earlier job -- reaches it;
 * writes an **exit record** to Ray's KV when the command ends
-  (:mod:`tessera.live.executors.ray_records`), so a restarted service learns how it ended;
+  (:mod:`tessera.live.executors.ray.records`), so a restarted service learns how it ended;
 * on :meth:`RankHost.forget`, kills whatever of the rank's tree is left (the guardian and every
   process recorded in the run's ``*.pids`` files), waits for the exit record, and drops it;
 * on :meth:`RankHost.remove_expired`, removes the run directories on this node whose runs
@@ -55,7 +55,7 @@ from tessera.live.executors.base import (
     read_log_file,
 )
 from tessera.live.executors.logs import RankLogs, open_log, private_run_dir, remove_expired
-from tessera.live.executors.ray_records import exit_key, exit_record, get, put, run_key
+from tessera.live.executors.ray.records import exit_key, exit_record, get, put, run_key
 
 #: How often a rank's exit watcher looks whether the command has ended (s).
 EXIT_POLL_S = 0.2

@@ -1,7 +1,7 @@
 """Where a run's ranks go on Ray: the GPUs of each placement-group bundle, and the rank hosts.
 
 **Bundle slots.** A run's placement group reserves its GPUs (one bundle per node of the
-placement, with the flavor's resource: :mod:`~tessera.live.executors.ray_cluster`). To learn
+placement, with the flavor's resource: :mod:`~tessera.live.executors.ray.cluster`). To learn
 which GPUs Ray gave a bundle, and on which node, the executor runs one tiny task *inside* that
 bundle asking for all of its GPUs and flavor resource: Ray leases it exactly the bundle's GPUs
 and sets ``CUDA_VISIBLE_DEVICES`` for it as it would for an actor there, and the task returns
@@ -11,7 +11,7 @@ task runs on a pooled Ray worker (``max_calls=0``: Ray would otherwise retire a 
 each GPU task), so it costs milliseconds, not a process start. On the node of bundle 0 the
 task also picks the rendezvous port (``MASTER_PORT``).
 
-**Rank hosts.** Each node has one warm :class:`~tessera.live.executors.ray_worker.RankHost`,
+**Rank hosts.** Each node has one warm :class:`~tessera.live.executors.ray.worker.RankHost`,
 named ``tessera-host:<node id>``, detached and pinned to the node (:class:`HostPool`). It
 holds no resources; it starts, watches and stops the ranks placed there. A host that died (its
 node restarted, or it was killed) is created again on the next use.
@@ -28,8 +28,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tessera.live.executors.base import free_port
-from tessera.live.executors.ray_records import NAMESPACE
-from tessera.live.executors.ray_worker import HOST_CONCURRENCY, RankHost, RankKey
+from tessera.live.executors.ray.records import NAMESPACE
+from tessera.live.executors.ray.worker import HOST_CONCURRENCY, RankHost, RankKey
 
 HOST_PREFIX = "tessera-host:"
 log = logging.getLogger("tessera.live")
