@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,14 @@ def test_simulate_piped_shows_no_progress(
     code, _out, err = _run([*SMALL, "--out", str(tmp_path)], capsys, monkeypatch)
     assert code == 0, err
     assert "policies done" not in err and "━" not in err
+
+
+def test_python_dash_m_tessera_is_the_tessera_command() -> None:
+    """A checkout without the console script on ``PATH``: ``python -m tessera`` answers as
+    ``tessera`` does (the package has its ``__main__``)."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin", "COLUMNS": "100"}
+    out = subprocess.run([sys.executable, "-m", "tessera", "policies"], capture_output=True,
+                         text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "hetero_srpt" in out.stdout
