@@ -17,7 +17,7 @@ from tessera.report.files import PENDING_RECORD_FIELDS, write_job_csv
 from tessera.report.html import write_html_report
 from tessera.report.policies import ORACLE_MARK, oracle_note, policy_info
 from tessera.report.tables import comparison_table, wait_split_table
-from tessera.sched.catalog import list_policies
+from tessera.sched.catalog import gavel_loop_only, list_policies, make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import PENDING_KEYS, SimResult
@@ -43,6 +43,29 @@ def test_policies_that_say_they_read_oracle_durations_are_the_marked_ones() -> N
         if "no oracle" in summary:
             assert name not in marked, name
     assert "fifo" not in marked and "las" not in marked and "hetero_gittins" not in marked
+
+
+def test_the_policy_list_marks_the_same_oracles_as_the_results() -> None:
+    """``tessera policies`` (table and ``--json``) marks every oracle the results mark, and
+    only those: a new user reading the list learns which policies read true durations."""
+    oracles = {name for name, _ in list_policies() if policy_info(name).oracle}
+    table = runner.invoke(app, ["policies"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    first_cells = [line.split("│")[1].strip() for line in table.output.splitlines()
+                   if line.count("│") >= 2]
+    marked = {cell.split()[0] for cell in first_cells if ORACLE_MARK in cell}
+    assert marked == oracles
+    listed = json.loads(runner.invoke(app, ["policies", "--json"]).output)
+    assert {p["policy"] for p in listed if p["oracle"]} == oracles
+
+
+def test_a_policy_said_to_need_compat_gavel_is_the_one_the_simulator_refuses_without() -> None:
+    """``tessera policies`` says "--compat gavel only" of exactly the policies the simulator
+    refuses to run without ``--compat gavel`` (its worlds share GPUs, so Gavel's packing
+    policies run there with Tessera's costs)."""
+    for name, summary in list_policies():
+        refused = gavel_loop_only(make_policy(name), shares_gpus=True) is not None
+        assert ("--compat gavel only" in summary) == refused, name
 
 
 def test_comparison_table_marks_oracles_and_says_what_each_policy_does(

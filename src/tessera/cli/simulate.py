@@ -362,6 +362,7 @@ def _register_policies(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from tessera.report.policies import ORACLE_MARK, ORACLE_MEANING, policy_info
         from tessera.sched.catalog import list_policies, policy_options
 
         if name is not None:
@@ -376,11 +377,13 @@ def _register_policies(app: typer.Typer) -> None:
                 t.add_row(*row)
             Console().print(t if options else f"{name} has no options")
             return
+        infos = [policy_info(name) for name, _summary in list_policies()]
         if as_json:
-            typer.echo(json.dumps([{"policy": name, "summary": summary}
-                                   for name, summary in list_policies()], indent=2))
+            typer.echo(json.dumps([{"policy": i.label, **i.as_json()} for i in infos], indent=2))
             return
-        t = Table("policy", "what it does", header_style="bold")
-        for name, summary in list_policies():
-            t.add_row(name, summary)
+        t = Table("policy", "what it does", header_style="bold",
+                  caption=f"{ORACLE_MARK} {ORACLE_MEANING}")
+        for info in infos:
+            t.add_row(info.marked, info.summary + (f" Oracle: reads {info.oracle}."
+                                                   if info.oracle else ""))
         Console().print(t)

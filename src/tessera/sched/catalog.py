@@ -49,11 +49,13 @@ from tessera.sched.policies.sia import Sia
 _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
     ("fifo", "First come, first served; backfills; no preemption.", Fifo),
     ("max_min_fairness_packed",
-     "Gavel's max_min_fairness_packed (--compat gavel only): max-min fairness over jobs and "
-     "measured pairs sharing GPUs.", GavelMaxMinFairnessPacked),
+     "Gavel's max_min_fairness_packed (Gavel's numbers under --compat gavel; without it, "
+     "Tessera's costs and rounds): max-min fairness over jobs and measured pairs sharing GPUs.",
+     GavelMaxMinFairnessPacked),
     ("fifo_packed",
-     "Gavel's fifo_packed (--compat gavel only): fifo_perf, then queued jobs share the GPUs of "
-     "an assigned job when the measured pair gains > 1.5×.", GavelFifoPacked),
+     "Gavel's fifo_packed (Gavel's numbers under --compat gavel; without it, Tessera's costs "
+     "and rounds): fifo_perf, then queued jobs share the GPUs of an assigned job when the "
+     "measured pair gains > 1.5×.", GavelFifoPacked),
     ("min_total_duration",
      "Gavel's min_total_duration_perf (--compat gavel only): the shortest horizon by which "
      "every job can finish, by bisection over feasibility LPs.", GavelMinTotalDuration),
@@ -61,8 +63,9 @@ _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
      "Gavel's allox (--compat gavel only): min-cost assignment of waiting one-GPU jobs to free "
      "GPUs by remaining time plus waiting time.", GavelAllox),
     ("gandiva",
-     "Gavel's gandiva (--compat gavel only): random pairs of jobs share GPUs; pairs that do "
-     "not gain are split at the next recompute.", GavelGandiva),
+     "Gavel's gandiva (Gavel's numbers under --compat gavel; without it, Tessera's costs and "
+     "rounds): random pairs of jobs share GPUs; pairs that do not gain are split at the next "
+     "recompute.", GavelGandiva),
     ("max_min_fairness",
      "Gavel LAS: max-min fairness over effective throughput (HiGHS LP).", MaxMinFairness),
     ("finish_time_fairness",
