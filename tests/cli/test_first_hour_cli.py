@@ -163,3 +163,13 @@ def test_python_dash_m_tessera_is_the_tessera_command() -> None:
                          text=True, env=env, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert "hetero_srpt" in out.stdout
+
+
+def test_every_command_and_group_ends_its_help_with_an_example() -> None:
+    """docs/cli.md promises an example in every command's ``--help``: groups included
+    (``traces``, ``share``, ``lessons``, ``export``, ``admin``), the root excepted (it points
+    at ``tessera demo``)."""
+    root = typer.main.get_command(app)
+    missing = [cmd.name for cmd in walk(root)
+               if cmd is not root and "Example: tessera " not in (cmd.epilog or "")]
+    assert not missing

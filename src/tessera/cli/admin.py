@@ -19,6 +19,8 @@ def register(app: typer.Typer) -> None:
     from tessera.cli.live import _run
 
     admin = typer.Typer(help="Operator commands on the live service's state dir (backups).",
+                        epilog="Example: tessera admin backup --state ~/.tessera "
+                               "/backups/tessera.db",
                         no_args_is_help=True)
     app.add_typer(admin, name="admin")
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 lessons_app = typer.Typer(
     help="The Philly study's lessons (Jeon et al., ATC'19) replayed in the simulator.",
+    epilog="Example: tessera lessons locality -t philly -c p40:512",
     no_args_is_help=True,
 )
 

@@ -290,6 +290,7 @@ def _admin_commands(app: typer.Typer) -> None:
         typer.echo(_run(go))
 
     export = typer.Typer(help="Export Tessera's tenancy for other systems.",
+                         epilog="Example: tessera export kueue --out kueue/",
                          no_args_is_help=True)
     app.add_typer(export, name="export")
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 share_app = typer.Typer(
     help="MIG/MPS GPU sharing for SLO-bound inference: plan services, list MIG layouts.",
+    epilog="Example: tessera share plan --scenario 3",
     no_args_is_help=True,
 )
 

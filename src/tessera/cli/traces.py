@@ -17,6 +17,7 @@ from tessera.cli.options import JSON, SEED
 
 traces_app = typer.Typer(
     help="Trace names shared by simulate, lessons and analyze; generate Gavel-style traces.",
+    epilog="Example: tessera traces (the names and where their data is)",
     invoke_without_command=True,
 )
 

@@ -86,5 +86,6 @@ def oracle_note(results: Sequence[SimResult]) -> str | None:
     if infos[best.policy].oracle and honest is not None:
         ratio = honest.summary.avg_jct_s / best.summary.avg_jct_s
         text += (f" The lowest avg JCT is an oracle's ({best.policy}); the best policy a real "
-                 f"scheduler can run here is {honest.policy} ({ratio:.2f}× its avg JCT).")
+                 f"scheduler can run here is {honest.policy}, whose avg JCT is {ratio:.2f}× "
+                 f"{best.policy}'s.")
     return text
