@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import pickle
 import random
@@ -16,6 +18,7 @@ from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.elastic.policy import ElasticMemory
 from tessera.sched.gavel.mechanism import RoundState, Shares
 from tests.live.helpers import make_service
 
@@ -95,3 +98,30 @@ def test_a_tampered_memory_is_refused_and_dropped(tmp_path: Path,
         again = _service(tmp_path / "state", "fifo")
     assert again.policy_state is None
     assert "dropping the saved memory of policy fifo" in caplog.text
+
+
+#: ``memory.encode(ElasticMemory(restarts={"j-1": 3}, largest_run={"j-1": 4}))`` as the service
+#: stored it before ``sched/`` went into sub-packages (written by main at a1eedee, where the class
+#: lived in ``tessera.sched.elastic_policy``).
+ELASTIC_MEMORY_A1EEDEE = bytes.fromhex(
+    "8005954c000000000000008c1c746573736572612e73636865642e656c61737469635f706f6c696379948c0d"
+    "456c61737469634d656d6f72799493942981945d94287d948c036a2d31944b03737d9468064b047365622e")
+
+
+def test_a_memory_stored_before_the_package_move_still_loads() -> None:
+    """Sia's and Pollux's memory (restart counts, the most GPUs a job ran on) stored by the
+    previous version names a module that moved; after an upgrade it loads, not silently
+    afresh."""
+    got = memory.decode(ELASTIC_MEMORY_A1EEDEE)
+    assert isinstance(got, ElasticMemory)
+    assert dict(got.restarts) == {"j-1": 3} and dict(got.largest_run) == {"j-1": 4}
+
+
+@pytest.mark.parametrize("old", sorted(memory.MOVED_MODULES))
+def test_every_moved_module_names_where_it_went(old: str) -> None:
+    """Each old name is gone and its new one imports (a map that points nowhere helps no
+    restart)."""
+    new = memory.MOVED_MODULES[old]
+    assert importlib.import_module(new).__name__ == new
+    spec = importlib.util.find_spec(old)
+    assert spec is None or spec.submodule_search_locations is not None, old  # gone, or a package

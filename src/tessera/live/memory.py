@@ -55,6 +55,30 @@ _ALLOWED = {
 }
 
 
+#: Modules that moved, old name → new name: a memory stored before the move still names the
+#: old module, and a restart must not lose it (``sched/`` went into sub-packages, issue 31).
+MOVED_MODULES = {
+    "tessera.sched.elastic_policy": "tessera.sched.elastic.policy",
+    "tessera.sched.elastic": "tessera.sched.elastic.sizes",
+    "tessera.sched.elastic_goodput": "tessera.sched.elastic.goodput",
+    "tessera.sched.elastic_ilp": "tessera.sched.elastic.ilp",
+    "tessera.sched.snapshot": "tessera.sched.core.snapshot",
+    "tessera.sched.context": "tessera.sched.core.context",
+    "tessera.sched.policy": "tessera.sched.core.policy",
+    "tessera.sched.oracle": "tessera.sched.core.oracle",
+    "tessera.sched.plans": "tessera.sched.core.plans",
+    "tessera.sched.mixed": "tessera.sched.mixed.rates",
+    "tessera.sched.packing": "tessera.sched.packing.pairs",
+    "tessera.sched.slots": "tessera.sched.packing.slots",
+    "tessera.sched.policies.gavel_mechanism": "tessera.sched.gavel.compat_mechanism",
+    "tessera.sched.policies.gavel_packed": "tessera.sched.gavel.packed_policy",
+    "tessera.sched.policies.gavel_lp": "tessera.sched.gavel.lp_policy",
+    "tessera.sched.policies.gavel_compat": "tessera.sched.gavel.compat",
+    "tessera.sched.policies.gavel_completion": "tessera.sched.gavel.completion",
+    "tessera.sched.policies.gavel_gandiva": "tessera.sched.gavel.gandiva",
+}
+
+
 def _mappingproxy(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
     return MappingProxyType(items)
 
@@ -70,7 +94,7 @@ class _MemoryUnpickler(pickle.Unpickler):
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
         if module.split(".", 1)[0] == "tessera":
-            found = super().find_class(module, name)
+            found = super().find_class(MOVED_MODULES.get(module, module), name)
             if isinstance(found, type):
                 return found
         raise pickle.UnpicklingError(f"a policy memory may not name {module}.{name}")
