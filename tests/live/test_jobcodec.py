@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sqlite3
 import string
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,17 @@ def test_fields_main_dropped_are_kept() -> None:
     back = LiveJob.from_json(job.to_json())
     assert back.spec.slo_factor == 1.5 and back.spec.duration_hint_s == 42.0
     assert back.spec.elastic is not None and back.spec.elastic.slowdown == 1.8
+
+
+def test_a_bad_row_in_the_store_names_its_job(tmp_path: Path) -> None:
+    """An operator reading the error of a damaged row learns which job it is."""
+    path = tmp_path / "state.db"
+    shutil.copy(OLD_STATE, path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE jobs SET spec_json = ? WHERE job_id = 'j-rich'",
+                   (json.dumps({"format": 2, "spec": {}}),))
+    with pytest.raises(StoredJobError, match=r"^job j-rich: stored job"):
+        Store(path).jobs()
 
 
 def test_a_state_file_written_by_main_still_loads(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.live import idempotency, memory
+from tessera.live.jobcodec import StoredJobError
 from tessera.live.livejob import LiveJob
 from tessera.live.records import (
     HOLDING,
@@ -223,7 +224,10 @@ class Store(StoreDb):
             marks = ",".join("?" * len(ids))
             for jid, text in self._db.execute(
                     f"SELECT job_id, {_LEAN_SPEC} FROM jobs WHERE job_id IN ({marks})", ids):
-                job = specs[jid] = LiveJob.from_json(text)
+                try:
+                    job = specs[jid] = LiveJob.from_json(text)
+                except StoredJobError as e:
+                    raise StoredJobError(f"job {jid}: {e}") from None
                 self.spec_cache.put(jid, job, len(text))
                 self.specs_decoded += 1
         return [job_record(r, specs[r[0]]) for r in rows]
