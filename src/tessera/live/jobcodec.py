@@ -102,7 +102,8 @@ def _same(value: Any, default: Any) -> bool:
 def _fields_of(cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
     """A dataclass's fields as ``(name, stored as a mapping, default)``, ``None`` for other
     types (kept in ``_FIELDS``). A field that holds its default is left out of the row: rows
-    stay as small as the hand-written format's (the per-queue byte caps count them)."""
+    stay as small as the hand-written format's (the per-queue byte caps count them). So a
+    field's default is part of the stored format: changing one needs a new ``FORMAT``."""
     plan = None
     if dataclasses.is_dataclass(cls):
         plan = tuple((f.name, f.metadata.get("json") == "mapping", _default(f))
