@@ -117,3 +117,15 @@ def test_serve_prints_token_api_and_dashboard(tmp_path: Path, monkeypatch: pytes
     again = capsys.readouterr().out
     assert "admin token" not in again and "dashboard#token=<your token>" in again
 
+
+
+def test_token_add_prints_the_token_alone_and_says_when_it_counts(
+        app: typer.Typer, tmp_path: Path) -> None:
+    """stdout is the token alone (for scripts); stderr tells a person that a running service
+    loads it when it restarts (else the token's first use is an unexplained 401)."""
+    make_service(tmp_path / "state", start=False).stop()
+    r = CliRunner().invoke(app, ["token-add", "ci", "--queue", "vision", "--state",
+                                 str(tmp_path / "state")])
+    assert r.exit_code == 0, r.output
+    assert re.fullmatch(r"\S{20,}\n", r.stdout)
+    assert "queue 'vision'" in r.stderr and "restarts" in r.stderr

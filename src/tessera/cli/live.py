@@ -288,6 +288,9 @@ def _admin_commands(app: typer.Typer) -> None:
             return add_token(state, name, None if admin else queue, nominal_gpus)
 
         typer.echo(_run(go))
+        who = "an admin token" if admin else f"a token for queue {queue!r}"
+        typer.echo(f"{who} (shown once, stored hashed); a running `tessera serve` loads it "
+                   "when it restarts", err=True)
 
     export = typer.Typer(help="Export Tessera's tenancy for other systems.",
                          epilog="Example: tessera export kueue --out kueue/",
