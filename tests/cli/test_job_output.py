@@ -99,3 +99,22 @@ def test_quoted_command_is_still_terminal_safe() -> None:
     line = next(x for x in job_lines(job, now_s=SUBMIT_S + 9999) if "command:" in x)
     assert "\x1b" not in line and "\n" not in line
     assert line.endswith("command: echo '\\x1b[2Jgone' 'two\\x0alines'")
+
+
+def test_runs_and_failed_runs_are_told_apart() -> None:
+    """``attempts`` counts failed runs (what retries use up): a job that ran once and
+    succeeded reads "runs 1; failed 0", not "attempts: 0 ... runs 1"."""
+    text = "\n".join(job_lines(_job(attempts=0, runs=1), now_s=SUBMIT_S + 9999))
+    assert re.search(r"runs: 1; failed 0 \(retries allowed: 2\)", text)
+    assert "attempts" not in text
+
+
+def test_a_job_that_never_ran_shows_no_log_retention() -> None:
+    """A job cancelled before it ran has no logs, so no "kept until ... after the job
+    finished" line."""
+    never = _job(state="cancelled", runs=0, attempts=0, started_s=None, exit_code=None,
+                 log_retention_s=7 * 86400.0, logs_removed_s=SUBMIT_S + 7 * 86400.0)
+    text = "\n".join(job_lines(never, now_s=SUBMIT_S + 60))
+    assert "kept until" not in text and "logs" not in text
+    ran = _job(log_retention_s=7 * 86400.0, logs_removed_s=SUBMIT_S + 7 * 86400.0)
+    assert "kept until" in "\n".join(job_lines(ran, now_s=SUBMIT_S + 60))

@@ -70,8 +70,8 @@ def _logs_kept(job: dict[str, Any], now_s: float) -> str:
     """When the job's logs are (or were) removed: ``kept until …``, ``removed …``, or, while
     it runs, how long they are kept after each run."""
     keep_s = job.get("log_retention_s")
-    if keep_s is None:
-        return ""
+    if keep_s is None or not job.get("runs"):
+        return ""  # a job that never ran has no logs
     removed_s = job.get("logs_removed_s")
     if removed_s is None:
         return f"kept {human_span(keep_s)} after each run ends"
@@ -119,8 +119,9 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
         # shlex.join quotes each word as a shell would need it, so the line can be pasted
         # back (``sh -c 'printf "a b"'``); safe() below still strips terminal controls.
         rows.append(("command", shlex.join(str(word) for word in job["command"])))
-    rows.append(("attempts", f"{job['attempts']} (retries allowed: {job['max_retries']}), "
-                             f"runs {job['runs']}"))
+    # ``attempts`` counts failed runs (what retries use up), not runs: say so.
+    rows.append(("runs", f"{job['runs']}; failed {job['attempts']} (retries allowed: "
+                         f"{job['max_retries']})"))
     if elastic and job.get("events") is not None:
         resizes = sum(1 for e in job["events"] if e["kind"] == "resized")
         rows.append(("resizes", str(resizes)))
