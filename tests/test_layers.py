@@ -18,7 +18,8 @@ rank  packages                                    why here
 6     ``report``, ``analyze``, ``lessons``        what a driver's results become: tables and
                                                   plots (``report`` formats ``sim`` results),
                                                   trace analysis, studies that run ``sim``
-7     ``cli``                                     the command line assembles everything
+7     ``cli``, ``__main__`` (``python -m        the command line assembles everything
+      tessera``)
 ====  ==========================================  ============================================
 
 A module may import its own package, any package of a lower rank, and another package of the
@@ -48,7 +49,7 @@ LAYERS: dict[str, int] = {
     "sched": 4, "plan": 4, "share": 4,
     "sim": 5, "live": 5, "train": 5,
     "report": 6, "analyze": 6, "lessons": 6,
-    "cli": 7,
+    "cli": 7, "__main__": 7,
 }
 
 

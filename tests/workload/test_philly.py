@@ -106,6 +106,16 @@ def test_window_and_limit() -> None:
     assert len(load_trace("philly", limit=10)) == 10
 
 
+def test_the_readers_counts_are_not_passed_off_as_the_kept_jobs() -> None:
+    """With --limit, the reader's notes ("3322 jobs had no job type") count the whole trace:
+    the limit's note comes first and says so."""
+    full = load_trace("philly")
+    wl = load_trace("philly", limit=10)
+    assert wl.notes[0] == (f"limit kept the first 10 of {len(full)} jobs; the notes below "
+                           f"count all {len(full)} jobs read")
+    assert wl.notes[1:] == full.notes
+
+
 def test_bundled_slice_rebuilds_exactly(shared: Callable[[str], Path], tmp_path: Path) -> None:
     from tessera.workload.bundle import make_philly_slice
     from tessera.workload.known import bundled_philly_path

@@ -165,7 +165,7 @@ def _apply_window(
     if window is None and limit is None:
         return workload
     jobs: list[JobSpec] | tuple[JobSpec, ...] = workload.jobs
-    notes = list(workload.notes)
+    notes: list[str] = []  # what the window and limit kept: before the reader's notes
     if window is not None:
         start_s, end_s = window
         if not end_s > start_s >= 0:
@@ -187,4 +187,8 @@ def _apply_window(
         jobs = jobs[:limit]
     if not jobs:
         raise SpecError(f"workload {workload.name!r}: no jobs in time window {window}")
-    return dataclasses.replace(workload, jobs=tuple(jobs), notes=tuple(notes))
+    if notes and workload.notes:
+        # The reader's notes (job types assigned, sizes extrapolated, rows skipped) count
+        # every job it read: say so, rather than let them pass for counts of the kept jobs.
+        notes[-1] += f"; the notes below count all {len(workload)} jobs read"
+    return dataclasses.replace(workload, jobs=tuple(jobs), notes=(*notes, *workload.notes))
