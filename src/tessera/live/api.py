@@ -290,7 +290,7 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
 
     @app.get("/api/jobs/{job_id}/explain")
     def explain_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
-        return explain(svc, visible(job_id, who))
+        return explain(svc, visible(job_id, who), who)
 
 
 def _add_cluster_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
