@@ -23,6 +23,7 @@ from tessera.cli.live import register
 from tessera.errors import SpecError
 from tessera.live.api import create_app
 from tessera.live.layout import Layout, UnsafeState, default_work_dir
+from tessera.live.names import JobNames
 from tessera.live.server import ServeConfig, build_service
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
@@ -181,6 +182,32 @@ def test_explain_counts_a_partner_of_another_queue_sharing_the_gpus(tmp_path: Pa
     assert r.json()["placement"].endswith(" (shared with 1 job of another queue)")
     admin = api.get(f"/api/jobs/{mine}/explain", headers=auth(ADMIN)).json()
     assert admin["placement"].endswith(f" (shared with {other})")
+
+
+def test_a_jobs_answers_call_a_partner_of_another_queue_so(tmp_path: Path) -> None:
+    """The job's own answers (its placement, its ``sharing`` events, the listing) name a
+    partner of another queue only to the admin; to the tenant it is "a job of another
+    queue" (before the fix: its id, in the placement text and the events)."""
+    svc, other, mine = _preempting(tmp_path)
+    running = svc.store.allocations(("running",), job_id=other)[0]
+    with svc.store.tx() as db:
+        svc.store.add_allocation(db, mine, 1, replace(running.placement,
+                                                      colocated_with=(JobId(other),)), 0.0)
+        svc.store.event(db, 0.0, mine, "sharing", f"run 1: sharing its GPUs with job {other} "
+                        "(run 1) by mps")
+    api = TestClient(create_app(svc))
+    for path in (f"/api/jobs/{mine}", "/api/jobs", f"/api/jobs/{mine}/explain"):
+        r = api.get(path, headers=auth(TEAM_A))
+        assert r.status_code == 200 and other not in r.text, path
+    job = api.get(f"/api/jobs/{mine}", headers=auth(TEAM_A)).json()
+    assert job["last_placement"]["text"].endswith("(shared with a job of another queue)")
+    assert "with job a job of another queue (run 1)" in job["events"][-1]["detail"]
+    assert other in api.get(f"/api/jobs/{mine}", headers=auth(ADMIN)).text
+    names = JobNames(svc.store, Principal("a", "team-a"))
+    assert names.scrub({"x": [f"{mine} and {other}"]}) == {  # its own jobs stay named
+        "x": [f"{mine} and a job of another queue"]}
+    # an id that exists in another queue and one that exists nowhere read alike: no oracle
+    assert names.scrub([other, "j-0123456789"]) == ["a job of another queue"] * 2
 
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])

@@ -20,7 +20,8 @@ flavor alike -- ``explain`` says that rather than print the placeholder rate of 
 
 A tenant sees only its own queue's jobs (``docs/security.md``), and ``explain`` keeps to that:
 a job of another queue that the what-if would preempt, or that shares the job's GPUs, is
-counted, never named ("preempting 1 job of another queue"). The admin sees every id.
+counted, never named ("preempting 1 job of another queue"; :mod:`tessera.live.names`). The
+admin sees every id.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tessera.live.names import JobNames
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.tenancy import Principal
 from tessera.live.view import build_snapshot, queue_usage
-from tessera.live.where import describe
 from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
-from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.core.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
@@ -45,7 +46,7 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
     """A JSON-able explanation of one job (see the module docstring), as ``who`` may see it:
     other jobs are named only where ``who`` may see their queue."""
     spec = rec.job.spec
-    seen = _Seen(svc, who)
+    seen = JobNames(svc.store, who, [rec])
     describe = seen.describe  # every placement below is said as ``who`` may read it
     ctx = svc.ctx.fork()
     out: dict[str, Any] = {"job_id": rec.job_id, "name": rec.job.name, "state": rec.state.value,
@@ -126,7 +127,7 @@ def measured(svc: LiveService, spec: JobSpec) -> bool:
 
 
 def _what_if(snap: Snapshot, svc: LiveService, ctx: DecisionContext, job_id: str,
-             seen: _Seen) -> tuple[str | None, list[str]]:
+             seen: JobNames) -> tuple[str | None, list[str]]:
     """Where the service's policy would place ``job_id`` in ``snap`` (said as ``seen`` may
     read it), and whom it would preempt for it (every id: the caller filters)."""
     d = decide(snap, svc.policy, ctx, svc.placement)
@@ -134,45 +135,3 @@ def _what_if(snap: Snapshot, svc: LiveService, ctx: DecisionContext, job_id: str
     if p is None:
         return None, []
     return seen.describe(p), sorted(str(j) for j in d.preempted)
-
-
-class _Seen:
-    """Which job ids one caller may read: the admin every one, a tenant those of its queue.
-    An id the store does not know (a job since purged) is never named to a tenant."""
-
-    def __init__(self, svc: LiveService, who: Principal) -> None:
-        self._svc, self._who = svc, who
-        self._queues: dict[str, str] | None = None
-
-    def may_name(self, job_id: str) -> bool:
-        if self._who.admin:
-            return True
-        if self._queues is None:  # read once, and only when a tenant's answer names a job
-            self._queues = {j.job_id: j.queue for j in self._svc.store.jobs(True)}
-        queue = self._queues.get(job_id)
-        if queue is None and (rec := self._svc.store.get(job_id)) is not None:
-            queue = self._queues[job_id] = rec.queue  # a finished job (a finished run's mate)
-        return queue is not None and self._who.may_see(queue)
-
-    def visible(self, job_ids: list[str]) -> list[str]:
-        """The ids of ``job_ids`` the caller may read, in order."""
-        return [j for j in job_ids if self.may_name(j)]
-
-    def names(self, job_ids: list[str]) -> str:
-        """``j-1, j-2``; the ids the caller may not read are counted: ``j-1 and 2 jobs of
-        other queues``."""
-        shown = self.visible(job_ids)
-        hidden = len(job_ids) - len(shown)
-        other = (f"{hidden} job of another queue" if hidden == 1 else
-                 f"{hidden} jobs of other queues")
-        if not hidden:
-            return ", ".join(shown)
-        return f"{', '.join(shown)} and {other}" if shown else other
-
-    def describe(self, p: Placement) -> str:
-        """:func:`~tessera.live.where.describe`, with the partners sharing the GPUs named
-        as :meth:`names` does."""
-        mates = [str(j) for j in p.colocated_with]
-        if all(self.may_name(j) for j in mates):
-            return describe(p)
-        return f"{describe(replace(p, colocated_with=()))} (shared with {self.names(mates)})"
