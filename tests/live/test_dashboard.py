@@ -11,8 +11,10 @@ import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
+from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tessera.live.service import LiveService
@@ -150,3 +152,79 @@ def test_the_favicon_is_the_services_own(api: TestClient) -> None:
     assert icon.text.startswith("<svg") and "href" not in icon.text  # fetches nothing
     assert icon.headers["content-security-policy"].startswith("default-src 'none'")
     assert "img-src 'self'" in api.get("/dashboard").headers["content-security-policy"]
+
+
+def _scripted_api(polls: list[int]) -> FastAPI:
+    """The dashboard's own page and script over a scripted API: one job ``j-1`` whose run 1
+    is running at the first read of the job and which is on run 2 from the second read on
+    (it was preempted and started again). ``polls`` counts the job's reads. Each run's
+    output is one line that names the run."""
+    from tessera.live.api import _add_web_routes
+
+    app = FastAPI()
+    _add_web_routes(app)
+    out = {1: "output of run 1\n", 2: "output of run 2\n"}
+
+    def placement(run: int) -> dict[str, Any]:
+        return {"run": run, "status": "running", "held": True, "text": "1×T4: 1 GPU on node t",
+                "nodes": [{"node_id": "t", "gpu_count": 1, "flavor": "T4"}]}
+
+    @app.get("/api/cluster")
+    def cluster() -> dict[str, Any]:
+        return {"view": "cluster", "name": "c", "policy": "srtf", "executor": "local",
+                "flavors": [], "counts": {}}
+
+    @app.get("/api/queues")
+    def queues() -> dict[str, Any]:
+        return {"queues": []}
+
+    @app.get("/api/jobs")
+    def jobs() -> dict[str, Any]:
+        return {"jobs": [], "next_before": None}
+
+    @app.get("/api/jobs/j-1")
+    def job() -> dict[str, Any]:
+        polls.append(1)
+        run = 1 if len(polls) == 1 else 2
+        return {"job_id": "j-1", "name": "retried", "queue": "team-a", "state": "running",
+                "gpus": 1, "runs": run, "placement": "1×T4: 1 GPU on node t",
+                "last_placement": placement(run), "reason": "", "command": ["sleep", "9"],
+                "events": []}
+
+    @app.get("/api/jobs/j-1/logs")
+    def logs(rank: int = 0, offset: int = 0, run: int | None = None) -> dict[str, Any]:
+        r = run or (1 if len(polls) <= 1 else 2)
+        text = out[r][offset:]
+        return {"job_id": "j-1", "run": r, "rank": rank, "ranks": 1, "running": True,
+                "final": False, "text": text, "next_offset": offset + len(text),
+                "size_bytes": len(out[r]), "skipped_bytes": 0}
+
+    return app
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_the_output_view_follows_the_jobs_newest_run() -> None:
+    """The view first reads run 1; once the job is on run 2 it shows run 2's output from its
+    start (before the fix it kept asking for ``run=1`` and showed run 1 for ever)."""
+    import threading
+
+    import uvicorn
+
+    from tessera.live.executors.base import free_port
+
+    polls: list[int] = []
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(_scripted_api(polls), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 10, "uvicorn to start")
+        dom = _render(f"http://127.0.0.1:{port}/dashboard#token=t&job=j-1")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert len(polls) >= 2, "the page read the job only once: the render ended too soon"
+    assert _text_of(dom, "log") == "output of run 2\n"
+    assert '<span id="log-status">run 2 · rank 0 of 1 · ' in dom

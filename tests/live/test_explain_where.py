@@ -21,10 +21,12 @@ from tessera.cli.live import register
 from tessera.live.explain import UNMEASURED, explain
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
+from tessera.live.tenancy import Principal
 from tests.live.helpers import ADMIN, TEAM_A, ServerThread, auth, make_service, wait_for
 
 runner = CliRunner()
 V100_NODE = "v100-16gb-0000"
+_ADMIN = Principal("admin", None)
 
 
 def _submit(svc: LiveService, **body: object) -> str:
@@ -52,7 +54,7 @@ def test_explain_answers_with_the_services_policy(tmp_path: Path, policy: str,
     short = _submit(svc, name="short", command="sleep 1", gpus=2, expected_duration_s=5)
     rec = svc.store.get(short)
     assert rec is not None
-    out = explain(svc, rec)
+    out = explain(svc, rec, _ADMIN)
     if starts_now:
         assert out["would_fit_now"] == f"2×V100-16GB: 2 GPUs on node {V100_NODE}"
         assert out["would_preempt"] == [long_job]
@@ -69,9 +71,9 @@ def test_a_plain_commands_speed_is_not_made_up(service: LiveService) -> None:
                        job_type="ResNet-50 (batch size 64)")
     _running(service, plain)
     _running(service, profiled)
-    lines = explain(service, service.store.get(plain))["lines"]  # type: ignore[arg-type]
+    lines = explain(service, service.store.get(plain), _ADMIN)["lines"]  # type: ignore[arg-type]
     assert UNMEASURED in lines and not any("steps/s" in ln for ln in lines)
-    lines = explain(service, service.store.get(profiled))["lines"]  # type: ignore[arg-type]
+    lines = explain(service, service.store.get(profiled), _ADMIN)["lines"]  # type: ignore[arg-type]
     assert any(ln.startswith("speed on V100-16GB: ") and "steps/s (profile of" in ln
                for ln in lines), lines
 

@@ -10,20 +10,34 @@ import os
 import pwd
 import stat
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
+from tessera.cli.live import register
 from tessera.errors import SpecError
 from tessera.live.api import create_app
 from tessera.live.layout import Layout, UnsafeState, default_work_dir
+from tessera.live.names import JobNames
 from tessera.live.server import ServeConfig, build_service
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import CONFIG_NAME, Principal, add_token, load_tenancy
-from tests.live.helpers import ADMIN, TEAM_A, TEAM_B, auth, make_service, wait_for
+from tessera.model.jobs import JobId
+from tests.live.helpers import (
+    ADMIN,
+    TEAM_A,
+    TEAM_B,
+    ServerThread,
+    auth,
+    make_service,
+    wait_for,
+)
 
 SECRET = "s3cr3t-value-of-team-a"
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -105,6 +119,95 @@ def test_tenants_see_all_opens_queues_and_use_but_not_jobs(tmp_path: Path) -> No
             assert api.get("/api/jobs", headers=auth(TEAM_B)).json()["jobs"] == []
     finally:
         svc.stop()
+
+
+def _preempting(tmp_path: Path) -> tuple[LiveService, str, str]:
+    """srtf on 2 GPUs: team-b's long job runs; team-a's short job waits, and srtf would start
+    it by preempting team-b's (the loop is stopped, so the what-if sees this very moment)."""
+    svc = make_service(tmp_path / "state", "v100:2", policy="srtf", gpus_per_server=2)
+    admin = svc.tenancy.authenticate(ADMIN)
+    assert admin is not None
+
+    def submit(queue: str, name: str, duration_s: int) -> str:
+        return svc.submit(parse_request(yaml.safe_dump({
+            "queue": queue, "name": name, "command": "sleep 30", "gpus": 2,
+            "expected_duration_s": duration_s})), admin).job_id
+    other = submit("team-b", "secret-b", 3000)
+    wait_for(lambda: (r := svc.store.get(other)) is not None and r.state.value == "running",
+             what="team-b's job to run")
+    svc.stop()
+    return svc, other, submit("team-a", "mine", 5)
+
+
+def test_explain_counts_the_jobs_of_other_queues_it_would_preempt(tmp_path: Path) -> None:
+    """``GET /api/jobs/<b>`` is 404 to team-a, so its explain must not name b either (before
+    the fix: ``would_preempt: [b]`` and "preempting <b>"); the admin still sees the id."""
+    svc, other, mine = _preempting(tmp_path)
+    api = TestClient(create_app(svc))
+    assert api.get(f"/api/jobs/{other}", headers=auth(TEAM_A)).status_code == 404
+    r = api.get(f"/api/jobs/{mine}/explain", headers=auth(TEAM_A))
+    assert other not in r.text
+    out = r.json()
+    assert out["would_preempt"] == [] and out["would_preempt_other_queues"] == 1
+    assert any(ln.endswith(", preempting 1 job of another queue") for ln in out["lines"])
+    admin = api.get(f"/api/jobs/{mine}/explain", headers=auth(ADMIN)).json()
+    assert admin["would_preempt"] == [other] and admin["would_preempt_other_queues"] == 0
+    assert any(ln.endswith(f", preempting {other}") for ln in admin["lines"])
+
+
+def test_the_cli_explain_names_no_job_of_another_queue(tmp_path: Path) -> None:
+    svc, other, mine = _preempting(tmp_path)
+    server = ServerThread(svc)
+    try:
+        app = typer.Typer()
+        register(app)
+        for extra in ([], ["--json"]):
+            out = CliRunner().invoke(app, ["explain", mine, *extra], env={
+                "TESSERA_SERVER": server.url, "TESSERA_TOKEN": TEAM_A}).output
+            assert "preempt" in out and other not in out, out
+    finally:
+        server.stop()
+
+
+def test_explain_counts_a_partner_of_another_queue_sharing_the_gpus(tmp_path: Path) -> None:
+    """A placement's "(shared with ...)" names a partner only to who may see its queue."""
+    svc, other, mine = _preempting(tmp_path)
+    running = svc.store.allocations(("running",), job_id=other)[0]
+    with svc.store.tx() as db:  # team-a's job shares team-b's GPUs (as a pairing decision would)
+        svc.store.add_allocation(db, mine, 1, replace(running.placement,
+                                                      colocated_with=(JobId(other),)), 0.0)
+    api = TestClient(create_app(svc))
+    r = api.get(f"/api/jobs/{mine}/explain", headers=auth(TEAM_A))
+    assert other not in r.text
+    assert r.json()["placement"].endswith(" (shared with 1 job of another queue)")
+    admin = api.get(f"/api/jobs/{mine}/explain", headers=auth(ADMIN)).json()
+    assert admin["placement"].endswith(f" (shared with {other})")
+
+
+def test_a_jobs_answers_call_a_partner_of_another_queue_so(tmp_path: Path) -> None:
+    """The job's own answers (its placement, its ``sharing`` events, the listing) name a
+    partner of another queue only to the admin; to the tenant it is "a job of another
+    queue" (before the fix: its id, in the placement text and the events)."""
+    svc, other, mine = _preempting(tmp_path)
+    running = svc.store.allocations(("running",), job_id=other)[0]
+    with svc.store.tx() as db:
+        svc.store.add_allocation(db, mine, 1, replace(running.placement,
+                                                      colocated_with=(JobId(other),)), 0.0)
+        svc.store.event(db, 0.0, mine, "sharing", f"run 1: sharing its GPUs with job {other} "
+                        "(run 1) by mps")
+    api = TestClient(create_app(svc))
+    for path in (f"/api/jobs/{mine}", "/api/jobs", f"/api/jobs/{mine}/explain"):
+        r = api.get(path, headers=auth(TEAM_A))
+        assert r.status_code == 200 and other not in r.text, path
+    job = api.get(f"/api/jobs/{mine}", headers=auth(TEAM_A)).json()
+    assert job["last_placement"]["text"].endswith("(shared with a job of another queue)")
+    assert "with job a job of another queue (run 1)" in job["events"][-1]["detail"]
+    assert other in api.get(f"/api/jobs/{mine}", headers=auth(ADMIN)).text
+    names = JobNames(svc.store, Principal("a", "team-a"))
+    assert names.scrub({"x": [f"{mine} and {other}"]}) == {  # its own jobs stay named
+        "x": [f"{mine} and a job of another queue"]}
+    # an id that exists in another queue and one that exists nowhere read alike: no oracle
+    assert names.scrub([other, "j-0123456789"]) == ["a job of another queue"] * 2
 
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])

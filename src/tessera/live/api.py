@@ -77,6 +77,7 @@ from tessera.live.intake import (
     parse_submission,
 )
 from tessera.live.limits import BodyLimit
+from tessera.live.names import JobNames
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
 from tessera.live.store import Allocation, JobRecord, NewJob, StoreDamaged
@@ -263,7 +264,8 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
         if more:
             recs = recs[1:]
         runs = latest_runs(svc.store, recs)
-        return {"jobs": [job_summary_json(r, runs.get(r.job_id)) for r in recs],
+        return {"jobs": JobNames(svc.store, who, recs).scrub(
+                    [job_summary_json(r, runs.get(r.job_id)) for r in recs]),
                 "next_before": recs[0].seq if more else None}
 
     @app.get("/api/jobs/{job_id}")
@@ -274,7 +276,7 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
                           "to": e.to_state, "detail": e.detail}
                          for e in svc.store.events(job_id=job_id)]
         out.update(log_retention_json(rec, svc.tenancy.logs.retention_s))
-        return out
+        return JobNames(svc.store, who, [rec]).scrub(out)  # a partner's id, in text or events
 
     @app.post("/api/jobs/{job_id}/cancel")
     @app.delete("/api/jobs/{job_id}")
@@ -286,11 +288,13 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
             raise HTTPException(409, str(e)) from None
         rec = svc.store.get(job_id)
         assert rec is not None
-        return {**job_json(rec, where(rec)), "was": old.value}
+        return JobNames(svc.store, who, [rec]).scrub({**job_json(rec, where(rec)),
+                                                      "was": old.value})
 
     @app.get("/api/jobs/{job_id}/explain")
     def explain_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
-        return explain(svc, visible(job_id, who))
+        rec = visible(job_id, who)
+        return JobNames(svc.store, who, [rec]).scrub(explain(svc, rec, who))  # and reasons
 
 
 def _add_cluster_routes(app: FastAPI, svc: LiveService, access: Access) -> None:

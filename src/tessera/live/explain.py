@@ -17,6 +17,11 @@ stream.
 Speeds are said as they are known: a job with a model or a profiled job type has its
 measured steps/s per flavor; a plain command has none, and the scheduler counts every allowed
 flavor alike -- ``explain`` says that rather than print the placeholder rate of 1 step/s.
+
+A tenant sees only its own queue's jobs (``docs/security.md``), and ``explain`` keeps to that:
+a job of another queue that the what-if would preempt, or that shares the job's GPUs, is
+counted, never named ("preempting 1 job of another queue"; :mod:`tessera.live.names`). The
+admin sees every id.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tessera.live.names import JobNames
 from tessera.live.store import HOLDING, JobRecord
+from tessera.live.tenancy import Principal
 from tessera.live.view import build_snapshot, queue_usage
-from tessera.live.where import describe
 from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
@@ -36,9 +42,12 @@ if TYPE_CHECKING:
     from tessera.live.service import LiveService
 
 
-def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
-    """A JSON-able explanation of one job (see the module docstring)."""
+def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
+    """A JSON-able explanation of one job (see the module docstring), as ``who`` may see it:
+    other jobs are named only where ``who`` may see their queue."""
     spec = rec.job.spec
+    seen = JobNames(svc.store, who, [rec])
+    describe = seen.describe  # every placement below is said as ``who`` may read it
     ctx = svc.ctx.fork()
     out: dict[str, Any] = {"job_id": rec.job_id, "name": rec.job.name, "state": rec.state.value,
                            "queue": rec.queue, "gpus": spec.num_gpus,
@@ -85,13 +94,14 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
                           svc.tenancy.quotas, ctx.oracle, svc.policy_state,
                           svc.settings.round_s if svc.uses_rounds else None,
                           svc.settings.restore_s)
-    now_place, preempts = _what_if(snap, svc, ctx, rec.job_id)
+    now_place, preempts = _what_if(snap, svc, ctx, rec.job_id, seen)
     out["would_fit_now"] = now_place
-    out["would_preempt"] = preempts
+    out["would_preempt"] = seen.visible(preempts)
+    out["would_preempt_other_queues"] = len(preempts) - len(out["would_preempt"])
     name = svc.policy.display_name
     if now_place and preempts:
         lines.append(f"{name} would start it now on {now_place}, preempting "
-                     f"{', '.join(preempts)}")
+                     f"{seen.names(preempts)}")
     elif now_place:
         lines.append(f"fits in the GPUs free now: {now_place}; {name} starts it when no "
                      "higher-ranked job claims them")
@@ -100,7 +110,7 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
     alone = Snapshot(now_s=now, cluster=svc.cluster, jobs=tuple(
         v for v in snap.jobs if v.job_id == rec.job_id), policy_state=snap.policy_state,
         round_s=snap.round_s)
-    out["would_go_when_empty"] = _what_if(alone, svc, ctx, rec.job_id)[0]
+    out["would_go_when_empty"] = _what_if(alone, svc, ctx, rec.job_id, seen)[0]
     lines.append(f"on an empty cluster it would run on {out['would_go_when_empty'] or 'nothing'}")
     return out
 
@@ -116,12 +126,12 @@ def measured(svc: LiveService, spec: JobSpec) -> bool:
     return spec.parallelism is not None or spec.job_type in svc.oracle.table.job_types()
 
 
-def _what_if(snap: Snapshot, svc: LiveService, ctx: DecisionContext,
-             job_id: str) -> tuple[str | None, list[str]]:
-    """Where the service's policy would place ``job_id`` in ``snap``, and whom it would
-    preempt for it."""
+def _what_if(snap: Snapshot, svc: LiveService, ctx: DecisionContext, job_id: str,
+             seen: JobNames) -> tuple[str | None, list[str]]:
+    """Where the service's policy would place ``job_id`` in ``snap`` (said as ``seen`` may
+    read it), and whom it would preempt for it (every id: the caller filters)."""
     d = decide(snap, svc.policy, ctx, svc.placement)
     p = d.placements.get(job_id)  # type: ignore[call-overload]
     if p is None:
         return None, []
-    return describe(p), sorted(str(j) for j in d.preempted)
+    return seen.describe(p), sorted(str(j) for j in d.preempted)

@@ -105,6 +105,16 @@ function showJob(id, rank) {
   document.getElementById("log").textContent = "";
   renderJob();
 }
+// The output view follows the job's newest run: once a newer run than the one shown has
+// started (the job was preempted, resized or retried), read that one from its start. A run
+// still only planned has no output yet, so the view stays on the last run that has some. The
+// rank picker keeps following (it picks a rank, not a run); a rank the new gang has not
+// falls back to rank 0.
+function followNewestRun(s, newest) {
+  if (s.run === null || !newest || newest.run <= s.run || newest.status === "planned") return;
+  const gpus = newest.nodes.reduce((n, node) => n + node.gpu_count, 0);
+  Object.assign(s, {run: newest.run, offset: 0, text: "", ranks: 0, rank: s.rank < gpus ? s.rank : 0});
+}
 async function renderJob() {
   if (!shown) return;
   const s = shown, out = document.getElementById("detail");
@@ -121,8 +131,12 @@ async function renderJob() {
                        j.gpus + " GPU(s) · " + where, ...(j.reason ? ["reason: " + j.reason] : []),
                        "command: " + JSON.stringify(j.command), "", "last events:", ...last]
       .map(visible).join("\n");
+    followNewestRun(s, j.last_placement);
+    const asked = {run: s.run, offset: s.offset};
     const log = await api(path + "/logs?rank=" + s.rank + "&offset=" + s.offset + (s.run ? "&run=" + s.run : ""));
-    if (s !== shown) return;  // another job was picked meanwhile
+    // Another job was picked, or another poll read this piece (or moved to a newer run) while
+    // this one waited: keeping this answer too would show that output twice.
+    if (s !== shown || s.run !== asked.run || s.offset !== asked.offset) return;
     if (log.run !== null) s.run = log.run;
     s.text = (s.text + log.text).slice(-LOG_KEEP);
     s.offset = log.next_offset;
