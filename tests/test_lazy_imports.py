@@ -8,9 +8,8 @@ the module must not load. So each one carries a comment with ``lazy`` and the re
 line or in its block of consecutive import and comment lines.
 
 ``cli/`` is exempt: its commands import their areas lazily by design, so ``tessera --help``
-stays fast (``tessera/cli/__init__.py``). So are the Ray executor's files, which import Ray (the
-optional ``live`` extra) only when a Ray executor is built; they are being moved into one
-package on another branch (issue 31, second wave) and get their comments there.
+stays fast (``tessera/cli/__init__.py``). Nothing else is: the Ray executor's package imports
+Ray (the optional ``live`` extra) only when a Ray executor is built, and says so at each import.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "tessera"
-EXEMPT_PREFIXES = ("cli/", "live/executors/ray")
+EXEMPT_PREFIXES = ("cli/",)
 
 
 def _function_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:

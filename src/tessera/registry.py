@@ -65,6 +65,10 @@ class Registry(Generic[T]):
             raise SpecError(f"unknown {self.kind} {name!r}{hint} (known: {known})")
         return entry.obj
 
+    def discard(self, name: str) -> None:
+        """Forget ``name`` (if registered): a plugin found unusable after it registered."""
+        self._entries.pop(name, None)
+
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -21,12 +22,15 @@ import typer.main
 from typer.testing import CliRunner
 
 import tessera.live.executors as executors_pkg
+import tessera.live.executors.registry as registry_mod
 from tessera.cli import serve as serve_cli
 from tessera.errors import SpecError
 from tessera.live.executors.registry import (
     EXECUTORS,
     executor_plugin,
     load_executors,
+    option_flag_type,
+    outside_package,
     parse_options,
 )
 
@@ -76,6 +80,7 @@ def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The registry and the discovery cache restored after the test."""
     load_executors()  # the built-in executors, registered before the copy
     monkeypatch.setattr(EXECUTORS, "_entries", dict(EXECUTORS._entries))
+    monkeypatch.setattr(registry_mod, "_OUTSIDE", dict(registry_mod._OUTSIDE))
     load_executors.cache_clear()
     yield
     load_executors.cache_clear()
@@ -162,7 +167,9 @@ def test_an_entry_point_adds_an_executor_and_a_broken_one_is_skipped(
     assert "far" in registry and "broken" not in registry
     assert [e.summary for e in registry if e.name == "far"] == ["Runs jobs far away."]
     assert type(parse_options("far", {})).__name__ == "FarOptions"
-    assert "executor 'broken' (far_exec_missing) was skipped: it failed to load" in caplog.text
+    assert ("executor 'broken' (package far-exec, far_exec_missing) was skipped: it failed to "
+            "load") in caplog.text
+    assert outside_package("far") == "far-exec" and outside_package("local") is None
     assert "far: Runs jobs far away" in _serve_options()["--executor"]
 
 
@@ -197,4 +204,135 @@ def test_modules_stay_under_the_guide(module: str) -> None:
 
 def test_a_flag_of_an_unsupported_type_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match="no command-line flag for an executor option"):
-        serve_cli._flag_type(list[str])
+        option_flag_type(list[str])
+
+
+# An executor whose option no flag can carry: from an installed package it is skipped (one
+# warning naming the package and the field), never breaking the CLI; built in, it is our bug.
+
+#: Options of a type no command-line flag carries (``hosts: list[str]``).
+BAD_OPTIONS = '''
+from pydantic import BaseModel, ConfigDict, Field
+
+from tessera.live.executors.registry import EXECUTORS, ExecutorPlugin
+
+
+class HostsOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    hosts: list[str] = Field(default_factory=list, description="Where to run.")
+    port: int = 9000
+
+
+class HostsPlugin(ExecutorPlugin[HostsOptions]):
+    """Runs jobs on a list of hosts."""
+
+    options_model = HostsOptions
+'''
+
+
+def _install(tmp_path: Path, module: str, entry_points: str) -> None:
+    """A fake installed package ``hosts-exec`` (a dist-info) with one module on sys.path."""
+    (tmp_path / "hosts_exec.py").write_text(module)
+    info = tmp_path / "hosts_exec-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hosts-exec\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[tessera.executors]\n{entry_points}\n")
+
+
+@pytest.fixture
+def bad_entry_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     fresh_registry: None) -> Iterator[Path]:
+    """``hosts-exec``: a plugin class with ``hosts: list[str]`` and a module that registers
+    such a plugin itself (both kinds of entry point), beside a good ``far`` (``far-exec``)."""
+    _install(tmp_path, BAD_OPTIONS, "hosts = hosts_exec:HostsPlugin\nselfhosts = hosts_self")
+    (tmp_path / "hosts_self.py").write_text(
+        BAD_OPTIONS + '\n\nEXECUTORS.register("selfhosts", "Registers itself.")(HostsPlugin)\n')
+    (tmp_path / "far_exec.py").write_text(ENTRY_MODULE)
+    info = tmp_path / "far_exec-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: far-exec\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[tessera.executors]\nfar = far_exec:FarPlugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for module in ("hosts_exec", "hosts_self", "far_exec"):
+        sys.modules.pop(module, None)
+
+
+def test_an_outside_executor_whose_option_has_no_flag_is_skipped_with_one_warning(
+        bad_entry_points: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="tessera.live"):
+        registry = load_executors()
+        options = _serve_options()
+    assert set(registry.names()) == {"local", "ray", "far"}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "executor 'hosts' (package hosts-exec, hosts_exec:HostsPlugin) was skipped: option "
+        "'hosts' has type list[str], which no command-line flag can carry (use bool, int, "
+        "float, str, Path, a Literal, or one of these | None)",
+        "executor 'selfhosts' (package hosts-exec, hosts_self) was skipped: option 'hosts' "
+        "has type list[str], which no command-line flag can carry (use bool, int, float, "
+        "str, Path, a Literal, or one of these | None)"]
+    assert "far: Runs jobs far away" in options["--executor"]
+    assert "hosts" not in options["--executor"] and "--hosts-port" not in options
+    assert "--ray-address" in options
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"], ["serve", "--help"]])
+def test_every_command_starts_with_a_broken_outside_executor_installed(
+        bad_entry_points: Path, argv: list[str]) -> None:
+    """The CLI builds serve's flags whenever it starts: the reviewer's repro, end to end."""
+    r = subprocess.run([sys.executable, "-m", "tessera", *argv], capture_output=True,
+                       text=True, timeout=120, env={
+                           "PYTHONPATH": f"{SRC.parent}:{bad_entry_points}", "COLUMNS": "200",
+                           "PATH": "/usr/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.count("was skipped: option 'hosts' has type list[str]") == 2
+    assert "package hosts-exec" in r.stderr
+
+
+def test_serve_builds_its_flags_per_executor(
+        entry_point_executor: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An outside executor that passed the load check but fails when serve reads its options
+    (here: its model swapped afterwards) loses its flags, not the command."""
+    plugin = load_executors().get("far")
+    bad: dict[str, Any] = {}
+    exec(BAD_OPTIONS, bad)
+    monkeypatch.setattr(plugin, "options_model", bad["HostsOptions"])
+    with caplog.at_level(logging.WARNING, logger="tessera.live"):
+        options = _serve_options()
+    assert "--ray-address" in options and "--far-port" not in options
+    assert ("executor 'far' (package far-exec) gets no command-line flags: option 'hosts'"
+            in caplog.text)
+
+
+@pytest.fixture
+def bad_package_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                         fresh_registry: None) -> Iterator[None]:
+    """``hosts``: a built-in executor package (in tmp_path) with ``hosts: list[str]``."""
+    (tmp_path / "hosts").mkdir()
+    (tmp_path / "hosts" / "__init__.py").write_text(
+        BAD_OPTIONS + '\n\nEXECUTORS.register("hosts", "Hosts.")(HostsPlugin)\n')
+    monkeypatch.setattr(executors_pkg, "__path__", [*executors_pkg.__path__, str(tmp_path)])
+    yield
+    sys.modules.pop("tessera.live.executors.hosts", None)
+
+
+def test_a_built_in_executor_whose_option_has_no_flag_fails_loudly(
+        bad_package_executor: None) -> None:
+    with pytest.raises(TypeError, match=r"^built-in executor 'hosts' "
+                       r"\(tessera\.live\.executors\.hosts\): option 'hosts' has type "
+                       r"list\[str\], which no command-line flag can carry"):
+        load_executors()
+
+
+def test_serve_refuses_a_built_in_executor_whose_option_has_no_flag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the load check too: a built-in executor's bad options are never skipped."""
+    plugin = load_executors().get("local")
+    bad: dict[str, Any] = {}
+    exec(BAD_OPTIONS, bad)
+    monkeypatch.setattr(plugin, "options_model", bad["HostsOptions"])
+    with pytest.raises(TypeError, match="option 'hosts' has type list"):
+        _serve_options()

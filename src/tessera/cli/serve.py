@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import types
+import logging
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -24,44 +24,61 @@ import typer
 from tessera.cli.live import _run
 from tessera.cli.options import CLUSTER_HELP, GPUS_PER_SERVER, POLICY_HELP, STATE
 from tessera.cli.settings_flags import settings_flags
-from tessera.live.executors.registry import executors_help, flag_of, load_executors
+from tessera.live.executors.registry import (
+    ExecutorPlugin,
+    executors_help,
+    flag_of,
+    load_executors,
+    option_flag_types,
+    outside_package,
+)
 from tessera.sched.core.settings import SchedulerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-
-def _flag_type(annotation: Any) -> type:
-    """The command-line type of an option field: ``X | None`` is ``X``; a ``Literal`` is a
-    string the options model then checks."""
-    if typing.get_origin(annotation) is typing.Literal:
-        return str
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return _flag_type(args[0])
-    if annotation in (bool, int, float, str, Path):
-        return typing.cast(type, annotation)
-    raise TypeError(f"no command-line flag for an executor option of type {annotation!r}")
+log = logging.getLogger("tessera.live")
 
 
 def _executor_options() -> tuple[list[inspect.Parameter], dict[str, tuple[str, str]]]:
     """One keyword parameter per option of every registered executor, and, per parameter,
     (executor, option). Each defaults to "not given" (``None``; ``False`` for a switch), so
-    only the flags on the command line reach the executor, which fills in its own defaults."""
+    only the flags on the command line reach the executor, which fills in its own defaults.
+
+    Built per executor: an executor from an installed package whose options cannot be made
+    into flags gets none (one warning names it and its package) and never breaks the CLI; a
+    built-in one raises, since that is a bug in Tessera."""
     params: list[inspect.Parameter] = []
     owner: dict[str, tuple[str, str]] = {}
     for entry in load_executors():
-        for option, field in entry.obj.options_model.model_fields.items():
-            kind = _flag_type(field.annotation)
-            name = f"{entry.name}_{option}".replace("-", "_")
-            shown = field.default if field.default not in (None, False) else False
-            decl = typer.Option(False if kind is bool else None, flag_of(entry.name, option),
-                                help=field.description, show_default=shown,
-                                rich_help_panel=f"Executor {entry.name}")
-            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                            default=decl, annotation=kind))
-            owner[name] = (entry.name, option)
+        try:
+            mine = _one_executor_options(entry.name, entry.obj)
+        except Exception as e:  # a third-party plugin may fail in any way when inspected
+            package = outside_package(entry.name)
+            if package is None:
+                raise
+            log.warning("executor %r (package %s) gets no command-line flags: %s",
+                        entry.name, package, e)
+            continue
+        params.extend(p for p, _ in mine)
+        owner.update((p.name, (entry.name, option)) for p, option in mine)
     return params, owner
+
+
+def _one_executor_options(executor: str, plugin: type[ExecutorPlugin[Any]]
+                          ) -> list[tuple[inspect.Parameter, str]]:
+    """The keyword parameters of one executor's options, each with its option's name."""
+    out: list[tuple[inspect.Parameter, str]] = []
+    fields = plugin.options_model.model_fields
+    for option, kind in option_flag_types(plugin).items():
+        field = fields[option]
+        name = f"{executor}_{option}".replace("-", "_")
+        shown = field.default if field.default not in (None, False) else False
+        decl = typer.Option(False if kind is bool else None, flag_of(executor, option),
+                            help=field.description, show_default=shown,
+                            rich_help_panel=f"Executor {executor}")
+        out.append((inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=decl,
+                                      annotation=kind), option))
+    return out
 
 
 def executor_flags(fn: F) -> F:

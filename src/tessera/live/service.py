@@ -54,7 +54,7 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import gavel_loop_only, make_policy
-from tessera.sched.core.cadence import EPS_S, Cadence, ProgressWatch, Step
+from tessera.sched.core.cadence import Cadence, ProgressWatch, Step, progressed_since
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, decide
 from tessera.sched.core.feasibility import infeasibility
@@ -111,7 +111,9 @@ class LiveService:
         """Rounds in a row in which no job progressed (rounds cadence; ``/healthz``)."""
         self.stalls = 0
         """No-progress stalls reported since the service started (``/healthz``)."""
-        self._progressed = True
+        self._held: list[tuple[float, float]] = []
+        """(progress_from_s, steps/s) of the runs holding GPUs at the last round (its snapshot);
+        :func:`~tessera.sched.core.cadence.progressed_since` reads it."""
         self._exits_since_round = False
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -296,7 +298,7 @@ class LiveService:
         step = cad.step(now_s, dirty)
         if step in (Step.ROUND, Step.START):
             self.round(now_s)
-            progressed = self._exits_since_round or self._progressed
+            progressed = progressed_since(self._held, now_s, ended=self._exits_since_round)
             self._exits_since_round = False
             stall = cad.rounded(now_s, not self.idle, progressed)
             self.stalled_rounds = cad.watch.rounds if cad.watch is not None else 0
@@ -354,11 +356,8 @@ class LiveService:
         self.idle = not snap.jobs
         if self.idle:
             return None
-        # A launched run past its restore has progressed (the rounds' no-progress watch).
-        # (nobody holding GPUs is no thrashing: a policy may leave them idle)
-        held = [j for j in snap.jobs if j.running]
-        self._progressed = not held or any(
-            j.progress_rate > 0 and now_s > j.progress_from_s + EPS_S for j in held)
+        # The runs holding GPUs, for the rounds' no-progress watch (_round_cadence).
+        self._held = [(j.progress_from_s, j.progress_rate) for j in snap.jobs if j.running]
         opts = replace(self.placement, fill_only=True) if fill_only else self.placement
         d = decide(snap, self.policy, self.ctx, opts)
         remember = not fill_only and d.policy_state is not self.policy_state

@@ -34,7 +34,12 @@ installed package extends another, and only they reach code outside Tessera's di
 Nothing is imported until an executor is asked for by name or listed (``serve``, its
 ``--help``), and an executor's package imports nothing heavy (the Ray executor imports Ray only
 when it is built). On the command line an executor's options are flags
-``--<executor>-<option>`` (``--ray-address``).
+``--<executor>-<option>`` (``--ray-address``), so every option's type must have a flag
+(:func:`option_flag_types`: ``bool``, ``int``, ``float``, ``str``, ``Path``, a ``Literal``, or
+one of these ``| None``). Each executor's options model is checked when it is loaded: a
+built-in one that fails is our bug and raises :class:`TypeError`; an outside one is skipped
+with one warning naming its package and the field, so that it cannot break every ``tessera``
+command (the CLI builds ``serve``'s flags from the registry whenever it starts).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ import importlib
 import importlib.metadata
 import logging
 import pkgutil
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,44 +121,114 @@ class ExecutorPlugin(Generic[O]):
 EXECUTORS = Registry[type[ExecutorPlugin[Any]]]("executor")
 
 
+#: Executor name → the installed package (distribution) it came from, for the executors
+#: added through entry points; the built-in ones are not here.
+_OUTSIDE: dict[str, str] = {}
+
+
+def option_flag_type(annotation: Any) -> type:
+    """The command-line type of an option field: ``X | None`` is ``X``; a ``Literal`` is a
+    string the options model then checks.
+
+    Raises:
+        TypeError: a type no flag can carry (``list[str]``, a model ...).
+    """
+    if typing.get_origin(annotation) is typing.Literal:
+        return str
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return option_flag_type(args[0])
+    if annotation in (bool, int, float, str, Path):
+        return typing.cast(type, annotation)
+    raise TypeError(f"no command-line flag for an executor option of type {annotation!r}")
+
+
+def option_flag_types(plugin: type[ExecutorPlugin[Any]]) -> dict[str, type]:
+    """Each option of ``plugin``'s options model → its command-line type.
+
+    Raises:
+        TypeError: the plugin has no pydantic options model, or an option's type has no flag
+            (naming the option and its type).
+    """
+    model = getattr(plugin, "options_model", None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"options_model is {model!r}, not a pydantic model class")
+    kinds: dict[str, type] = {}
+    for option, field in model.model_fields.items():
+        try:
+            kinds[option] = option_flag_type(field.annotation)
+        except TypeError:
+            raise TypeError(f"option {option!r} has type {field.annotation!r}, which no "
+                            "command-line flag can carry (use bool, int, float, str, Path, a "
+                            "Literal, or one of these | None)") from None
+    return kinds
+
+
+def outside_package(name: str) -> str | None:
+    """The installed package executor ``name`` came from (None for a built-in one)."""
+    return _OUTSIDE.get(name)
+
+
 @functools.cache
 def load_executors() -> Registry[type[ExecutorPlugin[Any]]]:
     """:data:`EXECUTORS`, with every executor imported (once per process; the module
     docstring says how they are found).
 
-    The built-in sub-packages are imported first, in name order; an error in one of them is a
-    bug and propagates. An entry point that fails to load, that names something that is no
-    plugin, or whose name is taken is skipped with a warning: a broken package outside Tessera
-    must not stop ``tessera serve --help``.
+    The built-in sub-packages are imported first, in name order; an error in one of them (an
+    option of a type no flag carries included) is a bug and propagates. An entry point that
+    fails to load, that names something that is no plugin, whose name is taken, or whose
+    options model has an option no flag carries is skipped with a warning: a broken package
+    outside Tessera must not stop ``tessera serve --help`` (nor any other command).
     """
     here = importlib.import_module(__package__ or "tessera.live.executors")
     for info in sorted(pkgutil.iter_modules(here.__path__, here.__name__ + "."),
                        key=lambda m: m.name):
         if info.ispkg:
             importlib.import_module(info.name)
+    for entry in EXECUTORS:
+        if entry.name not in _OUTSIDE:
+            try:
+                option_flag_types(entry.obj)
+            except TypeError as e:
+                raise TypeError(f"built-in executor {entry.name!r} "
+                                f"({entry.obj.__module__}): {e}") from None
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         _load_entry_point(ep)
     return EXECUTORS
 
 
 def _load_entry_point(ep: importlib.metadata.EntryPoint) -> None:
-    """Import one ``tessera.executors`` entry point; register it if it names a plugin class."""
+    """Import one ``tessera.executors`` entry point; register it if it names a plugin class;
+    drop (with a warning) every executor it added whose options model fails the check."""
     before = EXECUTORS.names()
+    package = ep.dist.name if ep.dist is not None else ep.value
+    where = f"{ep.name!r} (package {package}, {ep.value})"
     try:
         obj = ep.load()
     except Exception as e:  # whatever a third-party package raises on import
-        log.warning("executor %r (%s) was skipped: it failed to load: %s", ep.name, ep.value, e)
+        log.warning("executor %s was skipped: it failed to load: %s", where, e)
         return
     if isinstance(obj, type) and issubclass(obj, ExecutorPlugin):
         if ep.name in EXECUTORS and EXECUTORS.get(ep.name) is not obj:
-            log.warning("executor %r (%s) was skipped: the name is taken", ep.name, ep.value)
+            log.warning("executor %s was skipped: the name is taken", where)
             return
         if ep.name not in EXECUTORS:
             summary = (obj.__doc__ or "").strip().split("\n")[0] or f"From {ep.value}."
             EXECUTORS.register(ep.name, summary)(obj)
     elif ep.name not in EXECUTORS.names() and EXECUTORS.names() == before:
-        log.warning("executor %r (%s) was skipped: it registered no executor", ep.name,
-                    ep.value)
+        log.warning("executor %s was skipped: it registered no executor", where)
+    for name in EXECUTORS.names():
+        if name in before:
+            continue
+        try:
+            option_flag_types(EXECUTORS.get(name))
+        except Exception as e:  # a third-party plugin may fail in any way when inspected
+            EXECUTORS.discard(name)
+            shown = where if name == ep.name else f"{name!r} (package {package}, {ep.value})"
+            log.warning("executor %s was skipped: %s", shown, e)
+            continue
+        _OUTSIDE[name] = package
 
 
 def executor_plugin(name: str) -> ExecutorPlugin[Any]:

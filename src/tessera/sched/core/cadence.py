@@ -15,8 +15,9 @@ what happened, so the rules below are written once:
   for ever (issue 31). With it every run progresses for at least as long as its swap cost, so
   at least half of the time a job holds GPUs is progress;
 * **no progress** (:class:`ProgressWatch`) -- rounds in which jobs held GPUs but none
-  progressed (none ran past its restore, none finished) are counted (a round in which nobody
-  holds GPUs is not: Gavel's twins may leave a job waiting for their next reallocation);
+  progressed (none ran past its restore, none finished: :func:`progressed_since`, one rule for
+  both clocks) are counted (a round in which nobody holds GPUs is not: Gavel's twins may leave
+  a job waiting for their next reallocation);
   past a patience that no legitimate start-up needs, the cadence reports a :class:`Stall`
   naming the settings. The simulator fails with it; the live service records an event and
   counts it in its metrics. With the lease rule this never trips on today's policies: it is
@@ -141,11 +142,30 @@ class ProgressWatch:
         return Stall(self.since_s, now_s, self.rounds, self.round_s, self.swap_s)
 
 
-def progressed_since(jobs: Iterable[JobView], now_s: float) -> bool:
-    """Whether any running job of a snapshot at ``now_s`` is past its restore (it progressed
-    at some point before ``now_s``)."""
-    return any(j.state is JobState.RUNNING and j.progress_from_s < now_s - EPS_S
-               for j in jobs)
+def progressed_since(held: Iterable[tuple[float, float]], now_s: float,
+                     ended: bool = False) -> bool:
+    """Whether a round at ``now_s`` counts as progress for the :class:`ProgressWatch`: the one
+    rule of both clocks (the round driver and the live service each call it).
+
+    Args:
+        held: ``(progress_from_s, steps_per_s)`` of every run that holds GPUs now: when it
+            began (or begins) progressing, after its restore, and its speed.
+        ended: some job finished (or failed for good) since the last round.
+
+    A round progressed when a job ended, when nobody holds GPUs (a policy may leave GPUs
+    idle, and Gavel's twins may leave a job waiting for their next reallocation: that is no
+    thrashing), or when some run is past its restore at a positive speed. A run still
+    restoring has not progressed, and neither has one at speed 0: a live run launched but not
+    yet started, or a pair the simulator re-rated to nothing.
+    """
+    if ended:
+        return True
+    nobody = True
+    for progress_from_s, steps_per_s in held:
+        nobody = False
+        if steps_per_s > 0 and progress_from_s < now_s - EPS_S:
+            return True
+    return nobody
 
 
 class Cadence:

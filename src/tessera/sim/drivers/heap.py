@@ -22,7 +22,7 @@ from abc import abstractmethod
 
 from tessera.errors import SpecError
 from tessera.model.jobs import JobState
-from tessera.sched.core.cadence import Cadence, ProgressWatch, Step
+from tessera.sched.core.cadence import Cadence, ProgressWatch, Step, progressed_since
 from tessera.sched.elastic.goodput import RESCALE_S
 from tessera.sim.drivers.base import Driver
 from tessera.sim.events import COMPLETE, EPS_S, RETRY
@@ -175,9 +175,9 @@ class RoundDriver(_HeapDriver):
         step = cad.step(t_s, changed)
         if step is Step.ROUND:
             active = bool(world.active)
-            # (a round with nobody holding GPUs is no thrashing: a policy may leave them idle)
-            progressed = self.done != self._done_at_round or not world.running or any(
-                j.progress_from_s < t_s - EPS_S for j in world.running.values())
+            progressed = progressed_since(
+                ((j.progress_from_s, j.rate) for j in world.running.values()), t_s,
+                ended=self.done != self._done_at_round)
             self._done_at_round = self.done
             if active:
                 world.apply(world.decide(world.snapshot(t_s)), t_s)

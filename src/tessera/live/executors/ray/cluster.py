@@ -152,6 +152,7 @@ def _reread_ray_config() -> None:
     """Ray caches ``RAY_AUTH_*`` in its config and the token in a loader; reread both after
     changing them (as Ray's own ``_enable_token_auth`` does), so a process that connected to
     one cluster can present another's token."""
+    # lazy: Ray costs ~250 ms, and this module is imported at every tessera start (plugin.py)
     from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
@@ -183,6 +184,7 @@ def connect(address: str, namespace: str, *, loopback: bool = False,
     Ray's C++ client logs a warning per retry straight to file descriptor 2 (twenty lines for a
     refused token); they are held back while connecting and only their gist is reported.
     """
+    # lazy: Ray costs ~250 ms, and this module is imported at every tessera start (plugin.py)
     import ray
     from ray._private import ray_constants
 
