@@ -145,7 +145,7 @@ def test_token_add_admin_from_the_command_line(app: typer.Typer, tmp_path: Path,
     serve(ServeConfig(state, "v100:4", 4), "127.0.0.1", _free_port())
     r = runner.invoke(app, ["token-add", "--admin", "ops", "--state", str(state)])
     assert r.exit_code == 0
-    who = load_tenancy(state).authenticate(r.output.strip())
+    who = load_tenancy(state).authenticate(r.stdout.strip())
     assert who is not None and who.admin and who.name == "ops"
     for args in (["token-add", "x", "--state", str(state)],
                  ["token-add", "--admin", "x", "--queue", "q", "--state", str(state)]):
