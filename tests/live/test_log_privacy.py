@@ -63,7 +63,7 @@ def _id(name: str) -> str:
 def _spec(job_id: str, argv: tuple[str, ...], tmp_path: Path, flavor: str = "V100",
           node: str = "n0", env: tuple[tuple[str, str], ...] = (),
           run_as: str | None = None) -> LaunchSpec:
-    return LaunchSpec(job_id, 1, argv, env, Placement(flavor, ((node, 1),)),
+    return LaunchSpec(job_id, 1, argv, env, Placement.of(flavor, ((node, 1),)),
                       str(tmp_path / "ckpt" / job_id), run_as=run_as, grace_s=1.0)
 
 

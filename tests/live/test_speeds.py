@@ -20,6 +20,7 @@ from tessera.live.spec import parse_request
 from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tessera.live.view import build_snapshot
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.snapshot import Placement
@@ -33,7 +34,7 @@ TABLE = default_throughputs()
 LM_ALONE = TABLE.throughput(LM, "V100", 1, True)
 LM_PAIRED, RESNET_PAIRED = TABLE.colocated(LM, RESNET, "V100", 1)[0], \
     TABLE.colocated(RESNET, LM, "V100", 1)[0]
-GPU = Placement("V100-16GB", (("v100-0", 1),))
+GPU = Placement.of(resolve_flavor("V100-16GB"), (("v100-0", 1),))
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def _job(svc: LiveService, model: str) -> str:
 def _start(svc: LiveService, jid: str, now_s: float, mate: str = "", run: int = 1) -> None:
     """Start run ``run`` of ``jid``; with ``mate``, on the GPUs of ``mate``'s running run,
     which is relabelled to name ``jid`` (as the decision that pairs them does)."""
-    p = GPU if not mate else Placement(GPU.flavor, GPU.gpus_by_node,
+    p = GPU if not mate else Placement.of(GPU.flavor, GPU.gpus_by_node,
                                        colocated_with=(JobId(mate),))
     with svc.store.tx() as db:
         for host in svc.store.allocations(("running",), job_id=mate) if mate else ():
@@ -119,7 +120,7 @@ def test_both_runs_of_a_pair_ending_together_count_their_shared_time_once(
 def test_a_partner_planned_but_not_started_does_not_slow_its_host(svc: LiveService) -> None:
     host, rider = _job(svc, LM), _job(svc, RESNET)
     _start(svc, host, 0.0)
-    p = Placement(GPU.flavor, GPU.gpus_by_node, colocated_with=(JobId(host),))
+    p = Placement.of(GPU.flavor, GPU.gpus_by_node, colocated_with=(JobId(host),))
     with svc.store.tx() as db:
         svc.store.add_allocation(db, rider, 1, p, 5.0)
     assert _done(svc, host, 60.0) == pytest.approx(60 * LM_ALONE)

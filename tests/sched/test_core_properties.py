@@ -98,7 +98,7 @@ def _allocate(flavor: str, gpus: int, free: dict[str, int], cluster: ClusterSpec
         return None
     for node_id, k in parts:
         free[node_id] -= k
-    return Placement(flavor, tuple(sorted(parts, key=lambda p: -p[1])))
+    return Placement.of(flavor, tuple(sorted(parts, key=lambda p: -p[1])))
 
 
 @st.composite

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tessera.errors import SpecError
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import ElasticRange, JobId, JobState
 from tessera.perf.sia_table import sia_throughputs
 from tessera.sched.catalog import list_policies
@@ -23,6 +24,8 @@ from tessera.sched.elastic.goodput import Config
 from tessera.sched.elastic.ilp import choose_configs
 from tessera.sched.elastic.sizes import ElasticSize, even_batch
 from tests.builders import make_cluster, make_job, snapshot, view
+
+_A100_40GB = resolve_flavor("A100-40GB")
 
 CIFAR = ElasticRange(1, 16, 2048, 4096, "cifar10", 5e6)
 CIFAR_TYPE = "cifar10 (batch size 129)"
@@ -63,7 +66,7 @@ def test_a_sized_job_is_placed_at_its_count_with_its_batch() -> None:
 
 def test_a_running_job_at_the_same_count_keeps_its_gpus_and_batch() -> None:
     job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
-    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
     ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(4, 4096)})
     d = _decide(_cluster(), ranking, view(job, JobState.RUNNING, held))
     assert d.placements["a"] is held and d.started == () and d.preempted == ()
@@ -71,7 +74,7 @@ def test_a_running_job_at_the_same_count_keeps_its_gpus_and_batch() -> None:
 
 def test_a_resized_running_job_is_started_again() -> None:
     job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
-    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
     ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(2, 2048)})
     d = _decide(_cluster(), ranking, view(job, JobState.RUNNING, held))
     assert d.placements["a"].num_gpus == 2 and d.started == ("a",)
@@ -233,7 +236,7 @@ def test_borrowing_limit_and_unlimited_queues_bound_growth() -> None:
 
 def test_admission_counts_a_grown_running_job_at_the_gpus_it_holds() -> None:
     grown = make_job("g", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
-    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 6),), global_batch_samples=4096)
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[0].node_id, 6),), global_batch_samples=4096)
     waiting = make_job("w", 2, queue="team")
     ranking = Ranking(((JobId("g"), "A100-40GB"), (JobId("w"), "A100-40GB")),
                       sizes={JobId("g"): ElasticSize(6, 4096)})

@@ -22,6 +22,8 @@ from tessera.sched.policies.pollux import fitness, pollux_factor, power_term
 from tessera.workload.elastic import elastic_range
 from tests.builders import make_cluster, make_job, snapshot, view
 
+_A100_40GB = resolve_flavor("A100-40GB")
+
 TYPE = "cifar10 (batch size 129)"
 JOBS = (("a", "cifar10", 2048), ("b", "bert", 384), ("c", "yolov3", 64))
 
@@ -91,7 +93,7 @@ def test_sia_picks_the_exhaustive_optimum_of_its_objective() -> None:
 
 
 def test_sia_damps_a_change_for_a_job_that_restarted_before() -> None:
-    held = Placement("A100-40GB", ((_cluster().nodes[1].node_id, 1),), global_batch_samples=2048)
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[1].node_id, 1),), global_batch_samples=2048)
     spec = make_job("a", 1, job_type=TYPE, elastic=elastic_range("cifar10", 1, 2048))
     running = view(spec, JobState.RUNNING, held, as_of_s=4000.0)
     free = _rank("sia", [running], now_s=4000.0, explore=False)

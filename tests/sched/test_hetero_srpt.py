@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -19,6 +20,8 @@ from tessera.sched.policies.hetero_gittins import _gittins_remaining, _prior_qua
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload, snapshot, view
+
+_V100_16GB = resolve_flavor("V100-16GB")
 
 CYCLEGAN = "CycleGAN"  # V100 4.43 steps/s, K80 0.51: 8.8x faster on the V100
 A3C = "A3C"  # V100 7.18 steps/s, K80 3.44: 2.1x faster on the V100
@@ -46,15 +49,15 @@ def test_matching_gives_the_fast_gpu_to_the_job_it_helps_most(policy: str) -> No
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     a, b = _two_jobs()
     out = _decide(c, view(a), view(b), policy=policy)
-    assert out.placements["a"].flavor == "V100-16GB"
-    assert out.placements["b"].flavor == "K80"
+    assert out.placements["a"].flavor.short == "V100-16GB"
+    assert out.placements["b"].flavor.short == "K80"
 
 
 def test_srtf_by_pair_gets_the_two_job_example_wrong() -> None:
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     a, b = _two_jobs()
     out = _decide(c, view(a), view(b), policy="srtf")
-    assert out.placements["b"].flavor == "V100-16GB"  # the mistake matching avoids
+    assert out.placements["b"].flavor.short == "V100-16GB"  # the mistake matching avoids
 
 
 def test_matching_lowers_the_simulated_sum_of_jcts() -> None:
@@ -72,8 +75,8 @@ def test_uniform_speeds_reduce_to_shortest_remaining_first() -> None:
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     short, long_ = make_job("s", steps=1e4), make_job("l", steps=1e6)
     out = _decide(c, view(long_), view(short))
-    assert out.placements["s"].flavor == "V100-16GB"
-    assert out.placements["l"].flavor == "K80"
+    assert out.placements["s"].flavor.short == "V100-16GB"
+    assert out.placements["l"].flavor.short == "K80"
 
 
 def test_a_gang_gets_a_whole_node_instead_of_being_split() -> None:
@@ -83,7 +86,7 @@ def test_a_gang_gets_a_whole_node_instead_of_being_split() -> None:
     c = make_cluster().node("v100", gpus=4, count=2).build()
     small = [
         view(make_job(f"s{i}", steps=1e8), JobState.RUNNING,
-             Placement("V100-16GB", ((f"v100-16gb-{i % 2:04d}", 1),)),
+             Placement.of(_V100_16GB, ((f"v100-16gb-{i % 2:04d}", 1),)),
              progress_from_s=-3600.0)  # (past its lease: a swap may stop it)
         for i in range(4)
     ]
@@ -163,8 +166,8 @@ def test_a_running_job_with_nothing_left_ranks_first_without_dividing_by_zero() 
     # cost is 0, which must rank it first rather than raise ZeroDivisionError
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     a, b = _two_jobs()
-    done = view(a, JobState.RUNNING, Placement("V100-16GB", (("v100-16gb-0000", 1),)),
+    done = view(a, JobState.RUNNING, Placement.of(_V100_16GB, (("v100-16gb-0000", 1),)),
                 remaining_steps=0.0)
     out = _decide(c, done, view(b))
-    assert out.placements["a"].flavor == "V100-16GB"
-    assert out.placements["b"].flavor == "K80"
+    assert out.placements["a"].flavor.short == "V100-16GB"
+    assert out.placements["b"].flavor.short == "K80"

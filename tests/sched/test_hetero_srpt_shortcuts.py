@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.sched.core import preview as preview_module
 from tessera.sched.core.lp import LpSolver
@@ -25,6 +26,8 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
 from tessera.sim.config import FailureConfig, SimConfig
 from tests.builders import busy_simulator, make_job, view
+
+_V100 = resolve_flavor("v100")
 
 
 @pytest.mark.parametrize("policy", ["hetero_srpt", "hetero_gittins"])
@@ -67,7 +70,7 @@ def test_the_shortcuts_answer_as_the_long_path_at_every_decision(
 
 
 def _kept(name: str, gpus: int, node: str, flavor: str = "v100") -> tuple[Any, Any, Any]:
-    p = Placement(flavor, ((node, gpus),))
+    p = Placement.of(flavor, ((node, gpus),))
     return (view(make_job(name, gpus), JobState.RUNNING, p), {}, [flavor])
 
 
@@ -77,7 +80,7 @@ def _new(name: str, gpus: int, flavor: str = "v100") -> tuple[Any, Any, Any]:
 
 def test_kept_jobs_are_those_running_on_the_flavor_they_were_selected_for() -> None:
     moved = _kept("m", 2, "n1")
-    stopped = (view(make_job("s", 2), JobState.PENDING, Placement("v100", (("n1", 2),))), {},
+    stopped = (view(make_job("s", 2), JobState.PENDING, Placement.of(_V100, (("n1", 2),))), {},
                ["v100"])
     selected = [_kept("a", 2, "n0"), _new("c", 1), _kept("b", 3, "n0"),
                 (moved[0], {}, ["k80", "v100"]), stopped, _kept("d", 1, "n2")]

@@ -23,7 +23,7 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sched.mixed.rates import MixedRates, local_batch_of
 from tests.builders import RESNET, make_cluster, make_job, snapshot, view
 
-V100, P100, K80 = "V100-16GB", "P100", "K80"
+V100, P100, K80 = resolve_flavor("V100-16GB"), resolve_flavor("P100"), resolve_flavor("K80")
 MIXED = PlacementOptions(mixed_gangs=True)
 
 
@@ -178,7 +178,7 @@ def test_a_mix_too_slow_for_the_job_waits() -> None:
     # 1 V100 + 3 K80 for a job that runs on 4 V100 when those free up: under half its speed.
     c = make_cluster().node("v100", gpus=4).node("k80", gpus=3).build()
     busy = view(make_job("busy", 3, steps=50), JobState.RUNNING,
-                Placement(V100, (("v100-16gb-0000", 3),)), progress_rate=1.0)
+                Placement.of(V100, (("v100-16gb-0000", 3),)), progress_rate=1.0)
     out = _decide(c, busy, view(make_job("a", 4, submit_s=1)))
     assert "a" not in out.placements
 
@@ -191,9 +191,9 @@ def test_waiting_wins_when_the_fast_flavor_frees_up_soon() -> None:
     soon = 1e6 / mixed - 1e6 / o.rate(job, V100, True)  # the mix's loss, in seconds
     for busy_steps, starts in ((0.5 * soon, False), (2.0 * soon, True)):
         busy = view(make_job("busy", 2, steps=busy_steps), JobState.RUNNING,
-                    Placement(V100, (("v100-16gb-0000", 2),)), progress_rate=1.0)
+                    Placement.of(V100, (("v100-16gb-0000", 2),)), progress_rate=1.0)
         other = view(make_job("other", 2, steps=1e9), JobState.RUNNING,
-                     Placement(P100, (("p100-0000", 2),)), progress_rate=1.0)
+                     Placement.of(P100, (("p100-0000", 2),)), progress_rate=1.0)
         out = _decide(c, busy, other, view(job), options=PlacementOptions(
             mixed_gangs=True, mixed_min_speed=0.1))
         assert ("a" in out.placements) is starts

@@ -22,7 +22,7 @@ from tessera.sched.packing.pairs import check_pair, colocate, may_share
 from tests.builders import make_cluster, make_job, snapshot, view
 
 TABLE = default_throughputs()
-V100 = resolve_flavor("v100").short
+V100 = resolve_flavor("v100")
 R18_16 = "ResNet-18 (batch size 16)"
 R18_64 = "ResNet-18 (batch size 64)"
 R50_64 = "ResNet-50 (batch size 64)"
@@ -102,7 +102,7 @@ def test_partner_must_accept_the_hosts_flavor_and_pairs_only() -> None:
     partner = make_job("p", job_type=R18_64, flavors=(resolve_flavor("k80"),))
     got = may_share(TABLE, CLUSTER, host, partner, V100)
     assert isinstance(got, PairRefusal) and "does not accept" in str(got)
-    shared = Placement(V100, (("n", 1),), colocated_with=(JobId("q"),))
+    shared = Placement.of(V100, (("n", 1),), colocated_with=(JobId("q"),))
     got = check_pair(TABLE, CLUSTER, host, make_job("p", job_type=R18_64), shared)
     assert isinstance(got, PairRefusal) and "only pairs" in str(got)
 
@@ -111,7 +111,7 @@ def test_colocate_puts_partner_on_host_gpus_and_explains() -> None:
     h, p, x = (view(make_job("h", job_type=R18_16)), view(make_job("p", job_type=R18_64)),
                view(make_job("x", job_type=R18_64, exclusive=True)))
     node = CLUSTER.nodes[0].node_id
-    run = {h.job_id: Placement(V100, ((node, 1),))}
+    run = {h.job_id: Placement.of(V100, ((node, 1),))}
     packed = colocate(run, {p.job_id: h.job_id, x.job_id: h.job_id},
                       {j.job_id: j for j in (h, p, x)}, TABLE, CLUSTER)
     assert packed.placements[p.job_id].gpus_by_node == ((node, 1),)
@@ -239,7 +239,7 @@ def test_hetero_pack_counts_the_restart_of_a_running_job_that_would_move() -> No
     k80 = next(n for n in MIXED.nodes if n.flavor.short == "K80")
     a = view(make_job("a", job_type=R50_64, steps=1e6))
     running = view(make_job("b", job_type=R18_16, steps=1e6, submit_s=1.0), JobState.RUNNING,
-                   Placement("K80", ((k80.node_id, 1),)))
+                   Placement.of(resolve_flavor("K80"), ((k80.node_id, 1),)))
     costly = make_policy("hetero_pack", {"restart_s": 360.0})
     got = _flavors(_decide_on(MIXED, costly, a, running))
     assert got["b"] == ("K80", ())

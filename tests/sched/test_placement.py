@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.sched.core.free_book import FreeBook
 from tessera.sched.core.placement import FreeGpus, Layout
@@ -229,7 +230,7 @@ def test_stale_counts_refuse_to_be_read_and_the_round_uses_the_running_gangs() -
     with pytest.raises(RuntimeError, match="free-GPU counts were taken at book version 0"):
         counts[node]
     running = JobView(make_job("a", gpus=2), JobState.RUNNING, 10.0,
-                      Placement("K80", ((layout.by_flavor["K80"][0], 2),)))
+                      Placement.of(resolve_flavor("K80"), ((layout.by_flavor["K80"][0], 2),)))
     snap = Snapshot(0.0, c, (running,), free_gpus=counts)
     free = FreeGpus.of_snapshot(snap, layout)
     assert free.total_free("K80") == 2 and free.free_on(layout.by_flavor["K80"][0]) == 0
@@ -304,6 +305,6 @@ def test_take_back_of_a_gang_never_given_back_fails_loudly() -> None:
     node = layout.by_flavor["K80"][0]
     book[node] = 0
     free = FreeGpus(c.nodes, base=book)
-    assert free.take_back([Placement("K80", ((node, 2),))]) == [True]
+    assert free.take_back([Placement.of(resolve_flavor("K80"), ((node, 2),))]) == [True]
     with pytest.raises(RuntimeError, match="was not given back"):
         free.total_free("K80")

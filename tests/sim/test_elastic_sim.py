@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.sia_table import sia_throughputs
 from tessera.sched.catalog import make_policy
@@ -42,7 +43,7 @@ def _place(world, job, p, t_s):  # type: ignore[no-untyped-def]
 
 
 def _gang(world, n: int, batch: int) -> Placement:  # type: ignore[no-untyped-def]
-    return Placement("A100-40GB", ((world.cluster.nodes[0].node_id, n),),
+    return Placement.of(resolve_flavor("A100-40GB"), ((world.cluster.nodes[0].node_id, n),),
                      global_batch_samples=batch)
 
 
@@ -77,7 +78,7 @@ def test_a_move_at_the_same_count_is_a_migration_and_a_preemption_pays_the_model
     world.arrive(job, 0.0)
     _place(world, job, _gang(world, 2, 384), 0.0)
     world.snapshot(500.0)
-    other = Placement("A100-40GB", ((world.cluster.nodes[0].node_id, 2),),
+    other = Placement.of(resolve_flavor("A100-40GB"), ((world.cluster.nodes[0].node_id, 2),),
                       global_batch_samples=768)
     _place(world, job, other, 500.0)
     assert (job.resizes, job.migrations) == (0, 1)

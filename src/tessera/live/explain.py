@@ -76,7 +76,8 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
         lines.append("allowed flavors here: " + (", ".join(
             f"{r.flavor} ({r.consolidated:g} steps/s)" for r in rates) or "none"))
     else:
-        lines.append("allowed flavors here: " + (", ".join(r.flavor for r in rates) or "none"))
+        lines.append("allowed flavors here: " + (", ".join(r.flavor.short for r in rates)
+                                                 or "none"))
         lines.append(UNMEASURED)
     running = [r for r in svc.store.jobs(active_only=True)
                if r.state in (JobState.ADMITTED, JobState.RUNNING)]

@@ -77,7 +77,8 @@ class GpuFlavor:
         return f"GpuFlavor({self.short!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, GpuFlavor) and other.name == self.name
+        # (catalog flavors are singletons: the identity test answers almost every comparison)
+        return self is other or (isinstance(other, GpuFlavor) and other.name == self.name)
 
     def __hash__(self) -> int:
         return hash(self.name)

@@ -42,6 +42,7 @@ from tessera.errors import SpecError
 
 if TYPE_CHECKING:
     from tessera.model.cluster import Node
+    from tessera.model.gpus import GpuFlavor
     from tessera.plan.hybrid import HybridPlan
 
 #: The environment variables :meth:`RankRole.env` sets, in the order documented.
@@ -120,9 +121,10 @@ def slots_of_nodes(nodes: Sequence[Node]) -> tuple[GpuSlot, ...]:
     return tuple(GpuSlot(n.node_id, n.flavor.short, i) for n in nodes for i in range(n.gpus))
 
 
-def slots_of_parts(parts: Sequence[tuple[str, int, str]]) -> tuple[GpuSlot, ...]:
+def slots_of_parts(parts: Sequence[tuple[str, int, GpuFlavor]]) -> tuple[GpuSlot, ...]:
     """Every GPU of a placement's ``(node_id, gpus, flavor)`` parts, in rank order."""
-    return tuple(GpuSlot(node, flavor, i) for node, count, flavor in parts for i in range(count))
+    return tuple(GpuSlot(node, flavor.short, i) for node, count, flavor in parts
+                 for i in range(count))
 
 
 def assign_ranks(plan: HybridPlan, slots: Sequence[GpuSlot], n_layers: int
