@@ -31,9 +31,9 @@ SHARING = [{"name": "team-a", "nominal_gpus": 4, "borrowing_limit_gpus": 4, "sha
            {"name": "team-b", "nominal_gpus": 4}]
 LM, RESNET = "LM (batch size 20)", "ResNet-18 (batch size 32)"
 TABLE = default_throughputs()
-LM_ALONE = TABLE.throughput(LM, "V100", 1, True)
-LM_PAIRED, RESNET_PAIRED = TABLE.colocated(LM, RESNET, "V100", 1)[0], \
-    TABLE.colocated(RESNET, LM, "V100", 1)[0]
+LM_ALONE = TABLE.throughput(LM, resolve_flavor("V100"), 1, True)
+LM_PAIRED, RESNET_PAIRED = TABLE.colocated(LM, RESNET, resolve_flavor("V100"), 1)[0], \
+    TABLE.colocated(RESNET, LM, resolve_flavor("V100"), 1)[0]
 GPU = Placement.of(resolve_flavor("V100-16GB"), (("v100-0", 1),))
 
 
@@ -188,7 +188,7 @@ def test_a_run_is_not_slowed_by_the_draining_run_of_a_job_that_moves_onto_its_no
     _start(svc, mover, 50.0, mate=stayer, run=2)  # its new run joins the stayer's GPUs
     assert _done(svc, stayer, 60.0) == pytest.approx(49 * LM_ALONE + 10 * LM_PAIRED)
     assert _done(svc, mover, 60.0) == pytest.approx(
-        50 * TABLE.throughput(RESNET, "V100", 1, True) + 10 * RESNET_PAIRED)
+        50 * TABLE.throughput(RESNET, resolve_flavor("V100"), 1, True) + 10 * RESNET_PAIRED)
 
 
 def test_a_run_whose_partner_left_is_relabelled_and_shown_alone(svc: LiveService) -> None:

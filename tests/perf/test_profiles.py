@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import NoProfileError
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs, load_gavel_throughputs
 from tests.builders import RECO, RESNET
 
@@ -40,8 +41,8 @@ def test_unconsolidated_answers_come_from_the_unconsolidated_measurements() -> N
     job = "ResNet-50 (batch size 64)"
     key = f"('{job}', 4)"
     spread = raw["v100_unconsolidated"][key]["null"]
-    assert t.throughput(job, "v100", 4, consolidated=False) == spread
-    assert t.throughput(job, "v100", 4) == raw["v100"][key]["null"]
+    assert t.throughput(job, resolve_flavor("v100"), 4, consolidated=False) == spread
+    assert t.throughput(job, resolve_flavor("v100"), 4) == raw["v100"][key]["null"]
 
 
 def test_zero_means_does_not_fit() -> None:
@@ -50,10 +51,10 @@ def test_zero_means_does_not_fit() -> None:
 
 def test_estimates_are_labelled() -> None:
     t = default_throughputs()
-    big = t.lookup(RESNET, "v100", 16)
+    big = t.lookup(RESNET, resolve_flavor("v100"), 16)
     assert not big.measured and "extrapolated" in big.note
-    assert big.steps_per_s == pytest.approx(2 * t.throughput(RESNET, "v100", 8))
-    proxy = t.lookup(RESNET, "p40", 1)
+    assert big.steps_per_s == pytest.approx(2 * t.throughput(RESNET, resolve_flavor("v100"), 8))
+    proxy = t.lookup(RESNET, resolve_flavor("p40"), 1)
     assert not proxy.measured and "P100" in proxy.note
 
 

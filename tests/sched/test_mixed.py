@@ -23,6 +23,13 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sched.mixed.rates import MixedRates, local_batch_of
 from tests.builders import RESNET, make_cluster, make_job, snapshot, view
 
+_K80 = resolve_flavor("K80")
+_P100 = resolve_flavor("P100")
+_V100_16GB = resolve_flavor("V100-16GB")
+_V100_32GB = resolve_flavor("V100-32GB")
+_T4 = resolve_flavor("T4")
+_A100_40GB = resolve_flavor("A100-40GB")
+
 V100, P100, K80 = resolve_flavor("V100-16GB"), resolve_flavor("P100"), resolve_flavor("K80")
 MIXED = PlacementOptions(mixed_gangs=True)
 
@@ -41,7 +48,7 @@ def _decide(cluster, *views, policy="fifo", options=MIXED, now_s=0.0):  # type: 
 def test_mixed_placement_counts_gpus_per_flavor() -> None:
     p = Placement.mixed((("v-0", V100, 4), ("p-0", P100, 3), ("v-1", V100, 1)))
     assert p.is_mixed and not p.consolidated
-    assert p.flavor == f"{P100}+{V100}"
+    assert p.label == f"{P100}+{V100}" and p.flavors == (P100, V100)
     assert p.flavor_counts() == ((P100, 3), (V100, 5))
     assert (p.gpus_of(V100), p.gpus_of(P100), p.gpus_of(K80)) == (5, 3, 0)
     assert "mixed (3×P100, 5×V100-16GB)" in p.describe()
@@ -113,7 +120,7 @@ def test_cost_model_route_for_jobs_that_name_a_profiled_model() -> None:
     o = _oracle(c)
     job = make_job("a", 8, job_type="ResNet-50 (batch size 64)",
                    model="imagenet", batch_size=512)
-    pred = o._mixed_rates().predict(job, (("V100-16GB", 4), ("V100-32GB", 4)))
+    pred = o._mixed_rates().predict(job, ((_V100_16GB, 4), (_V100_32GB, 4)))
     assert pred.source == "planner cost model (imagenet)"
     # Same silicon on both sides: the planner predicts the anchor's own measured speed.
     assert pred.steps_per_s == pytest.approx(o.rate(job, V100, False), rel=1e-6)
@@ -127,8 +134,8 @@ def test_cost_model_route_never_beats_the_measured_bound() -> None:
     o = ThroughputOracle(sia_throughputs(), c)
     golden = Path(__file__).resolve().parents[1] / "data" / "workload" / "sia_small.csv"
     job = load_trace(golden, throughputs=sia_throughputs()).jobs[0]  # cifar10 on 6 GPUs
-    mixes = [(("A100-40GB", 4), ("V100-16GB", 2)), (("A100-40GB", 2), ("T4", 4)),
-             (("T4", 2), ("V100-16GB", 4))]
+    mixes = [((_A100_40GB, 4), (_V100_16GB, 2)), ((_A100_40GB, 2), (_T4, 4)),
+             ((_T4, 2), (_V100_16GB, 4))]
     for mix in mixes:
         pred = o._mixed_rates().predict(job, mix)
         assert pred.source == "planner cost model (cifar10)"

@@ -21,11 +21,13 @@ from tessera.sim.world import SimWorld
 from tessera.workload.elastic import elastic_range, sia_calibrated
 from tests.builders import make_cluster, make_job, make_workload
 
+_A100_40GB = resolve_flavor("A100-40GB")
+
 TYPE = "cifar10 (batch size 129)"
 
 
 def _cluster():  # type: ignore[no-untyped-def]
-    return make_cluster().node("A100-40GB", gpus=8).build()
+    return make_cluster().node(_A100_40GB, gpus=8).build()
 
 
 def _world(*jobs, policy: str = "sia"):  # type: ignore[no-untyped-def]
@@ -106,7 +108,7 @@ def test_rigid_jobs_under_an_elastic_policy_run_at_their_count_and_table_speed()
                    SimConfig(scheduler=SchedulerSettings(round_s=60.0)), sia_throughputs())
     rec = res.jobs[0]
     assert rec.outcome == "succeeded" and rec.resizes == 0 and res.summary.resizes == 0
-    rate = ThroughputOracle(sia_throughputs(), _cluster()).rate(rigid, "A100-40GB", True)
+    rate = ThroughputOracle(sia_throughputs(), _cluster()).rate(rigid, _A100_40GB, True)
     busy = float(rec.gpu_s_by_flavor.split("=")[1])
     # booked in whole seconds; no restart: it started once, as rigid jobs always have
     assert busy == pytest.approx(2 * 1e4 / rate, abs=1.0)

@@ -29,7 +29,7 @@ def _running(gpus: int, placement: Placement, steps: float, rate: float,
     j.rate = rate
     j.last_update_s = 0.0
     j.progress_from_s = progress_from_s
-    j.run_s = {"K80": 12.5}
+    j.run_s = {_K80: 12.5}
     return j
 
 
@@ -95,7 +95,7 @@ def test_steps_skip_times_not_past_the_last_one() -> None:
 
 def test_new_view_equals_the_dataclass_built_view() -> None:
     j = _running(2, Placement.of(_V100_16GB, (("v", 2),)), 1e6, 0.5, 3.0)
-    fields = (j.spec, JobState.RUNNING, 11.0, j.placement, 12.0, (("K80", 1.5),), 13.0, None,
+    fields = (j.spec, JobState.RUNNING, 11.0, j.placement, 12.0, ((_K80, 1.5),), 13.0, None,
               2, 16.0, 0.5, 3.0)
     fast, built = new_view(*fields), JobView(*fields)
     assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
@@ -108,7 +108,7 @@ def test_advance_each_with_no_later_time_changes_nothing() -> None:
     j.last_update_s = 100.0
     j.view = j.to_view()
     j.advance_each([50.0, 100.0])
-    assert j.run_s == {"K80": 12.5} and j.busy_gpu_s == {} and j.view is not None
+    assert j.run_s == {_K80: 12.5} and j.busy_gpu_s == {} and j.view is not None
 
 
 def test_placement_derived_values_are_fixed_at_construction() -> None:
@@ -121,7 +121,7 @@ def test_placement_derived_values_are_fixed_at_construction() -> None:
         _ = mixed.flavor
     one = Placement.of(_K80, (("k", 4),))
     assert one.num_gpus == 4 and one.consolidated and not one.is_mixed
-    assert one.flavor_counts() == ((_K80, 4),) and one.flavor is _K80 and one.label == "K80"
+    assert one.flavor_counts() == ((_K80, 4),) and one.flavor is _K80 and one.label == _K80
     # Equality, hashing and repr see only the four real fields.
     same = Placement.of(_K80, (("k", 4),))
     assert one == same and hash(one) == hash(same) and {one: 1}[same] == 1
@@ -143,7 +143,7 @@ def test_to_view_copies_each_field_to_its_namesake() -> None:
     v = j.to_view()
     assert (v.spec, v.state, v.placement) == (j.spec, JobState.RUNNING, j.placement)
     assert (v.remaining_steps, v.attained_gpu_s) == (11.0, 12.0)
-    assert v.run_s_by_flavor == (("K80", 12.5),)
+    assert v.run_s_by_flavor == ((_K80, 12.5),)
     assert (v.pending_since_s, v.last_run_end_s, v.attempts) == (13.0, 14.0, 15)
     assert (v.as_of_s, v.progress_rate, v.progress_from_s) == (16.0, 0.5, 3.0)
     assert j.to_view() is v
@@ -173,7 +173,7 @@ def test_catch_up_equals_advance_each_per_job_and_builds_current_views(
         for j in pair:
             j.idx, j.last_update_s = i, last_s
             if busy is not None:
-                j.busy_gpu_s = {"V100-16GB": busy}
+                j.busy_gpu_s = {_V100_16GB: busy}
             j.to_view()  # (a view kept from before: dropped, or replaced, only if advanced)
         pair[0].stale = stale
         ours.append(pair[0])
@@ -206,7 +206,7 @@ def test_catch_up_of_large_groups_equals_advancing_at_every_event(
     ours, theirs = [], []
     for i in range(60):
         gpus = rng.choice([1, 2, 4, 8])
-        flavor = rng.choice(["K80", "V100-16GB"])
+        flavor = rng.choice([_K80, _V100_16GB])
         steps = rng.choice([1e9, 1e9, 300.0, 1.0])  # (some run out: remaining clamps at 0)
         rate = rng.uniform(0.1, 3)
         pair = [_running(gpus, Placement.of(flavor, (("n", gpus),)), steps, rate, 0.0)

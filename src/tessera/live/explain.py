@@ -56,7 +56,7 @@ def explain(svc: LiveService, rec: JobRecord) -> dict[str, Any]:
         lines.append(f"run {a.run} is {a.status} on {describe(a.placement)}")
         if measured(svc, spec):
             rate = ctx.oracle.placement_rate(spec, a.placement)
-            lines.append(f"speed on {a.placement.flavor}: {rate:g} steps/s (profile of "
+            lines.append(f"speed on {a.placement.label}: {rate:g} steps/s (profile of "
                          f"{spec.job_type})")
         else:
             lines.append(UNMEASURED)

@@ -159,7 +159,7 @@ class HeteroSrpt(Policy):
             else:
                 tau = remaining_best_s(j, top, now, ctx)
             p = j.placement
-            cur = p.flavor if p is not None and state is _RUNNING else None
+            cur = p.sole_flavor if p is not None and state is _RUNNING else None
             cost, best, order, sorted_ok = flavor_costs(rates, tau * top, cur, restart_s)
             first_choice = first_choice and sorted_ok
             prio = 1.0 / (best * g_pow) if best > 0.0 else INF  # done: finishing now
