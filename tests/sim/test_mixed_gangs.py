@@ -40,8 +40,8 @@ def test_a_gang_bigger_than_every_flavor_runs_only_as_a_mix() -> None:
     assert rec.outcome == "succeeded"
     assert rec.jct_s == pytest.approx(5000 / speed)
     busy = dict(kv.split("=") for kv in rec.gpu_s_by_flavor.split(";"))
-    assert float(busy[_V100_16GB]) == pytest.approx(4 * rec.jct_s, abs=1)
-    assert float(busy[_P100]) == pytest.approx(4 * rec.jct_s, abs=1)
+    assert float(busy["V100-16GB"]) == pytest.approx(4 * rec.jct_s, abs=1)
+    assert float(busy["P100"]) == pytest.approx(4 * rec.jct_s, abs=1)
     assert on.extras["mixed_gpu_h"] == pytest.approx(8 * rec.jct_s / 3600)
 
 

@@ -121,7 +121,7 @@ def test_placement_derived_values_are_fixed_at_construction() -> None:
         _ = mixed.flavor
     one = Placement.of(_K80, (("k", 4),))
     assert one.num_gpus == 4 and one.consolidated and not one.is_mixed
-    assert one.flavor_counts() == ((_K80, 4),) and one.flavor is _K80 and one.label == _K80
+    assert one.flavor_counts() == ((_K80, 4),) and one.flavor is _K80 and one.label == "K80"
     # Equality, hashing and repr see only the four real fields.
     same = Placement.of(_K80, (("k", 4),))
     assert one == same and hash(one) == hash(same) and {one: 1}[same] == 1
