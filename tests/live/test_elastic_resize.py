@@ -153,7 +153,7 @@ def test_the_run_batch_is_stored_with_the_allocation(tmp_path: Path) -> None:
 
 
 def replace_batch(p: Placement, batch: int) -> Placement:
-    return Placement.of(p.flavor, p.gpus_by_node, p.node_flavors, batch)
+    return Placement(p.flavors, p.gpus_by_node, p.node_flavors, batch)
 
 
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from tessera.live.api import create_app
 from tessera.live.spec import JobRequest, to_live_job
 from tessera.live.store import Store
+from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import TEAM_A, auth, make_service, wait_for
 
@@ -36,7 +37,8 @@ def test_a_gang_bigger_than_each_flavor_runs_mixed(tmp_path: Path) -> None:
     assert {line.split()[2] for line in lines} == {"T4+V100-16GB"}
     alloc = Store(tmp_path / "state" / "state.db").allocations(("done",))[0]
     assert alloc.placement.is_mixed
-    assert alloc.placement.flavor_counts() == (("T4", 4), ("V100-16GB", 4))
+    counts = alloc.placement.flavor_counts()
+    assert [(f.short, n) for f, n in counts] == [("T4", 4), ("V100-16GB", 4)]
 
 
 def test_without_mixed_gangs_the_same_request_is_rejected(tmp_path: Path) -> None:
@@ -52,7 +54,8 @@ def test_without_mixed_gangs_the_same_request_is_rejected(tmp_path: Path) -> Non
 
 def test_store_round_trips_a_mixed_placement(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
-    p = Placement.mixed((("v-0", "V100-16GB", 4), ("t-0", "T4", 2)))
+    p = Placement.mixed((("v-0", resolve_flavor("V100-16GB"), 4),
+                         ("t-0", resolve_flavor("T4"), 2)))
     job = to_live_job(JobRequest(name="x", gpus=6, command="true"), "j1", "team-a", 0.0)
     store.add_job(job, 0.0)
     with store.tx() as db:

@@ -14,7 +14,7 @@ from tessera.live.api import create_app
 from tessera.live.batches import plan_rank_roles
 from tessera.live.service import LiveService
 from tessera.live.spec import LiveJob, to_live_job, validate_request
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobSpec, ThreeDParallel
 from tessera.plan.ranks import PLAN_ENV_VARS
 from tessera.sched.core.plans import ThreeDPlans
@@ -89,8 +89,8 @@ def _priced_by_the_launched_plan(svc: LiveService, spec: JobSpec,
                                  seen: dict[str, dict[str, str]], events: list[str]) -> None:
     """The scheduler priced the gang with the plan the ranks were launched with."""
     assert spec.parallelism == ThreeDParallel(MODEL, BATCH)
-    flavor_of = {n.node_id: n.flavor.short for n in svc.cluster.nodes}
-    parts: list[tuple[str, str, int]] = []
+    flavor_of = {n.node_id: n.flavor for n in svc.cluster.nodes}
+    parts: list[tuple[str, GpuFlavor, int]] = []
     for env in sorted(seen.values(), key=lambda e: int(e["RANK"])):
         node = env["TESSERA_NODE"]
         if parts and parts[-1][0] == node:
