@@ -68,7 +68,7 @@ def test_a_group_that_fits_no_server_is_refused_with_the_free_gpus() -> None:
 
 def test_unused_gpus_are_idle_with_stage_minus_one() -> None:
     plan = _plan((_stage(A100, 1, 2, 0, 8),), copies=1)
-    roles = assign_ranks(plan, [GpuSlot("a0", "A100-80GB", i) for i in range(3)], 8)
+    roles = assign_ranks(plan, [GpuSlot("a0", A100, i) for i in range(3)], 8)
     assert [r.stage for r in roles] == [0, 0, -1]
     assert roles[2].env()["TESSERA_LOCAL_BATCH"] == "0"
     assert roles[0].env()["TESSERA_LAYERS"] == "0:8"
