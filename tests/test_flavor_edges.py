@@ -65,3 +65,22 @@ def test_the_lists_stay_exact() -> None:
     found = _resolving_modules()
     gone = sorted(EDGES - found)
     assert not gone, f"no longer resolve names: remove them from EDGES: {gone}"
+
+
+#: A flavor annotated as a name: ``flavor: str``, ``flavors: Sequence[str]``, ``str | GpuFlavor``.
+_NAME_TYPED = re.compile(r"\bflavor(s|_short)?: (str\b|(Sequence|list|tuple)\[str\b)"
+                         r"|str \| GpuFlavor|GpuFlavor \| str")
+
+#: Packages below the edge: they take and hold flavors only.
+_BELOW = ("sched/", "sim/", "live/", "plan/", "perf/", "share/")
+
+
+def test_no_flavor_is_typed_as_a_name_below_the_edge() -> None:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(_BELOW) and rel not in EDGES:
+            found += [f"{rel}:{n}: {line.strip()}"
+                      for n, line in enumerate(path.read_text().splitlines(), 1)
+                      if _NAME_TYPED.search(line)]
+    assert not found, "a flavor below the edge is a GpuFlavor, not a name:\n" + "\n".join(found)

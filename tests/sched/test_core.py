@@ -210,3 +210,25 @@ def test_preemptive_policy_upgrades_to_a_faster_free_flavor_when_it_pays() -> No
     assert _run(c, nearly_done, policy="srtf").started == ()  # not worth a restart
     assert _run(c, long_job, policy="fifo").started == ()  # FIFO never moves anyone
     assert _run(c, long_job, policy="srtf-agnostic").started == ()  # blind to the speed-up
+
+
+@pytest.mark.parametrize("policy", ["fifo", "hetero_srpt", "max_min_fairness", "hetero_pack"])
+def test_rankings_placements_and_free_books_hold_catalog_flavors(policy: str) -> None:
+    """Below the edge a flavor is the catalog's object, never a name: in a policy's ranking,
+    the placements the core hands out, the free-GPU book, the rates and the pending reasons."""
+    from tessera.model.gpus import CATALOG
+    from tessera.sched.core.placement import FreeGpus
+    from tessera.sched.core.policy import PolicyContext
+
+    c = make_cluster().node("k80", gpus=2).node("v100", gpus=2).node("p100", gpus=1).build()
+    views = [view(make_job(f"j{i}", 1 + i % 2, submit_s=float(i))) for i in range(6)]
+    snap = snapshot(c, *views, round_s=360.0)
+    oracle = ThroughputOracle(default_throughputs(), c)
+    ranking = make_policy(policy).rank(PolicyContext(snap, oracle, random.Random(0)))
+    assert ranking.candidates and all(fl in CATALOG for _j, fl in ranking.candidates)
+    out = _run(c, *views, policy=policy, round_s=360.0)
+    assert out.placements
+    for p in out.placements.values():
+        assert p.flavor in CATALOG and p.flavors == (p.flavor,) and p.label == p.flavor.short
+    assert all(f in CATALOG for f in FreeGpus.of_snapshot(snap).flavors())
+    assert all(r.flavor in CATALOG for v in views for r in oracle.rates(v.spec))
