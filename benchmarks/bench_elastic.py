@@ -169,7 +169,7 @@ def latency_snapshot(n_jobs: int, cluster: ClusterSpec, seed: int = 0) -> Snapsh
     """``n_jobs`` elastic jobs, random models and progress; the first ones run on 1 GPU each
     while GPUs last (half the jobs at most)."""
     rng = random.Random(seed)
-    free = [(node.node_id, node.flavor.short) for node in cluster.nodes for _ in range(node.gpus)]
+    free = [(node.node_id, node.flavor) for node in cluster.nodes for _ in range(node.gpus)]
     views = []
     for i in range(n_jobs):
         model, batch = MODELS[rng.randrange(len(MODELS))]
@@ -179,7 +179,7 @@ def latency_snapshot(n_jobs: int, cluster: ClusterSpec, seed: int = 0) -> Snapsh
         left = 1000.0 * rng.random()
         if i < n_jobs // 2 and free:
             node, fl = free.pop()
-            views.append(JobView(spec, JobState.RUNNING, left, Placement(fl, ((node, 1),)),
+            views.append(JobView(spec, JobState.RUNNING, left, Placement.of(fl, ((node, 1),)),
                                  as_of_s=600.0, progress_rate=0.1, progress_from_s=0.0))
         else:
             views.append(JobView(spec, JobState.PENDING, left, as_of_s=600.0))

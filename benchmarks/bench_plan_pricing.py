@@ -29,7 +29,8 @@ CASES: tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...] = (
 
 
 def _placement(servers: tuple[tuple[str, int], ...], prefix: str) -> Placement:
-    return Placement.mixed(tuple((f"{prefix}{k}", f, n) for k, (f, n) in enumerate(servers)))
+    return Placement.mixed(tuple((f"{prefix}{k}", resolve_flavor(f), n)
+                                 for k, (f, n) in enumerate(servers)))
 
 
 def _cluster(servers: tuple[tuple[str, int], ...]) -> ClusterSpec:

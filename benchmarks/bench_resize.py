@@ -113,9 +113,9 @@ def main() -> None:
             held = svc.store.allocations(("running",), job_id=jid)[0].placement
             gpus, batch = (2, 256) if held.num_gpus == 1 else (1, 128)
             asked_s = time.time()
-            journal(svc, Decision({jid: Placement(held.flavor, ((held.gpus_by_node[0][0], gpus),),
-                                                  global_batch_samples=batch)},
-                                  (jid,), (), {}), asked_s)
+            moved = Placement.of(held.flavor, ((held.gpus_by_node[0][0], gpus),),
+                                 global_batch_samples=batch)
+            journal(svc, Decision({jid: moved}, (jid,), (), {}), asked_s)
             svc.poke()
             _wait(lambda n=i + 1: len(_resizes(ckpt)) == n)
             first = _resizes(ckpt)[-1]

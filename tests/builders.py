@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tessera.model.cluster import ClusterSpec, Node, make_nodes
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, JobState, Workload
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -26,11 +26,13 @@ class ClusterBuilder:
     nodes: list[Node] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
 
-    def node(self, flavor: str, gpus: int, count: int = 1, rack: str | None = None,
+    def node(self, flavor: str | GpuFlavor, gpus: int, count: int = 1, rack: str | None = None,
              ) -> ClusterBuilder:
-        start = self.counters.get(flavor, 0)
-        self.nodes += make_nodes(resolve_flavor(flavor), count, gpus, start=start, rack=rack)
-        self.counters[flavor] = start + count
+        key = flavor if isinstance(flavor, str) else flavor.short
+        start = self.counters.get(key, 0)
+        f = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+        self.nodes += make_nodes(f, count, gpus, start=start, rack=rack)
+        self.counters[key] = start + count
         return self
 
     def build(self, name: str = "test") -> ClusterSpec:

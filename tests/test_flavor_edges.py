@@ -2,11 +2,10 @@
 
 ``resolve_flavor``/``resolve_flavors`` turn a name into a catalog :class:`GpuFlavor`. Below the
 edge -- readers, cluster files, the request, the store, the CLI, built-in data tables -- code
-holds flavors, so a call anywhere else means a string travelled past the edge. ``EDGES`` lists
-the modules where names enter; ``NOT_YET`` the modules that still resolve a name below the edge
-because ``Placement.flavor``, ``Ranking`` candidates and ``FreeGpus`` keys are still short-name
-strings (issue 31, part 2). ``NOT_YET`` may only shrink: the test fails on a new module that
-resolves names, and on an entry that no longer does (so the list stays exact).
+holds flavors (placements, rankings, free-GPU books, rates), so a call anywhere else means a
+string travelled past the edge. ``EDGES`` lists the modules where names enter; the test fails
+on a new module that resolves names, and on an entry that no longer does (so the list stays
+exact).
 """
 
 from __future__ import annotations
@@ -20,35 +19,27 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tessera"
 #: store, the CLI's arguments, a device's own name, and the tables of names that come with
 #: bundled data (resolved once, at import).
 EDGES = frozenset({
+    "cli/share.py",               # the services file's gpu:
     "cli/simulate.py",            # --flavors
     "live/jobcodec.py",           # the store's rows
     "live/jobcodec_v1.py",        # the store's rows of the first format
+    "live/records.py",            # the store's allocation and job rows (flavor columns)
     "live/request.py",            # the API's and YAML's flavors
     "live/spec.py",               # the request → the core's JobSpec
     "model/cluster.py",           # cluster files, compact strings, trace machine lists, presets
     "model/jobs.py",              # JobSpec accepts names at construction (readers, tests)
     "perf/goodput.py",            # a docstring example
-    "perf/profiles.py",           # Gavel's worker names in its throughput file (its lookups
-                                  # also still take short names: placements hold strings)
+    "perf/profiles.py",           # Gavel's worker names in its throughput file
     "perf/roofline.py",           # published measurements, chip twins
     "perf/sia.py",                # Sia's file suffixes
     "perf/sia_table.py",          # the table's reference flavor and twins
     "perf/steptime.py",           # same-silicon twins
     "plan/devices.py",            # --devices A100:4,T4:4
     "sched/gavel/compat_mechanism.py",    # Gavel's worker type names
+    "share/mig.py",               # the bundled MIG lattices' GPU names, and the name a user,
+                                  # services file or profile table gives mig_gpu()
     "train/devices.py",           # the name torch reports for a device
     "workload/readers/fgd.py",    # gpu_spec
-    "workload/readers/sia.py",    # the table's reference flavor
-})
-
-#: Below the edge, until placements, rankings and free-GPU books hold flavors.
-NOT_YET = frozenset({
-    "live/executors/ray/cluster.py",  # a placement's short name → Ray's accelerator type
-    "sched/elastic/goodput.py",       # a placement's short name → its flavor
-    "sched/core/plans.py",            # a gang shape's short names → flavors
-    "share/mig.py",                   # the services file's gpu name, resolved late
-    "sim/cosim.py",                   # the same
-    "sim/reservation.py",             # the same
 })
 
 _CALL = re.compile(r"\bresolve_flavors?\(")
@@ -65,13 +56,31 @@ def _resolving_modules() -> set[str]:
 
 def test_names_are_resolved_only_at_edges() -> None:
     found = _resolving_modules()
-    new = sorted(found - EDGES - NOT_YET)
+    new = sorted(found - EDGES)
     assert not new, ("these modules resolve flavor names below the edge; take a GpuFlavor "
                      f"instead (or, for a real edge, add it to EDGES): {new}")
 
 
 def test_the_lists_stay_exact() -> None:
     found = _resolving_modules()
-    gone = sorted((EDGES | NOT_YET) - found)
-    assert not gone, f"no longer resolve names: remove them from the lists: {gone}"
-    assert not EDGES & NOT_YET
+    gone = sorted(EDGES - found)
+    assert not gone, f"no longer resolve names: remove them from EDGES: {gone}"
+
+
+#: A flavor annotated as a name: ``flavor: str``, ``flavors: Sequence[str]``, ``str | GpuFlavor``.
+_NAME_TYPED = re.compile(r"\bflavor(s|_short)?: (str\b|(Sequence|list|tuple)\[str\b)"
+                         r"|str \| GpuFlavor|GpuFlavor \| str")
+
+#: Packages below the edge: they take and hold flavors only.
+_BELOW = ("sched/", "sim/", "live/", "plan/", "perf/", "share/")
+
+
+def test_no_flavor_is_typed_as_a_name_below_the_edge() -> None:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(_BELOW) and rel not in EDGES:
+            found += [f"{rel}:{n}: {line.strip()}"
+                      for n, line in enumerate(path.read_text().splitlines(), 1)
+                      if _NAME_TYPED.search(line)]
+    assert not found, "a flavor below the edge is a GpuFlavor, not a name:\n" + "\n".join(found)

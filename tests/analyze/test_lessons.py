@@ -14,6 +14,7 @@ from tessera.cli.lessons import register
 from tessera.lessons import compress_arrivals
 from tessera.lessons.failures import failure_study
 from tessera.lessons.locality import locality_sweep, parse_thresholds, threshold_label
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
@@ -52,7 +53,7 @@ def test_compress_arrivals() -> None:
 
 def _frag() -> tuple[object, object]:
     c = make_cluster().node("v100", gpus=2, count=2).build()
-    v = default_throughputs().throughput(RESNET, "v100")
+    v = default_throughputs().throughput(RESNET, resolve_flavor("v100"))
     w = make_workload(
         make_job("a", steps=v * 1000), make_job("b", steps=v * 100),
         make_job("c", steps=v * 1000), make_job("d", gpus=2, steps=v * 500, submit_s=50),

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from tessera.cli import app
 from tessera.lessons.failures import FAILURE_COLUMNS, failure_study
 from tessera.lessons.locality import LOCALITY_COLUMNS, locality_sweep, split_note
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
@@ -69,7 +70,7 @@ def test_lessons_failures_prints_a_legend_and_columns_that_add_up(tmp_path: obje
 
 def test_locality_split_columns_add_up_and_never_says_whose_they_are() -> None:
     c = make_cluster().node("v100", gpus=2, count=3).build()
-    v = default_throughputs().throughput(RESNET, "v100")
+    v = default_throughputs().throughput(RESNET, resolve_flavor("v100"))
     w = make_workload(
         make_job("a", steps=v * 1000), make_job("b", steps=v * 100),
         make_job("c", steps=v * 1000), make_job("d", gpus=2, steps=v * 500, submit_s=50),

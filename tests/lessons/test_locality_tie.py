@@ -10,10 +10,11 @@ from typer.testing import CliRunner
 
 from tessera.cli.lessons import register
 from tessera.lessons.locality import LOCALITY_COLUMNS, locality_sweep, why_rows_tie
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
-V100 = default_throughputs().throughput(RESNET, "v100")
+V100 = default_throughputs().throughput(RESNET, resolve_flavor("v100"))
 
 
 def _app() -> typer.Typer:

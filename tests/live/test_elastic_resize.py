@@ -20,10 +20,14 @@ from tessera.live.service import LiveService
 from tessera.live.spec import LiveJob, parse_request, to_live_job
 from tessera.live.store import Store
 from tessera.live.tenancy import Principal
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.sched.core.decide import Decision
 from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service, wait_for
+
+_T4 = resolve_flavor("T4")
+_V100_16GB = resolve_flavor("V100-16GB")
 
 TEAM_A = Principal("a", "team-a")
 RECORD = ('echo "$WORLD_SIZE ${TESSERA_GLOBAL_BATCH-unset} ${TESSERA_LOCAL_BATCH-unset}" '
@@ -69,7 +73,7 @@ def test_a_running_elastic_job_is_resized_by_checkpoint_restart(service: LiveSer
     assert first.num_gpus == 1
     wait_for(lambda: (ckpt / "run-1-rank-0").exists(), what="run 1 to start its command")
     node = first.gpus_by_node[0][0]
-    _give(service, jid, Placement(first.flavor, ((node, 4),), global_batch_samples=512))
+    _give(service, jid, Placement.of(first.flavor, ((node, 4),), global_batch_samples=512))
     wait_for(lambda: service.store.get(jid).state is JobState.SUCCEEDED,  # type: ignore[union-attr]
              what="the resized run to finish")
     assert _ranks(ckpt, 1) == [(1, "256", "256")]
@@ -95,7 +99,7 @@ def test_a_plain_move_is_not_a_resize_and_a_rigid_job_keeps_its_size(service: Li
         f"name: r\ncommand: exec sleep 60\ngpus: 2\nflavors: [v100]\n"
         f"checkpoint_dir: {tmp_path / 'r'}\n"), TEAM_A).job_id
     p = _running(service, rigid)
-    _give(service, rigid, Placement(p.flavor, ((p.gpus_by_node[0][0], 4),)))
+    _give(service, rigid, Placement.of(p.flavor, ((p.gpus_by_node[0][0], 4),)))
     refused = [e.detail for e in service.store.events(rigid) if e.kind == "placement-refused"]
     assert refused == ["a rigid job of 2 GPU(s) cannot run on 4"]
     assert service.store.allocations(("running",), job_id=rigid)[0].placement == p
@@ -104,9 +108,9 @@ def test_a_plain_move_is_not_a_resize_and_a_rigid_job_keeps_its_size(service: Li
 
 def test_size_changes_are_recognised() -> None:
     job = _job(_elastic(Path("/c")))
-    one = Placement("V100-16GB", (("n0", 1),))
-    assert size_change(job, one, Placement("V100-16GB", (("n1", 1),))) is None  # a move
-    assert size_change(job, one, Placement("V100-16GB", (("n0", 1),), global_batch_samples=256)
+    one = Placement.of(_V100_16GB, (("n0", 1),))
+    assert size_change(job, one, Placement.of(_V100_16GB, (("n1", 1),))) is None  # a move
+    assert size_change(job, one, Placement.of(_V100_16GB, (("n0", 1),), global_batch_samples=256)
                        ) is None  # the job's own batch, named
     batch_only = size_change(job, one, replace_batch(one, 1024))
     assert batch_only == SizeChange(1, 1, 256, 1024)
@@ -114,13 +118,13 @@ def test_size_changes_are_recognised() -> None:
     rigid = _job("name: r\ncommand: x\ngpus: 1\nglobal_batch: 256\n")
     assert size_change(rigid, one, replace_batch(one, 1024)) is None
     assert run_batch(rigid, replace_batch(one, 1024)) == 256  # a rigid job keeps its batch
-    four = Placement("V100-16GB", (("n0", 4),), global_batch_samples=2)
+    four = Placement.of(_V100_16GB, (("n0", 4),), global_batch_samples=2)
     assert run_batch(job, four) == 4  # every rank gets a sample
 
 
 @pytest.mark.parametrize(("p", "message"), [
-    (Placement("V100-16GB", (("n0", 8),)), "8 GPUs is outside the job's elastic range 1-4"),
-    (Placement("V100-16GB", (("n0", 2),), global_batch_samples=2048),
+    (Placement.of(_V100_16GB, (("n0", 8),)), "8 GPUs is outside the job's elastic range 1-4"),
+    (Placement.of(_V100_16GB, (("n0", 2),), global_batch_samples=2048),
      "global batch 2048 is outside the job's range 256-1024"),
 ])
 def test_placements_outside_the_range_are_named(p: Placement, message: str) -> None:
@@ -140,7 +144,7 @@ def test_the_run_batch_is_stored_with_the_allocation(tmp_path: Path) -> None:
     store = Store(old)
     a0 = store.allocation("j-0", 1)
     assert a0 is not None and a0.placement.global_batch_samples is None
-    p = Placement("T4", (("n0", 2),), global_batch_samples=512)
+    p = Placement.of(_T4, (("n0", 2),), global_batch_samples=512)
     with store.tx() as db:
         store.add_allocation(db, "j-1", 1, p, 1.0)
     a1 = store.allocation("j-1", 1)
@@ -149,7 +153,7 @@ def test_the_run_batch_is_stored_with_the_allocation(tmp_path: Path) -> None:
 
 
 def replace_batch(p: Placement, batch: int) -> Placement:
-    return Placement(p.flavor, p.gpus_by_node, p.node_flavors, batch)
+    return Placement(p.flavors, p.gpus_by_node, p.node_flavors, batch)
 
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -209,9 +213,9 @@ def _train_across_a_resize(service: LiveService, tmp_path: Path) -> None:
 
     node = _running(service, jid).gpus_by_node[0][0]
     wait_for(lambda: trained_at(1), timeout_s=120, what="a checkpoint on 1 rank")
-    _give(service, jid, Placement("V100-16GB", ((node, 2),), global_batch_samples=256))
+    _give(service, jid, Placement.of(_V100_16GB, ((node, 2),), global_batch_samples=256))
     wait_for(lambda: trained_at(2), timeout_s=200, what="a checkpoint on 2 ranks")
-    _give(service, jid, Placement("V100-16GB", ((node, 1),), global_batch_samples=128))
+    _give(service, jid, Placement.of(_V100_16GB, ((node, 1),), global_batch_samples=128))
     wait_for(done, timeout_s=400, what="the resized training job to finish")
 
     result = json.loads((run_dir / RESULT_NAME).read_text())

@@ -42,6 +42,7 @@ from tessera.live.spec import validate_request
 from tessera.live.store import Store
 from tessera.live.tenancy import load_tenancy
 from tessera.model.cluster import load_cluster
+from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import ADMIN, TEAM_A, TEAM_B, ServerThread, auth, wait_for, write_config
 from tests.live.test_api_fuzz import InertExecutor
@@ -217,7 +218,7 @@ def test_the_executors_keep_the_assigned_devices_whatever_the_job_env_says() -> 
     GPUs it was assigned: rank_envs drops them, and launch_env puts the assigned ones last."""
     spec = LaunchSpec("j-old", 1, ("true",), (("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
                                              ("NVIDIA_VISIBLE_DEVICES", "all"), ("KEEP", "1")),
-                      Placement("V100", (("v100-0000", 2),)), "/tmp/ckpt")
+                      Placement.of(resolve_flavor("V100"), (("v100-0000", 2),)), "/tmp/ckpt")
     ranks = rank_envs(spec, "127.0.0.1", 29500)
     assert all("CUDA_VISIBLE_DEVICES" not in e and "NVIDIA_VISIBLE_DEVICES" not in e
                and e["KEEP"] == "1" for e in ranks)

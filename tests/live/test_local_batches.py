@@ -136,14 +136,16 @@ def _job(global_batch: int, **kw: object) -> LiveJob:
 
 def _gang(other: str) -> Placement:
     node = {"T4": "t4-0000", "P100": "p100-0000", "K80": "k80-0000"}[other]
-    return Placement.mixed((("v100-16gb-0000", "V100-16GB", 2), (node, other, 2)))
+    return Placement.mixed((("v100-16gb-0000", resolve_flavor("V100-16GB"), 2),
+                            (node, resolve_flavor(other), 2)))
 
 
 def test_measured_speeds_split_in_proportion_to_the_oracles_rates() -> None:
     job = _job(1000, job_type="ResNet-50 (batch size 64)")
     got = plan_local_batches(job, _gang("P100"), ORACLE)
     assert got is not None and got.source == MEASURED
-    rates = [ORACLE.rate(job.spec, f, False) for f in ("V100-16GB",) * 2 + ("P100",) * 2]
+    rates = [ORACLE.rate(job.spec, resolve_flavor(f), False)
+             for f in ("V100-16GB",) * 2 + ("P100",) * 2]
     assert rates[0] > rates[2] > 0
     assert sum(got.batches) == 1000
     for b, r in zip(got.batches, rates, strict=True):

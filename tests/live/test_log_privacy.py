@@ -32,6 +32,7 @@ from tessera.live.executors.base import LaunchSpec, RunStatus
 from tessera.live.executors.guardian import TRUNCATED_MARKER
 from tessera.live.executors.local import LocalExecutor
 from tessera.live.executors.logs import LogSettings
+from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import wait_for
 
@@ -63,7 +64,7 @@ def _id(name: str) -> str:
 def _spec(job_id: str, argv: tuple[str, ...], tmp_path: Path, flavor: str = "V100",
           node: str = "n0", env: tuple[tuple[str, str], ...] = (),
           run_as: str | None = None) -> LaunchSpec:
-    return LaunchSpec(job_id, 1, argv, env, Placement(flavor, ((node, 1),)),
+    return LaunchSpec(job_id, 1, argv, env, Placement.of(resolve_flavor(flavor), ((node, 1),)),
                       str(tmp_path / "ckpt" / job_id), run_as=run_as, grace_s=1.0)
 
 

@@ -14,6 +14,7 @@ from tessera.live.api import create_app
 from tessera.live.batches import plan_rank_roles
 from tessera.live.service import LiveService
 from tessera.live.spec import LiveJob, to_live_job, validate_request
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobSpec, ThreeDParallel
 from tessera.plan.ranks import PLAN_ENV_VARS
 from tessera.sched.core.plans import ThreeDPlans
@@ -88,8 +89,8 @@ def _priced_by_the_launched_plan(svc: LiveService, spec: JobSpec,
                                  seen: dict[str, dict[str, str]], events: list[str]) -> None:
     """The scheduler priced the gang with the plan the ranks were launched with."""
     assert spec.parallelism == ThreeDParallel(MODEL, BATCH)
-    flavor_of = {n.node_id: n.flavor.short for n in svc.cluster.nodes}
-    parts: list[tuple[str, str, int]] = []
+    flavor_of = {n.node_id: n.flavor for n in svc.cluster.nodes}
+    parts: list[tuple[str, GpuFlavor, int]] = []
     for env in sorted(seen.values(), key=lambda e: int(e["RANK"])):
         node = env["TESSERA_NODE"]
         if parts and parts[-1][0] == node:
@@ -119,8 +120,8 @@ def _job(parallelism: str = "3d", model: str = MODEL) -> LiveJob:
 
 def test_the_plan_variables_are_set_for_every_rank_of_a_placement() -> None:
     job = _job()
-    placement = Placement(gpus_by_node=(("n1", 4), ("n2", 4)), flavor="mixed",
-                          node_flavors=("A100-80GB", "V100-16GB"))
+    placement = Placement.mixed((("n1", resolve_flavor("A100-80GB"), 4),
+                                 ("n2", resolve_flavor("V100-16GB"), 4)))
     roles = plan_rank_roles(job, placement, BATCH, ThreeDPlans())
     assert len(roles.envs) == 8
     for env in roles.envs:
@@ -130,7 +131,7 @@ def test_the_plan_variables_are_set_for_every_rank_of_a_placement() -> None:
 
 def test_a_plan_that_cannot_be_made_gives_no_variables_and_says_why() -> None:
     job = _job(model="llama-70b")
-    placement = Placement(gpus_by_node=(("n1", 1),), flavor="T4")
+    placement = Placement.of(resolve_flavor("T4"), (("n1", 1),))
     roles = plan_rank_roles(job, placement, BATCH, ThreeDPlans())
     assert roles.envs == ()
     assert "no 3-D plan" in roles.summary and "short" in roles.summary

@@ -46,8 +46,9 @@ def test_accelerator_types_are_what_ray_detects_on_each_catalog_gpu() -> None:
 
 
 def test_each_rank_asks_a_share_of_the_type_or_one_custom_flavor_unit() -> None:
-    assert flavor_resource("V100-16GB", "accelerator_type") == ("accelerator_type:V100", 0.001)
-    assert flavor_resource("T4", "gpu_flavor") == ("gpu_flavor:T4", 1.0)
+    assert flavor_resource(resolve_flavor("V100-16GB"), "accelerator_type") == (
+        "accelerator_type:V100", 0.001)
+    assert flavor_resource(resolve_flavor("T4"), "gpu_flavor") == ("gpu_flavor:T4", 1.0)
     cluster = load_cluster("v100:2,t4:2", 2)
     assert pretend_resources(cluster, "accelerator_type") == {
         "accelerator_type:V100": 1.0, "accelerator_type:T4": 1.0}

@@ -22,10 +22,13 @@ from tessera.live.tenancy import CONFIG_NAME, Principal, load_tenancy
 from tessera.live.view import free_gpus, queue_usage
 from tessera.live.visibility import cluster_json
 from tessera.model.cluster import load_cluster
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service, wait_for, write_config
+
+_V100_16GB = resolve_flavor("V100-16GB")
 
 ADMIN = Principal("admin", None)
 SHARING = [{"name": "team-a", "nominal_gpus": 4, "borrowing_limit_gpus": 4, "sharing": True},
@@ -179,7 +182,7 @@ def test_packing_policy_refused_on_an_executor_that_cannot_share(tmp_path: Path)
 
 def _alloc(job: str, created_s: float, mate: str = "", gpus: int = 1,
            status: str = "running") -> Allocation:
-    p = Placement("V100-16GB", (("n0", gpus),),
+    p = Placement.of(_V100_16GB, (("n0", gpus),),
                   colocated_with=(JobId(mate),) if mate else ())
     return Allocation(job, 1, p, status, None, created_s, created_s, None, None, "")
 
@@ -190,7 +193,7 @@ def test_a_shared_gpu_set_is_counted_once() -> None:
     assert [a.job_id for a in counted([rider, host, alone])] == ["h", "x"]
     cluster = load_cluster("v100:4", 4)
     node = cluster.nodes[0].node_id
-    mk = [Allocation(a.job_id, 1, Placement("V100-16GB", ((node, 1),),
+    mk = [Allocation(a.job_id, 1, Placement.of(_V100_16GB, ((node, 1),),
                                             colocated_with=a.placement.colocated_with),
                      "running", None, a.created_s, a.created_s, None, None, "")
           for a in (host, rider, alone)]
@@ -202,7 +205,7 @@ def test_a_shared_gpu_set_is_counted_once() -> None:
 def test_a_stale_label_rides_only_while_the_partner_holds_the_same_gpus() -> None:
     # The partner moved away (other node): the stayer's label is stale, both count.
     host = _alloc("h", 1.0, "r")
-    moved = Allocation("r", 2, Placement("V100-16GB", (("n1", 1),)), "running", None, 3.0,
+    moved = Allocation("r", 2, Placement.of(_V100_16GB, (("n1", 1),)), "running", None, 3.0,
                        3.0, None, None, "")
     assert riders([host, moved]) == {}
     # Two gangs of different sizes never ride on each other.
@@ -216,14 +219,14 @@ def test_runs_written_at_the_same_instant_ride_by_write_order_not_job_id() -> No
     rider = replace(_alloc("a", 5.0, "z"), seq=8)
     assert riders([rider, host]) == {("a", 1): ("z", 1)}
     # ... and when the pair breaks apart on the node, the one written second moves.
-    alone = Placement("V100-16GB", (("n0", 1),))
+    alone = Placement.of(_V100_16GB, (("n0", 1),))
     assert relabels([JobId("a"), JobId("z")], {JobId("a"): alone, JobId("z"): alone},
                     {"a": rider, "z": host}) == ["z"]
 
 
 def test_relabels_keep_the_stayer_and_move_the_rider_when_a_pair_breaks_apart() -> None:
     h, r = _alloc("h", 1.0, "r"), _alloc("r", 2.0, "h")
-    alone = Placement("V100-16GB", (("n0", 1),))
+    alone = Placement.of(_V100_16GB, (("n0", 1),))
     current = {"h": h, "r": r}
     # The partner left (ended or preempted): the host is relabelled, not restarted.
     assert relabels([JobId("h")], {JobId("h"): alone}, {"h": h}) == ["h"]
@@ -232,8 +235,8 @@ def test_relabels_keep_the_stayer_and_move_the_rider_when_a_pair_breaks_apart() 
     assert relabels([JobId("h"), JobId("r")], both, current) == ["h"]
     # Two jobs that ran apart are paired: one stays, the other moves onto its GPUs.
     a, b = _alloc("a", 1.0), _alloc("b", 2.0)
-    pa = Placement("V100-16GB", (("n0", 1),), colocated_with=(JobId("b"),))
-    pb = Placement("V100-16GB", (("n0", 1),), colocated_with=(JobId("a"),))
+    pa = Placement.of(_V100_16GB, (("n0", 1),), colocated_with=(JobId("b"),))
+    pb = Placement.of(_V100_16GB, (("n0", 1),), colocated_with=(JobId("a"),))
     assert relabels([JobId("a"), JobId("b")], {JobId("a"): pa, JobId("b"): pb},
                     {"a": a, "b": b}) == ["a"]
 
@@ -280,7 +283,7 @@ def test_partner_ranks_get_the_hosts_devices(tmp_path: Path) -> None:
     from tests.live.helpers import wait_for as wait
 
     ex = LocalExecutor(tmp_path / "runs", grace_s=1.0)
-    p = Placement("V100-16GB", (("n0", 2),))
+    p = Placement.of(_V100_16GB, (("n0", 2),))
     ex.launch(LaunchSpec("h", 1, ("sleep", "0.1"), (), p, str(tmp_path / "ck-h")))
     host = json.loads((ex.run_dir("h", 1) / "launch.json").read_text())
     host["ranks"][0]["CUDA_VISIBLE_DEVICES"], host["ranks"][1]["CUDA_VISIBLE_DEVICES"] = "2", "3"

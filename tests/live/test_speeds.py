@@ -20,6 +20,7 @@ from tessera.live.spec import parse_request
 from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tessera.live.view import build_snapshot
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.snapshot import Placement
@@ -30,10 +31,10 @@ SHARING = [{"name": "team-a", "nominal_gpus": 4, "borrowing_limit_gpus": 4, "sha
            {"name": "team-b", "nominal_gpus": 4}]
 LM, RESNET = "LM (batch size 20)", "ResNet-18 (batch size 32)"
 TABLE = default_throughputs()
-LM_ALONE = TABLE.throughput(LM, "V100", 1, True)
-LM_PAIRED, RESNET_PAIRED = TABLE.colocated(LM, RESNET, "V100", 1)[0], \
-    TABLE.colocated(RESNET, LM, "V100", 1)[0]
-GPU = Placement("V100-16GB", (("v100-0", 1),))
+LM_ALONE = TABLE.throughput(LM, resolve_flavor("V100"), 1, True)
+LM_PAIRED, RESNET_PAIRED = TABLE.colocated(LM, RESNET, resolve_flavor("V100"), 1)[0], \
+    TABLE.colocated(RESNET, LM, resolve_flavor("V100"), 1)[0]
+GPU = Placement.of(resolve_flavor("V100-16GB"), (("v100-0", 1),))
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def _job(svc: LiveService, model: str) -> str:
 def _start(svc: LiveService, jid: str, now_s: float, mate: str = "", run: int = 1) -> None:
     """Start run ``run`` of ``jid``; with ``mate``, on the GPUs of ``mate``'s running run,
     which is relabelled to name ``jid`` (as the decision that pairs them does)."""
-    p = GPU if not mate else Placement(GPU.flavor, GPU.gpus_by_node,
+    p = GPU if not mate else Placement.of(GPU.flavor, GPU.gpus_by_node,
                                        colocated_with=(JobId(mate),))
     with svc.store.tx() as db:
         for host in svc.store.allocations(("running",), job_id=mate) if mate else ():
@@ -119,7 +120,7 @@ def test_both_runs_of_a_pair_ending_together_count_their_shared_time_once(
 def test_a_partner_planned_but_not_started_does_not_slow_its_host(svc: LiveService) -> None:
     host, rider = _job(svc, LM), _job(svc, RESNET)
     _start(svc, host, 0.0)
-    p = Placement(GPU.flavor, GPU.gpus_by_node, colocated_with=(JobId(host),))
+    p = Placement.of(GPU.flavor, GPU.gpus_by_node, colocated_with=(JobId(host),))
     with svc.store.tx() as db:
         svc.store.add_allocation(db, rider, 1, p, 5.0)
     assert _done(svc, host, 60.0) == pytest.approx(60 * LM_ALONE)
@@ -187,7 +188,7 @@ def test_a_run_is_not_slowed_by_the_draining_run_of_a_job_that_moves_onto_its_no
     _start(svc, mover, 50.0, mate=stayer, run=2)  # its new run joins the stayer's GPUs
     assert _done(svc, stayer, 60.0) == pytest.approx(49 * LM_ALONE + 10 * LM_PAIRED)
     assert _done(svc, mover, 60.0) == pytest.approx(
-        50 * TABLE.throughput(RESNET, "V100", 1, True) + 10 * RESNET_PAIRED)
+        50 * TABLE.throughput(RESNET, resolve_flavor("V100"), 1, True) + 10 * RESNET_PAIRED)
 
 
 def test_a_run_whose_partner_left_is_relabelled_and_shown_alone(svc: LiveService) -> None:

@@ -169,7 +169,7 @@ def _placement(svc: LiveService) -> Any:
     from tessera.sched.core.snapshot import Placement
 
     node = svc.cluster.nodes[0]
-    return Placement(node.flavor.short, ((node.node_id, 1),))
+    return Placement.of(node.flavor, ((node.node_id, 1),))
 
 
 def test_caps_come_from_limits_and_each_queue_may_override(tmp_path: Path) -> None:

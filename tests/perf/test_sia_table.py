@@ -33,18 +33,19 @@ def test_measured_rows_give_gang_steps_per_second() -> None:
     tb = sia_throughputs()
     jt = sia_job_type("imagenet", 40)
     one = _mean_step("imagenet", "V100", "1", 40)
-    assert tb.throughput(jt, "V100", 1) == pytest.approx(1 / one)
-    assert tb.throughput(jt, "T4", 4) == pytest.approx(4 / _mean_step("imagenet", "T4", "4", 40))
+    assert tb.throughput(jt, resolve_flavor("V100"), 1) == pytest.approx(1 / one)
+    assert tb.throughput(jt, resolve_flavor("T4"), 4) == pytest.approx(
+        4 / _mean_step("imagenet", "T4", "4", 40))
     # Unconsolidated: the placement with the most servers (four T4 servers, one GPU each).
-    assert tb.throughput(jt, "T4", 4, consolidated=False) == pytest.approx(
+    assert tb.throughput(jt, resolve_flavor("T4"), 4, consolidated=False) == pytest.approx(
         4 / _mean_step("imagenet", "T4", "1111", 40))
 
 
 def test_every_job_type_runs_on_the_reference_flavor() -> None:
     tb = sia_throughputs()
-    assert tb.reference_flavor == "V100-16GB"
+    assert tb.reference_flavor.short == "V100-16GB"
     for jt in tb.job_types():
-        assert tb.throughput(jt, "V100", 1) > 0
+        assert tb.throughput(jt, resolve_flavor("V100"), 1) > 0
 
 
 def test_other_flavors_are_interpolated_between_their_measured_batches() -> None:
@@ -59,7 +60,7 @@ def test_other_flavors_are_interpolated_between_their_measured_batches() -> None
         load_sia_profile("bert", resolve_flavor("V100"))), strict=True) if p == "1"}
     b = min(v100 - a100)  # a V100 batch the A100 never ran: interpolated there
     lo, hi = max(x for x in a100 if x < b), min(x for x in a100 if x > b)
-    rate = tb.throughput(sia_job_type("bert", b), "A100-40GB", 1)
+    rate = tb.throughput(sia_job_type("bert", b), resolve_flavor("A100-40GB"), 1)
     slow, fast = (1 / _mean_step("bert", "A100-40GB", "1", x) for x in (hi, lo))
     assert slow <= rate <= fast
 
@@ -69,13 +70,14 @@ def test_a_batch_that_never_fit_has_no_entry() -> None:
     big = max(int(t.split()[-1].rstrip(")")) for t in tb.job_types() if t.startswith("imagenet"))
     assert big > load_sia_profile("imagenet", resolve_flavor("T4")).max_local_bsz
     with pytest.raises(NoProfileError):
-        tb.throughput(sia_job_type("imagenet", big), "T4", 1)
+        tb.throughput(sia_job_type("imagenet", big), resolve_flavor("T4"), 1)
 
 
 def test_a100_80gb_is_answered_from_a100_40gb() -> None:
     tb = sia_throughputs()
     jt = sia_job_type("cifar10", 64)
-    assert tb.throughput(jt, "A100-80GB", 2) == tb.throughput(jt, "A100-40GB", 2)
+    assert tb.throughput(jt, resolve_flavor("A100-80GB"), 2) == tb.throughput(
+        jt, resolve_flavor("A100-40GB"), 2)
 
 
 def test_tables_by_name_or_path(tmp_path: Path) -> None:

@@ -31,8 +31,8 @@ def _plan(stages: tuple[Stage, ...], copies: int, micro: int = 2, n_micro: int =
 
 def test_tensor_parallel_groups_stay_on_one_server_and_dp_ranks_cover_the_copies() -> None:
     plan = _plan((_stage(A100, 4, 1, 0, 5), _stage(V100, 2, 2, 5, 8)), copies=2)
-    slots = slots_of_parts((("a0", 4, "A100-80GB"), ("v0", 4, "V100-16GB"),
-                            ("a1", 4, "A100-80GB"), ("v1", 4, "V100-16GB")))
+    slots = slots_of_parts((("a0", 4, A100), ("v0", 4, V100),
+                            ("a1", 4, A100), ("v1", 4, V100)))
     roles = assign_ranks(plan, slots, 8)
     assert len(roles) == 16
     by_stage: dict[int, list[object]] = {}
@@ -52,7 +52,7 @@ def test_tensor_parallel_groups_stay_on_one_server_and_dp_ranks_cover_the_copies
 
 def test_a_devices_role_does_not_depend_on_the_order_it_was_listed_in() -> None:
     plan = _plan((_stage(A100, 2, 1, 0, 5), _stage(V100, 1, 2, 5, 8)), copies=2)
-    parts = (("a0", 2, "A100-80GB"), ("a1", 2, "A100-80GB"), ("v0", 4, "V100-16GB"))
+    parts = (("a0", 2, A100), ("a1", 2, A100), ("v0", 4, V100))
     one = {r.device: r.env() for r in assign_ranks(plan, slots_of_parts(parts), 8)}
     two = {r.device: r.env() for r in assign_ranks(plan, slots_of_parts(parts[::-1]), 8)}
     assert one == two
@@ -60,7 +60,7 @@ def test_a_devices_role_does_not_depend_on_the_order_it_was_listed_in() -> None:
 
 def test_a_group_that_fits_no_server_is_refused_with_the_free_gpus() -> None:
     plan = _plan((_stage(A100, 4, 1, 0, 8),), copies=1)
-    slots = slots_of_parts((("a0", 2, "A100-80GB"), ("a1", 2, "A100-80GB")))
+    slots = slots_of_parts((("a0", 2, A100), ("a1", 2, A100)))
     with pytest.raises(SpecError, match=r"group of 4 x A100-80GB on one server; free "
                                         r"A100-80GB GPUs per server: a0: 2, a1: 2"):
         assign_ranks(plan, slots, 8)
@@ -68,7 +68,7 @@ def test_a_group_that_fits_no_server_is_refused_with_the_free_gpus() -> None:
 
 def test_unused_gpus_are_idle_with_stage_minus_one() -> None:
     plan = _plan((_stage(A100, 1, 2, 0, 8),), copies=1)
-    roles = assign_ranks(plan, [GpuSlot("a0", "A100-80GB", i) for i in range(3)], 8)
+    roles = assign_ranks(plan, [GpuSlot("a0", A100, i) for i in range(3)], 8)
     assert [r.stage for r in roles] == [0, 0, -1]
     assert roles[2].env()["TESSERA_LOCAL_BATCH"] == "0"
     assert roles[0].env()["TESSERA_LAYERS"] == "0:8"

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
-V100 = default_throughputs().throughput(RESNET, "v100")
+V100 = default_throughputs().throughput(RESNET, resolve_flavor("v100"))
 
 
 @pytest.fixture(scope="session")

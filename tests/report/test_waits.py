@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
@@ -12,7 +13,7 @@ from tessera.sim.engine import simulate
 from tessera.sim.metrics import JobRecord
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
-V100 = default_throughputs().throughput(RESNET, "v100")
+V100 = default_throughputs().throughput(RESNET, resolve_flavor("v100"))
 ROUNDS = SimConfig(scheduler=SchedulerSettings(mode="rounds", round_s=360.0, checkpoint_s=0,
                                                restore_s=0))
 

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -15,6 +16,9 @@ from tessera.sched.core.feasibility import Feasibility, infeasibility
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import Placement, QueueQuota
 from tests.builders import RECO, RESNET, make_cluster, make_job, snapshot, view
+
+_K80 = resolve_flavor("K80")
+_V100_16GB = resolve_flavor("V100-16GB")
 
 
 def _run(cluster, *views, policy="fifo", **kw):  # type: ignore[no-untyped-def]
@@ -36,25 +40,25 @@ def test_fifo_places_in_order_and_explains_the_rest() -> None:
 def test_aware_fifo_uses_the_fastest_flavor_first() -> None:
     c = make_cluster().node("k80", gpus=1).node("v100", gpus=1).build()
     out = _run(c, view(make_job("a")))
-    assert out.placements["a"].flavor == "V100-16GB"
+    assert out.placements["a"].flavor == _V100_16GB
 
 
 def test_agnostic_fifo_ignores_speed() -> None:
     c = make_cluster().node("k80", gpus=1).node("v100", gpus=1).build()
     out = _run(c, view(make_job("a")), policy="fifo-agnostic")
-    assert out.placements["a"].flavor == "K80"  # cluster order, speed hidden
+    assert out.placements["a"].flavor == _K80  # cluster order, speed hidden
 
 
 def test_job_flavor_preference_is_respected() -> None:
     c = make_cluster().node("k80", gpus=1).node("v100", gpus=1).build()
     out = _run(c, view(make_job("a", flavors=("k80",))))
-    assert out.placements["a"].flavor == "K80"
+    assert out.placements["a"].flavor == _K80
 
 
 def test_non_preemptive_keeps_running_jobs() -> None:
     c = make_cluster().node("v100", gpus=1).build()
     running = view(make_job("old", steps=1e9), JobState.RUNNING,
-                   Placement("V100-16GB", (("v100-16gb-0000", 1),)))
+                   Placement.of(_V100_16GB, (("v100-16gb-0000", 1),)))
     short = view(make_job("new", steps=10, submit_s=5))
     out = _run(c, running, short, policy="sjf")
     assert "old" in out.placements and not out.preempted
@@ -63,7 +67,7 @@ def test_non_preemptive_keeps_running_jobs() -> None:
 def test_preemptive_policy_displaces_a_long_job() -> None:
     c = make_cluster().node("v100", gpus=1).build()
     running = view(make_job("old", steps=1e9), JobState.RUNNING,
-                   Placement("V100-16GB", (("v100-16gb-0000", 1),)), remaining_steps=1e9)
+                   Placement.of(_V100_16GB, (("v100-16gb-0000", 1),)), remaining_steps=1e9)
     short = view(make_job("new", steps=10, submit_s=5))
     out = _run(c, running, short, policy="srtf")
     assert out.preempted == ("old",) and "new" in out.started
@@ -71,7 +75,7 @@ def test_preemptive_policy_displaces_a_long_job() -> None:
 
 def test_running_job_keeps_its_gpus() -> None:
     c = make_cluster().node("v100", gpus=2).build()
-    p = Placement("V100-16GB", (("v100-16gb-0000", 1),))
+    p = Placement.of(_V100_16GB, (("v100-16gb-0000", 1),))
     out = _run(c, view(make_job("a", steps=10), JobState.RUNNING, p, remaining_steps=10),
                view(make_job("b", steps=20, submit_s=1)), policy="srtf")
     assert out.placements["a"] == p and "a" not in out.started
@@ -81,7 +85,7 @@ def test_fragmentation_reason_with_locality() -> None:
     c = make_cluster().node("v100", gpus=4, count=2).build()
     blockers = [
         view(make_job(f"r{i}"), JobState.RUNNING,
-             Placement("V100-16GB", ((f"v100-16gb-000{i}", 2),)))
+             Placement.of(_V100_16GB, ((f"v100-16gb-000{i}", 2),)))
         for i in range(2)
     ]
     big = view(make_job("big", 4, requires_locality=True, submit_s=1))
@@ -95,7 +99,7 @@ def test_locality_wait_delays_splitting() -> None:
     c = make_cluster().node("v100", gpus=4, count=2).build()
     blockers = [
         view(make_job(f"r{i}", 2), JobState.RUNNING,
-             Placement("V100-16GB", ((f"v100-16gb-000{i}", 2),)))
+             Placement.of(_V100_16GB, ((f"v100-16gb-000{i}", 2),)))
         for i in range(2)
     ]
     job = view(make_job("a", 4, submit_s=1), pending_since_s=0.0)
@@ -161,11 +165,11 @@ def test_missing_split_speed_drops_a_flavor_unless_gangs_always_run_consolidated
     job = make_job("x", 2, job_type="ResNet-50 (batch size 64)")
     table = default_throughputs()
     ours = ThroughputOracle(table, c)
-    assert [r.flavor for r in ours.real_rates(job)] == ["V100-16GB"]
+    assert [r.flavor for r in ours.real_rates(job)] == [_V100_16GB]
     gavel = ThroughputOracle(table, c, split_large_gangs=False)
-    k80 = {r.flavor: r for r in gavel.real_rates(job)}["K80"]
-    assert k80.consolidated == k80.spread == table.throughput(job.job_type, "k80", 2)
-    assert gavel.rate(job, "K80", True) == pytest.approx(1.2636370655757299)
+    k80 = {r.flavor: r for r in gavel.real_rates(job)}[_K80]
+    assert k80.consolidated == k80.spread == table.throughput(job.job_type, _K80, 2)
+    assert gavel.rate(job, _K80, True) == pytest.approx(1.2636370655757299)
 
 
 def test_feasible_job_has_no_reason() -> None:
@@ -198,11 +202,33 @@ def test_every_policy_is_deterministic_and_never_over_allocates(policy: str) -> 
 
 def test_preemptive_policy_upgrades_to_a_faster_free_flavor_when_it_pays() -> None:
     c = make_cluster().node("k80", gpus=1).node("v100", gpus=1).build()
-    on_k80 = Placement("K80", (("k80-0000", 1),))
+    on_k80 = Placement.of(_K80, (("k80-0000", 1),))
     long_job = view(make_job("a", steps=1e7), JobState.RUNNING, on_k80, remaining_steps=1e7)
     out = _run(c, long_job, policy="srtf")
-    assert out.placements["a"].flavor == "V100-16GB" and out.started == ("a",)
+    assert out.placements["a"].flavor == _V100_16GB and out.started == ("a",)
     nearly_done = view(make_job("b", steps=1e7), JobState.RUNNING, on_k80, remaining_steps=10)
     assert _run(c, nearly_done, policy="srtf").started == ()  # not worth a restart
     assert _run(c, long_job, policy="fifo").started == ()  # FIFO never moves anyone
     assert _run(c, long_job, policy="srtf-agnostic").started == ()  # blind to the speed-up
+
+
+@pytest.mark.parametrize("policy", ["fifo", "hetero_srpt", "max_min_fairness", "hetero_pack"])
+def test_rankings_placements_and_free_books_hold_catalog_flavors(policy: str) -> None:
+    """Below the edge a flavor is the catalog's object, never a name: in a policy's ranking,
+    the placements the core hands out, the free-GPU book, the rates and the pending reasons."""
+    from tessera.model.gpus import CATALOG
+    from tessera.sched.core.placement import FreeGpus
+    from tessera.sched.core.policy import PolicyContext
+
+    c = make_cluster().node("k80", gpus=2).node("v100", gpus=2).node("p100", gpus=1).build()
+    views = [view(make_job(f"j{i}", 1 + i % 2, submit_s=float(i))) for i in range(6)]
+    snap = snapshot(c, *views, round_s=360.0)
+    oracle = ThroughputOracle(default_throughputs(), c)
+    ranking = make_policy(policy).rank(PolicyContext(snap, oracle, random.Random(0)))
+    assert ranking.candidates and all(fl in CATALOG for _j, fl in ranking.candidates)
+    out = _run(c, *views, policy=policy, round_s=360.0)
+    assert out.placements
+    for p in out.placements.values():
+        assert p.flavor in CATALOG and p.flavors == (p.flavor,) and p.label == p.flavor.short
+    assert all(f in CATALOG for f in FreeGpus.of_snapshot(snap).flavors())
+    assert all(r.flavor in CATALOG for v in views for r in oracle.rates(v.spec))

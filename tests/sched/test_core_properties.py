@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tessera.model.cluster import ClusterSpec
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import list_policies, make_policy
@@ -78,11 +78,11 @@ class Scenario:
                 f"  {jobs})")
 
 
-def _allocate(flavor: str, gpus: int, free: dict[str, int], cluster: ClusterSpec,
+def _allocate(flavor: GpuFlavor, gpus: int, free: dict[str, int], cluster: ClusterSpec,
               down: frozenset[str], local: bool) -> Placement | None:
     """A valid placement for a running job (fullest nodes first), or ``None``."""
     nodes = sorted((n for n in cluster.nodes
-                    if n.flavor.short == flavor and n.node_id not in down and free[n.node_id]),
+                    if n.flavor == flavor and n.node_id not in down and free[n.node_id]),
                    key=lambda n: -free[n.node_id])
     if local:
         nodes = [n for n in nodes if free[n.node_id] >= gpus][:1]
@@ -98,7 +98,7 @@ def _allocate(flavor: str, gpus: int, free: dict[str, int], cluster: ClusterSpec
         return None
     for node_id, k in parts:
         free[node_id] -= k
-    return Placement(flavor, tuple(sorted(parts, key=lambda p: -p[1])))
+    return Placement.of(flavor, tuple(sorted(parts, key=lambda p: -p[1])))
 
 
 @st.composite
@@ -140,7 +140,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         if state is JobState.RUNNING:
             usable = [f for f in (wanted or flavors) if _runs_on(spec, f)]
             if usable:
-                placement = _allocate(resolve_flavor(draw(st.sampled_from(usable))).short, gpus,
+                placement = _allocate(resolve_flavor(draw(st.sampled_from(usable))), gpus,
                                       free, cluster, down, spec.requires_locality)
             if placement is None:
                 state = JobState.PENDING
@@ -162,7 +162,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
 def _runs_on(spec: JobSpec, flavor: str) -> bool:
     try:
-        return TABLE.throughput(spec.job_type, resolve_flavor(flavor).short, spec.num_gpus,
+        return TABLE.throughput(spec.job_type, resolve_flavor(flavor), spec.num_gpus,
                                 False) > 0
     except Exception:
         return False
@@ -198,10 +198,9 @@ def _check_invariants(scn: Scenario, d: Decision) -> None:
     for jid, p in d.placements.items():
         spec = by_id[jid].spec
         assert p.num_gpus == spec.num_gpus, (jid, p.describe())
-        allowed = {f.short for f in spec.flavors} or {
-            n.flavor.short for n in nodes.values()}
+        allowed = set(spec.flavors) or {n.flavor for n in nodes.values()}
         for node_id, _k, flavor in p.parts():
-            assert nodes[node_id].flavor.short == flavor, (jid, p.describe())
+            assert nodes[node_id].flavor == flavor, (jid, p.describe())
             assert flavor in allowed, (jid, p.describe(), allowed)
         if p.is_mixed:
             assert scn.options.mixed_gangs and not spec.requires_locality, (jid, p.describe())

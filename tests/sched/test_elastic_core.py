@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tessera.errors import SpecError
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import ElasticRange, JobId, JobState
 from tessera.perf.sia_table import sia_throughputs
 from tessera.sched.catalog import list_policies
@@ -23,6 +24,11 @@ from tessera.sched.elastic.goodput import Config
 from tessera.sched.elastic.ilp import choose_configs
 from tessera.sched.elastic.sizes import ElasticSize, even_batch
 from tests.builders import make_cluster, make_job, snapshot, view
+
+_T4 = resolve_flavor("T4")
+_RTX = resolve_flavor("RTX2080Ti")
+
+_A100_40GB = resolve_flavor("A100-40GB")
 
 CIFAR = ElasticRange(1, 16, 2048, 4096, "cifar10", 5e6)
 CIFAR_TYPE = "cifar10 (batch size 129)"
@@ -49,41 +55,41 @@ def _decide(cluster, ranking, *views):  # type: ignore[no-untyped-def]
 
 
 def _cluster():  # type: ignore[no-untyped-def]
-    return make_cluster().node("A100-40GB", gpus=8, count=2).build()
+    return make_cluster().node(_A100_40GB, gpus=8, count=2).build()
 
 
 def test_a_sized_job_is_placed_at_its_count_with_its_batch() -> None:
     job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
-    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(8, 3000)})
+    ranking = Ranking(((JobId("a"), _A100_40GB),), sizes={JobId("a"): ElasticSize(8, 3000)})
     d = _decide(_cluster(), ranking, view(job))
     p = d.placements["a"]
-    assert (p.num_gpus, p.global_batch_samples, p.flavor) == (8, 3000, "A100-40GB")
+    assert (p.num_gpus, p.global_batch_samples, p.flavor) == (8, 3000, _A100_40GB)
     assert d.started == ("a",)
 
 
 def test_a_running_job_at_the_same_count_keeps_its_gpus_and_batch() -> None:
     job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
-    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
-    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(4, 4096)})
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
+    ranking = Ranking(((JobId("a"), _A100_40GB),), sizes={JobId("a"): ElasticSize(4, 4096)})
     d = _decide(_cluster(), ranking, view(job, JobState.RUNNING, held))
     assert d.placements["a"] is held and d.started == () and d.preempted == ()
 
 
 def test_a_resized_running_job_is_started_again() -> None:
     job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
-    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
-    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(2, 2048)})
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[0].node_id, 4),), global_batch_samples=2048)
+    ranking = Ranking(((JobId("a"), _A100_40GB),), sizes={JobId("a"): ElasticSize(2, 2048)})
     d = _decide(_cluster(), ranking, view(job, JobState.RUNNING, held))
     assert d.placements["a"].num_gpus == 2 and d.started == ("a",)
 
 
 def test_a_size_outside_the_range_or_for_a_rigid_job_is_refused() -> None:
     job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
-    too_big = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(32, 4096)})
+    too_big = Ranking(((JobId("a"), _A100_40GB),), sizes={JobId("a"): ElasticSize(32, 4096)})
     with pytest.raises(SpecError, match="32 GPUs is outside its elastic range 1-16"):
         _decide(_cluster(), too_big, view(job))
     rigid = make_job("r", 2, job_type=CIFAR_TYPE)
-    resize = Ranking(((JobId("r"), "A100-40GB"),), sizes={JobId("r"): ElasticSize(4, 64)})
+    resize = Ranking(((JobId("r"), _A100_40GB),), sizes={JobId("r"): ElasticSize(4, 64)})
     with pytest.raises(SpecError, match="job r is rigid"):
         _decide(_cluster(), resize, view(rigid))
     with pytest.raises(SpecError, match="elastic size needs >= 1 GPU"):
@@ -92,7 +98,7 @@ def test_a_size_outside_the_range_or_for_a_rigid_job_is_refused() -> None:
 
 def test_unsized_rankings_leave_placements_without_a_batch() -> None:
     job = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR)
-    d = _decide(_cluster(), Ranking(((JobId("a"), "A100-40GB"),)), view(job))
+    d = _decide(_cluster(), Ranking(((JobId("a"), _A100_40GB),)), view(job))
     assert d.placements["a"].num_gpus == 2 and d.placements["a"].global_batch_samples is None
 
 
@@ -101,8 +107,8 @@ def test_the_elastic_policies_are_registered() -> None:
     assert {"sia", "pollux", "goodput_srpt"} <= names
 
 
-CONFIGS = (Config("T4", 1, 4), Config("T4", 2, 4), Config("T4", 4, 4),
-           Config("A100-40GB", 1, 8), Config("A100-40GB", 2, 8), Config("A100-40GB", 4, 8))
+CONFIGS = (Config(_T4, 1, 4), Config(_T4, 2, 4), Config(_T4, 4, 4),
+           Config(_A100_40GB, 1, 8), Config(_A100_40GB, 2, 8), Config(_A100_40GB, 4, 8))
 
 
 def _exhaustive(values, capacity):  # type: ignore[no-untyped-def]
@@ -128,7 +134,7 @@ def test_the_solver_matches_exhaustive_search(seed: int, solver: str,
     rng = random.Random(seed)
     values = [[(c, round(rng.uniform(0.1, 2.0) * CONFIGS[c].num_gpus ** 0.5, 3))
                for c in rng.sample(range(len(CONFIGS)), 4)] for _ in range(4)]
-    capacity = {"T4": 4, "A100-40GB": 5}
+    capacity = {_T4: 4, _A100_40GB: 5}
     got = choose_configs(values, CONFIGS, capacity)
     assert got.fallback == ""
     assert got.objective == pytest.approx(_exhaustive(values, capacity), rel=1e-4)
@@ -139,7 +145,7 @@ def test_the_solver_matches_exhaustive_search(seed: int, solver: str,
     assert all(used[f] <= capacity[f] for f in used)
 
 
-THREE = tuple(Config(f, n, per) for f, per in (("A100-40GB", 8), ("RTX2080Ti", 8), ("T4", 4))
+THREE = tuple(Config(f, n, per) for f, per in ((_A100_40GB, 8), (_RTX, 8), (_T4, 4))
               for n in range(1, 9))
 
 
@@ -165,9 +171,9 @@ def test_the_dp_step_gives_the_plain_tables_bit_for_bit(seed: int) -> None:
     option: the same tables, so the same picks, ties included (values on a coarse grid tie
     often; some jobs pinned)."""
     rng = random.Random(seed)
-    capacity = {"A100-40GB": rng.randint(0, 8), "RTX2080Ti": rng.randint(0, 8),
-                "T4": rng.randint(0, 8)}
-    flavors = sorted(capacity)
+    capacity = {_A100_40GB: rng.randint(0, 8), _RTX: rng.randint(0, 8),
+                _T4: rng.randint(0, 8)}
+    flavors = sorted(capacity, key=lambda f: f.short)
     shape = tuple(capacity[f] + 1 for f in flavors)
     values = [[(c, rng.randint(1, 12) / 4) for c in rng.sample(range(len(THREE)), 7)]
               for _ in range(rng.randint(1, 9))]
@@ -189,12 +195,12 @@ def test_the_dp_step_gives_the_plain_tables_bit_for_bit(seed: int) -> None:
 
 def test_a_pinned_job_keeps_its_configuration() -> None:
     values = [[(2, 1.0), (0, 5.0)], [(1, 3.0)]]
-    got = choose_configs(values, CONFIGS, {"T4": 4, "A100-40GB": 0}, pinned={0: 2})
+    got = choose_configs(values, CONFIGS, {_T4: 4, _A100_40GB: 0}, pinned={0: 2})
     assert got.picked == {0: 2}  # pinned to 4 T4s although 1 T4 is worth more
 
 
 def test_pins_that_no_longer_fit_fall_back_to_a_stated_greedy_answer() -> None:
-    got = choose_configs([[(2, 1.0)], [(2, 1.0)]], CONFIGS, {"T4": 4, "A100-40GB": 0},
+    got = choose_configs([[(2, 1.0)], [(2, 1.0)]], CONFIGS, {_T4: 4, _A100_40GB: 0},
                          pinned={0: 2, 1: 2})
     assert "pinned jobs no longer fit" in got.fallback
 
@@ -209,7 +215,7 @@ def _quota_decide(ranking, quotas, *views):  # type: ignore[no-untyped-def]
 def test_growth_past_the_queue_quota_is_refused_and_the_job_runs_at_its_own_size() -> None:
     a = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
     b = make_job("b", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
-    ranking = Ranking(((JobId("a"), "A100-40GB"), (JobId("b"), "A100-40GB")),
+    ranking = Ranking(((JobId("a"), _A100_40GB), (JobId("b"), _A100_40GB)),
                       sizes={JobId("a"): ElasticSize(4, 4096), JobId("b"): ElasticSize(8, 4096)})
     d = _quota_decide(ranking, [QueueQuota("team", 6, 0)], view(a), view(b))
     # a grows 2 -> 4 (team: 4 + b's own 2 = 6); b's growth to 8 would make 12 > 6.
@@ -220,7 +226,7 @@ def test_growth_past_the_queue_quota_is_refused_and_the_job_runs_at_its_own_size
 
 def test_borrowing_limit_and_unlimited_queues_bound_growth() -> None:
     a = make_job("a", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
-    ranking = Ranking(((JobId("a"), "A100-40GB"),), sizes={JobId("a"): ElasticSize(8, 4096)})
+    ranking = Ranking(((JobId("a"), _A100_40GB),), sizes={JobId("a"): ElasticSize(8, 4096)})
     assert _quota_decide(ranking, [QueueQuota("team", 4, 4)], view(a)).placements[
         "a"].num_gpus == 8
     assert _quota_decide(ranking, [QueueQuota("team", 4, 2)], view(a)).placements[
@@ -233,9 +239,9 @@ def test_borrowing_limit_and_unlimited_queues_bound_growth() -> None:
 
 def test_admission_counts_a_grown_running_job_at_the_gpus_it_holds() -> None:
     grown = make_job("g", 2, job_type=CIFAR_TYPE, elastic=CIFAR, queue="team")
-    held = Placement("A100-40GB", ((_cluster().nodes[0].node_id, 6),), global_batch_samples=4096)
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[0].node_id, 6),), global_batch_samples=4096)
     waiting = make_job("w", 2, queue="team")
-    ranking = Ranking(((JobId("g"), "A100-40GB"), (JobId("w"), "A100-40GB")),
+    ranking = Ranking(((JobId("g"), _A100_40GB), (JobId("w"), _A100_40GB)),
                       sizes={JobId("g"): ElasticSize(6, 4096)})
     d = _quota_decide(ranking, [QueueQuota("team", 6, 0)],
                       view(grown, JobState.RUNNING, held), view(waiting))
@@ -285,7 +291,7 @@ def test_an_odd_global_batch_is_moved_to_one_that_splits_evenly_over_the_ranks()
 def test_every_chosen_batch_splits_evenly_or_says_why_not(policy: str) -> None:
     from tessera.sched.catalog import make_policy
 
-    c = make_cluster().node("T4", gpus=4, count=2).node("A100-40GB", gpus=8).build()
+    c = make_cluster().node(_T4, gpus=4, count=2).node(_A100_40GB, gpus=8).build()
     views = [view(make_job(f"j{i}", 1, job_type=CIFAR_TYPE,
                            elastic=ElasticRange(1, 16, 2047, 4093, "cifar10", 5e6)))
              for i in range(3)]

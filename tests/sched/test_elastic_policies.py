@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.goodput import best_batch, packed_placement
 from tessera.perf.sia_table import sia_throughputs
@@ -22,12 +22,16 @@ from tessera.sched.policies.pollux import fitness, pollux_factor, power_term
 from tessera.workload.elastic import elastic_range
 from tests.builders import make_cluster, make_job, snapshot, view
 
+_T4 = resolve_flavor("T4")
+
+_A100_40GB = resolve_flavor("A100-40GB")
+
 TYPE = "cifar10 (batch size 129)"
 JOBS = (("a", "cifar10", 2048), ("b", "bert", 384), ("c", "yolov3", 64))
 
 
 def _cluster():  # type: ignore[no-untyped-def]
-    return make_cluster().node("T4", gpus=4).node("A100-40GB", gpus=8).build()
+    return make_cluster().node(_T4, gpus=4).node(_A100_40GB, gpus=8).build()
 
 
 def _views():  # type: ignore[no-untyped-def]
@@ -48,17 +52,17 @@ def test_the_reallocation_factor_matches_hand_values() -> None:
     assert realloc_factor(100.0, 10, 30.0) == 0.0
 
 
-def _goodput(model: str, batch: int, flavor: str, n: int, per: int) -> float | None:
+def _goodput(model: str, batch: int, flavor: GpuFlavor, n: int, per: int) -> float | None:
     e = elastic_range(model, 1, batch)
     try:
-        return best_batch(model, resolve_flavor(flavor), packed_placement(n, per), 0.0,
+        return best_batch(model, flavor, packed_placement(n, per), 0.0,
                           max_batch=e.max_batch_samples,
                           min_batch=e.initial_batch_samples).goodput_samples_per_s
     except Exception:  # an unmeasured or unsplittable configuration is not offered
         return None
 
 
-SIA_CONFIGS = [("T4", n, 4) for n in (1, 2, 4)] + [("A100-40GB", n, 8) for n in (1, 2, 4, 8)]
+SIA_CONFIGS = [(_T4, n, 4) for n in (1, 2, 4)] + [(_A100_40GB, n, 8) for n in (1, 2, 4, 8)]
 
 
 def test_sia_picks_the_exhaustive_optimum_of_its_objective() -> None:
@@ -70,7 +74,7 @@ def test_sia_picks_the_exhaustive_optimum_of_its_objective() -> None:
         table[jid] = {cfg: round((g / lo) ** -0.5, 2) for cfg, g in goods.items()}
 
     def cost(choice) -> float | None:  # type: ignore[no-untyped-def]
-        used = {"T4": 0, "A100-40GB": 0}
+        used = {_T4: 0, _A100_40GB: 0}
         total = 0.0
         for jid, cfg in zip(table, choice, strict=True):
             if cfg is None:
@@ -78,20 +82,20 @@ def test_sia_picks_the_exhaustive_optimum_of_its_objective() -> None:
             else:
                 used[cfg[0]] += cfg[1]
                 total += table[jid][cfg]
-        return total if used["T4"] <= 4 and used["A100-40GB"] <= 8 else None
+        return total if used[_T4] <= 4 and used[_A100_40GB] <= 8 else None
 
     costs = [c for choice in itertools.product(*[[None, *t] for t in table.values()])
              if (c := cost(choice)) is not None]
     sizes = ranking.sizes
     flavor = dict(ranking.candidates)
     chosen = tuple((flavor[jid], sizes[jid].num_gpus,
-                    4 if flavor[jid] == "T4" else 8) if jid in sizes else None for jid in table)
+                    4 if flavor[jid] == _T4 else 8) if jid in sizes else None for jid in table)
     assert cost(chosen) == pytest.approx(min(costs))
     assert all(sizes[j].global_batch_samples >= b for j, _m, b in JOBS if j in sizes)
 
 
 def test_sia_damps_a_change_for_a_job_that_restarted_before() -> None:
-    held = Placement("A100-40GB", ((_cluster().nodes[1].node_id, 1),), global_batch_samples=2048)
+    held = Placement.of(_A100_40GB, ((_cluster().nodes[1].node_id, 1),), global_batch_samples=2048)
     spec = make_job("a", 1, job_type=TYPE, elastic=elastic_range("cifar10", 1, 2048))
     running = view(spec, JobState.RUNNING, held, as_of_s=4000.0)
     free = _rank("sia", [running], now_s=4000.0, explore=False)
@@ -99,7 +103,7 @@ def test_sia_damps_a_change_for_a_job_that_restarted_before() -> None:
     # 130 restarts of 30 s in 4,000 s: the factor is 0, every other configuration worthless
     damped = _rank("sia", [running], now_s=4000.0, explore=False,
                    state=ElasticMemory({spec.job_id: 130}))
-    assert damped.sizes["a"].num_gpus == 1 and dict(damped.candidates)["a"] == "A100-40GB"
+    assert damped.sizes["a"].num_gpus == 1 and dict(damped.candidates)["a"] == _A100_40GB
 
 
 def test_sia_and_pollux_grow_a_new_job_by_doubling() -> None:
@@ -121,7 +125,7 @@ def test_pollux_fitness_matches_hand_values() -> None:
 def test_pollux_picks_the_exhaustive_optimum_of_its_power_mean() -> None:
     ranking = _rank("pollux", _views(), now_s=600.0, explore=False)
     fair = math.ceil(12 / 3)
-    per = {"T4": 4, "A100-40GB": 8}
+    per = {_T4: 4, _A100_40GB: 8}
     # speed-ups scaled as over servers of 4 GPUs (the smallest server), damped as the jobs
     # wait (age 600 s, no restarts), at most 4 GPUs a job (the T4s: the smallest flavor)
     scale, damped = 1 / 4, 600 / 630
@@ -137,7 +141,7 @@ def test_pollux_picks_the_exhaustive_optimum_of_its_power_mean() -> None:
         blind[jid] = {n: g / base * scale * damped for n, g in by_n.items()}
 
     def value(choice) -> float | None:  # type: ignore[no-untyped-def]
-        used = {"T4": 0, "A100-40GB": 0}
+        used = {_T4: 0, _A100_40GB: 0}
         speedups = []
         for jid, opt in zip(blind, choice, strict=True):
             if opt is None:
@@ -146,7 +150,7 @@ def test_pollux_picks_the_exhaustive_optimum_of_its_power_mean() -> None:
             fl, n = opt
             used[fl] += n
             speedups.append(blind[jid][n])
-        return fitness(speedups, -1.0) if used["T4"] <= 4 and used["A100-40GB"] <= 8 else None
+        return fitness(speedups, -1.0) if used[_T4] <= 4 and used[_A100_40GB] <= 8 else None
 
     options = {jid: [(fl, n) for fl in per for n in blind[jid] if n <= per[fl]] for jid in blind}
     best = max(v for choice in itertools.product(*[[None, *o] for o in options.values()])
@@ -188,7 +192,7 @@ def test_pollux_measures_speed_ups_against_the_fair_share_past_the_exploration_c
 
 def test_pollux_gives_no_job_more_gpus_than_the_smallest_flavor_holds() -> None:
     """Sia's heterogeneity-unaware runs cap a job at the GPUs of its smallest GPU type."""
-    c = make_cluster().node("T4", gpus=4).node("A100-40GB", gpus=8, count=2).build()
+    c = make_cluster().node(_T4, gpus=4).node(_A100_40GB, gpus=8, count=2).build()
     job = view(make_job("a", 1, job_type=TYPE, elastic=elastic_range("cifar10", 1, 2048)))
     snap = snapshot(c, job, now_s=600.0, round_s=60.0)
     ctx = PolicyContext(snap, ThroughputOracle(sia_throughputs(), c), random.Random(0))

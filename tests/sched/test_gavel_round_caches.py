@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -27,9 +28,12 @@ from tessera.sched.gavel.lp_rows import Gathered as _Gathered
 from tessera.sched.gavel.lp_rows import ShareRows as _Rows
 from tests.builders import make_cluster, make_job, snapshot, view
 
+_K80 = resolve_flavor("K80")
+_V100_16GB = resolve_flavor("V100-16GB")
+
 A3C = "A3C"  # runs on both flavors with 1 GPU, on neither with 4 (not profiled)
 CLUSTER = make_cluster().node("v100", gpus=4, count=1).node("k80", gpus=4, count=1).build()
-FLAVORS = ("V100-16GB", "K80")
+FLAVORS = (_V100_16GB, _K80)
 
 
 def _same(got: _Gathered, want: _Gathered) -> None:
@@ -47,7 +51,7 @@ def test_gathered_rows_follow_every_input_of_their_key() -> None:
     a, b, c = (make_job(n, 1, job_type=A3C) for n in "abc")
     b4 = dataclasses.replace(b, num_gpus=4)
     shares = Shares((a.job_id, b.job_id), FLAVORS, np.array([[0.2, 0.8], [0.6, 0.4]]))
-    state = RoundState(shares, 0.0, MappingProxyType({a.job_id: (("K80", 5.0),)}),
+    state = RoundState(shares, 0.0, MappingProxyType({a.job_id: ((_K80, 5.0),)}),
                        frozenset({a.job_id, b.job_id}))
     kept = _Rows.of(state, oracle, FLAVORS, None)
     cases = [([a, b], [0, 1]), ([a, b], [1, 0]), ([b, a], [1, 0]), ([a, b4], [1, 0]),
@@ -70,7 +74,7 @@ def test_the_flavor_order_follows_the_up_flavors() -> None:
         snap = snapshot(CLUSTER, down_nodes=frozenset(down))
         ctx = PolicyContext(snap, oracle, rng, caches=caches)
         orders.append(list(policy._flavor_order(ctx)))  # type: ignore[attr-defined]
-    assert orders == [["V100-16GB", "K80"], ["K80"], ["V100-16GB", "K80"]]
+    assert orders == [[_V100_16GB, _K80], [_K80], [_V100_16GB, _K80]]
 
 
 def test_the_notes_follow_the_shares() -> None:

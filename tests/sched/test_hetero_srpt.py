@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -19,6 +20,10 @@ from tessera.sched.policies.hetero_gittins import _gittins_remaining, _prior_qua
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload, snapshot, view
+
+_K80 = resolve_flavor("K80")
+
+_V100_16GB = resolve_flavor("V100-16GB")
 
 CYCLEGAN = "CycleGAN"  # V100 4.43 steps/s, K80 0.51: 8.8x faster on the V100
 A3C = "A3C"  # V100 7.18 steps/s, K80 3.44: 2.1x faster on the V100
@@ -33,8 +38,8 @@ def _decide(cluster, *views, policy="hetero_srpt", round_s=360.0):  # type: igno
 def _two_jobs():  # type: ignore[no-untyped-def]
     t = default_throughputs()
     # A: 1 h on a V100, 8.8 h on a K80.  B: 0.8 h on a V100, 1.7 h on a K80.
-    a = make_job("a", steps=3600 * t.throughput(CYCLEGAN, "V100-16GB", 1), job_type=CYCLEGAN)
-    b = make_job("b", steps=0.8 * 3600 * t.throughput(A3C, "V100-16GB", 1), job_type=A3C)
+    a = make_job("a", steps=3600 * t.throughput(CYCLEGAN, _V100_16GB, 1), job_type=CYCLEGAN)
+    b = make_job("b", steps=0.8 * 3600 * t.throughput(A3C, _V100_16GB, 1), job_type=A3C)
     return a, b
 
 
@@ -46,15 +51,15 @@ def test_matching_gives_the_fast_gpu_to_the_job_it_helps_most(policy: str) -> No
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     a, b = _two_jobs()
     out = _decide(c, view(a), view(b), policy=policy)
-    assert out.placements["a"].flavor == "V100-16GB"
-    assert out.placements["b"].flavor == "K80"
+    assert out.placements["a"].flavor == _V100_16GB
+    assert out.placements["b"].flavor == _K80
 
 
 def test_srtf_by_pair_gets_the_two_job_example_wrong() -> None:
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     a, b = _two_jobs()
     out = _decide(c, view(a), view(b), policy="srtf")
-    assert out.placements["b"].flavor == "V100-16GB"  # the mistake matching avoids
+    assert out.placements["b"].flavor == _V100_16GB  # the mistake matching avoids
 
 
 def test_matching_lowers_the_simulated_sum_of_jcts() -> None:
@@ -72,8 +77,8 @@ def test_uniform_speeds_reduce_to_shortest_remaining_first() -> None:
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     short, long_ = make_job("s", steps=1e4), make_job("l", steps=1e6)
     out = _decide(c, view(long_), view(short))
-    assert out.placements["s"].flavor == "V100-16GB"
-    assert out.placements["l"].flavor == "K80"
+    assert out.placements["s"].flavor == _V100_16GB
+    assert out.placements["l"].flavor == _K80
 
 
 def test_a_gang_gets_a_whole_node_instead_of_being_split() -> None:
@@ -83,7 +88,7 @@ def test_a_gang_gets_a_whole_node_instead_of_being_split() -> None:
     c = make_cluster().node("v100", gpus=4, count=2).build()
     small = [
         view(make_job(f"s{i}", steps=1e8), JobState.RUNNING,
-             Placement("V100-16GB", ((f"v100-16gb-{i % 2:04d}", 1),)),
+             Placement.of(_V100_16GB, ((f"v100-16gb-{i % 2:04d}", 1),)),
              progress_from_s=-3600.0)  # (past its lease: a swap may stop it)
         for i in range(4)
     ]
@@ -102,8 +107,8 @@ def test_a_big_gang_is_not_starved_by_a_stream_of_small_jobs() -> None:
     # waited more than starvation_factor (4) times its remaining time to the top: 24 h here.
     c = make_cluster().node("v100", gpus=4).build()
     t = default_throughputs()
-    rate1 = t.throughput(RESNET, "V100-16GB", 1)
-    rate4 = t.throughput(RESNET, "V100-16GB", 4)
+    rate1 = t.throughput(RESNET, _V100_16GB, 1)
+    rate4 = t.throughput(RESNET, _V100_16GB, 4)
     jobs = [make_job("gang", gpus=4, steps=6 * 3600 * rate4)]
     jobs += [make_job(f"s{i:04d}", steps=1800 * rate1, submit_s=60.0 + 600.0 * i)
              for i in range(4 * 24 * 6)]
@@ -151,8 +156,8 @@ def test_a_failed_matching_lp_is_reported_not_silent(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(hetero_flavors, "solve_lp", fail)
     j = view(make_job("a", 1))
-    selected = [(j, {"V100-16GB": 2.0, "K80": 1.0}, ["V100-16GB", "K80"])]
-    out, why = hetero_srpt.HeteroSrpt._match(selected, {"V100-16GB": 1, "K80": 1}, LpSolver())
+    selected = [(j, {_V100_16GB: 2.0, _K80: 1.0}, [_V100_16GB, _K80])]
+    out, why = hetero_srpt.HeteroSrpt._match(selected, {_V100_16GB: 1, _K80: 1}, LpSolver())
     assert out == selected
     assert why == ("hetero_srpt matching LP: HiGHS ended with Infeasible; kept the greedy "
                    "flavor order",)
@@ -163,8 +168,8 @@ def test_a_running_job_with_nothing_left_ranks_first_without_dividing_by_zero() 
     # cost is 0, which must rank it first rather than raise ZeroDivisionError
     c = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     a, b = _two_jobs()
-    done = view(a, JobState.RUNNING, Placement("V100-16GB", (("v100-16gb-0000", 1),)),
+    done = view(a, JobState.RUNNING, Placement.of(_V100_16GB, (("v100-16gb-0000", 1),)),
                 remaining_steps=0.0)
     out = _decide(c, done, view(b))
-    assert out.placements["a"].flavor == "V100-16GB"
-    assert out.placements["b"].flavor == "K80"
+    assert out.placements["a"].flavor == _V100_16GB
+    assert out.placements["b"].flavor == _K80

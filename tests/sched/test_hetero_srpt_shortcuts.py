@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.sched.core import preview as preview_module
 from tessera.sched.core.lp import LpSolver
@@ -25,6 +26,8 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
 from tessera.sim.config import FailureConfig, SimConfig
 from tests.builders import busy_simulator, make_job, view
+
+_V100, _K80 = resolve_flavor("v100"), resolve_flavor("k80")
 
 
 @pytest.mark.parametrize("policy", ["hetero_srpt", "hetero_gittins"])
@@ -66,21 +69,21 @@ def test_the_shortcuts_answer_as_the_long_path_at_every_decision(
     assert seen["cleared"] > 0
 
 
-def _kept(name: str, gpus: int, node: str, flavor: str = "v100") -> tuple[Any, Any, Any]:
-    p = Placement(flavor, ((node, gpus),))
+def _kept(name: str, gpus: int, node: str, flavor: GpuFlavor = _V100) -> tuple[Any, Any, Any]:
+    p = Placement.of(flavor, ((node, gpus),))
     return (view(make_job(name, gpus), JobState.RUNNING, p), {}, [flavor])
 
 
-def _new(name: str, gpus: int, flavor: str = "v100") -> tuple[Any, Any, Any]:
+def _new(name: str, gpus: int, flavor: GpuFlavor = _V100) -> tuple[Any, Any, Any]:
     return (view(make_job(name, gpus)), {}, [flavor])
 
 
 def test_kept_jobs_are_those_running_on_the_flavor_they_were_selected_for() -> None:
     moved = _kept("m", 2, "n1")
-    stopped = (view(make_job("s", 2), JobState.PENDING, Placement("v100", (("n1", 2),))), {},
-               ["v100"])
+    stopped = (view(make_job("s", 2), JobState.PENDING, Placement.of(_V100, (("n1", 2),))), {},
+               [_V100])
     selected = [_kept("a", 2, "n0"), _new("c", 1), _kept("b", 3, "n0"),
-                (moved[0], {}, ["k80", "v100"]), stopped, _kept("d", 1, "n2")]
+                (moved[0], {}, [_K80, _V100]), stopped, _kept("d", 1, "n2")]
     used, new = preview_module._kept([(j, order[0]) for j, _cost, order in selected])
     assert used == {"n0": 5, "n2": 1}
-    assert [(j.job_id, fl) for j, fl in new] == [("c", "v100"), ("m", "k80"), ("s", "v100")]
+    assert [(j.job_id, fl) for j, fl in new] == [("c", _V100), ("m", _K80), ("s", _V100)]

@@ -23,7 +23,14 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sched.mixed.rates import MixedRates, local_batch_of
 from tests.builders import RESNET, make_cluster, make_job, snapshot, view
 
-V100, P100, K80 = "V100-16GB", "P100", "K80"
+_K80 = resolve_flavor("K80")
+_P100 = resolve_flavor("P100")
+_V100_16GB = resolve_flavor("V100-16GB")
+_V100_32GB = resolve_flavor("V100-32GB")
+_T4 = resolve_flavor("T4")
+_A100_40GB = resolve_flavor("A100-40GB")
+
+V100, P100, K80 = resolve_flavor("V100-16GB"), resolve_flavor("P100"), resolve_flavor("K80")
 MIXED = PlacementOptions(mixed_gangs=True)
 
 
@@ -41,7 +48,7 @@ def _decide(cluster, *views, policy="fifo", options=MIXED, now_s=0.0):  # type: 
 def test_mixed_placement_counts_gpus_per_flavor() -> None:
     p = Placement.mixed((("v-0", V100, 4), ("p-0", P100, 3), ("v-1", V100, 1)))
     assert p.is_mixed and not p.consolidated
-    assert p.flavor == f"{P100}+{V100}"
+    assert p.label == f"{P100}+{V100}" and p.flavors == (P100, V100)
     assert p.flavor_counts() == ((P100, 3), (V100, 5))
     assert (p.gpus_of(V100), p.gpus_of(P100), p.gpus_of(K80)) == (5, 3, 0)
     assert "mixed (3×P100, 5×V100-16GB)" in p.describe()
@@ -113,7 +120,7 @@ def test_cost_model_route_for_jobs_that_name_a_profiled_model() -> None:
     o = _oracle(c)
     job = make_job("a", 8, job_type="ResNet-50 (batch size 64)",
                    model="imagenet", batch_size=512)
-    pred = o._mixed_rates().predict(job, (("V100-16GB", 4), ("V100-32GB", 4)))
+    pred = o._mixed_rates().predict(job, ((_V100_16GB, 4), (_V100_32GB, 4)))
     assert pred.source == "planner cost model (imagenet)"
     # Same silicon on both sides: the planner predicts the anchor's own measured speed.
     assert pred.steps_per_s == pytest.approx(o.rate(job, V100, False), rel=1e-6)
@@ -127,8 +134,8 @@ def test_cost_model_route_never_beats_the_measured_bound() -> None:
     o = ThroughputOracle(sia_throughputs(), c)
     golden = Path(__file__).resolve().parents[1] / "data" / "workload" / "sia_small.csv"
     job = load_trace(golden, throughputs=sia_throughputs()).jobs[0]  # cifar10 on 6 GPUs
-    mixes = [(("A100-40GB", 4), ("V100-16GB", 2)), (("A100-40GB", 2), ("T4", 4)),
-             (("T4", 2), ("V100-16GB", 4))]
+    mixes = [((_A100_40GB, 4), (_V100_16GB, 2)), ((_A100_40GB, 2), (_T4, 4)),
+             ((_T4, 2), (_V100_16GB, 4))]
     for mix in mixes:
         pred = o._mixed_rates().predict(job, mix)
         assert pred.source == "planner cost model (cifar10)"
@@ -178,7 +185,7 @@ def test_a_mix_too_slow_for_the_job_waits() -> None:
     # 1 V100 + 3 K80 for a job that runs on 4 V100 when those free up: under half its speed.
     c = make_cluster().node("v100", gpus=4).node("k80", gpus=3).build()
     busy = view(make_job("busy", 3, steps=50), JobState.RUNNING,
-                Placement(V100, (("v100-16gb-0000", 3),)), progress_rate=1.0)
+                Placement.of(V100, (("v100-16gb-0000", 3),)), progress_rate=1.0)
     out = _decide(c, busy, view(make_job("a", 4, submit_s=1)))
     assert "a" not in out.placements
 
@@ -191,9 +198,9 @@ def test_waiting_wins_when_the_fast_flavor_frees_up_soon() -> None:
     soon = 1e6 / mixed - 1e6 / o.rate(job, V100, True)  # the mix's loss, in seconds
     for busy_steps, starts in ((0.5 * soon, False), (2.0 * soon, True)):
         busy = view(make_job("busy", 2, steps=busy_steps), JobState.RUNNING,
-                    Placement(V100, (("v100-16gb-0000", 2),)), progress_rate=1.0)
+                    Placement.of(V100, (("v100-16gb-0000", 2),)), progress_rate=1.0)
         other = view(make_job("other", 2, steps=1e9), JobState.RUNNING,
-                     Placement(P100, (("p100-0000", 2),)), progress_rate=1.0)
+                     Placement.of(P100, (("p100-0000", 2),)), progress_rate=1.0)
         out = _decide(c, busy, other, view(job), options=PlacementOptions(
             mixed_gangs=True, mixed_min_speed=0.1))
         assert ("a" in out.placements) is starts

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from tessera.errors import SpecError
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import ElasticRange, JobSpec, JobState, ThreeDParallel
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -35,9 +36,8 @@ from tests.builders import make_cluster, make_job, make_workload, plan_json, sna
 
 MODEL, BATCH = "gpt3-1.3b", 16
 P3 = ThreeDParallel(MODEL, BATCH)
-A100, V100 = "A100-80GB", "V100-16GB"
-MIXED = Placement(gpus_by_node=(("n1", 4), ("n2", 4)), flavor=f"{A100}+{V100}",
-                  node_flavors=(A100, V100))
+A100, V100 = resolve_flavor("A100-80GB"), resolve_flavor("V100-16GB")
+MIXED = Placement.mixed((("n1", A100, 4), ("n2", V100, 4)))
 
 
 def _cluster():  # type: ignore[no-untyped-def]
@@ -68,7 +68,7 @@ def test_a_homogeneous_3d_gang_is_priced_by_its_plan_too() -> None:
     cli = _cli_plan("A100:4", 4)
     oracle = ThroughputOracle(default_throughputs(), _cluster())
     job = _job(gpus=4)
-    one_server = Placement(A100, (("n1", 4),))
+    one_server = Placement.of(A100, (("n1", 4),))
     step_s = cli["step_time_s"]
     assert isinstance(step_s, float)
     assert 1.0 / oracle.placement_rate(job, one_server) == pytest.approx(step_s, rel=1e-12)
@@ -88,8 +88,7 @@ def test_the_rate_and_the_rank_roles_come_from_one_plan_object() -> None:
     assert 1.0 / rate == priced.plan.step_time_s
     searched = len(oracle.plans)
     # Another placement of the same shape reuses the plan, with ranks on its own GPUs.
-    other = Placement(gpus_by_node=(("x", 4), ("y", 4)), flavor=MIXED.flavor,
-                      node_flavors=(A100, V100))
+    other = Placement.mixed((("x", A100, 4), ("y", V100, 4)))
     moved = oracle.plans.ranked(P3, other.parts())
     assert moved.plan is priced.plan
     assert {r.device.split(":")[0] for r in moved.ranks} == {"x", "y"}
@@ -100,8 +99,7 @@ def test_a_gang_no_plan_fits_is_not_taken_and_the_job_is_told_why() -> None:
     cluster = make_cluster().node("t4", gpus=2).node("k80", gpus=2).build()
     oracle = ThroughputOracle(default_throughputs(), cluster)
     job = _job(gpus=4, p3=ThreeDParallel("llama-70b", 8))
-    mix = Placement(gpus_by_node=(("t4-0", 2), ("k80-0", 2)), flavor="K80+T4",
-                    node_flavors=("T4", "K80"))
+    mix = Placement.mixed((("t4-0", resolve_flavor("T4"), 2), ("k80-0", resolve_flavor("K80"), 2)))
     assert oracle.placement_rate(job, mix) == 0.0
     pred = oracle._mixed_rates().predict(job, mix.flavor_counts(), mix.parts())
     assert pred.steps_per_s == 0.0 and "no 3-D plan of llama-70b fits" in pred.source
@@ -209,7 +207,7 @@ def test_a_3d_job_whose_free_mix_fits_no_plan_is_told_the_planners_reason() -> N
         builder = builder.node(f.lower(), gpus=8)
     cluster = builder.build()
     busy = [view(make_job(f"busy{k}", 7, steps=10**6), JobState.RUNNING,
-                 Placement(n.flavor.short, ((n.node_id, 7),)))
+                 Placement.of(n.flavor, ((n.node_id, 7),)))
             for k, n in enumerate(cluster.nodes)]
     job = make_job("big", 7, steps=50, parallelism=ThreeDParallel("llama-7b", 14))
     oracle = ThroughputOracle(default_throughputs(), cluster)

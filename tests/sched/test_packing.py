@@ -21,8 +21,10 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sched.packing.pairs import check_pair, colocate, may_share
 from tests.builders import make_cluster, make_job, snapshot, view
 
+_K80 = resolve_flavor("K80")
+
 TABLE = default_throughputs()
-V100 = resolve_flavor("v100").short
+V100 = resolve_flavor("v100")
 R18_16 = "ResNet-18 (batch size 16)"
 R18_64 = "ResNet-18 (batch size 64)"
 R50_64 = "ResNet-50 (batch size 64)"
@@ -102,7 +104,7 @@ def test_partner_must_accept_the_hosts_flavor_and_pairs_only() -> None:
     partner = make_job("p", job_type=R18_64, flavors=(resolve_flavor("k80"),))
     got = may_share(TABLE, CLUSTER, host, partner, V100)
     assert isinstance(got, PairRefusal) and "does not accept" in str(got)
-    shared = Placement(V100, (("n", 1),), colocated_with=(JobId("q"),))
+    shared = Placement.of(V100, (("n", 1),), colocated_with=(JobId("q"),))
     got = check_pair(TABLE, CLUSTER, host, make_job("p", job_type=R18_64), shared)
     assert isinstance(got, PairRefusal) and "only pairs" in str(got)
 
@@ -111,7 +113,7 @@ def test_colocate_puts_partner_on_host_gpus_and_explains() -> None:
     h, p, x = (view(make_job("h", job_type=R18_16)), view(make_job("p", job_type=R18_64)),
                view(make_job("x", job_type=R18_64, exclusive=True)))
     node = CLUSTER.nodes[0].node_id
-    run = {h.job_id: Placement(V100, ((node, 1),))}
+    run = {h.job_id: Placement.of(V100, ((node, 1),))}
     packed = colocate(run, {p.job_id: h.job_id, x.job_id: h.job_id},
                       {j.job_id: j for j in (h, p, x)}, TABLE, CLUSTER)
     assert packed.placements[p.job_id].gpus_by_node == ((node, 1),)
@@ -219,7 +221,7 @@ def test_hetero_pack_moves_a_job_from_a_slow_gpu_to_half_a_fast_one() -> None:
     # Without ``move_slow`` only waiting jobs pair: each runs alone, one on each GPU.
     alone = make_policy("hetero_pack", {"move_slow": False})
     got = _flavors(_decide_on(MIXED, alone, a, b))
-    assert sorted(fl for fl, _with in got.values()) == sorted([V100, "K80"])
+    assert sorted(fl.short for fl, _with in got.values()) == ["K80", "V100-16GB"]
     assert all(not w for _fl, w in got.values())
 
 
@@ -229,20 +231,20 @@ def test_hetero_pack_leaves_a_job_on_its_slow_gpu_when_half_a_fast_one_is_worse(
     a = view(make_job("a", job_type=R50_64, steps=1e6))
     b = view(make_job("b", job_type=A3C, steps=1e6, submit_s=1.0))
     got = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), a, b))
-    assert sorted(fl for fl, _with in got.values()) == sorted([V100, "K80"])
+    assert sorted(fl.short for fl, _with in got.values()) == ["K80", "V100-16GB"]
     assert all(not w for _fl, w in got.values())
 
 
 def test_hetero_pack_counts_the_restart_of_a_running_job_that_would_move() -> None:
     # The ResNet-18 already runs alone on the K80. With a restart as long as the round, moving
     # it can gain nothing this round, so it stays; the same job waiting still joins the V100.
-    k80 = next(n for n in MIXED.nodes if n.flavor.short == "K80")
+    k80 = next(n for n in MIXED.nodes if n.flavor == _K80)
     a = view(make_job("a", job_type=R50_64, steps=1e6))
     running = view(make_job("b", job_type=R18_16, steps=1e6, submit_s=1.0), JobState.RUNNING,
-                   Placement("K80", ((k80.node_id, 1),)))
+                   Placement.of(resolve_flavor("K80"), ((k80.node_id, 1),)))
     costly = make_policy("hetero_pack", {"restart_s": 360.0})
     got = _flavors(_decide_on(MIXED, costly, a, running))
-    assert got["b"] == ("K80", ())
+    assert got["b"] == (_K80, ())
     waiting = view(make_job("b", job_type=R18_16, steps=1e6, submit_s=1.0))
     got = _flavors(_decide_on(MIXED, costly, a, waiting))
     assert got["b"][0] == V100 and got["b"][1] == ("a",)
@@ -255,9 +257,9 @@ def test_hetero_pack_gives_the_fast_gpu_to_the_job_it_speeds_up_most() -> None:
     young = view(make_job("young", job_type=A3C, steps=1e6, submit_s=1.0))
     old = view(make_job("old", job_type=R50_64, steps=1e7), remaining_steps=5e6)
     by_rate = _flavors(_decide_on(MIXED, make_policy("hetero_gittins"), young, old))
-    assert by_rate == {"young": (V100, ()), "old": ("K80", ())}
+    assert by_rate == {"young": (V100, ()), "old": (_K80, ())}
     by_speedup = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), young, old))
-    assert by_speedup == {"young": ("K80", ()), "old": (V100, ())}
+    assert by_speedup == {"young": (_K80, ()), "old": (V100, ())}
 
 
 ONE_EACH = make_cluster().node("v100", gpus=1).node("p100", gpus=1).node("k80", gpus=1).build()
@@ -272,7 +274,7 @@ def _normalised(spec: object, oracle: ThroughputOracle, steps_per_s: float) -> f
 def _best_by_brute_force(specs: list[object], oracle: ThroughputOracle) -> float:
     """The most normalised progress a round can make with every job running, alone or in a
     pair that does more than either of its jobs alone on that GPU (hetero_pack's rule)."""
-    gpus = [(n.flavor.short, n.gpus) for n in ONE_EACH.nodes]
+    gpus = [(n.flavor, n.gpus) for n in ONE_EACH.nodes]
     best = 0.0
 
     def alone(s: object, f: str) -> float:
@@ -347,10 +349,10 @@ def test_hetero_pack_gives_the_fast_gpu_to_the_job_expected_to_end_sooner_when_c
     old_spec = make_job("old", job_type=r18, steps=1e9, exclusive=True)
     old = view(old_spec, remaining_steps=1e9 - 20 * 3600 * oracle.best_rate(old_spec))
     alike = _flavors(_decide_on(MIXED, make_policy("hetero_pack"), young, old))
-    assert alike == {"young": ("K80", ()), "old": (V100, ())}
+    assert alike == {"young": (_K80, ()), "old": (V100, ())}
     weighed = _flavors(_decide_on(MIXED, make_policy("hetero_pack", {"short_first": 0.1}),
                                   young, old))
-    assert weighed == {"young": (V100, ()), "old": ("K80", ())}
+    assert weighed == {"young": (V100, ()), "old": (_K80, ())}
 
 
 def test_hetero_pack_keeps_running_pairs_together_and_gangs_keep_their_fallbacks() -> None:
@@ -373,16 +375,16 @@ def test_hetero_pack_keeps_running_pairs_together_and_gangs_keep_their_fallbacks
     assert partner_of == {"b2": "a1", "b1": "a2"}
     assert where == {"a1": V100, "a2": V100}
     # A job alone on the K80 keeps it over a higher-ranked member of its group.
-    x, y = Member(JobId("x"), None, None), Member(JobId("y"), "K80", None)
-    where, _p = fill_slots([[x, y]], [{"K80": 0.3, V100: 1.0}], [], [],
-                      SlotPlan({(0, "K80"): 1, (0, V100): 1}, {}, 1.3))
-    assert where == {"y": "K80", "x": V100}
+    x, y = Member(JobId("x"), None, None), Member(JobId("y"), _K80, None)
+    where, _p = fill_slots([[x, y]], [{_K80: 0.3, V100: 1.0}], [], [],
+                      SlotPlan({(0, _K80): 1, (0, V100): 1}, {}, 1.3))
+    assert where == {"y": _K80, "x": V100}
     # The planned flavor first, the job's other flavors right after it (a gang the plan's
     # flavor cannot hold still comes before lower-ranked jobs); partners left out.
-    base = Ranking(((JobId("g"), V100), (JobId("g"), "K80"), (JobId("h"), "K80"),
+    base = Ranking(((JobId("g"), V100), (JobId("g"), _K80), (JobId("h"), _K80),
                     (JobId("p"), V100)))
-    got = ranked_candidates(base, {JobId("g"): "K80", JobId("h"): "K80"}, {JobId("p"): JobId("h")})
-    assert got == (("g", "K80"), ("g", V100), ("h", "K80"))
+    got = ranked_candidates(base, {JobId("g"): _K80, JobId("h"): _K80}, {JobId("p"): JobId("h")})
+    assert got == (("g", _K80), ("g", V100), ("h", _K80))
 
 
 def test_hetero_pack_without_a_plan_keeps_the_gittins_flavors_and_says_so(

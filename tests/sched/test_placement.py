@@ -7,17 +7,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.sched.core.free_book import FreeBook
 from tessera.sched.core.placement import FreeGpus, Layout
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tests.builders import make_cluster, make_job
 
+_K80 = resolve_flavor("K80")
+_V100_16GB = resolve_flavor("V100-16GB")
+
 
 def test_best_fit_prefers_the_tightest_node() -> None:
     c = make_cluster().node("v100", gpus=8).node("v100", gpus=4).build()
     free = FreeGpus(c.nodes)
-    p = free.find("V100-16GB", 3, require_locality=False)
+    p = free.find(_V100_16GB, 3, require_locality=False)
     assert p is not None and p.consolidated
     assert p.gpus_by_node[0][0] == "v100-16gb-0001"  # the 4-GPU node
 
@@ -25,8 +29,8 @@ def test_best_fit_prefers_the_tightest_node() -> None:
 def test_split_only_without_locality() -> None:
     c = make_cluster().node("v100", gpus=4, count=2).build()
     free = FreeGpus(c.nodes)
-    assert free.find("V100-16GB", 8, require_locality=True) is None
-    p = free.find("V100-16GB", 8, require_locality=False)
+    assert free.find(_V100_16GB, 8, require_locality=True) is None
+    p = free.find(_V100_16GB, 8, require_locality=False)
     assert p is not None and not p.consolidated and p.num_gpus == 8
 
 
@@ -35,7 +39,7 @@ def test_split_prefers_one_rack() -> None:
          .node("v100", gpus=4, count=1, rack="b").node("v100", gpus=1, count=1, rack="b")
          .build())
     free = FreeGpus(c.nodes)
-    p = free.find("V100-16GB", 5, require_locality=False)
+    p = free.find(_V100_16GB, 5, require_locality=False)
     assert p is not None
     racks = {n.rack for n in c.nodes if n.node_id in dict(p.gpus_by_node)}
     assert racks == {"b"}
@@ -44,10 +48,10 @@ def test_split_prefers_one_rack() -> None:
 def test_take_refuses_over_allocation() -> None:
     c = make_cluster().node("k80", gpus=2).build()
     free = FreeGpus(c.nodes)
-    p = free.find("K80", 2, require_locality=True)
+    p = free.find(_K80, 2, require_locality=True)
     assert p is not None
     free.take(p)
-    assert free.find("K80", 1, require_locality=False) is None
+    assert free.find(_K80, 1, require_locality=False) is None
     try:
         free.take(p)
     except ValueError:
@@ -70,7 +74,7 @@ def test_property_all_or_nothing_never_over(nodes: list[int], gangs: list[tuple[
     free = FreeGpus(c.nodes)
     used = dict.fromkeys((n.node_id for n in c.nodes), 0)
     for size, local in gangs:
-        p = free.find("V100-16GB", size, require_locality=local)
+        p = free.find(_V100_16GB, size, require_locality=local)
         if p is None:
             continue
         assert p.num_gpus == size
@@ -95,7 +99,7 @@ def _booked(c: ClusterSpec, layout: Layout, booked: list[int]
     held: list[Placement] = []
     setup = FreeGpus(c.nodes, None, layout)
     for i in booked:
-        p = setup.find("V100-16GB" if i % 2 else "K80", 1 + i % 4, i % 3 == 0)
+        p = setup.find(_V100_16GB if i % 2 else _K80, 1 + i % 4, i % 3 == 0)
         if p is not None:
             setup.take(p)
             held.append(p)
@@ -106,7 +110,7 @@ def _booked(c: ClusterSpec, layout: Layout, booked: list[int]
 
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["find", "release", "info"]),
-                              st.sampled_from(["V100-16GB", "K80"]), st.integers(1, 10),
+                              st.sampled_from([_V100_16GB, _K80]), st.integers(1, 10),
                               st.booleans()), min_size=1, max_size=20),
        booked=st.lists(st.integers(0, 7), min_size=0, max_size=6))
 def test_property_a_round_over_a_book_answers_as_one_over_counts(
@@ -142,7 +146,7 @@ def test_property_a_round_over_a_book_answers_as_one_over_counts(
 
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["find", "release_each", "info", "retake"]),
-                              st.sampled_from(["V100-16GB", "K80"]), st.integers(1, 10),
+                              st.sampled_from([_V100_16GB, _K80]), st.integers(1, 10),
                               st.booleans()), min_size=1, max_size=20),
        booked=st.lists(st.integers(0, 7), min_size=0, max_size=6),
        from_book=st.booleans())
@@ -183,9 +187,9 @@ def test_property_release_each_and_take_if_free_answer_as_one_at_a_time(
                 bulk.take(a)
                 single.take(a)
                 held.append(a)
-        for f in ("V100-16GB", "K80"):
+        for f in (_V100_16GB, _K80):
             assert bulk.total_free(f) == single.total_free(f)
-    for f in ("V100-16GB", "K80"):
+    for f in (_V100_16GB, _K80):
         assert bulk.info(f) == single.info(f)
         for g in (1, 2, 3, 4):
             assert bulk.find(f, g, True) == single.find(f, g, True)
@@ -194,14 +198,14 @@ def test_property_release_each_and_take_if_free_answer_as_one_at_a_time(
 def test_a_book_keeps_counts_totals_and_sorted_buckets() -> None:
     c = _mixed_sizes_cluster()
     book = FreeBook(Layout.of(c.nodes))
-    ids = book.layout.by_flavor["V100-16GB"]
+    ids = book.layout.by_flavor[_V100_16GB]
     book[ids[3]] = 0
     book[ids[1]] = 2
     book[ids[0]] = 2
-    assert book.total("V100-16GB") == sum(book[n] for n in ids)
-    assert book.positions("V100-16GB", 2) == [0, 1]
-    assert book.positions("V100-16GB", 0) == [3]
-    assert book.positions("V100-16GB", 4) == [2]
+    assert book.total(_V100_16GB) == sum(book[n] for n in ids)
+    assert book.positions(_V100_16GB, 2) == [0, 1]
+    assert book.positions(_V100_16GB, 0) == [3]
+    assert book.positions(_V100_16GB, 4) == [2]
 
 
 def test_a_node_off_its_range_keeps_the_round_off_the_book() -> None:
@@ -210,13 +214,13 @@ def test_a_node_off_its_range_keeps_the_round_off_the_book() -> None:
     c = make_cluster().node("k80", gpus=2, count=2).build()
     layout = Layout.of(c.nodes)
     book = FreeBook(layout)
-    node = layout.by_flavor["K80"][0]
+    node = layout.by_flavor[_K80][0]
     book[node] = -1
     assert not book.in_range
     snap = Snapshot(0.0, c, (), free_gpus=book.counts())
-    assert FreeGpus.of_snapshot(snap, layout).total_free("K80") == 1
+    assert FreeGpus.of_snapshot(snap, layout).total_free(_K80) == 1
     book[node] = 2
-    assert book.in_range and book.positions("K80", 2) == [0, 1]
+    assert book.in_range and book.positions(_K80, 2) == [0, 1]
 
 
 def test_stale_counts_refuse_to_be_read_and_the_round_uses_the_running_gangs() -> None:
@@ -224,15 +228,15 @@ def test_stale_counts_refuse_to_be_read_and_the_round_uses_the_running_gangs() -
     layout = Layout.of(c.nodes)
     book = FreeBook(layout)
     counts = book.counts()
-    node = layout.by_flavor["K80"][1]
+    node = layout.by_flavor[_K80][1]
     book[node] = 0  # the driver books a change after the snapshot was taken
     with pytest.raises(RuntimeError, match="free-GPU counts were taken at book version 0"):
         counts[node]
     running = JobView(make_job("a", gpus=2), JobState.RUNNING, 10.0,
-                      Placement("K80", ((layout.by_flavor["K80"][0], 2),)))
+                      Placement.of(resolve_flavor("K80"), ((layout.by_flavor[_K80][0], 2),)))
     snap = Snapshot(0.0, c, (running,), free_gpus=counts)
     free = FreeGpus.of_snapshot(snap, layout)
-    assert free.total_free("K80") == 2 and free.free_on(layout.by_flavor["K80"][0]) == 0
+    assert free.total_free(_K80) == 2 and free.free_on(layout.by_flavor[_K80][0]) == 0
 
 
 def test_a_spread_gang_is_the_first_look_over_a_book_too() -> None:
@@ -241,14 +245,14 @@ def test_a_spread_gang_is_the_first_look_over_a_book_too() -> None:
     c = make_cluster().node("v100", gpus=4, count=4).build()
     layout = Layout.of(c.nodes)
     book = FreeBook(layout)
-    ids = layout.by_flavor["V100-16GB"]
+    ids = layout.by_flavor[_V100_16GB]
     book[ids[2]] = 1  # node 2 has one free GPU, the others four
     answers = []
     for free in (FreeGpus(c.nodes, base=book), FreeGpus(c.nodes, dict(book), layout)):
-        big = free.find("V100-16GB", 7, require_locality=False)  # leaves node 1 one GPU
+        big = free.find(_V100_16GB, 7, require_locality=False)  # leaves node 1 one GPU
         assert big is not None
         free.take(big)
-        answers.append((big, free.find("V100-16GB", 1, require_locality=True)))
+        answers.append((big, free.find(_V100_16GB, 1, require_locality=True)))
     assert answers[0] == answers[1]
     assert answers[0][1] is not None and answers[0][1].gpus_by_node == ((ids[2], 1),)
 
@@ -258,7 +262,7 @@ def test_a_spread_gang_is_the_first_look_over_a_book_too() -> None:
        back=st.lists(st.integers(0, 7), max_size=8, unique=True),
        look_first=st.booleans(),
        ops=st.lists(st.tuples(st.sampled_from(["find", "info", "free_on", "none"]),
-                              st.sampled_from(["V100-16GB", "K80"]), st.integers(1, 10),
+                              st.sampled_from([_V100_16GB, _K80]), st.integers(1, 10),
                               st.booleans()), max_size=8))
 def test_property_take_back_answers_as_taking_each_if_free(
         booked: list[int], back: list[int], look_first: bool,
@@ -274,7 +278,7 @@ def test_property_take_back_answers_as_taking_each_if_free(
     for p in held:
         single.release(p)
     if look_first:
-        assert bulk.info("K80") == single.info("K80")
+        assert bulk.info(_K80) == single.info(_K80)
     staying = [held[k] for k in back if k < len(held)]
     assert bulk.take_back(staying) == [single.take_if_free(p) for p in staying]
     for op, flavor, gpus, local in ops:
@@ -289,7 +293,7 @@ def test_property_take_back_answers_as_taking_each_if_free(
             if a is not None:
                 bulk.take(a)
                 single.take(a)
-    for f in ("V100-16GB", "K80"):
+    for f in (_V100_16GB, _K80):
         assert bulk.total_free(f) == single.total_free(f)
         assert bulk.info(f) == single.info(f)
         for g in (1, 2, 3, 4, 8):
@@ -301,9 +305,9 @@ def test_take_back_of_a_gang_never_given_back_fails_loudly() -> None:
     c = _mixed_sizes_cluster()
     layout = Layout.of(c.nodes)
     book = FreeBook(layout)
-    node = layout.by_flavor["K80"][0]
+    node = layout.by_flavor[_K80][0]
     book[node] = 0
     free = FreeGpus(c.nodes, base=book)
-    assert free.take_back([Placement("K80", ((node, 2),))]) == [True]
+    assert free.take_back([Placement.of(resolve_flavor("K80"), ((node, 2),))]) == [True]
     with pytest.raises(RuntimeError, match="was not given back"):
-        free.total_free("K80")
+        free.total_free(_K80)

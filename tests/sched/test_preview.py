@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import random
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -17,14 +18,14 @@ from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sched.policies import hetero_srpt
 from tests.builders import make_cluster, make_job, snapshot, view
 
-V100 = "V100-16GB"
+V100 = resolve_flavor("V100-16GB")
 
 
 def _scattered() -> tuple[object, list[JobView], JobView]:
     """Two 4-GPU V100 nodes, two long 1-GPU jobs on each: 4 GPUs free, split 2 + 2."""
     c = make_cluster().node("v100", gpus=4, count=2).build()
     small = [view(make_job(f"s{i}", steps=1e8), JobState.RUNNING,
-                  Placement(V100, ((f"v100-16gb-{i % 2:04d}", 1),))) for i in range(4)]
+                  Placement.of(V100, ((f"v100-16gb-{i % 2:04d}", 1),))) for i in range(4)]
     return c, small, view(make_job("g", gpus=4, steps=1e4))
 
 
@@ -53,7 +54,7 @@ def test_a_freed_node_holds_the_gang_and_nothing_can_split_without_gangs() -> No
         assert j.placement is not None
         pv.release(j.placement)
     assert not pv.would_split(gang, V100)
-    assert pv.on_one_node(gang, V100) == Placement(V100, (("v100-16gb-0001", 4),))
+    assert pv.on_one_node(gang, V100) == Placement.of(V100, (("v100-16gb-0001", 4),))
     # only 1-GPU jobs new, kept jobs where they run: no gang can split, no replay at all
     one = view(make_job("one"))
     assert preview(nodes, Layout.of(nodes), [(j, V100) for j in [*small, one]]) is None

@@ -8,8 +8,12 @@ import random
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.packing.slots import PairOption, SlotGroup, SlotPlan, plan_slots
+
+_K80 = resolve_flavor("K80")
+_V100 = resolve_flavor("V100")
 
 
 def _brute_force(groups: list[SlotGroup], options: list[PairOption],
@@ -60,7 +64,7 @@ def _brute_force(groups: list[SlotGroup], options: list[PairOption],
 
 
 def _random_case(rng: random.Random) -> tuple[list[SlotGroup], list[PairOption], dict[str, int]]:
-    flavors = ["V100", "K80"][: rng.randint(1, 2)]
+    flavors = [_V100, _K80][: rng.randint(1, 2)]
     groups = []
     for _ in range(rng.randint(1, 3)):
         members = rng.randint(1, 2)
@@ -121,9 +125,9 @@ def test_three_jobs_that_pair_well_take_one_pair_not_three_halves() -> None:
     # Three one-job groups on two GPUs, every two pairing for 1.5, each alone worth 0.1: the
     # LP relaxation takes half of each pair (2.25); the programme takes one whole pair and
     # the third job alone (1.6).
-    groups = [SlotGroup(1, 1, 0, {"V100": 0.1}) for _ in range(3)]
-    options = [PairOption(a, b, "V100", 1.5) for a, b in ((0, 1), (0, 2), (1, 2))]
-    got = plan_slots(groups, options, {"V100": 2}, LpSolver())
+    groups = [SlotGroup(1, 1, 0, {_V100: 0.1}) for _ in range(3)]
+    options = [PairOption(a, b, _V100, 1.5) for a, b in ((0, 1), (0, 2), (1, 2))]
+    got = plan_slots(groups, options, {_V100: 2}, LpSolver())
     assert isinstance(got, SlotPlan)
     assert got.value == pytest.approx(1.6)
     assert sum(got.pairs.values()) == 1 and sum(got.solo.values()) == 1
@@ -132,29 +136,29 @@ def test_three_jobs_that_pair_well_take_one_pair_not_three_halves() -> None:
 def test_jobs_that_must_run_keep_a_slot_even_when_a_pair_elsewhere_is_worth_more() -> None:
     # Two GPUs. Group 0 (one job) must run; two waiting jobs pair for 1.9 on either GPU. The
     # programme keeps job 0 and puts the pair on the other GPU, never dropping job 0.
-    groups = [SlotGroup(1, 1, 1, {"V100": 0.2}), SlotGroup(1, 2, 0, {"V100": 1.0})]
-    options = [PairOption(1, 1, "V100", 1.9)]
-    got = plan_slots(groups, options, {"V100": 2}, LpSolver())
+    groups = [SlotGroup(1, 1, 1, {_V100: 0.2}), SlotGroup(1, 2, 0, {_V100: 1.0})]
+    options = [PairOption(1, 1, _V100, 1.9)]
+    got = plan_slots(groups, options, {_V100: 2}, LpSolver())
     assert isinstance(got, SlotPlan)
-    assert got.solo == {(0, "V100"): 1} and got.pairs == {0: 1}
+    assert got.solo == {(0, _V100): 1} and got.pairs == {0: 1}
     assert got.value == pytest.approx(2.1)
 
 
 def test_more_must_run_than_gpus_is_infeasible_not_a_guess() -> None:
-    groups = [SlotGroup(1, 3, 3, {"V100": 1.0})]
-    assert plan_slots(groups, [], {"V100": 2}, LpSolver()) == "infeasible"
+    groups = [SlotGroup(1, 3, 3, {_V100: 1.0})]
+    assert plan_slots(groups, [], {_V100: 2}, LpSolver()) == "infeasible"
     assert plan_slots(groups, [], {}, LpSolver()) == "infeasible"
-    assert plan_slots([SlotGroup(1, 1, 0, {})], [], {"V100": 1}, LpSolver()) == SlotPlan(
+    assert plan_slots([SlotGroup(1, 1, 0, {})], [], {_V100: 1}, LpSolver()) == SlotPlan(
         {}, {}, 0.0)
 
 
 def test_bad_groups_and_options_are_errors() -> None:
     with pytest.raises(ValueError, match="cannot have 3 that must run"):
-        SlotGroup(1, 2, 3, {"V100": 1.0})
+        SlotGroup(1, 2, 3, {_V100: 1.0})
     with pytest.raises(ValueError, match="at least one GPU"):
-        SlotGroup(0, 1, 0, {"V100": 1.0})
-    groups = [SlotGroup(1, 1, 0, {"V100": 1.0}), SlotGroup(2, 1, 0, {"V100": 1.0})]
+        SlotGroup(0, 1, 0, {_V100: 1.0})
+    groups = [SlotGroup(1, 1, 0, {_V100: 1.0}), SlotGroup(2, 1, 0, {_V100: 1.0})]
     with pytest.raises(ValueError, match="out of range"):
-        plan_slots(groups, [PairOption(0, 5, "V100", 1.0)], {"V100": 2}, LpSolver())
+        plan_slots(groups, [PairOption(0, 5, _V100, 1.0)], {_V100: 2}, LpSolver())
     with pytest.raises(ValueError, match="gangs of 1 and 2 GPUs"):
-        plan_slots(groups, [PairOption(0, 1, "V100", 1.0)], {"V100": 2}, LpSolver())
+        plan_slots(groups, [PairOption(0, 1, _V100, 1.0)], {_V100: 2}, LpSolver())

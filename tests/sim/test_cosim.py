@@ -51,7 +51,7 @@ def _mixed_sizes() -> ClusterSpec:
 @pytest.mark.parametrize("need", range(0, 33))
 def test_reservation_fits_nodes_and_conserves_gpus(need: int) -> None:
     cluster = _mixed_sizes()  # 32 A100-80GB on nodes of 8, 8, 4, 4, 4, 2, 2
-    res = reserve_gpus(cluster, "A100-80GB", need)
+    res = reserve_gpus(cluster, resolve_flavor("A100-80GB"), need)
     assert res.gpus == need
     by_id = {n.node_id: n for n in cluster.nodes}
     for r in res.nodes:
@@ -71,7 +71,7 @@ def test_reservation_fits_nodes_and_conserves_gpus(need: int) -> None:
 
 def test_partial_node_keeps_proportional_host_resources() -> None:
     cluster = load_cluster(CLUSTER, 8)
-    res = reserve_gpus(cluster, "A100-80GB", 3)
+    res = reserve_gpus(cluster, resolve_flavor("A100-80GB"), 3)
     (r,) = res.nodes
     assert (r.reserved, r.node_gpus, r.whole_node) == (3, 8, False)
     before = next(n for n in cluster.nodes if n.node_id == r.node_id)
@@ -82,7 +82,7 @@ def test_partial_node_keeps_proportional_host_resources() -> None:
 
 def test_whole_nodes_are_dropped() -> None:
     cluster = load_cluster(CLUSTER, 8)
-    res = reserve_gpus(cluster, "A100-80GB", 16)
+    res = reserve_gpus(cluster, resolve_flavor("A100-80GB"), 16)
     assert [n.flavor.short for n in res.remaining.nodes] == ["V100-16GB", "V100-16GB"]
     assert res.remaining.total_gpus == 16
 
@@ -90,10 +90,10 @@ def test_whole_nodes_are_dropped() -> None:
 def test_reservation_errors() -> None:
     cluster = load_cluster(CLUSTER, 8)
     with pytest.raises(SpecError, match=r"need 17 A100-80GB GPUs but .* has 16"):
-        reserve_gpus(cluster, "A100-80GB", 17)
+        reserve_gpus(cluster, resolve_flavor("A100-80GB"), 17)
     only = load_cluster("a100-80gb:8", 8)
     with pytest.raises(SpecError, match="nothing is left for training"):
-        reserve_gpus(only, "A100-80GB", 8)
+        reserve_gpus(only, resolve_flavor("A100-80GB"), 8)
 
 
 def test_cluster_without_profiled_flavor_is_refused() -> None:
@@ -103,8 +103,9 @@ def test_cluster_without_profiled_flavor_is_refused() -> None:
     with pytest.raises(SpecError, match="no MIG GPUs"):
         profiled_mig_gpu(load_cluster("v100:8"), table)
     with pytest.raises(SpecError, match="services ask for H100-80GB"):
-        profiled_mig_gpu(load_cluster(CLUSTER, 8), table, "H100-80GB")
-    assert profiled_mig_gpu(load_cluster(CLUSTER, 8), table, "a100-80gb").gpu == "A100-80GB"
+        profiled_mig_gpu(load_cluster(CLUSTER, 8), table, resolve_flavor("H100-80GB"))
+    assert profiled_mig_gpu(load_cluster(CLUSTER, 8), table,
+                            resolve_flavor("a100-80gb")).gpu == "A100-80GB"
 
 
 def test_request_streams_sources() -> None:

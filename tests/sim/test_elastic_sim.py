@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.sia_table import sia_throughputs
 from tessera.sched.catalog import make_policy
@@ -20,11 +21,13 @@ from tessera.sim.world import SimWorld
 from tessera.workload.elastic import elastic_range, sia_calibrated
 from tests.builders import make_cluster, make_job, make_workload
 
+_A100_40GB = resolve_flavor("A100-40GB")
+
 TYPE = "cifar10 (batch size 129)"
 
 
 def _cluster():  # type: ignore[no-untyped-def]
-    return make_cluster().node("A100-40GB", gpus=8).build()
+    return make_cluster().node(_A100_40GB, gpus=8).build()
 
 
 def _world(*jobs, policy: str = "sia"):  # type: ignore[no-untyped-def]
@@ -42,7 +45,7 @@ def _place(world, job, p, t_s):  # type: ignore[no-untyped-def]
 
 
 def _gang(world, n: int, batch: int) -> Placement:  # type: ignore[no-untyped-def]
-    return Placement("A100-40GB", ((world.cluster.nodes[0].node_id, n),),
+    return Placement.of(resolve_flavor("A100-40GB"), ((world.cluster.nodes[0].node_id, n),),
                      global_batch_samples=batch)
 
 
@@ -77,7 +80,7 @@ def test_a_move_at_the_same_count_is_a_migration_and_a_preemption_pays_the_model
     world.arrive(job, 0.0)
     _place(world, job, _gang(world, 2, 384), 0.0)
     world.snapshot(500.0)
-    other = Placement("A100-40GB", ((world.cluster.nodes[0].node_id, 2),),
+    other = Placement.of(resolve_flavor("A100-40GB"), ((world.cluster.nodes[0].node_id, 2),),
                       global_batch_samples=768)
     _place(world, job, other, 500.0)
     assert (job.resizes, job.migrations) == (0, 1)
@@ -105,7 +108,7 @@ def test_rigid_jobs_under_an_elastic_policy_run_at_their_count_and_table_speed()
                    SimConfig(scheduler=SchedulerSettings(round_s=60.0)), sia_throughputs())
     rec = res.jobs[0]
     assert rec.outcome == "succeeded" and rec.resizes == 0 and res.summary.resizes == 0
-    rate = ThroughputOracle(sia_throughputs(), _cluster()).rate(rigid, "A100-40GB", True)
+    rate = ThroughputOracle(sia_throughputs(), _cluster()).rate(rigid, _A100_40GB, True)
     busy = float(rec.gpu_s_by_flavor.split("=")[1])
     # booked in whole seconds; no restart: it started once, as rigid jobs always have
     assert busy == pytest.approx(2 * 1e4 / rate, abs=1.0)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, SimConfig
@@ -13,8 +14,8 @@ from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 T = default_throughputs()
-V100 = T.throughput(RESNET, "v100")
-K80 = T.throughput(RESNET, "k80")
+V100 = T.throughput(RESNET, resolve_flavor("v100"))
+K80 = T.throughput(RESNET, resolve_flavor("k80"))
 NO_COST = SimConfig(scheduler=SchedulerSettings(checkpoint_s=0, restore_s=0, mode="events"))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import FailureConfig, SimConfig, ValidationConfig
@@ -56,7 +57,7 @@ def test_attempt_failure_times() -> None:
 
 def _one_gang() -> tuple[object, object, float]:
     c = make_cluster().node("v100", gpus=8).build()
-    rate = T.throughput(RESNET, "v100", 8)
+    rate = T.throughput(RESNET, resolve_flavor("v100"), 8)
     w = make_workload(make_job("big", gpus=8, steps=rate * 3600, max_retries=2))
     return c, w, rate
 
@@ -103,7 +104,7 @@ def test_small_gangs_are_not_validated() -> None:
 
 def test_validation_holds_one_gpu_and_others_use_the_rest() -> None:
     c = make_cluster().node("v100", gpus=8).build()
-    rate1 = T.throughput(RESNET, "v100")
+    rate1 = T.throughput(RESNET, resolve_flavor("v100"))
     w = make_workload(make_job("big", gpus=8, steps=1e6),
                       make_job("s1", gpus=4, steps=rate1 * 100, submit_s=1))
     r = simulate(w, c, "fifo", _cfg(FailureConfig(), min_gpus=8))

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
@@ -17,6 +18,8 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import make_cluster, make_job, make_workload, snapshot, view
+
+_V100_16GB = resolve_flavor("V100-16GB")
 
 
 @pytest.mark.parametrize("policy", ["hetero_srpt", "max_min_fairness"])
@@ -37,7 +40,7 @@ def test_fill_only_never_stops_or_moves_a_running_job() -> None:
     # step keeps the running one and leaves the newcomer waiting.
     c = make_cluster().node("v100", gpus=1).build()
     running = view(make_job("old", 1, steps=1e9), JobState.RUNNING,
-                   Placement("V100-16GB", (("v100-16gb-0000", 1),)), progress_rate=1.0)
+                   Placement.of(_V100_16GB, (("v100-16gb-0000", 1),)), progress_rate=1.0)
     new = view(make_job("new", 1, steps=10, submit_s=5))
     oracle = ThroughputOracle(default_throughputs(), c)
     d = decide(snapshot(c, running, new, now_s=10), make_policy("hetero_srpt"),

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.gavel.compat import GavelState, gavel_compat_policy
@@ -21,9 +22,9 @@ from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 T = default_throughputs()
-V100 = T.throughput(RESNET, "v100")
-P100 = T.throughput(RESNET, "p100")
-K80 = T.throughput(RESNET, "k80")
+V100 = T.throughput(RESNET, resolve_flavor("v100"))
+P100 = T.throughput(RESNET, resolve_flavor("p100"))
+K80 = T.throughput(RESNET, resolve_flavor("k80"))
 KV = int(V100 * 360)  # steps per round on a V100
 L = KV / V100  # one full V100 round, just under 360 s
 GAVEL = SimConfig(compat="gavel", compat_solver="highs")
@@ -143,7 +144,7 @@ def test_multi_gpu_job_with_fewer_steps_left_than_gpus_is_dropped() -> None:
     """A 2-GPU job with one step left after its first round: ``1 // 2 == 0`` steps for the
     first worker → a failed micro-task; after 5 in a row Gavel drops it (JCT excluded)."""
     c = make_cluster().node("v100", gpus=1, count=3).build()
-    k2 = int(T.throughput(RESNET, "v100", 2) * 360)
+    k2 = int(T.throughput(RESNET, resolve_flavor("v100"), 2) * 360)
     w = make_workload(make_job("big", gpus=2, steps=k2 + 1), make_job("ok", steps=KV))
     r = simulate(w, c, "max_min_fairness", GAVEL)
     rec = {j.job_id: j for j in r.jobs}
@@ -161,7 +162,7 @@ def test_gang_runs_where_only_its_consolidated_speed_was_measured() -> None:
     rejected the job; on the 120-job multi-GPU agreement trace that made fifo_perf 266 s off.)
     """
     r50 = "ResNet-50 (batch size 64)"
-    rate = T.throughput(r50, "k80", 2)
+    rate = T.throughput(r50, resolve_flavor("k80"), 2)
     per_round = int(rate * 360)
     assert per_round == 454
     c = make_cluster().node("k80", gpus=1, count=2).build()

@@ -19,6 +19,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.gavel.solver import ecos_available
 from tessera.sim.config import SimConfig
@@ -49,8 +50,9 @@ def test_fifo_packed_runs_a_pair_at_its_measured_speeds_by_hand() -> None:
     # (Gavel measured this pair at both jobs' isolated speeds). The pair is the only entry
     # with a priority, so it runs; each job runs its remaining steps at its pair speed and the
     # lease ends at the later finish, which Gavel stamps on both jobs.
-    a, b = T.colocated(R18_16, R18_64, "v100")
-    assert (a, b) == (T.throughput(R18_16, "v100"), T.throughput(R18_64, "v100"))
+    a, b = T.colocated(R18_16, R18_64, resolve_flavor("v100"))
+    v100 = resolve_flavor("v100")
+    assert (a, b) == (T.throughput(R18_16, v100), T.throughput(R18_64, v100))
     wl = make_workload(make_job("0", steps=5000, job_type=R18_16),
                        make_job("1", steps=3000, job_type=R18_64))
     cluster = make_cluster().node("v100", gpus=1).build()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import list_policies, make_policy
 from tessera.sched.core.settings import SchedulerSettings
@@ -18,8 +19,8 @@ from tessera.sim.engine import simulate
 from tests.builders import RECO, RESNET, busy_simulator, make_cluster, make_job, make_workload
 
 T = default_throughputs()
-V100 = T.throughput(RESNET, "v100")
-RV100 = T.throughput(RECO, "v100")
+V100 = T.throughput(RESNET, resolve_flavor("v100"))
+RV100 = T.throughput(RECO, resolve_flavor("v100"))
 KV = int(V100 * 360)
 KR = int(RV100 * 360)
 L = KV / V100

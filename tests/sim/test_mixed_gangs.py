@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.settings import SchedulerSettings
@@ -16,6 +17,9 @@ from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload.readers.gavel_tsv import write_gavel_tsv
 from tests.builders import make_cluster, make_job, make_workload
+
+_P100 = resolve_flavor("P100")
+_V100_16GB = resolve_flavor("V100-16GB")
 
 R50 = "ResNet-50 (batch size 64)"
 
@@ -32,7 +36,7 @@ def test_a_gang_bigger_than_every_flavor_runs_only_as_a_mix() -> None:
     on = simulate(w, c, "fifo", SimConfig(scheduler=SchedulerSettings(mixed_gangs=True)))
     rec = on.jobs[0]
     speed = ThroughputOracle(default_throughputs(), c).mixed_rate(
-        w.jobs[0], (("P100", 4), ("V100-16GB", 4)))
+        w.jobs[0], ((_P100, 4), (_V100_16GB, 4)))
     assert rec.outcome == "succeeded"
     assert rec.jct_s == pytest.approx(5000 / speed)
     busy = dict(kv.split("=") for kv in rec.gpu_s_by_flavor.split(";"))

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import gavel_loop_only, list_policies, make_policy
@@ -42,7 +43,7 @@ from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 POLICIES = [name for name, _summary in list_policies()]
 T = default_throughputs()
-V100 = T.throughput(RESNET, "v100")
+V100 = T.throughput(RESNET, resolve_flavor("v100"))
 LM = "LM (batch size 20)"
 
 
@@ -90,7 +91,7 @@ def _jobs(sizes: list[int], gaps_s: list[float], minutes: list[int]) -> list[Job
     for i, g in enumerate(sizes):
         t += gaps_s[i]
         kind = RESNET if i % 3 else LM
-        rate = T.throughput(kind, "v100")
+        rate = T.throughput(kind, resolve_flavor("v100"))
         out.append(make_job(f"j{i}", g, steps=rate * 60 * minutes[i], submit_s=t,
                             job_type=kind))
     return out

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.efficiency import load_efficiency
 from tessera.perf.sia_table import sia_throughputs
@@ -44,7 +45,7 @@ T = sia_throughputs()
 #: Models with efficiency curves, and the local batch of their rigid job type here.
 MODELS = {"cifar10": 129, "bert": 8, "deepspeech2": 20, "yolov3": 8, "imagenet": 57,
           "ncf": 91}
-FLAVORS = ("A100-40GB", "T4")
+FLAVORS = (resolve_flavor("A100-40GB"), resolve_flavor("T4"))
 PROGRESS = [i / 10 for i in range(11)]
 
 
@@ -57,14 +58,14 @@ def _job_type(model: str) -> str:
     return f"{model} (batch size {MODELS[model]})"
 
 
-def _elastic_rate(model: GoodputModel, spec: JobSpec, flavor: str, gpus: int,
+def _elastic_rate(model: GoodputModel, spec: JobSpec, flavor: GpuFlavor, gpus: int,
                   cluster: ClusterSpec) -> float:
     """The slowest an elastic job runs on ``gpus`` GPUs of ``flavor`` over its progress
     (0: never measured there)."""
     e = spec.elastic
     assert e is not None
-    node = next(n.node_id for n in cluster.nodes if n.flavor.short == flavor)
-    p = Placement(flavor, ((node, gpus),), global_batch_samples=e.initial_batch_samples)
+    node = next(n.node_id for n in cluster.nodes if n.flavor is flavor)
+    p = Placement.of(flavor, ((node, gpus),), global_batch_samples=e.initial_batch_samples)
     rates = [model.steps_per_s(spec, p, f * e.target_samples) for f in PROGRESS]
     return 0.0 if min(rates) <= 0 else min(rates)
 

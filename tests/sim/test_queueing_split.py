@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.report.tables import comparison_table, wait_split_table
 from tessera.sched.core.settings import SchedulerSettings
@@ -12,7 +13,7 @@ from tessera.sim.engine import simulate
 from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 T = default_throughputs()
-V100 = T.throughput(RESNET, "v100")
+V100 = T.throughput(RESNET, resolve_flavor("v100"))
 NO_COST = SimConfig(scheduler=SchedulerSettings(checkpoint_s=0, restore_s=0, mode="events"))
 
 

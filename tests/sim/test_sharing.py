@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import Workload
 from tessera.perf.colocation import PairRates, pair_rates
 from tessera.perf.profiles import ThroughputTable, default_throughputs
@@ -21,6 +22,8 @@ from tessera.sim.metrics import SimResult
 from tessera.sim.sharing import SharingWorld
 from tessera.sim.world import SimWorld
 from tests.builders import make_cluster, make_job, make_workload
+
+_V100_16GB = resolve_flavor("V100-16GB")
 
 T = default_throughputs()
 R18_16 = "ResNet-18 (batch size 16)"
@@ -68,7 +71,7 @@ def test_a_pair_runs_at_its_measured_speeds_then_alone() -> None:
     b = make_job("b", steps=20000, job_type=R18_64)
     cluster = make_cluster().node("v100", gpus=1).build()
     r, audit = _run(make_workload(a, b), cluster, "hetero_pack")
-    pair = pair_rates(T, a, b, "V100-16GB")
+    pair = pair_rates(T, a, b, _V100_16GB)
     assert isinstance(pair, PairRates)
     assert audit.pairs > 0
     t_a, t_b = a.total_steps / pair.first_steps_per_s, b.total_steps / pair.second_steps_per_s
@@ -76,7 +79,7 @@ def test_a_pair_runs_at_its_measured_speeds_then_alone() -> None:
     t1 = min(t_a, t_b)
     rate_second = pair.second_steps_per_s if second is b else pair.first_steps_per_s
     left = second.total_steps - rate_second * t1
-    t2 = t1 + left / T.throughput(second.job_type, "V100-16GB")
+    t2 = t1 + left / T.throughput(second.job_type, _V100_16GB)
     finish = {j.job_id: j.finish_s for j in r.jobs}
     assert finish[first.job_id] == pytest.approx(t1, rel=1e-9)
     assert finish[second.job_id] == pytest.approx(t2, rel=1e-9)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import TraceFormatError
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.workload import load_trace, read_trace
 
@@ -26,7 +27,8 @@ def test_golden_philly(golden: Path) -> None:
     assert any("sorted by submit time" in n for n in wl.notes)
     table = default_throughputs()
     for job in wl.jobs:
-        expected = job.duration_hint_s * table.throughput(job.job_type, "V100-16GB", job.num_gpus)
+        expected = job.duration_hint_s * table.throughput(job.job_type, resolve_flavor("V100-16GB"),
+                                                          job.num_gpus)
         assert job.total_steps == pytest.approx(expected)
         if job.num_gpus > 1:
             assert job.job_type in table.distributable_types()

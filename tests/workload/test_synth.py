@@ -9,6 +9,7 @@ from itertools import pairwise
 import pytest
 
 from tessera.errors import SpecError
+from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.workload import generate_gavel_like
 
@@ -40,7 +41,7 @@ def test_distributions_match_gavel() -> None:
     assert all(j.job_type in multi for j in wl.jobs if j.num_gpus > 1)
     assert len({j.job_type for j in wl.jobs if j.num_gpus == 1}) == len(table.job_types())
     for j in wl.jobs[:200]:
-        tput = table.throughput(j.job_type, "V100-16GB", j.num_gpus)
+        tput = table.throughput(j.job_type, resolve_flavor("V100-16GB"), j.num_gpus)
         assert j.total_steps == max(1, round((j.duration_hint_s or 0) * tput))
 
 

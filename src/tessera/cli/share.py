@@ -250,6 +250,7 @@ def cosim_cmd(
 ) -> None:
     """Services on MIG slices, training on the rest: SLO attainment and training cost."""
     from tessera.model.cluster import load_cluster
+    from tessera.model.gpus import resolve_flavor
     from tessera.perf.tables import load_throughputs
     from tessera.sched.catalog import make_policy
     from tessera.share.profiles import load_parvagpu_profiles
@@ -268,8 +269,9 @@ def cosim_cmd(
     tput = load_throughputs(throughputs)
     workload = read_trace(trace, limit=limit, throughputs=tput).workload
     r = cosimulate(
-        spec.services, spec.rule, table, full, workload, policy=policy, service_gpu=spec.gpu,
-        method=method, requests=requests, serve_seconds=serve_s, traces_dir=traces_dir,
+        spec.services, spec.rule, table, full, workload, policy=policy,
+        service_gpu=resolve_flavor(spec.gpu) if spec.gpu else None, method=method,
+        requests=requests, serve_seconds=serve_s, traces_dir=traces_dir,
         seed=seed, compare=compare, config=SimConfig(seed=seed), throughputs=tput,
     )
     if as_json:

@@ -157,14 +157,14 @@ def balanced_split(costs: Sequence[DeviceCost], global_batch: int,
     return raise_to_min_batch(split, costs, 1)[0]
 
 
-def _mix(flavors: Sequence[str]) -> str:
-    counts: dict[str, int] = {}
+def _mix(flavors: Sequence[GpuFlavor]) -> str:
+    counts: dict[GpuFlavor, int] = {}
     for f in flavors:
         counts[f] = counts.get(f, 0) + 1
-    return ", ".join(f"{n}×{f}" for f, n in sorted(counts.items()))
+    return ", ".join(f"{n}×{f}" for f, n in sorted(counts.items(), key=lambda fn: fn[0].short))
 
 
-def _split(job: LiveJob, flavors: list[str], global_batch: int, oracle: ThroughputOracle,
+def _split(job: LiveJob, flavors: list[GpuFlavor], global_batch: int, oracle: ThroughputOracle,
            cost_model: CostModel | None) -> LocalBatches:
     if len(set(flavors)) == 1:
         return LocalBatches(equal_split(global_batch, len(flavors)), EQUAL,
@@ -178,7 +178,7 @@ def _split(job: LiveJob, flavors: list[str], global_batch: int, oracle: Throughp
     measured = _from_oracle(job, flavors, global_batch, oracle, why_not)
     if measured is not None:
         return measured
-    fl = [cluster.flavor(f) for f in flavors]
+    fl = flavors
     metric = "fp16_tensor_tflops" if all(f.fp16_tensor_tflops for f in fl) else "fp32_tflops"
     peaks = [float(getattr(f, metric) or 0.0) for f in fl]
     reason = f"peak {metric.replace('_', ' ')} of {mix}, because " + "; ".join(why_not)
@@ -189,7 +189,7 @@ def _split(job: LiveJob, flavors: list[str], global_batch: int, oracle: Throughp
     return LocalBatches(balanced_split(costs, global_batch, 1), COMPUTE, reason)
 
 
-def _from_cost_model(job: LiveJob, flavors: list[str], global_batch: int,
+def _from_cost_model(job: LiveJob, flavors: list[GpuFlavor], global_batch: int,
                      cluster: ClusterSpec, cost_model: CostModel | None,
                      why_not: list[str]) -> LocalBatches | None:
     cm = cost_model or default_cost_model()
@@ -198,10 +198,10 @@ def _from_cost_model(job: LiveJob, flavors: list[str], global_batch: int,
         named = "the job names no model" if model is None else f"model {model!r} is not one"
         why_not.append(f"{named} of the planner's ({', '.join(cm.models())})")
         return None
-    by_flavor: dict[str, DeviceCost] = {}
+    by_flavor: dict[GpuFlavor, DeviceCost] = {}
     try:
         for f in dict.fromkeys(flavors):
-            by_flavor[f] = cm.device_cost(model, cluster.flavor(f))
+            by_flavor[f] = cm.device_cost(model, f)
     except NoProfileError as e:
         why_not.append(str(e))
         return None
@@ -214,21 +214,21 @@ def _from_cost_model(job: LiveJob, flavors: list[str], global_batch: int,
     return LocalBatches(split, PLANNER, f"{model} on {_mix(flavors)}")
 
 
-def _from_oracle(job: LiveJob, flavors: list[str], global_batch: int,
+def _from_oracle(job: LiveJob, flavors: list[GpuFlavor], global_batch: int,
                  oracle: ThroughputOracle, why_not: list[str]) -> LocalBatches | None:
     job_type = job.spec.job_type
     if job_type not in oracle.table.job_types():
         why_not.append(f"job type {job_type!r} has no measured throughputs")
         return None
     rates = {f: oracle.rate(job.spec, f, consolidated=False) for f in dict.fromkeys(flavors)}
-    slow = sorted(f for f, r in rates.items() if not (r > 0 and math.isfinite(r)))
+    slow = sorted(f.short for f, r in rates.items() if not (r > 0 and math.isfinite(r)))
     if slow:
         why_not.append(f"job type {job_type!r} has no measured throughput on {', '.join(slow)}")
         return None
     # A GPU of flavor f does samples at a rate proportional to the gang's steps/s on f.
-    fl: dict[str, GpuFlavor] = {f: oracle.cluster.flavor(f) for f in rates}
-    costs = [DeviceCost(fl[f], 0.0, 1.0 / rates[f], global_batch) for f in flavors]
-    rate_text = ", ".join(f"{f} {r:.3g} steps/s" for f, r in sorted(rates.items()))
+    costs = [DeviceCost(f, 0.0, 1.0 / rates[f], global_batch) for f in flavors]
+    rate_text = ", ".join(f"{f} {r:.3g} steps/s"
+                          for f, r in sorted(rates.items(), key=lambda fr: fr[0].short))
     return LocalBatches(balanced_split(costs, global_batch, 1), MEASURED,
                         f"{job_type}: {rate_text}; not the planner's cost model, because "
                         + "; ".join(why_not))

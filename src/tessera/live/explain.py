@@ -65,7 +65,7 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
         lines.append(f"run {a.run} is {a.status} on {describe(a.placement)}")
         if measured(svc, spec):
             rate = ctx.oracle.placement_rate(spec, a.placement)
-            lines.append(f"speed on {a.placement.flavor}: {rate:g} steps/s (profile of "
+            lines.append(f"speed on {a.placement.label}: {rate:g} steps/s (profile of "
                          f"{spec.job_type})")
         else:
             lines.append(UNMEASURED)
@@ -85,7 +85,8 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
         lines.append("allowed flavors here: " + (", ".join(
             f"{r.flavor} ({r.consolidated:g} steps/s)" for r in rates) or "none"))
     else:
-        lines.append("allowed flavors here: " + (", ".join(r.flavor for r in rates) or "none"))
+        lines.append("allowed flavors here: " + (", ".join(r.flavor.short for r in rates)
+                                                 or "none"))
         lines.append(UNMEASURED)
     running = [r for r in svc.store.jobs(active_only=True)
                if r.state in (JobState.ADMITTED, JobState.RUNNING)]

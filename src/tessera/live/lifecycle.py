@@ -73,7 +73,8 @@ def finish_run(store: Store, db: sqlite3.Connection, a: Allocation, st: RunStatu
     detail = st.detail or ("lost" if st.state == "lost" else f"exit {st.exit_code}")
     store.set_allocation(db, a.job_id, a.run, status="done", ended_s=now_s,
                          exit_code=st.exit_code, detail=detail)
-    store.update_job(db, a.job_id, last_run_end_s=now_s, run_s_json=json.dumps(run_s),
+    run_s_json = json.dumps({f.short: s for f, s in run_s.items()})  # (the store keeps names)
+    store.update_job(db, a.job_id, last_run_end_s=now_s, run_s_json=run_s_json,
                      attained_gpu_s=rec.attained_gpu_s + dur_s * a.placement.num_gpus,
                      exit_code=st.exit_code, steps_done=steps_done)
     state = rec.state

@@ -48,6 +48,9 @@ _ALLOWED = {
     ("builtins", "complex"), ("builtins", "bytes"), ("builtins", "str"),
     ("random", "Random"), ("collections", "OrderedDict"),
     ("tessera.live.memory", "_mappingproxy"),
+    # A GpuFlavor unpickles as the catalog's own object (a lookup in a fixed table; the
+    # memory of Gavel's policies holds flavors).
+    ("tessera.model.gpus", "resolve_flavor"),
     ("numpy", "dtype"), ("numpy", "ndarray"),
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),

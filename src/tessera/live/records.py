@@ -14,6 +14,7 @@ from typing import Any
 
 from tessera.live import idempotency
 from tessera.live.livejob import LiveJob
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.snapshot import Placement
 
@@ -35,7 +36,7 @@ class JobRecord:
     first_start_s: float | None
     finish_s: float | None
     attained_gpu_s: float
-    run_s_by_flavor: dict[str, float]
+    run_s_by_flavor: dict[GpuFlavor, float]
     reason: str
     final: bool
     exit_code: int | None
@@ -108,7 +109,9 @@ JOB_COLS = ("job_id, seq, state, attempts, runs, pending_since_s, last_run_end_s
 def job_record(row: tuple[Any, ...], job: LiveJob) -> JobRecord:
     """A ``jobs`` row read with :data:`JOB_COLS`, its spec decoded (or cached) as ``job``."""
     return JobRecord(job, row[1], JobState(row[2]), row[3], row[4], row[5],
-                     row[6], row[7], row[8], row[9], json.loads(row[10]), row[11], bool(row[12]),
+                     row[6], row[7], row[8], row[9],
+                     {resolve_flavor(f): s for f, s in json.loads(row[10]).items()}, row[11],
+                     bool(row[12]),
                      row[13], row[14])
 
 
@@ -119,11 +122,12 @@ def allocation_from_row(row: tuple[Any, ...]) -> Allocation:
     batch = int(row[11]) if row[11] is not None else None
     mates = tuple(JobId(j) for j in row[12].split(",")) if row[12] else ()
     if entries and len(entries[0]) == 3:
-        p = Placement.mixed(tuple((n, f, int(c)) for n, c, f in entries))
+        p = Placement.mixed(tuple((n, resolve_flavor(f), int(c)) for n, c, f in entries))
         if batch is not None or mates:
             p = replace(p, global_batch_samples=batch, colocated_with=mates)
     else:
-        p = Placement(row[2], tuple((n, int(c)) for n, c in entries), (), batch, mates)
+        p = Placement.of(resolve_flavor(row[2]), tuple((n, int(c)) for n, c in entries),
+                         global_batch_samples=batch, colocated_with=mates)
     return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10],
                       row[13], row[14], row[15])
 

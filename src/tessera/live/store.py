@@ -360,7 +360,9 @@ class Store(StoreDb):
         db.execute(
             "INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s,"
             " global_batch_samples, colocated_with) VALUES (?, ?, ?, ?, 'planned', ?, ?, ?)",
-            (job_id, run, p.flavor, json.dumps(p.parts() if p.is_mixed else p.gpus_by_node),
+            (job_id, run, p.label,
+             json.dumps([(n, c, f.short) for n, c, f in p.parts()] if p.is_mixed
+                        else p.gpus_by_node),
              now_s, p.global_batch_samples, ",".join(p.colocated_with)))
 
     def set_allocation(self, db: sqlite3.Connection, job_id: str, run: int, **cols: object) -> None:

@@ -117,7 +117,7 @@ def build_snapshot(
         views.append(JobView(
             spec=spec, state=state, remaining_steps=remaining, placement=placement,
             attained_gpu_s=rec.attained_gpu_s + ran_s * spec.num_gpus,
-            run_s_by_flavor=tuple(sorted(run_s.items())),
+            run_s_by_flavor=tuple(sorted(run_s.items(), key=lambda fs: fs[0].short)),
             pending_since_s=rec.pending_since_s, last_run_end_s=rec.last_run_end_s,
             attempts=rec.attempts, as_of_s=now_s, progress_rate=rate, progress_from_s=since_s,
         ))

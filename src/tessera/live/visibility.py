@@ -126,7 +126,7 @@ def cluster_json(svc: LiveService, who: Principal) -> dict[str, Any]:
     for a in counted(holding):  # a GPU set two runs share is used once
         for node_id, count, flavor in a.placement.parts():
             used_by_node[node_id] = used_by_node.get(node_id, 0) + count
-            used_by_flavor[flavor] = used_by_flavor.get(flavor, 0) + count
+            used_by_flavor[flavor.short] = used_by_flavor.get(flavor.short, 0) + count
     used_key = "used_gpus" if everyone else "queue_used_gpus"
     flavors: dict[str, dict[str, int]] = {}
     nodes: list[dict[str, Any]] = []

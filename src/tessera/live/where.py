@@ -36,5 +36,5 @@ def placement_json(p: Placement, run: int, status: str) -> dict[str, Any]:
     "gpu_count", "flavor"}]}``; ``held``: whether the run still holds its GPUs (planned,
     running or stopping), ``False`` once it ended."""
     return {"run": run, "status": status, "held": status != "done", "text": describe(p),
-            "nodes": [{"node_id": node, "gpu_count": count, "flavor": flavor}
+            "nodes": [{"node_id": node, "gpu_count": count, "flavor": flavor.short}
                       for node, count, flavor in p.parts()]}

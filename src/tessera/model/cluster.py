@@ -55,10 +55,7 @@ class ClusterSpec:
     _by_flavor: dict[GpuFlavor, int] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
-    _max_node: dict[str, int] = field(
-        default_factory=dict, init=False, repr=False, compare=False, hash=False
-    )
-    _by_short: dict[str, GpuFlavor] = field(
+    _max_node: dict[GpuFlavor | None, int] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
 
@@ -72,8 +69,7 @@ class ClusterSpec:
         # Derived once, at construction; the cluster never changes afterwards.
         for n in self.nodes:
             self._by_flavor[n.flavor] = self._by_flavor.get(n.flavor, 0) + n.gpus
-            self._by_short[n.flavor.short] = n.flavor
-            for key in ("*", n.flavor.short):
+            for key in (None, n.flavor):
                 self._max_node[key] = max(self._max_node.get(key, 0), n.gpus)
 
     @property
@@ -87,22 +83,9 @@ class ClusterSpec:
     def flavors(self) -> tuple[GpuFlavor, ...]:
         return tuple(self._by_flavor)
 
-    def flavor(self, short: str) -> GpuFlavor:
-        """The cluster's flavor whose short name is ``short``.
-
-        Inside the decision core a flavor is keyed by its short name (rates, free GPUs,
-        placements); this is how the core reaches the catalog entry behind a key without
-        resolving names again. Raises KeyError for a flavor the cluster does not have.
-        """
-        try:
-            return self._by_short[short]
-        except KeyError:
-            raise KeyError(f"cluster {self.name!r} has no {short!r} GPUs "
-                           f"(it has {', '.join(self._by_short)})") from None
-
     def max_gpus_per_node(self, flavor: GpuFlavor | None = None) -> int:
         """The most GPUs on one node (of ``flavor``, or of any flavor); 0 if none."""
-        return self._max_node.get(flavor.short if flavor else "*", 0)
+        return self._max_node.get(flavor, 0)
 
     def describe(self) -> str:
         """One line such as ``gavel-108: 36×V100-16GB, 36×P100, 36×K80 (108 GPUs, 108 nodes)``."""

@@ -33,14 +33,28 @@ from dataclasses import dataclass
 from tessera.errors import UnknownFlavorError
 
 
+def _key(name: str) -> str:
+    """Normalise a name for lookup: lower case, '_' and spaces as '-'."""
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+_BY_KEY: dict[str, GpuFlavor] = {}
+"""Every name and alias of the catalog (normalised by :func:`_key`) → its flavor."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class GpuFlavor:
     """One kind of GPU.
 
     A flavor is resolved from its name once, where a name enters Tessera (a trace row, a job
-    spec, a cluster file); below that edge code holds the flavor itself. Flavors are equal when
-    their canonical names are, hash like their names (cheap dictionary keys), and unpickle as
-    the catalog's own object (Ray and multiprocessing ship them between processes).
+    spec, a cluster file); below that edge code holds the flavor itself.
+
+    Each flavor exists once: the catalog's object. So flavors compare and hash by identity,
+    at C speed (the scheduler keys its free-GPU books, rates and placements by flavor and looks
+    them up millions of times in a long simulation); a copy or an unpickled flavor (Ray and
+    multiprocessing ship them between processes) is the catalog's own object, and building a
+    second flavor under a catalog name is refused. Flavors do not order: sort them by
+    :attr:`short` where a table lists them by name.
 
     Attributes:
         name: canonical name, the ``nvidia.com/gpu.product`` label value.
@@ -76,11 +90,10 @@ class GpuFlavor:
     def __repr__(self) -> str:
         return f"GpuFlavor({self.short!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, GpuFlavor) and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
+    def __post_init__(self) -> None:
+        if _key(self.name) in _BY_KEY:
+            raise ValueError(f"GPU flavor {self.name!r} is in the catalog already: take it with "
+                             "resolve_flavor(), never build a second one")
 
     def __reduce__(self) -> tuple[object, tuple[str]]:
         return (resolve_flavor, (self.name,))
@@ -118,12 +131,6 @@ CATALOG: tuple[GpuFlavor, ...] = (
 )
 
 
-def _key(name: str) -> str:
-    """Normalise a name for lookup: lower case, '_' and spaces as '-'."""
-    return re.sub(r"[\s_]+", "-", name.strip().lower())
-
-
-_BY_KEY: dict[str, GpuFlavor] = {}
 for _f in CATALOG:
     for _alias in (_f.name, _f.short, *_f.aliases):
         _BY_KEY.setdefault(_key(_alias), _f)

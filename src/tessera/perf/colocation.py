@@ -60,14 +60,14 @@ class PairRefusal:
 
 
 def pair_rates(
-    table: ThroughputTable, first: JobSpec, second: JobSpec, flavor: GpuFlavor | str
+    table: ThroughputTable, first: JobSpec, second: JobSpec, flavor: GpuFlavor
 ) -> PairRates | PairRefusal:
     """The measured speeds of ``first`` and ``second`` sharing one gang of ``flavor``.
 
     Refused (with the reason) when the gangs differ in size, or the pair was never measured on
     that flavor, or the measurement says it cannot run (a zero for either job).
     """
-    short = flavor if isinstance(flavor, str) else flavor.short
+    short = flavor.short
     if first.num_gpus != second.num_gpus:
         return PairRefusal(
             f"jobs {first.job_id} and {second.job_id} have different gang sizes "

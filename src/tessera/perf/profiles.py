@@ -34,6 +34,9 @@ from tessera.model.gpus import GpuFlavor, resolve_flavor
 
 _KEY_RE = re.compile(r"^\('(?P<type>.+)',\s*(?P<sf>\d+)\)$")
 
+_V100_16GB = resolve_flavor("V100-16GB")
+"""Gavel's reference flavor: trace durations are measured on it."""
+
 #: Flavors answered from another flavor's measurements, and why.
 PROXY_FLAVORS: Mapping[str, str] = {
     "P40": "P100",  # Pascal, 24 GB; similar FP32 peak (11.8 vs 9.3 TFLOPS)
@@ -64,7 +67,7 @@ class ThroughputTable:
     source: str
     isolated: Mapping[tuple[str, bool], Mapping[tuple[str, int], float]]
     pairs: Mapping[str, Mapping[tuple[tuple[str, int], tuple[str, int]], tuple[float, float]]]
-    reference_flavor: str = "V100-16GB"
+    reference_flavor: GpuFlavor = _V100_16GB
 
     # -- catalogue ----------------------------------------------------------------------------
 
@@ -100,14 +103,14 @@ class ThroughputTable:
     # -- questions ------------------------------------------------------------------------------
 
     def lookup(
-        self, job_type: str, flavor: GpuFlavor | str, num_gpus: int = 1, consolidated: bool = True
+        self, job_type: str, flavor: GpuFlavor, num_gpus: int = 1, consolidated: bool = True
     ) -> Lookup:
         """Throughput of ``job_type`` on ``num_gpus`` GPUs of ``flavor``, with provenance.
 
         Raises:
             NoProfileError: the job type or flavor has no measurements to answer from.
         """
-        f = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+        f = flavor
         data_flavor = self._data_flavor(f)
         if data_flavor is None:
             raise NoProfileError(
@@ -146,20 +149,20 @@ class ThroughputTable:
         return Lookup(per_gpu * num_gpus, False, "; ".join(notes))
 
     def throughput(
-        self, job_type: str, flavor: GpuFlavor | str, num_gpus: int = 1, consolidated: bool = True
+        self, job_type: str, flavor: GpuFlavor, num_gpus: int = 1, consolidated: bool = True
     ) -> float:
         """Steps per second (0.0 when the job does not fit on that flavor)."""
         return self.lookup(job_type, flavor, num_gpus, consolidated).steps_per_s
 
     def colocated(
-        self, type_a: str, type_b: str, flavor: GpuFlavor | str, num_gpus: int = 1
+        self, type_a: str, type_b: str, flavor: GpuFlavor, num_gpus: int = 1
     ) -> tuple[float, float]:
         """Throughputs of two jobs space-sharing the same GPUs; (0, 0) when not runnable.
 
         Raises:
             NoProfileError: the pair was never measured on that flavor.
         """
-        f = resolve_flavor(flavor) if isinstance(flavor, str) else flavor
+        f = flavor
         data_flavor = self._data_flavor(f)
         table = self.pairs.get(data_flavor or "", {})
         key = ((type_a, num_gpus), (type_b, num_gpus))
@@ -215,7 +218,7 @@ def load_gavel_throughputs(path: str | Path | None = None) -> ThroughputTable:
             for other, vals in entry.items():
                 if other != "null":
                     pair_table[(jk, _parse_key(other, source))] = (float(vals[0]), float(vals[1]))
-    return ThroughputTable(source, isolated, pairs, reference_flavor="V100-16GB")
+    return ThroughputTable(source, isolated, pairs, reference_flavor=_V100_16GB)
 
 
 @cache

@@ -109,7 +109,7 @@ def build_sia_throughputs(root: str | Path | None = None,
             if (s_short, cons) in isolated:
                 isolated[(t_short, cons)] = dict(isolated[(s_short, cons)])
     label = "sia profiles (bundled)" if root is None else f"sia profiles ({root})"
-    return ThroughputTable(label, dict(isolated), {}, reference_flavor=ref.short)
+    return ThroughputTable(label, dict(isolated), {}, reference_flavor=ref)
 
 
 @cache

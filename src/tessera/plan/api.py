@@ -144,7 +144,7 @@ class RankedPlan:
         for k, st in enumerate(out["stages"]):
             st["devices"] = devices[k]
         if self.plan.dp is not None:
-            out["devices"] = [{"flavor": r.flavor, "device": r.device,
+            out["devices"] = [{"flavor": r.flavor.short, "device": r.device,
                                "local_batch": r.local_batch} for r in self.ranks]
         out.update(self.breakdown.to_json())
         out["ranks"] = [r.to_json() for r in self.ranks]

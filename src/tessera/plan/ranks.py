@@ -42,6 +42,7 @@ from tessera.errors import SpecError
 
 if TYPE_CHECKING:
     from tessera.model.cluster import Node
+    from tessera.model.gpus import GpuFlavor
     from tessera.plan.hybrid import HybridPlan
 
 #: The environment variables :meth:`RankRole.env` sets, in the order documented.
@@ -56,7 +57,7 @@ class GpuSlot:
     """One GPU: its server and its index there. ``device`` is ``node:index``."""
 
     node_id: str
-    flavor: str
+    flavor: GpuFlavor
     index: int
 
     @property
@@ -71,7 +72,7 @@ class RankRole:
     Attributes:
         rank: global rank (position in the device order).
         device: ``node:index``.
-        flavor: the GPU's flavor (short name).
+        flavor: the GPU's flavor.
         stage: pipeline stage index, ``-1`` if the plan leaves this GPU idle.
         stages: pipeline stages per copy (1 for a data-parallel plan).
         first_layer / end_layer: the stage's layers ``[first_layer, end_layer)``.
@@ -85,7 +86,7 @@ class RankRole:
 
     rank: int
     device: str
-    flavor: str
+    flavor: GpuFlavor
     stage: int
     stages: int
     first_layer: int
@@ -108,7 +109,7 @@ class RankRole:
         return {k: str(v) for k, v in zip(PLAN_ENV_VARS, values, strict=True)}
 
     def to_json(self) -> dict[str, object]:
-        return {"rank": self.rank, "device": self.device, "flavor": self.flavor,
+        return {"rank": self.rank, "device": self.device, "flavor": self.flavor.short,
                 "stage": self.stage, "first_layer": self.first_layer,
                 "end_layer": self.end_layer, "tp_rank": self.tp_rank, "tp_size": self.tp_size,
                 "dp_rank": self.dp_rank, "dp_size": self.dp_size,
@@ -117,10 +118,10 @@ class RankRole:
 
 def slots_of_nodes(nodes: Sequence[Node]) -> tuple[GpuSlot, ...]:
     """Every GPU of ``nodes``, server by server (the order ``tessera plan`` numbers ranks)."""
-    return tuple(GpuSlot(n.node_id, n.flavor.short, i) for n in nodes for i in range(n.gpus))
+    return tuple(GpuSlot(n.node_id, n.flavor, i) for n in nodes for i in range(n.gpus))
 
 
-def slots_of_parts(parts: Sequence[tuple[str, int, str]]) -> tuple[GpuSlot, ...]:
+def slots_of_parts(parts: Sequence[tuple[str, int, GpuFlavor]]) -> tuple[GpuSlot, ...]:
     """Every GPU of a placement's ``(node_id, gpus, flavor)`` parts, in rank order."""
     return tuple(GpuSlot(node, flavor, i) for node, count, flavor in parts for i in range(count))
 
@@ -139,9 +140,9 @@ def assign_ranks(plan: HybridPlan, slots: Sequence[GpuSlot], n_layers: int
     if plan.dp is not None:
         return _data_parallel(plan, slots, n_layers)
     roles: dict[int, RankRole] = {}
-    for flavor in dict.fromkeys(st.flavor.short for st in plan.stages):
+    for flavor in dict.fromkeys(st.flavor for st in plan.stages):
         groups = [(st.tp, copy, k, rep) for k, st in enumerate(plan.stages)
-                  if st.flavor.short == flavor for copy in range(plan.dp_copies)
+                  if st.flavor == flavor for copy in range(plan.dp_copies)
                   for rep in range(st.replicas)]
         groups.sort(key=lambda g: -g[0])              # largest groups first (stable)
         free = _free_by_node(slots, flavor)
@@ -165,7 +166,7 @@ def assign_ranks(plan: HybridPlan, slots: Sequence[GpuSlot], n_layers: int
                  for r in range(len(slots)))
 
 
-def _free_by_node(slots: Sequence[GpuSlot], flavor: str) -> dict[str, list[int]]:
+def _free_by_node(slots: Sequence[GpuSlot], flavor: GpuFlavor) -> dict[str, list[int]]:
     """Ranks of ``flavor`` per server, servers and GPUs in name order (so a device's role does
     not depend on the order the devices were listed in)."""
     free: dict[str, list[int]] = {}
@@ -185,9 +186,9 @@ def _data_parallel(plan: HybridPlan, slots: Sequence[GpuSlot], n_layers: int
     """A data-parallel plan's local batches given to the slots of each flavor, in order (the
     planner's servers of one flavor are interchangeable)."""
     assert plan.dp is not None
-    by_flavor: dict[str, list[int]] = {}
+    by_flavor: dict[GpuFlavor, list[int]] = {}
     for sh in plan.dp.shares:
-        by_flavor.setdefault(sh.flavor.short, []).append(sh.local_bsz)
+        by_flavor.setdefault(sh.flavor, []).append(sh.local_bsz)
     order = sorted(range(len(slots)), key=lambda r: (slots[r].node_id, slots[r].index))
     used = [(r, by_flavor[slots[r].flavor].pop(0)) for r in order
             if by_flavor.get(slots[r].flavor)]

@@ -39,7 +39,7 @@ from importlib import resources
 from itertools import pairwise
 
 from tessera.errors import SpecError, UnknownFlavorError
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor, resolve_flavor
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
@@ -78,6 +78,8 @@ class MigGpu:
     gpu: str
     total_sms: int
     profiles: tuple[MigProfile, ...]
+    flavor: GpuFlavor
+    """The catalog flavor of :attr:`gpu` (resolved when the bundled lattices load)."""
 
     def profile(self, kind_or_name: str) -> MigProfile:
         for p in self.profiles:
@@ -140,7 +142,8 @@ def _lattice() -> dict[str, MigGpu]:
             )
             for p in spec["profiles"]
         )
-        out[gpu_name] = MigGpu(gpu_name, int(spec["total_sms_no_mig"]), profiles)
+        out[gpu_name] = MigGpu(gpu_name, int(spec["total_sms_no_mig"]), profiles,
+                               resolve_flavor(gpu_name))
     return out
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobState
 from tessera.sim.state import SimJob, new_view
 from tessera.sim.steps import steps_from, whole_gang_steps
@@ -131,7 +132,7 @@ def _steps_as_arrays(group: Sequence[SimJob], dts: Sequence[float], end: float) 
         _set_books(j, fl, a, r, s, b, end)
 
 
-def _set_books(j: SimJob, fl: str, attained: float, remaining: float, run_s: float,
+def _set_books(j: SimJob, fl: GpuFlavor, attained: float, remaining: float, run_s: float,
                busy: float, end: float) -> None:
     """Store a whole gang's books after its steps and build its view from them."""
     j.attained_gpu_s = attained

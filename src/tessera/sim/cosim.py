@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import default_throughputs
 from tessera.share.arrivals import read_trace_times, shaped_streams
@@ -215,7 +215,7 @@ def cosimulate(
     workload: Workload,
     *,
     policy: str = "las",
-    service_gpu: str | None = None,
+    service_gpu: GpuFlavor | None = None,
     method: str = "auto",
     time_limit_s: float = 60.0,
     requests: str = "poisson",
@@ -244,13 +244,13 @@ def cosimulate(
     tput = throughputs if throughputs is not None else default_throughputs()
     g = profiled_mig_gpu(cluster, table, service_gpu)
     plan = plan_services(services, table, g, rule, method=method, time_limit_s=time_limit_s)
-    res = reserve_gpus(cluster, g.gpu, plan.gpus_used)
+    res = reserve_gpus(cluster, g.flavor, plan.gpus_used)
     streams = request_streams(services, requests, serve_seconds, seed, traces_dir)
     serving = simulate_serving(plan, streams, table, seed=seed)
     training = run_training(workload, res.remaining, policy, config, tput)
     baseline = run_training(workload, cluster, policy, config, tput) if compare else None
     notes: list[str] = []
-    if not tput.covers(resolve_flavor(g.gpu)):
+    if not tput.covers(g.flavor):
         notes.append(
             f"the training throughput table ({tput.source}) has no {g.gpu} measurements, so "
             f"training jobs never run on {g.gpu}: reserving them costs training nothing by "
@@ -310,7 +310,7 @@ def cosim_to_json(r: CosimResult) -> dict[str, Any]:
             "gpus_saved": r.gpus_saved,
         },
         "reservation": {
-            "flavor": r.reservation.flavor,
+            "flavor": r.reservation.flavor.short,
             "gpus": r.reservation.gpus,
             "nodes": [
                 {"node_id": n.node_id, "node_gpus": n.node_gpus, "reserved": n.reserved}

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobState, Workload
 from tessera.sched.core.decide import PendingKind
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
@@ -332,14 +333,13 @@ def _summary(
     finishes = [r.finish_s for r in records if r.finish_s is not None]
     start = workload.jobs[0].submit_time_s
     makespan = (max(finishes) - start) if finishes else 0.0
-    busy: dict[str, float] = {}
+    busy: dict[GpuFlavor, float] = {}
     for j in jobs:
         for f, s in j.busy_gpu_s.items():
             busy[f] = busy.get(f, 0.0) + s
-    cap = {f.short: n for f, n in cluster.gpus_by_flavor().items()}
     util = sum(busy.values()) / (cluster.total_gpus * makespan) if makespan > 0 else 0.0
-    by_flavor = {f: busy.get(f, 0.0) / (n * makespan) if makespan > 0 else 0.0
-                 for f, n in cap.items()}
+    by_flavor = {f.short: busy.get(f, 0.0) / (n * makespan) if makespan > 0 else 0.0
+                 for f, n in cluster.gpus_by_flavor().items()}
 
     def count(o: str) -> int:
         return sum(r.outcome == o for r in records)

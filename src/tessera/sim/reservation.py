@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec, Node
-from tessera.model.gpus import resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.share.mig import MigGpu, mig_gpu
 from tessera.share.profiles import ProfileTable
 
@@ -27,7 +27,7 @@ class NodeReservation:
     """GPUs of one node held by the services."""
 
     node_id: str
-    flavor: str
+    flavor: GpuFlavor
     node_gpus: int
     reserved: int
 
@@ -40,7 +40,7 @@ class NodeReservation:
 class Reservation:
     """Where the plan's GPUs live and what is left for training."""
 
-    flavor: str
+    flavor: GpuFlavor
     nodes: tuple[NodeReservation, ...]
     remaining: ClusterSpec
 
@@ -55,19 +55,20 @@ class Reservation:
 
 
 def profiled_mig_gpu(
-    cluster: ClusterSpec, table: ProfileTable, wanted: str | None = None
+    cluster: ClusterSpec, table: ProfileTable, wanted: GpuFlavor | None = None
 ) -> MigGpu:
     """The cluster's MIG flavor the profiles were measured on; a clear error otherwise.
 
     ``wanted`` (the services file's ``gpu:``) must agree with the profile table when given.
     """
-    profiled = resolve_flavor(table.gpu).short
-    if wanted is not None and resolve_flavor(wanted).short != profiled:
+    gpu = mig_gpu(table.gpu)
+    profiled = gpu.flavor
+    if wanted is not None and wanted != profiled:
         raise SpecError(
             f"the services ask for {wanted}, but the profiles were measured on {profiled}; "
             "give profiles measured on that GPU (--profiles DIR)"
         )
-    flavors = {n.flavor.short for n in cluster.nodes if n.gpus > 0}
+    flavors = {n.flavor for n in cluster.nodes if n.gpus > 0}
     if profiled not in flavors:
         mig = sorted(
             {n.flavor.short for n in cluster.nodes if n.gpus > 0 and n.flavor.mig_capable}
@@ -78,14 +79,14 @@ def profiled_mig_gpu(
             f"exist only for {profiled}, and MIG slice performance does not carry over between "
             f"GPU models: add {profiled} nodes or give profiles measured on the cluster's GPU"
         )
-    return mig_gpu(profiled)
+    return gpu
 
 
 # ---------------------------------------------------------------------------------------------
 # 2. reservation
 
 
-def reserve_gpus(cluster: ClusterSpec, flavor: str, gpus: int) -> Reservation:
+def reserve_gpus(cluster: ClusterSpec, flavor: GpuFlavor, gpus: int) -> Reservation:
     """Take ``gpus`` whole GPUs of ``flavor``, on as few nodes as possible.
 
     Whole nodes are taken largest first while the need is at least a node; the remainder goes to
@@ -96,8 +97,8 @@ def reserve_gpus(cluster: ClusterSpec, flavor: str, gpus: int) -> Reservation:
     Raises:
         SpecError: the flavor has fewer GPUs than needed, or nothing would be left to train on.
     """
-    short = resolve_flavor(flavor).short
-    pool = [n for n in cluster.nodes if n.flavor.short == short and n.gpus > 0]
+    short = flavor.short
+    pool = [n for n in cluster.nodes if n.flavor == flavor and n.gpus > 0]
     have = sum(n.gpus for n in pool)
     if gpus < 0:
         raise SpecError(f"cannot reserve {gpus} GPUs")
@@ -120,7 +121,7 @@ def reserve_gpus(cluster: ClusterSpec, flavor: str, gpus: int) -> Reservation:
         need -= k
         free.remove(node)
     reserved = tuple(
-        NodeReservation(n.node_id, short, n.gpus, take[n.node_id])
+        NodeReservation(n.node_id, flavor, n.gpus, take[n.node_id])
         for n in cluster.nodes
         if n.node_id in take
     )
@@ -145,4 +146,4 @@ def reserve_gpus(cluster: ClusterSpec, flavor: str, gpus: int) -> Reservation:
             "nothing is left for training"
         )
     name = f"{cluster.name} minus {gpus}x{short}" if gpus else cluster.name
-    return Reservation(short, reserved, ClusterSpec(name, tuple(kept)))
+    return Reservation(flavor, reserved, ClusterSpec(name, tuple(kept)))

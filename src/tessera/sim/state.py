@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import fields
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec, JobState, transition
 from tessera.sched.core.decide import PendingKind
 from tessera.sched.core.snapshot import JobView, Placement
@@ -31,7 +32,7 @@ _new = object.__new__
 
 def new_view(
     spec: JobSpec, state: JobState, remaining_steps: float, placement: Placement | None,
-    attained_gpu_s: float, run_s_by_flavor: tuple[tuple[str, float], ...],
+    attained_gpu_s: float, run_s_by_flavor: tuple[tuple[GpuFlavor, float], ...],
     pending_since_s: float, last_run_end_s: float | None, attempts: int, as_of_s: float,
     progress_rate: float, progress_from_s: float,
 ) -> JobView:
@@ -106,8 +107,8 @@ class SimJob:
         self.run_started_s = 0.0
         self.last_update_s = spec.submit_time_s
         self.attained_gpu_s = 0.0
-        self.run_s: dict[str, float] = {}
-        self.busy_gpu_s: dict[str, float] = {}
+        self.run_s: dict[GpuFlavor, float] = {}
+        self.busy_gpu_s: dict[GpuFlavor, float] = {}
         self.pending_since_s = spec.submit_time_s
         # Time pending over all pending spells (before the first start, after preemptions,
         # retries and validation), booked when the job starts or the run ends.

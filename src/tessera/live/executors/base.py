@@ -295,8 +295,8 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
                 "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
                 "LOCAL_WORLD_SIZE": str(count), "TESSERA_JOB_ID": spec.job_id,
                 "TESSERA_RUN": str(spec.run), "TESSERA_CHECKPOINT_DIR": spec.checkpoint_dir,
-                "TESSERA_FLAVOR": flavor, "TESSERA_NODE": node,
-                "TESSERA_GANG_FLAVORS": spec.placement.flavor,
+                "TESSERA_FLAVOR": flavor.short, "TESSERA_NODE": node,
+                "TESSERA_GANG_FLAVORS": spec.placement.label,
                 "TESSERA_GRACE_S": f"{spec.grace_s:g}",
             })
             if spec.max_runtime_s is not None:

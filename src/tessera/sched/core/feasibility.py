@@ -38,9 +38,9 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
     best_total = 0
     best_node = 0
     by_flavor = cluster.gpus_by_flavor()
-    all_flavors = sum(by_flavor[cluster.flavor(r.flavor)] for r in rates)
+    all_flavors = sum(by_flavor[r.flavor] for r in rates)
     if job.elastic is not None:
-        pools = [by_flavor[cluster.flavor(r.flavor)] for r in rates]
+        pools = [by_flavor[r.flavor] for r in rates]
         spread = mixed_gangs and not job.requires_locality
         room = all_flavors if spread else max(pools)
         if job.elastic.min_gpus > room:
@@ -50,7 +50,7 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
     if mixed_gangs and not job.requires_locality and job.num_gpus <= all_flavors:
         return None
     for r in rates:
-        f = cluster.flavor(r.flavor)
+        f = r.flavor
         total = by_flavor[f]
         node = cluster.max_gpus_per_node(f)
         if job.num_gpus <= (node if job.requires_locality else total):

@@ -34,6 +34,8 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
+from tessera.model.gpus import GpuFlavor
+
 
 class NodeLayout(Protocol):
     """What the book reads of a cluster's static layout. :class:`~tessera.sched.core.placement.
@@ -43,13 +45,13 @@ class NodeLayout(Protocol):
     @property
     def capacity(self) -> Mapping[str, int]: ...
     @property
-    def flavor(self) -> Mapping[str, str]: ...
+    def flavor(self) -> Mapping[str, GpuFlavor]: ...
     @property
     def rack(self) -> Mapping[str, str]: ...
     @property
-    def by_flavor(self) -> Mapping[str, tuple[str, ...]]: ...
+    def by_flavor(self) -> Mapping[GpuFlavor, tuple[str, ...]]: ...
     @property
-    def size(self) -> Mapping[str, int]: ...
+    def size(self) -> Mapping[GpuFlavor, int]: ...
     @property
     def position(self) -> Mapping[str, int]: ...
 
@@ -73,8 +75,8 @@ class FreeBook(Mapping[str, int]):
         cap = layout.capacity
         counts = dict(cap) if free is None else {n: free.get(n, c) for n, c in cap.items()}
         self._free = counts
-        self._total: dict[str, int] = {}
-        self._sorted: dict[str, list[list[int]]] = {}
+        self._total: dict[GpuFlavor, int] = {}
+        self._sorted: dict[GpuFlavor, list[list[int]]] = {}
         self._off: set[str] = set()
         self.version = 0
         """Bumped by every change; a :class:`FreeCounts` is valid for one version."""
@@ -102,15 +104,15 @@ class FreeBook(Mapping[str, int]):
     def __len__(self) -> int:
         return len(self._free)
 
-    def total(self, flavor: str) -> int:
+    def total(self, flavor: GpuFlavor) -> int:
         """Free GPUs of ``flavor`` over its nodes."""
         return self._total.get(flavor, 0)
 
-    def totals(self) -> dict[str, int]:
+    def totals(self) -> dict[GpuFlavor, int]:
         """A copy of the free GPUs per flavor."""
         return dict(self._total)
 
-    def positions(self, flavor: str, count: int) -> list[int]:
+    def positions(self, flavor: GpuFlavor, count: int) -> list[int]:
         """Positions (in ``layout.by_flavor[flavor]``) of the nodes with exactly ``count``
         free GPUs, ascending. The book's own list: read it, never change it."""
         return self._sorted[flavor][count]

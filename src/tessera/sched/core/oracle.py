@@ -50,7 +50,7 @@ class FlavorRate:
     it can never sit on one node.
     """
 
-    flavor: str
+    flavor: GpuFlavor
     consolidated: float
     spread: float
 
@@ -96,16 +96,16 @@ class ThroughputOracle:
         self.agnostic = agnostic
         self.unprofiled_uniform = unprofiled_uniform
         self.split_large_gangs = split_large_gangs
-        self.cluster_flavors = tuple(f.short for f in cluster.flavors())
-        self._max_node = {f.short: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
+        self.cluster_flavors = tuple(cluster.flavors())
+        self._max_node = {f: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
         self._reference = table.reference_flavor
         self._cache: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
         self._view: dict[RateKey, tuple[FlavorRate, ...]] = {}
         self._types: frozenset[str] | None = None
         self._twin: ThroughputOracle | None = None
-        self._upgrades: dict[tuple[RateKey, str, bool],
-                             tuple[str, float, float] | None] = {}
-        self._fastest_first: dict[RateKey, tuple[str, ...]] = {}
+        self._upgrades: dict[tuple[RateKey, GpuFlavor, bool],
+                             tuple[GpuFlavor, float, float] | None] = {}
+        self._fastest_first: dict[RateKey, tuple[GpuFlavor, ...]] = {}
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
         self.plans: ThreeDPlans = plans if plans is not None else (
@@ -133,8 +133,7 @@ class ThroughputOracle:
             return hit
         allowed = self.cluster_flavors
         if job.flavors:
-            wanted = [f.short for f in job.flavors]
-            allowed = tuple(f for f in wanted if f in self.cluster_flavors)
+            allowed = tuple(f for f in job.flavors if f in self.cluster_flavors)
         out = []
         for f in allowed:
             try:
@@ -159,10 +158,10 @@ class ThroughputOracle:
         self._cache[key] = rates
         return rates
 
-    def _allowed(self, job: JobSpec) -> tuple[str, ...]:
+    def _allowed(self, job: JobSpec) -> tuple[GpuFlavor, ...]:
         if not job.flavors:
             return self.cluster_flavors
-        return tuple(f.short for f in job.flavors if f.short in self.cluster_flavors)
+        return tuple(f for f in job.flavors if f in self.cluster_flavors)
 
     def _planned_rates(self, job: JobSpec) -> tuple[tuple[FlavorRate, ...], str]:
         """A 3-D job's rates per flavor from its plans, and the planner's messages for the
@@ -242,7 +241,7 @@ class ThroughputOracle:
         self._view[key] = view
         return view
 
-    def fastest_first(self, job: JobSpec) -> tuple[str, ...]:
+    def fastest_first(self, job: JobSpec) -> tuple[GpuFlavor, ...]:
         """The job's usable flavors, fastest first as a policy sees them (cached per rate key:
         event-driven policies ask for every job they rank, at every event).
 
@@ -258,8 +257,8 @@ class ThroughputOracle:
         return hit
 
     def faster_than(
-        self, job: JobSpec, flavor: str, consolidated: bool
-    ) -> tuple[str, float, float] | None:
+        self, job: JobSpec, flavor: GpuFlavor, consolidated: bool
+    ) -> tuple[GpuFlavor, float, float] | None:
         """``(fastest flavor, its rate, current rate)`` when ``job`` would run faster on
         another flavor than on ``flavor``, else ``None`` (cached; the policy's view)."""
         key = (rate_key(job), flavor, consolidated)
@@ -268,7 +267,7 @@ class ThroughputOracle:
             return hit  # type: ignore[return-value]
         rates = self.rates(job)
         current = next((r for r in rates if r.flavor == flavor), None)
-        answer: tuple[str, float, float] | None = None
+        answer: tuple[GpuFlavor, float, float] | None = None
         if current is not None and rates:
             cur = current.consolidated if consolidated else current.spread
             best = max(rates, key=lambda r: r.consolidated)
@@ -281,7 +280,7 @@ class ThroughputOracle:
         """The policy-visible rate on the job's fastest flavor (0 if it can run nowhere)."""
         return max((r.consolidated for r in self.rates(job)), default=0.0)
 
-    def rate(self, job: JobSpec, flavor: str, consolidated: bool) -> float:
+    def rate(self, job: JobSpec, flavor: GpuFlavor, consolidated: bool) -> float:
         """True steps/s of ``job`` on ``flavor`` (0.0 if it cannot run there)."""
         for r in self.real_rates(job):
             if r.flavor == flavor:
@@ -292,22 +291,22 @@ class ThroughputOracle:
         if self._mixed is None:
             if self.agnostic:
                 # Blind to speed differences: every flavor of the mix at the reference speed.
-                self._mixed = MixedRates(self._view_spread_rate, self._cluster.flavor)
+                self._mixed = MixedRates(self._view_spread_rate)
             else:
                 cm = self._cost_model
                 if cm is None:  # this oracle's own, never a process-wide one
                     cm = self._cost_model = CostModel()
-                self._mixed = MixedRates(lambda job, f: self.rate(job, f, False),
-                                         self._cluster.flavor, cm, plans=self.plans)
+                self._mixed = MixedRates(lambda job, f: self.rate(job, f, False), cm,
+                                         plans=self.plans)
         return self._mixed
 
-    def _view_spread_rate(self, job: JobSpec, flavor: str) -> float:
+    def _view_spread_rate(self, job: JobSpec, flavor: GpuFlavor) -> float:
         for r in self.rates(job):
             if r.flavor == flavor:
                 return r.spread
         return 0.0
 
-    def mixed_rate(self, job: JobSpec, mix: tuple[tuple[str, int], ...]) -> float:
+    def mixed_rate(self, job: JobSpec, mix: tuple[tuple[GpuFlavor, int], ...]) -> float:
         """Steps/s of ``job`` on a mixed gang with ``mix`` GPUs per flavor (the policy's view:
         true speeds when aware, reference speeds when agnostic); see
         :mod:`tessera.sched.mixed.rates`.
@@ -331,6 +330,6 @@ class ThroughputOracle:
         return self.rate(job, placement.flavor, placement.consolidated)
 
 
-def _parts_of(flavor: str, sizes: list[int]) -> tuple[tuple[str, int, str], ...]:
+def _parts_of(flavor: GpuFlavor, sizes: list[int]) -> tuple[tuple[str, int, GpuFlavor], ...]:
     """A gang of one flavor on servers of ``sizes`` GPUs (node ids for the rank layout only)."""
     return tuple((f"{flavor}-{k}", n, flavor) for k, n in enumerate(sizes))

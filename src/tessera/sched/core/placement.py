@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.model.cluster import Node
+from tessera.model.gpus import GpuFlavor
 from tessera.sched.core.free_book import FreeBook, FreeCounts
 from tessera.sched.core.snapshot import Placement, Snapshot
 
@@ -43,26 +44,26 @@ class Layout:
     """The static shape of a set of nodes, computed once per cluster."""
 
     capacity: Mapping[str, int]
-    flavor: Mapping[str, str]
+    flavor: Mapping[str, GpuFlavor]
     rack: Mapping[str, str]
-    by_flavor: Mapping[str, tuple[str, ...]]
-    size: Mapping[str, int]
+    by_flavor: Mapping[GpuFlavor, tuple[str, ...]]
+    size: Mapping[GpuFlavor, int]
     position: Mapping[str, int]
     """Each node's index in its flavor's ``by_flavor`` tuple."""
 
     @classmethod
     def of(cls, nodes: tuple[Node, ...]) -> Layout:
-        by_flavor: dict[str, list[str]] = defaultdict(list)
-        size: dict[str, int] = {}
+        by_flavor: dict[GpuFlavor, list[str]] = defaultdict(list)
+        size: dict[GpuFlavor, int] = {}
         position: dict[str, int] = {}
         for n in nodes:
-            f = n.flavor.short
+            f = n.flavor
             position[n.node_id] = len(by_flavor[f])
             by_flavor[f].append(n.node_id)
             size[f] = max(size.get(f, 0), n.gpus)
         return cls(
             capacity={n.node_id: n.gpus for n in nodes},
-            flavor={n.node_id: n.flavor.short for n in nodes},
+            flavor={n.node_id: n.flavor for n in nodes},
             rack={n.node_id: n.rack for n in nodes},
             by_flavor={f: tuple(ids) for f, ids in by_flavor.items()},
             size=size,
@@ -148,7 +149,7 @@ class FreeGpus:
         self._by_flavor = lay.by_flavor
         self._size = lay.size
         self._base = base
-        self._total: dict[str, int]
+        self._total: dict[GpuFlavor, int]
         self._free: dict[str, int]
         if base is not None:
             self._free = _ChangedOver(base.live_counts())
@@ -162,13 +163,13 @@ class FreeGpus:
             self._total = {}
         # flavor -> free count -> nodes with exactly that many free GPUs (insertion-ordered);
         # built on first use of a flavor, so a round that touches one flavor pays for one.
-        self._buckets: dict[str, list[dict[str, None]]] = {}
+        self._buckets: dict[GpuFlavor, list[dict[str, None]]] = {}
         # Over a book: flavor -> nodes changed since the first look, in order of last change;
         # flavor -> nodes changed before the first look; and, from the first look on, those
         # nodes per count then, each bucket as (layout position, node) ascending.
-        self._late: dict[str, dict[str, None]] = {}
-        self._early: dict[str, dict[str, None]] = {}
-        self._pre: dict[str, tuple[dict[str, None], list[list[tuple[int, str]]]]] = {}
+        self._late: dict[GpuFlavor, dict[str, None]] = {}
+        self._early: dict[GpuFlavor, dict[str, None]] = {}
+        self._pre: dict[GpuFlavor, tuple[dict[str, None], list[list[tuple[int, str]]]]] = {}
         # Gangs given back and taken back again, not applied until the round next reads or
         # changes anything (see take_back); while only releases happened over a book in range,
         # taking back what was given back always fits.
@@ -206,7 +207,7 @@ class FreeGpus:
             return cls(snapshot.up_nodes(), free)
         return cls(snapshot.cluster.nodes, free, layout)
 
-    def _look(self, flavor: str) -> list[dict[str, None]] | None:
+    def _look(self, flavor: GpuFlavor) -> list[dict[str, None]] | None:
         """The round's first look at ``flavor``: start noting changes over the book (returns
         ``None``), or build the flavor's buckets from the counts (returns them)."""
         if self._base is not None and flavor in self._by_flavor:
@@ -227,7 +228,7 @@ class FreeGpus:
         self._buckets[flavor] = buckets
         return buckets
 
-    def _first(self, flavor: str, count: int) -> str | None:
+    def _first(self, flavor: GpuFlavor, count: int) -> str | None:
         """The first node of ``flavor`` with exactly ``count`` free GPUs, in bucket order
         (see the class docstring); ``None`` if there is none."""
         late = self._late.get(flavor)
@@ -289,10 +290,10 @@ class FreeGpus:
         elif self._base is not None:  # (without a book, every first look builds buckets)
             self._early.setdefault(flavor, {})[node_id] = None
 
-    def flavors(self) -> tuple[str, ...]:
+    def flavors(self) -> tuple[GpuFlavor, ...]:
         return tuple(self._by_flavor)
 
-    def total_free(self, flavor: str) -> int:
+    def total_free(self, flavor: GpuFlavor) -> int:
         if self._deferred:
             self._settle()
         t = self._total.get(flavor)
@@ -301,7 +302,7 @@ class FreeGpus:
             self._total[flavor] = t
         return t
 
-    def info(self, flavor: str) -> BlockInfo:
+    def info(self, flavor: GpuFlavor) -> BlockInfo:
         if self._deferred:
             self._settle()
         first = self._first
@@ -320,7 +321,7 @@ class FreeGpus:
             self._settle()
         return self._free.get(node_id, 0)
 
-    def capacity(self, flavor: str) -> int:
+    def capacity(self, flavor: GpuFlavor) -> int:
         """GPUs of ``flavor`` on the nodes that are up, free or not."""
         cap = self._layout.capacity
         return sum(cap[n] for n in self._by_flavor.get(flavor, ()))
@@ -357,8 +358,11 @@ class FreeGpus:
         looked = self._buckets
         late = self._late
         for p in placements:
+            if p.is_mixed:
+                shift(p, 1)
+                continue
             flavor = p.flavor
-            if p.is_mixed or flavor in looked or flavor in late:
+            if flavor in looked or flavor in late:
                 shift(p, 1)
                 continue
             total = totals.get(flavor)
@@ -456,7 +460,7 @@ class FreeGpus:
         free = self._free
         return all(free.get(n, 0) >= c for n, c in placement.gpus_by_node)
 
-    def find(self, flavor: str, gpus: int, require_locality: bool) -> Placement | None:
+    def find(self, flavor: GpuFlavor, gpus: int, require_locality: bool) -> Placement | None:
         """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
         if self._deferred:
             self._settle()
@@ -468,12 +472,12 @@ class FreeGpus:
         for k in range(gpus, self._size.get(flavor, 0) + 1):
             node = first(flavor, k)
             if node is not None:
-                return Placement(flavor, ((node, gpus),))
+                return Placement.of(flavor, ((node, gpus),))
         if require_locality:
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])
 
-    def find_mixed(self, flavors: Sequence[str], gpus: int) -> Placement | None:
+    def find_mixed(self, flavors: Sequence[GpuFlavor], gpus: int) -> Placement | None:
         """Choose GPUs of several flavors for one gang, without reserving them.
 
         Flavors are drawn in the order given (the caller lists the job's fastest first), and
@@ -483,7 +487,7 @@ class FreeGpus:
         if sum(self.total_free(f) for f in flavors) < gpus:
             return None
         free = self._free
-        parts: list[tuple[str, str, int]] = []
+        parts: list[tuple[str, GpuFlavor, int]] = []
         need = gpus
         for f in flavors:
             for n in sorted((n for n in self._by_flavor.get(f, ()) if free[n] > 0),
@@ -495,7 +499,7 @@ class FreeGpus:
                     return Placement.mixed(tuple(parts))
         return None
 
-    def _spread(self, flavor: str, gpus: int, nodes: Sequence[str]) -> Placement | None:
+    def _spread(self, flavor: GpuFlavor, gpus: int, nodes: Sequence[str]) -> Placement | None:
         by_rack: dict[str, list[str]] = defaultdict(list)
         for n in nodes:
             if self._free[n] > 0:
@@ -515,5 +519,5 @@ class FreeGpus:
             taken.append((n, c))
             need -= c
             if need == 0:
-                return Placement(flavor, tuple(taken))
+                return Placement.of(flavor, tuple(taken))
         return None

@@ -37,16 +37,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tessera.errors import NoProfileError, SpecError
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ThreeDParallel
 from tessera.perf.steptime import CostModel
 
 if TYPE_CHECKING:
     from tessera.plan.api import RankedPlan
 
-Parts = tuple[tuple[str, int, str], ...]
+Part = tuple[str, int, GpuFlavor]
+"""One server of a gang: ``(node_id, gpus, flavor)``."""
+
+Parts = tuple[Part, ...]
 """A placement's ``((node_id, gpus, flavor), ...)`` in rank order (:meth:`Placement.parts`)."""
 
-GangShape = tuple[tuple[tuple[str, int], ...], int, int]
+GangShape = tuple[tuple[tuple[GpuFlavor, int], ...], int, int]
 """``(((flavor, gpus), ...) in first-seen order, largest per-server share, max TP degree)``."""
 
 #: Largest tensor-parallel degree a plan may use (one 8-GPU server).
@@ -62,7 +66,7 @@ class NoPlanError(SpecError):
     """No 3-D plan of the model fits the gang; the message is the planner's."""
 
 
-def gang_shape(parts: Sequence[tuple[str, int, str]]) -> GangShape:
+def gang_shape(parts: Sequence[Part]) -> GangShape:
     """What the planner reads from a gang: GPUs per flavor, server size and max TP degree.
 
     Tensor parallelism is limited to the largest power of two (at most :data:`MAX_TP`) that
@@ -73,7 +77,7 @@ def gang_shape(parts: Sequence[tuple[str, int, str]]) -> GangShape:
     """
     if not parts or any(c < 1 for _n, c, _f in parts):
         raise SpecError(f"a 3-D plan needs a gang of at least one GPU per part, got {parts!r}")
-    counts: dict[str, int] = {}
+    counts: dict[GpuFlavor, int] = {}
     for _node, count, flavor in parts:
         counts[flavor] = counts.get(flavor, 0) + count
     shares = [count for _node, count, _f in parts]
@@ -103,7 +107,7 @@ class ThreeDPlans:
         self.max_plans = max_plans
         self._plans: OrderedDict[tuple[str, int, GangShape], RankedPlan | str] = OrderedDict()
 
-    def plan(self, job: ThreeDParallel, parts: Sequence[tuple[str, int, str]]) -> RankedPlan:
+    def plan(self, job: ThreeDParallel, parts: Sequence[Part]) -> RankedPlan:
         """The plan of ``job`` on a gang of ``parts``' shape (ranks laid out on the first
         gang of that shape seen; :meth:`ranked` lays them on a given one).
 
@@ -123,7 +127,7 @@ class ThreeDPlans:
             raise NoPlanError(hit)
         return hit
 
-    def ranked(self, job: ThreeDParallel, parts: Sequence[tuple[str, int, str]]) -> RankedPlan:
+    def ranked(self, job: ThreeDParallel, parts: Sequence[Part]) -> RankedPlan:
         """The plan of ``job`` with every rank's role on exactly these ``parts``.
 
         The plan object (:attr:`RankedPlan.plan`) and its breakdown are the cached ones that
@@ -143,7 +147,7 @@ class ThreeDPlans:
         ranks = assign_ranks(cached.plan, slots, layered_model(job.model).n_layers)
         return dataclasses.replace(cached, ranks=ranks)
 
-    def steps_per_s(self, job: ThreeDParallel, parts: Sequence[tuple[str, int, str]]) -> float:
+    def steps_per_s(self, job: ThreeDParallel, parts: Sequence[Part]) -> float:
         """Optimizer steps per second of ``job`` on the gang (0.0 when no plan fits)."""
         try:
             step_s = self.plan(job, parts).plan.step_time_s
@@ -151,7 +155,7 @@ class ThreeDPlans:
             return 0.0
         return 1.0 / step_s if step_s > 0 else 0.0
 
-    def why_not(self, job: ThreeDParallel, parts: Sequence[tuple[str, int, str]]) -> str | None:
+    def why_not(self, job: ThreeDParallel, parts: Sequence[Part]) -> str | None:
         """The planner's message when no plan of ``job`` fits the gang, else ``None``."""
         try:
             self.plan(job, parts)
@@ -163,7 +167,6 @@ class ThreeDPlans:
         return len(self._plans)
 
     def _search(self, job: ThreeDParallel, parts: Parts, shape: GangShape) -> RankedPlan | str:
-        from tessera.model.gpus import resolve_flavor
         from tessera.plan.api import plan_ranked
         from tessera.plan.models import layered_model
         from tessera.plan.pipeline import PipelineConfig
@@ -173,7 +176,7 @@ class ThreeDPlans:
         flavor_counts, per_server, max_tp = shape
         try:
             model = layered_model(job.model)
-            counts = {resolve_flavor(f): n for f, n in flavor_counts}
+            counts = dict(flavor_counts)
             return plan_ranked(model, counts, job.global_batch_samples, slots_of_parts(parts),
                                cost_model=self._cm, gpus_per_node=per_server,
                                base=PipelineConfig(1, 1, max_tp=max_tp))
@@ -181,5 +184,5 @@ class ThreeDPlans:
             return f"no 3-D plan of {job.model} fits {_describe(flavor_counts)}: {e}"
 
 
-def _describe(flavor_counts: tuple[tuple[str, int], ...]) -> str:
+def _describe(flavor_counts: tuple[tuple[GpuFlavor, int], ...]) -> str:
     return ", ".join(f"{n}×{f}" for f, n in flavor_counts)

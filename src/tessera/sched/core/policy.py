@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.context import PolicyCaches
 from tessera.sched.core.lp import LpSolver
@@ -108,7 +109,7 @@ class Ranking:
             policy (jobs are placed at their own size, as always).
     """
 
-    candidates: tuple[tuple[JobId, str], ...]
+    candidates: tuple[tuple[JobId, GpuFlavor], ...]
     state: Any = None
     notes: Mapping[JobId, str] = field(default_factory=dict)
     wakeup_s: float | None = None

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tessera.model.cluster import Node
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobState
 from tessera.sched.core.placement import FreeGpus, Layout
 from tessera.sched.core.snapshot import JobView, Placement
@@ -45,11 +46,11 @@ class GangPreview:
     """
 
     free: FreeGpus
-    new: list[tuple[JobView, str]]
+    new: list[tuple[JobView, GpuFlavor]]
     occupants: dict[str, list[JobView]]
-    node_max: Mapping[str, int]
+    node_max: Mapping[GpuFlavor, int]
 
-    def on_one_node(self, job: JobView, flavor: str) -> Placement | None:
+    def on_one_node(self, job: JobView, flavor: GpuFlavor) -> Placement | None:
         """Where the core would put ``job``'s gang on one node of ``flavor`` now (best fit),
         or ``None``: no node has room, or the gang is larger than every node."""
         g = job.spec.num_gpus
@@ -57,13 +58,13 @@ class GangPreview:
             return None
         return self.free.find(flavor, g, True)
 
-    def would_split(self, job: JobView, flavor: str) -> bool:
+    def would_split(self, job: JobView, flavor: GpuFlavor) -> bool:
         """Whether a gang of more than one GPU that one node of ``flavor`` could hold finds
         no node with room now, so the core would spread it over several nodes."""
         g = job.spec.num_gpus
         return 1 < g <= self.node_max.get(flavor, 0) and self.on_one_node(job, flavor) is None
 
-    def place(self, job: JobView, flavor: str) -> Placement | None:
+    def place(self, job: JobView, flavor: GpuFlavor) -> Placement | None:
         """Take what the core would give ``job`` on ``flavor`` (one node, else spread) and
         return it, or ``None`` when the free GPUs of ``flavor`` cannot hold the gang."""
         placed = self.on_one_node(job, flavor)
@@ -87,7 +88,7 @@ class GangPreview:
 
 
 def preview(
-    nodes: tuple[Node, ...], layout: Layout, selected: Sequence[tuple[JobView, str]]
+    nodes: tuple[Node, ...], layout: Layout, selected: Sequence[tuple[JobView, GpuFlavor]]
 ) -> GangPreview | None:
     """Replay the core's round placement of ``selected`` (``(job, flavor)``, rank order) on
     the up ``nodes`` (their ``layout``).
@@ -119,7 +120,7 @@ def preview(
         new = []
         for j, fl in selected:
             p = j.placement
-            if j.running and p is not None and p.flavor == fl and free.take_if_free(p):
+            if j.running and p is not None and p.sole_flavor == fl and free.take_if_free(p):
                 if p.consolidated:
                     occupants.setdefault(p.gpus_by_node[0][0], []).append(j)
             else:
@@ -128,15 +129,15 @@ def preview(
     return GangPreview(free, new, occupants, layout.size)
 
 
-def _kept(selected: Sequence[tuple[JobView, str]]
-          ) -> tuple[dict[str, int], list[tuple[JobView, str]]]:
+def _kept(selected: Sequence[tuple[JobView, GpuFlavor]]
+          ) -> tuple[dict[str, int], list[tuple[JobView, GpuFlavor]]]:
     """The GPUs per node of the selected jobs that stay where they run (running on the
     flavor they were selected for), and the others with that flavor, in order."""
     used: dict[str, int] = {}
-    new: list[tuple[JobView, str]] = []
+    new: list[tuple[JobView, GpuFlavor]] = []
     for j, fl in selected:
         p = j.placement
-        if j.state is _RUNNING and p is not None and p.flavor == fl:
+        if j.state is _RUNNING and p is not None and p.sole_flavor == fl:
             for node_id, count in p.gpus_by_node:
                 used[node_id] = used.get(node_id, 0) + count
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import BlockInfo, FreeGpus
@@ -56,8 +57,8 @@ class NoCapacity:
     """Not enough free GPUs of the job's flavors; higher-ranked jobs hold them."""
 
     needs_gpus: int
-    flavors: tuple[str, ...]
-    free_gpus_by_flavor: tuple[tuple[str, int], ...]
+    flavors: tuple[GpuFlavor, ...]
+    free_gpus_by_flavor: tuple[tuple[GpuFlavor, int], ...]
     rank: int
     """The job's position in the policy's ranking (1 = first; 0 = not ranked)."""
 
@@ -67,7 +68,7 @@ class Fragmented:
     """Enough GPUs of a flavor are free, but no node holds the gang in one block."""
 
     needs_gpus: int
-    flavor: str
+    flavor: GpuFlavor
     free_gpus: int
     largest_block_gpus: int
 
@@ -103,7 +104,8 @@ class PendingReason:
                     f"largest free block on one node is {d.largest_block_gpus}")
         if isinstance(d, NoCapacity):
             free = ", ".join(f"{f} {n}" for f, n in d.free_gpus_by_flavor) or "none"
-            return (f"needs {d.needs_gpus} GPUs of {'/'.join(d.flavors) or 'any flavor'}; "
+            which = "/".join(f.short for f in d.flavors) or "any flavor"
+            return (f"needs {d.needs_gpus} GPUs of {which}; "
                     f"free now: {free}; ranked #{d.rank} by the policy")
         if isinstance(d, CannotRun):
             return d.why
@@ -114,7 +116,7 @@ class PendingReason:
 
 
 def pending_reasons(
-    jobs: list[JobView], candidates: tuple[tuple[JobId, str], ...], oracle: ThroughputOracle,
+    jobs: list[JobView], candidates: tuple[tuple[JobId, GpuFlavor], ...], oracle: ThroughputOracle,
     free: FreeGpus, needs_locality: dict[JobId, bool],
     mix_no_plan: dict[JobId, str] | None = None,
 ) -> dict[JobId, PendingReason]:
@@ -140,7 +142,7 @@ def pending_reasons(
 
 
 def _reason(
-    j: JobView, oracle: ThroughputOracle, infos: dict[str, BlockInfo], pos: int, local: bool
+    j: JobView, oracle: ThroughputOracle, infos: dict[GpuFlavor, BlockInfo], pos: int, local: bool
 ) -> PendingReason:
     rates = oracle.real_rates(j.spec)
     if not rates:

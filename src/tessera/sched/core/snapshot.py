@@ -16,21 +16,25 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 
 MIX_SEPARATOR = "+"
-"""Joins the flavors of a mixed gang's name: ``A100-40GB+V100-16GB``."""
+"""Joins the flavors of a mixed gang's label: ``A100-40GB+V100-16GB``."""
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a gang runs: GPUs taken on each node, and their flavor.
+    """Where a gang runs: GPUs taken on each node, and their flavors.
 
-    A gang is normally *homogeneous*: every GPU of one flavor. A *mixed* gang (Sia/Cannikin
-    style) holds GPUs of several flavors and trains data-parallel with a planned, uneven split
-    of its batch (:mod:`tessera.sched.mixed.rates` predicts its speed). Servers hold one flavor
-    each, so a mixed gang always spans several nodes.
+    A gang is normally *homogeneous*: every GPU of one flavor (build it with :meth:`of`). A
+    *mixed* gang (Sia/Cannikin style) holds GPUs of several flavors and trains data-parallel
+    with a planned, uneven split of its batch (:mod:`tessera.sched.mixed.rates` predicts its
+    speed); build it with :meth:`mixed`. Servers hold one flavor each, so a mixed gang always
+    spans several nodes.
+
+    Flavors are catalog :class:`~tessera.model.gpus.GpuFlavor` objects, never names: a name is
+    resolved where it enters Tessera. :attr:`label` is the one string form (for tables, the
+    store and grouping by display name).
 
     Attributes:
-        flavor: short name of the flavor of every GPU; for a mixed gang, its flavors joined by
-            ``+`` in sorted order (a name for display and grouping, never a catalog flavor).
+        flavors: the gang's flavors, sorted by short name; one entry for a homogeneous gang.
         gpus_by_node: ``((node_id, gpu_count), ...)``, most GPUs first.
         node_flavors: for a mixed gang, the flavor of each ``gpus_by_node`` entry; empty for
             a homogeneous gang.
@@ -41,9 +45,9 @@ class Placement:
             any GPU count within its :class:`~tessera.model.jobs.ElasticRange`.
     """
 
-    flavor: str
+    flavors: tuple[GpuFlavor, ...]
     gpus_by_node: tuple[tuple[str, int], ...]
-    node_flavors: tuple[str, ...] = ()
+    node_flavors: tuple[GpuFlavor, ...] = ()
     global_batch_samples: int | None = None
     colocated_with: tuple[JobId, ...] = field(default=(), repr=False)
     # Derived once at construction (the simulator asks for them on every advance of a running
@@ -54,7 +58,12 @@ class Placement:
     """True when the whole gang sits on one node."""
     is_mixed: bool = field(init=False, compare=False, repr=False)
     """True when the gang holds GPUs of more than one flavor."""
-    _flavor_counts: tuple[tuple[str, int], ...] = field(init=False, compare=False, repr=False)
+    label: str = field(init=False, compare=False, repr=False)
+    """The flavors' short names joined by ``+`` (``A100-40GB+V100-16GB``); a homogeneous
+    gang's is its flavor's short name. For display and the store, never looked up."""
+    _flavor_counts: tuple[tuple[GpuFlavor, int], ...] = field(init=False, compare=False,
+                                                              repr=False)
+    _sole: GpuFlavor | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n = 0
@@ -65,45 +74,77 @@ class Placement:
         set_(self, "consolidated", len(self.gpus_by_node) == 1)
         set_(self, "is_mixed", bool(self.node_flavors))
         if not self.node_flavors:
-            counts: tuple[tuple[str, int], ...] = ((self.flavor, n),)
+            if len(self.flavors) != 1:
+                raise ValueError(f"a homogeneous gang has one flavor, not {self.flavors}; "
+                                 "build a mixed gang with Placement.mixed")
+            counts: tuple[tuple[GpuFlavor, int], ...] = ((self.flavors[0], n),)
+            set_(self, "_sole", self.flavors[0])
         else:
-            by: dict[str, int] = {}
+            by: dict[GpuFlavor, int] = {}
             for (_n, c), f in zip(self.gpus_by_node, self.node_flavors, strict=True):
                 by[f] = by.get(f, 0) + c
-            counts = tuple(sorted(by.items()))
+            counts = tuple(sorted(by.items(), key=lambda fc: fc[0].short))
+            set_(self, "_sole", None)
         set_(self, "_flavor_counts", counts)
+        set_(self, "label", MIX_SEPARATOR.join(f.short for f in self.flavors))
 
     @classmethod
-    def mixed(cls, parts: tuple[tuple[str, str, int], ...]) -> Placement:
+    def of(cls, flavor: GpuFlavor, gpus_by_node: tuple[tuple[str, int], ...], *,
+           global_batch_samples: int | None = None,
+           colocated_with: tuple[JobId, ...] = ()) -> Placement:
+        """A homogeneous gang: every GPU of ``flavor``."""
+        return cls((flavor,), gpus_by_node, (), global_batch_samples, colocated_with)
+
+    @classmethod
+    def mixed(cls, parts: tuple[tuple[str, GpuFlavor, int], ...]) -> Placement:
         """A gang from ``((node_id, flavor, gpus), ...)``; homogeneous if one flavor is used."""
-        flavors = sorted({f for _n, f, _c in parts})
+        flavors = tuple(sorted({f for _n, f, _c in parts}, key=lambda f: f.short))
         by_node = tuple((n, c) for n, _f, c in parts)
         if len(flavors) == 1:
-            return cls(flavors[0], by_node)
-        return cls(MIX_SEPARATOR.join(flavors), by_node, tuple(f for _n, f, _c in parts))
+            return cls(flavors, by_node)
+        return cls(flavors, by_node, tuple(f for _n, f, _c in parts))
 
-    def flavor_counts(self) -> tuple[tuple[str, int], ...]:
-        """``((flavor, gpus), ...)`` sorted by flavor; one entry for a homogeneous gang."""
+    @property
+    def flavor(self) -> GpuFlavor:
+        """The flavor of every GPU of a homogeneous gang.
+
+        Raises:
+            ValueError: for a mixed gang, which has no one flavor (read :attr:`flavors`,
+                :meth:`flavor_counts` or :meth:`parts`).
+        """
+        sole = self._sole
+        if sole is None:
+            raise ValueError(f"a mixed gang ({self.label}) has no one flavor; read .flavors")
+        return sole
+
+    @property
+    def sole_flavor(self) -> GpuFlavor | None:
+        """The flavor of a homogeneous gang, ``None`` for a mixed one (to compare with)."""
+        return self._sole
+
+    def flavor_counts(self) -> tuple[tuple[GpuFlavor, int], ...]:
+        """``((flavor, gpus), ...)`` sorted by short name; one entry for a homogeneous gang."""
         return self._flavor_counts
 
-    def parts(self) -> tuple[tuple[str, int, str], ...]:
+    def parts(self) -> tuple[tuple[str, int, GpuFlavor], ...]:
         """``((node_id, gpus, flavor), ...)`` in placement order, for homogeneous gangs too."""
         if not self.node_flavors:
-            return tuple((n, c, self.flavor) for n, c in self.gpus_by_node)
+            f = self.flavors[0]
+            return tuple((n, c, f) for n, c in self.gpus_by_node)
         return tuple((n, c, f) for (n, c), f in
                      zip(self.gpus_by_node, self.node_flavors, strict=True))
 
-    def gpus_of(self, flavor: str) -> int:
+    def gpus_of(self, flavor: GpuFlavor) -> int:
         """GPUs of ``flavor`` in the gang."""
         if not self.node_flavors:
-            return self.num_gpus if flavor == self.flavor else 0
+            return self.num_gpus if flavor == self.flavors[0] else 0
         return sum(c for (_n, c), f in zip(self.gpus_by_node, self.node_flavors, strict=True)
                    if f == flavor)
 
     def same_gpus(self, other: Placement) -> bool:
         """Whether ``other`` holds the same GPUs (flavor, GPUs per node, each node's flavor),
         whoever shares them and at whatever batch: the test co-location is built on."""
-        return (self.flavor == other.flavor and self.gpus_by_node == other.gpus_by_node
+        return (self.flavors == other.flavors and self.gpus_by_node == other.gpus_by_node
                 and self.node_flavors == other.node_flavors)
 
     def describe(self) -> str:
@@ -115,7 +156,7 @@ class Placement:
         nodes = "+".join(f"{n}:{c}" for n, c in self.gpus_by_node)
         shared = (" shared with " + ", ".join(str(j) for j in self.colocated_with)
                   if self.colocated_with else "")
-        return f"{self.num_gpus}×{self.flavor} on {nodes}{shared}"
+        return f"{self.num_gpus}×{self.label} on {nodes}{shared}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +186,7 @@ class JobView:
     remaining_steps: float
     placement: Placement | None = None
     attained_gpu_s: float = 0.0
-    run_s_by_flavor: tuple[tuple[str, float], ...] = ()
+    run_s_by_flavor: tuple[tuple[GpuFlavor, float], ...] = ()
     pending_since_s: float = 0.0
     last_run_end_s: float | None = None
     attempts: int = 0
@@ -175,7 +216,7 @@ class JobView:
     def running(self) -> bool:
         return self.state is JobState.RUNNING
 
-    def run_s_on(self, flavor: str) -> float:
+    def run_s_on(self, flavor: GpuFlavor) -> float:
         for f, s in self.run_s_by_flavor:
             if f == flavor:
                 return s

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.options import PlacementOptions, needs_locality
 from tessera.sched.core.oracle import ThroughputOracle
@@ -30,7 +31,7 @@ __all__ = ["PlacementOptions", "Releases", "backfill", "needs_locality", "place_
 
 
 def place_rounds(
-    candidates: tuple[tuple[JobId, str], ...],
+    candidates: tuple[tuple[JobId, GpuFlavor], ...],
     by_id: dict[JobId, JobView],
     admitted: Sequence[JobView],
     free: FreeGpus,
@@ -60,7 +61,7 @@ def place_rounds(
                 run[j.job_id] = j.placement
     count = {f: free.total_free(f) for f in free.flavors()}
     largest = {f: free.info(f).largest_block for f in free.flavors()}
-    selected: dict[JobId, str] = {}
+    selected: dict[JobId, GpuFlavor] = {}
     left = sum(count.values())
     for jid, fl in candidates:
         if left <= 0:
@@ -80,7 +81,7 @@ def place_rounds(
     for jid, fl in selected.items():
         j = by_id[jid]
         p = j.placement
-        if (p is not None and j.state is running and p.flavor == fl
+        if (p is not None and j.state is running and p.sole_flavor == fl
                 and p.num_gpus == j.spec.num_gpus):
             staying.append((jid, p))
     # (each was given back above and nothing was taken since, unless kept in (a))
@@ -102,7 +103,7 @@ def place_rounds(
 
 
 def place_events(
-    candidates: tuple[tuple[JobId, str], ...],
+    candidates: tuple[tuple[JobId, GpuFlavor], ...],
     by_id: dict[JobId, JobView],
     admitted: Sequence[JobView],
     free: FreeGpus,
@@ -133,11 +134,11 @@ def place_events(
     for jid, _fl in candidates:
         rank.setdefault(jid, len(rank))
     order = sorted((jid for jid in by_id if jid not in run and jid in rank), key=rank.__getitem__)
-    flavors_of: dict[JobId, list[str]] = {}
+    flavors_of: dict[JobId, list[GpuFlavor]] = {}
     for jid, fl in candidates:
         flavors_of.setdefault(jid, []).append(fl)
     # Running gangs per flavor, lowest-ranked first: the victims of job j are a prefix.
-    lowest_first: dict[str, list[JobId]] = {}
+    lowest_first: dict[GpuFlavor, list[JobId]] = {}
     for v in sorted((v for v in run if by_id[v].running), key=lambda v: -rank.get(v, 1 << 30)):
         for fl, _n in run[v].flavor_counts():
             lowest_first.setdefault(fl, []).append(v)
@@ -190,7 +191,7 @@ def upgrade(
     this run can never move; they are skipped, and gangs found so are added to it.
     """
     never: dict[JobId, Placement] = {} if stay_put is None else stay_put
-    options: list[tuple[float, JobView, str, Placement]] = []
+    options: list[tuple[float, JobView, GpuFlavor, Placement]] = []
     # One C-speed pass drops the waiting jobs (no placement, never remembered) and the
     # remembered gangs; this runs at every event, over every running job.
     for j in [j for j in jobs if never.get(j.spec.job_id) is not j.placement]:
@@ -229,7 +230,7 @@ def upgrade(
 
 
 def _make_room(
-    j: JobView, fl: str, victims: list[JobId], run: dict[JobId, Placement], free: FreeGpus,
+    j: JobView, fl: GpuFlavor, victims: list[JobId], run: dict[JobId, Placement], free: FreeGpus,
     now_s: float, opts: PlacementOptions,
 ) -> tuple[Placement | None, list[JobId]]:
     """Free room for ``j`` on ``fl`` by stopping as little as possible.
@@ -262,7 +263,7 @@ def _make_room(
 
 
 def backfill(
-    candidates: tuple[tuple[JobId, str], ...],
+    candidates: tuple[tuple[JobId, GpuFlavor], ...],
     by_id: dict[JobId, JobView],
     run: dict[JobId, Placement],
     free: FreeGpus,
@@ -293,7 +294,7 @@ def backfill(
             continue
         if free.total_free(fl) >= j.spec.num_gpus:
             p = j.placement
-            if (j.running and p is not None and p.flavor == fl
+            if (j.running and p is not None and p.sole_flavor == fl
                     and p.num_gpus == j.spec.num_gpus and free.can_take(p)):
                 placed: Placement | None = p
             else:

@@ -36,7 +36,7 @@ from functools import lru_cache
 
 from tessera.errors import NoProfileError, SpecError
 from tessera.model.cluster import Node
-from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ElasticRange, JobSpec
 from tessera.perf.efficiency import load_efficiency
 from tessera.perf.goodput import (
@@ -87,12 +87,12 @@ class Config:
     """A flavor and a GPU count an elastic job may be given.
 
     Attributes:
-        flavor: the flavor's short name (as in ``Placement.flavor``).
+        flavor: the flavor (as in ``Placement.flavor``).
         num_gpus: GPUs of the gang.
         gpus_per_node: GPUs per server of that flavor (the gang is packed on such servers).
     """
 
-    flavor: str
+    flavor: GpuFlavor
     num_gpus: int
     gpus_per_node: int
 
@@ -101,11 +101,11 @@ class Config:
         return math.ceil(self.num_gpus / self.gpus_per_node)
 
 
-def flavor_nodes(nodes: tuple[Node, ...]) -> dict[str, tuple[int, int]]:
-    """``flavor short name -> (servers, GPUs per server)`` of the largest servers of each."""
-    by: dict[str, list[int]] = {}
+def flavor_nodes(nodes: tuple[Node, ...]) -> dict[GpuFlavor, tuple[int, int]]:
+    """``flavor -> (servers, GPUs per server)`` of the largest servers of each."""
+    by: dict[GpuFlavor, list[int]] = {}
     for n in nodes:
-        by.setdefault(n.flavor.short, []).append(n.gpus)
+        by.setdefault(n.flavor, []).append(n.gpus)
     return {f: (len(g), max(g)) for f, g in by.items()}
 
 
@@ -145,16 +145,16 @@ class GoodputModel:
     module docstring). One per policy or simulation; not shared between threads."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str, tuple[int, ...], int, int, tuple[int, ...]],
+        self._cache: dict[tuple[str, GpuFlavor, tuple[int, ...], int, int, tuple[int, ...]],
                           GoodputEstimate | None] = {}
-        self._options: dict[tuple[str, str, tuple[int, ...], int, int],
+        self._options: dict[tuple[str, GpuFlavor, tuple[int, ...], int, int],
                             tuple[BatchOption, ...] | None] = {}
         self._epochs: dict[tuple[str, float], tuple[int, ...]] = {}
         self._rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
                          tuple[tuple[int, float, float], ...]] = {}
         self._row_configs: tuple[Config, ...] = ()
 
-    def estimate(self, elastic: ElasticRange, flavor: str, placement: tuple[int, ...],
+    def estimate(self, elastic: ElasticRange, flavor: GpuFlavor, placement: tuple[int, ...],
                  progress: float) -> GoodputEstimate | None:
         """Goodput at the best batch on ``placement`` (GPUs per server) of ``flavor``; ``None``
         when that placement was never measured or no batch in range can be split over it."""
@@ -169,7 +169,7 @@ class GoodputModel:
         options = self._options.get(okey, ())
         if options == ():
             try:
-                options = batch_options(model, _flavor(flavor), key[2],
+                options = batch_options(model, flavor, key[2],
                                         max_batch=elastic.max_batch_samples,
                                         min_batch=elastic.initial_batch_samples)
             except (NoProfileError, SpecError):
@@ -199,11 +199,11 @@ class GoodputModel:
         key = (e, spec.flavors, hi, self.epochs(e.efficiency_model, progress))
         got = self._rows.get(key)
         if got is None:
-            shorts = {f.short for f in spec.flavors}
+            allowed = set(spec.flavors)
             out = []
             for c, config in enumerate(configs):
                 if (e.min_gpus <= config.num_gpus <= hi
-                        and (not shorts or config.flavor in shorts)):
+                        and (not allowed or config.flavor in allowed)):
                     est = self.at_config(e, config, progress)
                     if est is not None and est.goodput_samples_per_s > 0:
                         out.append((c, est.goodput_samples_per_s,
@@ -240,11 +240,6 @@ class GoodputModel:
         if est is None:
             return 0.0
         return est.goodput_samples_per_s / e.slowdown * spec.total_steps / e.target_samples
-
-
-@lru_cache(maxsize=16)
-def _flavor(short: str) -> GpuFlavor:
-    return resolve_flavor(short)
 
 
 def _epochs(model: str, progress: float) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from tessera.model.gpus import GpuFlavor
 from tessera.sched.elastic.goodput import Config
 
 DP_MAX_STATES = 200_000
@@ -60,7 +61,7 @@ class Choices:
 def choose_configs(
     values: Sequence[Sequence[tuple[int, float]]],
     configs: Sequence[Config],
-    capacity: Mapping[str, int],
+    capacity: Mapping[GpuFlavor, int],
     pinned: Mapping[int, int] | None = None,
     mip_rel_gap: float = 1e-4,
     time_limit_s: float = 10.0,
@@ -78,7 +79,7 @@ def choose_configs(
     """
     pinned = pinned or {}
     values = [_undominated(row, configs, pinned.get(j)) for j, row in enumerate(values)]
-    flavors = sorted(capacity)
+    flavors = sorted(capacity, key=lambda f: f.short)
     if math.prod(capacity[f] + 1 for f in flavors) <= DP_MAX_STATES:
         return _dp(values, configs, _binding(values, configs, capacity, pinned), pinned)
     cols_job: list[int] = []
@@ -120,7 +121,7 @@ def choose_configs(
 
 
 def _greedy(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config],
-            capacity: Mapping[str, int], pinned: Mapping[int, int], why: str) -> Choices:
+            capacity: Mapping[GpuFlavor, int], pinned: Mapping[int, int], why: str) -> Choices:
     """Pinned pairs first, then the best value per GPU that still fits, one per job."""
     left = dict(capacity)
     picked: dict[int, int] = {}
@@ -139,7 +140,7 @@ def _greedy(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Con
 
 
 def _dp(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config],
-        capacity: Mapping[str, int], pinned: Mapping[int, int]) -> Choices:
+        capacity: Mapping[GpuFlavor, int], pinned: Mapping[int, int]) -> Choices:
     """Exact multiple-choice knapsack by dynamic programming over free GPUs (module doc).
 
     ``tables[j][s]`` is the best value of jobs ``0..j-1`` within free GPUs ``s`` (one axis per
@@ -148,7 +149,7 @@ def _dp(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config]
     that matters, with the same arithmetic, so it lands on the same option (the first strict
     improvement: ties keep no configuration, then the earliest option).
     """
-    flavors = sorted(capacity)
+    flavors = sorted(capacity, key=lambda f: f.short)
     axis = {f: i for i, f in enumerate(flavors)}
     shape = tuple(capacity[f] + 1 for f in flavors)
     tables = [np.zeros(shape)]
@@ -227,13 +228,13 @@ def _pick(best: np.ndarray, opts: Sequence[tuple[int, int, int, float]], at: lis
 
 
 def _binding(values: Sequence[Sequence[tuple[int, float]]], configs: Sequence[Config],
-             capacity: Mapping[str, int], pinned: Mapping[int, int]) -> dict[str, int]:
+             capacity: Mapping[GpuFlavor, int], pinned: Mapping[int, int]) -> dict[GpuFlavor, int]:
     """Each flavor's capacity cut to the most GPUs of it the jobs could take together (their
     largest option on it, or their pinned one): free GPUs beyond that can never be used, so the
     dynamic programme over the smaller table gives the same answer, ties included."""
     demand = dict.fromkeys(capacity, 0)
     for j, row in enumerate(values):
-        most: dict[str, int] = {}
+        most: dict[GpuFlavor, int] = {}
         for c, _v in row:
             if pinned.get(j, c) == c and configs[c].flavor in demand:
                 most[configs[c].flavor] = max(most.get(configs[c].flavor, 0), configs[c].num_gpus)
@@ -246,7 +247,7 @@ def _undominated(row: Sequence[tuple[int, float]], configs: Sequence[Config],
                  keep: int | None) -> list[tuple[int, float]]:
     """``row`` without the options some option of the same flavor beats with no more GPUs (an
     optimum never needs them; ``keep``, a pinned option, always stays), in the row's order."""
-    best: dict[str, list[tuple[int, float]]] = {}
+    best: dict[GpuFlavor, list[tuple[int, float]]] = {}
     for c, v in sorted(row, key=lambda cv: (configs[cv[0]].num_gpus, -cv[1])):
         ladder = best.setdefault(configs[c].flavor, [])
         if not ladder or v > ladder[-1][1]:

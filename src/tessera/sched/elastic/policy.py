@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tessera.model.cluster import Node
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView, Snapshot
@@ -125,7 +126,7 @@ class ConfigSet:
         self._index = {(c.flavor, c.num_gpus): i for i, c in enumerate(base)}
         self._per_node = {f: per for f, (_n, per) in flavor_nodes(nodes).items()}
 
-    def rigid(self, flavor: str, num_gpus: int) -> int | None:
+    def rigid(self, flavor: GpuFlavor, num_gpus: int) -> int | None:
         """Index of ``num_gpus`` GPUs of ``flavor`` (added if new; ``None``: no such flavor)."""
         per = self._per_node.get(flavor)
         if per is None:
@@ -139,7 +140,7 @@ class ConfigSet:
 
     def allowed(self, spec: JobSpec, c: int) -> bool:
         """Whether configuration ``c`` is of a flavor ``spec`` accepts (any, if it names none)."""
-        return not spec.flavors or any(f.short == self.configs[c].flavor for f in spec.flavors)
+        return not spec.flavors or self.configs[c].flavor in spec.flavors
 
     def current(self, view: JobView) -> int | None:
         """Index of the configuration a running job holds now (``None``: not running, or a
@@ -150,11 +151,11 @@ class ConfigSet:
         return self._index.get((p.flavor, p.num_gpus))
 
 
-def capacity(nodes: tuple[Node, ...]) -> dict[str, int]:
+def capacity(nodes: tuple[Node, ...]) -> dict[GpuFlavor, int]:
     """GPUs of each flavor on ``nodes`` (an elastic round re-allocates all of them)."""
-    out: dict[str, int] = {}
+    out: dict[GpuFlavor, int] = {}
     for n in nodes:
-        out[n.flavor.short] = out.get(n.flavor.short, 0) + n.gpus
+        out[n.flavor] = out.get(n.flavor, 0) + n.gpus
     return out
 
 
@@ -173,7 +174,7 @@ def answer(
     """
     configs = sets.configs
     order = sorted(choices.picked, key=lambda j: (-configs[choices.picked[j]].num_gpus, j))
-    candidates: list[tuple[JobId, str]] = []
+    candidates: list[tuple[JobId, GpuFlavor]] = []
     sizes: dict[JobId, ElasticSize] = {}
     notes: dict[JobId, str] = {}
     for j in order:

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.snapshot import JobView, Placement, QueueQuota
 
@@ -126,7 +127,7 @@ class QuotaCapped:
 
 
 def within_quotas(
-    candidates: tuple[tuple[JobId, str], ...], jobs: Mapping[JobId, JobView],
+    candidates: tuple[tuple[JobId, GpuFlavor], ...], jobs: Mapping[JobId, JobView],
     sizes: Mapping[JobId, ElasticSize], quotas: Mapping[str, QueueQuota],
 ) -> QuotaCapped:
     """``sizes`` with every growth that would take a queue past its quota taken back.

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import JobView
@@ -102,7 +103,7 @@ class GavelFifo(GavelCompatPolicy):
         row = {jid: i for i, jid in enumerate(p.jobs)}
         sf = {j.job_id: j.spec.num_gpus for j in views}
 
-        def tput(jid: JobId, f: str) -> float:
+        def tput(jid: JobId, f: GpuFlavor) -> float:
             return float(p.tput[row[jid], p.flavors.index(f)])
 
         queue = [jid for jid in p.jobs if jid not in assigned]

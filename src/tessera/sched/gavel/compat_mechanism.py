@@ -56,12 +56,12 @@ RESET_INTERVAL_S = 1920.0
 #: Gavel's worker-type order for heterogeneity-aware policies.
 PERF_ORDER = ("v100", "p100", "k80")
 #: Our flavor behind each of Gavel's worker types (``V100-16GB`` for ``v100``).
-_GAVEL_TYPE_OF = {resolve_flavor(name).short: name for name in PERF_ORDER}
+_GAVEL_TYPE_OF = {resolve_flavor(name): name for name in PERF_ORDER}
 
 
-def gavel_type(flavor_short: str) -> str:
+def gavel_type(flavor: GpuFlavor) -> str:
     """Gavel's worker-type name for one of our flavors (``V100-16GB`` → ``v100``)."""
-    return _GAVEL_TYPE_OF.get(flavor_short, flavor_short.lower())
+    return _GAVEL_TYPE_OF.get(flavor, flavor.short.lower())
 
 
 class GavelCompatConfig(PolicyConfig):
@@ -79,7 +79,7 @@ def run_round_s(snap: Snapshot) -> float:
 
 def gavel_boundary(
     state: Any,
-    credits: Sequence[tuple[JobId | tuple[JobId, ...], str, float]],
+    credits: Sequence[tuple[JobId | tuple[JobId, ...], GpuFlavor, float]],
     event: bool,
     drained: bool,
 ) -> Any:
@@ -144,9 +144,9 @@ class GavelCompatPolicy(Policy):
         st = snap.policy_state if isinstance(snap.policy_state, GavelState) else self._initial()
         now = snap.now_s
         half = run_round_s(snap) / 2.0  # (the run's round, never a second setting)
-        cap: dict[str, int] = {}
+        cap: dict[GpuFlavor, int] = {}
         for node in snap.up_nodes():
-            cap[node.flavor.short] = cap.get(node.flavor.short, 0) + node.gpus
+            cap[node.flavor] = cap.get(node.flavor, 0) + node.gpus
         flavors = tuple(cap)
         jobs = snap.jobs
         ids = tuple(j.job_id for j in jobs)
@@ -186,7 +186,7 @@ class GavelCompatPolicy(Policy):
         prio = priorities(a, frac, thr != 0.0)
 
         # Type order (a fresh shuffle every call for the agnostic policies).
-        order = _perf_order([snap.cluster.flavor(f) for f in flavors])
+        order = _perf_order(flavors)
         shuffler = random.Random()
         shuffler.setstate(st.shuffle_rng)
         if self.agnostic:
@@ -211,9 +211,9 @@ class GavelCompatPolicy(Policy):
 
     def _greedy(
         self, queue: Sequence[tuple[int, int]], jobs: Sequence[JobView],
-        flavors: Sequence[str], cap: dict[str, int], thr: np.ndarray, prio: np.ndarray,
-        shares: Shares | None,
-    ) -> list[tuple[JobId, str]]:
+        flavors: Sequence[GpuFlavor], cap: dict[GpuFlavor, int], thr: np.ndarray,
+        prio: np.ndarray, shares: Shares | None,
+    ) -> list[tuple[JobId, GpuFlavor]]:
         """Gavel's one greedy pass: walk ``queue`` (``(job row, flavor column)`` entries in
         priority order), giving each job not yet chosen its whole gang on the first flavor
         with room, a speed there and (for the policies that refuse it) a positive priority.
@@ -253,24 +253,24 @@ def _notes(shares: Shares | None, ids: Sequence[JobId]) -> dict[JobId, str]:
     return notes
 
 
-def _real_rates(ctx: PolicyContext, j: JobView) -> dict[str, float]:
+def _real_rates(ctx: PolicyContext, j: JobView) -> dict[GpuFlavor, float]:
     """Gavel's ``_throughputs``: the isolated, consolidated rate on every flavor (0 if none)."""
     return {r.flavor: r.consolidated for r in ctx.oracle.real_rates(j.spec)}
 
 
-def _perf_order(flavors: Sequence[GpuFlavor]) -> list[str]:
-    """``v100, p100, k80`` (those present), then any other flavor, fastest first (short names)."""
-    by_name = {gavel_type(f.short): f.short for f in flavors}
+def _perf_order(flavors: Sequence[GpuFlavor]) -> list[GpuFlavor]:
+    """``v100, p100, k80`` (those present), then any other flavor, fastest first."""
+    by_name = {gavel_type(f): f for f in flavors}
     order = [by_name[n] for n in PERF_ORDER if n in by_name]
-    rest = sorted((f for f in flavors if f.short not in order), key=lambda f: -f.fp32_tflops)
-    return order + [f.short for f in rest]
+    rest = sorted((f for f in flavors if f not in order), key=lambda f: -f.fp32_tflops)
+    return order + rest
 
 
 def _problem(
     jobs: Sequence[JobView],
-    flavors: Sequence[str],
-    cap: Mapping[str, int],
-    thr: Sequence[Mapping[str, float]],
+    flavors: Sequence[GpuFlavor],
+    cap: Mapping[GpuFlavor, int],
+    thr: Sequence[Mapping[GpuFlavor, float]],
 ) -> ShareProblem:
     """Gavel's order: jobs by id (the snapshot's), flavors alphabetical by Gavel's names."""
     cols = tuple(sorted(flavors, key=gavel_type))

@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.lp import INF, LpModel, SolverError
 from tessera.sched.core.snapshot import JobView
@@ -156,7 +157,7 @@ class GavelAllox(GavelCompatPolicy):
                 assigned.append(jid)
             else:
                 unassigned.append(jid)
-        gpu_type: list[str] = []
+        gpu_type: list[GpuFlavor] = []
         for k, f in enumerate(types):
             free = int(p.capacity[k]) - sum(1 for jid in assigned if prev[jid][f] == 1.0)
             gpu_type.extend([f] * max(free, 0))

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.policy import PolicyContext
 from tessera.sched.core.snapshot import JobView
@@ -46,8 +47,8 @@ def _gain(c: Combo, speeds: Speeds, cols: Sequence[int]) -> float:
     return total
 
 
-def _equal_shares(chosen: Sequence[Combo], gang: Mapping[JobId, int], flavors: Sequence[str],
-                  cap: Mapping[str, int]) -> dict[Combo, tuple[float, ...]]:
+def _equal_shares(chosen: Sequence[Combo], gang: Mapping[JobId, int], flavors: Sequence[GpuFlavor],
+                  cap: Mapping[GpuFlavor, int]) -> dict[Combo, tuple[float, ...]]:
     """The same time share for every combination in ``chosen``, as Gavel's helper computes it."""
     m = len(chosen)
     out: dict[Combo, tuple[float, ...]] = {}
@@ -62,7 +63,7 @@ class GavelGandiva(GavelPackedPolicy):
     """``GandivaPolicy`` with Gavel's packed round mechanism."""
 
     def shares(self, ctx: PolicyContext, jobs: Sequence[JobView], combos: Sequence[Combo],
-               speeds: Speeds, cap: Mapping[str, int], memory: GandivaMemory | None
+               speeds: Speeds, cap: Mapping[GpuFlavor, int], memory: GandivaMemory | None
                ) -> tuple[dict[Combo, tuple[float, ...]], GandivaMemory | None,
                           tuple[str, ...]]:
         rng = random.Random()
@@ -75,7 +76,7 @@ class GavelGandiva(GavelPackedPolicy):
         flavors = speeds.flavors
         gang = {j.job_id: j.spec.num_gpus for j in jobs}
         active = set(gang)
-        type_cols = sorted(range(len(flavors)), key=lambda k: flavors[k])
+        type_cols = sorted(range(len(flavors)), key=lambda k: flavors[k].short)
         drop: list[JobId | None] = []
         for jid, (combo, other) in assigned.items():
             gone = jid not in active or (other is not None and other not in active)

@@ -63,9 +63,9 @@ def build_problem(ctx: PolicyContext, jobs: Sequence[JobView] | None = None) -> 
     """The matrix for ``jobs`` (default: every active job): policy-visible consolidated rates,
     flavors in the order the up nodes list them."""
     js = tuple(ctx.snapshot.jobs if jobs is None else jobs)
-    cap: dict[str, int] = {}
+    cap: dict[GpuFlavor, int] = {}
     for n in ctx.snapshot.up_nodes():
-        cap[n.flavor.short] = cap.get(n.flavor.short, 0) + n.gpus
+        cap[n.flavor] = cap.get(n.flavor, 0) + n.gpus
     flavors = tuple(cap)
     col = {f: i for i, f in enumerate(flavors)}
     tput = np.zeros((len(js), len(flavors)))
@@ -91,7 +91,7 @@ class _RoundMemo:
 
     rows: ShareRows | None = None
     notes: tuple[Shares, ShareNotes] | None = None
-    order: tuple[tuple[GpuFlavor, ...], list[str]] | None = None
+    order: tuple[tuple[GpuFlavor, ...], list[GpuFlavor]] | None = None
 
 
 class GavelAllocationPolicy(Policy):
@@ -142,7 +142,7 @@ class GavelAllocationPolicy(Policy):
 
     def _candidates(
         self, ctx: PolicyContext, state: RoundState
-    ) -> tuple[tuple[JobId, str], ...]:
+    ) -> tuple[tuple[JobId, GpuFlavor], ...]:
         """Per-flavor priority lists, concatenated in flavor order.
 
         A job's share and its time run at the reset are fixed until the next reallocation,
@@ -180,26 +180,26 @@ class GavelAllocationPolicy(Policy):
         frac = received / elapsed if elapsed > 0 else np.zeros_like(received)
         prio = priorities(x, frac, np.ones_like(usable))
         deficit = x * elapsed - received
-        out: list[tuple[JobId, str]] = []
+        out: list[tuple[JobId, GpuFlavor]] = []
         for k, fl in enumerate(flavors):
             listed, neg_share = got.lists[k]
             keys = np.lexsort((listed, neg_share, -deficit[listed, k], -prio[listed, k]))
             out += zip(map(ids.__getitem__, listed[keys].tolist()), repeat(fl))
         return tuple(out)
 
-    def _flavor_order(self, ctx: PolicyContext) -> list[str]:
+    def _flavor_order(self, ctx: PolicyContext) -> list[GpuFlavor]:
         """The round's flavor order: fastest first (kept while the up flavors are the same),
         or shuffled by the round's ``rng`` for the agnostic twin."""
         present = ctx.snapshot.up_flavors()
         if self.agnostic:
-            flavors = [f.short for f in present]
+            flavors = list(present)
             ctx.rng.shuffle(flavors)
             return flavors
         memo: _RoundMemo = ctx.cache(self, "gavel_round", _RoundMemo)
         kept = memo.order
         if kept is None or kept[0] != present:
             kept = memo.order = (
-                present, [f.short for f in sorted(present, key=lambda f: -f.fp32_tflops)])
+                present, sorted(present, key=lambda f: -f.fp32_tflops))
         return kept[1]
 
 

@@ -10,6 +10,7 @@ from itertools import repeat
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sched.gavel.mechanism import RoundState
@@ -30,7 +31,7 @@ class ShareRows:
     __slots__ = ("_kinds", "_usable", "_usable_array", "at_reset", "col", "gathered",
                  "kind_of", "oracle", "row_of", "state", "x")
 
-    def __init__(self, state: RoundState, oracle: ThroughputOracle, columns: tuple[str, ...],
+    def __init__(self, state: RoundState, oracle: ThroughputOracle, columns: tuple[GpuFlavor, ...],
                  kinds: ShareRows | None) -> None:
         self.state = state
         self.oracle = oracle
@@ -61,19 +62,19 @@ class ShareRows:
         self.gathered: Gathered | None = None
 
     @classmethod
-    def of(cls, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[str],
+    def of(cls, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[GpuFlavor],
            last: ShareRows | None) -> ShareRows:
         """The rows of ``state``, keeping ``last``'s usable flavors when they still apply."""
-        return cls(state, oracle, tuple(sorted(flavors)), last)
+        return cls(state, oracle, tuple(sorted(flavors, key=lambda f: f.short)), last)
 
-    def serves(self, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[str]
+    def serves(self, state: RoundState, oracle: ThroughputOracle, flavors: Sequence[GpuFlavor]
                ) -> bool:
         """Whether these rows are ``state``'s, for ``oracle`` and this set of flavors."""
         col = self.col
         return (state is self.state and oracle is self.oracle and len(flavors) == len(col)
                 and all(f in col for f in flavors))
 
-    def perm(self, flavors: Sequence[str]) -> list[int]:
+    def perm(self, flavors: Sequence[GpuFlavor]) -> list[int]:
         """The fixed columns in ``flavors``' order."""
         return [self.col[f] for f in flavors]
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 
 
@@ -38,7 +39,7 @@ class Shares:
     """
 
     jobs: tuple[JobId, ...]
-    flavors: tuple[str, ...]
+    flavors: tuple[GpuFlavor, ...]
     x: np.ndarray
 
     def __contains__(self, jid: object) -> bool:
@@ -47,14 +48,14 @@ class Shares:
     def _rows(self) -> dict[JobId, int]:
         return {j: i for i, j in enumerate(self.jobs)}
 
-    def of(self, jid: JobId) -> dict[str, float] | None:
+    def of(self, jid: JobId) -> dict[GpuFlavor, float] | None:
         """``{flavor: share}`` for one job, ``None`` if it has no share."""
         i = self._rows().get(jid)
         if i is None:
             return None
         return {f: float(self.x[i, k]) for k, f in enumerate(self.flavors)}
 
-    def aligned(self, jobs: Sequence[JobId], flavors: Sequence[str]
+    def aligned(self, jobs: Sequence[JobId], flavors: Sequence[GpuFlavor]
                 ) -> tuple[np.ndarray, np.ndarray]:
         """``(X, has)``: shares re-indexed to ``jobs × flavors`` (0 where absent) and which of
         ``jobs`` have a share at all."""
@@ -115,7 +116,7 @@ class RoundState:
 
     shares: Shares
     reset_s: float
-    run_at_reset: Mapping[JobId, tuple[tuple[str, float], ...]]
+    run_at_reset: Mapping[JobId, tuple[tuple[GpuFlavor, float], ...]]
     jobs: frozenset[JobId]
 
 
@@ -123,7 +124,7 @@ class ShareNotes(Mapping[JobId, str]):
     """Per-job "target share" explanations, formatted only when someone reads them."""
 
     def __init__(self, shares: Shares, prefix: str = "target share ",
-                 label: Mapping[str, str] | None = None, min_share: float = 0.0) -> None:
+                 label: Mapping[GpuFlavor, str] | None = None, min_share: float = 0.0) -> None:
         self._shares = shares
         self._rows = shares._rows()
         self._prefix = prefix
@@ -135,7 +136,7 @@ class ShareNotes(Mapping[JobId, str]):
         if i is None:
             return []
         row = self._shares.x[i]
-        return [f"{self._label.get(f, f)} {row[k]:.2f}"
+        return [f"{self._label.get(f, f.short)} {row[k]:.2f}"
                 for k, f in enumerate(self._shares.flavors) if row[k] > self._min]
 
     def __getitem__(self, jid: JobId) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 
 Combo = tuple[JobId, ...]
@@ -80,7 +81,7 @@ class PackedState:
         memory: the policy object's own state (Gandiva's pairs and random stream).
     """
 
-    flavors: tuple[str, ...]
+    flavors: tuple[GpuFlavor, ...]
     time_s: Mapping[Combo, tuple[float, ...]]
     deficit_s: Mapping[Combo, tuple[float, ...]]
     worker_time_s: tuple[float, ...]
@@ -93,7 +94,7 @@ class PackedState:
     def initial(cls) -> PackedState:
         return cls((), {}, {}, (), None, 0.0, True)
 
-    def arrays(self, combos: Sequence[Combo], flavors: Sequence[str], seed_s: float
+    def arrays(self, combos: Sequence[Combo], flavors: Sequence[GpuFlavor], seed_s: float
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(time, deficit, worker_time)`` for ``combos × flavors``; a new job gets ``seed_s``
         on every flavor, a new pair 0, both zero deficits."""
@@ -114,7 +115,7 @@ class PackedState:
         worker = np.array([self.worker_time_s[s] if s >= 0 else 0.0 for s in src])
         return time_s, deficit, worker.reshape(n)
 
-    def share_matrix(self, combos: Sequence[Combo], flavors: Sequence[str]
+    def share_matrix(self, combos: Sequence[Combo], flavors: Sequence[GpuFlavor]
                      ) -> tuple[np.ndarray, np.ndarray]:
         """``(X, has_share)``: the allocation of each combination (0 where it has none) and
         whether it is in the allocation at all."""
@@ -152,7 +153,7 @@ def reset_counters(
 
 def credit_combos(
     state: PackedState,
-    credits: Sequence[tuple[Combo, str, float]],
+    credits: Sequence[tuple[Combo, GpuFlavor, float]],
     event: bool,
     drained: bool,
 ) -> PackedState:

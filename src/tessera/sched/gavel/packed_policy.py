@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.perf.colocation import PairRefusal, pair_rates
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
@@ -65,7 +66,7 @@ class Speeds:
     agnostic finish-time fairness does); :meth:`runnable` always reads the real ones.
     """
 
-    def __init__(self, ctx: PolicyContext, jobs: Sequence[JobView], flavors: Sequence[str],
+    def __init__(self, ctx: PolicyContext, jobs: Sequence[JobView], flavors: Sequence[GpuFlavor],
                  combos: Sequence[Combo], blind: bool = False) -> None:
         self.flavors = tuple(flavors)
         self.alone: dict[JobId, tuple[float, ...]] = {}
@@ -117,7 +118,7 @@ class GavelPackedPolicy(Policy):
         return cfg
 
     def shares(self, ctx: PolicyContext, jobs: Sequence[JobView], combos: Sequence[Combo],
-               speeds: Speeds, cap: Mapping[str, int], memory: GandivaMemory | None
+               speeds: Speeds, cap: Mapping[GpuFlavor, int], memory: GandivaMemory | None
                ) -> tuple[dict[Combo, tuple[float, ...]], GandivaMemory | None,
                           tuple[str, ...]]:
         """Gavel's ``_compute_allocation``: a share per combination and flavor (in
@@ -131,9 +132,9 @@ class GavelPackedPolicy(Policy):
               else PackedState.initial())
         now = snap.now_s
         seed = run_round_s(snap) / 2.0  # (the run's round, never a second setting)
-        cap: dict[str, int] = {}
+        cap: dict[GpuFlavor, int] = {}
         for node in snap.up_nodes():
-            cap[node.flavor.short] = cap.get(node.flavor.short, 0) + node.gpus
+            cap[node.flavor] = cap.get(node.flavor, 0) + node.gpus
         flavors = tuple(cap)
         jobs = sorted(snap.jobs, key=lambda j: id_key(j.job_id))
         gang = {j.job_id: j.spec.num_gpus for j in jobs}
@@ -159,7 +160,7 @@ class GavelPackedPolicy(Policy):
         runnable = np.array([[speeds.runnable(c, k) for k in range(len(flavors))]
                              for c in combos], dtype=bool).reshape(len(combos), len(flavors))
         prio = priorities(x, frac, runnable)
-        order = _perf_order([snap.cluster.flavor(f) for f in flavors])
+        order = _perf_order(flavors)
         col = {f: k for k, f in enumerate(flavors)}
         queue = ranked_entries(prio, deficit, x, np.ones(x.shape, dtype=bool),
                                [col[f] for f in order])
@@ -204,7 +205,7 @@ class GavelMaxMinFairnessPacked(GavelPackedPolicy):
     """``MaxMinFairnessPolicyWithPacking`` with Gavel's round mechanism."""
 
     def shares(self, ctx: PolicyContext, jobs: Sequence[JobView], combos: Sequence[Combo],
-               speeds: Speeds, cap: Mapping[str, int], memory: GandivaMemory | None
+               speeds: Speeds, cap: Mapping[GpuFlavor, int], memory: GandivaMemory | None
                ) -> tuple[dict[Combo, tuple[float, ...]], GandivaMemory | None,
                           tuple[str, ...]]:
         if not jobs:
@@ -255,14 +256,14 @@ class GavelFifoPacked(GavelPackedPolicy):
     refuses_zero_priority = True
 
     def shares(self, ctx: PolicyContext, jobs: Sequence[JobView], combos: Sequence[Combo],
-               speeds: Speeds, cap: Mapping[str, int], memory: GandivaMemory | None
+               speeds: Speeds, cap: Mapping[GpuFlavor, int], memory: GandivaMemory | None
                ) -> tuple[dict[Combo, tuple[float, ...]], GandivaMemory | None,
                           tuple[str, ...]]:
         flavors = speeds.flavors
         names = {f: gavel_type(f) for f in flavors}
         available = dict(cap)
         gang = {j.job_id: j.spec.num_gpus for j in jobs}
-        assigned: dict[Combo, str] = {}
+        assigned: dict[Combo, GpuFlavor] = {}
         queue = [j.job_id for j in jobs]  # ascending id
         types = sorted((f for f in flavors if available[f] > 0), key=lambda f: names[f])
         k_of = {f: k for k, f in enumerate(flavors)}

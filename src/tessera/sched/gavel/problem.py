@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 
 
@@ -43,7 +44,7 @@ class ShareProblem:
     """
 
     jobs: tuple[JobId, ...]
-    flavors: tuple[str, ...]
+    flavors: tuple[GpuFlavor, ...]
     tput: np.ndarray
     scale: np.ndarray
     weight: np.ndarray

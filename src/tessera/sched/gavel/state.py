@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.gavel.mechanism import Shares
 
@@ -43,7 +44,7 @@ class JobAccount:
 class FifoMemory:
     """Gavel's FIFO policy object: its job → flavor assignment and ``random.Random(seed)``."""
 
-    assigned: Mapping[JobId, str]
+    assigned: Mapping[JobId, GpuFlavor]
     rng: Any
 
 
@@ -61,7 +62,7 @@ class FtfMemory:
 class AlloxMemory:
     """Gavel's AlloX policy object: the allocation it returned last time, per job and type."""
 
-    previous: Mapping[JobId, Mapping[str, float]]
+    previous: Mapping[JobId, Mapping[GpuFlavor, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,7 @@ class GavelState:
         memory: the policy object's own state.
     """
 
-    flavors: tuple[str, ...]
+    flavors: tuple[GpuFlavor, ...]
     accounts: Mapping[JobId, JobAccount]
     worker_time_s: tuple[float, ...]
     shares: Shares | None
@@ -93,7 +94,7 @@ class GavelState:
     def known(self) -> tuple[JobId, ...]:
         return tuple(self.accounts)
 
-    def arrays(self, jobs: Sequence[JobId], flavors: Sequence[str], seed_s: float
+    def arrays(self, jobs: Sequence[JobId], flavors: Sequence[GpuFlavor], seed_s: float
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(job_time, deficit, worker_time)`` re-indexed to ``jobs × flavors``.
 
@@ -119,7 +120,7 @@ class GavelState:
 
 def credit_round(
     state: GavelState,
-    credits: Sequence[tuple[JobId, str, float]],
+    credits: Sequence[tuple[JobId, GpuFlavor, float]],
     event: bool,
     drained: bool,
 ) -> GavelState:

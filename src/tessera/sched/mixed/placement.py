@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec
 from tessera.sched.core.options import PlacementOptions, needs_locality
 from tessera.sched.core.oracle import ThroughputOracle
@@ -21,7 +22,7 @@ from tessera.sched.core.snapshot import JobView, Placement
 
 
 def mixed_upgrade(job: JobSpec, p: Placement, oracle: ThroughputOracle
-                   ) -> tuple[str, float, float] | None:
+                   ) -> tuple[GpuFlavor, float, float] | None:
     """``(best flavor, its rate, the mixed gang's rate)`` if one flavor alone would be faster."""
     rates = oracle.rates(job)
     if not rates:
@@ -38,12 +39,12 @@ class Releases:
     def __init__(self, jobs: Iterable[JobView], now_s: float) -> None:
         self._jobs = jobs
         self._now = now_s
-        self._by_flavor: dict[str, list[tuple[float, int]]] | None = None
+        self._by_flavor: dict[GpuFlavor, list[tuple[float, int]]] | None = None
 
-    def wait_s(self, flavor: str, free_now: int, gpus: int) -> float:
+    def wait_s(self, flavor: GpuFlavor, free_now: int, gpus: int) -> float:
         """Seconds until ``gpus`` GPUs of ``flavor`` are expected free (inf if never)."""
         if self._by_flavor is None:
-            by: dict[str, list[tuple[float, int]]] = {}
+            by: dict[GpuFlavor, list[tuple[float, int]]] = {}
             for j in self._jobs:
                 p = j.placement
                 if not j.running or p is None or j.progress_rate <= 0:

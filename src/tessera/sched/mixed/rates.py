@@ -52,10 +52,10 @@ from tessera.perf.steptime import CostModel, DeviceCost
 from tessera.plan.dp import DpDevice, split_batch
 from tessera.sched.core.plans import ThreeDPlans
 
-Mix = tuple[tuple[str, int], ...]
-"""``((flavor short name, GPUs), ...)`` sorted by flavor."""
+Mix = tuple[tuple[GpuFlavor, int], ...]
+"""``((flavor, GPUs), ...)`` sorted by the flavors' short names."""
 
-SpreadRate = Callable[[JobSpec, str], float]
+SpreadRate = Callable[[JobSpec, GpuFlavor], float]
 """Steps/s of a job's whole gang on one flavor, split across servers (0 if it cannot run)."""
 
 _BATCH_RE = re.compile(r"\(batch size (\d+)\)")
@@ -106,8 +106,6 @@ class MixedRates:
 
     Args:
         spread_rate: the job's homogeneous speed per flavor (split across servers).
-        flavor_of: the catalog flavor behind a short name (the cluster's
-            :meth:`~tessera.model.cluster.ClusterSpec.flavor`).
         cost_model: the planner's cost model; ``None`` uses per-flavor speeds only.
         gpus_per_node: server size used to lay a mix out for the cost model (and for a 3-D
             plan when no placement is given).
@@ -115,18 +113,17 @@ class MixedRates:
             prices them like data-parallel jobs (what a heterogeneity-agnostic view sees).
     """
 
-    def __init__(self, spread_rate: SpreadRate, flavor_of: Callable[[str], GpuFlavor],
+    def __init__(self, spread_rate: SpreadRate,
                  cost_model: CostModel | None = None, gpus_per_node: int = 8,
                  plans: ThreeDPlans | None = None) -> None:
         self._spread_rate = spread_rate
-        self._flavor_of = flavor_of
         self._cost_model = cost_model
         self._gpus_per_node = gpus_per_node
         self._plans = plans
         self._cache: dict[tuple[str, int, str, Mix], MixedPrediction] = {}
 
     def predict(self, job: JobSpec, mix: Mix,
-                parts: tuple[tuple[str, int, str], ...] | None = None) -> MixedPrediction:
+                parts: tuple[tuple[str, int, GpuFlavor], ...] | None = None) -> MixedPrediction:
         """Speed of ``job`` on the GPUs of ``mix`` (its counts must add up to the gang size).
 
         ``parts`` (the placement's ``(node, gpus, flavor)`` servers) is read only for a 3-D
@@ -162,7 +159,7 @@ class MixedRates:
         return self.predict(job, mix).steps_per_s
 
     def _from_plan(self, job: JobSpec, mix: Mix,
-                   parts: tuple[tuple[str, int, str], ...] | None) -> MixedPrediction:
+                   parts: tuple[tuple[str, int, GpuFlavor], ...] | None) -> MixedPrediction:
         p3, plans = job.parallelism, self._plans
         assert p3 is not None and plans is not None
         if parts is None:
@@ -174,26 +171,26 @@ class MixedRates:
             return MixedPrediction(0.0, bound, why)
         return MixedPrediction(plans.steps_per_s(p3, parts), bound, f"3-D plan ({p3.model})")
 
-    def _from_speeds(self, job: JobSpec, mix: Mix, rates: dict[str, float],
+    def _from_speeds(self, job: JobSpec, mix: Mix, rates: dict[GpuFlavor, float],
                      bound: float) -> MixedPrediction:
         bs = local_batch_of(job)
         costs: list[DeviceCost] = []
         node_gpus: list[int] = []
         for f, n in mix:
-            costs += [DeviceCost(self._flavor_of(f), 0.0, 1.0 / (bs * rates[f]),
+            costs += [DeviceCost(f, 0.0, 1.0 / (bs * rates[f]),
                                  bs * job.num_gpus)] * n
             node_gpus.append(n)
         step_s = _split_step_s(costs, bs * job.num_gpus, 0.0, node_gpus)
         return MixedPrediction(1.0 / step_s, bound, "per-flavor speeds")
 
-    def _from_cost_model(self, job: JobSpec, mix: Mix, rates: dict[str, float], bound: float,
+    def _from_cost_model(self, job: JobSpec, mix: Mix, rates: dict[GpuFlavor, float], bound: float,
                          model: str) -> MixedPrediction | None:
         cm = self._cost_model
         assert cm is not None
         anchor = max(mix, key=lambda fn: (fn[1], rates[fn[0]]))[0]
         per_node = self._gpus_per_node
         try:
-            costs = {f: cm.device_cost(model, self._flavor_of(f)) for f, _n in mix}
+            costs = {f: cm.device_cost(model, f) for f, _n in mix}
             batch = job.batch_size or local_batch_of(job) * job.num_gpus
             grad = cm.gradient_bytes(model)
             mixed_costs = [costs[f] for f, n in mix for _ in range(n)]

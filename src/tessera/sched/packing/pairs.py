@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal, pair_rates
 from tessera.perf.profiles import ThroughputTable
@@ -52,7 +53,8 @@ class Packed:
 
 
 def may_share(
-    table: ThroughputTable, cluster: ClusterSpec, host: JobSpec, partner: JobSpec, flavor: str,
+    table: ThroughputTable, cluster: ClusterSpec, host: JobSpec, partner: JobSpec,
+    flavor: GpuFlavor,
 ) -> PairRates | PairRefusal:
     """Whether ``host`` and ``partner`` may share a gang of ``flavor`` (rules 1-4 of the module
     docstring), and at what speeds (host first)."""
@@ -60,14 +62,14 @@ def may_share(
         if spec.exclusive:
             return PairRefusal(f"job {spec.job_id} is exclusive: it does not share its GPUs")
     for spec in (host, partner):
-        if spec.flavors and flavor not in {f.short for f in spec.flavors}:
+        if spec.flavors and flavor not in spec.flavors:
             return PairRefusal(f"job {spec.job_id} does not accept {flavor} GPUs")
     rates = pair_rates(table, host, partner, flavor)
     if isinstance(rates, PairRefusal):
         return rates
     mem_h, mem_p = host.memory_gib, partner.memory_gib
     if mem_h is not None and mem_p is not None:
-        cap = cluster.flavor(flavor).mem_gib
+        cap = flavor.mem_gib
         if mem_h + mem_p > cap:
             return PairRefusal(
                 f"jobs {host.job_id} and {partner.job_id} need {mem_h:g} + {mem_p:g} GiB per "

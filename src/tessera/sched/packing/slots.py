@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import scipy.sparse as sp
 
+from tessera.model.gpus import GpuFlavor
 from tessera.sched.core.lp import LpModel, LpSolver
 
 _WHOLE = 1e-7
@@ -61,7 +62,7 @@ class SlotGroup:
     gpus: int
     members: int
     must: int
-    solo: Mapping[str, float]
+    solo: Mapping[GpuFlavor, float]
 
     def __post_init__(self) -> None:
         if not 0 <= self.must <= self.members:
@@ -77,7 +78,7 @@ class PairOption:
 
     first: int
     second: int
-    flavor: str
+    flavor: GpuFlavor
     value: float
 
 
@@ -91,14 +92,14 @@ class SlotPlan:
         value: the objective reached.
     """
 
-    solo: Mapping[tuple[int, str], int]
+    solo: Mapping[tuple[int, GpuFlavor], int]
     pairs: Mapping[int, int]
     value: float
 
 
 def plan_slots(
-    groups: Sequence[SlotGroup], options: Sequence[PairOption], capacity: Mapping[str, int],
-    solver: LpSolver,
+    groups: Sequence[SlotGroup], options: Sequence[PairOption],
+    capacity: Mapping[GpuFlavor, int], solver: LpSolver,
 ) -> SlotPlan | str:
     """Solve the slot programme (see the module docstring).
 
@@ -141,7 +142,7 @@ def plan_slots(
             return out.status
         counts = np.rint(out.x)
     counts = counts.astype(int)
-    solo: dict[tuple[int, str], int] = {}
+    solo: dict[tuple[int, GpuFlavor], int] = {}
     pairs: dict[int, int] = {}
     for key, k in zip(cols, counts.tolist(), strict=True):
         if k > 0:
@@ -157,15 +158,15 @@ class _Programme:
     """The slot programme's columns, one per solo slot kind ``(group, flavor)`` and per pair
     option (its index), with their values, upper bounds and matrix entries."""
 
-    flavors: list[str]
-    cols: list[tuple[int, str] | int] = field(default_factory=list)
+    flavors: list[GpuFlavor]
+    cols: list[tuple[int, GpuFlavor] | int] = field(default_factory=list)
     cost: list[float] = field(default_factory=list)
     upper: list[float] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     at: list[int] = field(default_factory=list)
     coef: list[float] = field(default_factory=list)
 
-    def column(self, key: tuple[int, str] | int, value: float, bound: float,
+    def column(self, key: tuple[int, GpuFlavor] | int, value: float, bound: float,
                entries: list[tuple[int, float]]) -> None:
         for r, c in entries:
             self.rows.append(r)
@@ -177,15 +178,16 @@ class _Programme:
 
 
 def _programme(
-    groups: Sequence[SlotGroup], options: Sequence[PairOption], capacity: Mapping[str, int],
+    groups: Sequence[SlotGroup], options: Sequence[PairOption],
+    capacity: Mapping[GpuFlavor, int],
 ) -> _Programme:
     """The columns of the programme: one row per group (how many of its members take a
     slot), then one per flavor (its GPUs). Raises ``ValueError`` as :func:`plan_slots`."""
-    prog = _Programme(sorted(capacity))
+    prog = _Programme(sorted(capacity, key=lambda f: f.short))
     frow = {f: len(groups) + i for i, f in enumerate(prog.flavors)}
     column = prog.column
     for g, grp in enumerate(groups):
-        for f, value in sorted(grp.solo.items()):
+        for f, value in sorted(grp.solo.items(), key=lambda fv: fv[0].short):
             if f in frow and grp.gpus <= capacity[f]:
                 column((g, f), value, float(grp.members), [(g, 1.0), (frow[f], float(grp.gpus))])
     for i, o in enumerate(options):

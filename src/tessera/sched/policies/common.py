@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.policy import PolicyContext
 from tessera.sched.core.snapshot import JobView
 
 
-def flavors_fastest_first(ctx: PolicyContext, job: JobView) -> tuple[str, ...]:
+def flavors_fastest_first(ctx: PolicyContext, job: JobView) -> tuple[GpuFlavor, ...]:
     """The job's usable flavors, fastest first as the policy sees them.
 
     Aware policies see real speeds; agnostic ones see equal speeds, so the order falls back to
@@ -18,7 +19,7 @@ def flavors_fastest_first(ctx: PolicyContext, job: JobView) -> tuple[str, ...]:
 
 def candidates_in_order(
     ctx: PolicyContext, ordered: list[JobView]
-) -> tuple[tuple[JobId, str], ...]:
+) -> tuple[tuple[JobId, GpuFlavor], ...]:
     """Expand an ordered job list into (job, flavor) candidates, flavors fastest first."""
     fastest_first = ctx.oracle.fastest_first
     return tuple([(j.spec.job_id, fl) for j in ordered for fl in fastest_first(j.spec)])

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from tessera.model.cluster import ClusterSpec, Node
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.core.lp import INF, LpModel, LpSolver, SolverError, solve_lp
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
@@ -17,7 +18,7 @@ from tessera.sched.core.placement import Layout as _PlacementLayout
 from tessera.sched.core.policy import PolicyContext
 from tessera.sched.core.snapshot import JobView, Snapshot
 
-Usable = tuple[tuple[tuple[str, float], ...], float, float]
+Usable = tuple[tuple[tuple[GpuFlavor, float], ...], float, float]
 """A job's usable flavors with their rates, its best rate and ``gpus ** gang_exponent``."""
 
 
@@ -28,11 +29,11 @@ class NodeRates:
 
     cluster: ClusterSpec
     down: frozenset[str]
-    cap: dict[str, int]
+    cap: dict[GpuFlavor, int]
     """GPUs per flavor."""
-    node_max: dict[str, int]
+    node_max: dict[GpuFlavor, int]
     """The largest node of each flavor."""
-    by_flavor: dict[str, tuple[str, ...]]
+    by_flavor: dict[GpuFlavor, tuple[str, ...]]
     nodes: tuple[Node, ...]
     placement: _PlacementLayout
     """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
@@ -43,12 +44,12 @@ class NodeRates:
 
     @classmethod
     def of(cls, snap: Snapshot) -> NodeRates:
-        cap: dict[str, int] = {}
-        node_max: dict[str, int] = {}
-        by_flavor: dict[str, list[str]] = {}
+        cap: dict[GpuFlavor, int] = {}
+        node_max: dict[GpuFlavor, int] = {}
+        by_flavor: dict[GpuFlavor, list[str]] = {}
         nodes = snap.up_nodes()
         for n in nodes:
-            f = n.flavor.short
+            f = n.flavor
             cap[f] = cap.get(f, 0) + n.gpus
             node_max[f] = max(node_max.get(f, 0), n.gpus)
             by_flavor.setdefault(f, []).append(n.node_id)
@@ -71,7 +72,7 @@ class NodeRates:
         on one node of the flavor, else its spread speed."""
         g = spec.num_gpus
         cap = self.cap
-        rates: dict[str, float] = {}
+        rates: dict[GpuFlavor, float] = {}
         for r in ctx.oracle.rates(spec):
             if r.flavor not in cap or g > cap[r.flavor]:
                 continue
@@ -98,8 +99,9 @@ class NodeRates:
 
 
 def flavor_costs(
-    rates: tuple[tuple[str, float], ...], tau_top: float, cur: str | None, restart_s: float
-) -> tuple[dict[str, float], float, list[str], bool]:
+    rates: tuple[tuple[GpuFlavor, float], ...], tau_top: float, cur: GpuFlavor | None,
+    restart_s: float
+) -> tuple[dict[GpuFlavor, float], float, list[GpuFlavor], bool]:
     """A job's cost (seconds to finish) on each usable flavor, ``tau_top / rate`` plus
     ``restart_s`` off the flavor it runs on (``cur``), evaluated left to right as
     ``(tau * top) / rate``: the cost table, the cheapest cost, the flavors cheapest first
@@ -124,9 +126,10 @@ def flavor_costs(
 
 
 def match_flavors(
-    selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int],
+    selected: list[tuple[JobView, dict[GpuFlavor, float], list[GpuFlavor]]],
+    cap: dict[GpuFlavor, int],
     solver: LpSolver,
-) -> tuple[list[tuple[JobView, dict[str, float], list[str]]], tuple[str, ...]]:
+) -> tuple[list[tuple[JobView, dict[GpuFlavor, float], list[GpuFlavor]]], tuple[str, ...]]:
     """Reorder each selected job's flavors by a completion-rate matching LP; returns the
     selection and, when the LP failed and the greedy order was kept, why."""
     if all(order[0] == min(cost, key=cost.__getitem__) for _j, cost, order in selected):
@@ -156,7 +159,7 @@ def match_flavors(
                              maximize=True), what="hetero_srpt matching LP", solver=solver)
     except SolverError as e:
         return selected, (f"{e}; kept the greedy flavor order",)
-    share: list[dict[str, float]] = [{} for _ in selected]
+    share: list[dict[GpuFlavor, float]] = [{} for _ in selected]
     for k in range(n):
         share[rows[k]][flavors[cols[k]]] = x[k]
     out = []

@@ -81,6 +81,7 @@ from dataclasses import replace
 
 from pydantic import Field
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec, JobState
 from tessera.perf.colocation import PairRates, PairRefusal
 from tessera.perf.profiles import ThroughputTable
@@ -135,9 +136,9 @@ class HeteroPack(HeteroGittins):
         hosts, waiting = replay_selection(base, by_id, snap)
         if not hosts:
             return base
-        capacity: dict[str, int] = {}
+        capacity: dict[GpuFlavor, int] = {}
         for node in snap.up_nodes():
-            capacity[node.flavor.short] = capacity.get(node.flavor.short, 0) + node.gpus
+            capacity[node.flavor] = capacity.get(node.flavor, 0) + node.gpus
         restart = min(cfg.restart_s / snap.round_s, 1.0) if snap.round_s else 0.0
         order = {jid: i for i, jid in enumerate(dict.fromkeys(j for j, _f in base.candidates))}
         # Gangs of several GPUs keep the base ranking's flavors (it knows servers; the programme
@@ -151,7 +152,7 @@ class HeteroPack(HeteroGittins):
         groups: list[list[Member]] = []
         specs: list[JobSpec] = []
         musts: list[bool] = []
-        solos: list[dict[str, float]] = []
+        solos: list[dict[GpuFlavor, float]] = []
         weights: list[float] = []
         for jid in jobs:
             j = by_id[jid]
@@ -206,9 +207,9 @@ class HeteroPack(HeteroGittins):
         hours = self._remaining_best_s(j, best, ctx.snapshot.now_s, ctx) / 3600.0
         return round(math.log2(min(max(hours, 2.0**-6), 2.0**12)))
 
-    def _solo_values(self, ctx: PolicyContext, spec: JobSpec, now_on: str | None,
-                     restart: float, capacity: Mapping[str, int], weight: float,
-                     ) -> dict[str, float]:
+    def _solo_values(self, ctx: PolicyContext, spec: JobSpec, now_on: GpuFlavor | None,
+                     restart: float, capacity: Mapping[GpuFlavor, int], weight: float,
+                     ) -> dict[GpuFlavor, float]:
         """``{flavor: value}`` of the job alone there: its speed over its best speed, less the
         part of the round a restart costs where the slot moves it, × its weight."""
         best = ctx.oracle.best_rate(spec)
@@ -221,7 +222,8 @@ class HeteroPack(HeteroGittins):
 
     def _options(
         self, ctx: PolicyContext, groups: list[list[Member]], specs: list[JobSpec],
-        musts: list[bool], solos: list[dict[str, float]], weights: list[float], restart: float,
+        musts: list[bool], solos: list[dict[GpuFlavor, float]], weights: list[float],
+        restart: float,
     ) -> tuple[list[PairOption], list[PairWay]]:
         """The pairs worth offering the programme: measured, allowed, on a flavor both may
         use, and doing more than ``(1 + min_gain)`` × the better of the two alone there."""
@@ -270,9 +272,9 @@ class HeteroPack(HeteroGittins):
 
     @staticmethod
     def _match(
-        selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int],
-        solver: LpSolver,
-    ) -> tuple[list[tuple[JobView, dict[str, float], list[str]]], tuple[str, ...]]:
+        selected: list[tuple[JobView, dict[GpuFlavor, float], list[GpuFlavor]]],
+        cap: dict[GpuFlavor, int], solver: LpSolver,
+    ) -> tuple[list[tuple[JobView, dict[GpuFlavor, float], list[GpuFlavor]]], tuple[str, ...]]:
         """The matching LP of :class:`HeteroSrpt`, each job's weights divided by its best one
         (its seconds on each flavor over its seconds on the best): normalised throughput, not
         completion rate (see the module docstring)."""
@@ -285,7 +287,7 @@ class HeteroPack(HeteroGittins):
         return [(j, costs[id(j)], order) for j, _c, order in matched], fallbacks
 
     def _pair(self, ctx: PolicyContext, table: ThroughputTable, host: JobSpec,
-              partner: JobSpec, flavor: str) -> PairRates | None:
+              partner: JobSpec, flavor: GpuFlavor) -> PairRates | None:
         """:func:`~tessera.sched.packing.pairs.may_share` for jobs without declared memory (cached
         per job kind, in the driver's policy caches), or for any pair with memory declared (not
         cached)."""

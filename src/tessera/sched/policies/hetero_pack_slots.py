@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.policy import Ranking
 from tessera.sched.core.snapshot import JobView, Snapshot
@@ -19,7 +20,7 @@ class Member:
     """A job in the slot programme: its group's key parts the mapping back to jobs needs."""
 
     job_id: JobId
-    now_on: str | None
+    now_on: GpuFlavor | None
     partner_now: JobId | None
 
 
@@ -33,13 +34,13 @@ class PairWay:
 
 
 def replay_selection(base: Ranking, by_id: dict[JobId, JobView], snap: Snapshot
-            ) -> tuple[dict[JobId, str], list[JobId]]:
+            ) -> tuple[dict[JobId, GpuFlavor], list[JobId]]:
     """The core's selection by count, replayed: ``({job: flavor it gets alone}, [jobs left
     waiting, in the ranking's order])``."""
-    count: dict[str, int] = {}
+    count: dict[GpuFlavor, int] = {}
     for node in snap.up_nodes():
-        count[node.flavor.short] = count.get(node.flavor.short, 0) + node.gpus
-    hosts: dict[JobId, str] = {}
+        count[node.flavor] = count.get(node.flavor, 0) + node.gpus
+    hosts: dict[JobId, GpuFlavor] = {}
     waiting: list[JobId] = []
     seen: set[JobId] = set()
     for jid, fl in base.candidates:
@@ -55,16 +56,16 @@ def replay_selection(base: Ranking, by_id: dict[JobId, JobView], snap: Snapshot
     return hosts, [j for j in dict.fromkeys(waiting) if j not in hosts]
 
 
-def ranked_candidates(base: Ranking, where: Mapping[JobId, str], partner_of: Mapping[JobId, JobId]
-                ) -> tuple[tuple[JobId, str], ...]:
+def ranked_candidates(base: Ranking, where: Mapping[JobId, GpuFlavor],
+                      partner_of: Mapping[JobId, JobId]) -> tuple[tuple[JobId, GpuFlavor], ...]:
     """The base ranking's jobs in its order, each planned job's flavor first and its other
     flavors after it (a gang the plan's flavor cannot hold -- the programme counts GPUs, not
     servers -- still finds its place before lower-ranked jobs take it); partners left out."""
-    flavors: dict[JobId, list[str]] = {}
+    flavors: dict[JobId, list[GpuFlavor]] = {}
     for jid, fl in base.candidates:
         if jid not in partner_of:
             flavors.setdefault(jid, []).append(fl)
-    out: list[tuple[JobId, str]] = []
+    out: list[tuple[JobId, GpuFlavor]] = []
     for jid, listed in flavors.items():
         first = where.get(jid)
         if first is not None:
@@ -73,16 +74,16 @@ def ranked_candidates(base: Ranking, where: Mapping[JobId, str], partner_of: Map
     return tuple(out)
 
 
-def moves(now_on: str | None, flavor: str) -> bool:
+def moves(now_on: GpuFlavor | None, flavor: GpuFlavor) -> bool:
     """Whether a slot on ``flavor`` restarts a job running on ``now_on`` (``None``: waiting,
     nothing to restart)."""
     return now_on is not None and now_on != flavor
 
 
 def fill_slots(
-    groups: list[list[Member]], solos: list[dict[str, float]], options: list[PairOption],
+    groups: list[list[Member]], solos: list[dict[GpuFlavor, float]], options: list[PairOption],
     ways: list[PairWay], plan: SlotPlan,
-) -> tuple[dict[JobId, str], dict[JobId, JobId]]:
+) -> tuple[dict[JobId, GpuFlavor], dict[JobId, JobId]]:
     """The plan's counts handed to jobs: ``({job: flavor} of every job alone or hosting,
     {partner: host})``.
 
@@ -97,7 +98,7 @@ def fill_slots(
     by_id = {m.job_id: m for members in groups for m in members}
     solo_left = dict(plan.solo)
     pairs_left = dict(plan.pairs)
-    where: dict[JobId, str] = {}
+    where: dict[JobId, GpuFlavor] = {}
     partner_of: dict[JobId, JobId] = {}
     done: set[JobId] = set()
 
@@ -123,7 +124,7 @@ def fill_slots(
                 solo_left[(g, m.now_on)] -= 1
                 where[m.job_id] = m.now_on
                 done.add(m.job_id)
-    slots: list[list[tuple[float, int, str, int, bool]]] = [[] for _ in groups]
+    slots: list[list[tuple[float, int, GpuFlavor, int, bool]]] = [[] for _ in groups]
     for (g, f), k in solo_left.items():
         slots[g] += [(-solos[g][f], len(slots[g]), f, -1, True)] * k
     for o, k in sorted(pairs_left.items()):

@@ -48,6 +48,7 @@ from operator import itemgetter
 
 from pydantic import Field
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.lp import INF
 from tessera.sched.core.placement import FreeGpus
@@ -57,6 +58,11 @@ from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sched.policies.hetero_flavors import NodeRates, flavor_costs, match_flavors
 
 _RUNNING = JobState.RUNNING
+
+_Costed = tuple[JobView, dict[GpuFlavor, float], list[GpuFlavor]]
+"""A selected job, its cost (seconds to finish) on each flavor, and its flavors in order."""
+_Ranked = tuple[tuple[float, float, JobId], JobView, dict[GpuFlavor, float], list[GpuFlavor]]
+"""A job with its sort key, view, cost per flavor and flavors cheapest first."""
 
 class HeteroSrptConfig(PolicyConfig):
     restart_s: float = Field(
@@ -108,7 +114,7 @@ class HeteroSrpt(Policy):
         displaced: set[JobId] = set()
         if cfg.defrag and snap.round_s is not None:
             displaced = self._plan(snap, selected, ctx)
-        cands: list[tuple[JobId, str]] = [
+        cands: list[tuple[JobId, GpuFlavor]] = [
             (jid, f) for j, _cost, order in selected
             if (jid := j.spec.job_id) not in displaced for f in order]
         cands += [(j.spec.job_id, f) for j, order in rest for f in order]
@@ -116,7 +122,7 @@ class HeteroSrpt(Policy):
 
     def _prioritised(
         self, ctx: PolicyContext, cfg: HeteroSrptConfig, nodes: NodeRates
-    ) -> tuple[list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]],
+    ) -> tuple[list[_Ranked],
                bool]:
         """Every job with a usable flavor: ``(sort key, view, cost per flavor, flavors
         cheapest first)`` -- the key is ``(-priority, submit time, id)`` -- and whether the
@@ -131,7 +137,7 @@ class HeteroSrpt(Policy):
         starvation = cfg.starvation_factor
         # (the oracle's remaining time, inlined: JobView.remaining_at, then ÷ the best rate)
         oracle_tau = type(self)._remaining_best_s is HeteroSrpt._remaining_best_s
-        jobs: list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]] = []
+        jobs: list[_Ranked] = []
         first_choice = True
         for j in snap.jobs:
             spec = j.spec
@@ -153,7 +159,7 @@ class HeteroSrpt(Policy):
             else:
                 tau = remaining_best_s(j, top, now, ctx)
             p = j.placement
-            cur = p.flavor if p is not None and state is _RUNNING else None
+            cur = p.sole_flavor if p is not None and state is _RUNNING else None
             cost, best, order, sorted_ok = flavor_costs(rates, tau * top, cur, restart_s)
             first_choice = first_choice and sorted_ok
             prio = 1.0 / (best * g_pow) if best > 0.0 else INF  # done: finishing now
@@ -171,10 +177,10 @@ class HeteroSrpt(Policy):
 
     @staticmethod
     def _select(
-        ranked: list[tuple[tuple[float, float, JobId], JobView, dict[str, float], list[str]]],
-        cap: dict[str, int],
-    ) -> tuple[list[tuple[JobView, dict[str, float], list[str]]],
-               list[tuple[JobView, list[str]]], bool]:
+        ranked: list[_Ranked],
+        cap: dict[GpuFlavor, int],
+    ) -> tuple[list[_Costed],
+               list[tuple[JobView, list[GpuFlavor]]], bool]:
         """Take jobs in priority order while some flavor of theirs has room by count.
 
         Returns the selected jobs (each with its cost table and its flavors, the one it took
@@ -183,8 +189,8 @@ class HeteroSrpt(Policy):
         is, and :meth:`rank` skips both.
         """
         left = dict(cap)
-        selected: list[tuple[JobView, dict[str, float], list[str]]] = []
-        rest: list[tuple[JobView, list[str]]] = []
+        selected: list[_Costed] = []
+        rest: list[tuple[JobView, list[GpuFlavor]]] = []
         first_choice = True
         for _key, j, cost, order in ranked:
             g = j.spec.num_gpus
@@ -213,8 +219,8 @@ class HeteroSrpt(Policy):
 
     @staticmethod
     def _finalize(
-        selected: list[tuple[JobView, dict[str, float], list[str]]], cap: dict[str, int]
-    ) -> list[tuple[JobView, dict[str, float], list[str]]]:
+        selected: list[_Costed], cap: dict[GpuFlavor, int]
+    ) -> list[_Costed]:
         """Walk the list as the core will and put each job's winning flavor first."""
         left = dict(cap)
         out = []
@@ -234,7 +240,7 @@ class HeteroSrpt(Policy):
     def _plan(
         self,
         snap: Snapshot,
-        selected: list[tuple[JobView, dict[str, float], list[str]]],
+        selected: list[_Costed],
         ctx: PolicyContext,
     ) -> set[JobId]:
         """Clear one node for a gang the core would otherwise split (and splitting hurts it).
@@ -256,13 +262,13 @@ class HeteroSrpt(Policy):
                 node = self._clear(layout.by_flavor.get(fl, ()), pv.free, pv.occupants, g,
                                    displaced)
                 if node is not None:
-                    pv.take(Placement(fl, ((node, g),)))
+                    pv.take(Placement.of(fl, ((node, g),)))
                     continue
             pv.place(j, fl)
         return displaced
 
     @staticmethod
-    def _split_hurts(ctx: PolicyContext, j: JobView, fl: str) -> bool:
+    def _split_hurts(ctx: PolicyContext, j: JobView, fl: GpuFlavor) -> bool:
         for r in ctx.oracle.rates(j.spec):
             if r.flavor == fl:
                 return r.spread < 0.95 * r.consolidated

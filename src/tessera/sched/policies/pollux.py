@@ -209,7 +209,7 @@ class Pollux(ElasticPolicy):
         if got is not None:
             return got
         blind: dict[int, float] = {}
-        batch: dict[tuple[str, int], float] = {}
+        batch: dict[tuple[GpuFlavor, int], float] = {}
         per_flavor = _per_node(sets)
         for n in sorted({c.num_gpus for c in configs}):
             if not e.min_gpus <= n <= hi:
@@ -232,9 +232,9 @@ class Pollux(ElasticPolicy):
         return got
 
 
-def _per_node(sets: ConfigSet) -> dict[str, int]:
+def _per_node(sets: ConfigSet) -> dict[GpuFlavor, int]:
     """GPUs per server of each flavor among ``sets``' configurations."""
-    out: dict[str, int] = {}
+    out: dict[GpuFlavor, int] = {}
     for c in sets.configs[:sets.base]:
         out.setdefault(c.flavor, c.gpus_per_node)
     return out

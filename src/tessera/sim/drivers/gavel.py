@@ -11,6 +11,7 @@ cost, as in Gavel), and the next round leases the GPUs again.
 
 from __future__ import annotations
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.policy import Policy
 from tessera.sched.gavel.compat import gavel_boundary, gavel_compat_policy
@@ -24,7 +25,7 @@ from tessera.sim.world import SimWorld
 _MAX_FAILED_MICROTASKS = 5
 """Gavel drops a job after this many failed micro-tasks in a row."""
 
-Lease = tuple[float, SimJob, float, str]
+Lease = tuple[float, SimJob, float, GpuFlavor]
 """``(finish_s, job, steps, flavor)`` of one job dispatched for one round."""
 
 
@@ -76,7 +77,7 @@ class GavelDriver(Driver):
                 break
             _tick(world, now_s, dispatched + [(f, js[0], st[0], fl) for f, js, st, fl in pairs])
             event = False
-            credits: list[tuple[JobId | tuple[JobId, ...], str, float]] = []
+            credits: list[tuple[JobId | tuple[JobId, ...], GpuFlavor, float]] = []
             for finish, job, steps, fl in dispatched:
                 world.c.events += 1
                 ended, credited = _end_lease(world, job, finish, steps, finish - round_start,

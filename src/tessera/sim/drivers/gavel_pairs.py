@@ -11,6 +11,7 @@ moves. The pair's time is credited once, to the pair (see :mod:`tessera.sched.ga
 
 from __future__ import annotations
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobState
 from tessera.perf.colocation import PairRefusal, pair_rates
 from tessera.sched.core.snapshot import Placement
@@ -18,7 +19,7 @@ from tessera.sched.gavel.packed import id_key
 from tessera.sim.state import SimJob, move
 from tessera.sim.world import SimWorld
 
-PairLease = tuple[float, tuple[SimJob, SimJob], tuple[float, float], str]
+PairLease = tuple[float, tuple[SimJob, SimJob], tuple[float, float], GpuFlavor]
 """``(finish_s, (job_a, job_b), (steps_a, steps_b), flavor)`` of two jobs sharing GPUs for one
 round, ``job_a`` first in Gavel's id order."""
 

@@ -38,7 +38,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tessera.errors import NoProfileError, SpecError
-from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import ElasticRange, Workload
 from tessera.perf.profiles import ThroughputTable
 from tessera.workload.csvio import iter_csv
@@ -98,7 +97,7 @@ def read_sia(path: Path, ctx: ReadContext, name: str) -> Workload:
     """Read one Sia workload file (see the module docstring for the rules)."""
     rows: list[JobRow] = []
     families = _family_batches(ctx.throughputs)
-    flavor = resolve_flavor(ctx.throughputs.reference_flavor)
+    flavor = ctx.throughputs.reference_flavor
     durations: dict[tuple[str, int, int], float] = {}
     ranges: dict[tuple[str, int, int], ElasticRange | None] = {}
     notes: set[str] = set()

@@ -42,7 +42,7 @@ from typing import Literal
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
-from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.gpus import GpuFlavor
 
 log = logging.getLogger("tessera.live")
 
@@ -69,19 +69,18 @@ def ray_accelerator_type(flavor: GpuFlavor) -> str:
     return re.sub(r"^NVIDIA\s+", "", product).strip().replace(" ", "-")
 
 
-def flavor_resource(flavor_short: str, kind: FlavorResource) -> tuple[str, float]:
-    """The resource key that marks a GPU of ``flavor_short`` and what one rank asks of it."""
+def flavor_resource(flavor: GpuFlavor, kind: FlavorResource) -> tuple[str, float]:
+    """The resource key that marks a GPU of ``flavor`` and what one rank asks of it."""
     if kind == "gpu_flavor":
-        return f"gpu_flavor:{flavor_short}", 1.0
-    return f"accelerator_type:{ray_accelerator_type(resolve_flavor(flavor_short))}", \
-        ACCELERATOR_SHARE
+        return f"gpu_flavor:{flavor.short}", 1.0
+    return f"accelerator_type:{ray_accelerator_type(flavor)}", ACCELERATOR_SHARE
 
 
 def pretend_resources(cluster: ClusterSpec, kind: FlavorResource) -> dict[str, float]:
     """Custom resources of an embedded node that pretends to hold ``cluster``'s GPUs."""
     out: dict[str, float] = {}
     for f, n in cluster.gpus_by_flavor().items():
-        key, _share = flavor_resource(f.short, kind)
+        key, _share = flavor_resource(f, kind)
         out[key] = float(n) if kind == "gpu_flavor" else 1.0
     return out
 
