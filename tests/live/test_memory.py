@@ -125,3 +125,26 @@ def test_every_moved_module_names_where_it_went(old: str) -> None:
     assert importlib.import_module(new).__name__ == new
     spec = importlib.util.find_spec(old)
     assert spec is None or spec.submodule_search_locations is not None, old  # gone, or a package
+
+
+def test_a_gavel_memory_from_before_flavors_were_typed_starts_afresh_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """max_min_fairness's RoundState as main a1eedee stored it (its flavors were names:
+    ``tests/data/live/roundstate-a1eedee.pickle``, written by that version's service after
+    one round of three jobs on v100:2,t4:2) no longer matches the catalog's flavors: it is
+    refused and dropped with a warning naming the reason, not read with its columns
+    misaligned."""
+    blob = (Path(__file__).resolve().parents[1] / "data" / "live"
+            / "roundstate-a1eedee.pickle").read_bytes()
+    with pytest.raises(pickle.UnpicklingError, match="memory format 1"):
+        memory.decode(blob)
+    svc = _service(tmp_path / "state", "max_min_fairness")
+    with svc.store.tx() as db:
+        db.execute("INSERT OR REPLACE INTO policy_memory VALUES (?, ?, ?)",
+                   ("max_min_fairness", 5.0, blob))
+    svc.store.close()
+    with caplog.at_level(logging.WARNING, logger="tessera.live"):
+        again = _service(tmp_path / "state", "max_min_fairness")
+    assert again.policy_state is None
+    assert "memory format 1" in caplog.text and "starts afresh" in caplog.text
+    again.store.close()

@@ -18,9 +18,10 @@ whoever wrote it; two rules keep that safe:
   numpy's array reconstruction and a short list of standard-library value types, so even a
   tampered row cannot name ``os.system`` or any other function.
 
-A memory that cannot be loaded (the service was upgraded and a class changed, or the policy
-was switched) is dropped with a warning: the policy starts afresh, as it did before this module
-existed, and the service keeps running.
+A memory that cannot be loaded (the service was upgraded and a class changed or the memory
+format moved on, see :data:`MEMORY_FORMAT`; or the policy was switched) is dropped with a
+warning: the policy starts afresh, as it did before this module existed, and the service keeps
+running.
 """
 
 from __future__ import annotations
@@ -103,19 +104,44 @@ class _MemoryUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a policy memory may not name {module}.{name}")
 
 
+#: The stored memory's format: 2 wraps it as ``(FORMAT_TAG, 2, memory)`` and holds flavors as
+#: catalog :class:`~tessera.model.gpus.GpuFlavor` objects; 1 (no wrapper, before issue 31 typed
+#: flavors) held them as short-name strings.
+MEMORY_FORMAT = 2
+FORMAT_TAG = "tessera-policy-memory"
+
+#: Format-1 memories that hold no flavor, so they still mean what they meant: Sia's and
+#: Pollux's restart counts, LAS's promotion offsets.
+_FLAVOR_FREE = ("ElasticMemory", "mappingproxy")
+
+
 def encode(state: object) -> bytes:
     """The stored form of a policy's memory (read-only mappings included)."""
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.dispatch_table = {**copyreg.dispatch_table,
                               MappingProxyType: _reduce_mappingproxy}
-    pickler.dump(state)
+    pickler.dump((FORMAT_TAG, MEMORY_FORMAT, state))
     return buf.getvalue()
 
 
 def decode(blob: bytes) -> object:
-    """The memory back from :func:`encode` (raises ``pickle.UnpicklingError`` if refused)."""
-    return _MemoryUnpickler(io.BytesIO(blob)).load()
+    """The memory back from :func:`encode` (raises ``pickle.UnpicklingError`` if refused).
+
+    A format-1 memory that holds flavors (Gavel's round states: its flavors were names then,
+    which no longer match the catalog's flavors) is refused too -- :func:`load` drops it with a
+    warning -- rather than read with its columns silently misaligned."""
+    got = _MemoryUnpickler(io.BytesIO(blob)).load()
+    if isinstance(got, tuple) and len(got) == 3 and got[0] == FORMAT_TAG:
+        if got[1] != MEMORY_FORMAT:
+            raise pickle.UnpicklingError(f"memory format {got[1]!r}; this tessera reads "
+                                         f"{MEMORY_FORMAT}")
+        return got[2]
+    if type(got).__name__ not in _FLAVOR_FREE:
+        raise pickle.UnpicklingError(
+            f"a {type(got).__name__} saved by an older tessera (memory format 1: flavors "
+            "were names)")
+    return got
 
 
 def save(db: sqlite3.Connection, policy: str, state: object, now_s: float) -> None:
