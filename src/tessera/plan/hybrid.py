@@ -108,16 +108,24 @@ class HybridPlan:
                 lines.append(f"  {sh.flavor.short:<12} {sh.node_id:<16} local batch "
                              f"{sh.local_bsz}")
         else:
-            lines.append(f"  {self.dp_copies} pipeline cop{'y' if self.dp_copies == 1 else 'ies'}"
-                         f", {self.n_micro} micro-batches of {self.micro_bsz}; bottleneck "
+            # Totals over all copies, as the device lines and the JSON's ``dp`` count them: a
+            # stage runs on TP x DP GPUs, and its DP ranks share the copies' micro-batches (the
+            # replicas of one copy split each micro-batch), so samples per step are copies x
+            # micro-batches x micro-batch size -- the global batch -- whatever DP is.
+            copies = self.dp_copies
+            lines.append(f"  {copies} pipeline cop{'y' if copies == 1 else 'ies'} x "
+                         f"{self.n_micro} micro-batches of {self.micro_bsz} = "
+                         f"{copies * self.n_micro * self.micro_bsz} samples/step; bottleneck "
                          f"{self.bottleneck_s * 1e3:.2f} ms/micro-batch")
             for k, st in enumerate(self.stages):
-                extras = "".join([", recompute" if st.recompute else "",
+                per_copy = f" ({st.replicas}/copy)" if copies > 1 else ""
+                extras = "".join([per_copy, ", recompute" if st.recompute else "",
                                   f", ZeRO-{st.option.zero}" if st.option.zero else ""])
+                shape = f"TP {st.tp} x DP {st.replicas * copies}{extras}"
                 lines.append(
                     f"  stage {k:<3} layers {st.first_layer:>3}-{st.end_layer - 1:<3} on "
-                    f"{st.gpus:>3} x {st.flavor.short:<11} TP {st.tp} x DP {st.replicas}"
-                    f"{extras:<18} {st.time_s * 1e3:8.2f} ms/micro-batch "
+                    f"{st.gpus * copies:>3} x {st.flavor.short:<11} {shape:<36} "
+                    f"{st.time_s * 1e3:8.2f} ms/micro-batch "
                     f"{st.mem_gib:6.1f} GiB, {st.in_flight} in flight")
         for d in self.dropped:
             lines.append(f"  dropped {d.count} x {d.flavor.short}: {d.reason}")
