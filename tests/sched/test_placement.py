@@ -10,7 +10,8 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobState
 from tessera.sched.core.free_book import FreeBook
-from tessera.sched.core.placement import FreeGpus, Layout
+from tessera.sched.core.free_view import Layout
+from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tests.builders import make_cluster, make_job
 

@@ -11,8 +11,8 @@ from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
+from tessera.sched.core.free_view import Layout
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.placement import Layout
 from tessera.sched.core.preview import preview
 from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sched.policies import hetero_srpt

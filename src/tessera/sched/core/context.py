@@ -26,9 +26,9 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from tessera.sched.core.free_view import Layout
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.placement import Layout
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

@@ -38,9 +38,9 @@ from tessera.model.gpus import GpuFlavor
 
 
 class NodeLayout(Protocol):
-    """What the book reads of a cluster's static layout. :class:`~tessera.sched.core.placement.
+    """What the book reads of a cluster's static layout. :class:`~tessera.sched.core.free_view.
     Layout` is the one implementation; the book names this Protocol instead of importing it,
-    because placement builds on the book (no import circle between the two files)."""
+    because the free view builds on the book (no import circle between the two files)."""
 
     @property
     def capacity(self) -> Mapping[str, int]: ...
@@ -60,7 +60,7 @@ class FreeBook(Mapping[str, int]):
     """Free GPUs per node of one layout, with per-flavor totals and sorted buckets.
 
     Args:
-        layout: the nodes' static layout (:class:`~tessera.sched.core.placement.Layout`).
+        layout: the nodes' static layout (:class:`~tessera.sched.core.free_view.Layout`).
         free: free GPUs per node to start from (default: every node fully free); a node
             missing from it starts fully free.
 

@@ -6,7 +6,8 @@ Rules, in order:
 2. **Consolidate.** Prefer one node; among nodes that fit, take the *best fit* (the one with
    the fewest free GPUs that still fits), which keeps large free blocks for large gangs.
    Nodes are kept in buckets by free-GPU count, so finding the best fit costs O(GPUs per
-   node), not O(nodes).
+   node), not O(nodes) (the buckets and their order are :class:`~tessera.sched.core.free_view.
+   FreeView`'s).
 3. **Then one rack, then anywhere** -- unless the job requires locality. A gang split across
    nodes runs at the profiles' *unconsolidated* speed (``perf`` decides how much slower).
 4. **Never over-allocate.** :class:`FreeGpus` is the only bookkeeper and refuses to go below 0.
@@ -14,167 +15,30 @@ Rules, in order:
 ``FreeGpus`` is a scratch structure owned by one decision round; the snapshot stays immutable.
 A round starts either from per-node counts (it then builds a flavor's buckets when it first
 needs them) or from a driver's :class:`~tessera.sched.core.free_book.FreeBook`, whose buckets are
-kept up to date between rounds (it then builds nothing; see :class:`FreeGpus`).
+kept up to date between rounds (it then builds nothing). This module holds the round's changes
+(take, release, the deferred take-back) and the search (:meth:`FreeGpus.find`,
+:meth:`FreeGpus.find_mixed`); the nodes' :class:`~tessera.sched.core.free_view.Layout` and the
+read side of the counts are in :mod:`tessera.sched.core.free_view`.
 """
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Sequence
 
-from tessera.model.cluster import Node
 from tessera.model.gpus import GpuFlavor
-from tessera.sched.core.free_book import FreeBook, FreeCounts
+from tessera.sched.core.free_book import FreeCounts
+from tessera.sched.core.free_view import FreeView, Layout
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
-class BlockInfo:
-    """Free capacity of one flavor: total free GPUs and the largest free block on one node."""
+class FreeGpus(FreeView):
+    """Free GPU counts per node, grouped by flavor: one round's scratch copy, which takes and
+    gives back gangs and finds GPUs for them.
 
-    total_free: int
-    largest_block: int
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """The static shape of a set of nodes, computed once per cluster."""
-
-    capacity: Mapping[str, int]
-    flavor: Mapping[str, GpuFlavor]
-    rack: Mapping[str, str]
-    by_flavor: Mapping[GpuFlavor, tuple[str, ...]]
-    size: Mapping[GpuFlavor, int]
-    position: Mapping[str, int]
-    """Each node's index in its flavor's ``by_flavor`` tuple."""
-
-    @classmethod
-    def of(cls, nodes: tuple[Node, ...]) -> Layout:
-        by_flavor: dict[GpuFlavor, list[str]] = defaultdict(list)
-        size: dict[GpuFlavor, int] = {}
-        position: dict[str, int] = {}
-        for n in nodes:
-            f = n.flavor
-            position[n.node_id] = len(by_flavor[f])
-            by_flavor[f].append(n.node_id)
-            size[f] = max(size.get(f, 0), n.gpus)
-        return cls(
-            capacity={n.node_id: n.gpus for n in nodes},
-            flavor={n.node_id: n.flavor for n in nodes},
-            rack={n.node_id: n.rack for n in nodes},
-            by_flavor={f: tuple(ids) for f, ids in by_flavor.items()},
-            size=size,
-            position=position,
-        )
-
-
-_GETTERS: dict[int, tuple[tuple[str, ...], Callable[[Mapping[str, int]], Any]]] = {}
-
-
-def _sum_over(free: Mapping[str, int], nodes: tuple[str, ...]) -> int:
-    """``sum(free[n] for n in nodes)``, with the lookups done in C: a round sums every node
-    of a flavor once, and clusters have hundreds of nodes. The getter is kept per node tuple
-    (a layout's, which lives as long as its cluster; the table is emptied past 64 entries)."""
-    if len(nodes) < 2:
-        return free[nodes[0]] if nodes else 0
-    hit = _GETTERS.get(id(nodes))
-    if hit is None or hit[0] is not nodes:
-        if len(_GETTERS) >= 64:
-            _GETTERS.clear()
-        hit = (nodes, operator.itemgetter(*nodes))
-        _GETTERS[id(nodes)] = hit
-    return sum(hit[1](free))
-
-
-class _ChangedOver(dict[str, int]):
-    """A round's free counts over a driver's book: holds the nodes the round changed and reads
-    the rest from the book's own counts (which do not change while the round runs).
-
-    Copying every node's count at the start of each round walked all 552 servers of the full
-    Philly table at every event, although an event round changes one or two. Reads by key and
-    ``get`` answer as a full copy would; the mapping is never iterated.
+    Constructed as :class:`~tessera.sched.core.free_view.FreeView` is (``nodes``, ``free``,
+    ``layout``, ``base``), or from a snapshot by :meth:`of_snapshot`.
     """
-
-    __slots__ = ("_base",)
-
-    def __init__(self, base: Mapping[str, int]) -> None:
-        super().__init__()
-        self._base = base
-
-    def __missing__(self, node_id: str) -> int:
-        return self._base[node_id]
-
-    def get(self, node_id: str, default: Any = None) -> Any:
-        return super().get(node_id, self._base.get(node_id, default))
-
-
-class FreeGpus:
-    """Free GPU counts per node, grouped by flavor: one round's scratch copy.
-
-    Best fit keeps the nodes of each flavor in *buckets* by free-GPU count. Which of two
-    equally good nodes a gang gets depends on a bucket's order, so that order is part of every
-    result: the flavor's nodes in layout order as they stood when the round first looked at
-    the flavor, then the nodes the round changed since, in the order it last changed them.
-    A round started from per-node counts builds a flavor's buckets at that first look (a walk
-    over its nodes). A round started from a driver's :class:`~tessera.sched.core.free_book.FreeBook`
-    (``base``) reads the book's sorted buckets instead and notes only the nodes it changes. The
-    nodes it changed *before* its first look (a round-based round gives every running gang back
-    first) are sorted by layout position at that look, per count, and merged with the book's
-    buckets as they are read, so no round over a book walks a flavor's nodes. The order, and so
-    every placement, is the same either way.
-
-    Args:
-        nodes: the nodes that are up.
-        free: free GPUs per node if the caller already knows them (copied, never mutated);
-            otherwise every node starts fully free.
-        layout: the nodes' static layout, when the caller has it cached.
-        base: a driver's book to start from instead (its layout and counts are used; the book
-            must not change while this copy is in use).
-    """
-
-    def __init__(
-        self,
-        nodes: tuple[Node, ...],
-        free: Mapping[str, int] | None = None,
-        layout: Layout | None = None,
-        base: FreeBook | None = None,
-    ) -> None:
-        lay = base.layout if base is not None else layout or Layout.of(nodes)
-        self._layout = lay
-        self._rack = lay.rack
-        self._flavor = lay.flavor
-        self._by_flavor = lay.by_flavor
-        self._size = lay.size
-        self._base = base
-        self._total: dict[GpuFlavor, int]
-        self._free: dict[str, int]
-        if base is not None:
-            self._free = _ChangedOver(base.live_counts())
-            self._total = base.totals()
-        else:
-            if free is None:
-                self._free = dict(lay.capacity)
-            else:
-                self._free = {n: free.get(n, c) for n, c in lay.capacity.items()} if len(
-                    free) != len(lay.capacity) else dict(free)
-            self._total = {}
-        # flavor -> free count -> nodes with exactly that many free GPUs (insertion-ordered);
-        # built on first use of a flavor, so a round that touches one flavor pays for one.
-        self._buckets: dict[GpuFlavor, list[dict[str, None]]] = {}
-        # Over a book: flavor -> nodes changed since the first look, in order of last change;
-        # flavor -> nodes changed before the first look; and, from the first look on, those
-        # nodes per count then, each bucket as (layout position, node) ascending.
-        self._late: dict[GpuFlavor, dict[str, None]] = {}
-        self._early: dict[GpuFlavor, dict[str, None]] = {}
-        self._pre: dict[GpuFlavor, tuple[dict[str, None], list[list[tuple[int, str]]]]] = {}
-        # Gangs given back and taken back again, not applied until the round next reads or
-        # changes anything (see take_back); while only releases happened over a book in range,
-        # taking back what was given back always fits.
-        self._deferred: list[Placement] = []
-        self._only_released = base is not None and base.in_range
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
@@ -206,125 +70,6 @@ class FreeGpus:
         if snapshot.down_nodes:
             return cls(snapshot.up_nodes(), free)
         return cls(snapshot.cluster.nodes, free, layout)
-
-    def _look(self, flavor: GpuFlavor) -> list[dict[str, None]] | None:
-        """The round's first look at ``flavor``: start noting changes over the book (returns
-        ``None``), or build the flavor's buckets from the counts (returns them)."""
-        if self._base is not None and flavor in self._by_flavor:
-            self._late[flavor] = {}
-            early = self._early.pop(flavor, None)
-            if early:
-                position = self._layout.position
-                free = self._free
-                pre: list[list[tuple[int, str]]] = [[] for _ in range(self._size[flavor] + 1)]
-                for pos, n in sorted([(position[n], n) for n in early]):
-                    pre[free[n]].append((pos, n))
-                self._pre[flavor] = (early, pre)
-            return None
-        buckets: list[dict[str, None]] = [{} for _ in range(self._size.get(flavor, 0) + 1)]
-        free = self._free
-        for i in self._by_flavor.get(flavor, ()):
-            buckets[free[i]][i] = None
-        self._buckets[flavor] = buckets
-        return buckets
-
-    def _first(self, flavor: GpuFlavor, count: int) -> str | None:
-        """The first node of ``flavor`` with exactly ``count`` free GPUs, in bucket order
-        (see the class docstring); ``None`` if there is none."""
-        late = self._late.get(flavor)
-        if late is None:
-            buckets = self._buckets.get(flavor)
-            if buckets is None:
-                buckets = self._look(flavor)
-            if buckets is not None:
-                bucket = buckets[count]
-                return next(iter(bucket)) if bucket else None
-            late = self._late[flavor]
-        ids = self._by_flavor[flavor]
-        assert self._base is not None
-        positions = self._base.positions(flavor, count)
-        pre = self._pre.get(flavor)
-        if pre is None:
-            for pos in positions:
-                n = ids[pos]
-                if n not in late:
-                    return n
-        else:
-            # The layout-ordered part merges two sorted sources: the book's nodes the round
-            # had not changed at its first look, and those it had (at their counts then);
-            # either kind changed since is in ``late`` instead.
-            early, pre_at = pre
-            found: str | None = None
-            found_pos = -1
-            for pos, n in pre_at[count]:
-                if n not in late:
-                    found, found_pos = n, pos
-                    break
-            for pos in positions:
-                if found is not None and pos > found_pos:
-                    break
-                n = ids[pos]
-                if n not in late and n not in early:
-                    return n
-            if found is not None:
-                return found
-        if late:
-            free = self._free
-            for n in late:
-                if free[n] == count:
-                    return n
-        return None
-
-    def _note(self, node_id: str, old: int, new: int) -> None:
-        """Move ``node_id`` from bucket ``old`` to bucket ``new`` (its count is the caller's)."""
-        flavor = self._flavor[node_id]
-        buckets = self._buckets.get(flavor)
-        if buckets is not None:
-            del buckets[old][node_id]
-            buckets[new][node_id] = None
-            return
-        late = self._late.get(flavor)
-        if late is not None:
-            late.pop(node_id, None)
-            late[node_id] = None
-        elif self._base is not None:  # (without a book, every first look builds buckets)
-            self._early.setdefault(flavor, {})[node_id] = None
-
-    def flavors(self) -> tuple[GpuFlavor, ...]:
-        return tuple(self._by_flavor)
-
-    def total_free(self, flavor: GpuFlavor) -> int:
-        if self._deferred:
-            self._settle()
-        t = self._total.get(flavor)
-        if t is None:
-            t = _sum_over(self._free, self._by_flavor.get(flavor, ()))
-            self._total[flavor] = t
-        return t
-
-    def info(self, flavor: GpuFlavor) -> BlockInfo:
-        if self._deferred:
-            self._settle()
-        first = self._first
-        largest = next((k for k in range(self._size.get(flavor, 0), 0, -1)
-                        if first(flavor, k) is not None), 0)
-        return BlockInfo(self.total_free(flavor), largest)
-
-    def _move(self, node_id: str, delta: int) -> None:
-        old = self._free[node_id]
-        self._note(node_id, old, old + delta)
-        self._free[node_id] = old + delta
-
-    def free_on(self, node_id: str) -> int:
-        """Free GPUs on one node (0 for a node that is down or unknown)."""
-        if self._deferred:
-            self._settle()
-        return self._free.get(node_id, 0)
-
-    def capacity(self, flavor: GpuFlavor) -> int:
-        """GPUs of ``flavor`` on the nodes that are up, free or not."""
-        cap = self._layout.capacity
-        return sum(cap[n] for n in self._by_flavor.get(flavor, ()))
 
     def take(self, placement: Placement) -> None:
         """Reserve a placement's GPUs; raises if that would over-allocate any node."""

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from tessera.model.cluster import Node
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobState
-from tessera.sched.core.placement import FreeGpus, Layout
+from tessera.sched.core.free_view import Layout
+from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.snapshot import JobView, Placement
 
 _RUNNING = JobState.RUNNING

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
+from tessera.sched.core.free_view import BlockInfo
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.placement import BlockInfo, FreeGpus
+from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.snapshot import JobView
 
 _NONE_FREE = BlockInfo(0, 0)

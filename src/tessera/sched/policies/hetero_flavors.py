@@ -12,9 +12,9 @@ import scipy.sparse as sp
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
+from tessera.sched.core.free_view import Layout as _PlacementLayout
 from tessera.sched.core.lp import INF, LpModel, LpSolver, SolverError, solve_lp
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
-from tessera.sched.core.placement import Layout as _PlacementLayout
 from tessera.sched.core.policy import PolicyContext
 from tessera.sched.core.snapshot import JobView, Snapshot
 
