@@ -20,6 +20,7 @@ Changing the counts (taking and giving back gangs) and searching for a gang's GP
 from __future__ import annotations
 
 import operator
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ class _ChangedOver(dict[str, int]):
         return super().get(node_id, self._base.get(node_id, default))
 
 
-class FreeView:
+class FreeView(ABC):
     """Free GPU counts per node, grouped by flavor: the read side of one round's scratch copy.
 
     Best fit keeps the nodes of each flavor in *buckets* by free-GPU count. Which of two
@@ -300,6 +301,6 @@ class FreeView:
         cap = self._layout.capacity
         return sum(cap[n] for n in self._by_flavor.get(flavor, ()))
 
+    @abstractmethod
     def _settle(self) -> None:
         """Apply the changes noted in ``_deferred`` (the subclass that notes them says how)."""
-        raise NotImplementedError
