@@ -15,21 +15,10 @@ import pytest
 import typer.main
 from rich.console import Console
 
-from tessera.cli import app, main
+from tessera.cli import app
 from tessera.cli.help_text import reflow, tidy_help, walk
 from tessera.cli.progress import SimProgress, show_progress
-
-
-def _run(args: list[str], capsys: pytest.CaptureFixture[str],
-         monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["tessera", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from tests.cli.runner import run_tessera
 
 
 def _paths(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -52,7 +41,7 @@ def test_every_commands_piped_help_is_whole(
     root = tidy_help(typer.main.get_command(app), plain=True)
     problems: list[str] = []
     for path, cmd in _paths(root):
-        code, out, _err = _run([*path, "--help"], capsys, monkeypatch)
+        code, out, _err = run_tessera([*path, "--help"], capsys, monkeypatch)
         where = "tessera " + " ".join(path)
         if code != 0:
             problems.append(f"{where}: exit {code}")
@@ -137,7 +126,7 @@ def test_simulate_progress_on_a_terminal_but_not_with_json(
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     args = [*SMALL, "--out", str(tmp_path)] + (["--json"] if as_json else [])
-    code, out, err = _run(args, capsys, monkeypatch)
+    code, out, err = run_tessera(args, capsys, monkeypatch)
     assert code == 0, err
     if as_json:
         json.loads(out)
@@ -149,7 +138,7 @@ def test_simulate_progress_on_a_terminal_but_not_with_json(
 def test_simulate_piped_shows_no_progress(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    code, _out, err = _run([*SMALL, "--out", str(tmp_path)], capsys, monkeypatch)
+    code, _out, err = run_tessera([*SMALL, "--out", str(tmp_path)], capsys, monkeypatch)
     assert code == 0, err
     assert "policies done" not in err and "━" not in err
 

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import typer
 
-from tessera.cli import app, main
+from tessera.cli import app
 from tessera.workload.known import TRACES
+from tests.cli.runner import run_tessera
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC_DATA = REPO.parent / "shared" / "data"
@@ -147,18 +147,6 @@ def needs_public_data(args: list[str]) -> bool:
     return trace is not None and not trace.bundled
 
 
-def _tessera(args: list[str], capsys: pytest.CaptureFixture[str],
-             monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["tessera", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def _walk(names: set[str] | None, data_dir: Path, tmp_path: Path,
           capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
           with_data: bool) -> list[str]:
@@ -171,7 +159,7 @@ def _walk(names: set[str] | None, data_dir: Path, tmp_path: Path,
             continue
         if names is None and args and args[0] in SLOW:
             continue
-        code, out, err = _tessera(_shrunk(args, tmp_path / f"out{i}"), capsys, monkeypatch)
+        code, out, err = run_tessera(_shrunk(args, tmp_path / f"out{i}"), capsys, monkeypatch)
         shown = " ".join(args)
         if needs_public_data(args) and not with_data:
             if "(public data)" not in comment:
