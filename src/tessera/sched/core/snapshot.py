@@ -14,6 +14,7 @@ from typing import Any
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
+from tessera.sched.core.quotas import QueueQuota
 
 MIX_SEPARATOR = "+"
 """Joins the flavors of a mixed gang's label: ``A100-40GB+V100-16GB``."""
@@ -221,24 +222,6 @@ class JobView:
             if f == flavor:
                 return s
         return 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class QueueQuota:
-    """A tenant queue's GPU quota (Kueue ClusterQueue, counted in GPUs of any flavor).
-
-    Attributes:
-        name: queue name.
-        nominal_gpus: GPUs the queue is guaranteed.
-        borrowing_limit_gpus: extra GPUs it may borrow from idle quota of its cohort;
-            ``None`` = unlimited, 0 = no borrowing.
-        weight: fair-sharing weight.
-    """
-
-    name: str
-    nominal_gpus: int
-    borrowing_limit_gpus: int | None = None
-    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -1,0 +1,416 @@
+"""Tenancy as the decision core sees it: queues, their quotas per GPU flavor, and cohort trees.
+
+These are Kueue's concepts (``kueue.x-k8s.io/v1beta2``) in Tessera's typed objects, so a
+platform team reads the same words in both:
+
+* A **queue** (Kueue's *ClusterQueue*, :class:`QueueQuota`) is a tenant's budget. Its quota is
+  either one number of GPUs of *any* flavor (Tessera's original form: ``nominal_gpus``) or, per
+  GPU flavor, a :class:`FlavorQuota` (Kueue's ``resourceGroups[].flavors[].resources[]`` for
+  ``nvidia.com/gpu``). A per-flavor queue may run only on the flavors it lists; a flavor listed
+  with ``nominal_gpus=0`` and a borrowing limit may run there only on borrowed quota.
+* Each :class:`FlavorQuota` has a **nominal** quota (guaranteed), a **borrowing limit** (how much
+  beyond nominal the queue may take from idle quota of its cohort; ``None`` = no limit) and a
+  **lending limit** (how much of its *unused* nominal quota others may borrow; ``None`` = all of
+  it). The rest of the nominal quota stays the queue's own even when it is idle.
+* A **cohort** (:class:`Cohort`, Kueue's ``Cohort`` with ``parentName``) groups queues and other
+  cohorts into a tree. Quota flows up the tree as lendable capacity and down as borrowing; a
+  cohort may hold quota of its own and limits of its own toward its parent. Queues with no
+  cohort borrow and lend nothing.
+* **Fair sharing** (:class:`FairSharing`): among queues that borrow, the one with the lowest
+  weighted share of what it borrows goes first, and may reclaim from those above their fair
+  share (Kueue's ``fairSharing.weight`` and its two preemption strategies); with a usage
+  half-life, admission is ordered by decayed usage history instead of current usage. A weight of
+  0 means "only borrows idle capacity" (it never wins a share contest).
+* **Preemption** per queue (:class:`QueuePreemption`, Kueue's ``spec.preemption``): whether a
+  pending job may preempt lower-priority jobs of its own queue, and whether it may reclaim its
+  lent quota from borrowing queues of its cohort.
+* **Flavor fungibility** (:class:`FlavorFungibility`): when the first flavor does not fit
+  within nominal quota, try the next flavor before borrowing, or before preempting.
+
+This module holds the values and their load-time checks (:meth:`Tenancy.check`), nothing
+else: the enforcement lives with the decision core, the readers (Tessera YAML, Kueue YAML) at
+the edges. Every check names the object and the field, so a service never starts half
+configured.
+
+Keys of per-flavor maps are catalog :class:`~tessera.model.gpus.GpuFlavor` objects: names are
+resolved by the readers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor
+
+
+def _check_count(owner: str, name: str, value: int | None, *, optional: bool) -> None:
+    if value is None:
+        if not optional:
+            raise SpecError(f"{owner}: {name} is required")
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{owner}: {name} must be a whole number of GPUs, got {value!r}")
+    if value < 0:
+        raise SpecError(f"{owner}: {name} must be >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuota:
+    """One quota line: how many GPUs are guaranteed, borrowable and lendable.
+
+    Attributes:
+        nominal_gpus: GPUs guaranteed to the owner (queue or cohort).
+        borrowing_limit_gpus: GPUs the owner may use beyond ``nominal_gpus`` by borrowing
+            through its cohort; ``None`` = unlimited, 0 = no borrowing.
+        lending_limit_gpus: of the owner's *unused* nominal GPUs, how many others may borrow;
+            ``None`` = all of them, 0 = none (the quota is reserved even when idle).
+    """
+
+    nominal_gpus: int
+    borrowing_limit_gpus: int | None = None
+    lending_limit_gpus: int | None = None
+
+    def check(self, owner: str) -> None:
+        """Refuse negative or fractional GPU counts and a lending limit above nominal."""
+        _check_count(owner, "nominal_gpus", self.nominal_gpus, optional=False)
+        _check_count(owner, "borrowing_limit_gpus", self.borrowing_limit_gpus, optional=True)
+        _check_count(owner, "lending_limit_gpus", self.lending_limit_gpus, optional=True)
+        if self.lending_limit_gpus is not None and self.lending_limit_gpus > self.nominal_gpus:
+            raise SpecError(f"{owner}: lending_limit_gpus ({self.lending_limit_gpus}) exceeds "
+                            f"nominal_gpus ({self.nominal_gpus})")
+
+
+class ReclaimWithinCohort(Enum):
+    """Whether a pending job may preempt other queues' jobs that run on borrowed quota, to take
+    back its queue's nominal quota (Kueue's ``preemption.reclaimWithinCohort``)."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class WithinQueue(Enum):
+    """Whether a pending job may preempt jobs of its own queue to fit within nominal quota
+    (Kueue's ``preemption.withinClusterQueue``)."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePreemption:
+    """A queue's preemption rules (Kueue's ``ClusterQueue.spec.preemption``; Kueue's defaults).
+
+    Attributes:
+        reclaim_within_cohort: may reclaim lent quota from borrowing queues of the cohort.
+        within_queue: may preempt lower-priority jobs of its own queue.
+    """
+
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    within_queue: WithinQueue = WithinQueue.NEVER
+
+
+class WhenCanBorrow(Enum):
+    """Kueue's ``flavorFungibility.whenCanBorrow``: take this flavor by borrowing, or first try
+    the next flavor within nominal quota."""
+
+    MAY_STOP_SEARCH = "MayStopSearch"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class WhenCanPreempt(Enum):
+    """Kueue's ``flavorFungibility.whenCanPreempt``: preempt to get this flavor, or first try
+    the next flavor (where the job would fit without preempting)."""
+
+    MAY_STOP_SEARCH = "MayStopSearch"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorFungibility:
+    """How a pending job moves between the flavors its queue lists (Kueue's defaults:
+    ``whenCanBorrow: MayStopSearch``, ``whenCanPreempt: TryNextFlavor``)."""
+
+    when_can_borrow: WhenCanBorrow = WhenCanBorrow.MAY_STOP_SEARCH
+    when_can_preempt: WhenCanPreempt = WhenCanPreempt.TRY_NEXT_FLAVOR
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """A tenant queue's quota (Kueue's ClusterQueue).
+
+    The one-number form (``QueueQuota(name, nominal_gpus, borrowing_limit_gpus)``) counts GPUs
+    of any flavor, as Tessera always has. The per-flavor form is built with
+    :meth:`per_flavor`: ``flavors`` then lists the flavors the queue may use, and
+    ``nominal_gpus`` / ``borrowing_limit_gpus`` are their totals (what tables show).
+
+    Attributes:
+        name: queue name.
+        nominal_gpus: GPUs the queue is guaranteed (any flavor; with ``flavors``, their sum).
+        borrowing_limit_gpus: extra GPUs it may borrow from idle quota of its cohort;
+            ``None`` = unlimited, 0 = no borrowing (with ``flavors``: the sum, ``None`` if any
+            flavor's is unlimited).
+        weight: fair-sharing weight (Kueue's ``fairSharing.weight``); 0 = only borrows idle
+            capacity.
+        cohort: the cohort the queue belongs to (``None``: borrows and lends nothing).
+        lending_limit_gpus: of the any-flavor quota, how much others may borrow (``None``: all).
+        flavors: per-flavor quotas, in the queue's flavor order (the order a pending job tries
+            them); empty for the any-flavor form.
+        preemption: the queue's preemption rules.
+        fungibility: how a job moves between the listed flavors.
+        min_admitted_s: time sharing inside the queue: a running job is not preempted by an
+            equal-priority job of its own queue before it has run this long (``None``: off).
+    """
+
+    name: str
+    nominal_gpus: int
+    borrowing_limit_gpus: int | None = None
+    weight: float = 1.0
+    cohort: str | None = None
+    lending_limit_gpus: int | None = None
+    flavors: Mapping[GpuFlavor, FlavorQuota] = field(default_factory=dict)
+    preemption: QueuePreemption = QueuePreemption()
+    fungibility: FlavorFungibility = FlavorFungibility()
+    min_admitted_s: float | None = None
+
+    @classmethod
+    def per_flavor(cls, name: str, flavors: Mapping[GpuFlavor, FlavorQuota], *,
+                   weight: float = 1.0, cohort: str | None = None,
+                   preemption: QueuePreemption = QueuePreemption(),
+                   fungibility: FlavorFungibility = FlavorFungibility(),
+                   min_admitted_s: float | None = None) -> QueueQuota:
+        """A queue whose quota is given per flavor; the totals are derived."""
+        limits = [q.borrowing_limit_gpus for q in flavors.values()]
+        borrow = None if any(b is None for b in limits) else sum(b for b in limits if b)
+        lends = [q.lending_limit_gpus for q in flavors.values()]
+        lend = None if any(x is None for x in lends) else sum(x for x in lends if x)
+        return cls(name, sum(q.nominal_gpus for q in flavors.values()), borrow, weight,
+                   cohort, lend, dict(flavors), preemption, fungibility, min_admitted_s)
+
+    @property
+    def by_flavor(self) -> bool:
+        """True when the quota is given per flavor (Kueue's form)."""
+        return bool(self.flavors)
+
+    @property
+    def any_flavor(self) -> FlavorQuota:
+        """The any-flavor quota line (meaningful when not :attr:`by_flavor`)."""
+        return FlavorQuota(self.nominal_gpus, self.borrowing_limit_gpus, self.lending_limit_gpus)
+
+    def check(self) -> None:
+        """Refuse bad numbers, naming the queue and the field."""
+        owner = f"queue {self.name!r}"
+        if not self.name:
+            raise SpecError("queue: name must not be empty")
+        if self.by_flavor:
+            for flavor, q in self.flavors.items():
+                q.check(f"{owner} flavor {flavor.name!r}")
+        else:
+            self.any_flavor.check(owner)
+        _check_weight(owner, self.weight)
+        if self.min_admitted_s is not None and not (
+                math.isfinite(self.min_admitted_s) and self.min_admitted_s > 0):
+            raise SpecError(f"{owner}: min_admitted_s must be a positive number of seconds, "
+                            f"got {self.min_admitted_s!r}")
+
+
+def _check_weight(owner: str, weight: float) -> None:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
+            math.isfinite(weight) and weight >= 0):
+        raise SpecError(f"{owner}: weight must be a number >= 0, got {weight!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    """A node of the cohort tree (Kueue's ``Cohort``).
+
+    Attributes:
+        name: cohort name.
+        parent: the parent cohort (``None``: a root).
+        flavors: quota the cohort holds itself, per flavor (Kueue lets a cohort own
+            ``resourceGroups``); its borrowing and lending limits bound what the whole subtree
+            takes from, and gives to, the parent.
+        any_flavor: the same for a tree that counts GPUs of any flavor (``None``: no own quota
+            and no limits toward the parent).
+        weight: the subtree's fair-sharing weight among its siblings.
+    """
+
+    name: str
+    parent: str | None = None
+    flavors: Mapping[GpuFlavor, FlavorQuota] = field(default_factory=dict)
+    any_flavor: FlavorQuota | None = None
+    weight: float = 1.0
+
+    def check(self) -> None:
+        owner = f"cohort {self.name!r}"
+        if not self.name:
+            raise SpecError("cohort: name must not be empty")
+        for flavor, q in self.flavors.items():
+            q.check(f"{owner} flavor {flavor.name!r}")
+        if self.any_flavor is not None:
+            self.any_flavor.check(owner)
+        if self.flavors and self.any_flavor is not None:
+            raise SpecError(f"{owner}: give its quota per flavor or as any-flavor GPUs, not both")
+        _check_weight(owner, self.weight)
+
+
+class FairPreemption(Enum):
+    """Kueue's fair-sharing preemption strategies, tried in order: preempt a job of another
+    queue if, after the preemption, the preempting queue's share stays at most the target's
+    share (*LessThanOrEqualToFinalShare*), or if the target queue's share before it exceeds the
+    preempting queue's (*LessThanInitialShare*)."""
+
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
+@dataclass(frozen=True, slots=True)
+class FairSharing:
+    """Cluster-wide fair-sharing settings (Kueue's ``fairSharing`` and
+    ``admissionFairSharing`` config).
+
+    Attributes:
+        enabled: borrowing and reclaim follow weighted shares (off: plain borrowing, first
+            come first served among borrowers).
+        strategies: the preemption strategies, in the order they are tried.
+        usage_half_life_s: admission orders queues by usage history decayed with this
+            half-life (Kueue's ``usageHalfLifeTime``); ``None`` = by current usage only.
+    """
+
+    enabled: bool = False
+    strategies: tuple[FairPreemption, ...] = (
+        FairPreemption.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, FairPreemption.LESS_THAN_INITIAL_SHARE)
+    usage_half_life_s: float | None = None
+
+    def check(self) -> None:
+        if not self.strategies:
+            raise SpecError("fair_sharing: strategies must name at least one strategy")
+        if len(set(self.strategies)) != len(self.strategies):
+            raise SpecError("fair_sharing: strategies lists a strategy twice")
+        h = self.usage_half_life_s
+        if h is not None and not (math.isfinite(h) and h > 0):
+            raise SpecError(f"fair_sharing: usage_half_life_s must be > 0 seconds, got {h!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """A named priority (Kueue's WorkloadPriorityClass): larger ``value`` = more important."""
+
+    name: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueue:
+    """A namespaced name for a queue (Kueue's LocalQueue): jobs may name it instead of the
+    ClusterQueue it points at."""
+
+    name: str
+    namespace: str
+    cluster_queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """The whole tenancy: queues, the cohort tree, fair sharing, priority classes and local
+    queues. Build it in a reader, then call :meth:`check` once before using it.
+
+    Attributes:
+        queues: quotas by queue name.
+        cohorts: cohorts by name.
+        fair_sharing: fair-sharing settings.
+        priority_classes: priority classes by name.
+        local_queues: local queues by name (``namespace/name`` when namespaces differ is the
+            reader's choice; jobs name them by the key used here).
+    """
+
+    queues: Mapping[str, QueueQuota] = field(default_factory=dict)
+    cohorts: Mapping[str, Cohort] = field(default_factory=dict)
+    fair_sharing: FairSharing = FairSharing()
+    priority_classes: Mapping[str, PriorityClass] = field(default_factory=dict)
+    local_queues: Mapping[str, LocalQueue] = field(default_factory=dict)
+
+    def check(self, cluster_flavors: Iterable[GpuFlavor] | None = None) -> None:
+        """Refuse, naming the object and the field: bad numbers, a queue or cohort in a cohort
+        that does not exist, a cycle of cohorts, quota for a flavor the cluster lacks (when
+        ``cluster_flavors`` is given), a local queue pointing nowhere, a tree that mixes
+        any-flavor and per-flavor quotas."""
+        present = None if cluster_flavors is None else set(cluster_flavors)
+        for key, q in self.queues.items():
+            if key != q.name:
+                raise SpecError(f"queue {q.name!r} is filed under {key!r}")
+            q.check()
+            if q.cohort is not None and q.cohort not in self.cohorts:
+                raise SpecError(f"queue {q.name!r}: cohort {q.cohort!r} does not exist")
+            _check_flavors(f"queue {q.name!r}", q.flavors, present)
+        for key, c in self.cohorts.items():
+            if key != c.name:
+                raise SpecError(f"cohort {c.name!r} is filed under {key!r}")
+            c.check()
+            if c.parent is not None and c.parent not in self.cohorts:
+                raise SpecError(f"cohort {c.name!r}: parent {c.parent!r} does not exist")
+            _check_flavors(f"cohort {c.name!r}", c.flavors, present)
+        for name in self.cohorts:
+            self.ancestors(name)  # raises on a cycle
+        self.fair_sharing.check()
+        for key, lq in self.local_queues.items():
+            if lq.cluster_queue not in self.queues:
+                raise SpecError(f"local queue {key!r}: cluster_queue {lq.cluster_queue!r} "
+                                f"does not exist")
+        self._check_one_mode()
+
+    def _check_one_mode(self) -> None:
+        """Within one cohort tree every quota counts the same way (per flavor or any flavor)."""
+        seen: dict[str, tuple[str, bool]] = {}
+        for q in self.queues.values():
+            if q.cohort is None:
+                continue
+            root = self.root(q.cohort)
+            prior = seen.setdefault(root, (f"queue {q.name!r}", q.by_flavor))
+            if prior[1] != q.by_flavor:
+                raise SpecError(f"queue {q.name!r} and {prior[0]} share cohort tree {root!r} "
+                                f"but one counts GPUs per flavor and the other of any flavor")
+
+    def ancestors(self, cohort: str) -> tuple[str, ...]:
+        """``cohort`` and its ancestors up to the root, nearest first; a cycle is an error."""
+        chain: list[str] = []
+        name: str | None = cohort
+        while name is not None:
+            if name in chain:
+                cycle = " -> ".join([*chain[chain.index(name):], name])
+                raise SpecError(f"cohort {cohort!r}: cycle of cohorts {cycle}")
+            chain.append(name)
+            node = self.cohorts.get(name)
+            if node is None:
+                if len(chain) == 1:
+                    raise SpecError(f"cohort {cohort!r} does not exist")
+                raise SpecError(f"cohort {chain[-2]!r}: parent {name!r} does not exist")
+            name = node.parent
+        return tuple(chain)
+
+    def root(self, cohort: str) -> str:
+        """The root of ``cohort``'s tree."""
+        return self.ancestors(cohort)[-1]
+
+    def cluster_queue(self, name: str) -> str | None:
+        """The ClusterQueue a job's ``queue`` names: a queue's own name, or a local queue's
+        target; ``None`` if neither."""
+        if name in self.queues:
+            return name
+        lq = self.local_queues.get(name)
+        return lq.cluster_queue if lq is not None else None
+
+
+def _check_flavors(owner: str, flavors: Mapping[GpuFlavor, FlavorQuota],
+                   present: set[GpuFlavor] | None) -> None:
+    if present is None:
+        return
+    for flavor in flavors:
+        if flavor not in present:
+            raise SpecError(f"{owner}: quota for flavor {flavor.name!r}, which the cluster "
+                            f"does not have")
