@@ -7,14 +7,8 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.gpus import resolve_flavor
-from tessera.sched.core.quotas import (
-    Cohort,
-    FairSharing,
-    FlavorQuota,
-    LocalQueue,
-    QueueQuota,
-    Tenancy,
-)
+from tessera.sched.core.quotas import Cohort, FlavorQuota, QueueQuota
+from tessera.sched.core.tenancy import FairSharing, LocalQueue, Tenancy
 
 A100 = resolve_flavor("A100")
 V100 = resolve_flavor("V100")
