@@ -47,7 +47,7 @@ _SPEC_FIELDS = {
     "job_id", "job_type", "num_gpus", "total_steps", "submit_time_s", "flavors",
     "priority_weight", "queue", "max_retries", "requires_locality", "slo_factor",
     "duration_hint_s", "elastic", "exclusive", "parallelism", "memory_gib", "model",
-    "batch_size", "gpu_milli", "extra",
+    "batch_size", "gpu_milli", "priority", "extra",
 }
 
 
@@ -71,6 +71,7 @@ def _spec(draw: st.DrawFn) -> JobSpec:
         memory_gib=draw(st.none() | _finite), model=draw(st.none() | _text),
         batch_size=draw(st.none() | st.integers(1, 10**6)),
         gpu_milli=draw(st.none() | st.integers(1, 999)) if gpus == 1 else None,
+        priority=draw(st.integers(-(10**9), 10**9)),
         extra=draw(st.dictionaries(_text, st.text(max_size=8), max_size=3)),
     )
 

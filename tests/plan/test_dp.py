@@ -231,3 +231,15 @@ def test_shares_report_micro_steps() -> None:
     assert (s.local_bsz, s.micro_steps) == (25, 3)
     assert s.compute_time_s == pytest.approx(0.3 + 0.25)
     assert math.isclose(plan.step_time_s, s.compute_time_s)
+
+
+def test_local_search_swaps_a_slow_device_for_a_faster_one() -> None:
+    """One sample: the best plan is the one faster device. From "one slow device" the local
+    search used to stop (adding the fast device costs a cross-node all-reduce, dropping the slow
+    one leaves none): a swap is one move (found by the property test above)."""
+    n0, n1 = node("n0"), node("n1")
+    devs = [device("T4", 0.0, 0.0234375, 1, n0) for _ in range(3)]
+    devs.append(device("T4", 0.0, 0.015625, 1, n1))
+    plan = split_batch(devs, 1, 1e8, max_micro_steps=2, exact_limit=0)
+    assert plan.step_time_s == pytest.approx(0.015625)
+    assert plan.step_time_s == pytest.approx(brute_force_step_s(devs, 1, 1e8, 2))

@@ -191,6 +191,10 @@ class JobSpec:
             ``None`` when it records none.
         gpu_milli: the share of one GPU a fractional task asks for, in thousandths (1-999;
             ``None``: whole GPUs). Only 1-GPU jobs are fractional.
+        priority: the job's priority under tenant quotas (the value of a Kueue
+            WorkloadPriorityClass; larger = more important, 0 by default): which jobs a pending
+            job may preempt to get its queue's quota back (:mod:`tessera.sched.core.quotas`).
+            Unrelated to ``priority_weight``, which weighs a job's share in fair policies.
         extra: trace columns kept verbatim (strings) for writers and reports, such as Gavel's
             launch command or FGD's QoS class. No decision reads them: anything a decision
             needs is a typed field above, parsed and checked where the job enters.
@@ -215,6 +219,7 @@ class JobSpec:
     model: str | None = None
     batch_size: int | None = None
     gpu_milli: int | None = None
+    priority: int = 0
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -230,6 +235,9 @@ class JobSpec:
             raise SpecError(f"job {self.job_id}: priority_weight must be > 0")
         if self.max_retries < 0:
             raise SpecError(f"job {self.job_id}: max_retries must be >= 0")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise SpecError(f"job {self.job_id}: priority must be a whole number, "
+                            f"got {self.priority!r}")
         self._check_typed_fields()
         e = self.elastic
         p3 = self.parallelism

@@ -222,13 +222,26 @@ def choose_counts(ev: _Evaluator, exact_limit: int) -> tuple[int, ...]:
 
 
 def _neighbours(counts: tuple[int, ...], full: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Count vectors one device away."""
+    """Count vectors one device away: one device more or fewer of a class, or one device
+    swapped from one class to another. Swaps matter when few devices are worth using (a
+    batch of one sample runs on one device: from "one slow device" the faster class is a swap
+    away, while adding it first costs a cross-node all-reduce and removing the slow one first
+    leaves nothing)."""
     out = []
     for i in range(len(full)):
         for delta in (-1, 1):
             n = counts[i] + delta
             if 0 <= n <= full[i]:
                 out.append((*counts[:i], n, *counts[i + 1:]))
+    for i in range(len(full)):
+        if counts[i] == 0:
+            continue
+        for j in range(len(full)):
+            if j != i and counts[j] < full[j]:
+                swapped = list(counts)
+                swapped[i] -= 1
+                swapped[j] += 1
+                out.append(tuple(swapped))
     return out
 
 
