@@ -1,0 +1,194 @@
+"""``/metrics`` values after what a service lives through: submissions, a job held by its
+queue's quota, a preemption, a cancel, a failed run retried, a lost run, a restart; and a
+per-flavor quota shown per flavor. Scraped with ``prometheus_client``'s parser."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import replace
+from pathlib import Path
+
+from tessera.live.metrics import ServiceMetrics, preempt_reason
+from tessera.live.service import LiveService
+from tessera.live.spec import parse_request
+from tessera.live.tenancy import Principal
+from tessera.model.gpus import resolve_flavor
+from tessera.sched.core.quotas import FlavorQuota, QueueQuota
+from tests.live.helpers import make_service, wait_for
+from tests.live.metrics_scrape import Scrape
+
+ADMIN = Principal("admin", None)
+#: Two small queues on a 2-GPU cluster: each may hold 2 GPUs (1 nominal + 1 borrowed).
+QUEUES: list[dict[str, object]] = [
+    {"name": "team-a", "nominal_gpus": 1, "borrowing_limit_gpus": 1},
+    {"name": "team-b", "nominal_gpus": 1, "borrowing_limit_gpus": 1},
+]
+V100 = resolve_flavor("v100").short
+
+
+def _submit(svc: LiveService, text: str) -> str:
+    return svc.submit(parse_request(text), ADMIN).job_id
+
+
+def _state(svc: LiveService, job_id: str) -> str:
+    rec = svc.store.get(job_id)
+    return rec.state.value if rec is not None else "gone"
+
+
+def _run_state(svc: LiveService, job_id: str, run: int) -> str | None:
+    a = svc.store.allocation(job_id, run)
+    return a.status if a is not None else None
+
+
+def _scrape(m: ServiceMetrics) -> Scrape:
+    return Scrape(m.render().decode())
+
+
+def test_metrics_follow_quota_preemption_cancel_and_retry(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "state", cluster="v100:2", policy="srtf",
+                       gpus_per_server=2, queues=QUEUES)
+    m = ServiceMetrics(svc)
+    try:
+        long_id = _submit(svc, "name: long\nqueue: team-a\ngpus: 2\nexpected_duration_s: 1000"
+                               "\ncommand: sleep 60")
+        wait_for(lambda: _state(svc, long_id) == "running", what="the long job to run")
+        # A second team-a job: the queue holds 2 GPUs of its 1 + 1 borrowable: quota.
+        waiter = _submit(svc, "name: waiter\nqueue: team-a\nexpected_duration_s: 1000\n"
+                              "command: sleep 60")
+        wait_for(lambda: "at quota" in (svc.store.get(waiter).reason  # type: ignore[union-attr]
+                                        ), what="the waiter's quota reason")
+        s = _scrape(m)
+        assert s.value("tessera_jobs_pending", queue="team-a", flavor="any",
+                       reason="quota") == 1
+        assert s.value("tessera_jobs_running", queue="team-a", flavor=V100) == 1
+        assert s.value("tessera_queue_nominal_gpus", queue="team-a", flavor="any") == 1
+        assert s.value("tessera_queue_borrowing_limit_gpus", queue="team-a", flavor="any") == 1
+        assert s.value("tessera_queue_used_gpus", queue="team-a", flavor="any") == 2
+        assert s.value("tessera_queue_borrowed_gpus", queue="team-a", flavor="any") == 1
+        assert s.value("tessera_queue_used_gpus", queue="team-b", flavor="any") == 0
+        assert s.value("tessera_cluster_gpus", flavor=V100) == 2
+        assert s.value("tessera_job_transitions_total", from_state="none",
+                       to_state="pending") == 2
+        assert s.value("tessera_job_transitions_total", from_state="running",
+                       to_state="preempted") is None
+
+        svc.cancel(waiter, ADMIN)  # a cancel while pending
+        # A short team-b job: srtf preempts the long one for it.
+        short = _submit(svc, "name: short\nqueue: team-b\nexpected_duration_s: 1\n"
+                             "command: sleep 0.3")
+        wait_for(lambda: _state(svc, short) == "succeeded", what="the short job")
+        wait_for(lambda: _run_state(svc, long_id, 2) == "running", what="the long job back")
+        s = _scrape(m)
+        assert s.value("tessera_preemptions_total", reason="policy") == 1
+        assert s.value("tessera_job_transitions_total", from_state="running",
+                       to_state="preempted") == 1
+        assert s.value("tessera_job_transitions_total", from_state="pending",
+                       to_state="cancelled") == 1
+        assert s.total("tessera_jobs_pending") == 0
+        assert s.value("tessera_jobs_running", queue="team-a", flavor=V100) == 1
+        assert s.value("tessera_queue_used_gpus", queue="team-b", flavor="any") == 0
+
+        svc.cancel(long_id, ADMIN)  # a cancel while running: its run drains
+        wait_for(lambda: _run_state(svc, long_id, 2) == "done", what="the long run to end")
+        bad = _submit(svc, "name: bad\nqueue: team-b\nmax_retries: 1\ncommand: exit 3")
+        wait_for(lambda: _state(svc, bad) == "failed" and svc.store.get(bad).final,  # type: ignore[union-attr]
+                 what="the failing job to give up")
+        s = _scrape(m)
+        assert s.value("tessera_job_retries_total") == 1
+        assert s.value("tessera_job_transitions_total", from_state="failed",
+                       to_state="pending") == 1
+        assert s.value("tessera_job_transitions_total", from_state="running",
+                       to_state="failed") == 2
+        assert s.value("tessera_job_transitions_total", from_state="running",
+                       to_state="cancelled") == 1
+        assert s.value("tessera_job_transitions_total", from_state="none",
+                       to_state="pending") == 4
+        assert s.value("tessera_runs_lost_total") == 0
+        assert s.total("tessera_jobs_running") == 0
+        assert s.value("tessera_queue_used_gpus", queue="team-a", flavor="any") == 0
+        decisions = s.value("tessera_decision_duration_seconds_count")
+        assert decisions is not None and decisions >= 3
+        assert s.value("tessera_decision_duration_seconds_bucket", le="+Inf") == decisions
+    finally:
+        svc.stop()
+
+    # A restart: the counters come back from the store's event log; the latency histogram
+    # counts since the start.
+    again = make_service(tmp_path / "state", cluster="v100:2", policy="srtf",
+                         gpus_per_server=2, queues=QUEUES, start=False)
+    try:
+        r = _scrape(ServiceMetrics(again))
+        for name in ("tessera_job_transitions_total", "tessera_preemptions_total",
+                     "tessera_job_retries_total", "tessera_runs_lost_total"):
+            assert r.series(name) == s.series(name), name
+            assert r.total(name) == s.total(name), name
+        assert r.value("tessera_decision_duration_seconds_count") == 0
+    finally:
+        again.stop()
+
+
+def test_a_lost_run_is_counted_and_retried(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "state")
+    m = ServiceMetrics(svc)
+    try:
+        jid = _submit(svc, "name: victim\nqueue: team-a\nmax_retries: 1\ncommand: sleep 60")
+        run_dir = svc.work_dir / "runs" / jid / "1"
+        wait_for(lambda: (run_dir / "ranks.json").exists() and _state(svc, jid) == "running",
+                 what="the run to start")
+        ranks = json.loads((run_dir / "ranks.json").read_text())
+        os.kill(int((run_dir / "marker").read_text()), signal.SIGKILL)  # the runner vanishes
+        for pid in ranks:
+            os.killpg(pid, signal.SIGKILL)
+        wait_for(lambda: _run_state(svc, jid, 2) is not None, what="the retry")
+        s = _scrape(m)
+        assert s.value("tessera_runs_lost_total") == 1
+        assert s.value("tessera_job_retries_total") == 1
+        a = svc.store.allocation(jid, 1)
+        assert a is not None and a.exit_code is None and "vanished" in a.detail
+        svc.cancel(jid, ADMIN)
+    finally:
+        svc.stop()
+
+
+def test_per_flavor_quota_shows_per_flavor(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "state", start=False)
+    v100, t4 = resolve_flavor("v100"), resolve_flavor("t4")
+    per_flavor = QueueQuota.per_flavor("team-a", {v100: FlavorQuota(2, 1), t4: FlavorQuota(1, 0)})
+    svc.tenancy = replace(svc.tenancy, quotas={**svc.tenancy.quotas, "team-a": per_flavor})
+    svc.start()
+    m = ServiceMetrics(svc)
+    try:
+        jid = _submit(svc, "name: big\nqueue: team-a\ngpus: 3\nflavors: [v100]\n"
+                           "command: sleep 30")
+        wait_for(lambda: _state(svc, jid) == "running", what="the job to run")
+        s = _scrape(m)
+        assert s.value("tessera_queue_nominal_gpus", queue="team-a", flavor=V100) == 2
+        assert s.value("tessera_queue_borrowing_limit_gpus", queue="team-a", flavor=V100) == 1
+        assert s.value("tessera_queue_used_gpus", queue="team-a", flavor=V100) == 3
+        assert s.value("tessera_queue_borrowed_gpus", queue="team-a", flavor=V100) == 1
+        assert s.value("tessera_queue_nominal_gpus", queue="team-a", flavor=t4.short) == 1
+        assert s.value("tessera_queue_borrowing_limit_gpus", queue="team-a",
+                       flavor=t4.short) == 0
+        assert s.value("tessera_queue_used_gpus", queue="team-a", flavor=t4.short) == 0
+        assert s.value("tessera_queue_nominal_gpus", queue="team-a", flavor="any") is None
+        assert s.value("tessera_queue_nominal_gpus", queue="team-b", flavor="any") == 4
+        assert s.value("tessera_jobs_running", queue="team-a", flavor=V100) == 1
+        waiting = _submit(svc, "name: later\nqueue: team-b\nflavors: [v100]\ngpus: 2\n"
+                               "command: sleep 1")
+        s = _scrape(m)  # the flavor it asks for; not decided yet, or no free V100
+        reasons = {x["reason"] for x in s.series("tessera_jobs_pending")
+                   if x["queue"] == "team-b" and x["flavor"] == V100}
+        assert reasons and reasons <= {"undecided", "capacity", "quota"}
+        svc.cancel(waiting, ADMIN)
+        svc.cancel(jid, ADMIN)
+    finally:
+        svc.stop()
+
+
+def test_preemption_reasons_read_the_journals_words() -> None:
+    assert preempt_reason("preempted by the policy") == "policy"
+    assert preempt_reason("moving to 2×V100 on n0") == "move"
+    assert preempt_reason("resizing (4 → 2 GPUs) to 2×V100 on n0") == "resize"
+    assert preempt_reason("something new") == "other"
