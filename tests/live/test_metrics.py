@@ -6,18 +6,27 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
-from tessera.live.metrics import ServiceMetrics, preempt_reason
+from tessera.live import lifecycle
+from tessera.live.executors.base import RunStatus
+from tessera.live.journal import request_stop
+from tessera.live.metrics import ServiceMetrics, active_jobs, preempt_reason
 from tessera.live.service import LiveService
-from tessera.live.spec import parse_request
+from tessera.live.spec import parse_request, to_live_job
+from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tessera.model.gpus import resolve_flavor
+from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.quotas import FlavorQuota, QueueQuota
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service, wait_for
 from tests.live.metrics_scrape import Scrape
+from tests.live.test_jobcodec import OLD_STATE
 
 ADMIN = Principal("admin", None)
 #: Two small queues on a 2-GPU cluster: each may hold 2 GPUs (1 nominal + 1 borrowed).
@@ -192,3 +201,82 @@ def test_preemption_reasons_read_the_journals_words() -> None:
     assert preempt_reason("moving to 2×V100 on n0") == "move"
     assert preempt_reason("resizing (4 → 2 GPUs) to 2×V100 on n0") == "resize"
     assert preempt_reason("something new") == "other"
+
+
+def test_event_log_counters_from_the_lifecycles_own_records(tmp_path: Path) -> None:
+    """Withdrawn plans and stop requests are preemptions by reason, a run without an exit
+    status is lost (a withdrawn plan is not), a retry is counted once; incrementally and
+    afresh alike."""
+    svc = make_service(tmp_path / "state", start=False)
+    store, now = svc.store, 1000.0
+    v100 = resolve_flavor("v100")
+
+    def placed(text: str, running: bool) -> str:
+        jid = _submit(svc, text)
+        with store.tx() as db:
+            store.add_allocation(db, jid, 1, Placement.of(v100, (("n0", 1),)), now)
+            store.transition(db, jid, JobState.ADMITTED, now, "run 1", runs=1)
+            if running:
+                a = store.allocation(jid, 1)
+                assert a is not None
+                lifecycle.mark_running(store, db, a, now, "started", svc.speeds)
+        return jid
+
+    def end(jid: str, st: RunStatus) -> None:
+        a = store.allocation(jid, 1)
+        assert a is not None
+        with store.tx() as db:
+            lifecycle.finish_run(store, db, a, st, now + 1, svc.speeds)
+
+    planned = placed("name: p\nqueue: team-a\ncommand: sleep 1", running=False)
+    with store.tx() as db:
+        request_stop(svc, db, JobId(planned), now, "preempted by the policy", "preempt")
+    lost = placed("name: l\nqueue: team-a\nmax_retries: 1\ncommand: sleep 1", running=True)
+    end(lost, RunStatus("lost", detail="runner 42 vanished without an exit status"))
+    m = ServiceMetrics(svc)
+    s = _scrape(m)
+    assert s.series("tessera_preemptions_total") == [{"reason": "policy"}]
+    assert s.value("tessera_preemptions_total", reason="policy") == 1
+    assert s.value("tessera_runs_lost_total") == 1
+    assert s.value("tessera_job_retries_total") == 1
+
+    crashed = placed("name: c\nqueue: team-b\ncommand: exit 3", running=True)
+    end(crashed, RunStatus("exited", 3))
+    moved = placed("name: m\nqueue: team-b\ncommand: sleep 9", running=True)
+    with store.tx() as db:
+        request_stop(svc, db, JobId(moved), now, "moving to 1×V100 on n1", "move")
+    end(moved, RunStatus("exited", -15, stopped=True))
+    s = _scrape(m)
+    assert s.value("tessera_preemptions_total", reason="policy") == 1
+    assert s.value("tessera_preemptions_total", reason="move") == 1
+    assert s.value("tessera_runs_lost_total") == 1  # an exit status is no loss
+    assert s.value("tessera_job_retries_total") == 1
+    assert s.value("tessera_job_transitions_total", from_state="running", to_state="failed") == 2
+    fresh = _scrape(ServiceMetrics(svc))
+    for name in ("tessera_preemptions_total", "tessera_runs_lost_total",
+                 "tessera_job_retries_total", "tessera_job_transitions_total"):
+        assert fresh.series(name) == s.series(name) and fresh.total(name) == s.total(name)
+    store.close()
+
+
+def test_active_jobs_read_both_stored_formats(tmp_path: Path) -> None:
+    """The flavor label comes from the stored JSON without decoding it: format 2 (today's)
+    and format 1 (a state file written by an older release, where an alias was stored)."""
+    path = tmp_path / "state.db"
+    shutil.copy(OLD_STATE, path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE jobs SET spec_json=json_set(spec_json, '$.flavors', "
+                   "json_array('v100')) WHERE job_id='j-plain'")
+    store = Store(path)
+    svc_job = _submit_stored(store, "name: new\nqueue: q-a\nflavors: [t4]\ncommand: 'true'")
+    got = {a.job_id: (a.queue, a.state.value, a.flavor) for a in active_jobs(store)}
+    assert got == {"j-plain": ("q-a", "pending", V100),
+                   "j-rich": ("q-share", "pending", None),  # two flavors
+                   "j-elastic": ("q-a", "pending", None), "j-3d": ("q-a", "pending", None),
+                   svc_job: ("q-a", "pending", resolve_flavor("t4").short)}
+    store.close()
+
+
+def _submit_stored(store: Store, text: str) -> str:
+    job = to_live_job(parse_request(text), "j-new", "q-a", 20.0, False)
+    return store.add_job(job, 20.0).job_id

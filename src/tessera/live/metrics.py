@@ -44,13 +44,15 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tessera.live.store import HOLDING, Allocation, JobRecord, Store
+from tessera.live.store import HOLDING, Allocation, Store
+from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.decide import Decision
 from tessera.sched.core.quotas import QueueQuota
@@ -66,7 +68,6 @@ DECISION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
                       2.5, 5.0)
 #: What a preemption's stop request says (``journal.request_stop``), by its first word.
 _PREEMPT_REASONS = {"preempted": "policy", "moving": "move", "resizing": "resize"}
-_WITHDRAWN = "withdrawn before launch"
 
 
 def preempt_reason(why: str) -> str:
@@ -75,19 +76,32 @@ def preempt_reason(why: str) -> str:
     return _PREEMPT_REASONS.get(why.split(" ", 1)[0], "other")
 
 
-def _run_of(detail: str) -> int | None:
-    """The run number of an event detail ``"run 3: ..."``, if it has one."""
-    head, sep, _ = detail.partition(":")
-    word, _, num = head.partition(" ")
-    return int(num) if sep and word == "run" and num.isdigit() else None
+#: Preemptions in a span of the event log, by the first word of their reason: stop requests
+#: (``run 3: preempted by the policy``) and planned runs taken back (``plan withdrawn: ...``).
+_PREEMPTIONS_SQL = """
+SELECT substr(why, 1, instr(why || ' ', ' ') - 1), COUNT(*) FROM (
+  SELECT CASE WHEN kind='stop-requested' THEN substr(detail, instr(detail, ': ') + 2)
+              ELSE substr(detail, 17) END AS why
+  FROM events WHERE seq>? AND seq<=? AND (kind='stop-requested' OR (kind='transition'
+    AND from_state='admitted' AND to_state='pending' AND detail LIKE 'plan withdrawn: %')))
+GROUP BY 1"""
+#: Runs lost in a span of the event log: a run's end (``run 3: ...``, the job failed, was
+#: preempted, or had finished already) whose allocation has no exit status and was launched.
+_LOST_SQL = """
+SELECT COUNT(*) FROM events e JOIN allocations a ON a.job_id=e.job_id
+  AND a.run=CAST(substr(e.detail, 5, instr(e.detail, ':') - 5) AS INTEGER)
+WHERE e.seq>? AND e.seq<=? AND e.detail LIKE 'run %:%'
+  AND (e.kind='run-ended' OR (e.kind='transition' AND e.to_state IN ('failed', 'preempted')))
+  AND a.exit_code IS NULL AND a.detail NOT LIKE 'withdrawn before launch:%'"""
 
 
 class EventTally:
     """The counters that the store's event log can give, kept up to date incrementally.
 
     The log's ``seq`` only grows (SQLite ``AUTOINCREMENT``), so each :meth:`update` reads the
-    events after the last one it counted: transitions by one ``GROUP BY`` in SQLite, the rare
-    events that need a look (stop requests, run ends) one by one.
+    events after the last one it counted, each counter by one aggregate query in SQLite, so
+    even the first scrape after a start, which counts the whole log, reads no event into
+    Python.
     """
 
     def __init__(self, store: Store) -> None:
@@ -114,27 +128,41 @@ class EventTally:
                 self.transitions[(str(old), str(new))] += int(n)
                 if (old, new) == ("failed", "pending"):
                     self.retries += int(n)
-            for kind, job_id, old, new, detail in read(
-                    "SELECT kind, job_id, from_state, to_state, detail FROM events "
-                    "WHERE seq>? AND seq<=? AND (kind IN ('stop-requested', 'run-ended') OR "
-                    "(kind='transition' AND (to_state IN ('failed', 'preempted') OR "
-                    "(from_state='admitted' AND to_state='pending'))))", span):
-                self._look_at(str(kind), job_id, old, new, str(detail))
+            for word, n in read(_PREEMPTIONS_SQL, span):
+                self.preemptions[preempt_reason(str(word))] += int(n)
+            self.runs_lost += int(read(_LOST_SQL, span)[0][0])
             self.last_seq = top
 
-    def _look_at(self, kind: str, job_id: str | None, old: str | None, new: str | None,
-                 detail: str) -> None:
-        if kind == "stop-requested":
-            self.preemptions[preempt_reason(detail.partition(": ")[2])] += 1
-        elif old == "admitted" and new == "pending":
-            why = detail.removeprefix("plan withdrawn: ")
-            if why != detail:  # a planned run taken back by a preemption or a move
-                self.preemptions[preempt_reason(why)] += 1
-        else:  # a run ended (failed, preempted, or after its job had finished)
-            run = _run_of(detail)
-            a = self.store.allocation(job_id, run) if job_id and run is not None else None
-            if a is not None and a.exit_code is None and not a.detail.startswith(_WITHDRAWN):
-                self.runs_lost += 1
+
+#: The unfinished jobs, without decoding their specs: id, queue, state, and the one flavor
+#: the job asks for (``NULL``: none or several; a spec stored in format 1 keeps its fields at
+#: the top level).
+_ACTIVE_SQL = """
+SELECT job_id, queue, state, CASE WHEN json_array_length(f)=1 THEN json_extract(f, '$[0]') END
+FROM (SELECT job_id, queue, state, COALESCE(json_extract(spec_json, '$.spec.flavors'),
+                                            json_extract(spec_json, '$.flavors')) AS f
+      FROM jobs WHERE final=0)"""
+
+
+_STATES = {s.value: s for s in JobState}
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveJob:
+    """An unfinished job as the metrics need it: ``flavor`` is the one flavor it asks for
+    (short name), ``None`` for none or several."""
+
+    job_id: str
+    queue: str
+    state: JobState
+    flavor: str | None
+
+
+def active_jobs(store: Store) -> list[ActiveJob]:
+    """The store's unfinished jobs, read without decoding their specs (a scrape with 10,000
+    pending jobs would spend most of its time there)."""
+    return [ActiveJob(str(j), str(q), _STATES[st], resolve_flavor(f).short if f else None)
+            for j, q, st, f in store._read(_ACTIVE_SQL)]
 
 
 class ServiceMetrics(Collector):
@@ -168,7 +196,7 @@ class ServiceMetrics(Collector):
         """Every metric but the histogram (the registry collects that one itself)."""
         self.tally.update()
         yield from self._counters()
-        records = self.svc.store.jobs(active_only=True)
+        records = active_jobs(self.svc.store)
         holding = self.svc.store.allocations(HOLDING)
         yield from self._jobs(records, holding)
         yield from self._quotas(records, holding)
@@ -201,7 +229,7 @@ class ServiceMetrics(Collector):
             "tessera_runs_lost", "Runs that ended without an exit status (runner, actor or "
             "node gone; launch failed), from the store's event log.", value=t.runs_lost)
 
-    def _jobs(self, records: list[JobRecord], holding: list[Allocation]) -> Iterator[Metric]:
+    def _jobs(self, records: list[ActiveJob], holding: list[Allocation]) -> Iterator[Metric]:
         latest = {a.job_id: a for a in holding}  # ordered by creation: the last run wins
         last = self.svc.last_decision
         decided = last.pending if last is not None else {}
@@ -212,8 +240,7 @@ class ServiceMetrics(Collector):
             JobState.ADMITTED: Counter(), JobState.RUNNING: Counter()}
         for r in records:
             if r.state is JobState.PENDING:
-                flavors = r.job.spec.flavors
-                flavor = flavors[0].short if len(flavors) == 1 else ANY_FLAVOR
+                flavor = r.flavor or ANY_FLAVOR
                 why = decided.get(JobId(r.job_id))
                 reason = (why.kind.name.lower() if why is not None
                           else "retry_backoff" if backoff.get(r.job_id, (0.0,))[0] > now_s
@@ -232,7 +259,7 @@ class ServiceMetrics(Collector):
                      "under each of its flavors).", ["queue", "flavor"],
                      placed[JobState.RUNNING])
 
-    def _quotas(self, records: list[JobRecord], holding: list[Allocation]) -> Iterator[Metric]:
+    def _quotas(self, records: list[ActiveJob], holding: list[Allocation]) -> Iterator[Metric]:
         quotas = self.svc.tenancy.quotas
         queue_of = {r.job_id: r.queue for r in records}
         used: Counter[tuple[str, str]] = Counter()
