@@ -161,8 +161,14 @@ class ActiveJob:
 def active_jobs(store: Store) -> list[ActiveJob]:
     """The store's unfinished jobs, read without decoding their specs (a scrape with 10,000
     pending jobs would spend most of its time there)."""
-    return [ActiveJob(str(j), str(q), _STATES[st], resolve_flavor(f).short if f else None)
-            for j, q, st, f in store._read(_ACTIVE_SQL)]
+    short: dict[str, str] = {}  # stored name → short name, resolved once per scrape
+    out: list[ActiveJob] = []
+    for job_id, queue, state, name in store._read(_ACTIVE_SQL):
+        if name is not None and name not in short:
+            short[name] = resolve_flavor(name).short
+        out.append(ActiveJob(job_id, queue, _STATES[state],
+                             short[name] if name is not None else None))
+    return out
 
 
 class ServiceMetrics(Collector):
