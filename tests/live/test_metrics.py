@@ -22,7 +22,9 @@ from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
+from tessera.sched.core.decide import Decision
 from tessera.sched.core.quotas import FlavorQuota, QueueQuota
+from tessera.sched.core.reasons import PendingKind, PendingReason
 from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service, wait_for
 from tests.live.metrics_scrape import Scrape
@@ -280,3 +282,20 @@ def test_active_jobs_read_both_stored_formats(tmp_path: Path) -> None:
 def _submit_stored(store: Store, text: str) -> str:
     job = to_live_job(parse_request(text), "j-new", "q-a", 20.0, False)
     return store.add_job(job, 20.0).job_id
+
+
+def test_pending_reason_labels(tmp_path: Path) -> None:
+    """The last decision's kind, ``unplaceable`` while the executor's backoff lasts (it wins
+    over an older decision), ``undecided`` before any decision saw the job."""
+    svc = make_service(tmp_path / "state", start=False)
+    held, backing_off, _fresh = (_submit(svc, f"name: {n}\nqueue: team-a\ncommand: 'true'")
+                                for n in ("held", "backing-off", "fresh"))
+    svc.last_decision = Decision({}, (), (), {
+        JobId(held): PendingReason(PendingKind.QUOTA),
+        JobId(backing_off): PendingReason(PendingKind.CAPACITY)})
+    svc.backoff[backing_off] = (svc.clock() + 60, 5.0)
+    s = _scrape(ServiceMetrics(svc))
+    assert {x["reason"]: s.value("tessera_jobs_pending", **x)
+            for x in s.series("tessera_jobs_pending")} == {
+        "quota": 1, "unplaceable": 1, "undecided": 1}
+    svc.store.close()

@@ -9,9 +9,9 @@ store; nothing is counted on the API's hot paths. The metrics, all prefixed ``te
 * ``tessera_jobs_pending{queue,flavor,reason}`` -- jobs waiting; ``reason`` is the decision
   core's :class:`~tessera.sched.core.reasons.PendingKind` of the last decision in lower case
   (``quota``, ``capacity``, ``fragmentation`` -- free GPUs but not the locality the gang needs
-  --, ``no_fit``), ``retry_backoff`` for a failed job waiting out its retry delay, and
-  ``undecided`` for one no decision has looked at yet; ``flavor`` is the one flavor the job
-  asks for, or ``any``;
+  --, ``no_fit``), ``unplaceable`` for a job whose run the executor could not place, waiting out
+  its backoff, and ``undecided`` for one no decision has looked at yet; ``flavor`` is the one
+  flavor the job asks for, or ``any``;
 * ``tessera_jobs_admitted{queue,flavor}`` (GPUs given, run being launched) and
   ``tessera_jobs_running{queue,flavor}``, by the flavor of the job's latest run (a mixed gang
   counts once under each of its flavors);
@@ -248,9 +248,8 @@ class ServiceMetrics(Collector):
             if r.state is JobState.PENDING:
                 flavor = r.flavor or ANY_FLAVOR
                 why = decided.get(JobId(r.job_id))
-                reason = (why.kind.name.lower() if why is not None
-                          else "retry_backoff" if backoff.get(r.job_id, (0.0,))[0] > now_s
-                          else "undecided")
+                reason = ("unplaceable" if backoff.get(r.job_id, (0.0,))[0] > now_s
+                          else why.kind.name.lower() if why is not None else "undecided")
                 pending[(r.queue, flavor, reason)] += 1
             elif r.state in placed:
                 a = latest.get(r.job_id)
