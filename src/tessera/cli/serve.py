@@ -146,6 +146,12 @@ def register(app: typer.Typer) -> None:
                                        "store on purpose: the old one (if any) is moved to "
                                        "store-aside-<time>/ in --state, never deleted. Without "
                                        "it, a missing, empty or damaged store stops serve."),
+        metrics_port: str = typer.Option(None, "--metrics-port", metavar="[HOST:]PORT",
+                                         help="Also serve /metrics without a token on this "
+                                         "port of a loopback address (default host "
+                                         "127.0.0.1; any other address is refused). The API's "
+                                         "/metrics needs the admin token.",
+                                         show_default="off"),
         settings: SchedulerSettings = SchedulerSettings(),
         executor_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:
@@ -163,14 +169,16 @@ def register(app: typer.Typer) -> None:
         With --mixed-gangs each rank gets its own TESSERA_FLAVOR.
         """
         from tessera.live.executors.registry import options_from_flags
+        from tessera.live.metrics_port import parse_metrics_address
         from tessera.live.server import ServeConfig
         from tessera.live.server import serve as run_serve
         from tessera.live.service import ServiceOptions
 
         given = executor_options or {}
+        metrics_at = _run(lambda: parse_metrics_address(metrics_port)) if metrics_port else None
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor,
                           _run(lambda: options_from_flags(executor, given)),
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
                           run_as=run_as, new_store=new_store)
-        _run(lambda: run_serve(cfg, host, port))
+        _run(lambda: run_serve(cfg, host, port, metrics_at))

@@ -11,7 +11,7 @@ Every error is JSON ``{"detail": "..."}`` with one clear sentence and a 4xx stat
 =====  =========================================================================
  400   the body is not valid JSON/YAML, or nests too deeply; a malformed ``Idempotency-Key``
  401   missing or unknown token
- 403   a tenant submitting to a queue that is not its own
+ 403   a tenant submitting to a queue that is not its own; a tenant reading ``/metrics``
  404   no such job (or not yours), no such page
  405   a method the path does not take
  409   cancelling a job that already finished; logs of a rank that does not exist
@@ -54,6 +54,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from tessera.errors import SpecError
@@ -77,6 +78,7 @@ from tessera.live.intake import (
     parse_submission,
 )
 from tessera.live.limits import BodyLimit
+from tessera.live.metrics import ServiceMetrics
 from tessera.live.names import JobNames
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
@@ -107,12 +109,15 @@ _NO_TELEMETRY: dict[str, Any] = (
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
 
 
-def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
+def create_app(svc: LiveService, api_docs: bool = False,
+               metrics: ServiceMetrics | None = None) -> FastAPI:
     """Build the app around a started :class:`~tessera.live.service.LiveService`.
 
     Args:
         svc: the service; its tenancy config gives the API's limits.
         api_docs: serve ``/docs``, ``/redoc`` and ``/openapi.json`` (off by default).
+        metrics: the service's metrics for ``GET /metrics`` (admin token only), shared with
+            the metrics port; made here when not given.
     """
     limits = svc.tenancy.limits
     docs = {"docs_url": "/docs", "redoc_url": "/redoc", "openapi_url": "/openapi.json"}
@@ -128,8 +133,21 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     _add_job_routes(app, svc, access)
     _add_cluster_routes(app, svc, access)
     add_log_route(app, svc, access.principal, access.visible)
+    _add_metrics_route(app, metrics if metrics is not None else ServiceMetrics(svc), access)
     _add_web_routes(app)
     return app
+
+
+def _add_metrics_route(app: FastAPI, metrics: ServiceMetrics, access: Access) -> None:
+    """``GET /metrics``: Prometheus' text format (:mod:`tessera.live.metrics`), for the admin
+    token only -- the metrics name every queue, so a tenant gets 403 and learns nothing."""
+
+    @app.get("/metrics", response_class=Response)
+    def scrape(who: Principal = Depends(access.principal)) -> Response:
+        if not who.admin:
+            raise HTTPException(403, "/metrics covers every queue: only an admin token may "
+                                     "read it")
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 class Access:

@@ -7,7 +7,8 @@ the same setup.
 
 ``serve`` starts in an order that makes every failure cheap and clear:
 
-1. bind the port (``port 8470 is in use …; choose --port``), before anything is printed;
+1. bind the port (``port 8470 is in use …; choose --port``), and the metrics port with
+   ``--metrics-port``, before anything is printed;
 2. let the executor check what it needs before anything is written (with ``--ray-address``,
    connect to that Ray cluster: one line when it does not answer or refuses the token);
 3. create or check the state dir and the work root (modes, owners, not nested);
@@ -179,8 +180,9 @@ def make_executor(cfg: ServeConfig, cluster: ClusterSpec,
                         f"{type(e).__name__}: {e}") from None
 
 
-def reserve_port(host: str, port: int) -> socket.socket:
-    """Bind ``host:port`` now (uvicorn listens on this very socket later).
+def reserve_port(host: str, port: int, flag: str = "--port") -> socket.socket:
+    """Bind ``host:port`` now (uvicorn listens on this very socket later); ``flag`` is the
+    option the error tells the user to change.
 
     Raises:
         SpecError: the port is taken, or the address cannot be bound.
@@ -193,9 +195,10 @@ def reserve_port(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
-            raise SpecError(f"port {port} is in use ({e.strerror}); choose --port") from None
-        raise SpecError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose --host "
-                        "or --port") from None
+            raise SpecError(f"port {port} is in use ({e.strerror}); choose {flag}") from None
+        choose = "--host or --port" if flag == "--port" else flag
+        raise SpecError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose "
+                        f"{choose}") from None
     return sock
 
 
@@ -208,14 +211,20 @@ def print_token(state_dir: Path) -> Callable[[str], None]:
     return show
 
 
-def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+          metrics_at: tuple[str, int] | None = None) -> None:
     """Run the service and its HTTP API until interrupted (SIGINT/SIGTERM).
 
-    The start sequence is in the module docstring.
+    The start sequence is in the module docstring. ``metrics_at``: a loopback ``(host,
+    port)`` that serves ``/metrics`` without a token (``--metrics-port``,
+    :mod:`tessera.live.metrics_port`), bound together with the API's port.
     """
     from tessera.live.api import create_app  # lazy: FastAPI, the optional live extra (+0.25 s)
+    from tessera.live.metrics import ServiceMetrics  # lazy: prometheus_client, the live extra
+    from tessera.live.metrics_port import MetricsServer  # lazy: uvicorn, the live extra
 
     sock = reserve_port(host, port)
+    metrics_sock = reserve_port(*metrics_at, "--metrics-port") if metrics_at is not None else None
     try:
         if cfg.policy is not None:  # a policy the service cannot run changes nothing either
             live_policy(cfg.policy, cfg.executor, cfg.options.scheduler)
@@ -236,16 +245,31 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
                   f"  state:     {layout.state_dir} (private)  jobs' files: {layout.work_dir}\n"
                   f"  API:       {url}  (clients: --server or TESSERA_SERVER)\n"
                   f"  dashboard: {url}/dashboard#token={token or '<your token>'}", flush=True)
+            metrics = ServiceMetrics(svc)
+            side = MetricsServer(metrics, metrics_sock) if metrics_sock is not None else None
             try:
-                stop_signal = run_http(create_app(svc, api_docs=cfg.api_docs), sock)
+                if side is not None and metrics_at is not None:
+                    side.start()
+                    print(f"  metrics:   http://{_netloc(*metrics_at)}/metrics  (no token; "
+                          "this host only)", flush=True)
+                stop_signal = run_http(create_app(svc, api_docs=cfg.api_docs,
+                                                  metrics=metrics), sock)
                 if stop_signal is not None:
                     print(stopping_line(stop_signal), flush=True)
             finally:
+                if side is not None:
+                    side.stop()
                 svc.stop()
         finally:
             lock.release()
     finally:
         sock.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def uvicorn_config(app: FastAPI, **kwargs: Any) -> uvicorn.Config:

@@ -103,6 +103,8 @@ class LiveService:
         self.policy_state: object = store.policy_memory(self.policy.display_name)
         self.idle = True
         self.last_decision: Decision | None = None
+        self.decision_watchers: list[Callable[[Decision], None]] = []
+        """Called on the loop thread with each decision (:mod:`tessera.live.metrics`)."""
         self.rounds = 0
         s = self.settings
         self.cadence = Cadence(s.round_s, s.fill_between_rounds,
@@ -365,6 +367,8 @@ class LiveService:
             self.policy_state = d.policy_state
         self.last_decision = d
         self.rounds += 1
+        for watch in self.decision_watchers:
+            watch(d)
         journal(self, d, now_s, remember)
         crash_point("after-journal")
         return d.wakeup_s
