@@ -16,8 +16,9 @@ Who (Kueue's candidate rules, per the preempting job's queue, :class:`QueuePreem
   most the victim queue's share without the victim; ``LessThanInitialShare`` -- it is below the
   victim queue's share before the preemption.
 
-Which (predictable, issue 32 part 4): candidates are taken lowest priority first, then most
-recently started, then by job id (deterministic for the same state), until the job fits (quota
+Which (predictable, issue 32 part 4): candidates are taken other queues' (borrowing) jobs
+before the preemptor's own queue's, then lowest priority first, then most recently started,
+then by job id (deterministic for the same state), until the job fits (quota
 and GPUs); then, newest choice excepted, each chosen victim is given back its GPUs when the job
 still fits without stopping it, so no more is freed than needed. A job started in this round is
 never a victim and a victim is stopped once, so within one decision nobody is preempted twice;
@@ -81,9 +82,11 @@ def may_reclaim(q: QueueQuota, j: JobView, v: JobView) -> bool:
     return rule is ReclaimWithinCohort.ANY or v.spec.priority < j.spec.priority
 
 
-def victim_order(v: JobView) -> tuple[int, float, str]:
-    """Lowest priority first, then most recently started, then job id."""
-    return (v.spec.priority, -started_s(v), str(v.spec.job_id))
+def victim_order(v: JobView, own_queue: bool) -> tuple[bool, int, float, str]:
+    """Jobs of other queues (on borrowed quota) before the preemptor's own queue (Kueue's
+    order: lent quota is taken back before one's own jobs stop), then lowest priority, then
+    most recently started, then job id."""
+    return (own_queue, v.spec.priority, -started_s(v), str(v.spec.job_id))
 
 
 class Preemptor:
@@ -106,7 +109,7 @@ class Preemptor:
                    within_nominal: bool) -> list[JobView]:
         """Running jobs (since before this round) on ``fl`` that ``j`` may stop, in victim
         order."""
-        out: list[JobView] = []
+        out: list[tuple[tuple[bool, int, float, str], JobView]] = []
         book = self.book
         for vid, p in self.run.items():
             v = self.by_id[vid]
@@ -117,13 +120,13 @@ class Preemptor:
                 continue
             if vq.name == q.name:
                 if may_preempt_own(q, j, v, self.now_s):
-                    out.append(v)
+                    out.append((victim_order(v, True), v))
             elif ((within_nominal or self.fair) and _same_tree(book, q, vq)
                   and may_reclaim(q, j, v)
                   and book.borrowing(vq.name, book.key(vq, fl))):
-                out.append(v)
-        out.sort(key=victim_order)
-        return out
+                out.append((victim_order(v, False), v))
+        out.sort(key=lambda o: o[0])
+        return [v for _o, v in out]
 
     def _fair_ok(self, q: QueueQuota, key: Key, n: int, v: JobView, vq: QueueQuota) -> bool:
         book = self.book

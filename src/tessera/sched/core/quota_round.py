@@ -7,7 +7,8 @@
 Admission cannot decide a per-flavor quota on its own, since the flavor is chosen at placement:
 here the quota binds where a ``(job, flavor)`` candidate takes GPUs. The round:
 
-1. **order** -- the policy ranks the jobs; waiting jobs are taken in its order, except that
+1. **order** -- the policy ranks the jobs; waiting jobs are taken by priority (``JobSpec.priority``,
+   highest first), then in its order, except that
    with fair sharing the next job comes from the queue with the lowest weighted dominant
    resource share (:meth:`~tessera.sched.core.quota_book.QuotaBook.share`; ties by rank),
    and with a usage half-life from the queue with the lowest decayed usage per weight
@@ -72,6 +73,8 @@ class RoundOutcome:
     preempted: tuple[JobId, ...]
     pending: dict[JobId, PendingReason]
     fallbacks: tuple[str, ...]
+    notes: dict[JobId, str]
+    """The policy's notes, plus for each victim ``preempted to admit <job>``."""
 
 
 def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
@@ -115,6 +118,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
     preempted: list[JobId] = []
     quota_held: dict[JobId, QuotaUse] = {}
     attempts = opts.max_preemption_attempts
+    notes: dict[JobId, str] = dict(ranking.notes)
     for j in _order(waiting, book, ctx, tenancy):
         q = book.queue_of(j.spec.queue)
         fls = flavors_of[j.spec.job_id]
@@ -134,6 +138,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
         for v in victims:
             del run[v]
             preempted.append(v)
+            notes[v] = f"preempted to admit {j.spec.job_id} (queue {j.spec.queue!r})"
         free.take(placed)
         if q is not None:
             for k, n in book.charges(q, placed):
@@ -162,7 +167,8 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
         fallbacks = (*fallbacks, f"policy {policy.name!r}: under a cohort tenancy running "
                      "gangs stay put (no rotation, resizing or packing); the queues' "
                      "preemption rules decide who stops")
-    return RoundOutcome(ranking, run, tuple(started), tuple(preempted), pending, fallbacks)
+    return RoundOutcome(ranking, run, tuple(started), tuple(preempted), pending, fallbacks,
+                        notes)
 
 
 def _held(use: QuotaUse, needs: int) -> QuotaHeld:
@@ -226,10 +232,13 @@ def _order(waiting: list[JobView], book: QuotaBook, ctx: DecisionContext,
            tenancy: Tenancy) -> Iterator[JobView]:
     """The waiting jobs in the order they are offered GPUs (see the module docstring)."""
     fs = tenancy.fair_sharing
+    # Higher priority first (Kueue's queue order), the policy's order among equals: a job
+    # admitted ahead of a more important one could only be preempted by it next round.
+    waiting = sorted(waiting, key=lambda j: -j.spec.priority)
     shared = {name for name, q in tenancy.queues.items() if q.min_admitted_s is not None}
     if shared:  # time sharing: a queue's jobs take its slots longest-waiting first
         slots = [i for i, j in enumerate(waiting) if _cq(book, j) in shared]
-        turn = sorted((waiting[i] for i in slots), key=lambda j: j.pending_since_s)
+        turn = sorted((waiting[i] for i in slots), key=lambda j: (-j.spec.priority, j.pending_since_s))
         waiting = list(waiting)
         for i, j in zip(slots, turn, strict=True):
             waiting[i] = j
@@ -243,23 +252,27 @@ def _order(waiting: list[JobView], book: QuotaBook, ctx: DecisionContext,
         jobs.reverse()  # pop() from the end = the queue's best-ranked job
     rank = {j.spec.job_id: i for i, j in enumerate(waiting)}
 
-    def score(name: str) -> float:
+    def score(name: str, head: JobView) -> float:
+        """The queue's weighted share with its head job admitted (Kueue orders by the share
+        a workload would leave its queue at), or its decayed usage per weight."""
         q = tenancy.queues.get(name)
         if q is None:
             return 0.0
         if fs.usage_half_life_s is not None:
             u = ctx.usage.usage(name)
             return u / q.weight if q.weight > 0 else (float("inf") if u > 0 else 0.0)
-        return book.share(q)
+        key = next(iter(q.flavors)) if q.by_flavor else None
+        return book.share(q, extra=(key, head.spec.num_gpus))
 
-    heap = [(score(name), rank[jobs[-1].spec.job_id], name) for name, jobs in heads.items()]
+    heap = [(score(name, jobs[-1]), rank[jobs[-1].spec.job_id], name)
+            for name, jobs in heads.items()]
     heapq.heapify(heap)
     while heap:
         _s, _r, name = heapq.heappop(heap)
         jobs = heads[name]
         yield jobs.pop()
         if jobs:
-            heapq.heappush(heap, (score(name), rank[jobs[-1].spec.job_id], name))
+            heapq.heappush(heap, (score(name, jobs[-1]), rank[jobs[-1].spec.job_id], name))
 
 
 def _cq(book: QuotaBook, j: JobView) -> str | None:
