@@ -111,7 +111,7 @@ def test_no_preemption_loop(jobs: list[tuple[str, int, int, bool]], fair: bool,
     t = Tenancy(queues=queues, cohorts={"root": Cohort("root")},
                 fair_sharing=FairSharing(enabled=fair))
     views: list[JobView] = []
-    for i, (q, g, prio, is_running) in enumerate(jobs):
+    for i, (q, g, prio, _first) in enumerate(jobs):
         spec = job(f"j{i}", g, q, float(i), priority=prio)
         views.append(pending(spec))
     c = cluster(1, 0)

@@ -238,7 +238,8 @@ def _order(waiting: list[JobView], book: QuotaBook, ctx: DecisionContext,
     shared = {name for name, q in tenancy.queues.items() if q.min_admitted_s is not None}
     if shared:  # time sharing: a queue's jobs take its slots longest-waiting first
         slots = [i for i, j in enumerate(waiting) if _cq(book, j) in shared]
-        turn = sorted((waiting[i] for i in slots), key=lambda j: (-j.spec.priority, j.pending_since_s))
+        turn = sorted((waiting[i] for i in slots),
+                      key=lambda j: (-j.spec.priority, j.pending_since_s))
         waiting = list(waiting)
         for i, j in zip(slots, turn, strict=True):
             waiting[i] = j
