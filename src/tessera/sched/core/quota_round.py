@@ -26,7 +26,9 @@ here the quota binds where a ``(job, flavor)`` candidate takes GPUs. The round:
    the plain reasons (capacity, fragmentation).
 
 Running gangs are never moved to faster flavors here, and a round-based policy's rotation is
-replaced by the queues' rules (the round notes it in ``fallbacks``).
+replaced by the queues' rules (the round notes it in ``fallbacks``). An elastic policy's size
+for a waiting job is placed when the queue's flavor quota (and the free GPUs) hold it, else
+the job starts at its own size with a note: growth never passes a per-flavor quota.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from tessera.sched.core.quotas import QueueQuota, WhenCanBorrow, WhenCanPreempt
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sched.core.tenancy import Tenancy
+from tessera.sched.elastic.sizes import ElasticSize, sized_views, with_batches
 
 
 def needs_tenancy_round(tenancy: Tenancy | None) -> bool:
@@ -119,6 +122,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
     quota_held: dict[JobId, QuotaUse] = {}
     attempts = opts.max_preemption_attempts
     notes: dict[JobId, str] = dict(ranking.notes)
+    sized: dict[JobId, ElasticSize] = {}
     for j in _order(waiting, book, ctx, tenancy):
         q = book.queue_of(j.spec.queue)
         fls = flavors_of[j.spec.job_id]
@@ -128,9 +132,23 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
                 quota_held[j.spec.job_id] = book.standing(q, fls[0])
                 continue
             fls = listed
-        placed, victims, blocked, tried = _place(j, q, fls, book, free, preemptor, local,
-                                                 attempts > 0)
-        attempts -= tried
+        size = ranking.sizes.get(j.spec.job_id) if ranking.sizes else None
+        if size is not None and size.num_gpus != j.spec.num_gpus:
+            # An elastic job at the policy's size, within its queue's flavor quotas (no
+            # preemption for growth); else at its own size.
+            grown = sized_views([j], {j.spec.job_id: size})[0]
+            placed, victims, blocked, tried = _place(grown, q, fls, book, free, preemptor,
+                                                     local, False)
+            if placed is not None:
+                sized[j.spec.job_id] = size
+            else:
+                notes[j.spec.job_id] = (f"size {size.num_gpus} GPUs refused: over its "
+                                        f"queue's quota or the free GPUs; runs at its own "
+                                        f"{j.spec.num_gpus}")
+        if size is None or j.spec.job_id not in sized:
+            placed, victims, blocked, tried = _place(j, q, fls, book, free, preemptor, local,
+                                                     attempts > 0)
+            attempts -= tried
         if placed is None:
             if blocked is not None:
                 quota_held[j.spec.job_id] = blocked
@@ -145,6 +163,8 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
                 book.charge(q.name, k, n)
         run[j.spec.job_id] = placed
         started.append(j.spec.job_id)
+    if sized:
+        run = with_batches(run, by_id, sized)
     lap("place")
     lap("preempt")
     pending: dict[JobId, PendingReason] = {}
@@ -165,8 +185,8 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
     fallbacks = ranking.fallbacks
     if policy.round_based or ranking.sizes or policy.packs:
         fallbacks = (*fallbacks, f"policy {policy.name!r}: under a cohort tenancy running "
-                     "gangs stay put (no rotation, resizing or packing); the queues' "
-                     "preemption rules decide who stops")
+                     "gangs stay put (no rotation, resizing of running gangs or packing); "
+                     "the queues' preemption rules decide who stops")
     return RoundOutcome(ranking, run, tuple(started), tuple(preempted), pending, fallbacks,
                         notes)
 
