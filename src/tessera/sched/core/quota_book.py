@@ -108,7 +108,12 @@ class QuotaBook:
                 if parent is not None:
                     lent = total - self._guaranteed(node, key)
                     self._subtree[(parent, key)] = self._subtree.get((parent, key), 0) + lent
-        self._lendable: dict[Key, int] = {}
+        # What each node may take, per key, valid while the usage is unchanged: a round asks
+        # for every waiting job but charges only the few it places.
+        self._memo: dict[tuple[str, Key], int] = {}
+        self._shares: dict[tuple[str, Key, int], float] = {}
+        self._roots = {q.name: tenancy.root(q.cohort) for q in tenancy.queues.values()
+                       if q.cohort is not None}
 
     @classmethod
     def of(cls, tenancy: Tenancy) -> QuotaBook:
@@ -143,6 +148,9 @@ class QuotaBook:
         """Add ``gpus`` (may be negative) to the queue's usage of ``key``, up the tree."""
         node: str | None = _q(queue)
         delta = gpus
+        if delta:
+            self._memo.clear()
+            self._shares.clear()
         while node is not None and delta:
             k = (node, key)
             old = self._usage.get(k, 0)
@@ -175,6 +183,14 @@ class QuotaBook:
         return max(0, self._subtree.get((node, key), 0) - fq.lending_limit_gpus)
 
     def _available(self, node: str, key: Key) -> int:
+        k = (node, key)
+        got = self._memo.get(k)
+        if got is not None:
+            return got
+        got = self._memo[k] = self._compute(node, key)
+        return got
+
+    def _compute(self, node: str, key: Key) -> int:
         k = (node, key)
         sub = self._subtree.get(k, 0)
         use = self._usage.get(k, 0)
@@ -211,6 +227,11 @@ class QuotaBook:
 
     # -- fair sharing ----------------------------------------------------------------------
 
+    def same_tree(self, a: str, b: str) -> bool:
+        """Whether queues ``a`` and ``b`` sit in one cohort tree."""
+        ra = self._roots.get(a)
+        return ra is not None and ra == self._roots.get(b)
+
     def lendable(self, key: Key, root: str) -> int:
         """What the tree rooted at cohort ``root`` holds for ``key`` to lend (the
         denominator of the dominant resource share)."""
@@ -225,7 +246,18 @@ class QuotaBook:
         weight wants)."""
         if q.cohort is None:
             return 0.0
-        root = self.tenancy.root(q.cohort)
+        if not less and extra is not None:
+            memo = (q.name, extra[0], extra[1])
+            got = self._shares.get(memo)
+            if got is None:
+                got = self._shares[memo] = self._share(q, extra, ())
+            return got
+        return self._share(q, extra, less)
+
+    def _share(self, q: QueueQuota, extra: tuple[Key, int] | None,
+               less: Iterable[tuple[Key, int]]) -> float:
+        assert q.cohort is not None
+        root = self._roots[q.name]
         node = _q(q.name)
         adjust: dict[Key, int] = {}
         if extra is not None:

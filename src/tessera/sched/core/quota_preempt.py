@@ -54,13 +54,6 @@ def started_s(v: JobView) -> float:
     return v.progress_from_s
 
 
-def _same_tree(book: QuotaBook, a: QueueQuota, b: QueueQuota) -> bool:
-    if a.cohort is None or b.cohort is None:
-        return False
-    t = book.tenancy
-    return t.root(a.cohort) == t.root(b.cohort)
-
-
 def may_preempt_own(q: QueueQuota, j: JobView, v: JobView, now_s: float) -> bool:
     """Whether ``j`` may stop ``v`` of its own queue ``q``."""
     rule = q.preemption.within_queue
@@ -104,6 +97,25 @@ class Preemptor:
         fs = book.tenancy.fair_sharing
         self.fair = fs.enabled
         self.strategies = fs.strategies
+        self._on: dict[GpuFlavor, list[JobView]] | None = None
+
+    def _running_on(self, fl: GpuFlavor) -> list[JobView]:
+        """The jobs that ran before this round with GPUs of ``fl`` (indexed once)."""
+        if self._on is None:
+            self._on = {}
+            for vid, p in self.run.items():
+                v = self.by_id[vid]
+                if v.running and v.placement is p:
+                    for f, _n in p.flavor_counts():
+                        self._on.setdefault(f, []).append(v)
+        return self._on.get(fl, [])
+
+    @staticmethod
+    def may_preempt_at_all(q: QueueQuota) -> bool:
+        """Whether any rule lets ``q``'s jobs preempt (else no candidate is ever looked at)."""
+        return (q.preemption.within_queue is not WithinQueue.NEVER
+                or q.preemption.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+                or q.min_admitted_s is not None)
 
     def candidates(self, j: JobView, q: QueueQuota, fl: GpuFlavor, key: Key,
                    within_nominal: bool) -> list[JobView]:
@@ -111,17 +123,17 @@ class Preemptor:
         order."""
         out: list[tuple[tuple[bool, int, float, str], JobView]] = []
         book = self.book
-        for vid, p in self.run.items():
-            v = self.by_id[vid]
-            if not v.running or v.placement is not p or p.gpus_of(fl) == 0:
-                continue
+        run = self.run
+        for v in self._running_on(fl):
+            if run.get(v.spec.job_id) is not v.placement:
+                continue  # stopped already in this round
             vq = book.queue_of(v.spec.queue)
             if vq is None:
                 continue
             if vq.name == q.name:
                 if may_preempt_own(q, j, v, self.now_s):
                     out.append((victim_order(v, True), v))
-            elif ((within_nominal or self.fair) and _same_tree(book, q, vq)
+            elif ((within_nominal or self.fair) and book.same_tree(q.name, vq.name)
                   and may_reclaim(q, j, v)
                   and book.borrowing(vq.name, book.key(vq, fl))):
                 out.append((victim_order(v, False), v))
@@ -161,6 +173,8 @@ class Preemptor:
     def try_preempt(self, j: JobView, q: QueueQuota, fl: GpuFlavor) -> Preemption | None:
         """Stop the fewest, least important jobs that let ``j`` run on ``fl``; ``None`` (and
         nothing changed) when no allowed set of victims makes room."""
+        if not self.may_preempt_at_all(q):
+            return None
         book = self.book
         key = book.key(q, fl)
         n = j.spec.num_gpus

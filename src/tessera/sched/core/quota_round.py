@@ -43,7 +43,7 @@ from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.options import PlacementOptions, needs_locality
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
-from tessera.sched.core.quota_book import QuotaBook, QuotaUse
+from tessera.sched.core.quota_book import Key, QuotaBook, QuotaUse
 from tessera.sched.core.quota_preempt import Preemptor
 from tessera.sched.core.quotas import QueueQuota, WhenCanBorrow, WhenCanPreempt
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
@@ -119,7 +119,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
     preemptor = Preemptor(book, free, run, by_id, now_s, local)
     started: list[JobId] = []
     preempted: list[JobId] = []
-    quota_held: dict[JobId, QuotaUse] = {}
+    quota_held: dict[JobId, tuple[QueueQuota, Key]] = {}
     attempts = opts.max_preemption_attempts
     notes: dict[JobId, str] = dict(ranking.notes)
     sized: dict[JobId, ElasticSize] = {}
@@ -129,7 +129,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
         if q is not None and q.by_flavor:
             listed = [f for f in q.flavors if f in fls]
             if not listed:  # none of its flavors has quota: held by (zero) quota
-                quota_held[j.spec.job_id] = book.standing(q, fls[0])
+                quota_held[j.spec.job_id] = (q, fls[0])
                 continue
             fls = listed
         size = ranking.sizes.get(j.spec.job_id) if ranking.sizes else None
@@ -146,8 +146,9 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
                                         f"queue's quota or the free GPUs; runs at its own "
                                         f"{j.spec.num_gpus}")
         if size is None or j.spec.job_id not in sized:
+            may = attempts > 0 and q is not None and Preemptor.may_preempt_at_all(q)
             placed, victims, blocked, tried = _place(j, q, fls, book, free, preemptor, local,
-                                                     attempts > 0)
+                                                     may)
             attempts -= tried
         if placed is None:
             if blocked is not None:
@@ -173,8 +174,9 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
         jid = j.spec.job_id
         if jid in run:
             continue
-        use = quota_held.get(jid)
-        if use is not None:
+        held = quota_held.get(jid)
+        if held is not None:  # (the standing at the end of the round)
+            use = book.standing(*held)
             pending[jid] = PendingReason(PendingKind.QUOTA, _held(use, j.spec.num_gpus))
         else:
             others.append(j)
@@ -200,21 +202,26 @@ def _held(use: QuotaUse, needs: int) -> QuotaHeld:
 def _place(
     j: JobView, q: QueueQuota | None, fls: list[GpuFlavor], book: QuotaBook, free: FreeGpus,
     preemptor: Preemptor, local: Callable[[JobView], bool], may_preempt: bool,
-) -> tuple[Placement | None, tuple[JobId, ...], QuotaUse | None, int]:
+) -> tuple[Placement | None, tuple[JobId, ...], tuple[QueueQuota, Key] | None, int]:
     """Where ``j`` runs: ``(placement, victims, quota standing that held it, preemption
     tries)``; the placement is ``None`` when it waits."""
     n = j.spec.num_gpus
     borrow_at: Placement | None = None
-    blocked: QuotaUse | None = None
+    blocked: tuple[QueueQuota, Key] | None = None
     later: list[GpuFlavor] = []
     tries = 0
+    room = False  # some flavor had room in the queue's quota
     for fl in fls:
         key = None if q is None else book.key(q, fl)
+        placed: Placement | None = None
         if q is not None and not book.fits(q.name, key, n):
             if blocked is None:
-                blocked = book.standing(q, key)
-            later.append(fl)
-        elif free.total_free(fl) >= n and (placed := free.find(fl, n, local(j))) is not None:
+                blocked = (q, key)
+        else:
+            room = True
+            if free.total_free(fl) >= n:
+                placed = free.find(fl, n, local(j))
+        if placed is not None:
             if q is None or book.used(q.name, key) + n <= book.nominal(q.name, key):
                 return placed, (), None, tries
             if q.fungibility.when_can_borrow is WhenCanBorrow.MAY_STOP_SEARCH:
@@ -222,8 +229,7 @@ def _place(
             if borrow_at is None:
                 borrow_at = placed
             continue
-        else:
-            later.append(fl)
+        later.append(fl)
         if (q is not None and may_preempt and borrow_at is None
                 and q.fungibility.when_can_preempt is WhenCanPreempt.MAY_STOP_SEARCH):
             tries = 1
@@ -239,13 +245,9 @@ def _place(
             got = preemptor.try_preempt(j, q, fl)
             if got is not None:
                 return got.placed, got.victims, None, tries
-    if blocked is not None and not any(_quota_room(book, q, f, n) for f in fls):
+    if blocked is not None and not room:
         return None, (), blocked, tries  # no flavor had room in the queue's quota
     return None, (), None, tries
-
-
-def _quota_room(book: QuotaBook, q: QueueQuota | None, fl: GpuFlavor, n: int) -> bool:
-    return q is None or book.fits(q.name, book.key(q, fl), n)
 
 
 def _order(waiting: list[JobView], book: QuotaBook, ctx: DecisionContext,
