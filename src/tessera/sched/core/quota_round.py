@@ -123,6 +123,8 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
     attempts = opts.max_preemption_attempts
     notes: dict[JobId, str] = dict(ranking.notes)
     sized: dict[JobId, ElasticSize] = {}
+    # (queue, GPUs, flavors) found at quota; valid until the next charge (a placement)
+    full: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[QueueQuota, Key]] = {}
     for j in _order(waiting, book, ctx, tenancy):
         q = book.queue_of(j.spec.queue)
         fls = flavors_of[j.spec.job_id]
@@ -147,9 +149,15 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
                                         f"{j.spec.num_gpus}")
         if size is None or j.spec.job_id not in sized:
             may = attempts > 0 and q is not None and Preemptor.may_preempt_at_all(q)
+            memo = None if may or q is None else (q.name, j.spec.num_gpus, tuple(fls))
+            if memo is not None and memo in full:  # same queue, need and flavors: still full
+                quota_held[j.spec.job_id] = full[memo]
+                continue
             placed, victims, blocked, tried = _place(j, q, fls, book, free, preemptor, local,
                                                      may)
             attempts -= tried
+            if memo is not None and placed is None and blocked is not None:
+                full[memo] = blocked
         if placed is None:
             if blocked is not None:
                 quota_held[j.spec.job_id] = blocked
@@ -162,6 +170,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
         if q is not None:
             for k, n in book.charges(q, placed):
                 book.charge(q.name, k, n)
+        full.clear()
         run[j.spec.job_id] = placed
         started.append(j.spec.job_id)
     if sized:
@@ -170,13 +179,16 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
     lap("preempt")
     pending: dict[JobId, PendingReason] = {}
     others = []
+    standing: dict[tuple[str, Key], QuotaUse] = {}
     for j in view.jobs:
         jid = j.spec.job_id
         if jid in run:
             continue
         held = quota_held.get(jid)
         if held is not None:  # (the standing at the end of the round)
-            use = book.standing(*held)
+            use = standing.get((held[0].name, held[1]))
+            if use is None:
+                use = standing[(held[0].name, held[1])] = book.standing(*held)
             pending[jid] = PendingReason(PendingKind.QUOTA, _held(use, j.spec.num_gpus))
         else:
             others.append(j)
