@@ -157,7 +157,7 @@ def decide(
     if needs_tenancy_round(snapshot.tenancy):  # cohorts, per-flavor quotas, fair sharing
         t = tenancy_round(snapshot, policy, ctx, opts, lap)
         return replace(_decision(t.ranking, t.placements, t.started, t.preempted, t.pending,
-                                 lap, t.notes), fallbacks=t.fallbacks)
+                                 lap, t.notes), fallbacks=t.fallbacks, wakeup_s=t.wakeup_s)
 
     # 1. Admission.
     admitted, held = _admit(snapshot)

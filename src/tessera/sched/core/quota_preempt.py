@@ -9,12 +9,16 @@ Who (Kueue's candidate rules, per the preempting job's queue, :class:`QueuePreem
   quota take turns (Kueue #8522);
 * **other queues of its cohort tree** (``reclaim_within_cohort``), only jobs whose queue
   borrows the flavor (uses more than its nominal quota of it): ``LowerPriority`` -- of lower
-  priority; ``Any`` -- any. Without fair sharing this is *reclaim*: allowed only when the
-  pending job fits within its own queue's nominal quota. With fair sharing, the preempting
-  queue may borrow too, but each victim must pass one of the strategies, tried in order:
-  ``LessThanOrEqualToFinalShare`` -- the preempting queue's share with the job admitted is at
-  most the victim queue's share without the victim; ``LessThanInitialShare`` -- it is below the
-  victim queue's share before the preemption.
+  priority; ``Any`` -- any. Without fair sharing this is *reclaim* (Kueue's classical
+  preemption): allowed only while the pending job's queue uses less than its nominal quota, and
+  the victims must then let the job fit *within* that nominal quota; otherwise (or when no such
+  set exists) only its own queue's jobs are stopped, and it may borrow. With **fair
+  sharing** (Kueue's fair preemption), victims come from the queue with the highest weighted
+  share first (its own queue's jobs need no strategy); another queue's job must pass the
+  first strategy -- ``LessThanOrEqualToFinalShare``: the preempting queue's share with the job
+  admitted is at most the victim queue's share without the victim; a job that failed it gets
+  a second pass under ``LessThanInitialShare``, when listed: the preempting queue's share is
+  below the victim queue's share before the preemption.
 
 Which (predictable, issue 32 part 4): candidates are taken other queues' (borrowing) jobs
 before the preemptor's own queue's, then lowest priority first, then most recently started,
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.placement import FreeGpus
-from tessera.sched.core.quota_book import Key, QuotaBook
+from tessera.sched.core.quota_book import QuotaBook
 from tessera.sched.core.quotas import QueueQuota, ReclaimWithinCohort, WithinQueue
 from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sched.core.tenancy import FairPreemption
@@ -117,8 +121,7 @@ class Preemptor:
                 or q.preemption.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
                 or q.min_admitted_s is not None)
 
-    def candidates(self, j: JobView, q: QueueQuota, fl: GpuFlavor, key: Key,
-                   within_nominal: bool) -> list[JobView]:
+    def candidates(self, j: JobView, q: QueueQuota, fl: GpuFlavor) -> list[JobView]:
         """Running jobs (since before this round) on ``fl`` that ``j`` may stop, in victim
         order."""
         out: list[tuple[tuple[bool, int, float, str], JobView]] = []
@@ -133,29 +136,22 @@ class Preemptor:
             if vq.name == q.name:
                 if may_preempt_own(q, j, v, self.now_s):
                     out.append((victim_order(v, True), v))
-            elif ((within_nominal or self.fair) and book.same_tree(q.name, vq.name)
+            elif (book.same_tree(q.name, vq.name)
                   and may_reclaim(q, j, v)
                   and book.borrowing(vq.name, book.key(vq, fl))):
                 out.append((victim_order(v, False), v))
         out.sort(key=lambda o: o[0])
         return [v for _o, v in out]
 
-    def _fair_ok(self, q: QueueQuota, key: Key, n: int, v: JobView, vq: QueueQuota) -> bool:
-        book = self.book
-        assert v.placement is not None
-        mine = book.share(q, extra=(key, n))
-        theirs = book.share(vq)
-        after = book.share(vq, less=book.charges(vq, v.placement))
-        for s in self.strategies:
-            if s is FairPreemption.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE and mine <= after:
-                return True
-            if s is FairPreemption.LESS_THAN_INITIAL_SHARE and mine < theirs:
-                return True
-        return False
-
-    def _fits(self, j: JobView, q: QueueQuota, fl: GpuFlavor, key: Key) -> Placement | None:
+    def _fits(self, j: JobView, q: QueueQuota, fl: GpuFlavor, borrow: bool) -> Placement | None:
+        """Where ``j`` fits on ``fl`` now (within its queue's nominal quota unless
+        ``borrow``), or ``None``."""
         n = j.spec.num_gpus
-        if not self.book.fits(q.name, key, n) or self.free.total_free(fl) < n:
+        book = self.book
+        key = book.key(q, fl)
+        if not borrow and book.used(q.name, key) + n > book.nominal(q.name, key):
+            return None
+        if not book.fits(q.name, key, n) or self.free.total_free(fl) < n:
             return None
         return self.free.find(fl, n, self.local(j))
 
@@ -175,49 +171,140 @@ class Preemptor:
         nothing changed) when no allowed set of victims makes room."""
         if not self.may_preempt_at_all(q):
             return None
-        book = self.book
-        key = book.key(q, fl)
-        n = j.spec.num_gpus
-        within = book.used(q.name, key) + n <= book.nominal(q.name, key)
-        cands = self.candidates(j, q, fl, key, within)
+        cands = self.candidates(j, q, fl)
         if not cands:
             return None
+        borrow = True
+        if self.fair:
+            chosen = self._fair(j, q, fl, cands)
+        else:
+            book = self.book
+            key = book.key(q, fl)
+            own = [v for v in cands if book.queue_of(v.spec.queue) is q]
+            if len(own) == len(cands) or book.used(q.name, key) >= book.nominal(q.name, key):
+                # nobody else's, or the queue is not below its nominal quota (then it may not
+                # reclaim, Kueue's rule against borrowing within the cohort): its own jobs
+                chosen = self._minimal(j, q, fl, own, borrow=True)
+            else:  # reclaim only to fit within nominal quota, else own jobs and borrow
+                chosen = self._minimal(j, q, fl, cands, borrow=False)
+                borrow = not chosen
+                if not chosen:
+                    chosen = self._minimal(j, q, fl, own, borrow=True)
+        if not chosen:
+            return None
+        kept = self._prune(j, q, fl, chosen, borrow)
+        placed = self._fits(j, q, fl, borrow)
+        assert placed is not None
+        return Preemption(placed, tuple(v.spec.job_id for v in chosen
+                                        if v.spec.job_id not in kept))
+
+    def _minimal(self, j: JobView, q: QueueQuota, fl: GpuFlavor, cands: Sequence[JobView],
+                 borrow: bool) -> list[JobView]:
+        """Victims in order until ``j`` fits (within its nominal quota unless ``borrow``);
+        empty, and nothing changed, when it never does. A job of another queue is skipped
+        once that queue no longer borrows."""
+        book = self.book
         chosen: list[JobView] = []
-        placed: Placement | None = None
         for v in cands:
             vq = book.queue_of(v.spec.queue)
             assert vq is not None
-            if vq.name != q.name:
-                if not book.borrowing(vq.name, book.key(vq, fl)):
-                    continue  # no longer borrows: the rest of its quota is its own
-                if self.fair and not self._fair_ok(q, key, n, v, vq):
-                    continue
+            if vq is not q and not book.borrowing(vq.name, book.key(vq, fl)):
+                continue  # no longer borrows: the rest of its quota is its own
             self._stop(v, -1)
             chosen.append(v)
-            placed = self._fits(j, q, fl, key)
-            if placed is not None:
-                break
-        if placed is None:
-            for v in reversed(chosen):
-                self._stop(v, +1)
-            return None
-        kept = self._prune(j, q, fl, key, chosen)
-        placed = self._fits(j, q, fl, key)
-        assert placed is not None
-        return Preemption(placed, tuple(v.spec.job_id for v in chosen if v not in kept))
+            if self._fits(j, q, fl, borrow) is not None:
+                return chosen
+        for v in reversed(chosen):
+            self._stop(v, +1)
+        return []
 
-    def _prune(self, j: JobView, q: QueueQuota, fl: GpuFlavor, key: Key,
-               chosen: Sequence[JobView]) -> list[JobView]:
+    def _fair(self, j: JobView, q: QueueQuota, fl: GpuFlavor,
+              cands: Sequence[JobView]) -> list[JobView]:
+        """Kueue's fair-sharing preemption: take victims from the queue with the highest
+        share first (the preemptor's own queue too, whose jobs need no strategy); a victim
+        of another queue must pass the first strategy, and with a second strategy
+        (``LessThanInitialShare``) the jobs that failed get one more pass, a queue at a time.
+        Empty, and nothing changed, when ``j`` never fits."""
+        book = self.book
+        key = book.key(q, fl)
+        n = j.spec.num_gpus
+        left: dict[str, list[JobView]] = {}
+        queue_of: dict[str, QueueQuota] = {}
+        for v in cands:  # (in victim order: lowest priority, newest first)
+            vq = book.queue_of(v.spec.queue)
+            assert vq is not None
+            left.setdefault(vq.name, []).append(v)
+            queue_of[vq.name] = vq
+        first = self.strategies[0]
+        chosen: list[JobView] = []
+        retry: dict[str, list[JobView]] = {}
+
+        def share_of(name: str) -> float:
+            vq = queue_of[name]
+            return book.share(vq, extra=(key, n)) if vq is q else book.share(vq)
+
+        def take(v: JobView) -> bool:
+            self._stop(v, -1)
+            chosen.append(v)
+            return self._fits(j, q, fl, borrow=True) is not None
+
+        while left:
+            name = max(left, key=lambda m: (share_of(m), m))
+            jobs = left[name]
+            if queue_of[name] is q:
+                if take(jobs.pop(0)):
+                    return chosen
+                if not jobs:
+                    del left[name]
+                continue
+            vq = queue_of[name]
+            mine, theirs = book.share(q, extra=(key, n)), book.share(vq)
+            while jobs:
+                v = jobs.pop(0)
+                assert v.placement is not None
+                after = book.share(vq, less=book.charges(vq, v.placement))
+                if _passes(first, mine, theirs, after):
+                    if take(v):
+                        return chosen
+                    break  # shares changed: pick the queue again
+                retry.setdefault(name, []).append(v)
+            if not jobs:
+                del left[name]
+        if len(self.strategies) > 1:
+            second = self.strategies[1]
+            while retry:
+                name = max(retry, key=lambda m: (share_of(m), m))
+                vq = queue_of[name]
+                mine, theirs = book.share(q, extra=(key, n)), book.share(vq)
+                v = retry.pop(name)[0]
+                assert v.placement is not None
+                after = book.share(vq, less=book.charges(vq, v.placement))
+                if _passes(second, mine, theirs, after) and take(v):
+                    return chosen
+        for v in reversed(chosen):
+            self._stop(v, +1)
+        return []
+
+    def _prune(self, j: JobView, q: QueueQuota, fl: GpuFlavor,
+               chosen: Sequence[JobView], borrow: bool) -> set[JobId]:
         """Give back, newest choice excepted and latest first, each victim the job does not
         need."""
-        kept: list[JobView] = []
+        kept: set[JobId] = set()
         for v in reversed(chosen[:-1]):
             p = self.run[v.spec.job_id]
             if not self.free.can_take(p):
                 continue
             self._stop(v, +1)
-            if self._fits(j, q, fl, key) is not None:
-                kept.append(v)
+            if self._fits(j, q, fl, borrow) is not None:
+                kept.add(v.spec.job_id)
             else:
                 self._stop(v, -1)
         return kept
+
+
+def _passes(strategy: FairPreemption, mine: float, theirs: float, after: float) -> bool:
+    """Kueue's strategies: the preemptor's share with the job admitted (``mine``) against
+    the target queue's share before (``theirs``) and after (``after``) the preemption."""
+    if strategy is FairPreemption.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+        return mine <= after
+    return mine < theirs

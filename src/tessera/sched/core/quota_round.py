@@ -78,6 +78,9 @@ class RoundOutcome:
     fallbacks: tuple[str, ...]
     notes: dict[JobId, str]
     """The policy's notes, plus for each victim ``preempted to admit <job>``."""
+    wakeup_s: float | None
+    """The policy's wish, or earlier, when a running job of a time-sharing queue with
+    waiting jobs reaches its minimum admitted duration (no event marks that instant)."""
 
 
 def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
@@ -201,8 +204,35 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
         fallbacks = (*fallbacks, f"policy {policy.name!r}: under a cohort tenancy running "
                      "gangs stay put (no rotation, resizing of running gangs or packing); "
                      "the queues' preemption rules decide who stops")
+    wakeup = _turn_ends(tenancy, book, by_id, run, pending, now_s)
+    if ranking.wakeup_s is not None:
+        wakeup = ranking.wakeup_s if wakeup is None else min(wakeup, ranking.wakeup_s)
     return RoundOutcome(ranking, run, tuple(started), tuple(preempted), pending, fallbacks,
-                        notes)
+                        notes, wakeup)
+
+
+def _turn_ends(tenancy: Tenancy, book: QuotaBook, by_id: dict[JobId, JobView],
+               run: dict[JobId, Placement], pending: dict[JobId, PendingReason],
+               now_s: float) -> float | None:
+    """The first instant a running job of a time-sharing queue that has waiting jobs will
+    have run its ``min_admitted_s`` (``None``: no such queue)."""
+    sharing = {n: q.min_admitted_s for n, q in tenancy.queues.items()
+               if q.min_admitted_s is not None}
+    if not sharing:
+        return None
+    waiting = {book.tenancy.cluster_queue(by_id[jid].spec.queue) for jid in pending}
+    first: float | None = None
+    for jid, p in run.items():
+        j = by_id[jid]
+        name = tenancy.cluster_queue(j.spec.queue)
+        m = sharing.get(name) if name is not None else None
+        if m is None or name not in waiting:
+            continue
+        since = j.progress_from_s if j.running and j.placement is p else now_s
+        at = max(since + m, now_s)
+        if at > now_s and (first is None or at < first):
+            first = at
+    return first
 
 
 def _held(use: QuotaUse, needs: int) -> QuotaHeld:
