@@ -111,7 +111,7 @@ class QuotaBook:
         # What each node may take, per key, valid while the usage is unchanged: a round asks
         # for every waiting job but charges only the few it places.
         self._memo: dict[tuple[str, Key], int] = {}
-        self._shares: dict[tuple[str, Key, int], float] = {}
+        self._shares: dict[str, dict[tuple[Key, int] | None, float]] = {}
         self._roots = {q.name: tenancy.root(q.cohort) for q in tenancy.queues.values()
                        if q.cohort is not None}
 
@@ -150,7 +150,7 @@ class QuotaBook:
         delta = gpus
         if delta:
             self._memo.clear()
-            self._shares.clear()
+            self._shares.pop(queue, None)  # (a share reads its own queue's usage alone)
         while node is not None and delta:
             k = (node, key)
             old = self._usage.get(k, 0)
@@ -246,13 +246,13 @@ class QuotaBook:
         weight wants)."""
         if q.cohort is None:
             return 0.0
-        if not less and extra is not None:
-            memo = (q.name, extra[0], extra[1])
-            got = self._shares.get(memo)
-            if got is None:
-                got = self._shares[memo] = self._share(q, extra, ())
-            return got
-        return self._share(q, extra, less)
+        if less:
+            return self._share(q, extra, less)
+        memo = self._shares.setdefault(q.name, {})
+        got = memo.get(extra)
+        if got is None:
+            got = memo[extra] = self._share(q, extra, ())
+        return got
 
     def _share(self, q: QueueQuota, extra: tuple[Key, int] | None,
                less: Iterable[tuple[Key, int]]) -> float:

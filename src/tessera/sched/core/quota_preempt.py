@@ -33,7 +33,8 @@ a change of state (no loop, Kueue #3779).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import heapq
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from tessera.model.gpus import GpuFlavor
@@ -248,8 +249,7 @@ class Preemptor:
             chosen.append(v)
             return self._fits(j, q, fl, borrow=True) is not None
 
-        while left:
-            name = max(left, key=lambda m: (share_of(m), m))
+        for name in _highest(left, share_of):
             jobs = left[name]
             if queue_of[name] is q:
                 if take(jobs.pop(0)):
@@ -272,8 +272,7 @@ class Preemptor:
                 del left[name]
         if len(self.strategies) > 1:
             second = self.strategies[1]
-            while retry:
-                name = max(retry, key=lambda m: (share_of(m), m))
+            for name in _highest(retry, share_of):
                 vq = queue_of[name]
                 mine, theirs = book.share(q, extra=(key, n)), book.share(vq)
                 v = retry.pop(name)[0]
@@ -308,3 +307,22 @@ def _passes(strategy: FairPreemption, mine: float, theirs: float, after: float) 
     if strategy is FairPreemption.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
         return mine <= after
     return mine < theirs
+
+
+def _highest(pool: dict[str, list[JobView]], share_of: Callable[[str], float]) -> Iterator[str]:
+    """The queues of ``pool`` by highest share first (ties: by name), re-evaluated after each
+    step while the caller empties ``pool``. Shares only fall as victims are stopped, so a
+    queue whose share fell since it was queued is queued again at its new share."""
+    heap = [(-share_of(m), m) for m in pool]
+    heapq.heapify(heap)
+    while heap:
+        neg, name = heapq.heappop(heap)
+        if name not in pool:
+            continue
+        now = share_of(name)
+        if now < -neg:
+            heapq.heappush(heap, (-now, name))
+            continue
+        yield name
+        if name in pool:
+            heapq.heappush(heap, (-share_of(name), name))
