@@ -94,7 +94,7 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
     snap = build_snapshot(now, svc.cluster, [*running, pending_me], holding,
                           svc.tenancy.quotas, ctx.oracle, svc.policy_state,
                           svc.settings.round_s if svc.uses_rounds else None,
-                          svc.settings.restore_s)
+                          svc.settings.restore_s, svc.tenancy.quota_tree)
     now_place, preempts = _what_if(snap, svc, ctx, rec.job_id, seen)
     out["would_fit_now"] = now_place
     out["would_preempt"] = seen.visible(preempts)

@@ -52,6 +52,7 @@ from tessera.live.layout import CONFIG_FILE, check_private, write_private
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
 from tessera.live.totals import QueueCaps
 from tessera.sched.core.snapshot import QueueQuota
+from tessera.sched.core.tenancy import Tenancy as QuotaTree
 
 CONFIG_NAME = CONFIG_FILE
 
@@ -133,6 +134,15 @@ class Tenancy:
     sharing_queues: frozenset[str] = frozenset()
     queue_caps: dict[str, QueueCaps] = field(default_factory=dict)
     logs: LogSettings = DEFAULT_LOGS
+    tree: QuotaTree | None = None
+    """The whole tenancy the core enforces (per-flavor quotas, cohorts, fair sharing) when the
+    config gives one; ``None``: the ``queues:`` entries alone (see :attr:`quota_tree`)."""
+
+    @property
+    def quota_tree(self) -> QuotaTree:
+        """What the decision core enforces (``Snapshot.tenancy``): :attr:`tree`, or a tenancy
+        of today's ``queues:`` entries (one-number quotas, no cohort: their meaning unchanged)."""
+        return self.tree if self.tree is not None else QuotaTree(queues=self.quotas)
 
     def caps(self, queue: str) -> QueueCaps:
         """``queue``'s caps (:mod:`tessera.live.totals`): its own, else ``limits:``'s."""

@@ -41,6 +41,7 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobState
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView, Placement, QueueQuota, Snapshot
+from tessera.sched.core.tenancy import Tenancy as QuotaTree
 
 
 def free_gpus(cluster: ClusterSpec, holding: list[Allocation]) -> dict[str, int]:
@@ -76,9 +77,11 @@ def build_snapshot(
     policy_state: object,
     round_s: float | None = None,
     restore_s: float = 0.0,
+    tenancy: QuotaTree | None = None,
 ) -> Snapshot:
     """The snapshot ``decide()`` sees (see the module docstring for the mapping);
-    ``restore_s``: what a resumed run spends restoring before it progresses."""
+    ``restore_s``: what a resumed run spends restoring before it progresses; ``tenancy``: the
+    whole tenancy the core enforces (``Snapshot.tenancy``), when the service has one."""
     current = {a.job_id: a for a in holding if a.status in ("planned", "running")}
     draining = [a for a in holding if a.status == "stopping"]
     draining_jobs = {a.job_id for a in draining}
@@ -123,7 +126,7 @@ def build_snapshot(
         ))
     return Snapshot(now_s=now_s, cluster=cluster, jobs=tuple(views), quotas=quotas,
                     policy_state=policy_state, round_s=round_s,
-                    free_gpus=free_gpus(cluster, holding))
+                    free_gpus=free_gpus(cluster, holding), tenancy=tenancy)
 
 
 def _present_mates(p: Placement, current: dict[str, Allocation]) -> Placement:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.core.snapshot import QueueQuota
+from tessera.sched.core.tenancy import Tenancy
 
 if TYPE_CHECKING:
     from tessera.model.jobs import Workload
@@ -135,6 +136,10 @@ class SimConfig(BaseModel):
     failures: FailureConfig = FailureConfig()
     validation: ValidationConfig = ValidationConfig()
     quotas: QuotaConfig = QuotaConfig()
+    tenancy: InstanceOf[Tenancy] | None = Field(None, exclude=True)
+    """The whole tenancy (per-flavor quotas, cohort trees, fair sharing) that ``--tenancy
+    PATH`` loads, handed to every snapshot (:attr:`Snapshot.tenancy`); when set, its queues are
+    the quotas and ``quotas`` is not read by the core."""
     compat: Literal["gavel"] | None = None
     compat_solver: Literal["auto", "ecos", "highs", "highs-ipm"] = "auto"
     seed: int = 0

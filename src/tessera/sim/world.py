@@ -187,7 +187,7 @@ class SimWorld:
             now_s=t_s, cluster=self.cluster, jobs=split.jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
             free_gpus=self.free.counts() if free_gpus else None, quotas=self.quotas,
-            split_hint=split,
+            split_hint=split, tenancy=self.cfg.tenancy,
         )
 
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from tessera.sched.core.free_view import Layout
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.usage_history import UsageHistory
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -175,6 +176,9 @@ class DecisionContext:
     _layout: tuple[ClusterSpec, Layout] | None = None
     stay_put: StayPut = field(default_factory=StayPut)
     caches: PolicyCaches = field(default_factory=PolicyCaches)
+    usage: UsageHistory = field(default_factory=UsageHistory)
+    """Each queue's decayed GPU usage, for admission fair sharing with a half-life
+    (:mod:`tessera.sched.core.usage_history`); kept between rounds like the caches."""
 
     def layout(self, cluster: ClusterSpec) -> Layout:
         """The placement layout of ``cluster``, built once per cluster object."""

@@ -11,7 +11,9 @@ the policy that runs.
 Phases, each timed:
 
 1. **admit** -- tenant quotas: a pending job whose queue would exceed its nominal quota plus
-   its borrowing limit is held (reason: quota).
+   its borrowing limit is held (reason: quota). A snapshot whose tenancy has cohorts,
+   per-flavor quotas, fair sharing or preemption rules runs the tenancy round instead
+   (:mod:`tessera.sched.core.quota_round`), where quotas bind at placement.
 2. **order** -- the policy ranks ``(job, flavor)`` candidates.
 3. **place** -- two strategies over the same ranking. *Round-based* policies (Gavel's
    time-sharing) reconsider every job each round: select by rank while each flavor has GPUs,
@@ -39,6 +41,7 @@ from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
+from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sched.core.strategies import (
@@ -91,7 +94,8 @@ def _admit(snapshot: Snapshot) -> tuple[Sequence[JobView], dict[JobId, PendingRe
     """Hold pending jobs whose queue would exceed nominal quota + borrowing limit (without
     quotas: every job, the snapshot's own tuple -- an event round does not copy the active
     jobs)."""
-    if not snapshot.quotas:
+    quotas = snapshot.queue_quotas()
+    if not quotas:
         return snapshot.jobs, {}
     usage: dict[str, int] = {}
     for j in snapshot.jobs:
@@ -101,7 +105,7 @@ def _admit(snapshot: Snapshot) -> tuple[Sequence[JobView], dict[JobId, PendingRe
     admitted: list[JobView] = []
     held: dict[JobId, PendingReason] = {}
     for j in snapshot.jobs:
-        q = snapshot.quotas.get(j.spec.queue)
+        q = quotas.get(j.spec.queue)
         if j.running or q is None:
             admitted.append(j)
             continue
@@ -150,6 +154,10 @@ def decide(
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
         opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
     lap = _Laps()
+    if needs_tenancy_round(snapshot.tenancy):  # cohorts, per-flavor quotas, fair sharing
+        t = tenancy_round(snapshot, policy, ctx, opts, lap)
+        return replace(_decision(t.ranking, t.placements, t.started, t.preempted, t.pending,
+                                 lap, t.notes), fallbacks=t.fallbacks, wakeup_s=t.wakeup_s)
 
     # 1. Admission.
     admitted, held = _admit(snapshot)
@@ -218,8 +226,8 @@ def _full_round(
     ranking = policy.rank(PolicyContext(view, oracle, ctx.rng, ctx.solver, ctx.caches))
     lap("order")
     sized = by_id
-    if ranking.sizes and view.quotas:  # growth only within the queues' quotas
-        capped = within_quotas(ranking.candidates, by_id, ranking.sizes, view.quotas)
+    if ranking.sizes and view.queue_quotas():  # growth only within the queues' quotas
+        capped = within_quotas(ranking.candidates, by_id, ranking.sizes, view.queue_quotas())
         ranking = replace(ranking, sizes=capped.sizes, notes={**ranking.notes, **capped.notes})
     if ranking.sizes:  # an elastic allocation: place each sized job at its chosen count
         admitted = sized_views(admitted, ranking.sizes)

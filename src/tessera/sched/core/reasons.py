@@ -43,7 +43,10 @@ class CannotRun:
 
 @dataclass(frozen=True, slots=True)
 class QuotaHeld:
-    """The job's queue would exceed its nominal quota plus its borrowing limit."""
+    """The job's queue would exceed its nominal quota plus its borrowing limit (one-number
+    quotas), or, under a tenancy, the quota of every flavor it may use is taken: ``flavor``
+    names the quota (``None``: GPUs of any flavor), ``borrowable_gpus`` what the queue could
+    still borrow now, ``cohort_idle_gpus`` the quota of its cohort tree nobody uses."""
 
     queue: str
     used_gpus: int
@@ -51,6 +54,11 @@ class QuotaHeld:
     borrowing_limit_gpus: int | None
     """``None``: unlimited borrowing."""
     needs_gpus: int
+    flavor: GpuFlavor | None = None
+    borrowable_gpus: int | None = None
+    """Set under a tenancy (then ``borrowing_limit_gpus`` is not used)."""
+    cohort: str | None = None
+    cohort_idle_gpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +104,13 @@ class PendingReason:
 
     def __str__(self) -> str:
         d = self.detail
+        if isinstance(d, QuotaHeld) and d.borrowable_gpus is not None:
+            which = f" for {d.flavor.short}" if d.flavor is not None else ""
+            tree = (f", cohort {d.cohort!r} has {d.cohort_idle_gpus} idle"
+                    if d.cohort is not None else "")
+            return (f"queue {d.queue!r} at quota{which}: uses {d.used_gpus} of "
+                    f"{d.nominal_gpus} (+{d.borrowable_gpus} borrowable){tree}; "
+                    f"needs {d.needs_gpus}")
         if isinstance(d, QuotaHeld):
             borrow = "∞" if d.borrowing_limit_gpus is None else d.borrowing_limit_gpus
             return (f"queue {d.queue!r} at quota: uses {d.used_gpus} of {d.nominal_gpus} GPUs "

@@ -15,6 +15,7 @@ from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.core.quotas import QueueQuota
+from tessera.sched.core.tenancy import Tenancy
 
 MIX_SEPARATOR = "+"
 """Joins the flavors of a mixed gang's label: ``A100-40GB+V100-16GB``."""
@@ -278,6 +279,10 @@ class Snapshot:
         cluster: the static inventory.
         jobs: active jobs (pending, running or preempted), in submission order.
         quotas: tenant quotas by queue name; queues not listed are unlimited.
+        tenancy: the whole tenancy (queues with per-flavor quotas, the cohort tree, fair
+            sharing), when the driver has one; its ``queues`` are then the quotas
+            (:meth:`queue_quotas`) and ``quotas`` is not read. ``None``: ``quotas`` alone, with
+            their one-number meaning.
         policy_state: opaque value the policy returned last round (its memory), or ``None``.
         round_s: round length when running round-based, else ``None``.
         down_nodes: nodes currently unavailable.
@@ -298,6 +303,11 @@ class Snapshot:
     down_nodes: frozenset[str] = frozenset()
     free_gpus: Mapping[str, int] | None = None
     split_hint: JobSplit | None = field(default=None, compare=False, repr=False)
+    tenancy: Tenancy | None = None
+
+    def queue_quotas(self) -> Mapping[str, QueueQuota]:
+        """The quotas by queue: the tenancy's queues when there is one, else ``quotas``."""
+        return self.quotas if self.tenancy is None else self.tenancy.queues
 
     def split(self) -> JobSplit:
         """The jobs split into running and waiting (the driver's split when it describes these
@@ -313,7 +323,8 @@ class Snapshot:
         ``replace`` walks the fields by name). The split hint goes along and, describing
         other jobs, is not used (see :meth:`split`)."""
         return Snapshot(self.now_s, self.cluster, jobs, self.quotas, self.policy_state,
-                        self.round_s, self.down_nodes, self.free_gpus, self.split_hint)
+                        self.round_s, self.down_nodes, self.free_gpus, self.split_hint,
+                        self.tenancy)
 
     def up_nodes(self) -> tuple[Node, ...]:
         if not self.down_nodes:
