@@ -23,9 +23,10 @@ from tessera.live.tenancy import Principal
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.decide import Decision
-from tessera.sched.core.quotas import FlavorQuota, QueueQuota
+from tessera.sched.core.quotas import Cohort, FlavorQuota, QueueQuota
 from tessera.sched.core.reasons import PendingKind, PendingReason
 from tessera.sched.core.snapshot import Placement
+from tessera.sched.core.tenancy import Tenancy
 from tests.live.helpers import make_service, wait_for
 from tests.live.metrics_scrape import Scrape
 from tests.live.test_jobcodec import OLD_STATE
@@ -166,8 +167,14 @@ def test_a_lost_run_is_counted_and_retried(tmp_path: Path) -> None:
 def test_per_flavor_quota_shows_per_flavor(tmp_path: Path) -> None:
     svc = make_service(tmp_path / "state", start=False)
     v100, t4 = resolve_flavor("v100"), resolve_flavor("t4")
-    per_flavor = QueueQuota.per_flavor("team-a", {v100: FlavorQuota(2, 1), t4: FlavorQuota(1, 0)})
-    svc.tenancy = replace(svc.tenancy, quotas={**svc.tenancy.quotas, "team-a": per_flavor})
+    # team-a borrows one V100 of team-b's idle quota through their cohort (a queue with no
+    # cohort borrows nothing); one tree counts GPUs one way, so team-b is per flavor too.
+    per_flavor = QueueQuota.per_flavor("team-a", {v100: FlavorQuota(2, 1), t4: FlavorQuota(1, 0)},
+                                       cohort="c")
+    lender = QueueQuota.per_flavor("team-b", {v100: FlavorQuota(4)}, cohort="c")
+    quotas = {**svc.tenancy.quotas, "team-a": per_flavor, "team-b": lender}
+    svc.tenancy = replace(svc.tenancy, quotas=quotas,
+                          tree=Tenancy(queues=quotas, cohorts={"c": Cohort("c")}))
     svc.start()
     m = ServiceMetrics(svc)
     try:
@@ -184,7 +191,7 @@ def test_per_flavor_quota_shows_per_flavor(tmp_path: Path) -> None:
                        flavor=t4.short) == 0
         assert s.value("tessera_queue_used_gpus", queue="team-a", flavor=t4.short) == 0
         assert s.value("tessera_queue_nominal_gpus", queue="team-a", flavor="any") is None
-        assert s.value("tessera_queue_nominal_gpus", queue="team-b", flavor="any") == 4
+        assert s.value("tessera_queue_nominal_gpus", queue="team-b", flavor=V100) == 4
         assert s.value("tessera_jobs_running", queue="team-a", flavor=V100) == 1
         waiting = _submit(svc, "name: later\nqueue: team-b\nflavors: [v100]\ngpus: 2\n"
                                "command: sleep 1")
