@@ -146,6 +146,12 @@ def register(app: typer.Typer) -> None:
                                        "store on purpose: the old one (if any) is moved to "
                                        "store-aside-<time>/ in --state, never deleted. Without "
                                        "it, a missing, empty or damaged store stops serve."),
+        tenancy: Path = typer.Option(None, "--tenancy", metavar="PATH", help="Queues, "
+                                     "cohorts, fair sharing and priority classes from this "
+                                     "file or folder: Kueue v1beta2 YAML (ClusterQueue, Cohort, "
+                                     "ResourceFlavor, LocalQueue, WorkloadPriorityClass) or "
+                                     "Tessera's (docs/tenancy.md); refused whole, before the "
+                                     "port opens, if any field is wrong or unsupported."),
         settings: SchedulerSettings = SchedulerSettings(),
         executor_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:
@@ -172,5 +178,5 @@ def register(app: typer.Typer) -> None:
                           _run(lambda: options_from_flags(executor, given)),
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
-                          run_as=run_as, new_store=new_store)
+                          run_as=run_as, new_store=new_store, tenancy=tenancy)
         _run(lambda: run_serve(cfg, host, port))
