@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.core.snapshot import QueueQuota
+from tessera.sched.core.tenancy import Tenancy
 
 if TYPE_CHECKING:
     from tessera.model.jobs import Workload
@@ -80,13 +81,18 @@ class QuotaConfig(BaseModel):
     queues: dict[str, QueueQuotaConfig] = Field(default_factory=dict)
     split: Literal["none", "equal", "demand"] = "none"
     borrowing_limit_gpus: int | None = Field(0, ge=0)
+    tenancy: SkipValidation[Tenancy | None] = Field(None, exclude=True)
+    """A whole tenancy (``tessera simulate --tenancy``, read and checked by
+    :mod:`tessera.live.tenancy_file`): its queues' quotas are the run's quotas."""
 
     @property
     def enabled(self) -> bool:
-        return bool(self.queues) or self.split != "none"
+        return bool(self.queues) or self.split != "none" or self.tenancy is not None
 
     def resolve(self, workload: Workload, total_gpus: int) -> dict[str, QueueQuota]:
         """The quotas of ``workload``'s queues on a cluster of ``total_gpus`` GPUs."""
+        if self.tenancy is not None:
+            return dict(self.tenancy.queues)
         out = {name: QueueQuota(name, q.nominal_gpus, q.borrowing_limit_gpus)
                for name, q in self.queues.items()}
         if self.split == "none":
