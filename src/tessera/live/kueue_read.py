@@ -62,28 +62,44 @@ KINDS = ("ResourceFlavor", "ClusterQueue", "Cohort", "LocalQueue", "WorkloadPrio
 
 _NOT_RUN = "Tessera runs no Kubernetes controllers or admission checks"
 REFUSED: dict[str, str] = {
-    "spec.admissionChecksStrategy": _NOT_RUN,
-    "spec.admissionScope": "admission fair sharing by LocalQueue usage is not supported "
-                           "(Tessera orders queues, not LocalQueues)",
-    "spec.concurrentAdmissionPolicy": "Tessera admits a job on one flavor at a time",
-    "spec.preemption.borrowWithinCohort": "preempting while borrowing is not supported "
-                                          "(only policy: Never)",
-    "spec.flavorFungibility.preference": "use whenCanBorrow/whenCanPreempt",
-    "spec.namespaceSelector": "Tessera's jobs have no namespaces (only {} is accepted)",
-    "spec.queueingStrategy": "Tessera queues BestEffortFIFO (StrictFIFO is not supported)",
-    "spec.stopPolicy": "stopping a queue is not supported (only None)",
-    "spec.fairSharing": "a LocalQueue has no fair-sharing weight in Tessera",
-    "spec.nodeLabels": f"Tessera selects a flavor's nodes by {GPU_PRODUCT_LABEL} only",
-    "spec.nodeTaints": "Tessera's nodes have no taints",
-    "spec.tolerations": "Tessera's nodes have no taints",
-    "spec.topologyName": "topology-aware scheduling is not supported",
+    "ClusterQueue.spec.admissionChecksStrategy": _NOT_RUN,
+    "ClusterQueue.spec.admissionScope": "admission fair sharing by LocalQueue usage is not "
+                                        "supported (Tessera orders queues, not LocalQueues)",
+    "ClusterQueue.spec.concurrentAdmissionPolicy": "Tessera admits a job on one flavor at a time",
+    "ClusterQueue.spec.preemption.borrowWithinCohort": "preempting while borrowing is not "
+                                                       "supported (only policy: Never)",
+    "ClusterQueue.spec.flavorFungibility.preference": "use whenCanBorrow and whenCanPreempt",
+    "ClusterQueue.spec.namespaceSelector": "Tessera's jobs have no namespaces (only {} is "
+                                           "accepted)",
+    "ClusterQueue.spec.queueingStrategy": "Tessera queues BestEffortFIFO (StrictFIFO is not "
+                                          "supported)",
+    "ClusterQueue.spec.stopPolicy": "stopping a queue is not supported (only None)",
+    "LocalQueue.spec.fairSharing": "a LocalQueue has no fair-sharing weight in Tessera",
+    "LocalQueue.spec.stopPolicy": "stopping a queue is not supported (only None)",
+    "ResourceFlavor.spec.nodeLabels": f"Tessera selects a flavor's nodes by {GPU_PRODUCT_LABEL} "
+                                      "only",
+    "ResourceFlavor.spec.nodeTaints": "Tessera's nodes have no taints",
+    "ResourceFlavor.spec.tolerations": "Tessera's nodes have no taints",
+    "ResourceFlavor.spec.topologyName": "topology-aware scheduling is not supported",
 }
+"""Why each Kueue field Tessera cannot honour is refused, by ``Kind.path`` (a field below one
+of these is refused for the same reason); docs/tenancy.md lists them."""
 
 Doc = dict[str, Any]
 
 
+def refusal_reason(kind: str, path: str) -> str | None:
+    """Why ``kind``'s field ``path`` (indices like ``[0]`` allowed) is refused, or ``None``."""
+    parts = re.sub(r"\[\d+\]", "", path).split(".")
+    for n in range(len(parts), 0, -1):
+        why = REFUSED.get(f"{kind}.{'.'.join(parts[:n])}")
+        if why is not None:
+            return why
+    return None
+
+
 def _refuse(owner: str, path: str, reason: str | None = None) -> SpecError:
-    why = reason or REFUSED.get(re.sub(r"\[\d+\]", "", path)) or "unknown field"
+    why = reason or refusal_reason(owner.split(" ")[0], path) or "unknown field"
     return SpecError(f"{owner}: {path}: not supported ({why})")
 
 
@@ -287,8 +303,7 @@ class _Reader:
         bwc = _only(owner, "spec.preemption.borrowWithinCohort", pre.get("borrowWithinCohort"),
                     ("policy",))
         if bwc.get("policy", "Never") != "Never":
-            raise _refuse(owner, "spec.preemption.borrowWithinCohort.policy",
-                          REFUSED["spec.preemption.borrowWithinCohort"])
+            raise _refuse(owner, "spec.preemption.borrowWithinCohort.policy")
         preemption = QueuePreemption(
             _enum(owner, "spec.preemption.reclaimWithinCohort",
                   pre.get("reclaimWithinCohort", "Never"), ReclaimWithinCohort),
