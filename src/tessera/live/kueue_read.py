@@ -443,7 +443,8 @@ def format_duration(seconds: float) -> str:
 
 def read_documents(path: Path) -> list[tuple[str, Any]]:
     """The YAML documents of a file, or of every ``*.yaml``/``*.yml`` file of a folder (sorted
-    by name), each with where it came from (``file.yaml#2``); empty documents are skipped.
+    by name), each with where it came from (``document 2``, in a folder ``a.yaml document 2``);
+    empty documents are skipped.
 
     Raises:
         SpecError: a path that does not exist, an empty folder, or invalid YAML.
@@ -464,7 +465,8 @@ def read_documents(path: Path) -> list[tuple[str, Any]]:
             raise SpecError(f"{f}: not valid YAML: {e}") from None
         except OSError as e:
             raise SpecError(f"cannot read {f}: {e.strerror or e}") from None
-        out += [(f"{f.name}#{i + 1}", d) for i, d in enumerate(docs) if d is not None]
+        prefix = f"{f.name} " if path.is_dir() else ""
+        out += [(f"{prefix}document {i + 1}", d) for i, d in enumerate(docs) if d is not None]
     return out
 
 
