@@ -58,7 +58,7 @@ def test_four_small_slices_do_not_buy_four_big_ones() -> None:
 
 
 def test_a_profile_the_gpu_lacks_and_a_gpu_without_mig() -> None:
-    with pytest.raises(SpecError, match="unknown MIG profile '1g.5gb' on A100-80GB"):
+    with pytest.raises(SpecError, match=r"unknown MIG profile '1g.5gb' on A100-80GB"):
         mig_charge(A100, "1g.5gb")
     with pytest.raises(SpecError, match="GPU T4 has no MIG support"):
         mig_charge(T4, "1g.10gb")
