@@ -28,6 +28,7 @@ from tessera.cli.options import (
     JSON,
     SERVER,
     STATE,
+    TENANCY,
     TOKEN,
     TOKEN_FILE,
 )
@@ -320,9 +321,7 @@ def _admin_commands(app: typer.Typer) -> None:
         gpus_per_server: int = GPUS_PER_SERVER,
         namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace of "
                                       "the LocalQueues."),
-        tenancy: Path = typer.Option(None, "--tenancy", metavar="PATH", help="Export this "
-                                     "tenancy file or folder (Kueue or Tessera YAML) instead "
-                                     "of --state's."),
+        tenancy: Path = TENANCY,
     ) -> None:
         """Write Kueue manifests (v1beta2): ResourceFlavors, Cohorts, ClusterQueues,
         LocalQueues, WorkloadPriorityClasses, and Kueue's Configuration for fair sharing."""

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import typer
 
 from tessera.cli.live import _run
-from tessera.cli.options import CLUSTER_HELP, GPUS_PER_SERVER, POLICY_HELP, STATE
+from tessera.cli.options import CLUSTER_HELP, GPUS_PER_SERVER, POLICY_HELP, STATE, TENANCY
 from tessera.cli.settings_flags import settings_flags
 from tessera.live.executors.registry import (
     ExecutorPlugin,
@@ -146,12 +146,7 @@ def register(app: typer.Typer) -> None:
                                        "store on purpose: the old one (if any) is moved to "
                                        "store-aside-<time>/ in --state, never deleted. Without "
                                        "it, a missing, empty or damaged store stops serve."),
-        tenancy: Path = typer.Option(None, "--tenancy", metavar="PATH", help="Queues, "
-                                     "cohorts, fair sharing and priority classes from this "
-                                     "file or folder: Kueue v1beta2 YAML (ClusterQueue, Cohort, "
-                                     "ResourceFlavor, LocalQueue, WorkloadPriorityClass) or "
-                                     "Tessera's (docs/tenancy.md); refused whole, before the "
-                                     "port opens, if any field is wrong or unsupported."),
+        tenancy: Path = TENANCY,
         settings: SchedulerSettings = SchedulerSettings(),
         executor_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:

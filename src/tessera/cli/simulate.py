@@ -22,6 +22,7 @@ from tessera.cli.options import (
     LIMIT,
     RUN_OUT,
     SEED,
+    TENANCY,
     THROUGHPUTS,
     TRACE_HELP,
 )
@@ -333,11 +334,7 @@ def _register_simulate(app: typer.Typer) -> None:
                                              "policies they tune their batch from their "
                                              "model's smallest validated batch M0), to compare "
                                              "with Sia's published figures."),
-        tenancy: Path | None = typer.Option(None, "--tenancy", metavar="PATH", help="Tenant "
-                                            "queues, cohorts and quotas from this file or "
-                                            "folder: Kueue v1beta2 YAML or Tessera's "
-                                            "(docs/tenancy.md); a job's queue may name a "
-                                            "ClusterQueue or a LocalQueue."),
+        tenancy: Path | None = TENANCY,
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
