@@ -73,6 +73,9 @@ def _quotas(config: SimConfig) -> str:
     if not q.enabled:
         return "none"
     parts = [f"{name} {c.nominal_gpus} GPUs" for name, c in sorted(q.queues.items())]
+    if q.tenancy is not None:
+        parts.append(f"--tenancy: {len(q.tenancy.queues)} queues, "
+                     f"{len(q.tenancy.cohorts)} cohorts")
     if q.split != "none":
         borrow = ("unlimited" if q.borrowing_limit_gpus is None
                   else f"{q.borrowing_limit_gpus} GPUs")
