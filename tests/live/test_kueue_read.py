@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from tessera.errors import SpecError
-from tessera.live.kueue_read import REFUSED, parse_quantity, refusal_reason
+from tessera.live.kube_values import parse_quantity
+from tessera.live.kueue_read import REFUSED, refusal_reason
 from tessera.live.tenancy_file import load_tenancy_file
 from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.mig_quota import MigQuota
@@ -360,3 +361,15 @@ def test_mig_slices_of_a_profile_the_flavor_lacks(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"queue 'vision' flavor 'A100-80GB' MIG '1g.5gb': "
                        r"unknown MIG profile"):
         load_tenancy_file(write(tmp_path, docs))
+
+
+def test_a_local_queue_named_like_another_cluster_queue(tmp_path: Path) -> None:
+    docs = base_docs()
+    other = cq("other")
+    docs.insert(6, other)
+    docs.append(lq("other", "vision"))
+    with pytest.raises(SpecError, match=r"LocalQueue 'other': metadata.name: 'other' is a "
+                       r"ClusterQueue's name"):
+        load_tenancy_file(write(tmp_path, docs))
+    docs[-1] = lq("other", "other")  # what export writes: a LocalQueue per ClusterQueue
+    assert load_tenancy_file(write(tmp_path, docs)).tree.cluster_queue("other") == "other"

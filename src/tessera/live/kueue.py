@@ -53,13 +53,13 @@ from typing import Any
 import yaml
 
 from tessera.errors import SpecError
+from tessera.live.kube_values import format_duration
 from tessera.live.kueue_read import (
     API_VERSION,
     CONFIG_API_VERSION,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     MIN_ADMITTED_ANNOTATION,
-    format_duration,
 )
 from tessera.live.store import Store
 from tessera.live.tenancy import load_tenancy

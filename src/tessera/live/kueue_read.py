@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tessera.errors import SpecError
+from tessera.live.kube_values import parse_duration_s, parse_quantity
 from tessera.live.tenancy_yaml import LoadedTenancy
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.sched.core.mig_quota import MigQuota, mig_profile_of
@@ -114,32 +114,6 @@ def _only(owner: str, path: str, obj: object, allowed: Iterable[str]) -> dict[st
         if k not in keys:
             raise _refuse(owner, f"{path}.{k}")
     return obj
-
-
-def parse_quantity(owner: str, path: str, value: object) -> Decimal:
-    """A Kubernetes quantity (``8``, ``"500m"``, ``"1.5"``, ``"2Ki"``, ``"1e3"``) as a number.
-
-    Raises:
-        SpecError: naming ``owner`` and ``path`` for anything else.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecError(f"{owner}: {path}: not a quantity: {value!r}")
-    text = str(value).strip()
-    m = re.fullmatch(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?",
-                     text)
-    if m is None:
-        raise SpecError(f"{owner}: {path}: not a Kubernetes quantity: {value!r}")
-    try:
-        number = Decimal(m.group(1))
-    except InvalidOperation:
-        raise SpecError(f"{owner}: {path}: not a Kubernetes quantity: {value!r}") from None
-    suffix = m.group(2) or ""
-    scale = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-             "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
-             "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18),
-             "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30),
-             "Ti": Decimal(2**40), "Pi": Decimal(2**50), "Ei": Decimal(2**60)}[suffix]
-    return number * scale
 
 
 def _count(owner: str, path: str, value: object, unit: str) -> int:
@@ -358,6 +332,9 @@ class _Reader:
         if target not in self.queues:
             raise SpecError(f"{owner}: spec.clusterQueue: ClusterQueue {target!r} does not "
                             "exist")
+        if name in self.queues and target != name:
+            raise SpecError(f"{owner}: metadata.name: {name!r} is a ClusterQueue's name, so a "
+                            f"job naming it reaches that queue, not {target!r}; rename one")
         namespace = str(doc["metadata"].get("namespace") or "default")
         self.local_queues[name] = LocalQueue(name, namespace, target)
 
@@ -412,33 +389,6 @@ def _kind(where: str, doc: object) -> str:
         raise SpecError(f"{where}: {kind} {doc.get('metadata', {}).get('name')!r}: apiVersion "
                         f"{api!r} is not supported (Tessera reads {API_VERSION})")
     return str(kind)
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)")
-_UNIT_S = {"h": Decimal(3600), "m": Decimal(60), "s": Decimal(1), "ms": Decimal("1e-3"),
-           "us": Decimal("1e-6"), "µs": Decimal("1e-6"), "ns": Decimal("1e-9")}
-
-
-def parse_duration_s(owner: str, path: str, value: object) -> float:
-    """A Go duration (``"168h0m0s"``, ``"90m"``, ``"1.5s"``) in seconds."""
-    text = str(value)
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise SpecError(f"{owner}: {path}: not a duration like '24h0m0s': {value!r}")
-    return float(sum(Decimal(n) * _UNIT_S[u] for n, u in parts))
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds as Go writes a duration: ``86400`` -> ``"24h0m0s"``, ``90`` -> ``"1m30s"``."""
-    total = Decimal(repr(seconds))
-    h, rest = divmod(total, 3600)
-    m, s = divmod(rest, 60)
-    s_text = format(s.normalize(), "f") if s else "0"
-    if h:
-        return f"{int(h)}h{int(m)}m{s_text}s"
-    if m:
-        return f"{int(m)}m{s_text}s"
-    return f"{s_text}s"
 
 
 def read_documents(path: Path) -> list[tuple[str, Any]]:
