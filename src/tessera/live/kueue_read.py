@@ -391,6 +391,10 @@ def _kind(where: str, doc: object) -> str:
     return str(kind)
 
 
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it (about 10 times faster on a large tenancy)."""
+
+
 def read_documents(path: Path) -> list[tuple[str, Any]]:
     """The YAML documents of a file, or of every ``*.yaml``/``*.yml`` file of a folder (sorted
     by name), each with where it came from (``document 2``, in a folder ``a.yaml document 2``);
@@ -410,7 +414,7 @@ def read_documents(path: Path) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     for f in files:
         try:
-            docs = list(yaml.safe_load_all(f.read_text()))
+            docs = list(yaml.load_all(f.read_text(), Loader=_LOADER))
         except yaml.YAMLError as e:
             raise SpecError(f"{f}: not valid YAML: {e}") from None
         except OSError as e:
