@@ -16,6 +16,12 @@ everything). Queues carry Kueue-style quotas that the decision core enforces::
     logs: {cap_bytes: 104857600, retention_s: 604800}   # optional: rank logs' cap and how
                              # long a finished run's files are kept (executors/logs.py)
 
+A queue's quota may instead be given per GPU flavor, with a cohort, preemption rules and the
+rest of Kueue's tenancy, and the file may hold ``cohorts:``, ``fair_sharing:``,
+``priority_classes:`` and ``local_queues:`` (:mod:`tessera.live.tenancy_yaml`; docs/tenancy.md).
+``tessera serve --tenancy PATH`` takes all of that from a Kueue or Tessera YAML file instead
+(:func:`load_tenancy`). The whole tree is :attr:`Tenancy.quota_tree`.
+
 Only SHA-256 hashes of tokens are stored, so reading the file leaks no token; but whoever can
 *write* it can add a hash of their own and hold an admin token after the next restart, so the
 file is created 0600 in the private state dir (:mod:`tessera.live.layout`). A new token is
