@@ -124,6 +124,15 @@ CEL: dict[str, Callable[[Any], bool]] = {
     "self.flavors.all(x, size(x.resources) == size(self.coveredResources))":
         lambda rg: all(len(f["resources"]) == len(rg["coveredResources"])
                        for f in rg["flavors"]),
+    "!has(self.preference) || (self.whenCanBorrow == 'TryNextFlavor' && "
+    "self.whenCanPreempt == 'TryNextFlavor')":
+        lambda s: "preference" not in s or (s.get("whenCanBorrow") == "TryNextFlavor"
+                                            and s.get("whenCanPreempt") == "TryNextFlavor"),
+    "!(self.reclaimWithinCohort == 'Never' && has(self.borrowWithinCohort) &&  "
+    "self.borrowWithinCohort.policy != 'Never')":
+        lambda s: not (s.get("reclaimWithinCohort", "Never") == "Never"
+                       and "borrowWithinCohort" in s
+                       and s["borrowWithinCohort"].get("policy", "Never") != "Never"),
     "!has(self.topologyName) || self.nodeLabels.size() >= 1":
         lambda s: "topologyName" not in s or len(s.get("nodeLabels", {})) >= 1,
 }
@@ -370,14 +379,16 @@ def test_names_that_differ_after_63_characters_are_an_error_naming_both(
 
 
 @pytest.mark.parametrize(("weight", "why"), [
-    (1e-10, "rounds to 0n"), (1.2e-9, "rounds to 1n"), (1e19, "larger than a Kubernetes"),
-    (math.inf, "finite"),
+    (1e-10, "fair-sharing weight 1e-10 rounds to 0n"),
+    (1.2e-9, "fair-sharing weight 1.2e-09 rounds to 1n"),
+    (1e19, "fair-sharing weight 1e+19 is larger than a Kubernetes"),
+    (math.inf, "weight: Input should be a finite number"),  # refused when the config loads
 ], ids=["1e-10", "1.2e-9", "1e19", "inf"])
 def test_a_weight_kueue_cannot_hold_is_an_error(app: typer.Typer, tmp_path: Path, weight: float,
                                                 why: str) -> None:
     code, output, out = export(app, tmp_path, [q("team-a", weight=weight)])
     assert code == 2
-    assert "queue 'team-a': fair-sharing weight" in output and why in output
+    assert "queue 'team-a': " in output and why in output, output
     assert not out.exists()
 
 

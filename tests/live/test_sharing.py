@@ -151,7 +151,7 @@ def test_queue_sharing_must_be_a_boolean(tmp_path: Path) -> None:
     state = tmp_path / "state"
     write_config(state, [{"name": "team-a", "nominal_gpus": 1, "sharing": "often"},
                          {"name": "team-b", "nominal_gpus": 1}])
-    with pytest.raises(SpecError, match=r"queues\.0\.sharing: Input should be a valid boolean"):
+    with pytest.raises(SpecError, match=r"queue 'team-a': sharing: Input should be a valid bool"):
         load_tenancy(state)
     cfg = yaml.safe_load((state / CONFIG_NAME).read_text())
     cfg["queues"][0]["sharing"] = True

@@ -28,6 +28,7 @@ from tessera.cli.options import (
     JSON,
     SERVER,
     STATE,
+    TENANCY,
     TOKEN,
     TOKEN_FILE,
 )
@@ -147,6 +148,9 @@ def _submit_command(app: typer.Typer) -> None:
                                     "docs/live.md; examples/job-resnet.yaml is one)."),
         server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
         as_json: bool = JSON,
+        priority_class: str = typer.Option(None, "--priority-class", metavar="NAME",
+                                           help="A WorkloadPriorityClass of the service's "
+                                           "tenancy (overrides the file's priority_class)."),
     ) -> None:
         """Submit a job YAML (validated here first, then by the service).
 
@@ -162,6 +166,8 @@ def _submit_command(app: typer.Typer) -> None:
                 text = path.read_text()
             except OSError as e:
                 raise SpecError(f"cannot read {path}: {e.strerror}") from None
+            if priority_class is not None:
+                text = with_priority_class(parse_request(text), priority_class)
             parse_request(text)
             return _client(server, token, token_file).submit_yaml(text, str(uuid.uuid4()))
 
@@ -170,6 +176,14 @@ def _submit_command(app: typer.Typer) -> None:
         typer.echo(json.dumps(job, indent=2) if as_json else
                    safe(f"submitted {job['job_id']} ({job['name']}) to queue "
                         f"{job['queue']}{again}"))
+
+
+def with_priority_class(req: Any, name: str) -> str:
+    """The request ``req`` as YAML with ``priority_class: name``."""
+    import yaml
+
+    raw = req.model_dump(mode="json", exclude_unset=True)
+    return yaml.safe_dump({**raw, "priority_class": name}, sort_keys=False)
 
 
 def _job_commands(app: typer.Typer) -> None:
@@ -307,11 +321,14 @@ def _admin_commands(app: typer.Typer) -> None:
         gpus_per_server: int = GPUS_PER_SERVER,
         namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace of "
                                       "the LocalQueues."),
+        tenancy: Path = TENANCY,
     ) -> None:
-        """Write Kueue ResourceFlavor, ClusterQueue and LocalQueue manifests (v1beta2)."""
+        """Write Kueue manifests (v1beta2): ResourceFlavors, Cohorts, ClusterQueues,
+        LocalQueues, WorkloadPriorityClasses, and Kueue's Configuration for fair sharing."""
         from tessera.live.kueue import export_from_state, write_manifests
 
-        exported = _run(lambda: export_from_state(state, cluster, gpus_per_server, namespace))
+        exported = _run(lambda: export_from_state(state, cluster, gpus_per_server, namespace,
+                                                  tenancy))
         for queue, name in exported.renamed.items():
             typer.echo(f"queue {queue!r} is exported as {name!r} (Kueue names are DNS-1123 "
                        "labels of at most 63 characters)")

@@ -64,6 +64,13 @@ STATE = typer.Option(Path.home() / ".tessera", "--state",
                      help="State directory of the live service (job store, tenancy, token "
                           "hashes; private to the service, 0700).")
 
+TENANCY = typer.Option(None, "--tenancy", metavar="PATH",
+                       help="Tenant queues, per-flavor quotas, cohorts, fair sharing, priority "
+                            "classes and local queues from this file or folder: Kueue v1beta2 "
+                            "YAML (ResourceFlavor, ClusterQueue, Cohort, LocalQueue, "
+                            "WorkloadPriorityClass) or Tessera's (docs/tenancy.md); a field "
+                            "Tessera cannot honour is refused, naming it.")
+
 THROUGHPUTS = typer.Option("gavel", "--throughputs", help="Training throughput table: gavel "
                            "(K80/P100/V100), sia (T4/V100/A100/RTX, for sia-64 and "
                            "modern-mixed), or a Gavel-layout JSON file.")

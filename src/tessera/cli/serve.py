@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import typer
 
 from tessera.cli.live import _run
-from tessera.cli.options import CLUSTER_HELP, GPUS_PER_SERVER, POLICY_HELP, STATE
+from tessera.cli.options import CLUSTER_HELP, GPUS_PER_SERVER, POLICY_HELP, STATE, TENANCY
 from tessera.cli.settings_flags import settings_flags
 from tessera.live.executors.registry import (
     ExecutorPlugin,
@@ -152,6 +152,7 @@ def register(app: typer.Typer) -> None:
                                          "127.0.0.1; any other address is refused). The API's "
                                          "/metrics needs the admin token.",
                                          show_default="off"),
+        tenancy: Path = TENANCY,
         settings: SchedulerSettings = SchedulerSettings(),
         executor_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:
@@ -180,5 +181,5 @@ def register(app: typer.Typer) -> None:
                           _run(lambda: options_from_flags(executor, given)),
                           ServiceOptions(scheduler=settings, period_s=period_s,
                                          grace_s=grace_s), work_dir, api_docs,
-                          run_as=run_as, new_store=new_store)
+                          run_as=run_as, new_store=new_store, tenancy=tenancy)
         _run(lambda: run_serve(cfg, host, port, metrics_at))

@@ -3,16 +3,18 @@ registered here from :mod:`tessera.cli.traces` so it keeps its place in ``--help
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from tessera.cli.live import _run
 from tessera.cli.options import (
     CLUSTER_HELP,
     GPUS_PER_SERVER,
@@ -20,6 +22,7 @@ from tessera.cli.options import (
     LIMIT,
     RUN_OUT,
     SEED,
+    TENANCY,
     THROUGHPUTS,
     TRACE_HELP,
 )
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from tessera.model.jobs import Workload
     from tessera.perf.profiles import ThroughputTable
     from tessera.report.settings import Setting
+    from tessera.sched.core.tenancy import Tenancy
     from tessera.sim.config import SimConfig
     from tessera.sim.metrics import SimResult
     from tessera.workload.load import TraceLoad
@@ -86,6 +90,9 @@ def run_simulation(
                           on_error, limit, trace_format, sia_calibration)
     config = _sim_config(scheduler, config_updates)
     workload, cluster = inputs.workload, inputs.cluster
+    if config.tenancy is not None:  # jobs may name LocalQueues: charge their queues
+        workload = _on_cluster_queues(workload, config.tenancy)
+        inputs = replace(inputs, workload=workload)
     settings = run_settings(config, policies, trace=workload.name, jobs=len(workload),
                             cluster=cluster.describe(), throughputs=inputs.table.source)
     if not as_json:
@@ -109,6 +116,25 @@ def run_simulation(
         _print_results(err, results, config, f"{workload.name} on {cluster.name}")
         err.print(f"results: {out_dir}" + (f"\nreport:  {report}" if report else ""))
     return results
+
+
+def _tenancy(path: Path, cluster_text: str, gpus_per_server: int, split: str) -> Tenancy:
+    """``--tenancy PATH`` read and checked against the cluster's flavors."""
+    from tessera.errors import SpecError
+    from tessera.live.tenancy_file import load_tenancy_file
+    from tessera.model.cluster import load_cluster
+
+    if split != "none":
+        raise SpecError("give --tenancy or --quota-per-queue, not both")
+    cluster = load_cluster(cluster_text, gpus_per_server)
+    return load_tenancy_file(path, list(cluster.gpus_by_flavor())).tree
+
+
+def _on_cluster_queues(workload: Workload, tree: Tenancy) -> Workload:
+    """``workload`` with each job's queue naming its ClusterQueue (a LocalQueue's target)."""
+    jobs = tuple(j if (cq := tree.cluster_queue(j.queue)) in (None, j.queue)
+                 else dataclasses.replace(j, queue=cq) for j in workload.jobs)
+    return dataclasses.replace(workload, jobs=jobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +334,7 @@ def _register_simulate(app: typer.Typer) -> None:
                                              "policies they tune their batch from their "
                                              "model's smallest validated batch M0), to compare "
                                              "with Sia's published figures."),
+        tenancy: Path | None = TENANCY,
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -327,6 +354,9 @@ def _register_simulate(app: typer.Typer) -> None:
             "quota_borrowing_limit_gpus": None if quota_borrowing_gpus < 0
             else quota_borrowing_gpus,
         }
+        if tenancy is not None:
+            updates["tenancy"] = _run(lambda: _tenancy(tenancy, cluster, gpus_per_server,
+                                                             quota_per_queue))
         run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
                        scheduler=settings, config_updates=updates, out=out, as_json=json_out,
                        workers=n, throughputs=throughputs, on_error=on_error, limit=limit,

@@ -1,16 +1,23 @@
-"""Export Tessera's flavors and queues as Kueue manifests (``kueue.x-k8s.io/v1beta2``).
+"""Export Tessera's flavors and tenancy as Kueue manifests (``kueue.x-k8s.io/v1beta2``).
 
 Teams moving to Kubernetes keep the same tenancy:
 
 * each GPU flavor of the cluster → a **ResourceFlavor** whose ``nodeLabels`` select nodes by
   ``nvidia.com/gpu.product`` (the canonical flavor name is that label's value);
-* each queue → a **ClusterQueue** in one cohort (``tessera``), covering ``nvidia.com/gpu``,
-  with the cluster's flavors in order, and a **LocalQueue** of the same name pointing at it.
+* each queue → a **ClusterQueue** covering ``nvidia.com/gpu`` (and the MIG profiles it holds
+  quota in) with its per-flavor quotas, cohort, preemption, flavor fungibility and weight;
+* each cohort → a **Cohort** with its parent, own quota and weight; each priority class → a
+  **WorkloadPriorityClass**; each local queue → a **LocalQueue**, and one more of the same
+  name per queue that has none;
+* fair sharing → Kueue's **Configuration** (``kueue-configuration.yaml``, for Kueue's config
+  map).
 
-Tessera's quotas count GPUs of any flavor; Kueue's are per flavor. The export splits a queue's
-nominal quota (and borrowing limit) across flavors in proportion to each flavor's share of the
-cluster (largest remainders, so the parts add up exactly). An unlimited borrowing limit is left
-out, which Kueue reads as unlimited.
+A one-number quota (GPUs of any flavor) is split across the cluster's flavors in proportion to
+each flavor's share of the cluster (largest remainders, so the parts add up exactly), and its
+queue goes into the cohort ``tessera`` with the other one-number queues, as Tessera always
+shared their idle quota. An unlimited borrowing limit is left out, which Kueue reads as
+unlimited. ``tessera serve --tenancy`` reads the files back (:mod:`tessera.live.kueue_read`),
+and exporting what it read gives the same bytes.
 
 What Kubernetes and Kueue accept, and how the export keeps to it:
 
@@ -37,7 +44,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -45,14 +53,25 @@ from typing import Any
 import yaml
 
 from tessera.errors import SpecError
+from tessera.live.kube_values import format_duration
+from tessera.live.kueue_read import (
+    API_VERSION,
+    CONFIG_API_VERSION,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    MIN_ADMITTED_ANNOTATION,
+)
 from tessera.live.store import Store
 from tessera.live.tenancy import load_tenancy
+from tessera.live.tenancy_file import load_tenancy_file
+from tessera.live.tenancy_yaml import LoadedTenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
+from tessera.model.gpus import GpuFlavor
+from tessera.sched.core.mig_quota import MigQuotas, mig_resource
+from tessera.sched.core.quotas import Cohort, FlavorQuota
 from tessera.sched.core.snapshot import QueueQuota
+from tessera.sched.core.tenancy import Tenancy as QuotaTree
 
-API_VERSION = "kueue.x-k8s.io/v1beta2"
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 COHORT = "tessera"
 
 LABEL_MAX = 63
@@ -169,68 +188,190 @@ class KueueExport:
     Attributes:
         resource_flavors: one ResourceFlavor per GPU flavor, in the cluster's order.
         cluster_queues: one ClusterQueue per queue.
-        local_queues: one LocalQueue per queue, in the chosen namespace.
+        local_queues: the tenancy's LocalQueues, and one per queue that has none of its name
+            (in the chosen namespace), sorted by name.
         renamed: Tessera queue name → its Kueue name, for the queues whose names had to change.
+        cohorts: one Cohort per cohort of the tree (and ``tessera`` for one-number queues
+            without a cohort, which share it as they always have).
+        priority_classes: one WorkloadPriorityClass per priority class.
+        configuration: Kueue's ``Configuration`` (fair sharing and its usage half-life), when
+            the tenancy sets either; it belongs in Kueue's config map, not ``kubectl apply``.
     """
 
     resource_flavors: list[dict[str, Any]]
     cluster_queues: list[dict[str, Any]]
     local_queues: list[dict[str, Any]]
     renamed: dict[str, str] = field(default_factory=dict)
+    cohorts: list[dict[str, Any]] = field(default_factory=list)
+    priority_classes: list[dict[str, Any]] = field(default_factory=list)
+    configuration: list[dict[str, Any]] = field(default_factory=list)
 
     def files(self) -> dict[str, list[dict[str, Any]]]:
-        """The documents by file stem, in the order to apply them (flavors first)."""
-        return {"resource-flavors": self.resource_flavors, "cluster-queues": self.cluster_queues,
-                "local-queues": self.local_queues}
+        """The documents by file stem, in the order to apply them (flavors and cohorts
+        before the queues that name them); kinds with no object get no file."""
+        out = {"resource-flavors": self.resource_flavors, "cohorts": self.cohorts,
+               "cluster-queues": self.cluster_queues, "local-queues": self.local_queues,
+               "priority-classes": self.priority_classes,
+               "kueue-configuration": self.configuration}
+        always = ("resource-flavors", "cluster-queues", "local-queues")
+        return {k: v for k, v in out.items() if v or k in always}
 
 
-def manifests(cluster: ClusterSpec, quotas: list[QueueQuota],
+def _split(quota: FlavorQuota, flavors: list[GpuFlavor], counts: list[int]
+           ) -> dict[GpuFlavor, FlavorQuota]:
+    """An any-flavor quota line split across ``flavors`` in proportion to ``counts``."""
+    nominal = split_proportionally(quota.nominal_gpus, counts)
+    borrow = (None if quota.borrowing_limit_gpus is None
+              else split_proportionally(quota.borrowing_limit_gpus, counts))
+    lend = (None if quota.lending_limit_gpus is None
+            else split_proportionally(quota.lending_limit_gpus, counts))
+    return {f: FlavorQuota(nominal[i], None if borrow is None else borrow[i],
+                           None if lend is None else min(lend[i], nominal[i]))
+            for i, f in enumerate(flavors)}
+
+
+def _line(resource: str, nominal: int, borrow: int | None, lend: int | None) -> dict[str, Any]:
+    res: dict[str, Any] = {"name": resource, "nominalQuota": nominal}
+    if borrow is not None:
+        res["borrowingLimit"] = borrow
+    if lend is not None:
+        res["lendingLimit"] = lend
+    return res
+
+
+def _resource_groups(quotas: dict[GpuFlavor, FlavorQuota], names: dict[str, str],
+                     mig: MigQuotas | None = None) -> list[dict[str, Any]]:
+    """One resource group covering ``nvidia.com/gpu`` and every MIG profile the owner holds
+    (Kueue wants each flavor of a group to list every covered resource: 0 where it has none)."""
+    mig = mig or {}
+    profiles: list[str] = []
+    for lines in mig.values():
+        profiles += [p for p in lines if p not in profiles]
+    entries = []
+    for flavor, q in quotas.items():
+        resources = [_line(GPU_RESOURCE, q.nominal_gpus, q.borrowing_limit_gpus,
+                           q.lending_limit_gpus)]
+        for p in profiles:
+            m = mig.get(flavor, {}).get(p)
+            resources.append(_line(mig_resource(p), 0, None, None) if m is None else _line(
+                mig_resource(p), m.nominal_slices, m.borrowing_limit_slices,
+                m.lending_limit_slices))
+        entries.append({"name": names[flavor.short], "resources": resources})
+    return [{"coveredResources": [GPU_RESOURCE, *map(mig_resource, profiles)],
+             "flavors": entries}]
+
+
+def _weight(owner: str, weight: float) -> int | str:
+    try:
+        return kueue_weight(weight)
+    except SpecError as e:
+        raise SpecError(f"{owner}: {e}") from None
+
+
+def _seconds_text(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
+
+
+def manifests(cluster: ClusterSpec, tenancy: LoadedTenancy | Sequence[QueueQuota],
               namespace: str = "default") -> KueueExport:
-    """The Kueue objects for ``cluster`` and ``quotas``, LocalQueues in ``namespace``.
+    """The Kueue objects for ``cluster`` and ``tenancy``, new LocalQueues in ``namespace``.
+
+    Everything the typed tenancy holds is written: per-flavor quotas (with MIG slices),
+    cohorts with their parents, quotas and weights, preemption, flavor fungibility, weights,
+    priority classes, local queues, fair sharing (Kueue's ``Configuration``) and the time
+    sharing minimum (an annotation, :data:`~tessera.live.kueue_read.MIN_ADMITTED_ANNOTATION`).
+    A one-number quota is split across the cluster's flavors in proportion to their counts.
+    Reading the result back (:mod:`tessera.live.kueue_read`) and exporting it again gives
+    the same bytes.
 
     Raises:
-        SpecError: an invalid namespace, a cluster without GPUs, two queues (or flavors) with
-            the same Kueue name, or a fair-sharing weight Kueue cannot hold.
+        SpecError: an invalid namespace, a cluster without GPUs, quota for a flavor the cluster
+            lacks, two queues (or flavors, cohorts) with the same Kueue name, or a
+            fair-sharing weight Kueue cannot hold.
     """
     check_namespace(namespace)
     by_flavor = cluster.gpus_by_flavor()
     if not by_flavor:
         raise SpecError(f"cluster {cluster.name!r} has no GPUs: a ClusterQueue needs a flavor")
+    if isinstance(tenancy, LoadedTenancy):
+        tenancy.check(list(by_flavor))
+        loaded = tenancy
+    else:
+        loaded = LoadedTenancy(QuotaTree({q.name: q for q in tenancy}))
+    tree = loaded.tree
     flavors = list(by_flavor)
     counts = [by_flavor[f] for f in flavors]
     flavor_names = _kueue_names([f.short for f in flavors], "flavor")
-    queue_names = _kueue_names([q.name for q in quotas], "queue")
+    queue_names = _kueue_names(list(tree.queues), "queue")
+    implicit = any(q.cohort is None and not q.by_flavor for q in tree.queues.values())
+    cohort_list = list(tree.cohorts) + ([COHORT] if implicit and COHORT not in tree.cohorts
+                                        else [])
+    cohort_names = _kueue_names(cohort_list, "cohort")
     rf = [{"apiVersion": API_VERSION, "kind": "ResourceFlavor",
            "metadata": {"name": flavor_names[f.short]},
            "spec": {"nodeLabels": {GPU_PRODUCT_LABEL: f.name}}} for f in flavors]
-    cqs, lqs = [], []
-    for q in quotas:
-        try:
-            weight = kueue_weight(q.weight)
-        except SpecError as e:
-            raise SpecError(f"queue {q.name!r}: {e}") from None
-        nominal = split_proportionally(q.nominal_gpus, counts)
-        borrow = (None if q.borrowing_limit_gpus is None
-                  else split_proportionally(q.borrowing_limit_gpus, counts))
-        entries = []
-        for i, f in enumerate(flavors):
-            res: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": nominal[i]}
-            if borrow is not None:
-                res["borrowingLimit"] = borrow[i]
-            entries.append({"name": flavor_names[f.short], "resources": [res]})
+    cohorts = []
+    for name in cohort_list:
+        c = tree.cohorts.get(name) or Cohort(name)
+        spec: dict[str, Any] = {}
+        if c.parent is not None:
+            spec["parentName"] = cohort_names[c.parent]
+        own = (dict(c.flavors) if c.flavors else {} if c.any_flavor is None
+               else _split(c.any_flavor, flavors, counts))
+        if own:
+            spec["resourceGroups"] = _resource_groups(own, flavor_names)
+        spec["fairSharing"] = {"weight": _weight(f"cohort {name!r}", c.weight)}
+        cohorts.append({"apiVersion": API_VERSION, "kind": "Cohort",
+                        "metadata": {"name": cohort_names[name]}, "spec": spec})
+    cqs = []
+    for q in tree.queues.values():
         name = queue_names[q.name]
-        cqs.append({"apiVersion": API_VERSION, "kind": "ClusterQueue",
-                    "metadata": {"name": name},
-                    "spec": {"cohortName": COHORT, "namespaceSelector": {},
-                             "queueingStrategy": "BestEffortFIFO",
-                             "fairSharing": {"weight": weight},
-                             "resourceGroups": [{"coveredResources": [GPU_RESOURCE],
-                                                 "flavors": entries}]}})
-        lqs.append({"apiVersion": API_VERSION, "kind": "LocalQueue",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "spec": {"clusterQueue": name}})
+        meta: dict[str, Any] = {"name": name}
+        if q.min_admitted_s is not None:
+            meta["annotations"] = {MIN_ADMITTED_ANNOTATION: _seconds_text(q.min_admitted_s)}
+        spec = {}
+        cohort = q.cohort if q.cohort is not None else COHORT if not q.by_flavor else None
+        if cohort is not None:
+            spec["cohortName"] = cohort_names[cohort]
+        quotas = dict(q.flavors) if q.by_flavor else _split(q.any_flavor, flavors, counts)
+        if cohort is None:  # nothing to borrow from; Kueue refuses the limit without a cohort
+            quotas = {f: replace(fq, borrowing_limit_gpus=None) for f, fq in quotas.items()}
+        spec.update({
+            "namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+            "preemption": {"reclaimWithinCohort": q.preemption.reclaim_within_cohort.value,
+                           "withinClusterQueue": q.preemption.within_queue.value},
+            "flavorFungibility": {"whenCanBorrow": q.fungibility.when_can_borrow.value,
+                                  "whenCanPreempt": q.fungibility.when_can_preempt.value},
+            "fairSharing": {"weight": _weight(f"queue {q.name!r}", q.weight)},
+            "resourceGroups": _resource_groups(quotas, flavor_names, loaded.mig.get(q.name))})
+        cqs.append({"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": meta,
+                    "spec": spec})
+    local: dict[str, tuple[str, str]] = {
+        queue_names[q]: (namespace, queue_names[q]) for q in tree.queues
+        if q not in tree.local_queues}
+    for lq in tree.local_queues.values():
+        local[lq.name] = (lq.namespace, queue_names[lq.cluster_queue])
+    lqs = [{"apiVersion": API_VERSION, "kind": "LocalQueue",
+            "metadata": {"name": n, "namespace": ns}, "spec": {"clusterQueue": cq}}
+           for n, (ns, cq) in sorted(local.items())]
+    classes = [{"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass",
+                "metadata": {"name": pc.name}, "value": pc.value}
+               for pc in tree.priority_classes.values()]
     renamed = {q: k for q, k in queue_names.items() if q != k}
-    return KueueExport(rf, cqs, lqs, renamed)
+    return KueueExport(rf, cqs, lqs, renamed, cohorts, classes, _configuration(tree))
+
+
+def _configuration(tree: QuotaTree) -> list[dict[str, Any]]:
+    fs = tree.fair_sharing
+    if not fs.enabled and fs.usage_half_life_s is None:
+        return []
+    doc: dict[str, Any] = {"apiVersion": CONFIG_API_VERSION, "kind": "Configuration"}
+    if fs.enabled:
+        doc["fairSharing"] = {"preemptionStrategies": [s.value for s in fs.strategies]}
+    if fs.usage_half_life_s is not None:
+        doc["admissionFairSharing"] = {
+            "usageHalfLifeTime": format_duration(fs.usage_half_life_s)}
+    return [doc]
 
 
 # A plain scalar that a Kubernetes YAML reader (YAML 1.1 or 1.2) could resolve to a number,
@@ -281,8 +422,9 @@ def write_manifests(out_dir: Path, export: KueueExport) -> list[Path]:
 
 
 def export_from_state(state_dir: Path, cluster_text: str | None, gpus_per_server: int,
-                      namespace: str) -> KueueExport:
-    """The Kueue objects for a service's state dir and its (or the given) cluster.
+                      namespace: str, tenancy_path: Path | None = None) -> KueueExport:
+    """The Kueue objects for a service's state dir (or the ``--tenancy`` file ``tenancy_path``)
+    and its (or the given) cluster.
 
     Raises:
         SpecError: an invalid namespace (checked first), a missing or malformed tenancy config
@@ -292,11 +434,15 @@ def export_from_state(state_dir: Path, cluster_text: str | None, gpus_per_server
     from tessera.live.server import DEFAULT_CLUSTER
 
     check_namespace(namespace)
-    tenancy = load_tenancy(state_dir)
+    if tenancy_path is not None:
+        loaded = load_tenancy_file(tenancy_path)
+    else:
+        live = load_tenancy(state_dir)
+        loaded = LoadedTenancy(live.quota_tree, live.mig_quotas)
     if cluster_text is None and (state_dir / "state.db").exists():
         store = Store(state_dir / "state.db")
         cluster_text = store.meta("cluster")
         gpus_per_server = int(store.meta("gpus_per_server") or gpus_per_server)
         store.close()
     cluster = load_cluster(cluster_text or DEFAULT_CLUSTER, gpus_per_server)
-    return manifests(cluster, list(tenancy.quotas.values()), namespace)
+    return manifests(cluster, loaded, namespace)

@@ -12,6 +12,8 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
                                 # per rank (tessera.live.batches)
     flavors: [A100-80GB, V100]  # most preferred first; empty = any flavor
     priority: 1.0
+    priority_class: high        # optional: a WorkloadPriorityClass of the tenancy; its value
+                                # orders jobs under quotas (who may preempt whom)
     max_retries: 2
     checkpoint_dir: /shared/ckpt/resnet-sweep-3
     requires_locality: true     # the gang must sit on one node
@@ -150,6 +152,7 @@ class JobRequest(BaseModel):
     global_batch: BatchField | None = None
     flavors: list[str] = Field(default_factory=list)
     priority: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
+    priority_class: str | None = Field(None, min_length=1, max_length=253)
     max_retries: int = Field(0, ge=0, le=100)
     checkpoint_dir: str | None = None
     requires_locality: bool = False

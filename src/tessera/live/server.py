@@ -42,6 +42,8 @@ from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.storecheck import MarkerKeeper, open_store
 from tessera.live.tenancy import ensure_config, load_tenancy
+from tessera.live.tenancy_file import load_tenancy_file
+from tessera.live.tenancy_yaml import LoadedTenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
 from tessera.sched.catalog import gavel_loop_only, make_policy
 from tessera.sched.core.settings import SchedulerSettings
@@ -76,6 +78,9 @@ class ServeConfig:
     run_as: str | None = None
     new_store: bool = False
     """Move the old store aside and start with an empty one (``--new-store``)."""
+    tenancy: Path | None = None
+    """A tenancy file or folder, Kueue or Tessera YAML (``--tenancy``): the queues' quotas,
+    cohorts, fair sharing, priority classes and local queues (:mod:`tessera.live.tenancy_file`)."""
 
     @property
     def layout(self) -> Layout:
@@ -112,13 +117,16 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
             else cfg.gpus_per_server
         policy = cfg.policy or store.meta("policy") or "fifo"
         cluster = load_cluster(cluster_text, gps)
-        token = ensure_config(layout.state_dir, cluster.total_gpus)
+        first = None if cfg.tenancy is None else list(load_tenancy_file(cfg.tenancy).tree.queues)
+        token = ensure_config(layout.state_dir, cluster.total_gpus, first)
         if token is not None and on_token is not None:
             on_token(token)
         store.set_meta("cluster", cluster_text)
         store.set_meta("gpus_per_server", str(gps))
         store.set_meta("policy", policy)
-        tenancy = load_tenancy(layout.state_dir)
+        tenancy = load_tenancy(layout.state_dir, cfg.tenancy)
+        LoadedTenancy(tenancy.quota_tree, tenancy.mig_quotas).check(
+            list(cluster.gpus_by_flavor()))
         for queue, defaults in tenancy.job_defaults.items():
             check_run_as(defaults.run_as, f"queue {queue}: run_as")
         check_private(layout.state_dir)  # the files just created (state.db-wal too)
@@ -223,6 +231,10 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
     from tessera.live.metrics import ServiceMetrics  # lazy: prometheus_client, the live extra
     from tessera.live.metrics_port import MetricsServer  # lazy: uvicorn, the live extra
 
+    if cfg.tenancy is not None:  # a bad tenancy is refused before the port is opened
+        cluster = None if cfg.cluster is None else load_cluster(cfg.cluster, cfg.gpus_per_server)
+        load_tenancy_file(cfg.tenancy, None if cluster is None
+                          else list(cluster.gpus_by_flavor()))
     sock = reserve_port(host, port)
     metrics_sock = reserve_port(*metrics_at, "--metrics-port") if metrics_at is not None else None
     try:

@@ -176,15 +176,17 @@ class LiveService:
                 bytes (:mod:`tessera.live.totals`; the queue's oldest finished jobs are
                 deleted first where that makes room).
         """
-        queue = req.queue or who.queue or "default"
+        named = req.queue or who.queue or "default"
+        queue = self.tenancy.quota_tree.cluster_queue(named) or named  # a LocalQueue's target
         if not who.may_see(queue):
             raise Forbidden(f"token {who.name!r} may submit only to queue {who.queue!r}")
         quota = self.tenancy.quotas.get(queue)
         if quota is None:
             raise Rejected(f"unknown queue {queue!r}; queues: {', '.join(self.tenancy.quotas)}")
+        priority = self._priority(req.priority_class)
         now_s = self.clock()
         job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now_s,
-                          self.tenancy.shares(queue))
+                          self.tenancy.shares(queue), priority)
         reason = infeasibility(job.spec, self.cluster, self.oracle, self.settings.mixed_gangs)
         borrow = quota.borrowing_limit_gpus
         gpus = job.spec.num_gpus
@@ -197,6 +199,20 @@ class LiveService:
         # The spec's JSON is ASCII (json.dumps escapes the rest): its length is its bytes.
         check_totals(self.store, queue, self.tenancy.caps(queue), len(job.to_json()), now_s)
         return NewJob(job, now_s, elastic_choice(req).note or "")
+
+    def _priority(self, name: str | None) -> int:
+        """The value of priority class ``name`` (Kueue's WorkloadPriorityClass; none: 0).
+
+        Raises:
+            Rejected: a class the tenancy does not define, naming it and the known ones.
+        """
+        if name is None:
+            return 0
+        pc = self.tenancy.quota_tree.priority_classes.get(name)
+        if pc is None:
+            known = ", ".join(self.tenancy.quota_tree.priority_classes) or "none are defined"
+            raise Rejected(f"unknown priority_class {name!r}; priority classes: {known}")
+        return pc.value
 
     def store_jobs(self, new: list[NewJob]) -> list[JobRecord]:
         """Store admitted jobs PENDING in one commit (:meth:`Store.add_jobs`), wake the loop

@@ -115,10 +115,11 @@ def exclusive_for(req: JobRequest, queue: str, queue_shares: bool) -> bool:
 
 
 def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float,
-                queue_shares: bool = False) -> LiveJob:
+                queue_shares: bool = False, priority: int = 0) -> LiveJob:
     """Bind a request to an id, a queue and a submission time.
 
     ``queue_shares``: whether ``queue`` allows its jobs to share GPUs (:func:`exclusive_for`).
+    ``priority``: the value of the request's ``priority_class`` (resolved by the service).
 
     Raises:
         SpecError: an elastic batch range outside its model's profiled range, or
@@ -135,7 +136,7 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float,
         parallelism=(ThreeDParallel(req.model, req.initial_batch)
                      if req.parallelism == "3d" and req.model and req.initial_batch else None),
         exclusive=exclusive_for(req, queue, queue_shares),
-        memory_gib=req.memory_gib,
+        memory_gib=req.memory_gib, priority=priority,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
                    req.model, req.max_runtime_s, req.initial_batch, req.parallelism)

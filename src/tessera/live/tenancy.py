@@ -16,6 +16,12 @@ everything). Queues carry Kueue-style quotas that the decision core enforces::
     logs: {cap_bytes: 104857600, retention_s: 604800}   # optional: rank logs' cap and how
                              # long a finished run's files are kept (executors/logs.py)
 
+A queue's quota may instead be given per GPU flavor, with a cohort, preemption rules and the
+rest of Kueue's tenancy, and the file may hold ``cohorts:``, ``fair_sharing:``,
+``priority_classes:`` and ``local_queues:`` (:mod:`tessera.live.tenancy_yaml`; docs/tenancy.md).
+``tessera serve --tenancy PATH`` takes all of that from a Kueue or Tessera YAML file instead
+(:func:`load_tenancy`). The whole tree is :attr:`Tenancy.quota_tree`.
+
 Only SHA-256 hashes of tokens are stored, so reading the file leaks no token; but whoever can
 *write* it can add a hash of their own and hold an admin token after the next restart, so the
 file is created 0600 in the private state dir (:mod:`tessera.live.layout`). A new token is
@@ -40,8 +46,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -50,19 +58,26 @@ from tessera.errors import SpecError
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
 from tessera.live.layout import CONFIG_FILE, check_private, write_private
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits
+from tessera.live.tenancy_file import load_tenancy_file
+from tessera.live.tenancy_yaml import (
+    LoadedTenancy,
+    QueueQuotaEntry,
+    TenancyFields,
+    build_tenancy,
+    describe_error,
+)
 from tessera.live.totals import QueueCaps
+from tessera.sched.core.mig_quota import MigQuotas
 from tessera.sched.core.snapshot import QueueQuota
 from tessera.sched.core.tenancy import Tenancy as QuotaTree
 
 CONFIG_NAME = CONFIG_FILE
 
 
-class _QueueEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    nominal_gpus: int = Field(ge=0)
-    borrowing_limit_gpus: int | None = Field(None, ge=0)
-    weight: float = Field(1.0, gt=0)
+class _QueueEntry(QueueQuotaEntry):
+    """A queue: its quota fields (:class:`~tessera.live.tenancy_yaml.QueueQuotaEntry`: one
+    number or per flavor, cohort, preemption ...) and how its jobs run."""
+
     run_as: str | None = Field(None, min_length=1)
     max_runtime_s: float | None = Field(None, gt=0)
     sharing: bool = Field(False, strict=True)
@@ -78,8 +93,10 @@ class _TokenEntry(BaseModel):
     queue: str | None = None
 
 
-class _ConfigFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _ConfigFile(TenancyFields):
+    """The whole file: queues, tokens, settings, and the tenancy's top-level keys (cohorts,
+    fair_sharing, priority_classes, local_queues: :mod:`tessera.live.tenancy_yaml`)."""
+
     queues: list[_QueueEntry] = Field(min_length=1)
     tokens: list[_TokenEntry] = Field(min_length=1)
     tenants_see_all: bool = False
@@ -124,6 +141,10 @@ class Tenancy:
         queue_caps: each queue's caps on stored and unfinished jobs and stored bytes, where
             it sets one (:meth:`caps` fills in the ``limits:`` defaults).
         logs: the rank logs' size cap and the retention of finished runs' files.
+        quota_tree: the whole tenancy the decision core enforces (queues with per-flavor
+            quotas, cohorts, fair sharing, priority classes, local queues); ``quotas`` is its
+            ``queues``.
+        mig_quotas: per queue, its quota in MIG slices (read and exported, not yet enforced).
     """
 
     quotas: dict[str, QueueQuota]
@@ -134,6 +155,7 @@ class Tenancy:
     sharing_queues: frozenset[str] = frozenset()
     queue_caps: dict[str, QueueCaps] = field(default_factory=dict)
     logs: LogSettings = DEFAULT_LOGS
+    mig_quotas: dict[str, MigQuotas] = field(default_factory=dict)
     tree: QuotaTree | None = None
     """The whole tenancy the core enforces (per-flavor quotas, cohorts, fair sharing) when the
     config gives one; ``None``: the ``queues:`` entries alone (see :attr:`quota_tree`)."""
@@ -175,14 +197,18 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def load_tenancy(state_dir: Path) -> Tenancy:
-    """Read the config file from ``state_dir``.
+def load_tenancy(state_dir: Path, tenancy_path: Path | None = None) -> Tenancy:
+    """Read the config file from ``state_dir``; with ``tenancy_path`` (``--tenancy``), the
+    queues' quotas, cohorts, fair sharing, priority classes and local queues come from that
+    file (Kueue or Tessera YAML, :mod:`tessera.live.tenancy_file`) instead, and the config's
+    ``queues:`` give only how each queue's jobs run (its quota fields are not used).
 
     Raises:
-        SpecError: missing file, malformed YAML, unknown fields, or a token naming an unknown
-            queue.
+        SpecError: missing file, malformed YAML, unknown fields, a bad tenancy (naming the
+            object and the field), or a token or config queue naming an unknown queue.
     """
     path = state_dir / CONFIG_NAME
+    raw: Any = None
     try:
         raw = yaml.safe_load(path.read_text())
         cfg = _ConfigFile.model_validate(raw)
@@ -191,10 +217,9 @@ def load_tenancy(state_dir: Path) -> Tenancy:
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {e}") from None
     except ValidationError as e:
-        err = e.errors()[0]
-        raise SpecError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    quotas = {q.name: QueueQuota(q.name, q.nominal_gpus, q.borrowing_limit_gpus, q.weight)
-              for q in cfg.queues}
+        raise SpecError(describe_error(e, raw, str(path))) from None
+    loaded = _quota_tree(path, cfg, tenancy_path)
+    quotas = dict(loaded.tree.queues)
     tokens: dict[str, Principal] = {}
     for t in cfg.tokens:
         if t.queue is not None and t.queue not in quotas:
@@ -209,11 +234,35 @@ def load_tenancy(state_dir: Path) -> Tenancy:
                               q.max_stored_bytes or lim.queue_stored_bytes)
             for q in cfg.queues}
     return Tenancy(quotas, tokens, cfg.tenants_see_all, cfg.limits, defaults, sharing, caps,
-                   logs=cfg.logs)
+                   logs=cfg.logs, tree=loaded.tree, mig_quotas=dict(loaded.mig))
 
 
-def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
-    """Create the config on first start: one ``default`` queue and an admin token.
+def _quota_tree(path: Path, cfg: _ConfigFile, tenancy_path: Path | None) -> LoadedTenancy:
+    """The config's own tenancy, or ``tenancy_path``'s (then every config queue must be one
+    of its queues)."""
+    if tenancy_path is None:
+        try:
+            return build_tenancy(cfg.queues, cfg)
+        except SpecError as e:
+            raise SpecError(f"{path}: {e}") from None
+    own = cfg.model_dump(exclude_defaults=True)
+    mixed = sorted(k for k in ("cohorts", "fair_sharing", "priority_classes", "local_queues")
+                   if k in own)
+    if mixed:
+        raise SpecError(f"{path}: {', '.join(mixed)}: give the tenancy in one place: here or "
+                        f"in --tenancy {tenancy_path}, not both")
+    loaded = load_tenancy_file(tenancy_path)
+    for q in cfg.queues:
+        if q.name not in loaded.tree.queues:
+            raise SpecError(f"{path}: queue {q.name!r} is not a queue of --tenancy "
+                            f"{tenancy_path} (its queues: {', '.join(loaded.tree.queues)})")
+    return loaded
+
+
+def ensure_config(state_dir: Path, total_gpus: int,
+                  queues: Sequence[str] | None = None) -> str | None:
+    """Create the config on first start: one ``default`` queue (or, with ``queues``, the
+    queues of a ``--tenancy`` file, whose quotas come from that file) and an admin token.
 
     Returns:
         the new admin token (to print once), or ``None`` when the file already existed.
@@ -224,8 +273,9 @@ def ensure_config(state_dir: Path, total_gpus: int) -> str | None:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(24)
     cfg = {
-        "queues": [{"name": "default", "nominal_gpus": total_gpus,
-                    "borrowing_limit_gpus": None, "weight": 1.0}],
+        "queues": ([{"name": "default", "nominal_gpus": total_gpus,
+                     "borrowing_limit_gpus": None, "weight": 1.0}] if queues is None
+                   else [{"name": q, "nominal_gpus": 0} for q in queues]),
         "tokens": [{"name": "admin", "sha256": hash_token(token), "queue": None}],
     }
     _write(path, cfg)

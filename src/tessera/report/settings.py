@@ -70,9 +70,12 @@ def _failures(config: SimConfig) -> str:
 
 def _quotas(config: SimConfig) -> str:
     q = config.quotas
-    if not q.enabled:
+    if not q.enabled and config.tenancy is None:
         return "none"
     parts = [f"{name} {c.nominal_gpus} GPUs" for name, c in sorted(q.queues.items())]
+    if config.tenancy is not None:
+        parts.append(f"--tenancy: {len(config.tenancy.queues)} queues, "
+                     f"{len(config.tenancy.cohorts)} cohorts")
     if q.split != "none":
         borrow = ("unlimited" if q.borrowing_limit_gpus is None
                   else f"{q.borrowing_limit_gpus} GPUs")

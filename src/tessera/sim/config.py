@@ -138,7 +138,8 @@ class SimConfig(BaseModel):
     quotas: QuotaConfig = QuotaConfig()
     tenancy: InstanceOf[Tenancy] | None = Field(None, exclude=True)
     """The whole tenancy (per-flavor quotas, cohort trees, fair sharing) that ``--tenancy
-    PATH`` loads, handed to every snapshot (:attr:`Snapshot.tenancy`); when set, its queues are
+    PATH`` loads (read and checked by :mod:`tessera.live.tenancy_file`), handed to every
+    snapshot (:attr:`Snapshot.tenancy`); when set, its queues are
     the quotas and ``quotas`` is not read by the core."""
     compat: Literal["gavel"] | None = None
     compat_solver: Literal["auto", "ecos", "highs", "highs-ipm"] = "auto"

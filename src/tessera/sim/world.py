@@ -119,7 +119,8 @@ class SimWorld:
         self.phase_ms: dict[str, float] = {}
         # Free GPUs per node, with the per-flavor buckets a round's placement starts from.
         self.free = FreeBook(self.ctx.layout(cluster))
-        self.quotas = (config.quotas.resolve(workload, cluster.total_gpus)
+        self.quotas = (dict(config.tenancy.queues) if config.tenancy is not None
+                       else config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
         self.validation = PreRunValidation(config.validation, oracle)
         self.infeasibility = Feasibility(cluster, oracle, self.sched.mixed_gangs)
