@@ -136,13 +136,13 @@ class SpeedEstimator:
         keep_f = [i for i, f in enumerate(flavors) if f not in drop_f]
         keep_t = [i for i, t in enumerate(job_types) if t not in drop_t]
         sub = logs[np.ix_(keep_t, keep_f)]
-        has = ~np.isnan(sub).all(axis=1)
+        has: list[bool] = np.logical_not(np.isnan(sub).all(axis=1)).tolist()
         sub = sub[has]
         if sub.size == 0:
             raise SpecError(f"{table.source}: no job type left to estimate from")
         fit = complete(sub, rank=rank, reg=reg)
         filled = np.where(np.isnan(sub), fit.predict_log(), sub)
-        types = [job_types[i] for i, h in zip(keep_t, has.tolist(), strict=True) if h]
+        types = [job_types[i] for i, h in zip(keep_t, has, strict=True) if h]
         names = [flavors[i] for i in keep_f]
         return cls(names, fit.col_bias, fit.col_factors, reg,
                    references=dict(zip(types, filled, strict=True))).with_roofline(extra_flavors)
