@@ -16,15 +16,7 @@ import typer
 
 from tessera.cli.options import JSON
 
-EPILOG = (
-    "Protocols: job-type hides a job type's whole row (a new job on flavors the table knows); "
-    "flavor also hides the target flavor's column (a GPU no table measured: the roofline "
-    "answers it), Habitat's question. --model also lets the job name its model, so the "
-    "table's other batch sizes of that model give its shape. MAPE = mean of |predicted - "
-    "measured| / measured over every job type and choice of observed flavors; 'best from' is "
-    "the observed flavor that predicted this one best (chosen in hindsight). "
-    "Example: tessera speeds --table sia --model -k 1"
-)
+EPILOG = "Example: tessera speeds --table sia --model -k 1"
 
 
 def register(app: typer.Typer) -> None:
@@ -41,8 +33,8 @@ def speeds(
         ["flavor", "job-type"], "--protocol",
         help="Leave-one-out protocol (repeat for several): flavor or job-type."),
     ks: list[int] = typer.Option(
-        [0, 1, 2], "-k", help="Observations of the job on other flavors (repeat; 0 = the "
-        "prior alone). Values the table has too few flavors for are skipped."),
+        [0, 1, 2], "--observations", "-k", help="Observations of the job on other flavors "
+        "(repeat; 0 = the prior alone). Values the table has too few flavors for are skipped."),
     model: bool = typer.Option(
         False, "--model/--no-model", help="The job names its model (its batch size is new): "
         "the table's job types of that model give its shape."),
@@ -55,6 +47,12 @@ def speeds(
     The estimator completes the table's other job types in log space (Gavel's matrix
     completion), answers flavors no table covers with the roofline (peak FLOP/s), and fits
     the job's scale (one observation) and shape (two or more) from its observed rates.
+
+    Protocols: job-type hides a job type's whole row (a new job on flavors the table knows);
+    flavor also hides the target flavor's column (a GPU no table measured, answered by the
+    roofline): Habitat's question. MAPE is the mean of |predicted - measured| / measured over
+    every job type and choice of observed flavors; 'best from' is the observed flavor that
+    predicted this one best (chosen in hindsight, so optimistic).
     """
     from tessera.errors import SpecError
     from tessera.perf.speed_eval import PROTOCOLS, evaluate
