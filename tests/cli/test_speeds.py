@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +43,23 @@ def test_speeds_bad_input_is_one_line(args: list[str], message: str,
     code, _out, err = run_tessera(["speeds", *args], capsys, monkeypatch)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_with_learned_speeds(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _err = run_tessera(["simulate", "-t", "philly", "--limit", "40", "-p",
+                                   "hetero_srpt", "--speeds", "learned", "--json", "--no-plots",
+                                   "--out", str(tmp_path)], capsys, monkeypatch)
+    assert code == 0
+    result = json.loads(out)["results"]["hetero_srpt"]
+    assert result["succeeded"] == 40
+    assert any(n.startswith("--speeds learned: mean |estimate/true - 1|")
+               for n in result["notes"])
+
+
+def test_simulate_refuses_unknown_speeds(capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _out, err = run_tessera(["simulate", "-t", "philly", "--limit", "5", "--speeds",
+                                   "guessed"], capsys, monkeypatch)
+    assert code == 2
+    assert err.strip() == "error: --speeds 'guessed': table or learned"

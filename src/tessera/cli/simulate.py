@@ -321,6 +321,10 @@ def _register_simulate(app: typer.Typer) -> None:
         from tessera.sched.core.policy import split_policies
 
         pols = split_policies(policy)
+        if speeds not in ("table", "learned"):
+            from tessera.errors import SpecError
+
+            raise SpecError(f"--speeds {speeds!r}: table or learned")
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
             "seed": seed, "compat": compat, "compat_solver": compat_solver, "speeds": speeds,
