@@ -16,7 +16,7 @@ import typer
 
 from tessera.cli.options import JSON
 
-EPILOG = "Example: tessera speeds --table sia --model -k 1"
+EPILOG = "Example: tessera speeds --table sia --model-known -k 1"
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +36,7 @@ def speeds(
         [0, 1, 2], "--observations", "-k", help="Observations of the job on other flavors "
         "(repeat; 0 = the prior alone). Values the table has too few flavors for are skipped."),
     model: bool = typer.Option(
-        False, "--model/--no-model", help="The job names its model (its batch size is new): "
+        False, "--model-known", help="The job names its model (its batch size is new): "
         "the table's job types of that model give its shape."),
     as_json: bool = JSON,
 ) -> None:
