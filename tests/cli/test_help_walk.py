@@ -24,6 +24,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 # Flags that mean the same thing everywhere but whose default is the command's own.
 PER_COMMAND_DEFAULT = {
+    "--speeds": "train: emulated relative speeds; simulate: table or learned",
     "--cluster": "each command's natural cluster; serve and export take the remembered one",
     "--policy": "simulate compares several, a study or the service runs one",
     "--trace": "lessons replay Philly by default; simulate and cosim need one",
@@ -35,6 +36,7 @@ PER_COMMAND_DEFAULT = {
 
 # (flag, command) pairs whose help says something only that command does.
 PER_COMMAND_HELP = {
+    ("--speeds", "simulate"): "simulate: where policies read speeds from (table, learned)",
     ("--policy", "simulate"): "simulate takes a comma-separated list to compare",
     ("--json", "train"): "train streams its progress and ends with one JSON line",
     ("--out", "export kueue"): "a folder of manifests, not a run folder",

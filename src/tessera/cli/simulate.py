@@ -324,6 +324,10 @@ def _register_simulate(app: typer.Typer) -> None:
         on_error: str = typer.Option("raise", help="raise | skip malformed trace rows "
                                      "(skipped rows are counted and listed)."),
         throughputs: str = THROUGHPUTS,
+        speeds: str = typer.Option("table", help="What policies read a job's per-flavor "
+                                   "speed from: table | learned (estimates from the other "
+                                   "job types and the job's own runs; the table still drives "
+                                   "progress; docs/scheduler.md, Learned speeds)."),
         out: Path | None = RUN_OUT,
         workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
         json_out: bool = JSON,
@@ -344,9 +348,13 @@ def _register_simulate(app: typer.Typer) -> None:
         from tessera.sched.core.policy import split_policies
 
         pols = split_policies(policy)
+        if speeds not in ("table", "learned"):
+            from tessera.errors import SpecError
+
+            raise SpecError(f"--speeds {speeds!r}: table or learned")
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
-            "seed": seed, "compat": compat, "compat_solver": compat_solver,
+            "seed": seed, "compat": compat, "compat_solver": compat_solver, "speeds": speeds,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,
             "validation_min_gpus": validate_min_gpus, "validation_validation_s": validation_s,

@@ -127,6 +127,8 @@ class SimConfig(BaseModel):
             own, needs the ``gavel-compat`` extra), ``highs-ipm`` (interior point, no
             crossover), ``highs`` (simplex vertex), or ``auto`` (``ecos`` when installed).
         seed: the only source of randomness.
+        speeds: ``table`` (policies read the throughput table) or ``learned`` (they read
+            estimates learned from the job's runs, :mod:`tessera.sched.core.learned`).
         max_sim_time_s: stop the simulation at this virtual time (jobs left count unfinished).
         sample_every_s: period of the utilisation and queue-length samples.
     """
@@ -144,6 +146,7 @@ class SimConfig(BaseModel):
     compat: Literal["gavel"] | None = None
     compat_solver: Literal["auto", "ecos", "highs", "highs-ipm"] = "auto"
     seed: int = 0
+    speeds: Literal["table", "learned"] = "table"
     max_sim_time_s: float | None = Field(None, gt=0)
     sample_every_s: float = Field(600.0, gt=0)
 

@@ -17,6 +17,7 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.sched.catalog import make_policy
+from tessera.sched.core.learned import LearnedOracle, ObservedOracle
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
 from tessera.sim.config import SimConfig
@@ -47,14 +48,18 @@ class Simulator:
     ) -> None:
         cfg = config.effective()
         self.driver: Driver = driver_for(cfg, policy)
-        oracle = ThroughputOracle(table, cluster,
-                                  split_large_gangs=self.driver.split_large_gangs)
+        learned = cfg.speeds == "learned"
+        oracle = (ObservedOracle if learned else ThroughputOracle)(
+            table, cluster, split_large_gangs=self.driver.split_large_gangs)
         run_policy = self.driver.policy_for(policy, cfg)
         # Packing outside Gavel's loop (which leases pairs itself) needs shared-GPU books.
         world = SharingWorld if run_policy.packs and cfg.compat != "gavel" else SimWorld
         self.world = world(workload, cluster, run_policy, cfg, oracle,
                            self.driver.uses_rounds(), self._with_clock(progress))
         self.world.notes += config.compat_overrides()  # (never silently: the run's notes)
+        self.learned = LearnedOracle(oracle) if isinstance(oracle, ObservedOracle) else None
+        if self.learned is not None:  # policies see estimates; the truth drives progress
+            self.world.ctx.oracle = self.learned
 
     def _with_clock(self, progress: RunProgressFn | None) -> ProgressFn | None:
         """The world's ``(done, total)`` callback, passing the world's clock on as well."""
@@ -65,6 +70,8 @@ class Simulator:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         self.driver.run(self.world)
+        if self.learned is not None:
+            self.world.notes += (self.learned.error_note(),)
         return self.world.finish(wall0)
 
 

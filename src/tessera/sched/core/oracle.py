@@ -58,6 +58,11 @@ class FlavorRate:
 class ThroughputOracle:
     """Cached throughput answers for the jobs of one workload on one cluster."""
 
+    #: Whether the policy-visible rates differ between jobs of one :func:`rate_key` and change
+    #: as jobs run (learned speeds, :mod:`tessera.sched.core.learned`): caches per job kind
+    #: must not hold them.
+    per_job_rates: bool = False
+
     def __init__(
         self,
         table: ThroughputTable,

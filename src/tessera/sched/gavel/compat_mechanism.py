@@ -254,8 +254,11 @@ def _notes(shares: Shares | None, ids: Sequence[JobId]) -> dict[JobId, str]:
 
 
 def _real_rates(ctx: PolicyContext, j: JobView) -> dict[GpuFlavor, float]:
-    """Gavel's ``_throughputs``: the isolated, consolidated rate on every flavor (0 if none)."""
-    return {r.flavor: r.consolidated for r in ctx.oracle.real_rates(j.spec)}
+    """Gavel's ``_throughputs``: the isolated, consolidated rate on every flavor (0 if none);
+    under ``--speeds learned``, the estimate the policy may see (an aware oracle's ``rates``
+    are its real rates)."""
+    o = ctx.oracle
+    return {r.flavor: r.consolidated for r in (o.real_rates if o.agnostic else o.rates)(j.spec)}
 
 
 def _perf_order(flavors: Sequence[GpuFlavor]) -> list[GpuFlavor]:

@@ -86,6 +86,8 @@ class NodeRates:
         """:meth:`usable` for ``spec``, memoised per job (while its spec object is the same)
         and per job kind (:func:`~tessera.sched.core.oracle.rate_key`); call
         :meth:`rates_for` with the round's oracle first."""
+        if ctx.oracle.per_job_rates:  # (learned speeds: every job its own, changing rates)
+            return self.usable(ctx, spec, gang_exponent)
         jid = spec.job_id
         hit = self.by_job.get(jid)
         if hit is not None and hit[0] is spec:

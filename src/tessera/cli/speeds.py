@@ -1,0 +1,94 @@
+"""``tessera speeds``: how well a job's per-flavor speed can be guessed (issue 35, part 2).
+
+For each throughput table (Gavel's, Sia's, or a Gavel-layout file) and each protocol it prints,
+per flavor, the mean absolute percentage error (MAPE) and the worst error of the speed
+estimator (:mod:`tessera.perf.estimate`) with the prior alone (k = 0) and after k observations
+of the job on other flavors. ``--json`` prints the same rows for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+
+import typer
+
+from tessera.cli.options import JSON
+
+EPILOG = "Example: tessera speeds --table sia --model-known -k 1"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``speeds`` command to ``app``."""
+    app.command("speeds", epilog=EPILOG)(speeds)
+
+
+def speeds(
+    tables: list[str] = typer.Option(
+        ["gavel", "sia"], "--table",
+        help="Throughput table to evaluate (repeat for several): gavel (K80/P100/V100), sia "
+        "(T4/RTX-2080Ti/RTX-6000/V100/A100) or a Gavel-layout JSON file."),
+    protocols: list[str] = typer.Option(
+        ["flavor", "job-type"], "--protocol",
+        help="Leave-one-out protocol (repeat for several): flavor or job-type."),
+    ks: list[int] = typer.Option(
+        [0, 1, 2], "--observations", "-k", help="Observations of the job on other flavors "
+        "(repeat; 0 = the prior alone). Values the table has too few flavors for are skipped."),
+    model: bool = typer.Option(
+        False, "--model-known", help="The job names its model (its batch size is new): "
+        "the table's job types of that model give its shape."),
+    as_json: bool = JSON,
+) -> None:
+    """Measure how well Tessera guesses a job's speed on each GPU flavor it has not run on:
+    leave-one-out prediction error (MAPE, worst case) per flavor, prior alone and after k
+    observations.
+
+    The estimator completes the table's other job types in log space (Gavel's matrix
+    completion), answers flavors no table covers with the roofline (peak FLOP/s), and fits
+    the job's scale (one observation) and shape (two or more) from its observed rates.
+
+    Protocols: job-type hides a job type's whole row (a new job on flavors the table knows);
+    flavor also hides the target flavor's column (a GPU no table measured, answered by the
+    roofline): Habitat's question. MAPE is the mean of |predicted - measured| / measured over
+    every job type and choice of observed flavors; 'best from' is the observed flavor that
+    predicted this one best (chosen in hindsight, so optimistic).
+    """
+    from tessera.errors import SpecError
+    from tessera.perf.speed_eval import PROTOCOLS, evaluate
+    from tessera.perf.tables import load_throughputs
+
+    for p in protocols:
+        if p not in PROTOCOLS:
+            raise SpecError(f"--protocol {p!r}: one of {', '.join(PROTOCOLS)}")
+    if any(k < 0 for k in ks):
+        raise SpecError(f"-k {min(ks)}: the number of observations is 0 or more")
+    rows: list[dict[str, object]] = []
+    for name in tables:
+        table = load_throughputs(name)
+        for protocol in protocols:
+            for k in ks:
+                try:
+                    errors = evaluate(table, protocol, k, use_model=model)
+                except SpecError as e:  # k too large for this table's flavors
+                    typer.echo(f"skipped: {e}", err=True)
+                    continue
+                rows += [{"table": name, "model_known": model, **asdict(e)} for e in errors]
+    if as_json:
+        typer.echo(json.dumps([{k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                for k, v in r.items()} for r in rows], indent=2))
+        return
+    _print(rows)
+
+
+def _print(rows: list[dict[str, object]]) -> None:
+    header = (f"{'table':<8} {'protocol':<9} {'k':>1}  {'flavor':<11} {'MAPE %':>7} "
+              f"{'worst %':>8}  {'n':>4}  {'worst job':<28} best from")
+    typer.echo(header)
+    typer.echo("-" * len(header))
+    for r in rows:
+        best = (f"{r['best_source']} ({r['best_source_mape']:.1f} %)" if r["best_source"]
+                else "")
+        typer.echo(f"{r['table']!s:<8} {r['protocol']!s:<9} {r['k']!s:>1}  {r['flavor']!s:<11} "
+                   f"{r['mape']:>7.1f} {r['worst']:>8.1f}  {r['predictions']!s:>4}  "
+                   f"{str(r['worst_job'])[:28]:<28} {best}")

@@ -1,0 +1,156 @@
+"""Learned speeds: policies see estimates of a job's per-flavor speed, never the table.
+
+Under ``tessera simulate --speeds learned`` the simulator keeps two oracles over one table:
+
+* the **truth** (:class:`ObservedOracle`, a :class:`ThroughputOracle` that reports every true
+  rate it hands out for a job on a flavor: the simulator asks it exactly when the job runs
+  there, to advance it) drives the simulated progress;
+* the **policies' view** (:class:`LearnedOracle`) answers :meth:`rates`, :meth:`rate`,
+  :meth:`best_rate`, :meth:`fastest_first`, :meth:`faster_than` and
+  :meth:`placement_rate` from :class:`tessera.perf.estimate.SpeedEstimator`: before a job has
+  run, the prior (the table's *other* job types completed in log space, shaped by the
+  same-model job types when there are some: the job's own type is left out, as if the table
+  had never measured it); once it has run on a flavor, its observed rate there, which fixes
+  the whole row's scale (two flavors also fit its shape).
+
+What the view still takes from the truth, and why: *where* a job can run (which flavors fit
+its memory: a memory model answers that, not a speed estimate), and the ratio of its split to
+its consolidated speed on a flavor (the network penalty, not the GPU's speed). A 3-D
+(``parallelism``) job is priced by the planner as before. Rates are in the table's unit
+(steps per second for the gang); a gang's prior is the 1-GPU estimate times its size.
+
+:meth:`LearnedOracle.error_note` states, for the run's notes, how far the estimates the
+policies saw were from the truth: at a job's first decision (prior) and at its last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor
+from tessera.model.jobs import JobSpec
+from tessera.perf.estimate import SpeedEstimator, model_of
+from tessera.sched.core.oracle import FlavorRate, ThroughputOracle
+from tessera.sched.core.snapshot import Placement
+
+SPEEDS = ("table", "learned")
+"""``--speeds`` values: ``table`` (policies read the table) or ``learned`` (estimates)."""
+
+
+class ObservedOracle(ThroughputOracle):
+    """The truth, telling a listener each (job, flavor) whose true rate it hands out."""
+
+    listener: Callable[[JobSpec, GpuFlavor], None] | None = None
+
+    def rate(self, job: JobSpec, flavor: GpuFlavor, consolidated: bool) -> float:
+        if self.listener is not None:
+            self.listener(job, flavor)
+        return super().rate(job, flavor, consolidated)
+
+
+class LearnedOracle(ThroughputOracle):
+    """The policies' view under learned speeds (see the module docstring)."""
+
+    per_job_rates = True
+
+    def __init__(self, truth: ObservedOracle) -> None:
+        super().__init__(truth.table, truth.cluster, split_large_gangs=truth.split_large_gangs,
+                         truth=truth, plans=truth.plans)
+        self._true = truth
+        truth.listener = self.observe
+        self._estimators: dict[str, SpeedEstimator | None] = {}
+        self._observed: dict[str, dict[str, float]] = {}
+        self._per_job: dict[str, tuple[FlavorRate, ...]] = {}
+        self._first_error: dict[str, float] = {}
+        self._last_error: dict[str, float] = {}
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def observe(self, job: JobSpec, flavor: GpuFlavor) -> None:
+        """``job`` ran on ``flavor``: its (1-GPU equivalent) consolidated rate there is known."""
+        if job.parallelism is not None:
+            return
+        seen = self._observed.setdefault(job.job_id, {})
+        if flavor.short in seen:
+            return
+        true = ThroughputOracle.rate(self._true, job, flavor, True)
+        if true > 0:
+            seen[flavor.short] = true / job.num_gpus
+            self._per_job.pop(job.job_id, None)
+
+    def _estimator(self, job_type: str) -> SpeedEstimator | None:
+        if job_type not in self._estimators:
+            try:
+                est: SpeedEstimator | None = SpeedEstimator.from_table(
+                    self.table, without_job_types=[job_type])
+            except SpecError:
+                est = None
+            self._estimators[job_type] = est
+        return self._estimators[job_type]
+
+    # -- what policies see ----------------------------------------------------------------------
+
+    def rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
+        """Estimated rates on the flavors where the job can run (cached until it runs anew)."""
+        hit = self._per_job.get(job.job_id)
+        if hit is not None:
+            return hit
+        real = self.real_rates(job)
+        est = self._estimator(job.job_type) if job.parallelism is None else None
+        if est is None or not real:
+            view = real
+        else:
+            guess = est.estimate(self._observed.get(job.job_id, {}), model_of(job.job_type))
+            out = []
+            for r in real:
+                try:
+                    c = guess[est.flavors[est.column(r.flavor.short)]] * job.num_gpus
+                except SpecError:
+                    c = r.consolidated  # (a flavor the table answers but the estimator lacks)
+                out.append(FlavorRate(r.flavor, c, c * r.spread / r.consolidated))
+            view = tuple(out)
+            error = sum(abs(v.consolidated / r.consolidated - 1) for v, r in
+                        zip(view, real, strict=True)) / len(real)
+            self._first_error.setdefault(job.job_id, error)
+            self._last_error[job.job_id] = error
+        self._per_job[job.job_id] = view
+        return view
+
+    def rate(self, job: JobSpec, flavor: GpuFlavor, consolidated: bool) -> float:
+        """Estimated steps/s of ``job`` on ``flavor`` (0.0 if it cannot run there)."""
+        for r in self.rates(job):
+            if r.flavor == flavor:
+                return r.consolidated if consolidated else r.spread
+        return 0.0
+
+    def fastest_first(self, job: JobSpec) -> tuple[GpuFlavor, ...]:
+        return tuple(r.flavor for r in sorted(self.rates(job), key=lambda r: -r.consolidated))
+
+    def faster_than(self, job: JobSpec, flavor: GpuFlavor, consolidated: bool
+                    ) -> tuple[GpuFlavor, float, float] | None:
+        rates = self.rates(job)
+        current = next((r for r in rates if r.flavor == flavor), None)
+        if current is None:
+            return None
+        cur = current.consolidated if consolidated else current.spread
+        best = max(rates, key=lambda r: r.consolidated)
+        if best.flavor != flavor and best.consolidated > cur > 0:
+            return best.flavor, best.consolidated, cur
+        return None
+
+    def placement_rate(self, job: JobSpec, placement: Placement) -> float:
+        if placement.is_mixed or job.parallelism is not None:
+            return super().placement_rate(job, placement)
+        return self.rate(job, placement.flavor, placement.consolidated)
+
+    def error_note(self) -> str:
+        """How far the estimates policies saw were from the truth, for the run's notes."""
+        if not self._first_error:
+            return "--speeds learned: no job was estimated"
+        n = len(self._first_error)
+        first = 100 * sum(self._first_error.values()) / n
+        last = 100 * sum(self._last_error.values()) / n
+        return (f"--speeds learned: mean |estimate/true - 1| over a job's flavors: "
+                f"{first:.1f} % at its first decision, {last:.1f} % at its last ({n} jobs)")
+
