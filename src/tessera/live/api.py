@@ -78,6 +78,7 @@ from tessera.live.intake import (
 )
 from tessera.live.limits import BodyLimit
 from tessera.live.names import JobNames
+from tessera.live.progress_api import add_progress_route
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
 from tessera.live.store import Allocation, JobRecord, NewJob, StoreDamaged
@@ -128,6 +129,7 @@ def create_app(svc: LiveService, api_docs: bool = False) -> FastAPI:
     _add_job_routes(app, svc, access)
     _add_cluster_routes(app, svc, access)
     add_log_route(app, svc, access.principal, access.visible)
+    add_progress_route(app, svc)
     _add_web_routes(app)
     return app
 

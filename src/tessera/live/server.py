@@ -208,6 +208,14 @@ def print_token(state_dir: Path) -> Callable[[str], None]:
     return show
 
 
+def progress_base_url(host: str, port: int) -> str:
+    """The URL jobs on this machine reach the API at (``TESSERA_PROGRESS_URL``'s base): a
+    wildcard address is reached on loopback."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1" if host != "::" else "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
     """Run the service and its HTTP API until interrupted (SIGINT/SIGTERM).
 
@@ -227,6 +235,7 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -
         try:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
             svc, token = build_service(cfg, print_token(layout.state_dir))
+            svc.opts = replace(svc.opts, progress_url=progress_base_url(host, port))
             svc.start()
             url = f"http://{host}:{port}"
             print(f"tessera serving {svc.cluster.describe()} with policy "

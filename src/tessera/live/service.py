@@ -42,8 +42,11 @@ from tessera.live import launches, lifecycle
 from tessera.live.executors.base import Executor, ExpiringExecutor, SharingExecutor
 from tessera.live.faults import crash_point
 from tessera.live.journal import journal
+from tessera.live.learned import apply_learned, prior_rate
 from tessera.live.options import ServiceOptions
+from tessera.live.progress import ProgressBook
 from tessera.live.reconcile import reconcile
+from tessera.live.slownodes import SlowNodes
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import HOLDING, JobRecord, NewJob, Store, StoreDamaged
@@ -124,6 +127,11 @@ class LiveService:
         self.keeper: MarkerKeeper | None = None
         """Keeps the store's marker current (set by ``tessera serve``, :mod:`.storecheck`)."""
         self.store.sync_queues(tenancy.quotas)
+        self.progress = ProgressBook(store, self._run_where, self._table_prior)
+        """Progress reports and the measured rates (:mod:`.progress`, :mod:`.learned`)."""
+        self.slow_nodes = SlowNodes()
+        self.applied_rates: dict[str, dict[str, float]] = {}
+        self.silent_noted: set[str] = set()
 
     # -- lifecycle of the service itself -----------------------------------------------------
 
@@ -209,6 +217,22 @@ class LiveService:
             old = lifecycle.cancel_job(self.store, db, job_id, self.clock(), who.name)
         self.poke()
         return old
+
+    def _run_where(self, job_id: str, run: int) -> tuple[str, str | None, tuple[str, ...]] | None:
+        """A run's status, flavor (``None`` for a mixed gang) and nodes, for progress reports."""
+        a = self.store.allocation(job_id, run)
+        if a is None:
+            return None
+        f = a.placement.sole_flavor
+        return (a.status, f.short if f else None,
+                tuple(n for n, _c in a.placement.gpus_by_node))
+
+    def _table_prior(self, job_id: str, flavor: str) -> float | None:
+        """The job's table speed on ``flavor``; ``None`` when no table knows its type."""
+        rec = self.store.get(job_id)
+        if rec is None or rec.job.spec.job_type not in self.oracle.table.job_types():
+            return None
+        return prior_rate(self, rec, flavor) or None
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -349,6 +373,7 @@ class LiveService:
         self.idle = not records
         if self.idle:
             return None
+        avoid = apply_learned(self, records, now_s)
         snap = build_snapshot(now_s, self.cluster, records, self.store.allocations(HOLDING),
                               self.tenancy.quotas, self.oracle, self.policy_state,
                               self.settings.round_s if self.uses_rounds else None,
@@ -356,6 +381,8 @@ class LiveService:
         self.idle = not snap.jobs
         if self.idle:
             return None
+        if avoid:  # slow nodes (live.slownodes): no new gang there; running ones stay
+            snap = replace(snap, down_nodes=snap.down_nodes | avoid)
         # The runs holding GPUs, for the rounds' no-progress watch (_round_cadence).
         self._held = [(j.progress_from_s, j.progress_rate) for j in snap.jobs if j.running]
         opts = replace(self.placement, fill_only=True) if fill_only else self.placement

@@ -1,0 +1,52 @@
+"""``POST /api/progress/{job}/{run}``: where a running job reports its progress.
+
+The caller proves it is that run with the run's own token (``Authorization: Bearer
+<TESSERA_PROGRESS_TOKEN>``, :mod:`tessera.live.progress`); tenant and admin tokens are refused
+(403): a person cannot post reports in a job's name. The body is JSON ``{"steps": ...,
+"samples": ..., "gns": ...}``. Answers: 200 accepted; 401 no token; 403 not this run's token;
+404 no such run; 409 the run is not running; 422 a refused value (with an event on the job);
+429 more than one report a second. The token is never logged, stored in an event or served.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.security import HTTPBearer
+
+if TYPE_CHECKING:
+    from tessera.live.service import LiveService
+
+log = logging.getLogger("tessera.live.progress")
+_bearer = HTTPBearer(auto_error=False)
+
+
+def add_progress_route(app: FastAPI, svc: LiveService) -> None:
+    """Add the report route (see the module docstring)."""
+
+    @app.post("/api/progress/{job_id}/{run}")
+    async def report(job_id: str, run: int, request: Request) -> dict[str, Any]:
+        cred = await _bearer(request)
+        if cred is None:
+            raise HTTPException(401, "missing bearer token (the run's TESSERA_PROGRESS_TOKEN)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if svc.tenancy.authenticate(cred.credentials) is not None:
+            raise HTTPException(403, "a tenant or admin token cannot post progress reports; "
+                                     "only the run's TESSERA_PROGRESS_TOKEN can")
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = None
+        out = svc.progress.report(job_id, run, cred.credentials, body, svc.clock())
+        if out.event is not None:
+            with svc.store.tx() as db:
+                svc.store.event(db, svc.clock(), job_id, "progress", out.event)
+        if out.status != 200:
+            if out.status in (403, 422):
+                log.info("progress report for %s run %s refused: %s", job_id, run, out.detail)
+            raise HTTPException(out.status, out.detail)
+        return {"accepted": True}
