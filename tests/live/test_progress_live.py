@@ -1,0 +1,113 @@
+"""A plain Python job with no ``job_type`` tells the live service how fast it goes.
+
+The job calls ``tessera.progress(steps=...)`` in a loop (it reaches the service's API over
+loopback with its run's token); the service's events show the measured rate, and the next
+decision reads it: the oracle the service built, and the running job's speed in the round's
+snapshot. The two-flavor test (issue 35, "Done when") runs one job on a T4 and then on a
+V100 and checks that the service learned both speeds and ranks the flavors by them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import tessera
+from tessera.live.service import LiveService
+from tessera.live.spec import validate_request
+from tessera.live.tenancy import Principal
+from tessera.model.gpus import resolve_flavor
+from tests.live.helpers import ServerThread, make_service, wait_for
+
+ADMIN = Principal("admin", None)
+SRC = str(Path(tessera.__file__).parents[1])  # the job imports these very sources
+#: A job that reports STEPS_PER_S[flavor] steps a second until the file ``stop<run>`` exists
+#: (then run 1 fails, so that the job is retried), or for ever.
+SCRIPT = """
+import os, sys, time
+import tessera
+rate = 40.0 if os.environ["TESSERA_FLAVOR"].lower().startswith("v100") else 10.0
+run, t0 = os.environ["TESSERA_RUN"], time.monotonic()
+while not os.path.exists(os.path.join(sys.argv[1], "stop" + run)):
+    tessera.progress(steps=rate * (time.monotonic() - t0))
+    time.sleep(0.1)
+sys.exit(3 if run == "1" else 0)
+"""
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[LiveService, Path]]:
+    svc = make_service(tmp_path / "state", cluster="v100:1,t4:1", gpus_per_server=1,
+                       start=False)
+    srv = ServerThread(svc)
+    svc.opts = replace(svc.opts, progress_url=srv.url)
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    svc.start()
+    try:
+        yield svc, flags
+    finally:
+        (flags / "stop1").touch()
+        (flags / "stop2").touch()
+        svc.stop()
+        srv.stop()
+
+
+def _submit(svc: LiveService, flags: Path, **fields: object) -> str:
+    script = flags.parent / "job.py"
+    req = validate_request({"name": "learner", "queue": "team-a", "gpus": 1,
+                            "command": [sys.executable, str(script), str(flags)],
+                            "env": {"PYTHONPATH": SRC}, **fields})
+    return svc.submit(req, ADMIN).job_id
+
+
+def _events(svc: LiveService, jid: str) -> list[str]:
+    return [e.detail for e in svc.store.events(jid)]
+
+
+def _measured(svc: LiveService, jid: str, flavor: str) -> bool:
+    return any(d.startswith("measured ") and f" on {flavor} (" in d for d in _events(svc, jid))
+
+
+def test_the_service_learns_a_jobs_speed_from_its_reports(
+        served: tuple[LiveService, Path]) -> None:
+    svc, flags = served
+    jid = _submit(svc, flags, flavors=["t4"], total_steps=100000)
+    wait_for(lambda: _measured(svc, jid, "T4"), 20, "a measured rate in the job's events")
+    (line,) = [d for d in _events(svc, jid) if d.startswith("measured ")]
+    rate = float(line.split()[1])
+    assert rate == pytest.approx(10.0, rel=0.15) and line.endswith("on T4 (prior 1)"), line
+    spec = svc.store.get(jid).job.spec  # type: ignore[union-attr]
+    assert svc.oracle.rate(spec, resolve_flavor("t4"), True) == pytest.approx(rate, rel=0.01)
+    # the next round's snapshot runs the job at its measured speed (its progress rate)
+    rounds = svc.rounds
+    svc.poke()
+    wait_for(lambda: svc.rounds > rounds, 10, "another round")
+    assert [r for _s, r in svc._held] == [pytest.approx(rate, rel=0.1)]
+
+
+@pytest.mark.slow
+def test_a_job_on_two_flavors_is_ranked_by_its_measured_speeds(
+        served: tuple[LiveService, Path]) -> None:
+    svc, flags = served
+    blocker = _submit(svc, flags, flavors=["v100"], command="sleep 120")
+    wait_for(lambda: svc.store.get(blocker).state.value == "running",  # type: ignore[union-attr]
+             what="the blocker to hold the V100")
+    jid = _submit(svc, flags, flavors=["v100", "t4"], max_retries=1, total_steps=100000)
+    wait_for(lambda: _measured(svc, jid, "T4"), 20, "the T4 rate")
+    svc.cancel(blocker, ADMIN)
+    wait_for(lambda: svc.store.get(blocker).final, what="the V100 freed")  # type: ignore[union-attr]
+    (flags / "stop1").touch()   # run 1 fails; its retry goes to the V100, now free
+    wait_for(lambda: _measured(svc, jid, "V100-16GB"), 30, "the V100 rate")
+    spec = svc.store.get(jid).job.spec  # type: ignore[union-attr]
+    v100, t4 = resolve_flavor("v100"), resolve_flavor("t4")
+    assert svc.oracle.rate(spec, v100, True) == pytest.approx(40.0, rel=0.15)
+    assert svc.oracle.rate(spec, t4, True) == pytest.approx(10.0, rel=0.15)
+    assert svc.oracle.fastest_first(spec) == (v100, t4)
+    assert svc.progress.measured(jid).keys() == {v100.short, t4.short}
