@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tessera.live.progress import MIN_INTERVAL_S, MIN_INTERVALS, ProgressBook, check_values, median_rate
+from tessera.live.progress import (
+    MIN_INTERVAL_S,
+    MIN_INTERVALS,
+    ProgressBook,
+    check_values,
+    median_rate,
+)
 from tessera.live.service import LiveService
 from tessera.live.store import Store
 from tests.live.helpers import ADMIN, TEAM_A, auth, wait_for

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 import tessera
+from tessera.cli.job_text import speeds_text
+from tessera.live import learned
+from tessera.live.learned import speeds_json
 from tessera.live.service import LiveService
 from tessera.live.spec import validate_request
 from tessera.live.tenancy import Principal
@@ -90,6 +93,24 @@ def test_the_service_learns_a_jobs_speed_from_its_reports(
     svc.poke()
     wait_for(lambda: svc.rounds > rounds, 10, "another round")
     assert [r for _s, r in svc._held] == [pytest.approx(rate, rel=0.1)]
+    # tessera job: measured vs predicted per flavor
+    shown = speeds_text(speeds_json(svc, svc.store.get(jid)))  # type: ignore[arg-type]
+    assert shown == f"T4 measured {svc.progress.measured(jid)['T4']:.3g} steps/s (predicted 1)"
+
+
+def test_a_job_that_never_reports_is_told_once_it_keeps_its_prior(
+        served: tuple[LiveService, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    svc, flags = served
+    monkeypatch.setattr(learned, "SILENT_S", 0.3)
+    jid = _submit(svc, flags, flavors=["t4"], command="sleep 30")
+    said = "no progress reports: scheduling with the prior speed (1 steps/s on T4)"
+    wait_for(lambda: any(d.startswith(said) for d in _events(svc, jid)), 10, "the notice")
+    rounds = svc.rounds
+    svc.poke()
+    wait_for(lambda: svc.rounds > rounds + 1, 10, "two more rounds")
+    assert sum(d.startswith(said) for d in _events(svc, jid)) == 1
+    assert svc.oracle.rate(svc.store.get(jid).job.spec,  # type: ignore[union-attr]
+                           resolve_flavor("t4"), True) == 1.0
 
 
 @pytest.mark.slow

@@ -76,6 +76,7 @@ from tessera.live.intake import (
     admits_quickly,
     parse_submission,
 )
+from tessera.live.learned import speeds_json
 from tessera.live.limits import BodyLimit
 from tessera.live.names import JobNames
 from tessera.live.progress_api import add_progress_route
@@ -278,6 +279,7 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
                           "to": e.to_state, "detail": e.detail}
                          for e in svc.store.events(job_id=job_id)]
         out.update(log_retention_json(rec, svc.tenancy.logs.retention_s))
+        out["speeds"] = speeds_json(svc, rec)  # measured vs predicted (live.learned)
         return JobNames(svc.store, who, [rec]).scrub(out)  # a partner's id, in text or events
 
     @app.post("/api/jobs/{job_id}/cancel")

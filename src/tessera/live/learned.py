@@ -107,3 +107,13 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
                 svc.store.event(db, now_s, jid_or_none,
                                 "slow-node" if jid_or_none is None else "progress", text)
     return frozenset(svc.slow_nodes.marked)
+
+
+def speeds_json(svc: Learner, rec: JobRecord) -> list[dict[str, object]]:
+    """Per flavor the job may use: its predicted speed (the prior, steps/s) and its measured
+    one (``None`` until a run there has reported), as ``GET /api/jobs/<id>`` and ``tessera
+    job`` show them."""
+    measured = svc.progress.measured(rec.job_id)
+    return [{"flavor": r.flavor.short, "predicted_steps_per_s": r.consolidated,
+             "measured_steps_per_s": measured.get(r.flavor.short)}
+            for r in svc.oracle.prior_rates(rec.job.spec)]
