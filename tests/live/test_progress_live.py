@@ -20,6 +20,7 @@ import tessera
 from tessera.cli.job_text import speeds_text
 from tessera.live import learned
 from tessera.live.learned import speeds_json
+from tessera.live.progress import RunRate
 from tessera.live.service import LiveService
 from tessera.live.spec import validate_request
 from tessera.live.tenancy import Principal
@@ -132,3 +133,50 @@ def test_a_job_on_two_flavors_is_ranked_by_its_measured_speeds(
     assert svc.oracle.rate(spec, t4, True) == pytest.approx(10.0, rel=0.15)
     assert svc.oracle.fastest_first(spec) == (v100, t4)
     assert svc.progress.measured(jid).keys() == {v100.short, t4.short}
+
+
+def test_a_node_slow_for_every_job_gets_no_new_gang_until_speed_returns(
+        tmp_path: Path) -> None:
+    """Two jobs measured 50 % slower on node v100-0002 than on their other node: the node is
+    marked slow (an event naming it and the evidence), a new job waits rather than go there,
+    and a run at normal speed there clears it."""
+    svc = make_service(tmp_path / "state", cluster="v100:3", gpus_per_server=1)
+    svc.slow_nodes.hold_s = 0.0
+    try:
+        a, b = (_submit_sleep(svc) for _ in range(2))
+        for j in (a, b):
+            wait_for(lambda j=j: svc.store.get(j).state.value == "running",  # type: ignore[union-attr]
+                     what="the jobs to run")
+        slow = next(n.node_id for n in svc.cluster.nodes if all(
+            n.node_id not in _nodes(svc, j) for j in (a, b)))
+        now = svc.clock()
+        for k, j in enumerate((a, b)):  # earlier runs elsewhere at 10, now 5 steps/s on `slow`
+            svc.progress._keep(j, RunRate(7, "V100-16GB", ("elsewhere",), 10.0 + k, 10, 0.0, now))
+            svc.progress._keep(j, RunRate(8, "V100-16GB", (slow,), 5.0, 10, now - 1, now))
+        svc.poke()
+        wait_for(lambda: any(e.kind == "slow-node" for e in svc.store.events()), 10, "the mark")
+        (mark,) = [e.detail for e in svc.store.events() if e.kind == "slow-node"]
+        assert mark.startswith(f"node {slow} marked slow: every job there runs more than 30%")
+        c = _submit_sleep(svc)
+        rounds = svc.rounds
+        wait_for(lambda: svc.rounds > rounds + 1, 10, "two rounds")
+        assert svc.store.get(c).state.value == "pending"  # type: ignore[union-attr]
+        svc.progress._keep(a, RunRate(9, "V100-16GB", (slow,), 10.5, 10, now, svc.clock()))
+        svc.poke()
+        wait_for(lambda: svc.store.get(c).state.value == "running",  # type: ignore[union-attr]
+                 what="the new job to take the node back")
+        assert _nodes(svc, c) == {slow}
+        assert any(e.detail.startswith(f"node {slow} no longer slow")
+                   for e in svc.store.events())
+    finally:
+        svc.stop()
+
+
+def _submit_sleep(svc: LiveService) -> str:
+    req = validate_request({"name": "s", "queue": "team-a", "gpus": 1, "command": "sleep 60"})
+    return svc.submit(req, ADMIN).job_id
+
+
+def _nodes(svc: LiveService, jid: str) -> set[str]:
+    a = svc.store.allocation(jid, 1)
+    return set() if a is None else {n for n, _c in a.placement.gpus_by_node}
