@@ -147,3 +147,17 @@ def test_the_route_takes_only_the_runs_token_and_never_shows_it(
     wait_for(lambda: service.store.get(jid).final, what="the cancel")  # type: ignore[union-attr]
     done = api.post(url, json={"steps": 9}, headers=auth(tok))
     assert done.status_code == 409 and "reports no more" in done.json()["detail"]
+
+
+def test_the_url_jobs_report_to() -> None:
+    from tessera.errors import SpecError
+    from tessera.live.server import check_url, progress_base_url
+
+    assert progress_base_url("0.0.0.0", 8470) == "http://127.0.0.1:8470"
+    assert progress_base_url("::", 8470) == "http://[::1]:8470"
+    assert progress_base_url("10.0.0.5", 80) == "http://10.0.0.5:80"
+    assert check_url("http://10.0.0.5:8470/") == "http://10.0.0.5:8470"
+    assert check_url(None) is None
+    for bad in ("10.0.0.5:8470", "ftp://h", "http://h/api/progress", "http://"):
+        with pytest.raises(SpecError, match="--progress-url"):
+            check_url(bad)

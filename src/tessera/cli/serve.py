@@ -146,6 +146,12 @@ def register(app: typer.Typer) -> None:
                                        "store on purpose: the old one (if any) is moved to "
                                        "store-aside-<time>/ in --state, never deleted. Without "
                                        "it, a missing, empty or damaged store stops serve."),
+        progress_url: str = typer.Option(
+            None, "--progress-url", metavar="URL", help="Where jobs post progress reports "
+            "(TESSERA_PROGRESS_URL's base): this API as the ranks reach it. Ray ranks on other "
+            "nodes cannot reach the default loopback address: give the service's address on "
+            "the cluster network, e.g. http://10.0.0.5:8470, and --host to listen there.",
+            show_default="http://127.0.0.1:<--port>"),
         settings: SchedulerSettings = SchedulerSettings(),
         executor_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:
@@ -163,7 +169,7 @@ def register(app: typer.Typer) -> None:
         With --mixed-gangs each rank gets its own TESSERA_FLAVOR.
         """
         from tessera.live.executors.registry import options_from_flags
-        from tessera.live.server import ServeConfig
+        from tessera.live.server import ServeConfig, check_url
         from tessera.live.server import serve as run_serve
         from tessera.live.service import ServiceOptions
 
@@ -171,6 +177,8 @@ def register(app: typer.Typer) -> None:
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor,
                           _run(lambda: options_from_flags(executor, given)),
                           ServiceOptions(scheduler=settings, period_s=period_s,
-                                         grace_s=grace_s), work_dir, api_docs,
+                                         grace_s=grace_s,
+                                         progress_url=_run(lambda: check_url(progress_url))),
+                          work_dir, api_docs,
                           run_as=run_as, new_store=new_store)
         _run(lambda: run_serve(cfg, host, port))
