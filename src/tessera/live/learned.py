@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tessera.live.progress import ProgressBook
+from tessera.live.progress import ProgressBook, RunRate
 from tessera.live.slownodes import SlowNodes
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import JobRecord, Store
@@ -34,7 +34,8 @@ SILENT_S = 60.0
 class Learner(Protocol):
     """The service as :func:`apply_learned` sees it (:class:`~tessera.live.service.LiveService`):
     its store, oracle and step bookkeeping, the report book, the slow-node rule, the rates laid
-    on the oracle (``{job: {flavor short: steps/s}}``) and the jobs told they never report."""
+    on the oracle (``{job: {flavor short: steps/s}}``), the jobs told they never report and
+    the job types a table knows."""
 
     store: Store
     oracle: ThroughputOracle
@@ -43,6 +44,7 @@ class Learner(Protocol):
     slow_nodes: SlowNodes
     applied_rates: dict[str, dict[str, float]]
     silent_noted: set[str]
+    known_types: frozenset[str]
 
 
 def prior_rate(svc: Learner, rec: JobRecord, flavor: str) -> float:
@@ -59,14 +61,15 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
     by_short: dict[str, GpuFlavor] = {f.short: f for f in svc.oracle.cluster_flavors}
     running = {a.job_id: a for a in svc.store.allocations(("running",))}
     events: list[tuple[str | None, str]] = []
-    runs = {}
+    runs: dict[str, list[RunRate]] = {}
+    changed = book.take_changed()
     for rec in records:
         jid = rec.job_id
-        measured = book.measured(jid)
-        if measured:
-            runs[jid] = book.runs(jid)
+        job_runs = book.runs_view(jid)
+        if job_runs:
+            runs[jid] = job_runs
         a = running.get(jid)
-        if not measured and a is not None and a.started_s is not None and \
+        if not job_runs and a is not None and a.started_s is not None and \
                 now_s - a.started_s >= SILENT_S and jid not in svc.silent_noted:
             svc.silent_noted.add(jid)
             f = a.placement.sole_flavor
@@ -74,6 +77,9 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
                      else "its prior")
             events.append((jid, f"no progress reports: scheduling with the prior speed "
                                 f"({prior}); a job reports with tessera.progress(steps=...)"))
+        if not job_runs or (jid in svc.applied_rates and jid not in changed):
+            continue
+        measured = {r.flavor: r.steps_per_s for r in job_runs}
         applied = svc.applied_rates.get(jid, {})
         fresh = {f: r for f, r in measured.items() if f in by_short}
         moved = [s for s, r in fresh.items()
@@ -89,13 +95,14 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
             events.append((jid, f"measured {fresh[short]:.3g} steps/s on {short} "
                                 f"(prior {prior_rate(svc, rec, short):.3g})"))
     prior_of = {r.job_id: r for r in records}
+    book.retain(set(prior_of))
     for jid in [j for j in svc.applied_rates if j not in prior_of]:  # ended: drop its overlay
         svc.oracle.set_measured(jid, None)
         del svc.applied_rates[jid]
 
     def table_prior(jid: str, flavor: str) -> float | None:
         rec = prior_of.get(jid)
-        if rec is None or rec.job.spec.job_type not in svc.oracle.table.job_types():
+        if rec is None or rec.job.spec.job_type not in svc.known_types:
             return None
         return prior_rate(svc, rec, flavor) or None
 

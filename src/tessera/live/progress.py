@@ -26,8 +26,9 @@ rates (steps between two accepted reports / seconds between their arrival at the
 the service's own clock, never the job's, and a median so that one stall (a checkpoint, an
 evaluation) or one burst does not move it. A rate needs :data:`MIN_INTERVALS` (2) intervals.
 Each job's runs' estimates (flavor, nodes, rate, when) are kept in the store
-(``meta`` key ``progress:<job>``, rewritten on every accepted report), so a restart loses
-none; a job's measured rate on a flavor is its latest run's there.
+(``meta`` key ``progress:<job>``, rewritten when a run's rate moved by more than 1 % or 30 s
+after it was last written), so a restart loses none (at most 30 s of a drift under 1 %); a
+job's measured rate on a flavor is its latest run's there.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ MIN_INTERVAL_S = 1.0
 WINDOW = 20
 MIN_INTERVALS = 2
 JUMP_FACTOR = 100.0
+#: A run's estimate is written to the store when it moved by more than this fraction, or
+#: this long after it was last written (s); a restart loses at most that much.
+WRITE_MOVE = 0.01
+WRITE_EVERY_S = 30.0
 #: Runs whose estimates a job keeps (the latest ones).
 KEPT_RUNS = 8
 FIELDS = ("steps", "samples", "gns")
@@ -160,6 +165,8 @@ class ProgressBook:
         self._meters: dict[tuple[str, int], _Meter] = {}
         self._last_s: dict[tuple[str, int], float] = {}
         self._rates: dict[str, list[RunRate]] = {}
+        self._changed: set[str] = set()
+        self._written: dict[tuple[str, int], tuple[float, float]] = {}
 
     # -- tokens --------------------------------------------------------------------------
 
@@ -222,11 +229,20 @@ class ProgressBook:
         return None
 
     def _keep(self, job_id: str, rr: RunRate) -> None:
-        runs = [r for r in self._load(job_id) if r.run != rr.run][-(KEPT_RUNS - 1):]
+        """Keep ``rr`` as its run's estimate; write the job's estimates to the store when the
+        run's rate moved by more than :data:`WRITE_MOVE` or :data:`WRITE_EVERY_S` passed since
+        it was last written (one commit per report per run would be thousands a second)."""
+        old = self._load(job_id)
+        runs = [r for r in old if r.run != rr.run][-(KEPT_RUNS - 1):]
         runs.append(rr)
         self._rates[job_id] = runs
-        self.store.set_meta(JOB_META + job_id,
-                            json.dumps({"runs": [r.to_json() for r in runs]}))
+        self._changed.add(job_id)
+        written = self._written.get((job_id, rr.run))
+        if written is None or abs(rr.steps_per_s - written[1]) > WRITE_MOVE * written[1] or \
+                rr.updated_s - written[0] >= WRITE_EVERY_S:
+            self._written[(job_id, rr.run)] = (rr.updated_s, rr.steps_per_s)
+            self.store.set_meta(JOB_META + job_id,
+                                json.dumps({"runs": [r.to_json() for r in runs]}))
 
     # -- what was learned ----------------------------------------------------------------
 
@@ -243,12 +259,32 @@ class ProgressBook:
         with self._lock:
             return list(self._load(job_id))
 
+    def runs_view(self, job_id: str) -> list[RunRate]:
+        """:meth:`runs` without the copy, for the loop thread (a list is never changed in
+        place: a new estimate replaces it)."""
+        hit = self._rates.get(job_id)
+        return hit if hit is not None else self.runs(job_id)
+
+    def take_changed(self) -> set[str]:
+        """The jobs with a new estimate since the last call."""
+        with self._lock:
+            out, self._changed = self._changed, set()
+        return out
+
     def measured(self, job_id: str) -> dict[str, float]:
         """``{flavor short: steps/s}``: the job's latest run's rate on each flavor."""
         return {r.flavor: r.steps_per_s for r in self._load(job_id)}
+
+    def retain(self, job_ids: set[str]) -> None:
+        """Keep in memory only these jobs' estimates (the active ones); the others stay in the
+        store and are read again when asked for."""
+        with self._lock:
+            for jid in [j for j in self._rates if j not in job_ids]:
+                del self._rates[jid]
 
     def forget_run(self, job_id: str, run: int) -> None:
         """A run ended: drop its meter (its estimate stays)."""
         with self._lock:
             self._meters.pop((job_id, run), None)
             self._last_s.pop((job_id, run), None)
+            self._written.pop((job_id, run), None)

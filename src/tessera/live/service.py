@@ -130,6 +130,8 @@ class LiveService:
         self.progress = ProgressBook(store, self._run_where, self._table_prior)
         """Progress reports and the measured rates (:mod:`.progress`, :mod:`.learned`)."""
         self.slow_nodes = SlowNodes()
+        self.known_types = frozenset(self.oracle.table.job_types())
+        """Job types some table knows: their prior is a measurement, not a guess."""
         self.applied_rates: dict[str, dict[str, float]] = {}
         self.silent_noted: set[str] = set()
 
@@ -230,7 +232,7 @@ class LiveService:
     def _table_prior(self, job_id: str, flavor: str) -> float | None:
         """The job's table speed on ``flavor``; ``None`` when no table knows its type."""
         rec = self.store.get(job_id)
-        if rec is None or rec.job.spec.job_type not in self.oracle.table.job_types():
+        if rec is None or rec.job.spec.job_type not in self.known_types:
             return None
         return prior_rate(self, rec, flavor) or None
 
@@ -351,6 +353,7 @@ class LiveService:
             with self.store.tx() as db:
                 what = lifecycle.finish_run(self.store, db, a, st, now_s, self.speeds)
             self.executor.release(a.job_id, a.run)
+            self.progress.forget_run(a.job_id, a.run)
             self.signalled.discard((a.job_id, a.run))
             log.info("job %s run %s: %s", a.job_id, a.run, what)
             # A run the scheduler stopped (preempted or moving) is no news: the decision that
