@@ -162,3 +162,19 @@ def test_the_url_jobs_report_to() -> None:
     for bad in ("10.0.0.5:8470", "ftp://h", "http://h/api/progress", "http://"):
         with pytest.raises(SpecError, match="--progress-url"):
             check_url(bad)
+
+
+def test_the_admin_lists_and_clears_slow_nodes(api: TestClient, service: LiveService) -> None:
+    service.slow_nodes.marked["t4-0000"] = 123.0
+    assert api.get("/api/slow-nodes").status_code == 401
+    assert api.get("/api/slow-nodes", headers=auth(TEAM_A)).status_code == 403
+    assert api.delete("/api/slow-nodes/t4-0000", headers=auth(TEAM_A)).status_code == 403
+    assert api.get("/api/slow-nodes", headers=auth(ADMIN)).json() == {
+        "slow_nodes": [{"node": "t4-0000", "last_slow_s": 123.0}]}
+    assert api.delete("/api/slow-nodes/t4-0000", headers=auth(ADMIN)).json() == {
+        "cleared": "t4-0000"}
+    assert not service.slow_nodes.marked
+    assert [e.detail for e in service.store.events() if e.kind == "slow-node"] == [
+        "node t4-0000 cleared by admin: gangs may be placed there"]
+    gone = api.delete("/api/slow-nodes/t4-0000", headers=auth(ADMIN))
+    assert gone.status_code == 404 and gone.json()["detail"] == "node 't4-0000' is not marked slow"

@@ -6,6 +6,10 @@ The caller proves it is that run with the run's own token (``Authorization: Bear
 "samples": ..., "gns": ...}``. Answers: 200 accepted; 401 no token; 403 not this run's token;
 404 no such run; 409 the run is not running; 422 a refused value (with an event on the job);
 429 more than one report a second. The token is never logged, stored in an event or served.
+
+``GET /api/slow-nodes`` lists the nodes the slow-node rule marked (:mod:`tessera.live.slownodes`)
+and ``DELETE /api/slow-nodes/{node}`` clears one (an event says who); both for the admin only
+(403 for a tenant: the nodes' speeds are everyone's jobs' evidence).
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.security import HTTPBearer
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
@@ -50,3 +54,31 @@ def add_progress_route(app: FastAPI, svc: LiveService) -> None:
                 log.info("progress report for %s run %s refused: %s", job_id, run, out.detail)
             raise HTTPException(out.status, out.detail)
         return {"accepted": True}
+
+    def admin(cred: HTTPAuthorizationCredentials | None) -> str:
+        who = svc.tenancy.authenticate(cred.credentials if cred else None)
+        if who is None:
+            raise HTTPException(401, "missing bearer token" if cred is None else "unknown token",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not who.admin:
+            raise HTTPException(403, "only the admin sees and clears slow nodes")
+        return who.name
+
+    @app.get("/api/slow-nodes")
+    def slow_nodes(cred: HTTPAuthorizationCredentials | None = Depends(_bearer)
+                   ) -> dict[str, Any]:
+        admin(cred)
+        return {"slow_nodes": [{"node": n, "last_slow_s": t}
+                               for n, t in sorted(dict(svc.slow_nodes.marked).items())]}
+
+    @app.delete("/api/slow-nodes/{node}")
+    def clear_slow(node: str, cred: HTTPAuthorizationCredentials | None = Depends(_bearer)
+                   ) -> dict[str, Any]:
+        name = admin(cred)
+        if svc.slow_nodes.marked.pop(node, None) is None:
+            raise HTTPException(404, f"node {node!r} is not marked slow")
+        with svc.store.tx() as db:
+            svc.store.event(db, svc.clock(), None, "slow-node",
+                            f"node {node} cleared by {name}: gangs may be placed there")
+        svc.poke()
+        return {"cleared": node}
