@@ -178,3 +178,14 @@ def test_the_admin_lists_and_clears_slow_nodes(api: TestClient, service: LiveSer
         "node t4-0000 cleared by admin: gangs may be placed there"]
     gone = api.delete("/api/slow-nodes/t4-0000", headers=auth(ADMIN))
     assert gone.status_code == 404 and gone.json()["detail"] == "node 't4-0000' is not marked slow"
+
+
+def test_a_report_body_is_small_and_flat(api: TestClient, service: LiveService) -> None:
+    jid = _running_job(api, service)
+    tok = service.progress.token(jid, 1)
+    url = f"/api/progress/{jid}/1"
+    big = api.post(url, content=b"[" * 5000, headers=auth(tok))
+    assert big.status_code == 413 and big.json()["detail"] == "a report is at most 4096 bytes"
+    deep = api.post(url, content=b"[" * 3000, headers=auth(tok))
+    assert deep.status_code == 422 and "a report is a JSON object" in deep.json()["detail"]
+    assert service.store.get(jid).state.value == "running"  # type: ignore[union-attr]

@@ -87,8 +87,8 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
         if not moved:
             continue
         if a is not None:
-            with svc.store.tx() as db:  # bank the steps made at the speed it had
-                svc.speeds.settle(svc.store, db, a, None, now_s)
+            with svc.store.tx() as db:  # bank the steps made at the speed it had (and a mate's)
+                svc.speeds.settle_all(svc.store, db, now_s, {jid})
         svc.oracle.set_measured(jid, {by_short[f]: r for f, r in fresh.items()})
         svc.applied_rates[jid] = fresh
         for short in moved:

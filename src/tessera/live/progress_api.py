@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tessera.live.progress")
 _bearer = HTTPBearer(auto_error=False)
+#: A report is three numbers: a larger body is refused unread (413).
+MAX_REPORT_BYTES = 4096
 
 
 def add_progress_route(app: FastAPI, svc: LiveService) -> None:
@@ -41,9 +43,11 @@ def add_progress_route(app: FastAPI, svc: LiveService) -> None:
             raise HTTPException(403, "a tenant or admin token cannot post progress reports; "
                                      "only the run's TESSERA_PROGRESS_TOKEN can")
         raw = await request.body()
+        if len(raw) > MAX_REPORT_BYTES:
+            raise HTTPException(413, f"a report is at most {MAX_REPORT_BYTES} bytes")
         try:
             body = json.loads(raw) if raw else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         out = svc.progress.report(job_id, run, cred.credentials, body, svc.clock())
         if out.event is not None:
@@ -51,7 +55,7 @@ def add_progress_route(app: FastAPI, svc: LiveService) -> None:
                 svc.store.event(db, svc.clock(), job_id, "progress", out.event)
         if out.status != 200:
             if out.status in (403, 422):
-                log.info("progress report for %s run %s refused: %s", job_id, run, out.detail)
+                log.info("progress report for %r run %s refused: %s", job_id, run, out.detail)
             raise HTTPException(out.status, out.detail)
         return {"accepted": True}
 
