@@ -125,7 +125,9 @@ def test_a_job_on_two_flavors_is_ranked_by_its_measured_speeds(
     wait_for(lambda: _measured(svc, jid, "T4"), 20, "the T4 rate")
     svc.cancel(blocker, ADMIN)
     wait_for(lambda: svc.store.get(blocker).final, what="the V100 freed")  # type: ignore[union-attr]
-    (flags / "stop1").touch()   # run 1 fails; its retry goes to the V100, now free
+    # run 1 fails; its retry goes to the V100, now free: the T4's measured 10 steps/s lifts
+    # the V100's prior (1 step/s, like the T4's) to 10 too, and the job lists the V100 first
+    (flags / "stop1").touch()
     wait_for(lambda: _measured(svc, jid, "V100-16GB"), 30, "the V100 rate")
     spec = svc.store.get(jid).job.spec  # type: ignore[union-attr]
     v100, t4 = resolve_flavor("v100"), resolve_flavor("t4")
@@ -180,3 +182,32 @@ def _submit_sleep(svc: LiveService) -> str:
 def _nodes(svc: LiveService, jid: str) -> set[str]:
     a = svc.store.allocation(jid, 1)
     return set() if a is None else {n for n, _c in a.placement.gpus_by_node}
+
+
+def test_a_restarted_service_schedules_with_the_rates_it_had_learned(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    svc = make_service(state, cluster="v100:1,t4:1", gpus_per_server=1)
+    try:
+        jid = _submit_sleep(svc)
+        wait_for(lambda: svc.store.get(jid).state.value == "running",  # type: ignore[union-attr]
+                 what="the job to run")
+        # the runner has claimed its run (its marker): a restart adopts it, never "absent"
+        wait_for(lambda: (svc.executor.run_dir(jid, 1) / "marker").exists(),  # type: ignore[attr-defined]
+                 what="the runner's marker")
+        node = next(iter(_nodes(svc, jid)))
+        flavor = svc.store.allocation(jid, 1).placement.flavor  # type: ignore[union-attr]
+        now = svc.clock()
+        svc.progress._keep(jid, RunRate(1, flavor.short, (node,), 7.5, 5, now - 10, now))
+    finally:
+        svc.stop()
+    again = make_service(state, cluster="v100:1,t4:1", gpus_per_server=1)
+    try:
+        spec = again.store.get(jid).job.spec  # type: ignore[union-attr]
+        again.poke()
+        wait_for(lambda: again.oracle.rate(spec, flavor, True) == 7.5, 20,
+                 f"the kept rate in the new service's oracle ({_events(again, jid)})")
+        assert any(d == f"measured 7.5 steps/s on {flavor.short} (prior 1)"
+                   for d in _events(again, jid))
+        again.cancel(jid, ADMIN)
+    finally:
+        again.stop()

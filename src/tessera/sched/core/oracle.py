@@ -368,9 +368,11 @@ def with_measured(prior: tuple[FlavorRate, ...],
     """``prior`` with measured steps/s where there are some (see
     :meth:`ThroughputOracle.real_rates`); a flavor's spread speed keeps its prior ratio to the
     consolidated one."""
-    ratios = [math.log(measured[r.flavor] / r.consolidated) for r in prior
+    ratios = [measured[r.flavor] / r.consolidated for r in prior
               if r.flavor in measured and r.consolidated > 0 and measured[r.flavor] > 0]
-    level = math.exp(sum(ratios) / len(ratios)) if ratios else 1.0
+    # one ratio exactly (a flavor measured at x runs where the prior saw it at par: a tie)
+    level = (ratios[0] if len(ratios) == 1 else
+             math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0)
     out = []
     for r in prior:
         m = measured.get(r.flavor)
