@@ -23,6 +23,7 @@ EDGES = frozenset({
     "cli/simulate.py",            # --flavors
     "live/jobcodec.py",           # the store's rows
     "live/kueue_read.py",         # Kueue's ResourceFlavor objects (nvidia.com/gpu.product)
+    "live/progress.py",           # the store's kept progress estimates (flavor by short name)
     "live/metrics.py",            # the store's job rows read by SQL for a scrape (label values)
     "live/tenancy_yaml.py",       # the tenancy file's flavors: keys
     "live/jobcodec_v1.py",        # the store's rows of the first format

@@ -42,7 +42,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "tessera"
 
 LAYERS: dict[str, int] = {
-    "": 0, "errors": 0, "registry": 0, "data": 0, "web": 0,
+    "": 0, "errors": 0, "registry": 0, "data": 0, "web": 0, "progress_report": 0,
     "model": 1,
     "perf": 2,
     "workload": 3,

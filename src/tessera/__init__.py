@@ -16,3 +16,7 @@ that need them.
 """
 
 __version__ = "0.1.0"
+
+from tessera.progress_report import progress  # light: the standard library only
+
+__all__ = ["__version__", "progress"]

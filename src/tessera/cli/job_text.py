@@ -92,6 +92,17 @@ def where_or_why(job: dict[str, Any]) -> str | None:
     return str(job["reason"]) if job.get("reason") else None
 
 
+def speeds_text(speeds: list[dict[str, Any]]) -> str:
+    """``T4 measured 10.1 steps/s (predicted 1); V100-16GB predicted 1 steps/s``."""
+    out = []
+    for s in speeds:
+        pred = f"{s['predicted_steps_per_s']:.3g}"
+        m = s.get("measured_steps_per_s")
+        out.append(f"{s['flavor']} measured {m:.3g} steps/s (predicted {pred})" if m is not None
+                   else f"{s['flavor']} predicted {pred} steps/s (no reports)")
+    return "; ".join(out)
+
+
 def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
     """The lines ``tessera job`` prints for one job of the API (with its ``events``)."""
     rows: list[tuple[str, str]] = [
@@ -127,6 +138,8 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
         rows.append(("resizes", str(resizes)))
     if job.get("exit_code") is not None:
         rows.append(("exit code", str(job["exit_code"])))
+    if job.get("speeds"):
+        rows.append(("speeds", speeds_text(job["speeds"])))
     rows += _times(job, now_s)
     logs = _logs_kept(job, now_s)
     if logs:

@@ -268,6 +268,25 @@ def _cluster_commands(app: typer.Typer) -> None:
                ["flavor", "nodes", "GPUs", "in use" if everyone else f"used by {c['queue']}"],
                [[f["flavor"], f["nodes"], f["total_gpus"], f[key]] for f in c["flavors"]])
 
+    @app.command("slow-nodes", epilog="Example: tessera slow-nodes --clear v100-16gb-0002")
+    def slow_nodes(clear: str = typer.Option(None, "--clear", metavar="NODE", help="Clear "
+                                             "this node's mark: gangs may be placed there "
+                                             "again."),
+                   server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
+                   as_json: bool = JSON) -> None:
+        """Nodes the service avoids because every job there ran persistently slow (admin)."""
+        client = _client(server, token, token_file)
+        if clear is not None:
+            out = _run(lambda: client.clear_slow_node(clear))
+            typer.echo(json.dumps(out) if as_json else safe(f"cleared {out['cleared']}"))
+            return
+        rows = _run(client.slow_nodes)
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        _table("slow nodes", ["node", "last slow (s ago)"],
+               [[r["node"], f"{time.time() - r['last_slow_s']:.0f}"] for r in rows])
+
 
 def _admin_commands(app: typer.Typer) -> None:
     """``tessera token-add`` and ``export kueue`` (on the state dir's files)."""

@@ -153,6 +153,12 @@ def register(app: typer.Typer) -> None:
                                          "/metrics needs the admin token.",
                                          show_default="off"),
         tenancy: Path = TENANCY,
+        progress_url: str = typer.Option(
+            None, "--progress-url", metavar="URL", help="Where jobs post progress reports "
+            "(TESSERA_PROGRESS_URL's base): this API as the ranks reach it. Ray ranks on other "
+            "nodes cannot reach the default loopback address: give the service's address on "
+            "the cluster network, e.g. http://10.0.0.5:8470, and --host to listen there.",
+            show_default="http://127.0.0.1:<--port>"),
         settings: SchedulerSettings = SchedulerSettings(),
         executor_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:
@@ -171,7 +177,7 @@ def register(app: typer.Typer) -> None:
         """
         from tessera.live.executors.registry import options_from_flags
         from tessera.live.metrics_port import parse_metrics_address
-        from tessera.live.server import ServeConfig
+        from tessera.live.server import ServeConfig, check_url
         from tessera.live.server import serve as run_serve
         from tessera.live.service import ServiceOptions
 
@@ -180,6 +186,8 @@ def register(app: typer.Typer) -> None:
         cfg = ServeConfig(state, cluster, gpus_per_server, policy, executor,
                           _run(lambda: options_from_flags(executor, given)),
                           ServiceOptions(scheduler=settings, period_s=period_s,
-                                         grace_s=grace_s), work_dir, api_docs,
+                                         grace_s=grace_s,
+                                         progress_url=_run(lambda: check_url(progress_url))),
+                          work_dir, api_docs,
                           run_as=run_as, new_store=new_store, tenancy=tenancy)
         _run(lambda: run_serve(cfg, host, port, metrics_at))

@@ -77,9 +77,11 @@ from tessera.live.intake import (
     admits_quickly,
     parse_submission,
 )
+from tessera.live.learned import speeds_json
 from tessera.live.limits import BodyLimit
 from tessera.live.metrics import ServiceMetrics
 from tessera.live.names import JobNames
+from tessera.live.progress_api import add_progress_route
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
 from tessera.live.store import Allocation, JobRecord, NewJob, StoreDamaged
@@ -134,6 +136,7 @@ def create_app(svc: LiveService, api_docs: bool = False,
     _add_cluster_routes(app, svc, access)
     add_log_route(app, svc, access.principal, access.visible)
     _add_metrics_route(app, metrics if metrics is not None else ServiceMetrics(svc), access)
+    add_progress_route(app, svc)
     _add_web_routes(app)
     return app
 
@@ -294,6 +297,7 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
                           "to": e.to_state, "detail": e.detail}
                          for e in svc.store.events(job_id=job_id)]
         out.update(log_retention_json(rec, svc.tenancy.logs.retention_s))
+        out["speeds"] = speeds_json(svc, rec)  # measured vs predicted (live.learned)
         return JobNames(svc.store, who, [rec]).scrub(out)  # a partner's id, in text or events
 
     @app.post("/api/jobs/{job_id}/cancel")

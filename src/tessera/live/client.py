@@ -122,6 +122,12 @@ class Client:
     def cluster(self) -> dict[str, Any]:
         return self._call("GET", "/api/cluster")
 
+    def slow_nodes(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/slow-nodes")["slow_nodes"])
+
+    def clear_slow_node(self, node: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/api/slow-nodes/{node}")
+
     def logs(self, job_id: str, rank: int = 0, run: int | None = None,
              offset: int = 0) -> dict[str, Any]:
         """A piece of rank ``rank``'s output from byte ``offset`` (latest run by default)."""

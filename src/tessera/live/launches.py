@@ -159,7 +159,8 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
                       requires_locality=job.spec.requires_locality,
                       run_as=queue.run_as or svc.opts.run_as,
                       max_runtime_s=job.max_runtime_s or queue.max_runtime_s,
-                      grace_s=svc.opts.grace_s, share_with=host)
+                      grace_s=svc.opts.grace_s, share_with=host,
+                      progress=progress_for(svc, a.job_id, a.run))
     try:
         svc.executor.launch(spec)
     except Exception as e:  # any launch failure is the run's failure
@@ -174,3 +175,12 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
         return
     crash_point("after-launch")
     confirm(svc, a, svc.clock())
+
+
+def progress_for(svc: ServiceParts, job_id: str, run: int) -> tuple[str, str] | None:
+    """Where run ``(job_id, run)`` reports its progress, and its token (``None`` when the
+    service has no URL: it was built without ``tessera serve``'s HTTP server)."""
+    base = svc.opts.progress_url
+    if base is None:
+        return None
+    return f"{base.rstrip('/')}/api/progress/{job_id}/{run}", svc.progress.token(job_id, run)

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from tessera.live.executors.base import Executor
 from tessera.live.options import ServiceOptions
+from tessera.live.progress import ProgressBook
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import Store
 from tessera.live.tenancy import Tenancy
@@ -35,6 +36,7 @@ class ServiceParts(Protocol):
         backoff: ``{job: (not before, last delay)}``: jobs an executor could not place, out
             of the rounds until then.
         signalled: stopping runs already sent their stop signal.
+        progress: the runs' progress tokens and measured rates (:mod:`.progress`).
     """
 
     store: Store
@@ -50,6 +52,7 @@ class ServiceParts(Protocol):
     launching: set[RunKey]
     backoff: dict[str, tuple[float, float]]
     signalled: set[RunKey]
+    progress: ProgressBook
 
     def poke(self) -> None:
         """Wake the loop."""

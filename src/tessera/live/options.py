@@ -42,3 +42,4 @@ class ServiceOptions:
     seed: int = 0
     run_as: str | None = None
     log_sweep_s: float = 300.0
+    progress_url: str | None = None

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, check_run_as
@@ -219,6 +220,30 @@ def print_token(state_dir: Path) -> Callable[[str], None]:
     return show
 
 
+def progress_base_url(host: str, port: int) -> str:
+    """The URL jobs on this machine reach the API at (``TESSERA_PROGRESS_URL``'s base): a
+    wildcard address is reached on loopback."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1" if host != "::" else "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def check_url(url: str | None) -> str | None:
+    """``--progress-url``: an ``http(s)://host[:port]`` base, or ``None``.
+
+    Raises:
+        SpecError: anything else, in one line.
+    """
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/") \
+            or parts.query:
+        raise SpecError(f"--progress-url {url!r}: give the API's base URL, e.g. "
+                        "http://10.0.0.5:8470")
+    return url.rstrip("/")
+
+
 def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           metrics_at: tuple[str, int] | None = None) -> None:
     """Run the service and its HTTP API until interrupted (SIGINT/SIGTERM).
@@ -248,6 +273,8 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
         try:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
             svc, token = build_service(cfg, print_token(layout.state_dir))
+            svc.opts = replace(svc.opts, progress_url=svc.opts.progress_url
+                               or progress_base_url(host, port))
             svc.start()
             url = f"http://{host}:{port}"
             print(f"tessera serving {svc.cluster.describe()} with policy "

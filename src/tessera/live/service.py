@@ -42,8 +42,11 @@ from tessera.live import launches, lifecycle
 from tessera.live.executors.base import Executor, ExpiringExecutor, SharingExecutor
 from tessera.live.faults import crash_point
 from tessera.live.journal import journal
+from tessera.live.learned import apply_learned, prior_rate
 from tessera.live.options import ServiceOptions
+from tessera.live.progress import ProgressBook
 from tessera.live.reconcile import reconcile
+from tessera.live.slownodes import SlowNodes
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import HOLDING, JobRecord, NewJob, Store, StoreDamaged
@@ -51,6 +54,7 @@ from tessera.live.tenancy import Principal, Tenancy
 from tessera.live.totals import check_totals
 from tessera.live.view import build_snapshot
 from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import gavel_loop_only, make_policy
@@ -126,6 +130,13 @@ class LiveService:
         self.keeper: MarkerKeeper | None = None
         """Keeps the store's marker current (set by ``tessera serve``, :mod:`.storecheck`)."""
         self.store.sync_queues(tenancy.quotas)
+        self.progress = ProgressBook(store, self._run_where, self._table_prior)
+        """Progress reports and the measured rates (:mod:`.progress`, :mod:`.learned`)."""
+        self.slow_nodes = SlowNodes()
+        self.known_types = frozenset(self.oracle.table.job_types())
+        """Job types some table knows: their prior is a measurement, not a guess."""
+        self.applied_rates: dict[str, dict[GpuFlavor, float]] = {}
+        self.silent_noted: set[str] = set()
 
     # -- lifecycle of the service itself -----------------------------------------------------
 
@@ -227,6 +238,23 @@ class LiveService:
             old = lifecycle.cancel_job(self.store, db, job_id, self.clock(), who.name)
         self.poke()
         return old
+
+    def _run_where(self, job_id: str, run: int
+                   ) -> tuple[str, GpuFlavor | None, tuple[str, ...]] | None:
+        """A run's status, flavor (``None`` for a mixed gang) and nodes, for progress reports."""
+        a = self.store.allocation(job_id, run)
+        if a is None:
+            return None
+        f = a.placement.sole_flavor
+        return (a.status, f,
+                tuple(n for n, _c in a.placement.gpus_by_node))
+
+    def _table_prior(self, job_id: str, flavor: GpuFlavor) -> float | None:
+        """The job's table speed on ``flavor``; ``None`` when no table knows its type."""
+        rec = self.store.get(job_id)
+        if rec is None or rec.job.spec.job_type not in self.known_types:
+            return None
+        return prior_rate(self, rec, flavor) or None
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -345,6 +373,7 @@ class LiveService:
             with self.store.tx() as db:
                 what = lifecycle.finish_run(self.store, db, a, st, now_s, self.speeds)
             self.executor.release(a.job_id, a.run)
+            self.progress.forget_run(a.job_id, a.run)
             self.signalled.discard((a.job_id, a.run))
             log.info("job %s run %s: %s", a.job_id, a.run, what)
             # A run the scheduler stopped (preempted or moving) is no news: the decision that
@@ -367,6 +396,7 @@ class LiveService:
         self.idle = not records
         if self.idle:
             return None
+        avoid = apply_learned(self, records, now_s)
         snap = build_snapshot(now_s, self.cluster, records, self.store.allocations(HOLDING),
                               self.tenancy.quotas, self.oracle, self.policy_state,
                               self.settings.round_s if self.uses_rounds else None,
@@ -374,6 +404,8 @@ class LiveService:
         self.idle = not snap.jobs
         if self.idle:
             return None
+        if avoid:  # slow nodes (live.slownodes): no new gang there; running ones stay
+            snap = replace(snap, down_nodes=snap.down_nodes | avoid)
         # The runs holding GPUs, for the rounds' no-progress watch (_round_cadence).
         self._held = [(j.progress_from_s, j.progress_rate) for j in snap.jobs if j.running]
         opts = replace(self.placement, fill_only=True) if fill_only else self.placement

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tessera.progress_report import progress
 from tessera.train.balancer import OnlineBalancer
 from tessera.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from tessera.train.config import TrainConfig, from_json
@@ -175,6 +176,8 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             run.checkpoint(step + 1)
         if rank == 0 and cfg.verbose:
             _print_step(record)
+        if rank == 0:  # to tessera serve, when it launched us (a no-op otherwise; <= 1/s)
+            progress(steps=step + 1, samples=run.samples)
         if stop_now and step + 1 < cfg.steps:
             if rank == 0:
                 run.checkpoint(step + 1)

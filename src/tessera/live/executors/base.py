@@ -30,7 +30,7 @@ import os
 import pwd
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -86,6 +86,9 @@ class LaunchSpec:
         share_with: ``(job_id, run)`` of the run whose GPUs this one joins (co-location,
             :mod:`tessera.live.sharing`): its ranks get that run's devices, rank by rank;
             ``None`` for a run on GPUs of its own.
+        progress: ``(url, token)`` where the run reports its progress
+            (``TESSERA_PROGRESS_URL``, ``TESSERA_PROGRESS_TOKEN``: :mod:`tessera.progress_report`),
+            ``None``: the service takes no reports.
     """
 
     job_id: str
@@ -101,6 +104,7 @@ class LaunchSpec:
     max_runtime_s: float | None = None
     grace_s: float = 10.0
     share_with: tuple[str, int] | None = None
+    progress: tuple[str, str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +290,8 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
     world = spec.placement.num_gpus
     out: list[dict[str, str]] = []
     rank = 0
-    reserved = (RUN_AS_VAR, "TESSERA_MAX_RUNTIME_S", "TESSERA_GRACE_S")
+    reserved = (RUN_AS_VAR, "TESSERA_MAX_RUNTIME_S", "TESSERA_GRACE_S", "TESSERA_PROGRESS_URL",
+                "TESSERA_PROGRESS_TOKEN")
     for node, count, flavor in spec.placement.parts():
         for local in range(count):
             env = {k: v for k, v in spec.env if k not in reserved and k not in DEVICE_VARS}
@@ -307,6 +312,8 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
                 env["TESSERA_LOCAL_BATCH"] = str(spec.local_batches[rank])
             if spec.rank_env is not None:
                 env.update(spec.rank_env[rank])
+            if spec.progress is not None:
+                env["TESSERA_PROGRESS_URL"], env["TESSERA_PROGRESS_TOKEN"] = spec.progress
             out.append(env)
             rank += 1
     return out

@@ -16,6 +16,7 @@ the live service takes each rank's role from when it launches the gang the sched
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tessera.errors import NoProfileError
@@ -105,31 +106,63 @@ class ThroughputOracle:
         self._max_node = {f: cluster.max_gpus_per_node(f) for f in cluster.flavors()}
         self._reference = table.reference_flavor
         self._cache: dict[tuple[str, int, tuple[GpuFlavor, ...]], tuple[FlavorRate, ...]] = {}
-        self._view: dict[RateKey, tuple[FlavorRate, ...]] = {}
+        self._view: dict[tuple[object, ...], tuple[FlavorRate, ...]] = {}
         self._types: frozenset[str] | None = None
         self._twin: ThroughputOracle | None = None
-        self._upgrades: dict[tuple[RateKey, GpuFlavor, bool],
+        self._upgrades: dict[tuple[tuple[object, ...], GpuFlavor, bool],
                              tuple[GpuFlavor, float, float] | None] = {}
-        self._fastest_first: dict[RateKey, tuple[GpuFlavor, ...]] = {}
+        self._fastest_first: dict[tuple[object, ...], tuple[GpuFlavor, ...]] = {}
         self._cost_model = cost_model
         self._mixed: MixedRates | None = None
         self.plans: ThreeDPlans = plans if plans is not None else (
             truth.plans if truth is not None else ThreeDPlans())
         self._plan_rates: dict[tuple[int, tuple[GpuFlavor, ...], ThreeDParallel],
                                tuple[tuple[FlavorRate, ...], str]] = {}
+        self._measured: dict[str, dict[GpuFlavor, float]] = {}
 
     @property
     def cluster(self) -> ClusterSpec:
         """The inventory this oracle answers for."""
         return self._cluster
 
+    def set_measured(self, job_id: str, rates: dict[GpuFlavor, float] | None) -> None:
+        """Overlay measured steps/s of one job (the live service's progress reports) on its
+        prior, or drop the overlay (``None``); see :meth:`real_rates`."""
+        truth = self._truth if self._truth is not None else self
+        if rates:
+            truth._measured[job_id] = dict(rates)
+        else:
+            truth._measured.pop(job_id, None)
+        for o in (truth, truth._twin):
+            if o is not None:
+                o._view.clear()
+                o._fastest_first.clear()
+                o._upgrades.clear()
+
+    def key(self, job: JobSpec) -> tuple[object, ...]:
+        """The key under which ``job`` shares rates with others (:func:`rate_key`), its own id
+        added when it has measured rates (those are its alone)."""
+        truth = self._truth if self._truth is not None else self
+        if job.job_id in truth._measured:
+            return (*rate_key(job), job.job_id)
+        return rate_key(job)
+
     def real_rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
         """True rates on every allowed cluster flavor where the job can run (rate > 0).
 
         Order: the job's own preference order when it gives one, else the cluster's order.
+        A job with measured rates (:meth:`set_measured`) runs at them on the flavors it was
+        measured on, and elsewhere at its prior scaled by the geometric mean of
+        measured/prior over the measured flavors: the prior's ratios between flavors, the
+        measurements' level.
         """
         if self._truth is not None:
             return self._truth.real_rates(job)
+        measured = self._measured.get(job.job_id) if self._measured else None
+        prior = self.prior_rates(job)
+        return prior if measured is None else with_measured(prior, measured)
+
+    def prior_rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
         if job.parallelism is not None:
             return self._planned_rates(job)[0]
         key = (job.job_type, job.num_gpus, job.flavors)
@@ -228,7 +261,7 @@ class ThroughputOracle:
         real = self.real_rates(job)
         if not self.agnostic:
             return real
-        key = rate_key(job)
+        key = self.key(job)
         hit = self._view.get(key)
         if hit is not None:
             return hit
@@ -254,7 +287,7 @@ class ThroughputOracle:
         back to the order of :meth:`rates` (the job's own preference, or the cluster's), which
         the sort keeps stable.
         """
-        key = rate_key(job)
+        key = self.key(job)
         hit = self._fastest_first.get(key)
         if hit is None:
             hit = tuple(r.flavor for r in sorted(self.rates(job), key=lambda r: -r.consolidated))
@@ -266,7 +299,7 @@ class ThroughputOracle:
     ) -> tuple[GpuFlavor, float, float] | None:
         """``(fastest flavor, its rate, current rate)`` when ``job`` would run faster on
         another flavor than on ``flavor``, else ``None`` (cached; the policy's view)."""
-        key = (rate_key(job), flavor, consolidated)
+        key = (self.key(job), flavor, consolidated)
         hit = self._upgrades.get(key, _UNKNOWN)
         if hit is not _UNKNOWN:
             return hit  # type: ignore[return-value]
@@ -333,6 +366,24 @@ class ThroughputOracle:
                     return r.consolidated if placement.consolidated else r.spread
             return 0.0
         return self.rate(job, placement.flavor, placement.consolidated)
+
+
+def with_measured(prior: tuple[FlavorRate, ...],
+                  measured: dict[GpuFlavor, float]) -> tuple[FlavorRate, ...]:
+    """``prior`` with measured steps/s where there are some (see
+    :meth:`ThroughputOracle.real_rates`); a flavor's spread speed keeps its prior ratio to the
+    consolidated one."""
+    ratios = [measured[r.flavor] / r.consolidated for r in prior
+              if r.flavor in measured and r.consolidated > 0 and measured[r.flavor] > 0]
+    # one ratio exactly (a flavor measured at x runs where the prior saw it at par: a tie)
+    level = (ratios[0] if len(ratios) == 1 else
+             math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0)
+    out = []
+    for r in prior:
+        m = measured.get(r.flavor)
+        scale = m / r.consolidated if m is not None and m > 0 and r.consolidated > 0 else level
+        out.append(FlavorRate(r.flavor, r.consolidated * scale, r.spread * scale))
+    return tuple(out)
 
 
 def _parts_of(flavor: GpuFlavor, sizes: list[int]) -> tuple[tuple[str, int, GpuFlavor], ...]:

@@ -14,7 +14,7 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
 from tessera.sched.core.free_view import Layout as _PlacementLayout
 from tessera.sched.core.lp import INF, LpModel, LpSolver, SolverError, solve_lp
-from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
+from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import PolicyContext
 from tessera.sched.core.snapshot import JobView, Snapshot
 
@@ -38,7 +38,7 @@ class NodeRates:
     placement: _PlacementLayout
     """The up nodes' layout for :class:`FreeGpus` (each round's placement replay)."""
     oracle: ThroughputOracle | None = None
-    rates: dict[RateKey, Usable] = field(default_factory=dict)
+    rates: dict[tuple[object, ...], Usable] = field(default_factory=dict)
     by_job: dict[JobId, tuple[JobSpec, Usable]] = field(default_factory=dict)
     """Each job's usable rates, noted with its spec (a job is looked up by id, not by key)."""
 
@@ -59,7 +59,7 @@ class NodeRates:
 
     def rates_for(
         self, oracle: ThroughputOracle
-    ) -> dict[RateKey, Usable]:
+    ) -> dict[tuple[object, ...], Usable]:
         """The usable-rates cache, valid for ``oracle`` (one per simulation in practice)."""
         if self.oracle is not oracle:
             self.oracle = oracle
@@ -92,7 +92,7 @@ class NodeRates:
         hit = self.by_job.get(jid)
         if hit is not None and hit[0] is spec:
             return hit[1]
-        key = rate_key(spec)
+        key = ctx.oracle.key(spec)
         kept = self.rates.get(key)
         if kept is None:
             kept = self.rates[key] = self.usable(ctx, spec, gang_exponent)
