@@ -45,6 +45,7 @@ from tessera.train.devices import Precision
 from tessera.train.emulation import Emulator
 from tessera.train.examples import Example, build_model, get_example, loss_fn, sample_range
 from tessera.train.resize import Resize, fit_to_launch, resume_balancer
+from tessera.train.step_modes import make_stepper, slow_down
 
 FAIL_EXIT_CODE = 17
 """Exit status of a rank killed by fault injection (``TrainConfig.fail_at``)."""
@@ -168,8 +169,13 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
     run = _start_run(cfg, rank, world_size, run_dir, start_split, emulate)
     if world_size > 1:
         broadcast_parameters(run.model)
+    stepper = make_stepper(run)  # coded / bounded-staleness steps; None: synchronous
     for step in range(run.start, cfg.steps):
-        record, stop_now = _train_step(run, step, restart_count, stop)
+        if stepper is None:
+            record, stop_now = _train_step(run, step, restart_count, stop)
+        else:
+            record, stop_now = stepper.step(step, restart_count,
+                                            stop is not None and stop.requested)
         run.log.append(record)
         if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             run.checkpoint(step + 1)
@@ -180,7 +186,11 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
                 run.checkpoint(step + 1)
                 print(f"stopped on request after step {step}; checkpoint in {run.ckpt_dir}",
                       flush=True)
+            if stepper is not None:
+                stepper.close()
             raise StopRequested(step + 1)
+    if stepper is not None:
+        stepper.close()
     if rank == 0:
         run.checkpoint(cfg.steps)
         result = {
@@ -285,6 +295,7 @@ def _train_step(run: _Run, step: int, restart_count: int, stop: StopSignal | Non
     else:
         torch.cuda.synchronize(run.device)
         compute_s = time.perf_counter() - t0
+    compute_s = slow_down(cfg, step, rank, t0, compute_s)  # injected straggler, if any
     extras = sync_gradients(params, rank=rank, world_size=run.world_size, local_batch=local,
                             global_batch=cfg.global_batch, compute_s=compute_s,
                             local_loss=float(loss.detach()), overflow=overflow,
