@@ -36,6 +36,7 @@ from tessera.train.p2p_step import (
     apply_gradient,
     compute_deadline,
     dtype_of,
+    message_group,
     parameters,
     step_record,
     weighted_gradient,
@@ -56,8 +57,10 @@ class CodedStepper:
         self.code: GradientCode = build_code(n, run.cfg.code_size)
         self.numel = sum(p.numel() for p in parameters(run))
         self.dtype = dtype_of(run.cfg)
-        self.inbox = Inbox(n, self.numel + _HEADER, self.dtype) if run.rank == 0 else None
-        self.outbox = Outbox()
+        self.group = message_group()
+        self.inbox = (Inbox(n, self.numel + _HEADER, self.dtype, self.group)
+                      if run.rank == 0 else None)
+        self.outbox = Outbox(self.group)
 
     def pieces(self, rank: int) -> list[Piece]:
         """The samples ``rank`` computes this step, weighted by its code row over ``B``."""
@@ -101,7 +104,7 @@ class CodedStepper:
     def _contribute(self, step: int, t0: float, stop: bool) -> torch.Tensor:
         n = self.code.n
         decision = torch.zeros(_DECISION + 2 * n + self.numel, dtype=self.dtype)
-        incoming = Receive(decision, 0, step)
+        incoming = Receive(decision, 0, step, self.group)
         result, deadline = self.compute(step, t0)
         finished = deadline.wait(cancel=incoming.is_completed)
         header = torch.tensor([1.0 if finished else 0.0, time.perf_counter() - t0, result.loss,

@@ -137,6 +137,15 @@ def apply_gradient(run: StepRun, grad: torch.Tensor, overflow: bool) -> None:
     run.scaler.update(overflow)
 
 
+def message_group() -> Any:
+    """The process group for step messages: the default one over gloo; over NCCL a gloo group
+    of the same ranks (messages are CPU tensors, and gloo's tags keep steps apart). Every rank
+    must call this, at the same point (``new_group`` is collective)."""
+    if dist.get_backend() == "gloo":
+        return None
+    return dist.new_group(backend="gloo")
+
+
 class Receive:
     """An ``irecv`` that can be polled.
 
@@ -146,9 +155,9 @@ class Receive:
     :meth:`wait`.
     """
 
-    def __init__(self, buf: torch.Tensor, src: int, tag: int) -> None:
+    def __init__(self, buf: torch.Tensor, src: int, tag: int, group: Any = None) -> None:
         self.buf = buf
-        work = dist.irecv(buf, src=src, tag=tag)
+        work = dist.irecv(buf, src=src, tag=tag, group=group)
         assert work is not None  # None only for ranks outside the group
         self._work = work
         self._done = threading.Event()
@@ -183,7 +192,9 @@ class Inbox:
     sends) and are dropped then; :meth:`drain` waits for all of them (end of the run).
     """
 
-    def __init__(self, world_size: int, size: int, dtype: torch.dtype) -> None:
+    def __init__(self, world_size: int, size: int, dtype: torch.dtype, group: Any = None
+                 ) -> None:
+        self.group = group
         self.world_size = world_size
         self.size = size
         self.dtype = dtype
@@ -197,7 +208,7 @@ class Inbox:
         for src in range(1, self.world_size):
             buf = torch.zeros(self.size, dtype=self.dtype)
             self._buffers[(src, step)] = buf
-            self._works[(src, step)] = Receive(buf, src, step)
+            self._works[(src, step)] = Receive(buf, src, step, self.group)
 
     def arrived(self, step: int) -> list[int]:
         """The ranks whose ``step`` message has arrived, in arrival order (as polled)."""
@@ -245,7 +256,8 @@ class Outbox:
     for those first, which keeps the list short without blocking.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
         self._pending: list[tuple[Any, torch.Tensor, int]] = []
 
     def send(self, buf: torch.Tensor, dst: int, tag: int) -> None:
@@ -254,7 +266,7 @@ class Outbox:
             if old <= tag - 2:
                 work.wait()
         self._pending = [p for p in self._pending if p[2] > tag - 2]
-        self._pending.append((dist.isend(buf, dst=dst, tag=tag), buf, tag))
+        self._pending.append((dist.isend(buf, dst=dst, tag=tag, group=self.group), buf, tag))
 
     def drain(self) -> None:
         """Wait until every send has been received."""

@@ -45,6 +45,7 @@ from tessera.train.p2p_step import (
     apply_gradient,
     compute_deadline,
     dtype_of,
+    message_group,
     parameters,
     step_record,
     weighted_gradient,
@@ -91,9 +92,11 @@ class StaleStepper:
         n = run.world_size
         self.numel = sum(p.numel() for p in parameters(run))
         self.dtype = dtype_of(run.cfg)
+        self.group = message_group()
         self.work: _Work | None = None
-        self.outbox = Outbox()
-        self.inbox = Inbox(n, self.numel + _HEADER, self.dtype) if run.rank == 0 else None
+        self.outbox = Outbox(self.group)
+        self.inbox = (Inbox(n, self.numel + _HEADER, self.dtype, self.group)
+                      if run.rank == 0 else None)
         self.since: list[int | None] = [None] * n  # rank 0: step each rank's work started at
         self.unread: set[int] = set()  # rank 0: ranks whose message of the last step is owed
         self.last_step: int | None = None
@@ -142,7 +145,7 @@ class StaleStepper:
     def _contribute(self, step: int, stop: bool) -> torch.Tensor:
         n = self.run.world_size
         decision = torch.zeros(_DECISION + 2 * n + self.numel, dtype=self.dtype)
-        incoming = Receive(decision, 0, step)
+        incoming = Receive(decision, 0, step, self.group)
         assert self.work is not None
         finished = self.work.deadline.wait(cancel=incoming.is_completed)
         self.outbox.send(self._message(finished, stop), dst=0, tag=step)
