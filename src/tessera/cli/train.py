@@ -175,6 +175,10 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
                f"{len(result.rebalances)} rebalance(s), final loss {result.final_loss:.4f}, "
                f"restarts {result.restarts}"
                + (" (heterogeneity emulated)" if result.emulated else ""))
+    if cfg.step_mode != "sync" or cfg.stragglers > 0:
+        typer.echo(f"steps {cfg.step_mode}, stragglers {cfg.stragglers:g} "
+                   f"({cfg.straggler_factor:g}× slower): p99 step time "
+                   f"{1000 * result.p99_step_s:.1f} ms")
     if start.planner_step_s is not None and start.planner_samples_per_s is not None:
         typer.echo(f"measured step time {1000 * result.mean_step_s:.1f} ms "
                    f"({result.throughput_samples_per_s:.0f} samples/s); planner predicted "
