@@ -130,3 +130,12 @@ def test_cli_coded_with_one_rank_exits_2(tmp_path):
         env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "--coded needs at least 2 ranks" in proc.stdout + proc.stderr
+
+
+def test_help_shows_the_options_with_an_example():
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "200"}
+    out = subprocess.run([sys.executable, "-m", "tessera", "train", "--help"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    for option in ("--stragglers", "--straggler-factor", "--coded", "--code-k", "--staleness"):
+        assert option in out
+    assert "--stragglers 0.05" in out and "--coded" in out
