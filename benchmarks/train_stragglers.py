@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--staleness", type=int, default=2)
     ap.add_argument("--target-loss", type=float, default=0.35)
+    ap.add_argument("--code-ks", default="3,2", help="k of each coded row (k < n)")
     ap.add_argument("--modes", default="plain,rebalanced,coded,stale")
     args = ap.parse_args()
     base = TrainConfig(
@@ -85,19 +86,20 @@ def main() -> None:
         split="equal", seed=args.seed, straggler_factor=args.factor, checkpoint_every=0,
         emulate=True, emulation=EmulationConfig(overhead_s=0.0005,
                                                 per_sample_s=args.per_sample_ms / 1000))
-    variants = {
-        "plain": {},
-        "rebalanced": {"split": "planned"},
-        "coded": {"coded": True},
-        "stale": {"staleness": args.staleness},
-    }
-    rows = []
+    n = base.world_size
+    variants: dict[str, dict[str, object]] = {}
     for mode in args.modes.split(","):
+        if mode == "coded":
+            for k in (int(x) for x in args.code_ks.split(",")):
+                variants[f"coded (k={k} of {n})"] = {"coded": True, "code_k": k}
+        elif mode == "stale":
+            variants[f"stale S={args.staleness}"] = {"staleness": args.staleness}
+        else:
+            variants[mode] = {"split": "planned"} if mode == "rebalanced" else {}
+    rows = []
+    for label, changes in variants.items():
         for rate in (0.0, args.rate):
-            result = _run(base.with_changes(stragglers=rate, **variants[mode]))
-            label = f"stale S={args.staleness}" if mode == "stale" else mode
-            if mode == "coded":
-                label += f" (k={result.config.code_size} of {result.config.world_size})"
+            result = _run(base.with_changes(stragglers=rate, **changes))
             rows.append(_row(label, rate, result, args.target_loss))
             print(f"  ran {label} at rate {rate}", flush=True)
     print(f"\n{args.example} on {args.devices} (emulated, {args.per_sample_ms:g} ms/sample), "
