@@ -17,6 +17,10 @@ reach. The loop works with processes started by :mod:`tessera.train.launcher` an
 ``torchrun`` (``python -m tessera.train.worker --config cfg.json --run-dir DIR``): it reads
 ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT``,
 and, from the live service, the run's size (:func:`tessera.train.resize.fit_to_launch`).
+
+With ``--coded`` or ``--staleness S`` a stepper from :mod:`tessera.train.step_modes` runs the
+step instead, with point-to-point messages in place of the all-reduce; injected stragglers
+(``--stragglers``) slow step 4 in every mode.
 """
 
 from __future__ import annotations
@@ -197,7 +201,8 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             "emulated": emulate, "speeds": list(cfg.emulated_speeds()),
             "precisions": [str(s.precision) for s in cfg.slots],
             "flavors": [s.flavor.short for s in cfg.slots], "restarts": restart_count,
-            "final_split": list(run.balancer.split), "log": run.log,
+            "final_split": list(run.balancer.split) if stepper is None or not run.log
+            else list(run.log[-1]["split"]), "log": run.log,  # coded: per-rank loads
         }
         tmp = run_dir / (RESULT_NAME + ".tmp")
         tmp.write_text(json.dumps(result))
