@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
     """Add the ``train`` command to the Tessera CLI."""
 
     @app.command("train", epilog="Example: tessera train cnn --devices A100:1,T4:2 "
-                 "--split planned --steps 40")
+                 "--split planned --steps 40; with stragglers: tessera train mlp --devices "
+                 "A100:4 --stragglers 0.05 --seed 1 --coded --json")
     def train(
         example: str = typer.Argument(..., help="Example to train: mlp, cnn or transformer."),
         devices: str = typer.Option(..., "--devices", help=DEVICES_HELP),
@@ -99,6 +100,23 @@ def register(app: typer.Typer) -> None:
             "linear", "--lr-scaling",
             help="How the rate follows the global batch B: linear (lr × B / lr-batch, Goyal "
                  "et al.'s rule) or none (lr at any batch)."),
+        stragglers: float = typer.Option(
+            0.0, "--stragglers",
+            help="Inject transient stragglers: each (rank, step) is --straggler-factor times "
+                 "slower with this probability (0..1), drawn from --seed. Example: "
+                 "--stragglers 0.05 --coded."),
+        straggler_factor: float = typer.Option(
+            3.0, "--straggler-factor", help="How many times slower a straggling rank is."),
+        coded: bool = typer.Option(
+            False, "--coded",
+            help="Gradient-coded steps: any --code-k of the n ranks decide a step, exactly "
+                 "(each rank computes n-k+1 partitions)."),
+        code_k: int | None = typer.Option(
+            None, "--code-k", help="k of the coded mode (default n-1: one straggler tolerated)."),
+        staleness: int = typer.Option(
+            0, "--staleness",
+            help="Bounded staleness S: apply late ranks' gradients up to S steps old instead "
+                 "of waiting (0: synchronous)."),
         seed: int = SEED,
         as_json: bool = typer.Option(False, "--json", help="End the output with one JSON "
                                      "summary line (for scripts)."),
@@ -120,7 +138,8 @@ def register(app: typer.Typer) -> None:
             speed_changes=tuple(parse_speed_change(s) for s in speed_change),
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
             checkpoint_every=checkpoint_every, fail_at=FailAt(*fail) if fail else None,
-            verbose=True,
+            verbose=True, stragglers=stragglers, straggler_factor=straggler_factor,
+            coded=coded, code_k=code_k, staleness=staleness,
         )
         _run(cfg, max_restarts, as_json)
 
@@ -156,6 +175,10 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
                f"{len(result.rebalances)} rebalance(s), final loss {result.final_loss:.4f}, "
                f"restarts {result.restarts}"
                + (" (heterogeneity emulated)" if result.emulated else ""))
+    if cfg.step_mode != "sync" or cfg.stragglers > 0:
+        typer.echo(f"steps {cfg.step_mode}, stragglers {cfg.stragglers:g} "
+                   f"({cfg.straggler_factor:g}× slower): p99 step time "
+                   f"{1000 * result.p99_step_s:.1f} ms")
     if start.planner_step_s is not None and start.planner_samples_per_s is not None:
         typer.echo(f"measured step time {1000 * result.mean_step_s:.1f} ms "
                    f"({result.throughput_samples_per_s:.0f} samples/s); planner predicted "

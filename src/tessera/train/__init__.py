@@ -18,6 +18,11 @@ Modules, from the bottom up:
 * :mod:`~tessera.train.resize` -- resuming at another world size and global batch (torch);
 * :mod:`~tessera.train.worker` -- the per-rank loop, also a ``torchrun`` entry point (torch);
 * :mod:`~tessera.train.launcher` -- local processes, restarts and results (torch).
+* :mod:`~tessera.train.stragglers` -- injected transient stragglers, their options (pure Python);
+* :mod:`~tessera.train.coded` / :mod:`~tessera.train.coded_step` -- gradient coding, any k of n
+  ranks decide a step exactly (torch);
+* :mod:`~tessera.train.staleness` -- bounded-staleness steps (torch); shared pieces in
+  :mod:`~tessera.train.p2p_step`, mode choice in :mod:`~tessera.train.step_modes`.
 
 This package imports nothing heavy itself; torch is imported by the modules that need it.
 """

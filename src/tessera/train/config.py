@@ -30,6 +30,7 @@ from tessera.train.prior import (
     check_plan_model,
     planned_split,
 )
+from tessera.train.stragglers import DEFAULT_FACTOR, Stragglers, check_straggler_options
 
 SPLIT_MODES = ("planned", "equal", "fixed")
 LR_SCALINGS = ("linear", "none")
@@ -75,6 +76,13 @@ class TrainConfig:
         checkpoint_every: save a checkpoint after every this many steps (0: only at the end).
         fail_at: inject a rank failure (tests, demos).
         verbose: print one line per step and every rebalance (from rank 0).
+        stragglers / straggler_factor: inject transient stragglers: each (rank, step) is
+            ``straggler_factor`` times slower with probability ``stragglers``, drawn from
+            ``seed`` (:mod:`tessera.train.stragglers`).
+        coded / code_k: gradient-coded steps, any ``code_k`` (default n − 1) of n ranks decide
+            a step exactly (:mod:`tessera.train.coded_step`).
+        staleness: bounded staleness S: apply gradients up to S steps old from late ranks
+            instead of waiting (:mod:`tessera.train.staleness`); 0 is the synchronous step.
     """
 
     example: str
@@ -99,6 +107,11 @@ class TrainConfig:
     checkpoint_every: int = 5
     fail_at: FailAt | None = None
     verbose: bool = False
+    stragglers: float = 0.0
+    straggler_factor: float = DEFAULT_FACTOR
+    coded: bool = False
+    code_k: int | None = None
+    staleness: int = 0
 
     def __post_init__(self) -> None:
         if self.example not in EXAMPLE_NAMES:
@@ -145,6 +158,8 @@ class TrainConfig:
                             f"{self.lr_scaling!r}")
         if self.lr_batch is not None and self.lr_batch < 1:
             raise SpecError(f"lr_batch must be ≥ 1, got {self.lr_batch}")
+        check_straggler_options(ranks=n, rate=self.stragglers, factor=self.straggler_factor,
+                                coded=self.coded, code_k=self.code_k, staleness=self.staleness)
 
     @property
     def slots(self) -> tuple[DeviceSlot, ...]:
@@ -158,8 +173,25 @@ class TrainConfig:
 
     @property
     def rebalance(self) -> bool:
-        """Only the ``planned`` mode rebalances online."""
-        return self.split == "planned"
+        """Only the ``planned`` mode rebalances online (and only with synchronous steps)."""
+        return self.split == "planned" and self.step_mode == "sync"
+
+    @property
+    def straggler_injection(self) -> Stragglers:
+        """The run's injected stragglers (rate 0: none)."""
+        return Stragglers(self.stragglers, self.straggler_factor, self.seed)
+
+    @property
+    def code_size(self) -> int:
+        """k of the coded mode: ``code_k``, default n − 1 (one straggler tolerated)."""
+        return self.code_k if self.code_k is not None else self.world_size - 1
+
+    @property
+    def step_mode(self) -> str:
+        """``coded`` (k < n), ``stale`` (staleness > 0 without a usable code) or ``sync``."""
+        if self.coded and self.code_size < self.world_size:
+            return "coded"
+        return "stale" if self.staleness > 0 else "sync"
 
     def emulated_speeds(self) -> tuple[float, ...]:
         """Relative speed per rank: the explicit ``speeds`` or the catalog's ratios."""

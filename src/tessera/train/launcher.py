@@ -11,6 +11,7 @@ its exit status and the checkpoint a rerun would resume from.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -93,6 +94,12 @@ class TrainResult:
         return sum(r["wall_s"] for r in recs) / len(recs)
 
     @property
+    def p99_step_s(self) -> float:
+        """99th percentile of the step wall times (nearest rank), warm-up steps excluded."""
+        times = sorted(r["wall_s"] for r in self.measured_records())
+        return times[max(0, math.ceil(0.99 * len(times)) - 1)]
+
+    @property
     def final_loss(self) -> float:
         """Global-batch loss of the last step."""
         return float(self.log[-1]["loss"])
@@ -111,6 +118,9 @@ class TrainResult:
             "final_loss": self.final_loss,
             "restarts": self.restarts,
             "throughput_samples_per_s": self.throughput_samples_per_s,
+            "samples_per_s": self.throughput_samples_per_s,
+            "p99_step_s": self.p99_step_s,
+            "step_mode": self.config.step_mode,
             "step_time_s": self.mean_step_s,
             "rebalances": len(self.rebalances),
             "rebalance_events": self.rebalances,

@@ -17,6 +17,10 @@ reach. The loop works with processes started by :mod:`tessera.train.launcher` an
 ``torchrun`` (``python -m tessera.train.worker --config cfg.json --run-dir DIR``): it reads
 ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT``,
 and, from the live service, the run's size (:func:`tessera.train.resize.fit_to_launch`).
+
+With ``--coded`` or ``--staleness S`` a stepper from :mod:`tessera.train.step_modes` runs the
+step instead, with point-to-point messages in place of the all-reduce; injected stragglers
+(``--stragglers``) slow step 4 in every mode.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from tessera.train.devices import Precision
 from tessera.train.emulation import Emulator
 from tessera.train.examples import Example, build_model, get_example, loss_fn, sample_range
 from tessera.train.resize import Resize, fit_to_launch, resume_balancer
+from tessera.train.step_modes import make_stepper, slow_down
 
 FAIL_EXIT_CODE = 17
 """Exit status of a rank killed by fault injection (``TrainConfig.fail_at``)."""
@@ -169,8 +174,13 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
     run = _start_run(cfg, rank, world_size, run_dir, start_split, emulate)
     if world_size > 1:
         broadcast_parameters(run.model)
+    stepper = make_stepper(run)  # coded / bounded-staleness steps; None: synchronous
     for step in range(run.start, cfg.steps):
-        record, stop_now = _train_step(run, step, restart_count, stop)
+        if stepper is None:
+            record, stop_now = _train_step(run, step, restart_count, stop)
+        else:
+            record, stop_now = stepper.step(step, restart_count,
+                                            stop is not None and stop.requested)
         run.log.append(record)
         if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             run.checkpoint(step + 1)
@@ -183,14 +193,19 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
                 run.checkpoint(step + 1)
                 print(f"stopped on request after step {step}; checkpoint in {run.ckpt_dir}",
                       flush=True)
+            if stepper is not None:
+                stepper.close()
             raise StopRequested(step + 1)
+    if stepper is not None:
+        stepper.close()
     if rank == 0:
         run.checkpoint(cfg.steps)
         result = {
             "emulated": emulate, "speeds": list(cfg.emulated_speeds()),
             "precisions": [str(s.precision) for s in cfg.slots],
             "flavors": [s.flavor.short for s in cfg.slots], "restarts": restart_count,
-            "final_split": list(run.balancer.split), "log": run.log,
+            "final_split": list(run.balancer.split) if stepper is None or not run.log
+            else list(run.log[-1]["split"]), "log": run.log,  # coded: per-rank loads
         }
         tmp = run_dir / (RESULT_NAME + ".tmp")
         tmp.write_text(json.dumps(result))
@@ -288,6 +303,7 @@ def _train_step(run: _Run, step: int, restart_count: int, stop: StopSignal | Non
     else:
         torch.cuda.synchronize(run.device)
         compute_s = time.perf_counter() - t0
+    compute_s = slow_down(cfg, step, rank, t0, compute_s)  # injected straggler, if any
     extras = sync_gradients(params, rank=rank, world_size=run.world_size, local_batch=local,
                             global_batch=cfg.global_batch, compute_s=compute_s,
                             local_loss=float(loss.detach()), overflow=overflow,
