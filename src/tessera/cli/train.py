@@ -53,9 +53,11 @@ def register(app: typer.Typer) -> None:
     """Add the ``train`` command to the Tessera CLI."""
 
     @app.command("train", epilog="Example: tessera train cnn --devices A100:1,T4:2 "
-                 "--split planned --steps 40")
+                 "--split planned --steps 40.  On a slow link: tessera train wide-mlp "
+                 "--devices T4:2 --compress powersgd:rank=4 --link-gbps 1 --json")
     def train(
-        example: str = typer.Argument(..., help="Example to train: mlp, cnn or transformer."),
+        example: str = typer.Argument(
+            ..., help="Example to train: mlp, cnn, transformer or wide-mlp."),
         devices: str = typer.Option(..., "--devices", help=DEVICES_HELP),
         split: str = typer.Option(
             "planned", "--split",
@@ -99,6 +101,16 @@ def register(app: typer.Typer) -> None:
             "linear", "--lr-scaling",
             help="How the rate follows the global batch B: linear (lr × B / lr-batch, Goyal "
                  "et al.'s rule) or none (lr at any batch)."),
+        compress: str = typer.Option(
+            "none", "--compress",
+            help="Gradient compression: none, fp16, bf16, powersgd[:rank=R,start=S] (PyTorch's "
+                 "hooks) or 3lc[:s=S] (3-value quantisation, zero runs, error feedback)."),
+        link_gbps: float | None = typer.Option(
+            None, "--link-gbps",
+            help="Emulate a link of G gigabits/s between ranks: each step's exchange lasts as "
+                 "long as a ring of the bytes actually sent would take on it (e.g. 1, 10)."),
+        link_latency_us: float = typer.Option(
+            50.0, "--link-latency-us", help="Per-hop latency of the emulated link (µs)."),
         seed: int = SEED,
         as_json: bool = typer.Option(False, "--json", help="End the output with one JSON "
                                      "summary line (for scripts)."),
@@ -120,9 +132,27 @@ def register(app: typer.Typer) -> None:
             speed_changes=tuple(parse_speed_change(s) for s in speed_change),
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
             checkpoint_every=checkpoint_every, fail_at=FailAt(*fail) if fail else None,
-            verbose=True,
+            verbose=True, compress=compress, link_gbps=link_gbps,
+            link_latency_us=link_latency_us,
         )
+        _check_compression(cfg)
         _run(cfg, max_restarts, as_json)
+
+
+def _check_compression(cfg: TrainConfig) -> None:
+    """Reject a scheme this model or backend cannot run, before any rank starts."""
+    if cfg.compression.scheme == "none":
+        return
+    import torch
+
+    from tessera.train.compression import check_compression, gradient_shapes
+    from tessera.train.worker import use_emulation
+
+    nccl = None
+    backend = "gloo" if use_emulation(cfg) else "nccl"
+    if backend == "nccl":
+        nccl = tuple(torch.cuda.nccl.version())
+    check_compression(cfg.compression, gradient_shapes(cfg.example), backend, nccl)
 
 
 def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
@@ -146,6 +176,17 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
         f"{s.flavor.short} {s.precision}" for s in slots))
     start = cfg.initial_split_info()
     typer.echo(start.describe())
+    if cfg.compression.scheme != "none" or cfg.link is not None:
+        from tessera.train.compression import describe, gradient_shapes
+
+        d = describe(cfg.compression, gradient_shapes(cfg.example))
+        link = (f"; link EMULATED at {cfg.link_gbps:g} Gb/s, {cfg.link_latency_us:g} µs per hop"
+                if cfg.link is not None else "")
+        typer.echo(f"gradient exchange: {d['scheme']}, {d['bytes_per_step'] / 1e6:.3f} MB per "
+                   f"rank and step (fp32: {d['fp32_bytes_per_step'] / 1e6:.3f} MB, "
+                   f"{d['ratio']:.1f}x less"
+                   + ("; 3lc: at most, zero runs shrink it" if cfg.compression.scheme == "3lc"
+                      else "") + f"){link}")
     result = launch(cfg, max_restarts=max_restarts)
     typer.echo("")
     typer.echo("rank  flavor       speed  mean compute ms  final batch")
@@ -163,5 +204,10 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
                    f"samples/s) for {start.plan_model} on real GPUs"
                    + ("; emulated times follow the emulation model, not the profile"
                       if result.emulated else ""))
+    summary = result.summary()
+    if cfg.compression.scheme != "none" or cfg.link is not None:
+        typer.echo(f"p99 step {1000 * summary['p99_step_s']:.1f} ms, "
+                   f"{summary['bytes_per_step'] / 1e6:.3f} MB sent per rank and step, "
+                   f"exchange {1000 * summary['exchange_s']:.1f} ms per step")
     if as_json:
-        typer.echo(json.dumps(result.summary()))
+        typer.echo(json.dumps(summary))

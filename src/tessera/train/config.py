@@ -20,9 +20,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tessera.errors import SpecError
+from tessera.perf.compression import CompressionSpec, parse_compression
 from tessera.train.balancer import BalancerConfig, equal_split
 from tessera.train.devices import DeviceSlot, parse_devices, relative_speeds
 from tessera.train.emulation import EmulationConfig, SpeedChange
+from tessera.train.links import DEFAULT_LATENCY_US, EmulatedLink
 from tessera.train.prior import (
     PLAN_MODELS,
     InitialSplit,
@@ -34,7 +36,7 @@ from tessera.train.prior import (
 SPLIT_MODES = ("planned", "equal", "fixed")
 LR_SCALINGS = ("linear", "none")
 DTYPES = ("float32", "float64")
-EXAMPLE_NAMES = ("mlp", "cnn", "transformer")
+EXAMPLE_NAMES = ("mlp", "cnn", "transformer", "wide-mlp")
 """Kept here (not imported from :mod:`tessera.train.examples`) so validation needs no torch."""
 
 
@@ -75,6 +77,10 @@ class TrainConfig:
         checkpoint_every: save a checkpoint after every this many steps (0: only at the end).
         fail_at: inject a rank failure (tests, demos).
         verbose: print one line per step and every rebalance (from rank 0).
+        compress: gradient compression, ``none|fp16|bf16|powersgd[:rank=R]|3lc``
+            (:mod:`tessera.train.compression`).
+        link_gbps: emulate a link of this many Gb/s between ranks (``None``: no emulation;
+            :mod:`tessera.train.links`); ``link_latency_us`` is its per-hop latency.
     """
 
     example: str
@@ -99,6 +105,9 @@ class TrainConfig:
     checkpoint_every: int = 5
     fail_at: FailAt | None = None
     verbose: bool = False
+    compress: str = "none"
+    link_gbps: float | None = None
+    link_latency_us: float = DEFAULT_LATENCY_US
 
     def __post_init__(self) -> None:
         if self.example not in EXAMPLE_NAMES:
@@ -145,6 +154,21 @@ class TrainConfig:
                             f"{self.lr_scaling!r}")
         if self.lr_batch is not None and self.lr_batch < 1:
             raise SpecError(f"lr_batch must be ≥ 1, got {self.lr_batch}")
+        parse_compression(self.compress)
+        if self.link_gbps is not None:
+            EmulatedLink(self.link_gbps, self.link_latency_us)
+
+    @property
+    def compression(self) -> CompressionSpec:
+        """The parsed ``compress`` value."""
+        return parse_compression(self.compress)
+
+    @property
+    def link(self) -> EmulatedLink | None:
+        """The emulated link between ranks, if any."""
+        if self.link_gbps is None:
+            return None
+        return EmulatedLink(self.link_gbps, self.link_latency_us)
 
     @property
     def slots(self) -> tuple[DeviceSlot, ...]:

@@ -1,0 +1,131 @@
+"""3LC: three-value gradient compression (Lim, Andersen and Kaminsky, MLSys'19).
+
+One tensor ``g`` of a rank's gradient is sent in three stages, each exactly invertible except the
+first:
+
+1. **3-value quantisation with error feedback.** The rank adds what it failed to send last step
+   (the residual ``e``): ``a = g + e``. With the scale ``M = s · max|a|`` (``s``, the *sparsity
+   multiplier*, in ``[1, 2)``) every element becomes a *trit* ``q = round(a / M)`` in
+   ``{−1, 0, 1}``; the receiver reads ``q · M``. The new residual ``e = a − q · M`` goes into the
+   next step, so nothing is lost, only delayed.
+2. **Quartic encoding.** Five trits shifted to ``{0, 1, 2}`` make one base-3 number
+   ``d₀ + 3d₁ + 9d₂ + 27d₃ + 81d₄`` in ``0..242``: one byte per five elements (1.6 bits each).
+   The last group is padded with zero trits.
+3. **Zero-run encoding.** Gradients are mostly zero trits after quantisation, and five zero trits
+   are the byte 121. Bytes 243..255 are unused by stage 2, so a run of 2..14 consecutive 121s
+   becomes the single byte ``243 + (run − 2)``; longer runs are cut into pieces of 14.
+
+A tensor's message is its scale (fp32) and its stage-3 bytes. The functions here are vectorised
+torch; ``tests/train/test_compress_threelc.py`` checks them against a plain-Python reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TRITS_PER_BYTE = 5
+ZERO_GROUP_BYTE = 121
+"""Five zero trits (each shifted to 1): ``1 + 3 + 9 + 27 + 81``."""
+RUN_BASE = 243
+"""Bytes ``243 + (k − 2)`` stand for runs of ``k`` zero-group bytes, ``k`` in 2..14."""
+MAX_RUN = 14
+_POWERS = torch.tensor([1, 3, 9, 27, 81], dtype=torch.int32)
+
+
+def quantize(acc: torch.Tensor, sparsity: float = 1.0) -> tuple[torch.Tensor, float]:
+    """Three-value quantisation: trits (int8 in {−1, 0, 1}) and the scale ``M``.
+
+    ``acc`` already includes the residual. An element becomes ±1 when ``|a| ≥ M/2`` (rounding
+    half away from zero), else 0. ``M`` is rounded to fp32, the precision it is sent in, so the
+    sender's residual matches what receivers read. An all-zero tensor has scale 0.
+    """
+    flat = acc.reshape(-1)
+    scale = float(flat.abs().max()) * sparsity if flat.numel() else 0.0
+    scale = float(torch.tensor(scale, dtype=torch.float32))
+    if scale == 0.0:
+        return torch.zeros(flat.numel(), dtype=torch.int8), 0.0
+    half = scale / 2
+    trits = (flat >= half).to(torch.int8)
+    trits -= (flat <= -half).to(torch.int8)
+    return trits, scale
+
+
+def dequantize(trits: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """The values the receiver reads: ``q · M``."""
+    return trits.to(dtype) * scale
+
+
+def quartic_encode(trits: torch.Tensor) -> torch.Tensor:
+    """Pack trits five to a byte (base 3, first trit least significant); pad with zeros."""
+    n = trits.numel()
+    groups = -(-n // TRITS_PER_BYTE)
+    digits = torch.ones(groups * TRITS_PER_BYTE, dtype=torch.uint8)
+    digits[:n] = trits.view(torch.uint8) + 1  # int8 −1 is 255: +1 wraps to 0
+    d = digits.view(groups, TRITS_PER_BYTE)
+    out = d[:, 4] * 81
+    for j in (3, 2, 1):
+        out += d[:, j] * _POWERS_LIST[j]
+    out += d[:, 0]
+    return out
+
+
+def _decode_table() -> torch.Tensor:
+    values = torch.arange(256, dtype=torch.int32).unsqueeze(1)
+    return ((values // _POWERS) % 3 - 1).to(torch.int8)
+
+
+_POWERS_LIST = (1, 3, 9, 27, 81)
+_DECODE_TABLE = _decode_table()
+"""Row ``b``: the five trits of byte ``b`` (rows 243..255 are never looked up)."""
+
+
+def quartic_decode(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """Unpack :func:`quartic_encode`'s bytes into the first ``n`` trits."""
+    return _DECODE_TABLE[packed.to(torch.int64)].reshape(-1)[:n]
+
+
+def zre_encode(packed: torch.Tensor) -> torch.Tensor:
+    """Zero-run encoding: runs of 2..14 zero-group bytes become one byte ``241 + run``.
+
+    A run longer than 14 is cut into pieces of 14 from its start; a piece of one byte stays 121.
+    """
+    is_zero = packed == ZERO_GROUP_BYTE
+    if not bool(is_zero.any()):
+        return packed.clone()
+    edges = torch.diff(is_zero.to(torch.int8), prepend=torch.zeros(1, dtype=torch.int8),
+                       append=torch.zeros(1, dtype=torch.int8))
+    starts = torch.nonzero(edges == 1).reshape(-1)
+    lengths = torch.nonzero(edges == -1).reshape(-1) - starts
+    pieces = (lengths + MAX_RUN - 1) // MAX_RUN
+    run_of_piece = torch.repeat_interleave(torch.arange(len(starts)), pieces)
+    first_piece = torch.cumsum(pieces, 0) - pieces
+    k = torch.arange(len(run_of_piece)) - first_piece[run_of_piece]
+    piece_start = starts[run_of_piece] + MAX_RUN * k
+    piece_len = torch.clamp(lengths[run_of_piece] - MAX_RUN * k, max=MAX_RUN)
+    tokens = torch.where(piece_len == 1, ZERO_GROUP_BYTE, RUN_BASE - 2 + piece_len)
+    values = packed.clone()
+    values[piece_start] = tokens.to(torch.uint8)
+    keep = ~is_zero
+    keep[piece_start] = True
+    return values[keep]
+
+
+def zre_decode(encoded: torch.Tensor) -> torch.Tensor:
+    """Expand :func:`zre_encode`'s run bytes back into zero-group bytes."""
+    values = encoded.to(torch.int64)
+    is_run = values >= RUN_BASE
+    counts = torch.where(is_run, values - (RUN_BASE - 2), torch.ones_like(values))
+    bytes_ = torch.where(is_run, torch.full_like(values, ZERO_GROUP_BYTE), values)
+    return torch.repeat_interleave(bytes_, counts).to(torch.uint8)
+
+
+def encode(acc: torch.Tensor, sparsity: float = 1.0
+           ) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """Stages 1-3 for one tensor: (scale, wire bytes, the trits the receiver will read)."""
+    trits, scale = quantize(acc, sparsity)
+    return scale, zre_encode(quartic_encode(trits)), trits
+
+
+def decode(scale: float, payload: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Inverse of :func:`encode` (up to quantisation): ``n`` values of ``dtype``."""
+    return dequantize(quartic_decode(zre_decode(payload), n), scale, dtype)
