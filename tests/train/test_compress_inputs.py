@@ -65,7 +65,7 @@ def test_model_and_backend_checks():
         check_compression(CompressionSpec("powersgd", rank=17), shapes, "gloo")
     for scheme in ("fp16", "bf16", "3lc"):  # torch's gloo all-reduces 16-bit floats
         check_compression(CompressionSpec(scheme), shapes, "gloo")
-    with pytest.raises(SpecError, match="needs NCCL ≥ 2.10 .* NCCL 2.9.9 \\(use fp16\\)"):
+    with pytest.raises(SpecError, match=r"needs NCCL ≥ 2\.10 .* NCCL 2\.9\.9 \(use fp16\)"):
         check_compression(CompressionSpec("bf16"), shapes, "nccl", (2, 9, 9))
     check_compression(CompressionSpec("bf16"), shapes, "nccl", (2, 21, 5))
     with pytest.raises(SpecError, match="not supported on the mpi backend"):
