@@ -21,7 +21,9 @@ def ref_quantize(values: list[float], s: float = 1.0) -> tuple[list[int], float]
     m = float(torch.tensor(max(abs(v) for v in values) * s, dtype=torch.float32))
     if m == 0:
         return [0] * len(values), 0.0
-    return [1 if v >= m / 2 else -1 if v <= -m / 2 else 0 for v in values], m
+    # ±1 from |v| = M/2 on: trunc(v · 2/M), clamped (the rounding of the paper, half away
+    # from zero)
+    return [max(-1, min(1, math.trunc(v * (2 / m)))) for v in values], m
 
 
 def ref_quartic(trits: list[int]) -> list[int]:
@@ -114,7 +116,7 @@ def test_residual_is_carried_to_the_next_step():
     for _ in range(4):
         g = _sparse_gradient(gen, 72)
         message, sent = ex.encode(g)
-        sent_flat = torch.cat(sent)
+        sent_flat = sent.clone()
         acc = g + previous
         ref = []
         for lo, hi in ((0, 63), (63, 72)):

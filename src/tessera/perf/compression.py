@@ -34,7 +34,11 @@ device's memory bandwidth, plus PowerSGD's three ``n × m × r`` matrix products
 * fp16/bf16: cast down and back up: 12 bytes per element;
 * 3LC: error feedback, max, quantise, pack, decode of every rank's message, residual: about
   ``28 + 4·N`` bytes per element for N ranks;
-* PowerSGD: ``6·r`` FLOPs per element plus 16 bytes per element of error feedback.
+* PowerSGD: ``6·r`` FLOPs per element plus 16 bytes per element of error feedback;
+
+plus :data:`KERNEL_LAUNCH_S` per GPU kernel, which dominates for small models on fast links:
+fp16/bf16 run 2 kernels a step, 3LC about 10 per tensor, PowerSGD ``3 + 2r`` per matrix (three
+products, Gram-Schmidt over ``r`` columns), with ``P / 1024²`` matrices (tensors) assumed.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ PLANNER_MATRIX_WIDTH = 1024
 """The planner's assumed width of a gradient matrix when only the parameter count is known."""
 POWERSGD_MIN_COMPRESSION_RATE = 2.0
 """PyTorch's default: a matrix is compressed only when that shrinks it at least 2×."""
+KERNEL_LAUNCH_S = 10e-6
+"""Launch and synchronisation cost of one small GPU kernel."""
 THREELC_HEADER_BYTES = 8
 """Per tensor in a 3LC message: its fp32 scale and its payload length (uint32)."""
 
@@ -228,11 +234,14 @@ def codec_time_s(spec: CompressionSpec, n_params: float, flavor: GpuFlavor,
     if spec.scheme == "none" or n_workers <= 1:
         return 0.0
     if spec.scheme in ("fp16", "bf16"):
-        return 12 * n_params / mem_bytes_per_s
+        return 12 * n_params / mem_bytes_per_s + 2 * KERNEL_LAUNCH_S
+    tensors = max(1.0, n_params / PLANNER_MATRIX_WIDTH**2)
     if spec.scheme == "3lc":
-        return (28 + 4 * n_workers) * n_params / mem_bytes_per_s
+        return ((28 + 4 * n_workers) * n_params / mem_bytes_per_s
+                + 10 * tensors * KERNEL_LAUNCH_S)
     flops = 6 * spec.rank * n_params
-    return flops / (flavor.fp32_tflops * 1e12) + 16 * n_params / mem_bytes_per_s
+    return (flops / (flavor.fp32_tflops * 1e12) + 16 * n_params / mem_bytes_per_s
+            + (3 + 2 * spec.rank) * tensors * KERNEL_LAUNCH_S)
 
 
 def exchange_time_s(spec: CompressionSpec, grad_bytes: float, ring: RingPath,

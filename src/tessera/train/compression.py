@@ -174,42 +174,50 @@ class ThreeLcExchange:
         self.sizes = [math.prod(s) for s in shapes]
         self.residual: torch.Tensor | None = None
 
-    def encode(self, weighted: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """This rank's message (scales, lengths, payloads as bytes) and what it sends, decoded
-        (the residual keeps the difference)."""
+    def encode(self, weighted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's message (scales, lengths, payloads as bytes) and the flat values it
+        stands for; the residual keeps the difference for the next step."""
         if self.residual is None:
             self.residual = torch.zeros_like(weighted)
-        acc = weighted + self.residual
-        scales, lengths, payloads, sent = [], [], [], []
+        acc = self.residual.add_(weighted)  # a = g + e, in place: e = a − q·M below
+        sent = torch.empty_like(acc)
+        scales, lengths, payloads = [], [], []
         offset = 0
         for n in self.sizes:
             scale, payload, trits = threelc.encode(acc[offset:offset + n], self.spec.sparsity)
             scales.append(scale)
             lengths.append(payload.numel())
             payloads.append(payload)
-            sent.append(threelc.dequantize(trits, scale, weighted.dtype))
+            torch.mul(trits, scale, out=sent[offset:offset + n])
             offset += n
-        self.residual = acc - torch.cat(sent)
+        acc.sub_(sent)
+        self.residual = acc
         header = torch.cat([torch.tensor(scales, dtype=torch.float32).view(torch.uint8),
                             torch.tensor(lengths, dtype=torch.int32).view(torch.uint8)])
         return torch.cat([header, *payloads]), sent
 
-    def decode(self, message: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The flat values one rank's message stands for."""
+    def decode_into(self, total: torch.Tensor, message: torch.Tensor) -> torch.Tensor:
+        """Add the flat values one rank's message stands for to ``total``; return it."""
         k = len(self.sizes)
         scales = message[:4 * k].clone().view(torch.float32).tolist()
         lengths = message[4 * k:8 * k].clone().view(torch.int32).tolist()
-        out, offset = [], 8 * k
+        offset, pos = 8 * k, 0
         for n, scale, length in zip(self.sizes, scales, lengths, strict=True):
-            out.append(threelc.decode(scale, message[offset:offset + length], n, dtype))
-            offset += length
-        return torch.cat(out)
+            payload = message[offset:offset + length]
+            trits = threelc.quartic_decode(threelc.zre_decode(payload), n, total.dtype)
+            total[pos:pos + n].add_(trits, alpha=scale)
+            offset, pos = offset + length, pos + n
+        return total
+
+    def decode(self, message: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The flat values one rank's message stands for."""
+        return self.decode_into(torch.zeros(sum(self.sizes), dtype=dtype), message)
 
     def reduce(self, weighted: torch.Tensor, world_size: int
                ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
         message, sent = self.encode(weighted)
         if world_size <= 1:
-            return torch.cat(sent), ()
+            return sent, ()
         size = torch.tensor([message.numel()], dtype=torch.int64)
         sizes = [torch.zeros_like(size) for _ in range(world_size)]
         dist.all_gather(sizes, size)
@@ -218,9 +226,11 @@ class ThreeLcExchange:
         padded[:message.numel()] = message
         gathered = [torch.empty_like(padded) for _ in range(world_size)]
         dist.all_gather(gathered, padded)
-        total = torch.zeros_like(weighted)
-        for msg, n in zip(gathered, sizes, strict=True):
-            total += self.decode(msg[:int(n)], weighted.dtype)
+        total = sent  # this rank's own part, already decoded; the others' added to it
+        me = dist.get_rank()
+        for r, (msg, n) in enumerate(zip(gathered, sizes, strict=True)):
+            if r != me:
+                self.decode_into(total, msg[:int(n)])
         mean_bytes = sum(int(s) for s in sizes) / world_size
         return total, (Collective("allgather", 8.0), Collective("allgather", mean_bytes))
 

@@ -6,7 +6,8 @@ first:
 1. **3-value quantisation with error feedback.** The rank adds what it failed to send last step
    (the residual ``e``): ``a = g + e``. With the scale ``M = s · max|a|`` (``s``, the *sparsity
    multiplier*, in ``[1, 2)``) every element becomes a *trit* ``q = round(a / M)`` in
-   ``{−1, 0, 1}``; the receiver reads ``q · M``. The new residual ``e = a − q · M`` goes into the
+   ``{−1, 0, 1}`` (half away from zero: ``±1`` from ``|a| = M/2`` on); the receiver reads
+   ``q · M``. The new residual ``e = a − q · M`` goes into the
    next step, so nothing is lost, only delayed.
 2. **Quartic encoding.** Five trits shifted to ``{0, 1, 2}`` make one base-3 number
    ``d₀ + 3d₁ + 9d₂ + 27d₃ + 81d₄`` in ``0..242``: one byte per five elements (1.6 bits each).
@@ -29,25 +30,29 @@ ZERO_GROUP_BYTE = 121
 RUN_BASE = 243
 """Bytes ``243 + (k − 2)`` stand for runs of ``k`` zero-group bytes, ``k`` in 2..14."""
 MAX_RUN = 14
-_POWERS = torch.tensor([1, 3, 9, 27, 81], dtype=torch.int32)
+_POWERS = torch.tensor([1.0, 3.0, 9.0, 27.0, 81.0])
 
 
 def quantize(acc: torch.Tensor, sparsity: float = 1.0) -> tuple[torch.Tensor, float]:
-    """Three-value quantisation: trits (int8 in {−1, 0, 1}) and the scale ``M``.
+    """Three-value quantisation: the trits (in ``acc``'s float dtype, values −1, 0, 1) and
+    the scale ``M``.
 
-    ``acc`` already includes the residual. An element becomes ±1 when ``|a| ≥ M/2`` (rounding
-    half away from zero), else 0. ``M`` is rounded to fp32, the precision it is sent in, so the
-    sender's residual matches what receivers read. An all-zero tensor has scale 0.
+    ``acc`` already includes the residual. An element's trit is ``clamp(trunc(a · 2/M), −1, 1)``:
+    ±1 when ``|a| ≥ M/2`` (rounding half away from zero), else 0. ``M`` is rounded to fp32, the
+    precision it is sent in, so the sender's residual matches what receivers read. An all-zero
+    tensor has scale 0. The trits stay floats: on CPUs the float passes are several times faster
+    than int8 ones, and every later step (packing, residual, sum) is float arithmetic.
     """
     flat = acc.reshape(-1)
-    scale = float(flat.abs().max()) * sparsity if flat.numel() else 0.0
+    if flat.numel():
+        lo, hi = torch.aminmax(flat)
+        scale = max(-float(lo), float(hi)) * sparsity
+    else:
+        scale = 0.0
     scale = float(torch.tensor(scale, dtype=torch.float32))
     if scale == 0.0:
-        return torch.zeros(flat.numel(), dtype=torch.int8), 0.0
-    half = scale / 2
-    trits = (flat >= half).to(torch.int8)
-    trits -= (flat <= -half).to(torch.int8)
-    return trits, scale
+        return torch.zeros_like(flat), 0.0
+    return torch.clamp_(torch.trunc(flat * (2.0 / scale)), -1.0, 1.0), scale
 
 
 def dequantize(trits: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
@@ -56,32 +61,33 @@ def dequantize(trits: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.T
 
 
 def quartic_encode(trits: torch.Tensor) -> torch.Tensor:
-    """Pack trits five to a byte (base 3, first trit least significant); pad with zeros."""
+    """Pack trits five to a byte (base 3, first trit least significant); pad with zeros.
+
+    ``Σ (q_j + 1) · 3^j = Σ q_j · 3^j + 121``: one small matrix-vector product.
+    """
     n = trits.numel()
-    groups = -(-n // TRITS_PER_BYTE)
-    digits = torch.ones(groups * TRITS_PER_BYTE, dtype=torch.uint8)
-    digits[:n] = trits.view(torch.uint8) + 1  # int8 −1 is 255: +1 wraps to 0
-    d = digits.view(groups, TRITS_PER_BYTE)
-    out = d[:, 4] * 81
-    for j in (3, 2, 1):
-        out += d[:, j] * _POWERS_LIST[j]
-    out += d[:, 0]
-    return out
+    pad = -n % TRITS_PER_BYTE
+    flat = trits.reshape(-1).to(torch.float32)
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return (flat.view(-1, TRITS_PER_BYTE) @ _POWERS + ZERO_GROUP_BYTE).to(torch.uint8)
 
 
 def _decode_table() -> torch.Tensor:
-    values = torch.arange(256, dtype=torch.int32).unsqueeze(1)
-    return ((values // _POWERS) % 3 - 1).to(torch.int8)
+    values = torch.arange(256, dtype=torch.float32).unsqueeze(1)
+    return torch.div(values, _POWERS, rounding_mode="floor") % 3 - 1
 
 
-_POWERS_LIST = (1, 3, 9, 27, 81)
 _DECODE_TABLE = _decode_table()
 """Row ``b``: the five trits of byte ``b`` (rows 243..255 are never looked up)."""
 
 
-def quartic_decode(packed: torch.Tensor, n: int) -> torch.Tensor:
-    """Unpack :func:`quartic_encode`'s bytes into the first ``n`` trits."""
-    return _DECODE_TABLE[packed.to(torch.int64)].reshape(-1)[:n]
+def quartic_decode(packed: torch.Tensor, n: int, dtype: torch.dtype = torch.float32
+                   ) -> torch.Tensor:
+    """Unpack :func:`quartic_encode`'s bytes into the first ``n`` trits (as ``dtype``): one
+    row lookup per byte."""
+    rows = _DECODE_TABLE.index_select(0, packed.to(torch.int64))
+    return rows.reshape(-1)[:n].to(dtype)
 
 
 def zre_encode(packed: torch.Tensor) -> torch.Tensor:
@@ -128,4 +134,4 @@ def encode(acc: torch.Tensor, sparsity: float = 1.0
 
 def decode(scale: float, payload: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
     """Inverse of :func:`encode` (up to quantisation): ``n`` values of ``dtype``."""
-    return dequantize(quartic_decode(zre_decode(payload), n), scale, dtype)
+    return quartic_decode(zre_decode(payload), n, dtype) * scale
