@@ -18,6 +18,10 @@ Gradients are synchronised after the whole backward pass (one flat buffer, one c
 gives up DDP's overlap of communication with backward, but makes the compute time of each rank
 measurable without the waiting time of the all-reduce mixed in -- the quantity the balancer needs.
 With tiny example models the collective is short either way.
+
+With ``--compress`` the gradient goes through a compressed exchange instead and the scalars
+through a small exact all-reduce (:mod:`tessera.train.compression`); with ``--link-gbps`` the
+exchange lasts as long as on an emulated slow link (:mod:`tessera.train.links`).
 """
 
 from __future__ import annotations

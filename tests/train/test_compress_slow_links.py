@@ -1,0 +1,57 @@
+"""Emulated slow links (``--link-gbps``): the exchange lasts as long as a ring of the bytes
+actually sent would take, so compressed runs exchange faster (slow set: real ranks)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tessera.perf.compression import Collective  # noqa: E402
+from tessera.train.config import TrainConfig  # noqa: E402
+from tessera.train.emulation import EmulationConfig  # noqa: E402
+from tessera.train.launcher import launch  # noqa: E402
+from tessera.train.links import EmulatedLink  # noqa: E402
+
+LINK_GBPS = 0.002  # 2 Mb/s: the mlp's 2.7 kB gradient takes ~11 ms, far above loopback
+
+
+def test_link_model_is_the_ring_of_the_bytes_sent():
+    link = EmulatedLink(1.0, 50.0)
+    wire = (Collective("allreduce", 1e6), Collective("allgather", 1e5))
+    # all-reduce over 2: 2 latency steps + 1 MB at 0.125 GB/s; all-gather: 1 step + 0.1 MB
+    assert link.time_s(wire, 2) == pytest.approx(2 * 50e-6 + 1e6 / 0.125e9
+                                                 + 50e-6 + 1e5 / 0.125e9)
+    assert link.time_s(wire, 1) == 0.0
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["none", "fp16", "3lc"])
+def test_exchange_takes_the_modelled_time_of_the_bytes_sent(tmp_path, scheme):
+    cfg = TrainConfig("mlp", "T4:2", global_batch=16, steps=5, split="equal",
+                      compress=scheme, link_gbps=LINK_GBPS, checkpoint_every=0,
+                      emulation=EmulationConfig(overhead_s=0.0, per_sample_s=0.0005))
+    result = launch(cfg, run_dir=tmp_path, timeout_s=240)
+    summary = result.summary()
+    for key in ("samples_per_s", "final_loss", "p99_step_s", "bytes_per_step"):
+        assert summary[key] > 0, key
+    link = cfg.link
+    assert link is not None
+    for r in result.log:
+        sent = r["sent_bytes"]
+        modelled = link.time_s((Collective("allreduce", sent),), 2)
+        if scheme == "3lc":  # an all-gather of the message (and its length) + the scalars
+            assert sent < 676 * 4 / 4
+        elif scheme == "fp16":
+            assert sent == 676 * 2 + 5 * 4
+        else:
+            assert sent == (676 + 5) * 4
+            assert r["exchange_s"] >= modelled
+        assert r["wall_s"] >= r["exchange_s"]
+    mean_exchange = sum(r["exchange_s"] for r in result.log) / len(result.log)
+    fp32_s = link.time_s((Collective("allreduce", 681 * 4),), 2)
+    if scheme == "none":
+        assert mean_exchange >= fp32_s
+    else:
+        assert mean_exchange < fp32_s * (0.75 if scheme == "fp16" else 0.4)
