@@ -13,7 +13,7 @@ from tessera.train.emulation import EmulationConfig  # noqa: E402
 from tessera.train.launcher import launch  # noqa: E402
 from tessera.train.links import EmulatedLink  # noqa: E402
 
-LINK_GBPS = 0.002  # 2 Mb/s: the mlp's 2.7 kB gradient takes ~11 ms, far above loopback
+LINK_GBPS = 0.0002  # 200 kb/s: the mlp's 2.7 kB gradient takes ~110 ms, far above loopback
 
 
 def test_link_model_is_the_ring_of_the_bytes_sent():
@@ -54,4 +54,5 @@ def test_exchange_takes_the_modelled_time_of_the_bytes_sent(tmp_path, scheme):
     if scheme == "none":
         assert mean_exchange >= fp32_s
     else:
-        assert mean_exchange < fp32_s * (0.75 if scheme == "fp16" else 0.4)
+        # fp16 needs half the wire time (~55 ms), 3LC ~6 %; the rest is real (shared) CPU time
+        assert mean_exchange < fp32_s * (0.9 if scheme == "fp16" else 0.5)
