@@ -25,6 +25,7 @@ from typing import Any
 
 import typer
 
+from tessera.cli.compress_help import COMPRESS_HELP, LINK_GBPS_HELP
 from tessera.cli.options import (
     DEVICES_HELP,
     GLOBAL_BATCH_HELP,
@@ -65,11 +66,8 @@ def plan(
                                    "this many (stage boundaries every few blocks; the search "
                                    "grows with the cube of the chain length)."),
     old_gpus_per_node: int | None = deprecated_alias("--gpus-per-node", "--gpus-per-server"),
-    compress: str = typer.Option("none", "--compress", help="Cost the gradient exchange with "
-                                 "compression: none, fp16, bf16, powersgd[:rank=R], 3lc, or "
-                                 "auto (the scheme with the lowest predicted step time)."),
-    link_gbps: float | None = typer.Option(None, "--link-gbps", help="Join the servers by "
-                                           "Ethernet at G gigabits/s (e.g. 1, 10)."),
+    compress: str = typer.Option("none", "--compress", help=COMPRESS_HELP),
+    link_gbps: float | None = typer.Option(None, "--link-gbps", help=LINK_GBPS_HELP),
 ) -> None:
     """Plan a job on a mixed set of GPUs: per-device batches (or pipeline stages with their
     TP/PP/DP degrees), memory, predicted step time, throughput and efficiency."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tessera.cli.compress_help import COMPRESS_HELP, LINK_GBPS_HELP
 from tessera.cli.options import DEVICES_HELP, GLOBAL_BATCH_HELP, SEED
 from tessera.errors import SpecError
 from tessera.train.prior import PLAN_MODELS
@@ -101,14 +102,8 @@ def register(app: typer.Typer) -> None:
             "linear", "--lr-scaling",
             help="How the rate follows the global batch B: linear (lr × B / lr-batch, Goyal "
                  "et al.'s rule) or none (lr at any batch)."),
-        compress: str = typer.Option(
-            "none", "--compress",
-            help="Gradient compression: none, fp16, bf16, powersgd[:rank=R,start=S] (PyTorch's "
-                 "hooks) or 3lc[:s=S] (3-value quantisation, zero runs, error feedback)."),
-        link_gbps: float | None = typer.Option(
-            None, "--link-gbps",
-            help="Emulate a link of G gigabits/s between ranks: each step's exchange lasts as "
-                 "long as a ring of the bytes actually sent would take on it (e.g. 1, 10)."),
+        compress: str = typer.Option("none", "--compress", help=COMPRESS_HELP),
+        link_gbps: float | None = typer.Option(None, "--link-gbps", help=LINK_GBPS_HELP),
         link_latency_us: float = typer.Option(
             50.0, "--link-latency-us", help="Per-hop latency of the emulated link (µs)."),
         seed: int = SEED,
