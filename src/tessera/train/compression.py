@@ -193,7 +193,8 @@ class ThreeLcExchange:
         acc.sub_(sent)
         self.residual = acc
         header = torch.cat([torch.tensor(scales, dtype=torch.float32).view(torch.uint8),
-                            torch.tensor(lengths, dtype=torch.int32).view(torch.uint8)])
+                            torch.tensor(lengths, dtype=torch.int32).view(torch.uint8)]
+                           ).to(acc.device)
         return torch.cat([header, *payloads]), sent
 
     def decode_into(self, total: torch.Tensor, message: torch.Tensor) -> torch.Tensor:
@@ -211,18 +212,20 @@ class ThreeLcExchange:
 
     def decode(self, message: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The flat values one rank's message stands for."""
-        return self.decode_into(torch.zeros(sum(self.sizes), dtype=dtype), message)
+        return self.decode_into(torch.zeros(sum(self.sizes), dtype=dtype, device=message.device),
+                                message)
 
     def reduce(self, weighted: torch.Tensor, world_size: int
                ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
         message, sent = self.encode(weighted)
         if world_size <= 1:
             return sent, ()
-        size = torch.tensor([message.numel()], dtype=torch.int64)
+        device = weighted.device  # NCCL gathers CUDA tensors, gloo CPU ones
+        size = torch.tensor([message.numel()], dtype=torch.int64, device=device)
         sizes = [torch.zeros_like(size) for _ in range(world_size)]
         dist.all_gather(sizes, size)
         longest = max(int(s) for s in sizes)
-        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded = torch.zeros(longest, dtype=torch.uint8, device=device)
         padded[:message.numel()] = message
         gathered = [torch.empty_like(padded) for _ in range(world_size)]
         dist.all_gather(gathered, padded)

@@ -17,7 +17,8 @@ first:
    becomes the single byte ``243 + (run − 2)``; longer runs are cut into pieces of 14.
 
 A tensor's message is its scale (fp32) and its stage-3 bytes. The functions here are vectorised
-torch; ``tests/train/test_compress_threelc.py`` checks them against a plain-Python reference.
+torch on the gradient's device; ``tests/train/test_compress_threelc.py`` checks them against a
+plain-Python reference.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def quartic_encode(trits: torch.Tensor) -> torch.Tensor:
     flat = trits.reshape(-1).to(torch.float32)
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
-    return (flat.view(-1, TRITS_PER_BYTE) @ _POWERS + ZERO_GROUP_BYTE).to(torch.uint8)
+    powers = _POWERS.to(flat.device)
+    return (flat.view(-1, TRITS_PER_BYTE) @ powers + ZERO_GROUP_BYTE).to(torch.uint8)
 
 
 def _decode_table() -> torch.Tensor:
@@ -86,7 +88,7 @@ def quartic_decode(packed: torch.Tensor, n: int, dtype: torch.dtype = torch.floa
                    ) -> torch.Tensor:
     """Unpack :func:`quartic_encode`'s bytes into the first ``n`` trits (as ``dtype``): one
     row lookup per byte."""
-    rows = _DECODE_TABLE.index_select(0, packed.to(torch.int64))
+    rows = _DECODE_TABLE.to(packed.device).index_select(0, packed.to(torch.int64))
     return rows.reshape(-1)[:n].to(dtype)
 
 
@@ -98,14 +100,15 @@ def zre_encode(packed: torch.Tensor) -> torch.Tensor:
     is_zero = packed == ZERO_GROUP_BYTE
     if not bool(is_zero.any()):
         return packed.clone()
-    edges = torch.diff(is_zero.to(torch.int8), prepend=torch.zeros(1, dtype=torch.int8),
-                       append=torch.zeros(1, dtype=torch.int8))
+    edge = torch.zeros(1, dtype=torch.int8, device=packed.device)
+    edges = torch.diff(is_zero.to(torch.int8), prepend=edge, append=edge)
     starts = torch.nonzero(edges == 1).reshape(-1)
     lengths = torch.nonzero(edges == -1).reshape(-1) - starts
     pieces = (lengths + MAX_RUN - 1) // MAX_RUN
-    run_of_piece = torch.repeat_interleave(torch.arange(len(starts)), pieces)
+    run_of_piece = torch.repeat_interleave(torch.arange(len(starts), device=packed.device),
+                                           pieces)
     first_piece = torch.cumsum(pieces, 0) - pieces
-    k = torch.arange(len(run_of_piece)) - first_piece[run_of_piece]
+    k = torch.arange(len(run_of_piece), device=packed.device) - first_piece[run_of_piece]
     piece_start = starts[run_of_piece] + MAX_RUN * k
     piece_len = torch.clamp(lengths[run_of_piece] - MAX_RUN * k, max=MAX_RUN)
     tokens = torch.where(piece_len == 1, ZERO_GROUP_BYTE, RUN_BASE - 2 + piece_len)
