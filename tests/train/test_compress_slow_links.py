@@ -25,6 +25,21 @@ def test_link_model_is_the_ring_of_the_bytes_sent():
     assert link.time_s(wire, 1) == 0.0
 
 
+def test_step_statistics():
+    from tessera.train.step_stats import percentile, step_summary, time_to_loss_s
+
+    walls = [0.1] * 98 + [0.5, 0.9]
+    assert percentile(walls, 0.99) == 0.5 and percentile(walls, 1.0) == 0.9
+    assert percentile([0.3], 0.99) == 0.3
+    recs = [{"wall_s": 0.1, "loss": loss, "global_batch": 10, "sent_bytes": 100.0}
+            for loss in (2.0, 1.0, 0.5, 0.4, 0.3, 0.2)]
+    assert time_to_loss_s(recs, 0.5, window=2) == pytest.approx(0.4)  # mean(0.5, 0.4) ≤ 0.5
+    assert time_to_loss_s(recs, 0.1, window=2) is None
+    s = step_summary(recs, 10)
+    assert s["samples_per_s"] == pytest.approx(100.0) and s["bytes_per_step"] == 100.0
+    assert s["p99_step_s"] == pytest.approx(0.1)
+
+
 @pytest.mark.torch
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["none", "fp16", "3lc"])

@@ -217,9 +217,9 @@ class ThreeLcExchange:
 
     def reduce(self, weighted: torch.Tensor, world_size: int
                ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
+        if world_size <= 1:  # nothing to send: no quantisation error either
+            return weighted, ()
         message, sent = self.encode(weighted)
-        if world_size <= 1:
-            return sent, ()
         device = weighted.device  # NCCL gathers CUDA tensors, gloo CPU ones
         size = torch.tensor([message.numel()], dtype=torch.int64, device=device)
         sizes = [torch.zeros_like(size) for _ in range(world_size)]
