@@ -139,3 +139,15 @@ def test_help_shows_the_options_with_an_example():
     for option in ("--stragglers", "--straggler-factor", "--coded", "--code-k", "--staleness"):
         assert option in out
     assert "--stragglers 0.05" in out and "--coded" in out
+
+
+def test_compression_with_coded_or_stale_steps_is_refused_before_any_rank_starts() -> None:
+    """Compression and the emulated link act on the synchronous all-reduce; coded and stale
+    steps exchange point to point, so the combination would silently do nothing."""
+    from tessera.errors import SpecError
+    from tessera.train.config import TrainConfig
+
+    for extra in ({"coded": True}, {"staleness": 1}):
+        for comm in ({"compress": "fp16"}, {"link_gbps": 1.0}):
+            with pytest.raises(SpecError, match="point to point"):
+                TrainConfig(example="mlp", devices="A100:3", **extra, **comm)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from typing import Any
 
 import typer
 
+from tessera.cli.compress_help import COMPRESS_HELP, LINK_GBPS_HELP
 from tessera.cli.options import (
     DEVICES_HELP,
     GLOBAL_BATCH_HELP,
@@ -65,6 +66,8 @@ def plan(
                                    "this many (stage boundaries every few blocks; the search "
                                    "grows with the cube of the chain length)."),
     old_gpus_per_node: int | None = deprecated_alias("--gpus-per-node", "--gpus-per-server"),
+    compress: str = typer.Option("none", "--compress", help=COMPRESS_HELP),
+    link_gbps: float | None = typer.Option(None, "--link-gbps", help=LINK_GBPS_HELP),
 ) -> None:
     """Plan a job on a mixed set of GPUs: per-device batches (or pipeline stages with their
     TP/PP/DP degrees), memory, predicted step time, throughput and efficiency."""
@@ -75,8 +78,13 @@ def plan(
                            "--gpus-per-server")
     counts = parse_devices(devices)
     cm = CostModel(estimate_unprofiled=True)
+    compressed = compress.strip().lower() != "none" or link_gbps is not None
     if pipeline or model.strip().lower() not in cm.models():
         from tessera.errors import SpecError
+
+        if compressed:
+            raise SpecError("--compress and --link-gbps plan data-parallel jobs of a profiled "
+                            f"model; {model!r} is planned layer-wise")
         from tessera.plan.pipeline import PipelineConfig
 
         if zero not in (0, 1, 2, 3):
@@ -90,12 +98,26 @@ def plan(
         return
     from tessera.plan.api import plan_data_parallel
 
-    p = plan_data_parallel(model, counts, global_batch, cost_model=cm,
-                           gpus_per_node=gpus_per_node, max_micro_steps=max_micro_steps)
+    choice = None
+    if compressed:
+        from tessera.plan.compression import plan_with_compression
+
+        choice = plan_with_compression(model, counts, global_batch, compress=compress,
+                                       link_gbps=link_gbps, cost_model=cm,
+                                       gpus_per_node=gpus_per_node,
+                                       max_micro_steps=max_micro_steps)
+        p = choice.chosen
+    else:
+        p = plan_data_parallel(model, counts, global_batch, cost_model=cm,
+                               gpus_per_node=gpus_per_node, max_micro_steps=max_micro_steps)
     estimated = sorted((f for f in counts if cm.fit(model, f).estimated), key=lambda f: f.short)
     if as_json:
         out = _dp_json(model, p)
         out["estimated"] = [f.short for f in estimated]
+        if choice is not None:
+            out["compression"] = p.compression
+            out["link_gbps"] = link_gbps
+            out["step_time_s_by_scheme"] = {k: v.step_time_s for k, v in choice.plans.items()}
         typer.echo(json.dumps(out, indent=2))
         return
     typer.echo(f"{model}: global batch {global_batch} over {devices}")
@@ -111,6 +133,8 @@ def plan(
                f"throughputs)  efficiency {p.efficiency:.1%}")
     for d in p.dropped:
         typer.echo(f"dropped {d.count} x {d.flavor.short} on {d.node_id}: {d.reason}")
+    for line in choice.describe() if choice is not None else ():
+        typer.echo(line)
     for f in estimated:
         typer.echo(f"note: {f.short} has no measured profile of {model}; its step times are "
                    f"roofline estimates ({cm.fit(model, f).rows_used})")
@@ -132,6 +156,7 @@ def _dp_json(model: str, p: Any) -> dict[str, Any]:
         "step_time_s": p.step_time_s,
         "compute_time_s": p.compute_time_s,
         "allreduce_time_s": p.allreduce_time_s,
+        "compression": p.compression,
         "throughput_samples_per_s": p.throughput_samples_per_s,
         "bound_samples_per_s": p.bound_samples_per_s,
         "efficiency": p.efficiency,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tessera.cli.compress_help import COMPRESS_HELP, LINK_GBPS_HELP
 from tessera.cli.options import DEVICES_HELP, GLOBAL_BATCH_HELP, SEED
 from tessera.errors import SpecError
 from tessera.train.prior import PLAN_MODELS
@@ -54,9 +55,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("train", epilog="Example: tessera train cnn --devices A100:1,T4:2 "
                  "--split planned --steps 40; with stragglers: tessera train mlp --devices "
-                 "A100:4 --stragglers 0.05 --seed 1 --coded --json")
+                 "A100:4 --stragglers 0.05 --seed 1 --coded --json; on a slow link: tessera "
+                 "train wide-mlp --devices T4:2 --compress powersgd:rank=4 --link-gbps 1 "
+                 "--json")
     def train(
-        example: str = typer.Argument(..., help="Example to train: mlp, cnn or transformer."),
+        example: str = typer.Argument(
+            ..., help="Example to train: mlp, cnn, transformer or wide-mlp."),
         devices: str = typer.Option(..., "--devices", help=DEVICES_HELP),
         split: str = typer.Option(
             "planned", "--split",
@@ -117,6 +121,10 @@ def register(app: typer.Typer) -> None:
             0, "--staleness",
             help="Bounded staleness S: apply late ranks' gradients up to S steps old instead "
                  "of waiting (0: synchronous)."),
+        compress: str = typer.Option("none", "--compress", help=COMPRESS_HELP),
+        link_gbps: float | None = typer.Option(None, "--link-gbps", help=LINK_GBPS_HELP),
+        link_latency_us: float = typer.Option(
+            50.0, "--link-latency-us", help="Per-hop latency of the emulated link (µs)."),
         seed: int = SEED,
         as_json: bool = typer.Option(False, "--json", help="End the output with one JSON "
                                      "summary line (for scripts)."),
@@ -140,8 +148,27 @@ def register(app: typer.Typer) -> None:
             checkpoint_every=checkpoint_every, fail_at=FailAt(*fail) if fail else None,
             verbose=True, stragglers=stragglers, straggler_factor=straggler_factor,
             coded=coded, code_k=code_k, staleness=staleness,
+            compress=compress, link_gbps=link_gbps,
+            link_latency_us=link_latency_us,
         )
+        _check_compression(cfg)
         _run(cfg, max_restarts, as_json)
+
+
+def _check_compression(cfg: TrainConfig) -> None:
+    """Reject a scheme this model or backend cannot run, before any rank starts."""
+    if cfg.compression.scheme == "none":
+        return
+    import torch
+
+    from tessera.train.compression import check_compression, gradient_shapes
+    from tessera.train.worker import use_emulation
+
+    nccl = None
+    backend = "gloo" if use_emulation(cfg) else "nccl"
+    if backend == "nccl":
+        nccl = tuple(torch.cuda.nccl.version())
+    check_compression(cfg.compression, gradient_shapes(cfg.example), backend, nccl)
 
 
 def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
@@ -165,6 +192,17 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
         f"{s.flavor.short} {s.precision}" for s in slots))
     start = cfg.initial_split_info()
     typer.echo(start.describe())
+    if cfg.compression.scheme != "none" or cfg.link is not None:
+        from tessera.train.compression import describe, gradient_shapes
+
+        d = describe(cfg.compression, gradient_shapes(cfg.example))
+        link = (f"; link EMULATED at {cfg.link_gbps:g} Gb/s, {cfg.link_latency_us:g} µs per hop"
+                if cfg.link is not None else "")
+        typer.echo(f"gradient exchange: {d['scheme']}, {d['bytes_per_step'] / 1e6:.3f} MB per "
+                   f"rank and step (fp32: {d['fp32_bytes_per_step'] / 1e6:.3f} MB, "
+                   f"{d['ratio']:.1f}x less"
+                   + ("; 3lc: at most, zero runs shrink it" if cfg.compression.scheme == "3lc"
+                      else "") + f"){link}")
     result = launch(cfg, max_restarts=max_restarts)
     typer.echo("")
     typer.echo("rank  flavor       speed  mean compute ms  final batch")
@@ -186,5 +224,10 @@ def _run(cfg: TrainConfig, max_restarts: int, as_json: bool) -> None:
                    f"samples/s) for {start.plan_model} on real GPUs"
                    + ("; emulated times follow the emulation model, not the profile"
                       if result.emulated else ""))
+    summary = result.summary()
+    if cfg.compression.scheme != "none" or cfg.link is not None:
+        typer.echo(f"p99 step {1000 * summary['p99_step_s']:.1f} ms, "
+                   f"{summary['bytes_per_step'] / 1e6:.3f} MB sent per rank and step, "
+                   f"exchange {1000 * summary['exchange_s']:.1f} ms per step")
     if as_json:
-        typer.echo(json.dumps(result.summary()))
+        typer.echo(json.dumps(summary))

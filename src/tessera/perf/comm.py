@@ -16,6 +16,9 @@ A ring that stays inside one server only uses its intra link. A ring that spans 
 each server's inter link once in and once out and its intra links for the hops inside a server,
 so the bottleneck is the slowest of all those links.
 
+**Compressed gradients** send fewer bytes, sometimes in several collectives or as an all-gather
+(:func:`allgather_time_s`); :mod:`tessera.perf.compression` gives each scheme's collectives.
+
 Bandwidths here are GB/s in one direction (10⁹ bytes per second), latencies µs.
 
 >>> from tessera.model.cluster import Link, LinkKind
@@ -61,6 +64,24 @@ def allreduce_time_s(bytes_per_rank: float, ring: RingPath) -> float:
         return 0.0
     steps = 2 * (n - 1)
     return steps * ring.latency_us * 1e-6 + (steps / n) * bytes_per_rank / (ring.bw_gbps * 1e9)
+
+
+def allgather_time_s(bytes_per_rank: Sequence[float], ring: RingPath) -> float:
+    """Ring all-gather of one message per rank (sizes may differ); zero for a single worker.
+
+    Every message travels n−1 hops, one per step, so the link into rank i carries every message
+    but rank i's own: ``Σ S − S_i`` bytes. The ring finishes when the busiest link has, after
+    ``n−1`` latency steps::
+
+        t_allgather = (n−1) · latency + (Σ S − min S) / bw_slowest
+
+    Compressed gradients that cannot be summed while encoded (3LC) are exchanged this way.
+    """
+    n = ring.n_workers
+    if n <= 1 or len(bytes_per_rank) == 0:
+        return 0.0
+    moved = sum(bytes_per_rank) - min(bytes_per_rank)
+    return (n - 1) * ring.latency_us * 1e-6 + moved / (ring.bw_gbps * 1e9)
 
 
 def p2p_time_s(n_bytes: float, link: Link) -> float:

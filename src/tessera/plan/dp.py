@@ -27,7 +27,8 @@ from itertools import product
 from tessera.errors import SpecError
 from tessera.model.cluster import Node
 from tessera.model.gpus import GpuFlavor
-from tessera.perf.comm import allreduce_time_s, ring_over_nodes
+from tessera.perf.comm import ring_over_nodes
+from tessera.perf.compression import CompressionSpec, exchange_time_s
 from tessera.perf.steptime import DeviceCost
 from tessera.plan.batch_split import BatchTooLargeError, continuous_split, integer_split
 
@@ -83,8 +84,11 @@ class DpPlan:
         dropped: devices left idle, grouped, each with a reason.
         compute_time_s: slowest device's compute time (integer split).
         continuous_compute_time_s: the continuous optimum T* for the devices used.
-        allreduce_time_s: gradient all-reduce time over the devices used.
+        allreduce_time_s: gradient all-reduce time over the devices used (with compression:
+            the compressed exchange, wire time plus codec compute,
+            :func:`tessera.perf.compression.exchange_time_s`).
         bound_samples_per_s: sum of every offered device's best standalone throughput.
+        compression: the gradient compression scheme the plan was costed with.
     """
 
     global_bsz: int
@@ -94,6 +98,7 @@ class DpPlan:
     continuous_compute_time_s: float
     allreduce_time_s: float
     bound_samples_per_s: float
+    compression: str = "none"
 
     @property
     def step_time_s(self) -> float:
@@ -136,12 +141,13 @@ class _Evaluator:
     """
 
     def __init__(self, classes: list[_Class], global_bsz: int, grad_bytes: float,
-                 max_micro_steps: int) -> None:
+                 max_micro_steps: int, compression: CompressionSpec | None = None) -> None:
         self.classes = classes
         self.costs = [c.cost for c in classes]
         self.global_bsz = global_bsz
         self.grad_bytes = grad_bytes
         self.k = max_micro_steps
+        self.compression = compression or CompressionSpec()
         self._cont: dict[tuple[int, ...], float] = {}
         self._int: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
 
@@ -154,7 +160,9 @@ class _Evaluator:
             if n:
                 node = cl.devices[0].node
                 per_node[node.node_id] = (node, per_node.get(node.node_id, (node, 0))[1] + n)
-        return allreduce_time_s(self.grad_bytes, ring_over_nodes(list(per_node.values())))
+        flavors = [cl.cost.flavor for cl, n in zip(self.classes, counts, strict=True) if n]
+        return exchange_time_s(self.compression, self.grad_bytes,
+                               ring_over_nodes(list(per_node.values())), flavors)
 
     def feasible(self, counts: Sequence[int]) -> bool:
         per_pass = sum(n * c.max_local_bsz for c, n in zip(self.costs, counts, strict=True))
@@ -248,6 +256,7 @@ def _neighbours(counts: tuple[int, ...], full: tuple[int, ...]) -> list[tuple[in
 def split_batch(
     devices: Sequence[DpDevice], global_bsz: int, grad_bytes: float, *,
     max_micro_steps: int = DEFAULT_MAX_MICRO_STEPS, exact_limit: int = DEFAULT_EXACT_LIMIT,
+    compression: CompressionSpec | None = None,
 ) -> DpPlan:
     """Plan a data-parallel step of ``global_bsz`` samples over ``devices``.
 
@@ -257,6 +266,7 @@ def split_batch(
         grad_bytes: gradient bytes all-reduced per step.
         max_micro_steps: gradient-accumulation limit per device.
         exact_limit: enumerate device counts exactly up to this many combinations.
+        compression: cost the gradient exchange with this scheme (default: plain fp32).
 
     Raises:
         SpecError: no devices, or a non-positive batch.
@@ -269,7 +279,7 @@ def split_batch(
     if max_micro_steps < 1:
         raise SpecError("max_micro_steps must be at least 1")
     classes = _classes(devices)
-    ev = _Evaluator(classes, global_bsz, grad_bytes, max_micro_steps)
+    ev = _Evaluator(classes, global_bsz, grad_bytes, max_micro_steps, compression)
     full = tuple(len(c.devices) for c in classes)
     if not ev.feasible(full):
         per_pass = sum(d.cost.max_local_bsz for d in devices)
@@ -290,6 +300,7 @@ def split_batch(
         dropped=_explain_dropped(ev, counts, total_s),
         compute_time_s=total_s - comm, continuous_compute_time_s=t_cont, allreduce_time_s=comm,
         bound_samples_per_s=sum(d.cost.best_rate_samples_per_s() for d in devices),
+        compression=str(ev.compression),
     )
 
 

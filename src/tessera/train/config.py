@@ -20,9 +20,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tessera.errors import SpecError
+from tessera.perf.compression import CompressionSpec, parse_compression
 from tessera.train.balancer import BalancerConfig, equal_split
 from tessera.train.devices import DeviceSlot, parse_devices, relative_speeds
 from tessera.train.emulation import EmulationConfig, SpeedChange
+from tessera.train.links import DEFAULT_LATENCY_US, EmulatedLink
 from tessera.train.prior import (
     PLAN_MODELS,
     InitialSplit,
@@ -35,7 +37,7 @@ from tessera.train.stragglers import DEFAULT_FACTOR, Stragglers, check_straggler
 SPLIT_MODES = ("planned", "equal", "fixed")
 LR_SCALINGS = ("linear", "none")
 DTYPES = ("float32", "float64")
-EXAMPLE_NAMES = ("mlp", "cnn", "transformer")
+EXAMPLE_NAMES = ("mlp", "cnn", "transformer", "wide-mlp")
 """Kept here (not imported from :mod:`tessera.train.examples`) so validation needs no torch."""
 
 
@@ -83,6 +85,10 @@ class TrainConfig:
             a step exactly (:mod:`tessera.train.coded_step`).
         staleness: bounded staleness S: apply gradients up to S steps old from late ranks
             instead of waiting (:mod:`tessera.train.staleness`); 0 is the synchronous step.
+        compress: gradient compression, ``none|fp16|bf16|powersgd[:rank=R]|3lc``
+            (:mod:`tessera.train.compression`).
+        link_gbps: emulate a link of this many Gb/s between ranks (``None``: no emulation;
+            :mod:`tessera.train.links`); ``link_latency_us`` is its per-hop latency.
     """
 
     example: str
@@ -112,6 +118,9 @@ class TrainConfig:
     coded: bool = False
     code_k: int | None = None
     staleness: int = 0
+    compress: str = "none"
+    link_gbps: float | None = None
+    link_latency_us: float = DEFAULT_LATENCY_US
 
     def __post_init__(self) -> None:
         if self.example not in EXAMPLE_NAMES:
@@ -160,6 +169,25 @@ class TrainConfig:
             raise SpecError(f"lr_batch must be ≥ 1, got {self.lr_batch}")
         check_straggler_options(ranks=n, rate=self.stragglers, factor=self.straggler_factor,
                                 coded=self.coded, code_k=self.code_k, staleness=self.staleness)
+        if (self.coded or self.staleness) and (self.compress != "none"
+                                               or self.link_gbps is not None):
+            raise SpecError("--compress and --link-gbps act on the synchronous all-reduce; coded "
+                            "and stale steps exchange point to point: use one or the other")
+        parse_compression(self.compress)
+        if self.link_gbps is not None:
+            EmulatedLink(self.link_gbps, self.link_latency_us)
+
+    @property
+    def compression(self) -> CompressionSpec:
+        """The parsed ``compress`` value."""
+        return parse_compression(self.compress)
+
+    @property
+    def link(self) -> EmulatedLink | None:
+        """The emulated link between ranks, if any."""
+        if self.link_gbps is None:
+            return None
+        return EmulatedLink(self.link_gbps, self.link_latency_us)
 
     @property
     def slots(self) -> tuple[DeviceSlot, ...]:

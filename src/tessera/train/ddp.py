@@ -18,11 +18,16 @@ Gradients are synchronised after the whole backward pass (one flat buffer, one c
 gives up DDP's overlap of communication with backward, but makes the compute time of each rank
 measurable without the waiting time of the all-reduce mixed in -- the quantity the balancer needs.
 With tiny example models the collective is short either way.
+
+With ``--compress`` the gradient goes through a compressed exchange instead and the scalars
+through a small exact all-reduce (:mod:`tessera.train.compression`); with ``--link-gbps`` the
+exchange lasts as long as on an emulated slow link (:mod:`tessera.train.links`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +35,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tessera.train.compression import GradientExchange, exchange_flat, sent_bytes
 from tessera.train.devices import Precision
+from tessera.train.links import EmulatedLink
 
 
 def flat_gradient(params: Sequence[nn.Parameter]) -> torch.Tensor:
@@ -63,17 +70,23 @@ class StepExtras:
         loss: the global-batch loss (local mean losses weighted by ``b_i/B``).
         overflow: whether any rank found inf/NaN gradients (fp16 loss scaling).
         stop: whether any rank was asked to stop (SIGTERM): all ranks stop after this step.
+        sent_bytes: bytes this rank put on the wire (compressed bytes with compression).
+        exchange_s: how long the exchange took (emulated link included).
     """
 
     compute_s: tuple[float, ...]
     loss: float
     overflow: bool
     stop: bool = False
+    sent_bytes: float = 0.0
+    exchange_s: float = 0.0
 
 
 def sync_gradients(params: Sequence[nn.Parameter], *, rank: int, world_size: int,
                    local_batch: int, global_batch: int, compute_s: float, local_loss: float,
-                   overflow: bool, stop: bool = False) -> StepExtras:
+                   overflow: bool, stop: bool = False,
+                   exchange: GradientExchange | None = None,
+                   link: EmulatedLink | None = None) -> StepExtras:
     """Replace local gradients by the ``b_i/B``-weighted sum over ranks; share step scalars.
 
     Args:
@@ -84,6 +97,8 @@ def sync_gradients(params: Sequence[nn.Parameter], *, rank: int, world_size: int
         local_loss: this rank's mean loss over its ``b_i`` samples.
         overflow: this rank saw non-finite gradients.
         stop: this rank was asked to stop.
+        exchange: compress the gradient (:mod:`tessera.train.compression`); ``None``: exact.
+        link: make the exchange last as long as on this emulated link.
 
     Returns:
         The step's shared scalars, identical on every rank.
@@ -95,13 +110,14 @@ def sync_gradients(params: Sequence[nn.Parameter], *, rank: int, world_size: int
     extras[world_size] = weight * local_loss
     extras[world_size + 1] = 1.0 if overflow else 0.0
     extras[world_size + 2] = 1.0 if stop else 0.0
-    buffer = torch.cat([grad * weight, extras])
-    if world_size > 1:
-        dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
-    write_flat_gradient(params, buffer[: grad.numel()])
-    tail = buffer[grad.numel():].tolist()
+    started_s = time.perf_counter()
+    summed, summed_extras, wire = exchange_flat(grad * weight, extras, exchange, world_size)
+    exchange_s = (link.pad(wire, world_size, started_s) if link is not None
+                  else time.perf_counter() - started_s)
+    write_flat_gradient(params, summed)
+    tail = summed_extras.tolist()
     return StepExtras(tuple(tail[:world_size]), tail[world_size], tail[world_size + 1] > 0,
-                      tail[world_size + 2] > 0)
+                      tail[world_size + 2] > 0, sent_bytes(wire), exchange_s)
 
 
 def broadcast_parameters(module: nn.Module, src: int = 0) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from tessera.errors import TesseraError
 from tessera.train.checkpoint import checkpoint_step
 from tessera.train.config import TrainConfig
+from tessera.train.step_stats import step_summary
 from tessera.train.worker import FAIL_EXIT_CODE, RESULT_NAME, run_worker
 
 POLL_S = 0.02
@@ -125,6 +126,8 @@ class TrainResult:
             "rebalances": len(self.rebalances),
             "rebalance_events": self.rebalances,
             **self.config.initial_split_info().to_json(),
+            "compress": str(self.config.compression), "link_gbps": self.config.link_gbps,
+            **step_summary(self.measured_records(), self.config.global_batch),
         }
 
     def mean_compute_s(self) -> list[float]:

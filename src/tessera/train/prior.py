@@ -52,6 +52,7 @@ PLAN_MODELS: dict[str, str] = {
     "mlp": "ncf",
     "cnn": "cifar10",
     "transformer": "bert",
+    "wide-mlp": "ncf",
 }
 """The profiled model each example is planned as, by the shape of its cost:
 

@@ -44,6 +44,7 @@ from torch import nn
 from tessera.progress_report import progress
 from tessera.train.balancer import OnlineBalancer
 from tessera.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from tessera.train.compression import GradientExchange, make_exchange
 from tessera.train.config import TrainConfig, from_json
 from tessera.train.ddp import LossScaler, autocast_for, broadcast_parameters, sync_gradients
 from tessera.train.devices import Precision
@@ -236,6 +237,7 @@ class _Run:
     start: int = 0
     samples: int = 0
     resize: Resize | None = None
+    exchange: GradientExchange | None = None
 
     def checkpoint(self, next_step: int) -> None:
         """Save everything a resume at ``next_step`` needs (rank 0 calls this)."""
@@ -263,6 +265,8 @@ def _start_run(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
         Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else run_dir / "checkpoints",
         Emulator(cfg.emulated_speeds(), cfg.emulation, cfg.speed_changes) if emulate else None,
     )
+    run.exchange = make_exchange(cfg.compression, [p.shape for p in model.parameters()
+                                                   if p.requires_grad])
     state = load_checkpoint(run.ckpt_dir)
     if state is not None:
         run.model.load_state_dict(state.model)
@@ -307,7 +311,8 @@ def _train_step(run: _Run, step: int, restart_count: int, stop: StopSignal | Non
     extras = sync_gradients(params, rank=rank, world_size=run.world_size, local_batch=local,
                             global_batch=cfg.global_batch, compute_s=compute_s,
                             local_loss=float(loss.detach()), overflow=overflow,
-                            stop=stop is not None and stop.requested)
+                            stop=stop is not None and stop.requested,
+                            exchange=run.exchange, link=cfg.link)
     if not extras.overflow:
         run.optimizer.step()
     run.scaler.update(extras.overflow)
@@ -320,6 +325,7 @@ def _train_step(run: _Run, step: int, restart_count: int, stop: StopSignal | Non
         "global_batch": cfg.global_batch, "lr": run.optimizer.param_groups[0]["lr"],
         "resize": run.resize.to_json() if run.resize is not None and step == run.start
         else None,
+        "sent_bytes": extras.sent_bytes, "exchange_s": extras.exchange_s,
     }
     record["wall_s"] = time.perf_counter() - t0  # the synchronous step, as rank 0 saw it
     record["end_s"] = time.time()  # wall clock, to line steps up with a service's events

@@ -1,0 +1,295 @@
+"""Compressed gradient exchange for the heterogeneous runtime (``tessera train --compress``).
+
+The runtime (:mod:`tessera.train.ddp`) sums one flat, batch-weighted gradient over the ranks:
+rank i contributes ``(b_i/B) · ḡ_i`` and the sum is the full-batch gradient. An exchange here
+replaces that one SUM all-reduce by a compressed one and returns the (approximate) sum:
+
+* ``fp16`` / ``bf16`` call PyTorch's ``fp16_compress_hook`` / ``bf16_compress_hook``;
+* ``powersgd`` calls PyTorch's ``powerSGD_hook`` with its own ``PowerSGDState`` (error feedback
+  and warm start on, ``start_powerSGD_iter`` = the spec's ``start``), kept across steps;
+* ``3lc`` is ours (:mod:`tessera.train.threelc`), with a per-rank residual kept across steps.
+
+**Why the runtime calls the hooks the way it does.** DDP hands a hook a ``GradBucket`` and
+expects the *mean* over ranks: every PyTorch hook divides by the world size N. The runtime wants
+the *weighted sum* ``Σ (b_i/B) ḡ_i``, so it hands the hook ``N · (b_i/B) · ḡ_i``: the mean of
+those is exactly the weighted sum, and every scheme's error stays relative to the same values
+DDP would have seen with equal batches (``b_i/B = 1/N``). The bucket is a small stand-in
+(:class:`FlatBucket`) with the methods the hooks call -- ``buffer``, ``gradients`` (views of
+the buffer, one per parameter, so PowerSGD compresses layer by layer), ``index`` (always 0:
+one bucket), ``is_last`` (always: one bucket per step) and ``set_buffer`` -- because the runtime
+has no DDP reducer. The scalars of the step (compute times, loss, flags) travel in a separate
+exact all-reduce, so compression never touches the balancer's measurements.
+
+Error feedback state (PowerSGD's error and factors, 3LC's residual) lives in the exchange object
+of each rank for the whole run; it is not checkpointed: a resumed run starts with zero residual.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+from tessera.errors import SpecError
+from tessera.perf.compression import (
+    Collective,
+    CompressionSpec,
+    max_matrix_rank,
+    wire_collectives,
+)
+from tessera.train import threelc
+from tessera.train.examples import build_model, get_example
+
+BACKEND_SCHEMES: dict[str, frozenset[str]] = {
+    # torch 2.13's gloo all-reduces fp16 and bf16 tensors (checked), and all-gathers bytes.
+    "gloo": frozenset({"none", "fp16", "bf16", "powersgd", "3lc"}),
+    "nccl": frozenset({"none", "fp16", "bf16", "powersgd", "3lc"}),
+}
+"""Which schemes each process-group backend can run."""
+NCCL_BF16_MIN = (2, 10, 0)
+"""NCCL reduces bfloat16 from 2.10 on."""
+
+
+def check_compression(spec: CompressionSpec, shapes: Sequence[Sequence[int]], backend: str,
+                      nccl_version: tuple[int, ...] | None = None) -> None:
+    """Reject a scheme the model or the backend cannot run, before any rank starts.
+
+    Args:
+        spec: the parsed ``--compress`` value.
+        shapes: the model's gradient shapes.
+        backend: ``gloo`` (emulated ranks) or ``nccl`` (GPUs).
+        nccl_version: NCCL's version when the backend is ``nccl`` (``None``: not checked).
+
+    Raises:
+        SpecError: a PowerSGD rank above every gradient matrix's rank (PyTorch would silently
+            clamp it per matrix: the user asked for something the model does not have), a
+            backend that does not run the scheme, or bf16 on an NCCL older than 2.10.
+    """
+    if spec.scheme == "powersgd":
+        largest = max_matrix_rank(shapes)
+        if largest == 0:
+            raise SpecError("powersgd needs gradient matrices; the model has only vectors")
+        if spec.rank > largest:
+            raise SpecError(f"powersgd rank {spec.rank} is above the rank of every gradient "
+                            f"matrix of the model (the largest has rank {largest}); choose "
+                            f"1..{largest}")
+    supported = BACKEND_SCHEMES.get(backend)
+    if supported is None or spec.scheme not in supported:
+        raise SpecError(f"--compress {spec.scheme} is not supported on the {backend} backend "
+                        f"(supported: {', '.join(sorted(supported or ()))  or 'none'})")
+    if (spec.scheme == "bf16" and backend == "nccl" and nccl_version is not None
+            and tuple(nccl_version) < NCCL_BF16_MIN):
+        found = ".".join(map(str, nccl_version))
+        raise SpecError(f"--compress bf16 needs NCCL ≥ 2.10 for bfloat16 all-reduce; this "
+                        f"torch has NCCL {found} (use fp16)")
+
+
+class FlatBucket:
+    """The part of ``torch.distributed.GradBucket`` the PyTorch hooks use, over one flat
+    buffer (see the module docstring)."""
+
+    def __init__(self, buffer: torch.Tensor, shapes: Sequence[torch.Size]) -> None:
+        self._buffer = buffer
+        self._shapes = list(shapes)
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def set_buffer(self, tensor: torch.Tensor) -> None:
+        self._buffer = tensor
+
+    def gradients(self) -> list[torch.Tensor]:
+        out, offset = [], 0
+        for shape in self._shapes:
+            n = math.prod(shape)
+            out.append(self._buffer[offset:offset + n].view(shape))
+            offset += n
+        return out
+
+    def index(self) -> int:
+        return 0
+
+    def is_last(self) -> bool:
+        return True
+
+
+class GradientExchange(Protocol):
+    """Sums the ranks' weighted flat gradients, compressed."""
+
+    def reduce(self, weighted: torch.Tensor, world_size: int
+               ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
+        """The sum over ranks of ``weighted`` (approximately), and the collectives it ran
+        with the bytes this rank sent."""
+        ...
+
+
+class CastExchange:
+    """fp16 / bf16 all-reduce through PyTorch's compress hooks."""
+
+    def __init__(self, spec: CompressionSpec, shapes: Sequence[torch.Size]) -> None:
+        self.spec = spec
+        self.shapes = list(shapes)
+        self.hook = (default_hooks.fp16_compress_hook if spec.scheme == "fp16"
+                     else default_hooks.bf16_compress_hook)
+
+    def reduce(self, weighted: torch.Tensor, world_size: int
+               ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
+        if world_size <= 1:
+            return weighted, ()
+        bucket = FlatBucket(weighted * world_size, self.shapes)
+        out = self.hook(None, bucket).wait()  # type: ignore[arg-type]
+        return out, wire_collectives(self.spec, self.shapes, weighted.element_size())
+
+
+class PowerSgdExchange:
+    """PowerSGD through PyTorch's hook, with its state (error feedback, warm start) kept."""
+
+    def __init__(self, spec: CompressionSpec, shapes: Sequence[torch.Size]) -> None:
+        self.spec = spec
+        self.shapes = list(shapes)
+        self.state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=spec.rank,
+            start_powerSGD_iter=spec.start_step, use_error_feedback=True, warm_start=True)
+
+    def reduce(self, weighted: torch.Tensor, world_size: int
+               ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
+        if world_size <= 1:
+            return weighted, ()
+        compressed = self.state.iter >= self.state.start_powerSGD_iter
+        bucket = FlatBucket(weighted * world_size, self.shapes)
+        out = powerSGD_hook.powerSGD_hook(self.state, bucket).wait()  # type: ignore[arg-type]
+        return out, wire_collectives(self.spec, self.shapes, weighted.element_size(),
+                                     compressed_step=compressed)
+
+
+class ThreeLcExchange:
+    """3LC with error feedback; the messages are all-gathered and every rank sums them."""
+
+    def __init__(self, spec: CompressionSpec, shapes: Sequence[torch.Size]) -> None:
+        self.spec = spec
+        self.sizes = [math.prod(s) for s in shapes]
+        self.residual: torch.Tensor | None = None
+
+    def encode(self, weighted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's message (scales, lengths, payloads as bytes) and the flat values it
+        stands for; the residual keeps the difference for the next step."""
+        if self.residual is None:
+            self.residual = torch.zeros_like(weighted)
+        acc = self.residual.add_(weighted)  # a = g + e, in place: e = a − q·M below
+        sent = torch.empty_like(acc)
+        scales, lengths, payloads = [], [], []
+        offset = 0
+        for n in self.sizes:
+            scale, payload, trits = threelc.encode(acc[offset:offset + n], self.spec.sparsity)
+            scales.append(scale)
+            lengths.append(payload.numel())
+            payloads.append(payload)
+            torch.mul(trits, scale, out=sent[offset:offset + n])
+            offset += n
+        acc.sub_(sent)
+        self.residual = acc
+        header = torch.cat([torch.tensor(scales, dtype=torch.float32).view(torch.uint8),
+                            torch.tensor(lengths, dtype=torch.int32).view(torch.uint8)]
+                           ).to(acc.device)
+        return torch.cat([header, *payloads]), sent
+
+    def decode_into(self, total: torch.Tensor, message: torch.Tensor) -> torch.Tensor:
+        """Add the flat values one rank's message stands for to ``total``; return it."""
+        k = len(self.sizes)
+        scales = message[:4 * k].clone().view(torch.float32).tolist()
+        lengths = message[4 * k:8 * k].clone().view(torch.int32).tolist()
+        offset, pos = 8 * k, 0
+        for n, scale, length in zip(self.sizes, scales, lengths, strict=True):
+            payload = message[offset:offset + length]
+            trits = threelc.quartic_decode(threelc.zre_decode(payload), n, total.dtype)
+            total[pos:pos + n].add_(trits, alpha=scale)
+            offset, pos = offset + length, pos + n
+        return total
+
+    def decode(self, message: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The flat values one rank's message stands for."""
+        return self.decode_into(torch.zeros(sum(self.sizes), dtype=dtype, device=message.device),
+                                message)
+
+    def reduce(self, weighted: torch.Tensor, world_size: int
+               ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
+        if world_size <= 1:  # nothing to send: no quantisation error either
+            return weighted, ()
+        message, sent = self.encode(weighted)
+        device = weighted.device  # NCCL gathers CUDA tensors, gloo CPU ones
+        size = torch.tensor([message.numel()], dtype=torch.int64, device=device)
+        sizes = [torch.zeros_like(size) for _ in range(world_size)]
+        dist.all_gather(sizes, size)
+        longest = max(int(s) for s in sizes)
+        padded = torch.zeros(longest, dtype=torch.uint8, device=device)
+        padded[:message.numel()] = message
+        gathered = [torch.empty_like(padded) for _ in range(world_size)]
+        dist.all_gather(gathered, padded)
+        total = sent  # this rank's own part, already decoded; the others' added to it
+        me = dist.get_rank()
+        for r, (msg, n) in enumerate(zip(gathered, sizes, strict=True)):
+            if r != me:
+                self.decode_into(total, msg[:int(n)])
+        mean_bytes = sum(int(s) for s in sizes) / world_size
+        return total, (Collective("allgather", 8.0), Collective("allgather", mean_bytes))
+
+
+def make_exchange(spec: CompressionSpec, shapes: Sequence[torch.Size]
+                  ) -> GradientExchange | None:
+    """The exchange for ``spec`` (``None`` for ``none``: the runtime's plain all-reduce)."""
+    if spec.scheme == "none":
+        return None
+    if spec.scheme in ("fp16", "bf16"):
+        return CastExchange(spec, shapes)
+    if spec.scheme == "powersgd":
+        return PowerSgdExchange(spec, shapes)
+    return ThreeLcExchange(spec, shapes)
+
+
+def exchange_flat(weighted: torch.Tensor, extras: torch.Tensor,
+                  exchange: GradientExchange | None, world_size: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, tuple[Collective, ...]]:
+    """Sum the weighted gradient and the step's scalars over the ranks.
+
+    Without compression both travel in one exact SUM all-reduce (the runtime's original path);
+    with it, the gradient goes through ``exchange`` and the scalars through a small exact one.
+
+    Returns:
+        (summed gradient, summed scalars, the collectives with this rank's bytes).
+    """
+    if exchange is None:
+        buffer = torch.cat([weighted, extras])
+        if world_size <= 1:
+            return buffer[:weighted.numel()], buffer[weighted.numel():], ()
+        dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+        plain: tuple[Collective, ...] = (
+            Collective("allreduce", buffer.numel() * buffer.element_size()),)
+        return buffer[:weighted.numel()], buffer[weighted.numel():], plain
+    summed, wire = exchange.reduce(weighted, world_size)
+    if world_size > 1:
+        dist.all_reduce(extras, op=dist.ReduceOp.SUM)
+        wire += (Collective("allreduce", extras.numel() * extras.element_size()),)
+    return summed, extras, wire
+
+
+def sent_bytes(wire: Sequence[Collective]) -> float:
+    """Bytes this rank put on the wire for ``wire`` (an all-reduce of S bytes counts S)."""
+    return float(sum(c.bytes_per_rank for c in wire))
+
+
+def describe(spec: CompressionSpec, shapes: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """Bytes per step of ``spec`` for these shapes against fp32 (for the CLI's header)."""
+    plain = sent_bytes(wire_collectives(CompressionSpec(), shapes))
+    sent = sent_bytes(wire_collectives(spec, shapes))
+    return {"scheme": str(spec), "bytes_per_step": sent, "fp32_bytes_per_step": plain,
+            "ratio": plain / sent if sent else math.inf}
+
+
+def gradient_shapes(example: str) -> list[torch.Size]:
+    """The gradient shapes of a built-in example's model (built on CPU, fp32)."""
+    model = build_model(get_example(example), seed=0, dtype=torch.float32)
+    return [p.shape for p in model.parameters() if p.requires_grad]
