@@ -23,7 +23,13 @@ from tessera.live.tenancy import Principal
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.decide import Decision
-from tessera.sched.core.quotas import Cohort, FlavorQuota, QueueQuota
+from tessera.sched.core.quotas import (
+    Cohort,
+    FlavorQuota,
+    QueuePreemption,
+    QueueQuota,
+    ReclaimWithinCohort,
+)
 from tessera.sched.core.reasons import PendingKind, PendingReason
 from tessera.sched.core.snapshot import Placement
 from tessera.sched.core.tenancy import Tenancy
@@ -306,3 +312,30 @@ def test_pending_reason_labels(tmp_path: Path) -> None:
             for x in s.series("tessera_jobs_pending")} == {
         "quota": 1, "unplaceable": 1, "undecided": 1}
     svc.store.close()
+
+
+def test_a_reclaim_is_a_quota_preemption_in_the_events_and_metrics(tmp_path: Path) -> None:
+    """A queue taking back its lent quota stops the borrower with the queue rules' reason,
+    counted as reason="quota" (not "policy")."""
+    svc = make_service(tmp_path / "state", cluster="v100:4", start=False)
+    reclaim = QueuePreemption(ReclaimWithinCohort.ANY)
+    quotas = {"team-a": QueueQuota("team-a", 2, None, cohort="c"),
+              "team-b": QueueQuota("team-b", 2, None, cohort="c", preemption=reclaim)}
+    svc.tenancy = replace(svc.tenancy, quotas=quotas,
+                          tree=Tenancy(queues=quotas, cohorts={"c": Cohort("c")}))
+    svc.start()
+    m = ServiceMetrics(svc)
+    try:
+        big = _submit(svc, "name: big\nqueue: team-a\ngpus: 4\ncommand: sleep 30")
+        wait_for(lambda: _state(svc, big) == "running", what="the borrower to run")
+        small = _submit(svc, "name: small\nqueue: team-b\ngpus: 2\ncommand: sleep 30")
+        wait_for(lambda: _state(svc, small) == "running", 30, "the reclaim")
+        stops = [e.detail for e in svc.store.events(big) if e.kind == "stop-requested"]
+        assert stops and "quota preemption: to admit" in stops[0]
+        s = _scrape(m)
+        assert s.value("tessera_preemptions_total", reason="quota") == 1
+        assert s.value("tessera_preemptions_total", reason="policy") is None
+        svc.cancel(big, ADMIN)
+        svc.cancel(small, ADMIN)
+    finally:
+        svc.stop()

@@ -30,6 +30,7 @@ from tessera.live.store import HOLDING, Allocation
 from tessera.live.where import describe
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.decide import Decision
+from tessera.sched.core.quota_round import QUOTA_PREEMPTION
 
 log = logging.getLogger("tessera.live")
 
@@ -49,7 +50,9 @@ def journal(svc: ServiceParts, d: Decision, now_s: float, remember: bool = False
             # bank every run's steps at the speed of the pairs as they were (live.speeds).
             svc.speeds.settle_all(svc.store, db, now_s, {*d.started, *d.preempted})
         for jid in d.preempted:
-            request_stop(svc, db, jid, now_s, "preempted by the policy", "preempt")
+            note = d.notes.get(jid, "")
+            why = note if note.startswith(QUOTA_PREEMPTION) else "preempted by the policy"
+            request_stop(svc, db, jid, now_s, why, "preempt")
         for jid in d.started:
             rec = svc.store.get(jid)
             if rec is None or rec.final:

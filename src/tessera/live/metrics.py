@@ -67,7 +67,8 @@ ANY_FLAVOR = "any"
 DECISION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                       2.5, 5.0)
 #: What a preemption's stop request says (``journal.request_stop``), by its first word.
-_PREEMPT_REASONS = {"preempted": "policy", "moving": "move", "resizing": "resize"}
+_PREEMPT_REASONS = {"preempted": "policy", "moving": "move", "resizing": "resize",
+                    "quota": "quota"}
 
 
 def preempt_reason(why: str) -> str:

@@ -51,6 +51,11 @@ from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sched.core.tenancy import Tenancy
 from tessera.sched.elastic.sizes import ElasticSize, sized_views, with_batches
 
+QUOTA_PREEMPTION = "quota preemption"
+"""How a victim's note starts: stopped by a queue's preemption rules (reclaim, fair sharing,
+within its queue) to admit another job; the live journal writes it as the stop's reason and
+``/metrics`` counts it under ``reason="quota"``."""
+
 
 def needs_tenancy_round(tenancy: Tenancy | None) -> bool:
     """Whether ``tenancy`` uses anything beyond one-number quotas (a cohort, a per-flavor
@@ -77,7 +82,8 @@ class RoundOutcome:
     pending: dict[JobId, PendingReason]
     fallbacks: tuple[str, ...]
     notes: dict[JobId, str]
-    """The policy's notes, plus for each victim ``preempted to admit <job>``."""
+    """The policy's notes, plus for each victim ``quota preemption: to admit <job> ...``
+    (:data:`QUOTA_PREEMPTION`)."""
     wakeup_s: float | None
     """The policy's wish, or earlier, when a running job of a time-sharing queue with
     waiting jobs reaches its minimum admitted duration (no event marks that instant)."""
@@ -168,7 +174,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
         for v in victims:
             del run[v]
             preempted.append(v)
-            notes[v] = f"preempted to admit {j.spec.job_id} (queue {j.spec.queue!r})"
+            notes[v] = f"{QUOTA_PREEMPTION}: to admit {j.spec.job_id} (queue {j.spec.queue!r})"
         free.take(placed)
         if q is not None:
             for k, n in book.charges(q, placed):
