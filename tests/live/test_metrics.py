@@ -16,6 +16,7 @@ from tessera.live import lifecycle
 from tessera.live.executors.base import RunStatus
 from tessera.live.journal import request_stop
 from tessera.live.metrics import ServiceMetrics, active_jobs, preempt_reason
+from tessera.live.progress import RunRate
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request, to_live_job
 from tessera.live.store import Store
@@ -337,5 +338,32 @@ def test_a_reclaim_is_a_quota_preemption_in_the_events_and_metrics(tmp_path: Pat
         assert s.value("tessera_preemptions_total", reason="policy") is None
         svc.cancel(big, ADMIN)
         svc.cancel(small, ADMIN)
+    finally:
+        svc.stop()
+
+
+def test_running_jobs_show_predicted_and_measured_speeds(tmp_path: Path) -> None:
+    """Issue 35: /metrics shows a running job's prior speed and, once it reports, its measured
+    one on the flavor it runs on."""
+    svc = make_service(tmp_path / "state")
+    m = ServiceMetrics(svc)
+    try:
+        jid = _submit(svc, "name: s\nqueue: team-a\ngpus: 1\nflavors: [v100]\ncommand: sleep 30")
+        wait_for(lambda: _state(svc, jid) == "running", what="the job to run")
+        s = _scrape(m)
+        assert s.value("tessera_job_speed_steps_per_s", job=jid, queue="team-a", flavor=V100,
+                       source="predicted") == 1.0  # no table knows a plain command: prior 1
+        assert s.value("tessera_job_speed_steps_per_s", job=jid, queue="team-a", flavor=V100,
+                       source="measured") is None
+        run = next(a for a in svc.store.allocations(("running",)) if a.job_id == jid)
+        now = svc.clock()
+        svc.progress._keep(jid, RunRate(run.run, resolve_flavor("v100"), ("n0",), 7.5, 5,
+                                        now - 10, now))
+        s = _scrape(m)
+        assert s.value("tessera_job_speed_steps_per_s", job=jid, queue="team-a", flavor=V100,
+                       source="measured") == 7.5
+        svc.cancel(jid, ADMIN)
+        wait_for(lambda: _state(svc, jid) == "cancelled", what="the cancel")
+        assert not _scrape(m).series("tessera_job_speed_steps_per_s")
     finally:
         svc.stop()

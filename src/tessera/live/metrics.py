@@ -51,6 +51,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tessera.live.learned import prior_rate
 from tessera.live.store import HOLDING, Allocation, Store
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
@@ -207,6 +208,7 @@ class ServiceMetrics(Collector):
         holding = self.svc.store.allocations(HOLDING)
         yield from self._jobs(records, holding)
         yield from self._quotas(records, holding)
+        yield self._speeds(holding)
         cluster = GaugeMetricFamily("tessera_cluster_gpus", "GPUs of the cluster, per flavor.",
                                     labels=["flavor"])
         for flavor, n in self.svc.cluster.gpus_by_flavor().items():
@@ -298,6 +300,28 @@ class ServiceMetrics(Collector):
             in_use.add_metric([queue, label], n)
             borrowed.add_metric([queue, label], n)
         yield from (nominal, limit, in_use, borrowed)
+
+    def _speeds(self, holding: list[Allocation]) -> Metric:
+        """Each running job's speed on its flavor: the prior the scheduler started from
+        (``predicted``) and, once the job reports progress, the measured rate it now schedules
+        with (``measured``; docs/live.md, "Progress reports"). Running jobs only, so the series
+        come and go with runs; a mixed gang has no one flavor and is left out."""
+        g = GaugeMetricFamily(
+            "tessera_job_speed_steps_per_s", "A running job's steps per second on its flavor: "
+            "source=predicted is the prior (a table, or 1 for a job no table knows), "
+            "source=measured the rate its progress reports give.",
+            labels=["job", "queue", "flavor", "source"])
+        for a in holding:
+            flavor = a.placement.sole_flavor
+            rec = self.svc.store.get(a.job_id) if a.status == "running" else None
+            if flavor is None or rec is None:
+                continue
+            labels = [a.job_id, rec.queue, flavor.short]
+            g.add_metric([*labels, "predicted"], prior_rate(self.svc, rec, flavor))
+            measured = self.svc.progress.measured(a.job_id).get(flavor)
+            if measured is not None:
+                g.add_metric([*labels, "measured"], measured)
+        return g
 
     def _queue_of(self, job_id: str) -> str | None:
         """The queue of a finished job whose run still drains (a cancel)."""
