@@ -88,7 +88,9 @@ def test_the_service_learns_a_jobs_speed_from_its_reports(
     wait_for(lambda: _measured(svc, jid, "T4"), 20, "a measured rate in the job's events")
     (line,) = [d for d in _events(svc, jid) if d.startswith("measured ")]
     rate = float(line.split()[1])
-    assert rate == pytest.approx(10.0, rel=0.15) and line.endswith("on T4 (prior 1)"), line
+    # the service times reports by when they arrive, so a loaded machine's delivery jitter
+    # shows; 10 vs the 40 of the other flavor is what the scheduler must tell apart
+    assert rate == pytest.approx(10.0, rel=0.3) and line.endswith("on T4 (prior 1)"), line
     spec = svc.store.get(jid).job.spec  # type: ignore[union-attr]
     assert svc.oracle.rate(spec, resolve_flavor("t4"), True) == pytest.approx(rate, rel=0.01)
     # the next round's snapshot runs the job at its measured speed (its progress rate)
@@ -142,13 +144,13 @@ def test_a_job_on_two_flavors_is_ranked_by_its_measured_speeds(
 
 def test_a_node_slow_for_every_job_gets_no_new_gang_until_speed_returns(
         tmp_path: Path) -> None:
-    """Two jobs measured 50 % slower on node v100-0002 than on their other node: the node is
-    marked slow (an event naming it and the evidence), a new job waits rather than go there,
-    and a run at normal speed there clears it."""
+    """Two jobs of two queues measured 50 % slower on node v100-0002 than on their other
+    node: the node is marked slow (an event naming it and the evidence), a new job waits
+    rather than go there, and a run at normal speed there clears it."""
     svc = make_service(tmp_path / "state", cluster="v100:3", gpus_per_server=1)
     svc.slow_nodes.hold_s = 0.0
     try:
-        a, b = (_submit_sleep(svc) for _ in range(2))
+        a, b = (_submit_sleep(svc, q) for q in ("team-a", "team-b"))  # two tenants agree
         for j in (a, b):
             wait_for(lambda j=j: svc.store.get(j).state.value == "running",  # type: ignore[union-attr]
                      what="the jobs to run")
@@ -177,8 +179,8 @@ def test_a_node_slow_for_every_job_gets_no_new_gang_until_speed_returns(
         svc.stop()
 
 
-def _submit_sleep(svc: LiveService) -> str:
-    req = validate_request({"name": "s", "queue": "team-a", "gpus": 1, "command": "sleep 60"})
+def _submit_sleep(svc: LiveService, queue: str = "team-a") -> str:
+    req = validate_request({"name": "s", "queue": queue, "gpus": 1, "command": "sleep 60"})
     return svc.submit(req, ADMIN).job_id
 
 

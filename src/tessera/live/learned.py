@@ -106,7 +106,12 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
             return None
         return prior_rate(svc, rec, flavor) or None
 
-    for text in svc.slow_nodes.update(svc.slow_nodes.evidence(runs, now_s, table_prior), now_s):
+    def queue_of(jid: str) -> str:
+        rec = prior_of.get(jid)
+        return rec.queue if rec is not None else ""
+
+    evidence = svc.slow_nodes.evidence(runs, now_s, table_prior, queue_of)
+    for text in svc.slow_nodes.update(evidence, now_s):
         events.append((None, text))
     if events:
         with svc.store.tx() as db:

@@ -9,11 +9,14 @@ From the progress reports' run estimates (:mod:`tessera.live.progress`) the rule
 * a run is **slow** when its rate is more than :attr:`SlowNodes.threshold` (30 %) below its
   reference -- well outside the few percent that step times of one job vary between healthy
   GPUs of one model, and what a throttled GPU, a noisy neighbour or a degraded link costs;
-* a node is **marked slow** when at least :attr:`SlowNodes.min_jobs` (2) jobs give evidence
-  there, *every* one of them is slow, and each has been measured there for at least
+* a node is **marked slow** when at least :attr:`SlowNodes.min_jobs` (2) jobs of at least
+  :attr:`SlowNodes.min_queues` (2) queues give evidence there, *every*
+  one of them is slow, and each has been measured there for at least
   :attr:`SlowNodes.hold_s` (300 s) -- two jobs so that one job's own slowness (a bad input
   pipeline) does not condemn a node, all of them so that one fast job clears it, and five
   minutes so that a transient straggler (issue 37's coded steps handle those) does not.
+  Two *queues*, because a job's reports are its own word: one tenant whose jobs all report
+  slow on a node could otherwise close that node to every other tenant.
 
 A slow node stays in the snapshot's ``down_nodes``: no new gang is placed there; running gangs
 keep running. It is **cleared** when a fresh run there is within the threshold (normal speed
@@ -36,6 +39,7 @@ class Evidence:
     """One fresh run on one node: its job, rate and reference (steps/s)."""
 
     job_id: str
+    queue: str
     node: str
     steps_per_s: float
     reference: float
@@ -53,14 +57,17 @@ class SlowNodes:
 
     threshold: float = 0.30
     min_jobs: int = 2
+    min_queues: int = 2
     hold_s: float = 300.0
     fresh_s: float = 120.0
     expire_s: float = 1800.0
     marked: dict[str, float] = field(default_factory=dict)
 
     def evidence(self, runs: Mapping[str, list[RunRate]], now_s: float,
-                 prior: Callable[[str, GpuFlavor], float | None]) -> dict[str, list[Evidence]]:
-        """Per node, the fresh single-node runs with a reference (see the module docstring)."""
+                 prior: Callable[[str, GpuFlavor], float | None],
+                 queue_of: Callable[[str], str]) -> dict[str, list[Evidence]]:
+        """Per node, the fresh single-node runs with a reference (see the module docstring);
+        ``queue_of`` names each job's queue."""
         out: dict[str, list[Evidence]] = {}
         for job_id, rrs in runs.items():
             for rr in rrs:
@@ -73,7 +80,7 @@ class SlowNodes:
                 if ref is None or ref <= 0:
                     continue
                 out.setdefault(node, []).append(
-                    Evidence(job_id, node, rr.steps_per_s, ref, rr.since_s))
+                    Evidence(job_id, queue_of(job_id), node, rr.steps_per_s, ref, rr.since_s))
         return out
 
     def update(self, evidence: Mapping[str, list[Evidence]], now_s: float) -> list[str]:
@@ -93,7 +100,8 @@ class SlowNodes:
                     self.marked[node] = now_s
                 continue
             held = [e for e in slow if now_s - e.since_s >= self.hold_s]
-            if len(ev) >= self.min_jobs and len(held) == len(ev):
+            if len(ev) >= self.min_jobs and len(held) == len(ev) and \
+                    len({e.queue for e in ev}) >= self.min_queues:
                 self.marked[node] = now_s
                 what = "; ".join(f"{e.job_id} {e.steps_per_s:.3g} vs {e.reference:.3g} "
                                  f"steps/s ({1 - e.ratio:.0%} slower)" for e in ev)
