@@ -25,6 +25,7 @@ from typing import NewType
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor, resolve_flavors
+from tessera.model.resources import HostDemand, ResourceSensitivity
 
 JobId = NewType("JobId", str)
 
@@ -195,6 +196,11 @@ class JobSpec:
             WorkloadPriorityClass; larger = more important, 0 by default): which jobs a pending
             job may preempt to get its queue's quota back (:mod:`tessera.sched.core.quotas`).
             Unrelated to ``priority_weight``, which weighs a job's share in fair policies.
+        host: the CPUs and host memory it asks for (:class:`~tessera.model.resources.HostDemand`,
+            per GPU or per job); ``None``: the GPU-proportional share of its servers.
+        sensitivity: its throughput as a function of CPUs and memory per GPU
+            (:class:`~tessera.model.resources.ResourceSensitivity`, Synergy's profile);
+            ``None``: insensitive (speed independent of CPUs and memory).
         extra: trace columns kept verbatim (strings) for writers and reports, such as Gavel's
             launch command or FGD's QoS class. No decision reads them: anything a decision
             needs is a typed field above, parsed and checked where the job enters.
@@ -220,6 +226,8 @@ class JobSpec:
     batch_size: int | None = None
     gpu_milli: int | None = None
     priority: int = 0
+    host: HostDemand | None = None
+    sensitivity: ResourceSensitivity | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -84,6 +84,12 @@ class Node:
         rack: rack (or switch) name; gangs prefer one node, then one rack.
         intra_link: how its GPUs talk to each other.
         inter_link: how it talks to other nodes.
+        nvlink_domain: the NVLink (or NVSwitch) domain it belongs to, ``None`` when its GPUs
+            reach no other server over NVLink. GPUs of one domain talk at ``intra_link`` speed
+            even across servers (rack-scale NVLink such as GB200 NVL72).
+        switch_path: the switches above it, nearest first (ToR, aggregation, core: the
+            Lingjun table's ``ASW, PSW, DSW``); two nodes share a level when the names match
+            there. Empty when unknown; ``rack`` is then the only level.
     """
 
     node_id: str
@@ -94,6 +100,8 @@ class Node:
     rack: str
     intra_link: Link
     inter_link: Link
+    nvlink_domain: str | None = None
+    switch_path: tuple[str, ...] = ()
 
 
 def make_nodes(
