@@ -45,6 +45,11 @@ class Placement:
         global_batch_samples: the global batch an elastic job runs at in this placement;
             ``None`` = the job's own batch (every rigid job). An elastic job's gang may hold
             any GPU count within its :class:`~tessera.model.jobs.ElasticRange`.
+        host_by_node: ``((node_id, cpus, mem_gib), ...)``: the CPU cores and host memory the
+            gang holds on each of its nodes, when a resource-aware policy (Synergy's
+            allocations) chose them. Empty: the job's own
+            :class:`~tessera.model.resources.HostDemand`, or the GPU-proportional share of each
+            node when it declares none.
     """
 
     flavors: tuple[GpuFlavor, ...]
@@ -52,6 +57,7 @@ class Placement:
     node_flavors: tuple[GpuFlavor, ...] = ()
     global_batch_samples: int | None = None
     colocated_with: tuple[JobId, ...] = field(default=(), repr=False)
+    host_by_node: tuple[tuple[str, float, float], ...] = field(default=(), repr=False)
     # Derived once at construction (the simulator asks for them on every advance of a running
     # job); not compared, hashed or shown, so equality stays that of the fields above.
     num_gpus: int = field(init=False, compare=False, repr=False)
