@@ -144,12 +144,13 @@ class _Arms:
         samples = {}
         for a in arms:
             c = self.costs[a]
-            sd = math.sqrt(statistics.pvariance(c) / len(c))
-            samples[a] = self.rng.gauss(statistics.fmean(c), sd) if sd > 0 else c[0]
+            mean = math.fsum(c) / len(c)
+            sd = math.sqrt(math.fsum((x - mean) ** 2 for x in c) / len(c) / len(c))
+            samples[a] = self.rng.gauss(mean, sd) if sd > 0 else mean
         return min(arms, key=lambda a: samples[a])
 
     def best(self, arms: tuple[int, ...]) -> int:
-        return min(arms, key=lambda a: statistics.fmean(self.costs[a]))
+        return min(arms, key=lambda a: math.fsum(self.costs[a]) / len(self.costs[a]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,6 +160,10 @@ class ZeusTable:
         for t in train:
             key = (t.dataset, t.network, t.optimizer, t.target_metric, t.batch_size)
             self._epochs.setdefault(key, []).append(t.target_epoch)
+        self._limits: dict[tuple[str, str, str, int], list[int]] = {}
+        for r in power:
+            self._limits.setdefault((r.dataset, r.network, r.optimizer, r.batch_size),
+                                    []).append(r.power_limit_w)
         #: The highest power limit measured on this GPU: Zeus's ``max_power`` in its cost.
         self.max_limit_w: int = max(r.power_limit_w for r in power)
         self.min_limit_w: int = min(r.power_limit_w for r in power)
@@ -180,13 +184,14 @@ class ZeusTable:
 
     def batch_sizes(self, w: ZeusWorkload) -> tuple[int, ...]:
         """Batch sizes with both a power measurement and training runs, ascending."""
-        return tuple(sorted({r.batch_size for r in self.rows if _is(r, w)
-                             and self.epochs_to_target(w, r.batch_size)}))
+        return tuple(sorted(k[3] for k in self._limits if k[:3] == (w.dataset, w.network,
+                                                                        w.optimizer)
+                            and self.epochs_to_target(w, k[3])))
 
     def power_limits(self, w: ZeusWorkload, batch_size: int) -> tuple[int, ...]:
         """Power limits measured for ``batch_size``, ascending."""
-        return tuple(sorted(r.power_limit_w for r in self.rows
-                            if _is(r, w) and r.batch_size == batch_size))
+        return tuple(sorted(self._limits.get((w.dataset, w.network, w.optimizer, batch_size),
+                                             ())))
 
     def power_row(self, w: ZeusWorkload, batch_size: int, limit_w: int) -> PowerRow:
         """The measured row, or a :class:`SpecError` naming what was asked."""
@@ -209,10 +214,6 @@ class ZeusTable:
         if b0 not in sizes:
             raise SpecError(f"default batch {b0} of {w.key} is not in {self.gpu}'s table")
         return b0
-
-
-def _is(r: PowerRow, w: ZeusWorkload) -> bool:
-    return r.dataset == w.dataset and r.network == w.network and r.optimizer == w.optimizer
 
 
 def zeus_gpu_of(flavor: GpuFlavor) -> str:
