@@ -12,7 +12,7 @@ from tests.cli.runner import run_tessera
 def test_zeus_json_matches_the_exhaustive_minimum(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, _ = run_tessera(["zeus", "--gpu", "V100-16GB", "-w", "imagenet", "-w",
-                                "librispeech", "--eta", "0.5", "--json"], capsys, monkeypatch)
+                                "librispeech", "--eta", "0.5", "--seed", "1", "--json"], capsys, monkeypatch)
     assert code == 0
     rows = {r["workload"]: r for r in json.loads(out)}
     assert set(rows) == {"imagenet/resnet50", "librispeech/deepspeech2"}
@@ -27,7 +27,11 @@ def test_zeus_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monk
     code, out, _ = run_tessera(["zeus", "--gpu", "a40", "-w", "ncf", "--recurrences", "20"],
                                capsys, monkeypatch)
     assert code == 0
-    assert "cost = eta*E + (1-eta)*300W*T" in out and "movielens-1m/ncf" in out
+    assert "cost = eta*E + (1-eta)*max_power*T" in out and "movielens-1m/ncf" in out
+    code, out, _ = run_tessera(["zeus", "-w", "sentiment140", "--json"], capsys, monkeypatch)
+    assert code == 0
+    assert [(r["gpu"], r["max_power_w"]) for r in json.loads(out)] == [
+        ("v100", 250), ("a40", 300), ("p100", 250), ("rtx6000", 260)]
 
 
 @pytest.mark.parametrize(("args", "message"), [
