@@ -12,7 +12,8 @@ from tests.cli.runner import run_tessera
 def test_zeus_json_matches_the_exhaustive_minimum(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, _ = run_tessera(["zeus", "--gpu", "V100-16GB", "-w", "imagenet", "-w",
-                                "librispeech", "--eta", "0.5", "--seed", "1", "--json"], capsys, monkeypatch)
+                                "librispeech", "--eta", "0.5", "--seed", "1", "--json"],
+                               capsys, monkeypatch)
     assert code == 0
     rows = {r["workload"]: r for r in json.loads(out)}
     assert set(rows) == {"imagenet/resnet50", "librispeech/deepspeech2"}
