@@ -160,7 +160,8 @@ class Recurring:
     Attributes:
         runs: every run in order (retries included; runs early-stopped before their first
             epoch ran nothing and are not listed).
-        final: the batch of least mean cost among the bandit's arms, at its JIT limit.
+        final: the batch of least mean cost among the bandit's arms (while still pruning: among
+            the batches that reached the target), at its JIT limit, with its expected cost.
         energy_j, time_s: totals over ``runs``.
     """
 
@@ -216,7 +217,8 @@ def simulate_recurring(t: ZeusTable, w: ZeusWorkload, eta: float, *, beta: float
                 raise SpecError(f"{w.key}'s default batch {bs} missed its target on {t.gpu}")
         else:
             raise SpecError(f"{w.key} missed its target {max_retries} times in a row")
-    pool = pruner.survivors if pruner.done else tuple(arms.costs)
+    reached = {r.batch_size for r in runs if r.reached}
+    pool = pruner.survivors if pruner.done else tuple(b for b in arms.costs if b in reached)
     b = arms.best(pool)
     final = expected(t, w, b, jit_power_limit(t, w, b, eta).best_limit_w, eta)
     return Recurring(tuple(runs), final, sum(r.energy_j for r in runs),
