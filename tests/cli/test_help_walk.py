@@ -43,6 +43,7 @@ PER_COMMAND_HELP = {
     ("--plots", "analyze"): "analyze writes figures only; its HTML report is always written",
     ("--format", "analyze"): "analyze reads more trace formats than the simulator",
     ("--out", "traces generate"): "one trace file, not a run folder",
+    ("--gpu", "zeus"): "a GPU of Zeus's traces (any of its four), not a MIG-capable model",
 }
 
 # Time flags whose values carry their own units (0,5m,2h,never), so the name needs none.

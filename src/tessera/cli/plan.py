@@ -68,6 +68,12 @@ def plan(
     old_gpus_per_node: int | None = deprecated_alias("--gpus-per-node", "--gpus-per-server"),
     compress: str = typer.Option("none", "--compress", help=COMPRESS_HELP),
     link_gbps: float | None = typer.Option(None, "--link-gbps", help=LINK_GBPS_HELP),
+    energy: bool = typer.Option(False, "--energy", help="Also print the pipeline's energy per "
+                                "step, and per-stage GPU power limits that save energy "
+                                "within --max-slowdown of the step time (Perseus)."),
+    max_slowdown: float = typer.Option(0.01, "--max-slowdown", help="With --energy: the step "
+                                       "time the power limits may add, as a fraction (0.01 = "
+                                       "1 %)."),
 ) -> None:
     """Plan a job on a mixed set of GPUs: per-device batches (or pipeline stages with their
     TP/PP/DP degrees), memory, predicted step time, throughput and efficiency."""
@@ -94,8 +100,13 @@ def plan(
         base = PipelineConfig(1, 1, allow_recompute=recompute,
                               zero_levels=tuple(range(zero + 1)), max_tp=max_tp)
         _pipeline(model, counts, global_batch, gpus_per_node, as_json, cm, base, max_layers,
-                  pipeline)
+                  pipeline, max_slowdown if energy else None)
         return
+    if energy:
+        from tessera.errors import SpecError
+
+        raise SpecError(f"--energy tunes the stages of a pipeline plan; {model!r} is planned "
+                        "data-parallel (add --pipeline for a layer-wise model)")
     from tessera.plan.api import plan_data_parallel
 
     choice = None
@@ -166,7 +177,8 @@ def _dp_json(model: str, p: Any) -> dict[str, Any]:
 
 
 def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int, as_json: bool,
-              cm: Any, base: Any, max_layers: int, forced: bool) -> None:
+              cm: Any, base: Any, max_layers: int, forced: bool,
+              max_slowdown: float | None = None) -> None:
     from tessera.errors import NoProfileError
     from tessera.plan.api import plan_ranked
     from tessera.plan.models import layered_model
@@ -180,7 +192,20 @@ def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int, as
                              f"parallel): {', '.join(cm.models())}; and {exc}") from None
     ranked = plan_ranked(layered, counts, global_batch, cost_model=cm,
                          gpus_per_node=gpus_per_node, base=base, max_layers=max_layers)
+    tuned = None
+    if max_slowdown is not None:
+        from tessera.perf.zeus_scaled import ScaledZeusPowerModel
+        from tessera.plan.stage_power import tune_stage_power
+
+        h = ranked.plan
+        tuned = tune_stage_power(h.stages, h.n_micro, h.dp_copies, model,
+                                 ScaledZeusPowerModel(), max_slowdown)
     if as_json:
-        typer.echo(json.dumps(ranked.to_json(), indent=2))
+        out = ranked.to_json()
+        if tuned is not None:
+            out["energy"] = tuned.to_json()
+        typer.echo(json.dumps(out, indent=2))
         return
     typer.echo(ranked.describe())
+    for line in tuned.describe() if tuned is not None else ():
+        typer.echo(line)
