@@ -1,0 +1,240 @@
+"""The power-budget stage: after the policy decides, keep the cluster under a power budget.
+
+A datacentre row has a power budget, not just GPUs. With a budget
+(:class:`PowerBudget`, ``tessera simulate --power-budget-kw``) every round ends with this
+stage, pure over the snapshot and the round's placements, whatever the policy:
+
+1. **Measure.** Cluster power is every running gang's GPUs at their draw plus every other
+   GPU at its idle draw (:class:`~tessera.perf.power.PowerModel`). Under budget: every job
+   runs at its flavor's maximum limit and nothing changes.
+2. **Cap where it costs least (PowerFlow's idea).** Over budget, lower power limits one step
+   at a time, each time on the job whose next step loses the least throughput per watt saved
+   (each GPU's throughput relative to the job's uncapped speed: a gang's throughput is its
+   GPUs'). Jobs near the top of their curve, where a watt buys little speed, are capped
+   first, so the limits spread evenly over boards of one shape and every job keeps as much
+   of its speed as the budget allows.
+3. **Wait.** Still over with every job at its lowest limit: the jobs this round would start
+   wait instead (last-ranked first; reason: power) until the rest fit.
+
+Power changes only when a gang starts, stops or changes its limit, and the simulator applies a
+round's limits before anything else happens, so a cluster kept under budget at each round is
+under it at every instant in between (a completion only lowers power).
+
+**Uniform capping** (``mode="uniform"``), the baseline, is what an operator does without a
+scheduler's help: one limit, the same fraction of each board's maximum for every GPU, chosen
+once so the whole cluster busy at that limit fits the budget; jobs wait only if even that does
+not fit.
+
+Limits are returned only for capped jobs: a running job absent from
+:attr:`BudgetOutcome.limits_w` runs at its flavor's maximum. A mixed gang (several flavors)
+is measured but never capped.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tessera.model.gpus import GpuFlavor
+from tessera.model.jobs import JobId
+from tessera.perf.power import PowerModel
+from tessera.sched.core.power_options import PowerBudget
+from tessera.sched.core.reasons import PendingKind, PendingReason, PowerHeld
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
+
+__all__ = ["BudgetOutcome", "PowerBudget", "budget_stage", "cluster_power_w"]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetOutcome:
+    """What the stage changed in a round.
+
+    Attributes:
+        limits_w: the power limit per capped running job (absent: the flavor's maximum).
+        held: jobs the round would have started that wait for power instead.
+        power_w: cluster power after the stage, in watts.
+    """
+
+    limits_w: Mapping[JobId, float]
+    held: tuple[JobId, ...]
+    power_w: float
+
+
+class _Levels:
+    """Per (job type, model, flavor): the limits from the maximum down, with each limit's
+    draw per GPU and relative speed (1 / step-time factor)."""
+
+    def __init__(self, model: PowerModel) -> None:
+        self.model = model
+        self._memo: dict[tuple[str, str | None, GpuFlavor], tuple[
+            tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {}
+        self._idle: dict[GpuFlavor, float] = {}
+
+    def of(self, job: JobView, flavor: GpuFlavor) -> tuple[
+            tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        key = (job.spec.job_type, job.spec.model, flavor)
+        got = self._memo.get(key)
+        if got is None:
+            limits = tuple(reversed(self.model.limit_range(flavor).limits_w()))
+            ests = [self.model.estimate(key[0], key[1], flavor, w) for w in limits]
+            got = (limits, tuple(e.avg_power_w for e in ests),
+                   tuple(1.0 / e.step_time_factor for e in ests))
+            self._memo[key] = got
+        return got
+
+    def idle_w(self, flavor: GpuFlavor) -> float:
+        got = self._idle.get(flavor)
+        if got is None:
+            got = self._idle[flavor] = self.model.idle_power_w(flavor)
+        return got
+
+
+def cluster_power_w(
+    snapshot: Snapshot, placements: Mapping[JobId, Placement], model: PowerModel,
+    limits_w: Mapping[JobId, float] | None = None,
+) -> float:
+    """Cluster power with ``placements`` running at ``limits_w`` (absent: maximum), in watts."""
+    levels = _Levels(model)
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    return _power(snapshot, placements, by_id, levels, limits_w or {})
+
+
+def _power(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+           by_id: Mapping[JobId, JobView], levels: _Levels,
+           limits_w: Mapping[JobId, float]) -> float:
+    idle_gpus: dict[GpuFlavor, int] = {}
+    for n in snapshot.cluster.nodes:
+        idle_gpus[n.flavor] = idle_gpus.get(n.flavor, 0) + n.gpus
+    total = 0.0
+    for jid, p in placements.items():
+        job = by_id[jid]
+        for fl, g in _gpus_by_flavor(p, snapshot):
+            idle_gpus[fl] -= g
+            lim = limits_w.get(jid)
+            if lim is None:
+                total += g * levels.of(job, fl)[1][0]
+            else:
+                total += g * levels.model.estimate(job.spec.job_type, job.spec.model, fl,
+                                                   lim).avg_power_w
+    return total + sum(max(n, 0) * levels.idle_w(fl) for fl, n in idle_gpus.items())
+
+
+def _gpus_by_flavor(p: Placement, snapshot: Snapshot) -> list[tuple[GpuFlavor, int]]:
+    if not p.node_flavors:
+        return [(p.flavors[0], p.num_gpus)]
+    return list(zip(p.node_flavors, (k for _n, k in p.gpus_by_node), strict=True))
+
+
+def budget_stage(
+    snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
+    budget: PowerBudget,
+) -> BudgetOutcome:
+    """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
+    draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
+
+    ``started`` is in the policy's order; only jobs that were not running before the round
+    can be held back (a running gang is never stopped for power: it fit at its last round
+    and power has not risen since).
+    """
+    levels = _Levels(budget.model)
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    if budget.mode == "uniform":
+        limits = _uniform(snapshot, placements, by_id, levels, budget.budget_w)
+    else:
+        limits = {}
+    power = _power(snapshot, placements, by_id, levels, limits)
+    if power <= budget.budget_w:
+        return BudgetOutcome(limits, (), power)
+    if budget.mode == "flow":
+        limits, power = _flow(snapshot, placements, by_id, levels, power, budget.budget_w)
+    held: list[JobId] = []
+    if power > budget.budget_w:
+        kept = dict(placements)
+        for jid in reversed(started):
+            if power <= budget.budget_w:
+                break
+            if by_id[jid].running:
+                continue
+            del kept[jid]
+            held.append(jid)
+            limits.pop(jid, None)
+            power = _power(snapshot, kept, by_id, levels, limits)
+    return BudgetOutcome(limits, tuple(held), power)
+
+
+def held_reason(budget: PowerBudget, power_w: float, job: JobView) -> PendingReason:
+    """Why ``job`` waits for power."""
+    return PendingReason(PendingKind.CAPACITY,
+                         PowerHeld(job.spec.num_gpus, budget.budget_w, power_w))
+
+
+def _uniform(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+             by_id: Mapping[JobId, JobView], levels: _Levels,
+             budget_w: float) -> dict[JobId, float]:
+    """One fraction of every board's maximum: the highest on a 5 % grid at which the whole
+    cluster, every GPU busy at it, fits ``budget_w`` (the lowest limit if none does)."""
+    frac = 1.0
+    model = levels.model
+    while frac > 0.0:
+        full = 0.0
+        for n in snapshot.cluster.nodes:
+            rng = model.limit_range(n.flavor)
+            lim = min(max(frac * rng.max_w, rng.min_w), rng.max_w)
+            full += n.gpus * model.estimate("", None, n.flavor, lim).avg_power_w
+        if full <= budget_w or frac * 1.0 <= 0.05:
+            break
+        frac = round(frac - 0.05, 10)
+    out: dict[JobId, float] = {}
+    for jid, p in placements.items():
+        if p.node_flavors:
+            continue
+        rng = model.limit_range(p.flavors[0])
+        lim = min(max(frac * rng.max_w, rng.min_w), rng.max_w)
+        if lim < rng.max_w:
+            out[jid] = lim
+    return out
+
+
+def _flow(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+          by_id: Mapping[JobId, JobView], levels: _Levels, power_w: float,
+          budget_w: float) -> tuple[dict[JobId, float], float]:
+    """Lower limits one step at a time where the throughput lost per watt saved is least."""
+    heap: list[tuple[float, int, JobId]] = []
+    at: dict[JobId, int] = {}
+    tables: dict[JobId, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], int]] = {}
+    for order, (jid, p) in enumerate(placements.items()):
+        if p.node_flavors:
+            continue
+        lims, draws, speeds = levels.of(by_id[jid], p.flavors[0])
+        g = p.num_gpus
+        tables[jid] = (lims, draws, speeds, g)
+        at[jid] = 0
+        cost = _step_cost(draws, speeds, g, 0)
+        if cost is not None:
+            heap.append((cost, order, jid))
+    heapq.heapify(heap)
+    while power_w > budget_w and heap:
+        _cost, order, jid = heapq.heappop(heap)
+        lims, draws, speeds, g = tables[jid]
+        i = at[jid]
+        power_w -= g * (draws[i] - draws[i + 1])
+        at[jid] = i + 1
+        nxt = _step_cost(draws, speeds, g, i + 1)
+        if nxt is not None:
+            heapq.heappush(heap, (nxt, order, jid))
+    limits = {jid: tables[jid][0][i] for jid, i in at.items() if i > 0}
+    return limits, power_w
+
+
+def _step_cost(draws: tuple[float, ...], speeds: tuple[float, ...], g: int,
+               i: int) -> float | None:
+    """Relative GPU-throughput lost per watt saved by the step from level ``i`` to ``i + 1``
+    (``None``: no lower level)."""
+    if i + 1 >= len(draws):
+        return None
+    saved = g * (draws[i] - draws[i + 1])
+    lost = g * (speeds[i] - speeds[i + 1])
+    if saved <= 0:
+        return float("inf") if lost > 0 else 0.0
+    return lost / saved
