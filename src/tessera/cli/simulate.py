@@ -339,6 +339,13 @@ def _register_simulate(app: typer.Typer) -> None:
                                              "model's smallest validated batch M0), to compare "
                                              "with Sia's published figures."),
         tenancy: Path | None = TENANCY,
+        power_budget_kw: float | None = typer.Option(
+            None, "--power-budget-kw", help="Keep the cluster's power (busy and idle GPUs) "
+            "under this many kW at every instant: per-job power limits, then waiting, after "
+            "any policy decides (docs/energy.md, Power budget)."),
+        power_capping: str = typer.Option("flow", help="How --power-budget-kw is kept: flow "
+                                          "(per-job limits) or uniform (one limit for every "
+                                          "GPU, the baseline)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -362,6 +369,9 @@ def _register_simulate(app: typer.Typer) -> None:
             "quota_borrowing_limit_gpus": None if quota_borrowing_gpus < 0
             else quota_borrowing_gpus,
         }
+        if power_budget_kw is not None:
+            updates["power_budget_kw"] = power_budget_kw
+            updates["power_capping"] = power_capping
         if tenancy is not None:
             updates["tenancy"] = _run(lambda: _tenancy(tenancy, cluster, gpus_per_server,
                                                              quota_per_queue))

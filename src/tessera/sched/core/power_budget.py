@@ -63,7 +63,8 @@ class BudgetOutcome:
 
 class _Levels:
     """Per (job type, model, flavor): the limits from the maximum down, with each limit's
-    draw per GPU and relative speed (1 / step-time factor)."""
+    draw per GPU and relative speed (1 / step-time factor); limits above what the job draws
+    uncapped are left out (they would change nothing)."""
 
     def __init__(self, model: PowerModel) -> None:
         self.model = model
@@ -78,6 +79,12 @@ class _Levels:
         if got is None:
             limits = tuple(reversed(self.model.limit_range(flavor).limits_w()))
             ests = [self.model.estimate(key[0], key[1], flavor, w) for w in limits]
+            keep = [0]  # a lower limit the job does not reach saves nothing: skipped
+            for i in range(1, len(ests)):
+                if ests[i].avg_power_w < ests[keep[-1]].avg_power_w:
+                    keep.append(i)
+            limits = tuple(limits[i] for i in keep)
+            ests = [ests[i] for i in keep]
             got = (limits, tuple(e.avg_power_w for e in ests),
                    tuple(1.0 / e.step_time_factor for e in ests))
             self._memo[key] = got
