@@ -44,7 +44,7 @@ from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
-from tessera.sched.core.power_budget import budget_stage, held_reason
+from tessera.sched.core.power_budget import Levels, budget_stage, held_reason, levels_for
 from tessera.sched.core.power_options import PowerBudget
 from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
@@ -162,7 +162,9 @@ def decide(
     d = _plain(snapshot, policy, ctx, opts)
     if opts.power_budget is None:
         return d
-    return within_budget(snapshot, d, opts.power_budget)
+    model = opts.power_budget.model
+    return within_budget(snapshot, d, opts.power_budget,
+                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)))
 
 
 def _plain(
@@ -359,11 +361,12 @@ def _reasons(
     return pending_reasons(jobs, ranking.candidates, oracle, free, local, no_plan)
 
 
-def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget) -> Decision:
+def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget,
+                  memo: Levels | None = None) -> Decision:
     """Phase 6: ``d`` with power limits, and the jobs it would start that do not fit the
     budget left waiting (:func:`~tessera.sched.core.power_budget.budget_stage`)."""
     t0 = time.perf_counter()
-    out = budget_stage(snapshot, d.placements, d.started, budget)
+    out = budget_stage(snapshot, d.placements, d.started, budget, memo)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)
     if not out.held:
         return replace(d, power_limits_w=out.limits_w, phase_ms=d.phase_ms + extra)

@@ -43,7 +43,8 @@ from tessera.sched.core.power_options import PowerBudget
 from tessera.sched.core.reasons import PendingKind, PendingReason, PowerHeld
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
-__all__ = ["BudgetOutcome", "PowerBudget", "budget_stage", "cluster_power_w"]
+__all__ = ["BudgetOutcome", "Levels", "PowerBudget", "budget_stage", "cluster_power_w",
+           "levels_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +62,30 @@ class BudgetOutcome:
     power_w: float
 
 
-class _Levels:
+_Key = tuple[str, str | None, GpuFlavor]
+_Table = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+"""Limits from the maximum down, the draw per GPU at each, the relative speed at each."""
+
+
+class Levels:
     """Per (job type, model, flavor): the limits from the maximum down, with each limit's
     draw per GPU and relative speed (1 / step-time factor); limits above what the job draws
     uncapped are left out (they would change nothing)."""
 
     def __init__(self, model: PowerModel) -> None:
         self.model = model
-        self._memo: dict[tuple[str, str | None, GpuFlavor], tuple[
-            tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {}
+        self._memo: dict[_Key, _Table] = {}
         self._idle: dict[GpuFlavor, float] = {}
 
-    def of(self, job: JobView, flavor: GpuFlavor) -> tuple[
-            tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-        key = (job.spec.job_type, job.spec.model, flavor)
+    def of(self, job: JobView, flavor: GpuFlavor) -> _Table:
+        """The limits, draws and relative speeds of ``job`` on ``flavor``."""
+        return self.of_key((job.spec.job_type, job.spec.model, flavor))
+
+    def of_key(self, key: _Key) -> _Table:
+        """As :meth:`of`, by (job type, model, flavor)."""
         got = self._memo.get(key)
         if got is None:
+            flavor = key[2]
             limits = tuple(reversed(self.model.limit_range(flavor).limits_w()))
             ests = [self.model.estimate(key[0], key[1], flavor, w) for w in limits]
             keep = [0]  # a lower limit the job does not reach saves nothing: skipped
@@ -102,13 +111,13 @@ def cluster_power_w(
     limits_w: Mapping[JobId, float] | None = None,
 ) -> float:
     """Cluster power with ``placements`` running at ``limits_w`` (absent: maximum), in watts."""
-    levels = _Levels(model)
+    levels = Levels(model)
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
     return _power(snapshot, placements, by_id, levels, limits_w or {})
 
 
 def _power(snapshot: Snapshot, placements: Mapping[JobId, Placement],
-           by_id: Mapping[JobId, JobView], levels: _Levels,
+           by_id: Mapping[JobId, JobView], levels: Levels,
            limits_w: Mapping[JobId, float]) -> float:
     idle_gpus: dict[GpuFlavor, int] = {}
     for n in snapshot.cluster.nodes:
@@ -133,18 +142,25 @@ def _gpus_by_flavor(p: Placement, snapshot: Snapshot) -> list[tuple[GpuFlavor, i
     return list(zip(p.node_flavors, (k for _n, k in p.gpus_by_node), strict=True))
 
 
+def levels_for(model: PowerModel) -> Levels:
+    """A fresh memo of ``model``'s limits, draws and speeds (a driver keeps one between
+    rounds: :class:`~tessera.sched.core.context.PolicyCaches`)."""
+    return Levels(model)
+
+
 def budget_stage(
     snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
-    budget: PowerBudget,
+    budget: PowerBudget, memo: Levels | None = None,
 ) -> BudgetOutcome:
     """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
     draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
 
     ``started`` is in the policy's order; only jobs that were not running before the round
     can be held back (a running gang is never stopped for power: it fit at its last round
-    and power has not risen since).
+    and power has not risen since). ``memo`` (from :func:`levels_for` on the same model)
+    keeps the model's answers between rounds.
     """
-    levels = _Levels(budget.model)
+    levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
     if budget.mode == "uniform":
         limits = _uniform(snapshot, placements, by_id, levels, budget.budget_w)
@@ -177,7 +193,7 @@ def held_reason(budget: PowerBudget, power_w: float, job: JobView) -> PendingRea
 
 
 def _uniform(snapshot: Snapshot, placements: Mapping[JobId, Placement],
-             by_id: Mapping[JobId, JobView], levels: _Levels,
+             by_id: Mapping[JobId, JobView], levels: Levels,
              budget_w: float) -> dict[JobId, float]:
     """One fraction of every board's maximum: the highest on a 5 % grid at which the whole
     cluster, every GPU busy at it, fits ``budget_w`` (the lowest limit if none does)."""
@@ -204,44 +220,69 @@ def _uniform(snapshot: Snapshot, placements: Mapping[JobId, Placement],
 
 
 def _flow(snapshot: Snapshot, placements: Mapping[JobId, Placement],
-          by_id: Mapping[JobId, JobView], levels: _Levels, power_w: float,
+          by_id: Mapping[JobId, JobView], levels: Levels, power_w: float,
           budget_w: float) -> tuple[dict[JobId, float], float]:
-    """Lower limits one step at a time where the throughput lost per watt saved is least."""
-    heap: list[tuple[float, int, JobId]] = []
-    at: dict[JobId, int] = {}
-    tables: dict[JobId, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], int]] = {}
-    for order, (jid, p) in enumerate(placements.items()):
+    """Lower limits one step at a time where the throughput lost per watt saved is least.
+
+    The loss per watt of a step depends on the job's (type, model, flavor) and level only,
+    not on its GPU count (both scale with it), so the jobs of one kind step down together:
+    a heap over the kinds' next steps, and the last step taken job by job (in placement
+    order) only as far as the budget needs. Same choice as a heap over every job's steps,
+    at the cost of the kinds rather than the jobs.
+    """
+    groups: dict[_Key, list[tuple[JobId, int]]] = {}
+    for jid, p in placements.items():
         if p.node_flavors:
             continue
-        lims, draws, speeds = levels.of(by_id[jid], p.flavors[0])
-        g = p.num_gpus
-        tables[jid] = (lims, draws, speeds, g)
-        at[jid] = 0
-        cost = _step_cost(draws, speeds, g, 0)
+        spec = by_id[jid].spec
+        groups.setdefault((spec.job_type, spec.model, p.flavors[0]), []).append(
+            (jid, p.num_gpus))
+    heap: list[tuple[float, int, _Key]] = []
+    tables = {}
+    at: dict[_Key, int] = {}
+    gpus: dict[_Key, int] = {}
+    for order, (key, members) in enumerate(groups.items()):
+        tables[key] = levels.of_key(key)
+        at[key] = 0
+        gpus[key] = sum(g for _j, g in members)
+        cost = _step_cost(tables[key], 0)
         if cost is not None:
-            heap.append((cost, order, jid))
+            heap.append((cost, order, key))
     heapq.heapify(heap)
+    limits: dict[JobId, float] = {}
     while power_w > budget_w and heap:
-        _cost, order, jid = heapq.heappop(heap)
-        lims, draws, speeds, g = tables[jid]
-        i = at[jid]
-        power_w -= g * (draws[i] - draws[i + 1])
-        at[jid] = i + 1
-        nxt = _step_cost(draws, speeds, g, i + 1)
-        if nxt is not None:
-            heapq.heappush(heap, (nxt, order, jid))
-    limits = {jid: tables[jid][0][i] for jid, i in at.items() if i > 0}
+        _cost, order, key = heapq.heappop(heap)
+        lims, draws, _speeds = tables[key]
+        i = at[key]
+        step_w = draws[i] - draws[i + 1]
+        if power_w - gpus[key] * step_w > budget_w:
+            power_w -= gpus[key] * step_w
+            at[key] = i + 1
+            nxt = _step_cost(tables[key], i + 1)
+            if nxt is not None:
+                heapq.heappush(heap, (nxt, order, key))
+            continue
+        for jid, g in groups[key]:  # the last step: job by job, only as far as needed
+            limits[jid] = lims[i + 1]
+            power_w -= g * step_w
+            if power_w <= budget_w:
+                break
+    for key, i in at.items():
+        if i > 0:
+            lim = tables[key][0][i]
+            for jid, _g in groups[key]:
+                limits.setdefault(jid, lim)
     return limits, power_w
 
 
-def _step_cost(draws: tuple[float, ...], speeds: tuple[float, ...], g: int,
-               i: int) -> float | None:
+def _step_cost(table: _Table, i: int) -> float | None:
     """Relative GPU-throughput lost per watt saved by the step from level ``i`` to ``i + 1``
     (``None``: no lower level)."""
+    _lims, draws, speeds = table
     if i + 1 >= len(draws):
         return None
-    saved = g * (draws[i] - draws[i + 1])
-    lost = g * (speeds[i] - speeds[i + 1])
+    saved = draws[i] - draws[i + 1]
+    lost = speeds[i] - speeds[i + 1]
     if saved <= 0:
         return float("inf") if lost > 0 else 0.0
     return lost / saved
