@@ -70,3 +70,32 @@ def test_a_capped_job_runs_slower_by_its_step_time_factor() -> None:
     free_s = jct_s(20_000, None) - jct_s(10_000, None)
     capped_s = jct_s(20_000, lo / 1e3) - jct_s(10_000, lo / 1e3)
     assert capped_s == pytest.approx(free_s * factor, rel=1e-9)
+
+
+def test_a_job_speeds_up_when_a_stop_frees_power() -> None:
+    """Two jobs on two V100s under a budget that fits both only at the lowest limit; when
+    the short one ends, the long one is lifted back to full speed at that instant."""
+    cl = make_cluster().node("v100", gpus=1, count=2).build()
+    model = TdpPowerModel()
+    v100 = cl.nodes[0].flavor
+    lo = model.limit_range(v100).min_w
+    budget_kw = 2 * lo / 1e3
+    assert model.estimate("", None, v100).avg_power_w + model.idle_power_w(v100) <= 2 * lo
+
+    def alone_s(steps: float) -> float:
+        wl = make_workload(make_job("x", steps=steps))
+        return simulate(wl, cl, "fifo", SimConfig()).summary.avg_jct_s
+
+    per_step_s = (alone_s(20_000) - alone_s(10_000)) / 10_000
+    startup_s = alone_s(10_000) - 10_000 * per_step_s
+    factor = model.estimate("", None, v100, lo).step_time_factor
+    wl = make_workload(make_job("a", steps=5_000), make_job("b", steps=20_000))
+    sim = Simulator(wl, cl, make_policy("fifo"), SimConfig(power_budget_kw=budget_kw),
+                    default_throughputs())
+    sim.run()
+    a, b = sim.world.jobs
+    a_end_s = startup_s + 5_000 * per_step_s * factor
+    assert a.finish_s == pytest.approx(a_end_s, rel=1e-9)
+    b_done = (a_end_s - startup_s) / (per_step_s * factor)
+    assert b.finish_s == pytest.approx(a_end_s + (20_000 - b_done) * per_step_s, rel=1e-9)
+    assert max(w for _t, w in sim.world.power.trace) <= 2 * lo + 1e-9  # type: ignore[union-attr]

@@ -54,7 +54,7 @@ from tessera.sim.metrics import (
     run_gpu_hours,
     summarize,
 )
-from tessera.sim.power_runs import power_runs_for
+from tessera.sim.power_runs import energy_policy, power_runs_for
 from tessera.sim.running import RunningJobs
 from tessera.sim.state import SimJob, move
 from tessera.sim.validation import PreRunValidation
@@ -97,7 +97,8 @@ class SimWorld:
         self.opts = self.sched.placement()
         self.power = power_runs_for(config, cluster, policy)  # (a power budget: sim/power_runs)
         if self.power is not None:
-            self.opts = replace(self.opts, power_budget=self.power.budget)
+            self.opts = replace(self.opts, power_budget=self.power.budget, zeus=self.power.zeus)
+            self.policy = policy = energy_policy(config, policy, self.power)
         self.fill_opts = replace(self.opts, fill_only=True)
         self.progress = progress
         self.schedule: EventSink = no_events
@@ -215,6 +216,7 @@ class SimWorld:
         by_id, penalty = self.by_id, self.sched.migration_cost_s
         if self.power is not None:
             self.power.decided(d.power_limits_w)
+            self.power.at(t_s)
         for job in map(by_id.__getitem__, d.preempted):
             self.stop(job, t_s)
             move(job, JobState.PREEMPTED)
@@ -321,6 +323,8 @@ class SimWorld:
         if job.state is JobState.RUNNING:
             self._account_run(job, t_s)
         placement = job.placement
+        if self.power is not None:
+            self.power.stopped(job, t_s)
         job.epoch += 1
         job.placement = None
         job.rate = 0.0
@@ -393,6 +397,8 @@ class SimWorld:
         for j in self.running.values():
             j.advance(self.last_t)
             self._account_run(j, self.last_t)
+        if self.power is not None:
+            self.power.finish(self.running, self.last_t)
         for idx in self.validation.validating():
             self.validation.end(self.jobs[idx])
         for j in self.active.values():

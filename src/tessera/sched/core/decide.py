@@ -41,6 +41,7 @@ from typing import Any
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.cadence import leased
 from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.energy_choice import zeus_limits
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
@@ -160,6 +161,9 @@ def decide(
     """
     opts = options or PlacementOptions()
     d = _plain(snapshot, policy, ctx, opts)
+    if opts.zeus is not None:  # per-job Zeus: each job at its own cost-minimising limit
+        specs = {j.spec.job_id: j.spec for j in snapshot.jobs}
+        d = replace(d, power_limits_w=zeus_limits(d.placements, specs, opts.zeus))
     if opts.power_budget is None:
         return d
     model = opts.power_budget.model
