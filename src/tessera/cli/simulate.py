@@ -346,6 +346,15 @@ def _register_simulate(app: typer.Typer) -> None:
         power_capping: str = typer.Option("flow", help="How --power-budget-kw is kept: flow "
                                           "(per-job limits) or uniform (one limit for every "
                                           "GPU, the baseline)."),
+        zeus_eta: float | None = typer.Option(
+            None, "--zeus-eta", help="Per-job Zeus: every job at the power limit minimising "
+            "η·energy + (1-η)·MAXPOWER·time on its GPU type (η in [0, 1]; docs/energy.md)."),
+        energy_types: bool = typer.Option(
+            False, "--energy-types", help="With --zeus-eta: offer each job its GPU types "
+            "cheapest first by that cost, and only those within --energy-slack of its "
+            "cheapest (it waits for a better type otherwise)."),
+        energy_slack: float = typer.Option(0.5, help="How much costlier than its cheapest "
+                                           "type a job may run on (0.5 = 50 %)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -372,6 +381,9 @@ def _register_simulate(app: typer.Typer) -> None:
         if power_budget_kw is not None:
             updates["power_budget_kw"] = power_budget_kw
             updates["power_capping"] = power_capping
+        if zeus_eta is not None or energy_types:
+            updates.update(zeus_eta=zeus_eta, energy_types=energy_types,
+                           energy_slack=energy_slack)
         if tenancy is not None:
             updates["tenancy"] = _run(lambda: _tenancy(tenancy, cluster, gpus_per_server,
                                                              quota_per_queue))

@@ -62,7 +62,7 @@ class EnergyAware(Policy):
         self.base = base
         self.cost = cost
         self.slack = slack
-        self.spec_options = base.spec_options + f"+energy(eta={cost.eta:g})"
+        self.spec_options = base.spec_options  # (results are labelled by the base policy)
 
     def rank(self, ctx: PolicyContext) -> Ranking:
         r = self.base.rank(ctx)
