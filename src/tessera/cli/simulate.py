@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -379,6 +380,12 @@ def _register_simulate(app: typer.Typer) -> None:
             else quota_borrowing_gpus,
         }
         if power_budget_kw is not None:
+            from tessera.errors import SpecError
+
+            if not (math.isfinite(power_budget_kw) and power_budget_kw > 0):
+                raise SpecError(f"--power-budget-kw must be > 0 kW, got {power_budget_kw:g}")
+            if power_capping not in ("flow", "uniform"):
+                raise SpecError(f"--power-capping {power_capping!r}: flow or uniform")
             updates["power_budget_kw"] = power_budget_kw
             updates["power_capping"] = power_capping
         if zeus_eta is not None or energy_types:
