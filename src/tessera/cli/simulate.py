@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -339,6 +340,22 @@ def _register_simulate(app: typer.Typer) -> None:
                                              "model's smallest validated batch M0), to compare "
                                              "with Sia's published figures."),
         tenancy: Path | None = TENANCY,
+        power_budget_kw: float | None = typer.Option(
+            None, "--power-budget-kw", help="Keep the cluster's power (busy and idle GPUs) "
+            "under this many kW at every instant: per-job power limits, then waiting, after "
+            "any policy decides (docs/energy.md, Power budget)."),
+        power_capping: str = typer.Option("flow", help="How --power-budget-kw is kept: flow "
+                                          "(per-job limits) or uniform (one limit for every "
+                                          "GPU, the baseline)."),
+        zeus_eta: float | None = typer.Option(
+            None, "--zeus-eta", help="Per-job Zeus: every job at the power limit minimising "
+            "η·energy + (1-η)·MAXPOWER·time on its GPU type (η in [0, 1]; docs/energy.md)."),
+        energy_types: bool = typer.Option(
+            False, "--energy-types", help="With --zeus-eta: offer each job its GPU types "
+            "cheapest first by that cost, and only those within --energy-slack of its "
+            "cheapest (it waits for a better type otherwise)."),
+        energy_slack: float = typer.Option(0.5, help="How much costlier than its cheapest "
+                                           "type a job may run on (0.5 = 50 %)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -362,6 +379,18 @@ def _register_simulate(app: typer.Typer) -> None:
             "quota_borrowing_limit_gpus": None if quota_borrowing_gpus < 0
             else quota_borrowing_gpus,
         }
+        if power_budget_kw is not None:
+            from tessera.errors import SpecError
+
+            if not (math.isfinite(power_budget_kw) and power_budget_kw > 0):
+                raise SpecError(f"--power-budget-kw must be > 0 kW, got {power_budget_kw:g}")
+            if power_capping not in ("flow", "uniform"):
+                raise SpecError(f"--power-capping {power_capping!r}: flow or uniform")
+            updates["power_budget_kw"] = power_budget_kw
+            updates["power_capping"] = power_capping
+        if zeus_eta is not None or energy_types:
+            updates.update(zeus_eta=zeus_eta, energy_types=energy_types,
+                           energy_slack=energy_slack)
         if tenancy is not None:
             updates["tenancy"] = _run(lambda: _tenancy(tenancy, cluster, gpus_per_server,
                                                              quota_per_queue))

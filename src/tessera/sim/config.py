@@ -131,6 +131,15 @@ class SimConfig(BaseModel):
             estimates learned from the job's runs, :mod:`tessera.sched.core.learned`).
         max_sim_time_s: stop the simulation at this virtual time (jobs left count unfinished).
         sample_every_s: period of the utilisation and queue-length samples.
+        power_budget_kw: keep the cluster's power under this many kW at every instant
+            (per-job power limits, then waiting: :mod:`tessera.sched.core.power_budget`);
+            ``None``: no budget, nothing changes.
+        power_capping: how the budget is kept: ``flow`` (ours) or ``uniform`` (the baseline:
+            one limit for every GPU).
+        zeus_eta: per-job Zeus: every job at the power limit minimising Zeus's cost with this
+            η on its flavor (:mod:`tessera.sched.core.energy_choice`); ``None``: off.
+        energy_types: with ``zeus_eta``, the policy also offers each job its flavors cheapest
+            first by that cost, and only those within ``1 + energy_slack`` of its cheapest.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -149,6 +158,11 @@ class SimConfig(BaseModel):
     speeds: Literal["table", "learned"] = "table"
     max_sim_time_s: float | None = Field(None, gt=0)
     sample_every_s: float = Field(600.0, gt=0)
+    power_budget_kw: float | None = Field(None, gt=0)
+    power_capping: Literal["flow", "uniform"] = "flow"
+    zeus_eta: float | None = None
+    energy_types: bool = False
+    energy_slack: float = 0.5
 
     def compat_overrides(self) -> tuple[str, ...]:
         """What ``compat`` changed of these settings, as one note for the run's notes (empty

@@ -54,6 +54,7 @@ from tessera.sim.metrics import (
     run_gpu_hours,
     summarize,
 )
+from tessera.sim.power_runs import energy_policy, power_runs_for
 from tessera.sim.running import RunningJobs
 from tessera.sim.state import SimJob, move
 from tessera.sim.validation import PreRunValidation
@@ -94,6 +95,10 @@ class SimWorld:
         self.rounds = rounds
         self.failure_times = FailureTimes(config.failures, config.seed)
         self.opts = self.sched.placement()
+        self.power = power_runs_for(config, cluster, policy)  # (a power budget: sim/power_runs)
+        if self.power is not None:
+            self.opts = replace(self.opts, power_budget=self.power.budget, zeus=self.power.zeus)
+            self.policy = policy = energy_policy(config, policy, self.power)
         self.fill_opts = replace(self.opts, fill_only=True)
         self.progress = progress
         self.schedule: EventSink = no_events
@@ -209,6 +214,9 @@ class SimWorld:
         record why the rest wait. Returns the jobs left waiting for locality-fragmented GPUs
         (a driver may want to decide again when their locality wait runs out)."""
         by_id, penalty = self.by_id, self.sched.migration_cost_s
+        if self.power is not None:
+            self.power.decided(d.power_limits_w)
+            self.power.at(t_s)
         for job in map(by_id.__getitem__, d.preempted):
             self.stop(job, t_s)
             move(job, JobState.PREEMPTED)
@@ -226,6 +234,9 @@ class SimWorld:
         if self.elastic is not None:
             self._catch_up()
             self.elastic.refresh(t_s, self.schedule, COMPLETE, FAIL)
+        if self.power is not None:
+            self._catch_up()
+            self.power.settle(self.running, t_s, self.schedule)
         fragmented: list[SimJob] = []
         for jid, reason in d.pending.items():
             job = by_id[jid]
@@ -312,6 +323,8 @@ class SimWorld:
         if job.state is JobState.RUNNING:
             self._account_run(job, t_s)
         placement = job.placement
+        if self.power is not None:
+            self.power.stopped(job, t_s)
         job.epoch += 1
         job.placement = None
         job.rate = 0.0
@@ -326,6 +339,8 @@ class SimWorld:
         its GPUs, and schedule its completion and any failure."""
         rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
                 else self.truth.placement_rate(job.spec, p))
+        if self.power is not None:
+            rate = self.power.start_rate(job, p, rate)
         if job.state is JobState.PENDING:
             job.pending_s += t_s - job.pending_since_s
             move(job, JobState.ADMITTED)
@@ -382,6 +397,8 @@ class SimWorld:
         for j in self.running.values():
             j.advance(self.last_t)
             self._account_run(j, self.last_t)
+        if self.power is not None:
+            self.power.finish(self.running, self.last_t)
         for idx in self.validation.validating():
             self.validation.end(self.jobs[idx])
         for j in self.active.values():
@@ -395,7 +412,8 @@ class SimWorld:
             isolated_times_s(self.jobs, self.truth),
             self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,
             decisions=self.c.decisions, decide_s=self.c.decide_s, phase_ms=self.phase_ms,
-            extras=self.extras,
+            extras=self.extras if self.power is None else {**self.extras,
+                                                            **self.power.extras()},
             notes=self.notes + tuple(f"solver fallback in {n} round{'s' * (n > 1)}: {why}"
                                      for why, n in self.fallbacks.items()),
         )

@@ -26,6 +26,9 @@ Phases, each timed:
    policy moves a running gang to a faster free flavor if that pays for the migration.
 4. **preempt** -- running jobs that lost their place are stopped (checkpointed).
 5. **explain** -- every job left pending gets a reason, ordered like Kueue's outcomes.
+6. **power** -- only with a power budget (``PlacementOptions.power_budget``): per-job power
+   limits, and jobs held back, so the cluster stays under it
+   (:mod:`tessera.sched.core.power_budget`).
 """
 
 from __future__ import annotations
@@ -38,9 +41,12 @@ from typing import Any
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.cadence import leased
 from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.energy_choice import zeus_limits
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
+from tessera.sched.core.power_budget import Levels, budget_stage, held_reason, levels_for
+from tessera.sched.core.power_options import PowerBudget
 from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
@@ -77,6 +83,8 @@ class Decision:
             failed and was replaced, a search that found nothing); drivers put them in the
             run's notes.
         phase_ms: wall milliseconds spent in each phase (diagnostics only).
+        power_limits_w: with a power budget, the power limit of each capped running job
+            (absent: its flavor's maximum); empty without a budget.
     """
 
     placements: Mapping[JobId, Placement]
@@ -88,6 +96,7 @@ class Decision:
     notes: Mapping[JobId, str] = field(default_factory=dict)
     fallbacks: tuple[str, ...] = ()
     phase_ms: tuple[tuple[str, float], ...] = ()
+    power_limits_w: Mapping[JobId, float] = field(default_factory=dict)
 
 
 def _admit(snapshot: Snapshot) -> tuple[Sequence[JobView], dict[JobId, PendingReason]]:
@@ -151,6 +160,21 @@ def decide(
         options: placement rules (locality wait, migration cost, mixed gangs, fill only).
     """
     opts = options or PlacementOptions()
+    d = _plain(snapshot, policy, ctx, opts)
+    if opts.zeus is not None:  # per-job Zeus: each job at its own cost-minimising limit
+        specs = {j.spec.job_id: j.spec for j in snapshot.jobs}
+        d = replace(d, power_limits_w=zeus_limits(d.placements, specs, opts.zeus))
+    if opts.power_budget is None:
+        return d
+    model = opts.power_budget.model
+    return within_budget(snapshot, d, opts.power_budget,
+                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)))
+
+
+def _plain(
+    snapshot: Snapshot, policy: Policy, ctx: DecisionContext, opts: PlacementOptions,
+) -> Decision:
+    """The round without a power budget (phases 1-5)."""
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
         opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
     lap = _Laps()
@@ -339,3 +363,23 @@ def _reasons(
     no_plan = {j.spec.job_id: why for j in jobs
                if (why := mixed_no_plan(j, free, oracle, now_s, opts)) is not None}
     return pending_reasons(jobs, ranking.candidates, oracle, free, local, no_plan)
+
+
+def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget,
+                  memo: Levels | None = None) -> Decision:
+    """Phase 6: ``d`` with power limits, and the jobs it would start that do not fit the
+    budget left waiting (:func:`~tessera.sched.core.power_budget.budget_stage`)."""
+    t0 = time.perf_counter()
+    out = budget_stage(snapshot, d.placements, d.started, budget, memo)
+    extra = (("power", (time.perf_counter() - t0) * 1e3),)
+    if not out.held:
+        return replace(d, power_limits_w=out.limits_w, phase_ms=d.phase_ms + extra)
+    held = set(out.held)
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    pending = dict(d.pending)
+    for jid in out.held:
+        pending[jid] = held_reason(budget, out.power_w, by_id[jid])
+    return replace(
+        d, placements={k: p for k, p in d.placements.items() if k not in held},
+        started=tuple(j for j in d.started if j not in held), pending=pending,
+        power_limits_w=out.limits_w, phase_ms=d.phase_ms + extra)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.sched.core.power_options import PowerBudget, ZeusCost
 from tessera.sched.core.snapshot import JobView
 
 
@@ -32,6 +33,10 @@ class PlacementOptions:
             flavor's whole capacity takes any mix).
         fill_only: keep every running gang where it is and only place waiting jobs into free
             GPUs, in the policy's order (a round-based policy's step between two rounds).
+        power_budget: keep the cluster under this power budget after the policy decides
+            (:mod:`tessera.sched.core.power_budget`); ``None``: no budget, no change.
+        zeus: set every running job's power limit to Zeus's cost-minimising one on its
+            flavor (:func:`~tessera.sched.core.energy_choice.zeus_limits`); ``None``: none.
     """
 
     locality_wait_s: float = 0.0
@@ -42,6 +47,8 @@ class PlacementOptions:
     mixed_gangs: bool = False
     mixed_min_speed: float = 0.5
     fill_only: bool = False
+    power_budget: PowerBudget | None = None
+    zeus: ZeusCost | None = None
 
 
 def needs_locality(j: JobView, now_s: float, opts: PlacementOptions) -> bool:

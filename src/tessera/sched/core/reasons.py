@@ -92,7 +92,18 @@ class MixNoPlan:
     rank: int
 
 
-Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan
+@dataclass(frozen=True, slots=True)
+class PowerHeld:
+    """The GPUs are free, but starting the job would take the cluster over its power budget
+    (:mod:`tessera.sched.core.power_budget`) even with every running job at its lowest limit."""
+
+    needs_gpus: int
+    budget_w: float
+    power_w: float
+    """Cluster power after the round, in watts."""
+
+
+Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | PowerHeld
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +139,9 @@ class PendingReason:
         if isinstance(d, MixNoPlan):
             return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "
                     f"planner can use; {d.why}; ranked #{d.rank} by the policy")
+        if isinstance(d, PowerHeld):
+            return (f"needs {d.needs_gpus} GPUs but the cluster draws {d.power_w / 1e3:.1f} kW "
+                    f"of its {d.budget_w / 1e3:.1f} kW power budget with every job capped")
         return "cannot run on this cluster"
 
 

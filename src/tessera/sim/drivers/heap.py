@@ -118,6 +118,8 @@ class EventDriver(_HeapDriver):
         """Skip a round that cannot change anything: nobody waits and nobody can be displaced."""
         if len(world.running) < len(world.active):
             return True
+        if world.power is not None and world.power.capped():  # a stop frees power to lift caps
+            return True
         return world.policy.preemptive and self.wakeup_at is not None
 
     def _decide(self, world: SimWorld, t_s: float) -> None:

@@ -1,0 +1,75 @@
+"""The power-budget goal table (issue 34, part 3a): loads × seeds × policies.
+
+For each (load, seed, policy) a Gavel-like synthetic workload runs three times on a
+V100/P100/K80 cluster (4 GPUs a node):
+
+* **uncapped** -- no budget (its peak cluster power is measured with a budget nothing
+  reaches, which changes no decision: ``tests/sim/test_power_budget_sim.py``);
+* **flow** -- ``--power-budget-kw`` at 80 % of that peak, per-job limits (ours);
+* **uniform** -- the same budget kept by one limit on every GPU (the baseline).
+
+Prints avg JCT over uncapped for flow and uniform, each run's measured peak power, and the
+mean over seeds per (load, policy). Goals: flow ≤ 1.10× uncapped, and flow < uniform. The
+power model is the estimated TDP model (:mod:`tessera.perf.power_tdp`).
+
+    .venv/bin/python benchmarks/power_budget_goal.py [--jobs 300] [--loads 3,6,12]
+        [--seeds 1,2,3] [--policies fifo,las]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from tessera.model.cluster import load_cluster
+from tessera.sim.config import SimConfig
+from tessera.sim.engine import simulate
+from tessera.workload.synth import generate_gavel_like
+
+CLUSTER = "v100:16,p100:16,k80:16"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=300)
+    ap.add_argument("--loads", default="3,6,12", help="jobs per hour")
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--policies", default="fifo,las")
+    ap.add_argument("--share", type=float, default=0.8, help="budget / uncapped peak")
+    args = ap.parse_args()
+    cluster = load_cluster(CLUSTER, 4)
+    print(f"cluster {CLUSTER} (4 GPUs a node), {args.jobs} jobs, budget {args.share:.0%} of "
+          "the uncapped peak")
+    print(f"{'jobs/h':>6} {'policy':<8} {'seed':>4} {'uncapped JCT h':>14} {'peak kW':>8} "
+          f"{'flow':>6} {'uniform':>8} {'flow peak':>9}")
+    table: dict[tuple[float, str], list[tuple[float, float]]] = {}
+    for load in (float(x) for x in args.loads.split(",")):
+        for pol in args.policies.split(","):
+            for seed in (int(x) for x in args.seeds.split(",")):
+                wl = generate_gavel_like(args.jobs, load, seed=seed)
+                free = simulate(wl, cluster, pol, SimConfig(seed=seed, power_budget_kw=1e9))
+                peak_kw = free.extras["power_peak_kw"]
+                budget_kw = args.share * peak_kw
+                ratios = []
+                flow_peak = 0.0
+                for mode in ("flow", "uniform"):
+                    r = simulate(wl, cluster, pol, SimConfig(
+                        seed=seed, power_budget_kw=budget_kw, power_capping=mode))
+                    ratios.append(r.summary.avg_jct_s / free.summary.avg_jct_s)
+                    if mode == "flow":
+                        flow_peak = r.extras["power_peak_kw"]
+                table.setdefault((load, pol), []).append((ratios[0], ratios[1]))
+                print(f"{load:6g} {pol:<8} {seed:4d} {free.summary.avg_jct_s / 3600:14.1f} "
+                      f"{peak_kw:8.2f} {ratios[0]:6.3f} {ratios[1]:8.3f} "
+                      f"{flow_peak:6.2f}/{budget_kw:.2f}", flush=True)
+    print("\nmean over seeds (avg JCT / uncapped):")
+    print(f"{'jobs/h':>6} {'policy':<8} {'flow':>6} {'uniform':>8} {'≤1.10':>6} {'<uniform':>8}")
+    for (load, pol), rows in table.items():
+        f = statistics.mean(r[0] for r in rows)
+        u = statistics.mean(r[1] for r in rows)
+        print(f"{load:6g} {pol:<8} {f:6.3f} {u:8.3f} {'yes' if f <= 1.10 else 'NO':>6} "
+              f"{'yes' if f < u else 'NO':>8}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Power budgets in the simulator (issue 34, part 3a): the cluster stays under the budget at
+every event, jobs run slower at their limit, and without a budget nothing changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.model.cluster import load_cluster
+from tessera.perf.power_tdp import TdpPowerModel
+from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
+from tessera.sim.config import SimConfig
+from tessera.sim.engine import Simulator, simulate
+from tessera.workload.synth import generate_gavel_like
+from tests.builders import make_cluster, make_job, make_workload
+
+CLUSTER = "v100:4,p100:4,k80:4"
+
+
+def _run(policy: str, seed: int, cfg: SimConfig) -> Simulator:
+    wl = generate_gavel_like(40, 6.0, seed=seed)
+    sim = Simulator(wl, load_cluster(CLUSTER, 2), make_policy(policy), cfg,
+                    default_throughputs())
+    sim.run()
+    return sim
+
+
+@pytest.mark.parametrize(("policy", "seed", "mode"), [
+    ("fifo", 1, "flow"), ("las", 2, "uniform"),
+    pytest.param("hetero_srpt", 3, "flow", marks=pytest.mark.slow),
+    pytest.param("las", 5, "flow", marks=pytest.mark.slow),
+    pytest.param("fifo", 6, "uniform", marks=pytest.mark.slow),
+])
+def test_power_stays_under_budget_at_every_event(policy: str, seed: int, mode: str) -> None:
+    free = _run(policy, seed, SimConfig(seed=seed, power_budget_kw=1e6))
+    peak_w = free.world.power.peak_w  # type: ignore[union-attr]
+    budget_kw = 0.7 * peak_w / 1e3
+    sim = _run(policy, seed, SimConfig(seed=seed, power_budget_kw=budget_kw,
+                                       power_capping=mode))  # type: ignore[arg-type]
+    trace = sim.world.power.trace  # type: ignore[union-attr]
+    assert len(trace) > 20
+    assert max(w for _t, w in trace) <= budget_kw * 1e3 + 1e-6
+    assert all(j.finish_s is not None for j in sim.world.jobs)
+
+
+def test_a_never_binding_budget_changes_no_result() -> None:
+    wl = generate_gavel_like(40, 6.0, seed=4)
+    cl = load_cluster(CLUSTER, 2)
+    plain = simulate(wl, cl, "las", SimConfig(seed=4))
+    loose = simulate(wl, cl, "las", SimConfig(seed=4, power_budget_kw=1e6))
+    assert loose.summary == plain.summary
+    assert "power_peak_kw" in loose.extras and "power_peak_kw" not in plain.extras
+
+
+def test_a_capped_job_runs_slower_by_its_step_time_factor() -> None:
+    """One job alone on one V100 under a budget that fits its lowest limit only: the extra
+    10,000 steps of a longer job take ``factor`` times as long as uncapped (the start-up
+    cost, the same for both, cancels out)."""
+    cl = make_cluster().node("v100", gpus=1).build()
+    model = TdpPowerModel()
+    v100 = cl.nodes[0].flavor
+    lo = model.limit_range(v100).min_w
+
+    def jct_s(steps: float, budget_kw: float | None) -> float:
+        wl = make_workload(make_job("a", steps=steps))
+        return simulate(wl, cl, "fifo", SimConfig(power_budget_kw=budget_kw)).summary.avg_jct_s
+
+    factor = model.estimate("", None, v100, lo).step_time_factor
+    assert factor > 1.1
+    free_s = jct_s(20_000, None) - jct_s(10_000, None)
+    capped_s = jct_s(20_000, lo / 1e3) - jct_s(10_000, lo / 1e3)
+    assert capped_s == pytest.approx(free_s * factor, rel=1e-9)
+
+
+def test_a_job_speeds_up_when_a_stop_frees_power() -> None:
+    """Two jobs on two V100s under a budget that fits both only at the lowest limit; when
+    the short one ends, the long one is lifted back to full speed at that instant."""
+    cl = make_cluster().node("v100", gpus=1, count=2).build()
+    model = TdpPowerModel()
+    v100 = cl.nodes[0].flavor
+    lo = model.limit_range(v100).min_w
+    budget_kw = 2 * lo / 1e3
+    assert model.estimate("", None, v100).avg_power_w + model.idle_power_w(v100) <= 2 * lo
+
+    def alone_s(steps: float) -> float:
+        wl = make_workload(make_job("x", steps=steps))
+        return simulate(wl, cl, "fifo", SimConfig()).summary.avg_jct_s
+
+    per_step_s = (alone_s(20_000) - alone_s(10_000)) / 10_000
+    startup_s = alone_s(10_000) - 10_000 * per_step_s
+    factor = model.estimate("", None, v100, lo).step_time_factor
+    wl = make_workload(make_job("a", steps=5_000), make_job("b", steps=20_000))
+    sim = Simulator(wl, cl, make_policy("fifo"), SimConfig(power_budget_kw=budget_kw),
+                    default_throughputs())
+    sim.run()
+    a, b = sim.world.jobs
+    a_end_s = startup_s + 5_000 * per_step_s * factor
+    assert a.finish_s == pytest.approx(a_end_s, rel=1e-9)
+    b_done = (a_end_s - startup_s) / (per_step_s * factor)
+    assert b.finish_s == pytest.approx(a_end_s + (20_000 - b_done) * per_step_s, rel=1e-9)
+    assert max(w for _t, w in sim.world.power.trace) <= 2 * lo + 1e-9  # type: ignore[union-attr]
