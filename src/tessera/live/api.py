@@ -69,6 +69,7 @@ from tessera.live.idempotency import (
     check_key,
     principal_of,
 )
+from tessera.live.inference.routes import add_service_routes
 from tessera.live.intake import (
     INLINE_BODY_BYTES,
     FastSubmit,
@@ -137,6 +138,7 @@ def create_app(svc: LiveService, api_docs: bool = False,
     add_log_route(app, svc, access.principal, access.visible)
     _add_metrics_route(app, metrics if metrics is not None else ServiceMetrics(svc), access)
     add_progress_route(app, svc)
+    add_service_routes(app, svc, access.principal)
     _add_web_routes(app)
     return app
 

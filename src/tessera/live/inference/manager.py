@@ -49,6 +49,7 @@ from tessera.live.inference.planstate import (
     quota_problem,
 )
 from tessera.live.inference.spec import ServiceSpec
+from tessera.live.service import Forbidden, Rejected
 from tessera.live.store import HOLDING, Store
 from tessera.live.tenancy import JobDefaults, Principal
 from tessera.model.cluster import ClusterSpec, Node
@@ -69,12 +70,12 @@ log = logging.getLogger("tessera.live.inference")
 MIN_REPLICA_STEPS = 16
 
 
-class ServiceRefused(SpecError):
+class ServiceRefused(Rejected):
     """A service that cannot be stored: unknown model or queue, SLO or rate no layout meets,
     over MIG quota, more GPUs than the inference node has (the API answers 422)."""
 
 
-class ServiceForbidden(SpecError):
+class ServiceForbidden(Forbidden):
     """A tenant acting on a queue that is not its own (the API answers 403)."""
 
 

@@ -4,7 +4,7 @@ submit``), validated at the edge.
 Example (JSON or YAML)::
 
     name: ranker                   # lower-case letters, digits, '-'; unique in the service
-    model: resnet50                # a model of the profile table (tessera share models)
+    model: resnet50                # a model of the profile table (bert, resnet50, vgg16 ...)
     slo_ms: 100                    # each request answered within this, at p99
     rate_rps: 400                  # expected requests per second (change it with `rate`)
     command: [python, serve.py]    # what each replica runs
