@@ -221,3 +221,89 @@ def test_bad_services_are_refused(tmp_path: Path, spec: ServiceSpec, said: str) 
     with pytest.raises(ServiceRefused, match=said):
         svc.inference.submit(spec, ADMIN)
     svc.executor.close()
+
+
+@pytest.mark.slow
+def test_a_freed_slice_moves_to_another_service(tmp_path: Path) -> None:
+    """One service goes and another comes in one re-plan: the Transition reassigns the freed
+    slice (no MIG change); the old replica stops first, then the new one starts on it."""
+    svc, fake = _service(tmp_path, start=False)
+    m = svc.inference
+    assert isinstance(m, InferenceManager)
+
+    def until(pred: object, what: str) -> None:
+        assert callable(pred)
+        deadline = time.monotonic() + 30
+        while not pred():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            m.tick(time.time())
+            time.sleep(0.05)
+
+    try:
+        m.submit(_spec("ranker", "resnet50", 400), TEAM_A)
+        m.submit(_spec("tagger", "vgg16", 100), TEAM_A)
+        until(lambda: len(_running(svc, "ranker")) == len(_running(svc, "tagger")) == 1,
+              "both replicas")
+        tagger_slice = _running(svc, "tagger")[0]
+        m.delete("tagger", TEAM_A)
+        m.submit(_spec("dense", "densenet121", 100), TEAM_A)
+        until(lambda: len(_running(svc, "dense")) == 1 and not m.book.replicas("tagger"),
+              "the move")
+        assert _running(svc, "dense") == [tagger_slice]  # the same MIG instance, reassigned
+        kinds = [e.kind for e in m.book.events()]
+        assert kinds.count("slice-created") == 2 and "slice-destroyed" not in kinds
+        planned = [e.detail for e in m.book.events() if e.kind == "planned"]
+        assert planned[-1].endswith("(1 reassign)")
+        assert kinds.index("replica-stopped") < len(kinds) - 1 - kinds[::-1].index(
+            "replica-started")  # stopped, then the new one started on the slot
+        assert len(fake.state()["gpus"][0]["instances"]) == 2
+    finally:
+        for r in m.book.replicas():
+            svc.executor.stop(r.replica_id, r.run, 1.0)
+        svc.executor.close()
+
+
+def test_no_permission_to_change_mig_is_an_event(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "state", cluster="a100-80gb:2", gpus_per_server=2,
+                       start=False)
+    m = InferenceManager(svc, FakeDevices(tmp_path / "g.json", "A100-80GB", 2,
+                                          mig_allowed=False), check_s=0.0)
+    m.submit(_spec("ranker", "resnet50", 400), TEAM_A)
+    m.tick(time.time())
+    errors = [e.detail for e in m.book.events() if e.kind == "device-error"]
+    assert errors == ["cannot create 2g@0 on GPU 0: changing MIG geometry is not permitted here "
+                      "(the service must run as root on a GPU with MIG mode on)"]
+    assert not m.book.replicas()
+    m.tick(time.time() + 1)  # said once, not at every pass
+    assert [e.kind for e in m.book.events()].count("device-error") == 1
+    svc.executor.close()
+
+
+@pytest.mark.slow
+def test_training_and_services_do_not_share_gpus(tmp_path: Path) -> None:
+    """The services' GPU is not offered to training (a 2-GPU job waits on the 2-GPU node), and
+    a plan that needs GPUs training holds waits for them."""
+    from tessera.live.spec import parse_request
+
+    svc, _fake = _service(tmp_path)
+    m = svc.inference
+    assert isinstance(m, InferenceManager)
+    try:
+        m.submit(_spec("ranker", "resnet50", 400), TEAM_A)
+        wait_for(lambda: len(_running(svc, "ranker")) == 1, 30, "the replica")
+        job = "queue: team-a\ncommand: sleep 30\n"
+        rec = svc.submit(parse_request(f"name: big\ngpus: 2\n{job}"), ADMIN)
+        small = svc.submit(parse_request(f"name: one\ngpus: 1\n{job}"), ADMIN)
+        wait_for(lambda: svc.store.get(small.job_id).state.value == "running",  # type: ignore
+                 20, "the 1-GPU job")
+        time.sleep(1.0)
+        assert svc.store.get(rec.job_id).state.value == "pending"  # type: ignore[union-attr]
+        # training now holds the other GPU: a second service must wait, with an event
+        m.submit(_spec("tagger", "vgg16", 2000, queue="team-b"), TEAM_B)
+        wait_for(lambda: any(e.kind == "plan-refused" for e in m.book.events()), 10, "refusal")
+        said = next(e.detail for e in m.book.events() if e.kind == "plan-refused")
+        assert said.startswith("the plan needs 2 GPUs; 1 of node ")
+        assert said.endswith("are free of training (waiting for more)")
+        assert m.held_devices() == {0}
+    finally:
+        svc.stop()
