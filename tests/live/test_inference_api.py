@@ -15,6 +15,7 @@ from tessera.cli.service import register
 from tessera.live.api import create_app
 from tessera.live.inference.devices import FakeDevices
 from tessera.live.inference.manager import InferenceManager
+from tessera.live.inference.spec import parse_service
 from tessera.live.service import LiveService
 from tests.live.helpers import ADMIN, TEAM_A, TEAM_B, ServerThread, auth, make_service, wait_for
 
@@ -128,3 +129,37 @@ def test_cli(mig_service: LiveService, tmp_path: Path) -> None:
         assert r.exit_code == 0 and "deleted service ranker" in r.output
     finally:
         server.stop()
+
+
+def test_serve_mig_gpus_and_a_restart_loses_nothing(tmp_path: Path) -> None:
+    """``tessera serve --mig-gpus fake:A100-80GB:2``: services and their plan are in the store
+    and the fake GPUs' file, so the next start has them all."""
+    from tessera.errors import SpecError
+    from tessera.live.inference.setup import FAKE_STATE_NAME
+    from tessera.live.server import ServeConfig, build_service
+    from tessera.live.tenancy import Principal
+
+    cfg = ServeConfig(tmp_path / "state", "a100-80gb:2", 2, mig_gpus="fake:A100-80GB:2")
+    svc, _token = build_service(cfg)
+    m = svc.inference
+    assert isinstance(m, InferenceManager)
+    m_spec = parse_service({**BODY, "queue": "default"}, "default")
+    m.submit(m_spec, Principal("admin", None))
+    m.tick(1e12)  # plan and create the slices (its replica is launched too)
+    plan, held = m.book.state("plan"), m.held_devices()
+    assert held == {0} and (tmp_path / "state" / FAKE_STATE_NAME).exists()
+    for r in m.book.replicas():
+        svc.executor.stop(r.replica_id, r.run, 1.0)
+    svc.executor.close()
+    svc.store.close()
+    again, _ = build_service(ServeConfig(tmp_path / "state", mig_gpus="fake:A100-80GB:2"))
+    m2 = again.inference
+    assert isinstance(m2, InferenceManager)
+    assert m2.book.services() == [m_spec]
+    assert m2.book.state("plan") == plan and m2.held_devices() == held
+    assert len(m2.book.replicas()) == 1
+    again.executor.close()
+    again.store.close()
+    for bad in ("gpu", "fake:A100-80GB", "fake::2"):
+        with pytest.raises(SpecError, match="--mig-gpus takes nvml or fake:MODEL:COUNT"):
+            build_service(ServeConfig(tmp_path / "other", "a100-80gb:2", 2, mig_gpus=bad))
