@@ -307,3 +307,32 @@ def test_training_and_services_do_not_share_gpus(tmp_path: Path) -> None:
         assert m.held_devices() == {0}
     finally:
         svc.stop()
+
+
+def test_a_replan_onto_a_second_gpu_keeps_the_first(tmp_path: Path) -> None:
+    """The Transition's kept GPU keeps its physical GPU; a GPU it adds takes a free one."""
+    svc, _fake = _service(tmp_path, start=False)
+    m = svc.inference
+    assert isinstance(m, InferenceManager)
+    m.submit(_spec("ranker", "resnet50", 400), TEAM_A)
+    m._plan(1.0)
+    first = m.applied()
+    assert first.devices == (0,)
+    m.set_rate("ranker", 3000, TEAM_A)
+    m._plan(2.0)
+    second = m.applied()
+    assert second.devices == (0, 1)
+    assert set(first.slots()) <= set(second.slots())  # nothing torn down on GPU 0
+    svc.executor.close()
+
+
+def test_min_replicas_raises_the_planned_rate(tmp_path: Path) -> None:
+    svc, _fake = _service(tmp_path, start=False)
+    m = svc.inference
+    assert isinstance(m, InferenceManager)
+    spec = _spec("ranker", "resnet50", 50)
+    m.submit(ServiceSpec(*[getattr(spec, f) for f in ("name", "model", "slo_ms", "rate_rps",
+                                                      "command", "queue")], 3), TEAM_A)
+    m._plan(1.0)
+    assert sum(seg.procs for seg in m.applied().slots().values()) >= 3
+    svc.executor.close()
