@@ -10,9 +10,9 @@ The manager (:mod:`.manager`) never talks to a driver itself; it asks a :class:`
 * :meth:`~GpuDevices.mps` -- whether an MPS control daemon serves the slices (started if the
   layer may start it), so that several processes share one slice concurrently.
 
-Two implementations: :class:`FakeDevices` here (tests, ``tessera serve --fake-gpus``), and
-:class:`~tessera.live.inference.nvml.NvmlDevices` (NVML through ``nvidia-ml-py``, imported only
-when used). The fake enforces the hardware's placement rules (:func:`tessera.share.mig.
+Two implementations: :class:`FakeDevices` here (tests, ``tessera serve --mig-gpus
+fake:A100-80GB:2``), and :class:`~tessera.live.inference.nvml.NvmlDevices` (NVML through
+``nvidia-ml-py``, imported only when used). The fake enforces the hardware's placement rules (:func:`tessera.share.mig.
 check_layout`: allowed starts, no overlap, one ``+me``) and keeps its state in a JSON file, so a
 restarted service finds the instances the previous one created, as it would on a real GPU.
 

@@ -38,8 +38,8 @@ class NvmlDevices:
         try:
             import pynvml  # lazy: only machines with NVIDIA GPUs need nvidia-ml-py
         except ImportError:
-            raise DeviceError("real GPUs need NVML: pip install nvidia-ml-py (or run "
-                              "tessera serve --fake-gpus to try services without a GPU)") from None
+            raise DeviceError("real GPUs need NVML: pip install nvidia-ml-py (or try services "
+                              "without a GPU: tessera serve --mig-gpus fake:A100-80GB:2)") from None
         self.nv: Any = pynvml
         try:
             pynvml.nvmlInit()
