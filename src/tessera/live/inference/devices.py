@@ -12,9 +12,10 @@ The manager (:mod:`.manager`) never talks to a driver itself; it asks a :class:`
 
 Two implementations: :class:`FakeDevices` here (tests, ``tessera serve --mig-gpus
 fake:A100-80GB:2``), and :class:`~tessera.live.inference.nvml.NvmlDevices` (NVML through
-``nvidia-ml-py``, imported only when used). The fake enforces the hardware's placement rules (:func:`tessera.share.mig.
-check_layout`: allowed starts, no overlap, one ``+me``) and keeps its state in a JSON file, so a
-restarted service finds the instances the previous one created, as it would on a real GPU.
+``nvidia-ml-py``, imported only when used). The fake enforces the hardware's placement rules
+(:func:`tessera.share.mig.check_layout`: allowed starts, no overlap, one ``+me``) and keeps its
+state in a JSON file, so a restarted service finds the instances the previous one created, as
+it would on a real GPU.
 
 Where the service may not change MIG geometry (no GPU, MIG mode off, not root), the layer raises
 :class:`DeviceError` with one line saying what to do; the manager records it as a service event.
