@@ -18,29 +18,31 @@ from tessera.cli.live import _client, _run
 from tessera.cli.options import JSON, SERVER, TOKEN, TOKEN_FILE
 from tessera.cli.terminal import safe
 
-HELP = """Inference services: a model with a latency SLO and an expected request rate, run
-on MIG slices (and MPS shares) that the service plans and re-plans as the rate changes.
-
-A service file (YAML or JSON):
-
-\b
-  name: ranker            # lower-case letters, digits, '-'
-  model: resnet50         # profiled: bert, densenet*, resnet*, vgg*, ...
-  slo_ms: 100             # answer within this, at p99
-  rate_rps: 400           # expected requests per second
-  command: [python, serve.py]
-  queue: team-a           # optional: your token's queue
-  min_replicas: 1         # optional
-
-Each replica runs `command` with CUDA_VISIBLE_DEVICES=MIG-<uuid> of its slice (and
-CUDA_MPS_ACTIVE_THREAD_PERCENTAGE when it shares the slice), and is restarted if it exits.
-`tessera service rate NAME RPS` re-plans: new slices come first, replicas move after, old
-slices go last, so no service has fewer replicas in flight during the change."""
+HELP = (
+    "Inference services: a model with a latency SLO and an expected request rate, run on MIG "
+    "slices (and MPS shares) that the service plans, and re-plans as the rate changes. "
+    "tessera serve must run with --mig-gpus.\n\n"
+    "A service file (YAML or JSON):\n\n"
+    "\b\n"
+    "    name: ranker            # lower-case letters, digits, '-'\n"
+    "    model: resnet50         # profiled: bert, densenet*, resnet*, vgg*, ...\n"
+    "    slo_ms: 100             # answer within this, at p99\n"
+    "    rate_rps: 400           # expected requests per second\n"
+    "    command: [python, serve.py]\n"
+    "    queue: team-a           # optional: your token's queue\n"
+    "    min_replicas: 1         # optional\n\n"
+    "Each replica runs its command with CUDA_VISIBLE_DEVICES=MIG-<uuid> of its slice (and "
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE when it shares the slice), and is restarted if it "
+    "exits. `tessera service rate NAME RPS` re-plans: new slices come first, replicas move "
+    "after, old slices go last, so no service has fewer replicas in flight during the change."
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``tessera service`` and its subcommands to ``app``."""
-    group = typer.Typer(help=HELP, no_args_is_help=True)
+    group = typer.Typer(help=HELP, no_args_is_help=True,
+                        epilog="Example: tessera service submit ranker.yaml, then tessera "
+                        "service rate ranker 800")
     app.add_typer(group, name="service")
 
     @group.command("submit", epilog="Example: tessera service submit ranker.yaml")
