@@ -16,8 +16,8 @@ command's own flags where it has them (``--limit``, ``--no-plots``, ``--out``, `
   ``share plan`` never says "optimal" alone, ``lessons`` tables carry their legends.
 
 Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain``, ``logs``, ``admin`` and
-``service`` need a live service or its state dir (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of
-seconds, so it runs only in the slow suite.
+``service`` need a live service or its state dir (covered by ``tests/live``); ``train`` starts
+PyTorch workers for tens of seconds, so it runs only in the slow suite.
 """
 
 from __future__ import annotations
