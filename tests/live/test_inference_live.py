@@ -336,3 +336,9 @@ def test_min_replicas_raises_the_planned_rate(tmp_path: Path) -> None:
     m._plan(1.0)
     assert sum(seg.procs for seg in m.applied().slots().values()) >= 3
     svc.executor.close()
+
+
+def test_a_failing_replica_is_restarted_ever_more_slowly() -> None:
+    from tessera.live.inference.apply import restart_delay_s
+
+    assert [restart_delay_s(n) for n in (0, 1, 2, 6, 50)] == [0.5, 1.0, 2.0, 30.0, 30.0]

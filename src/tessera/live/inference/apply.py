@@ -6,7 +6,8 @@ step -- so a pass interrupted by a crash is simply done again by the next servic
 the :class:`~tessera.share.replan.Transition`'s, *create, move, destroy*:
 
 1. observe every replica: one that exited or was lost while its slot is still planned for its
-   service is restarted (a new run); one the manager stopped is forgotten once gone;
+   service is restarted (a new run, after :func:`restart_delay_s`); one the manager stopped is
+   forgotten once gone;
 2. create each planned MIG instance that is missing (a slot still held by an instance the plan
    drops waits for it to go), and start a replica on every free planned slot;
 3. only when every planned replica that has a slot of its own runs (*ready*): stop the replicas
@@ -84,8 +85,7 @@ def _observe(m: InferenceManager, now_s: float,
     for r in m.book.replicas():
         st = ex.status(r.replica_id, r.run)
         if r.status == "stopping":
-            if st.state in ("running", "starting"):
-                ex.stop(r.replica_id, r.run, m.grace_s)  # again: idempotent
+            if st.state in ("running", "starting"):  # signalled once (step 3): wait for it
                 live[r.slot] = r
                 continue
             ex.release(r.replica_id, r.run)
@@ -98,6 +98,9 @@ def _observe(m: InferenceManager, now_s: float,
         if st.state == "absent" and spec is not None:  # stored, never launched: a crash between
             m.start_run(spec, r)
         elif st.state in ("exited", "lost", "unplaceable"):
+            if now_s < r.started_s + restart_delay_s(r.restarts):
+                live[r.slot] = r  # a replica that keeps failing is restarted ever more slowly
+                continue
             ex.release(r.replica_id, r.run)
             seg = target.get((r.gpu, r.placement))
             if spec is None or seg is None or seg.service != r.service:
@@ -116,6 +119,12 @@ def _observe(m: InferenceManager, now_s: float,
             r = again
         live[r.slot] = r
     return live
+
+
+def restart_delay_s(restarts: int) -> float:
+    """How long after its last start a failed replica waits to be restarted: 0.5 s, doubling
+    with each restart up to 30 s, so a command that exits at once does not spin."""
+    return min(30.0, 0.5 * 2 ** min(restarts, 6))
 
 
 def _instances(m: InferenceManager) -> Instances:
@@ -151,10 +160,6 @@ def _create_and_start(m: InferenceManager, now_s: float, target: Target, insts: 
                 if spec is not None:
                     r = m.launch(spec, inst, p, seg.procs, None, 1, 0, now_s)
                     live[r.slot] = r
-                    with m.store.tx() as db:
-                        m.book.event(db, now_s, seg.service, "replica-started",
-                                     f"{r.replica_id} on {describe(inst)}, MPS process "
-                                     f"{p + 1} of {seg.procs}")
                 ready = False
             elif r.service == seg.service and r.procs == seg.procs and r.status == "running":
                 ready &= m.executor.status(r.replica_id, r.run).state == "running"

@@ -41,7 +41,7 @@ from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, LaunchSpec
 from tessera.live.inference.apply import apply
 from tessera.live.inference.book import Replica, ServiceBook
-from tessera.live.inference.devices import DeviceError, GpuDevices, MigInstance
+from tessera.live.inference.devices import DeviceError, GpuDevices, MigInstance, describe
 from tessera.live.inference.planstate import (
     Applied,
     applied_json,
@@ -330,13 +330,15 @@ class InferenceManager:
 
     def launch(self, spec: ServiceSpec, inst: MigInstance, proc: int, procs: int,
                replica_id: str | None, run: int, restarts: int, now_s: float) -> Replica:
-        """Store a replica row, then start its run (the store first: a restart finds the row
-        and launches it if the executor never did)."""
+        """Store a replica row and its ``replica-started`` event, then start its run (the store
+        first: a restart finds the row and launches it if the executor never did)."""
         rid = replica_id or f"svc-{spec.name}-{secrets.token_hex(4)}"
         r = Replica(rid, spec.name, inst.gpu, str(inst.placement), inst.uuid, proc, procs, run,
                     "running", now_s, restarts)
         with self.svc.store.tx() as db:
             self.book.add_replica(db, r)
+            self.book.event(db, now_s, spec.name, "replica-started",
+                            f"{rid} on {describe(inst)}, MPS process {proc + 1} of {procs}")
         self.start_run(spec, r)
         return r
 
