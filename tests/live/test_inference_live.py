@@ -159,7 +159,7 @@ def test_training_does_not_get_the_services_gpus(tmp_path: Path) -> None:
     m = svc.inference
     assert m is not None
     m.submit(_spec("ranker", "resnet50", 400), TEAM_A)
-    m.tick(time.time())
+    m._plan(time.time())  # plan only: no replica is started
     assert m.held_devices() == {0}
     assert m.training_cluster().total_gpus == 1  # of 2: the services hold one
     svc.executor.close()
