@@ -39,6 +39,8 @@ A 500 means a bug: it is answered as JSON too, and the service log has the trace
 ``POST /api/jobs`` takes an ``Idempotency-Key`` header (:mod:`tessera.live.idempotency`): the
 same key from the same caller answers the job it first stored (``200``, ``"replayed": true``).
 Every answer carries the security headers of :mod:`tessera.live.headers` (CSP, no framing).
+Inference services (``/api/services``, with ``tessera serve --mig-gpus``) have their routes in
+:mod:`tessera.live.inference.routes`.
 """
 
 from __future__ import annotations
