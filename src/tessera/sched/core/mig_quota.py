@@ -19,8 +19,8 @@ counters) cannot run one ``7g.80gb`` (7, 8), while one given a ``7g.80gb`` may r
 ``1g.10gb`` slices in its place.
 
 The live inference services charge their slices here (:mod:`tessera.live.inference.planstate`,
-issue 36). The values are read and written by the tenancy readers (Tessera YAML and Kueue YAML) so that a
-platform team's quotas survive the round trip.
+issue 36). The values are read and written by the tenancy readers (Tessera YAML and Kueue YAML)
+so that a platform team's quotas survive the round trip.
 """
 
 from __future__ import annotations
