@@ -15,9 +15,9 @@ command's own flags where it has them (``--limit``, ``--no-plots``, ``--out``, `
   oracle policy is marked, what ``--compat gavel`` does not record is ``null`` with a note,
   ``share plan`` never says "optimal" alone, ``lessons`` tables carry their legends.
 
-Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain``, ``logs`` and ``admin`` need a live
-service or its state dir (covered by ``tests/live``); ``train`` starts PyTorch workers for tens of
-seconds, so it runs only in the slow suite.
+Not run: ``serve``, ``submit``, ``jobs``, ``job``, ``explain``, ``logs``, ``admin`` and
+``service`` need a live service or its state dir (covered by ``tests/live``); ``train`` starts
+PyTorch workers for tens of seconds, so it runs only in the slow suite.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tests.cli.runner import run_tessera
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC_DATA = REPO.parent / "shared" / "data"
-LIVE = {"serve", "submit", "jobs", "job", "explain", "logs", "admin"}
+LIVE = {"serve", "submit", "jobs", "job", "explain", "logs", "admin", "service"}
 SLOW = {"train"}
 SHRINK = {"limit": "10", "max_jobs": "10", "workers": "1", "steps": "4"}
 """Flags (by parameter name) that keep a command small, and their values."""

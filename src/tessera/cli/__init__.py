@@ -32,7 +32,7 @@ app = typer.Typer(
 # Modules under tessera.cli that contribute commands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate", "analyze", "plan", "train", "share", "serve", "live", "admin", "logs", "lessons",
-    "speeds", "zeus",
+    "speeds", "zeus", "service",
 )
 
 

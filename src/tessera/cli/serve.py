@@ -153,6 +153,13 @@ def register(app: typer.Typer) -> None:
                                          "/metrics needs the admin token.",
                                          show_default="off"),
         tenancy: Path = TENANCY,
+        mig_gpus: str = typer.Option(
+            None, "--mig-gpus", metavar="nvml|fake:MODEL:COUNT", help="Run inference "
+            "services (tessera service --help) on MIG slices of this machine's GPUs: nvml "
+            "uses the real ones (root, MIG mode on, pip install nvidia-ml-py); "
+            "fake:A100-80GB:2 plays two GPUs in a file of --state, to try services without "
+            "one. Their GPUs are taken from the cluster's node of that model.",
+            show_default="no inference services"),
         progress_url: str = typer.Option(
             None, "--progress-url", metavar="URL", help="Where jobs post progress reports "
             "(TESSERA_PROGRESS_URL's base): this API as the ranks reach it. Ray ranks on other "
@@ -189,5 +196,6 @@ def register(app: typer.Typer) -> None:
                                          grace_s=grace_s,
                                          progress_url=_run(lambda: check_url(progress_url))),
                           work_dir, api_docs,
-                          run_as=run_as, new_store=new_store, tenancy=tenancy)
+                          run_as=run_as, new_store=new_store, tenancy=tenancy,
+                          mig_gpus=mig_gpus)
         _run(lambda: run_serve(cfg, host, port, metrics_at))

@@ -39,6 +39,8 @@ A 500 means a bug: it is answered as JSON too, and the service log has the trace
 ``POST /api/jobs`` takes an ``Idempotency-Key`` header (:mod:`tessera.live.idempotency`): the
 same key from the same caller answers the job it first stored (``200``, ``"replayed": true``).
 Every answer carries the security headers of :mod:`tessera.live.headers` (CSP, no framing).
+Inference services (``/api/services``, with ``tessera serve --mig-gpus``) have their routes in
+:mod:`tessera.live.inference.routes`.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from tessera.live.idempotency import (
     check_key,
     principal_of,
 )
+from tessera.live.inference.routes import add_service_routes
 from tessera.live.intake import (
     INLINE_BODY_BYTES,
     FastSubmit,
@@ -137,6 +140,7 @@ def create_app(svc: LiveService, api_docs: bool = False,
     add_log_route(app, svc, access.principal, access.visible)
     _add_metrics_route(app, metrics if metrics is not None else ServiceMetrics(svc), access)
     add_progress_route(app, svc)
+    add_service_routes(app, svc, access.principal)
     _add_web_routes(app)
     return app
 

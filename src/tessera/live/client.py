@@ -110,6 +110,12 @@ class Client:
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/api/jobs/{job_id}")
 
+    def services_call(self, method: str, path: str = "",
+                      body: dict[str, Any] | None = None) -> Any:
+        """``/api/services<path>`` (:mod:`tessera.live.inference.routes`), ``body`` as JSON."""
+        return self._call(method, "/api/services" + path,
+                          **({} if body is None else {"json": body}))
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         return self._call("POST", f"/api/jobs/{job_id}/cancel")
 

@@ -39,6 +39,7 @@ from tessera.errors import SpecError
 from tessera.live.executors.base import Executor, check_run_as
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings
 from tessera.live.executors.registry import ExecutorSite, executor_plugin, parse_options
+from tessera.live.inference.setup import attach
 from tessera.live.layout import Layout, StateLock, check_private, prepare
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.storecheck import MarkerKeeper, open_store
@@ -82,6 +83,9 @@ class ServeConfig:
     tenancy: Path | None = None
     """A tenancy file or folder, Kueue or Tessera YAML (``--tenancy``): the queues' quotas,
     cohorts, fair sharing, priority classes and local queues (:mod:`tessera.live.tenancy_file`)."""
+    mig_gpus: str | None = None
+    """The inference services' device layer (``--mig-gpus``: ``nvml`` or ``fake:MODEL:COUNT``,
+    :mod:`tessera.live.inference.setup`); ``None``: no inference services."""
 
     @property
     def layout(self) -> Layout:
@@ -138,6 +142,12 @@ def build_service(cfg: ServeConfig, on_token: Callable[[str], None] | None = Non
     options = replace(cfg.options, run_as=cfg.run_as) if cfg.run_as else cfg.options
     svc = LiveService(store, executor, cluster, tenancy, policy, layout.work_dir, options)
     svc.keeper = MarkerKeeper(store)
+    if cfg.mig_gpus is not None:
+        try:
+            attach(svc, cfg.mig_gpus, layout.state_dir)
+        except BaseException:
+            store.close()
+            raise
     return svc, token
 
 

@@ -41,6 +41,7 @@ from tessera.errors import SpecError
 from tessera.live import launches, lifecycle
 from tessera.live.executors.base import Executor, ExpiringExecutor, SharingExecutor
 from tessera.live.faults import crash_point
+from tessera.live.inference.hook import InferenceHook
 from tessera.live.journal import journal
 from tessera.live.learned import apply_learned, prior_rate
 from tessera.live.options import ServiceOptions
@@ -137,6 +138,9 @@ class LiveService:
         """Job types some table knows: their prior is a measurement, not a guess."""
         self.applied_rates: dict[str, dict[GpuFlavor, float]] = {}
         self.silent_noted: set[str] = set()
+        self.inference: InferenceHook | None = None
+        """Inference services on MIG slices (:mod:`tessera.live.inference`), when the service
+        has a device layer; their GPUs are taken out of the cluster training sees."""
 
     # -- lifecycle of the service itself -----------------------------------------------------
 
@@ -295,6 +299,8 @@ class LiveService:
                 if acted or now_s - last_act >= self.opts.poll_s:
                     self.act(self.clock())
                     last_act = now_s
+                if self.inference is not None:
+                    self.inference.tick(self.clock())
                 if now_s - swept >= self.opts.log_sweep_s:
                     swept = now_s
                     self.remove_expired_runs(now_s)
@@ -397,7 +403,8 @@ class LiveService:
         if self.idle:
             return None
         avoid = apply_learned(self, records, now_s)
-        snap = build_snapshot(now_s, self.cluster, records, self.store.allocations(HOLDING),
+        cluster = self.cluster if self.inference is None else self.inference.training_cluster()
+        snap = build_snapshot(now_s, cluster, records, self.store.allocations(HOLDING),
                               self.tenancy.quotas, self.oracle, self.policy_state,
                               self.settings.round_s if self.uses_rounds else None,
                               self.settings.restore_s, self.tenancy.quota_tree)

@@ -144,7 +144,7 @@ class Tenancy:
         quota_tree: the whole tenancy the decision core enforces (queues with per-flavor
             quotas, cohorts, fair sharing, priority classes, local queues); ``quotas`` is its
             ``queues``.
-        mig_quotas: per queue, its quota in MIG slices (read and exported, not yet enforced).
+        mig_quotas: per queue, its quota in MIG slices (charged by inference services).
     """
 
     quotas: dict[str, QueueQuota]

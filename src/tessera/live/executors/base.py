@@ -89,6 +89,9 @@ class LaunchSpec:
         progress: ``(url, token)`` where the run reports its progress
             (``TESSERA_PROGRESS_URL``, ``TESSERA_PROGRESS_TOKEN``: :mod:`tessera.progress_report`),
             ``None``: the service takes no reports.
+        visible_devices: the ``CUDA_VISIBLE_DEVICES`` every rank gets (an inference replica's
+            ``MIG-<uuid>`` slice, :mod:`tessera.live.inference`); ``None``: the executor's
+            own choice. Only the service sets it, never a job's ``env``.
     """
 
     job_id: str
@@ -105,6 +108,7 @@ class LaunchSpec:
     grace_s: float = 10.0
     share_with: tuple[str, int] | None = None
     progress: tuple[str, str] | None = field(default=None, repr=False)
+    visible_devices: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

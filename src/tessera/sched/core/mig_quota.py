@@ -18,9 +18,9 @@ up to a **counter budget** (:class:`MigCharge`): ``nominal_slices`` of profile *
 counters) cannot run one ``7g.80gb`` (7, 8), while one given a ``7g.80gb`` may run it, or seven
 ``1g.10gb`` slices in its place.
 
-Nothing consumes this yet: the live inference services that would run on slices are issue 36.
-The values are read and written by the tenancy readers (Tessera YAML and Kueue YAML) so that a
-platform team's quotas survive the round trip.
+The live inference services charge their slices here (:mod:`tessera.live.inference.planstate`,
+issue 36). The values are read and written by the tenancy readers (Tessera YAML and Kueue YAML)
+so that a platform team's quotas survive the round trip.
 """
 
 from __future__ import annotations

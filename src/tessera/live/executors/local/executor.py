@@ -111,8 +111,9 @@ class LocalExecutor:
         if left:
             raise RuntimeError(f"processes {sorted(left)} of an earlier run of {spec.job_id} "
                                f"are still alive {SWEEP_TIMEOUT_S:g} s after SIGKILL")
-        ranks = [launch_env(e)[0] for e in rank_envs(replace(spec, grace_s=self.grace_s),
-                                                      "127.0.0.1", free_port())]
+        ranks = [launch_env(e, spec.visible_devices)[0]
+                 for e in rank_envs(replace(spec, grace_s=self.grace_s), "127.0.0.1",
+                                    free_port())]
         if spec.share_with is not None:
             _same_devices(ranks, self.run_dir(*spec.share_with))
         launch = {"argv": list(spec.argv), "grace_s": self.grace_s, "ranks": ranks,
