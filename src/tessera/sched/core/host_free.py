@@ -45,7 +45,7 @@ class HostFree:
             the booking and the give-back of a running gang the same).
     """
 
-    __slots__ = ("_held_by", "cpus", "mem_gib", "nodes")
+    __slots__ = ("_failed", "_held_by", "cpus", "mem_gib", "nodes", "share")
 
     def __init__(self, nodes: Sequence[Node], held_by: Mapping[Placement, Held] | None = None
                  ) -> None:
@@ -53,6 +53,13 @@ class HostFree:
         self.cpus: dict[str, float] = {n.node_id: float(n.cpu_cores) for n in nodes}
         self.mem_gib: dict[str, float] = {n.node_id: float(n.mem_gib) for n in nodes}
         self._held_by: dict[Placement, Held] = dict(held_by or {})
+        self.share: dict[str, tuple[float, float]] = {
+            n.node_id: per_gpu_need(None, 1, n) for n in nodes}
+        """Each node's proportional ``(cpus, mem_gib)`` per GPU."""
+        self._failed: list[tuple[object, bool, float, float, int]] = []
+        """Searches that found nothing since the last give-back, as ``(flavor, locality,
+        cpus per GPU, GiB per GPU, GPUs)``; one that asks at least as much fails too
+        (see :meth:`known_to_fail`)."""
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot) -> HostFree | None:
@@ -87,10 +94,28 @@ class HostFree:
     def shift(self, held: Held, sign: int) -> None:
         """Give back (``sign`` 1) or take (-1) the amounts of ``held``."""
         cpus, mem = self.cpus, self.mem_gib
+        if sign > 0:
+            self._failed.clear()
         for n, c, m in held:
             if n in cpus:
                 cpus[n] += sign * c
                 mem[n] += sign * m
+
+    def known_to_fail(self, key: tuple[object, bool, float, float, int]) -> bool:
+        """Whether a search like one that failed since the last give-back, asking no less
+        (no fewer GPUs, CPUs or GiB per GPU, and locality if it needed none), must fail.
+        Searches only fail more as gangs are taken, so the answer stays right until something
+        is given back (which forgets them all)."""
+        flavor, local, c, m, g = key
+        for f, fl, fc, fm, fg in self._failed:
+            if (f is flavor and (local or not fl) and g >= fg and (c < 0) == (fc < 0)
+                    and c >= fc and m >= fm):
+                return True
+        return False
+
+    def note_failed(self, key: tuple[object, bool, float, float, int]) -> None:
+        if len(self._failed) < 64:
+            self._failed.append(key)
 
     def gpus_fed(self, node_id: str, host: HostDemand | None, gang_gpus: int) -> int | float:
         """How many GPUs of a ``gang_gpus``-GPU gang ``node_id``'s free host can feed."""
@@ -123,22 +148,45 @@ def find_fed(
     GPUs capped by :meth:`HostFree.gpus_fed`: best fit on one node (fewest free GPUs that
     still hold the gang, earliest in layout order on a tie), then one rack, then anywhere.
     """
+    if not ids:
+        return None
+    fixed = host.per_gpu_amounts(gpus) if host is not None else None
+    # (proportional needs differ by node: keyed by -1, compared by GPUs and locality only)
+    key = (host_free.nodes[ids[0]].flavor, require_locality,
+           fixed[0] if fixed else -1.0, fixed[1] if fixed else -1.0, gpus)
+    if host_free.known_to_fail(key):
+        return None
+    cpus, mem, share = host_free.cpus, host_free.mem_gib, host_free.share
+    # One node: the fewest free GPUs that hold the gang and whose host can feed it (the
+    # earliest such node in layout order on a tie; an exact fit ends the walk).
+    best_f = 1 << 30
+    best_node = None
+    for n in ids:
+        f = free[n]  # (every id is an up node: over a book, read through)
+        if f < gpus or f >= best_f:
+            continue
+        cpg, mpg = fixed if fixed is not None else share[n]
+        if cpus[n] + EPS >= cpg * gpus and mem[n] + EPS >= mpg * gpus:
+            best_f, best_node = f, n
+            if f == gpus:
+                break
+    if best_node is not None:
+        return ((best_node, gpus),)
+    if require_locality:
+        host_free.note_failed(key)
+        return None
     usable: dict[str, int] = {}
-    best: tuple[int, int] | None = None
-    best_node = ""
-    for pos, n in enumerate(ids):
-        f = free[n] if n in free else free.get(n, 0)
+    for n in ids:
+        f = free[n]  # (every id is an up node: over a book, read through)
         if f <= 0:
             continue
-        u = int(min(f, host_free.gpus_fed(n, host, gpus)))
-        if u <= 0:
-            continue
-        usable[n] = u
-        if u >= gpus and (best is None or (f, pos) < best):
-            best, best_node = (f, pos), n
-    if best is not None:
-        return ((best_node, gpus),)
-    if require_locality or sum(usable.values()) < gpus:
+        cpg, mpg = fixed if fixed is not None else share[n]
+        fed = gpus_fed(cpus[n], mem[n], cpg, mpg)
+        u = int(f if fed >= f else fed)
+        if u > 0:
+            usable[n] = u
+    if sum(usable.values()) < gpus:
+        host_free.note_failed(key)
         return None
     by_rack: dict[str, list[str]] = {}
     for n in usable:

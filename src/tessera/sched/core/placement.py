@@ -262,7 +262,12 @@ class FreeGpus(FreeView):
         if self._host is not None:
             found = find_fed(self._host, self._free, self._by_flavor.get(flavor, ()),
                              self._rack, gpus, require_locality, host)
-            return None if found is None else self._with_host(Placement.of(flavor, found), host)
+            if found is None:
+                return None
+            if host is None:
+                return Placement.of(flavor, found)
+            return Placement((flavor,), found, (), None, (),
+                             gang_host_by_node(found, host, self._host.nodes))
         if flavor not in self._late and flavor not in self._buckets:
             self._look(flavor)  # (the first look, even for a gang no single node can hold)
         first = self._first
