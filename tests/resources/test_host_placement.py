@@ -22,6 +22,7 @@ from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
+from tessera.sched.core.feasibility import infeasibility
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.settings import SchedulerSettings
@@ -136,3 +137,56 @@ def test_no_node_is_ever_overcommitted(policy: str, mode: str, jobs: list) -> No
         res = simulate(make_workload(*specs), cluster, policy, cfg)
     assert res.summary.succeeded == len(specs)
     assert checks[0] >= len(specs)
+
+
+def test_explain_names_the_cpus_a_waiting_job_lacks() -> None:
+    """Both nodes have 3 free GPUs but only 8 free CPUs: a 1-GPU job asking 16 CPUs waits,
+    and the reason says CPUs, with the numbers."""
+    c = _two_nodes()
+    fl = c.nodes[0].flavor
+    hogs = [view(make_job(f"hog{i}", gpus=1, host=HostDemand(24.0, 8.0)), JobState.RUNNING,
+                 Placement.of(fl, ((c.nodes[i].node_id, 1),))) for i in range(2)]
+    new = make_job("new", gpus=1, host=HostDemand(16.0, 8.0))
+    d = _decide(c, *hogs, view(new))
+    assert "new" not in d.placements
+    why = str(d.pending["new"])
+    assert why.startswith("needs 16 CPUs per node for 1 GPU; the largest free on an allowed "
+                          "node is 8 CPUs"), why
+
+
+def test_explain_names_memory_when_memory_is_short() -> None:
+    c = _two_nodes()
+    fl = c.nodes[0].flavor
+    hogs = [view(make_job(f"hog{i}", gpus=1, host=HostDemand(1.0, 200.0)), JobState.RUNNING,
+                 Placement.of(fl, ((c.nodes[i].node_id, 1),))) for i in range(2)]
+    d = _decide(c, *hogs, view(make_job("new", gpus=2, host=HostDemand(1.0, 40.0),
+                                                   requires_locality=True)))
+    assert "needs 80 GiB of host memory per node for 2 GPUs; the largest free on an allowed " \
+        "node is 56 GiB" in str(d.pending["new"])
+
+
+@pytest.mark.parametrize(("host", "local", "words"), [
+    (HostDemand(48.0, 8.0), True, "needs 192 CPUs per node for 4 GPUs (48 per GPU); the "
+     "largest server of an allowed flavor has 32 CPUs"),
+    (HostDemand(40.0, 8.0), False, "(40 per GPU)"),
+    (HostDemand(1.0, 600.0, per_gpu=False), True, "needs 600 GiB of host memory per node"),
+])
+def test_a_job_no_server_can_feed_is_refused_with_the_reason(
+        host: HostDemand, local: bool, words: str) -> None:
+    c = _two_nodes()
+    oracle = ThroughputOracle(default_throughputs(), c)
+    job = make_job("j", gpus=4, host=host, requires_locality=local)
+    why = infeasibility(job, c, oracle)
+    assert why is not None and words in why, why
+    d = _decide(c, view(job))  # the round agrees: the job never starts
+    assert "j" not in d.placements
+
+
+def test_a_job_the_servers_can_feed_together_is_accepted() -> None:
+    """12 CPUs per GPU: each 32-CPU server feeds 2 of the 4 GPUs; spread, it fits."""
+    c = _two_nodes()
+    oracle = ThroughputOracle(default_throughputs(), c)
+    assert infeasibility(make_job("j", gpus=4, host=HostDemand(12.0, 8.0)), c, oracle) is None
+    assert "feed 2 of its 4 GPUs on one node" in (infeasibility(
+        make_job("j", gpus=4, host=HostDemand(12.0, 8.0), requires_locality=True), c, oracle)
+        or "")

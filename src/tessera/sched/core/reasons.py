@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.free_view import BlockInfo
+from tessera.sched.core.host_reasons import HostShort, host_shortage
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.snapshot import JobView
@@ -92,7 +93,7 @@ class MixNoPlan:
     rank: int
 
 
-Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan
+Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | HostShort
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +124,8 @@ class PendingReason:
             which = "/".join(f.short for f in d.flavors) or "any flavor"
             return (f"needs {d.needs_gpus} GPUs of {which}; "
                     f"free now: {free}; ranked #{d.rank} by the policy")
-        if isinstance(d, CannotRun):
-            return d.why
+        if isinstance(d, CannotRun | HostShort):
+            return d.why if isinstance(d, CannotRun) else str(d)
         if isinstance(d, MixNoPlan):
             return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "
                     f"planner can use; {d.why}; ranked #{d.rank} by the policy")
@@ -154,6 +155,14 @@ def pending_reasons(
             assert isinstance(held, NoCapacity)
             reasons[jid] = PendingReason(PendingKind.CAPACITY,
                                          MixNoPlan(held.needs_gpus, why, held.rank))
+    if free._host is not None:  # (GPUs free, but no node can feed them: CPUs or memory)
+        for j in jobs:
+            jid = j.spec.job_id
+            if isinstance(reasons[jid].detail, NoCapacity | Fragmented):
+                short = host_shortage(j, tuple(r.flavor for r in oracle.real_rates(j.spec)),
+                                      free, needs_locality[jid])
+                if short is not None:
+                    reasons[jid] = PendingReason(PendingKind.CAPACITY, short)
     return reasons
 
 
