@@ -13,11 +13,14 @@ import pytest
 from tessera.live.executors import host_limits
 from tessera.live.executors.base import LaunchSpec
 from tessera.live.executors.local.executor import LocalExecutor
+from tessera.live.host_report import host_report
 from tessera.live.service import LiveService, Rejected
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
+from tessera.model.cluster import load_cluster
 from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.snapshot import Placement
+from tests.builders import make_cluster
 from tests.live.helpers import wait_for, wait_for_job
 
 TEAM_A = Principal("a", "team-a")
@@ -97,3 +100,14 @@ def test_the_service_records_the_enforcement_in_the_jobs_events(service: LiveSer
     wait_for_job(service, jid)
     notes = [e.detail for e in service.store.events(jid) if e.kind == "host"]
     assert len(notes) == 1 and notes[0].startswith("run 1: host: 1 CPUs on CPU ids"), notes
+
+
+def test_the_local_machine_reports_its_cpus_and_memory(tmp_path: Path) -> None:
+    ex = LocalExecutor(tmp_path / "runs")
+    cpus, mem = ex.host_capacity()["local"]
+    assert cpus == len(os.sched_getaffinity(0)) and mem > 0.1
+    small = load_cluster("v100:1", 1)
+    info, _warnings = host_report(ex, small)
+    assert info[0].startswith(f"machine local reports {cpus:g} CPUs")
+    big = make_cluster().node("V100", gpus=8, count=64).build()  # 4,096 CPUs declared
+    assert "the cluster declares 4096 CPUs" in host_report(ex, big)[1][0]

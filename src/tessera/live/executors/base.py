@@ -220,6 +220,15 @@ class HostEnforcingExecutor(Executor, Protocol):
     def host_enforcement(self, job_id: str, run: int) -> str | None: ...
 
 
+@runtime_checkable
+class HostReportingExecutor(Executor, Protocol):
+    """An executor whose machines report their CPUs and memory: ``host_capacity()`` is
+    ``{machine: (CPUs, memory GiB)}`` as the machines see themselves (the service logs it at
+    start beside what its cluster declares, :mod:`tessera.live.host_report`)."""
+
+    def host_capacity(self) -> dict[str, tuple[float, float]]: ...
+
+
 def base_env(user: str | None = None, visible_devices: str | None = None) -> dict[str, str]:
     """The minimal environment a rank starts from (layer 1 in the module docstring).
 

@@ -159,6 +159,11 @@ class LocalExecutor:
                     busy.update(int(c) for c in lim.get("cpus", ()))
         return busy
 
+    def host_capacity(self) -> dict[str, tuple[float, float]]:
+        """This machine's CPUs (those the service may run on, ``os.sched_getaffinity``) and
+        memory (``/proc/meminfo``): every run of the local executor shares them."""
+        return {"local": (float(len(host_limits.allowed_cpus())), host_limits.host_memory_gib())}
+
     def host_enforcement(self, job_id: str, run: int) -> str | None:
         """How the run's CPUs and memory are enforced (its launch record's line)."""
         try:
