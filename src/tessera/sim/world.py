@@ -121,6 +121,7 @@ class SimWorld:
         # Free GPUs per node, with the per-flavor buckets a round's placement starts from.
         self.free = FreeBook(self.ctx.layout(cluster))
         self.host = HostBook.of(cluster, workload)  # (CPUs and memory: sim/host_book.py)
+        self.free.gpus_only = self.host is None
         self.quotas = (dict(config.tenancy.queues) if config.tenancy is not None
                        else config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})

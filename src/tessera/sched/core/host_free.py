@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from tessera.model.host_need import EPS, gang_host_by_node, gpus_fed, per_gpu_need
 from tessera.model.nodes import Node
 from tessera.model.resources import HostDemand
+from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 Held = tuple[tuple[str, float, float], ...]
@@ -65,6 +66,9 @@ class HostFree:
     def of_snapshot(cls, snapshot: Snapshot) -> HostFree | None:
         """The free host resources of a snapshot's up nodes after its running gangs, or
         ``None`` when nobody asks for any (see the module docstring)."""
+        free = snapshot.free_gpus
+        if isinstance(free, FreeCounts) and free.gpus_only:
+            return None  # (the driver knows no job asks: skip the walk over the jobs)
         if not asks_for_host(snapshot):
             return None
         out = cls(snapshot.up_nodes())
