@@ -11,12 +11,14 @@ could feed even empty is refused at once, with the same numbers.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.host_need import gpus_fed, per_gpu_need
 from tessera.model.jobs import JobSpec
 from tessera.model.nodes import Node
+from tessera.sched.core.free_view import BlockInfo
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.snapshot import JobView
 
@@ -50,29 +52,34 @@ class HostShort:
 
 
 def host_shortage(j: JobView, flavors: tuple[GpuFlavor, ...], free: FreeGpus,
-                  local: bool) -> HostShort | None:
+                  local: bool, infos: Mapping[GpuFlavor, BlockInfo],
+                  seen: dict[tuple[GpuFlavor, ...], tuple[Node, float, float]]
+                  ) -> HostShort | None:
     """The host shortage that keeps ``j`` waiting, or ``None`` when host resources are not
-    counted this round, its GPUs do not fit by count, or it would fit after all."""
+    counted this round, its GPUs do not fit by count, or it would fit after all.
+
+    ``infos``: the round's free blocks per flavor; ``seen``: a cache, per set of flavors, of
+    their largest node and most free CPUs and memory (the explain phase asks for many jobs)."""
     host = free._host
     if host is None:
         return None
     g = j.spec.num_gpus
-    fits_by_gpus = []
-    for fl in flavors:
-        info = free.info(fl)
-        if (info.largest_block if local else info.total_free) >= g:
-            fits_by_gpus.append(fl)
-    if not fits_by_gpus:
+    fits = tuple(fl for fl in flavors if fl in infos and
+                 (infos[fl].largest_block if local else infos[fl].total_free) >= g)
+    if not fits:
         return None
-    if any(free.find(fl, g, local, j.spec.host) is not None for fl in fits_by_gpus):
+    if any(free.find(fl, g, local, j.spec.host) is not None for fl in fits):
         return None
-    ids = [n for n, node in host.nodes.items() if node.flavor in fits_by_gpus]
-    if not ids:
-        return None
-    node = host.nodes[max(ids, key=lambda n: host.nodes[n].gpus)]
+    known = seen.get(fits)
+    if known is None:
+        ids = [n for n, node in host.nodes.items() if node.flavor in fits]
+        if not ids:
+            return None
+        known = seen[fits] = (host.nodes[max(ids, key=lambda n: host.nodes[n].gpus)],
+                              *host.largest_free(ids))
+    node, cpus, mem = known
     k = min(g, node.gpus)
     cpg, mpg = per_gpu_need(j.spec.host, g, node)
-    cpus, mem = host.largest_free(ids)
     return HostShort(g, k, cpg * k, mpg * k, cpus, mem)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
+from tessera.model.nodes import Node
 from tessera.sched.core.free_view import BlockInfo
 from tessera.sched.core.host_reasons import HostShort, host_shortage
 from tessera.sched.core.oracle import ThroughputOracle
@@ -156,11 +157,12 @@ def pending_reasons(
             reasons[jid] = PendingReason(PendingKind.CAPACITY,
                                          MixNoPlan(held.needs_gpus, why, held.rank))
     if free._host is not None:  # (GPUs free, but no node can feed them: CPUs or memory)
+        seen: dict[tuple[GpuFlavor, ...], tuple[Node, float, float]] = {}
         for j in jobs:
             jid = j.spec.job_id
             if isinstance(reasons[jid].detail, NoCapacity | Fragmented):
                 short = host_shortage(j, tuple(r.flavor for r in oracle.real_rates(j.spec)),
-                                      free, needs_locality[jid])
+                                      free, needs_locality[jid], infos, seen)
                 if short is not None:
                     reasons[jid] = PendingReason(PendingKind.CAPACITY, short)
     return reasons
