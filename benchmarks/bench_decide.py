@@ -18,6 +18,12 @@ GPU type, ~393,000 at 512 jobs), so they are timed only up to ``--gavel-max-jobs
 
     .venv/bin/python benchmarks/bench_decide.py [--sizes 64,256,1024,2048,4096] [--repeats 3]
     .venv/bin/python benchmarks/bench_decide.py --packing [--sizes 512,2048]
+    .venv/bin/python benchmarks/bench_decide.py --host [--sizes 2048]
+
+**CPUs and memory** (issue 33, ``--host``): each size is timed twice, side by side: GPU-only
+jobs, then the same jobs each asking for 1-8 CPUs and 4-64 GiB per GPU (the rounds then count
+host resources on every node, :mod:`tessera.sched.core.host_free`). Target: ≤ 1.5x the
+GPU-only decision at 2,048 jobs on 1,024 GPUs.
 """
 
 from __future__ import annotations
@@ -26,20 +32,24 @@ import argparse
 import random
 import statistics
 import time
+from dataclasses import replace
 
 from tessera.model.cluster import parse_compact
 from tessera.model.jobs import JobId, JobSpec, JobState
+from tessera.model.resources import HostDemand
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import JobView, Snapshot
 
 
-def build(n: int, seed: int = 0, one_gpu: bool = False) -> Snapshot:
+def build(n: int, seed: int = 0, one_gpu: bool = False, host: bool = False) -> Snapshot:
     table = default_throughputs()
     rng = random.Random(seed)
+    hrng = random.Random(seed + 1)
     per_type = max(4, n // 6) // 4 * 4
     cluster = parse_compact(f"v100:{per_type},p100:{per_type},k80:{per_type}", 4)
     single, multi = table.job_types(), table.distributable_types()
@@ -48,6 +58,9 @@ def build(n: int, seed: int = 0, one_gpu: bool = False) -> Snapshot:
         sf = 1 if one_gpu else rng.choices([1, 2, 4, 8], weights=[70, 10, 15, 5])[0]
         jt = rng.choice(single if sf == 1 else multi)
         spec = JobSpec(JobId(str(i)), jt, sf, rng.uniform(1e4, 1e6), float(i))
+        if host:  # (drawn from a second stream: the jobs stay those of the GPU-only run)
+            spec = replace(spec, host=HostDemand(float(hrng.randint(1, 8)),
+                                                 float(hrng.choice([4, 8, 16, 32, 64]))))
         views.append(JobView(spec, JobState.PENDING, spec.total_steps))
     return Snapshot(now_s=float(n), cluster=cluster, jobs=tuple(views))
 
@@ -62,6 +75,8 @@ def main() -> None:
                     help="one-GPU jobs, the packing policies (default sizes 512,2048)")
     ap.add_argument("--gavel-max-jobs", type=int, default=128,
                     help="largest size at which Gavel's packed twins are timed")
+    ap.add_argument("--host", action="store_true",
+                    help="time each size GPU-only and with CPU/memory demands, side by side")
     args = ap.parse_args()
     if args.packing:
         if args.sizes == ap.get_default("sizes"):
@@ -79,19 +94,24 @@ def main() -> None:
                 print(f"{name:<26}{n:>6}  skipped: Gavel's packed problem has "
                       f"{n * (n + 1) // 2:,} job combinations (--gavel-max-jobs)")
                 continue
-            snap = build(n, one_gpu=args.packing)
-            oracle = ThroughputOracle(default_throughputs(), snap.cluster)
-            times, cpu, phases = [], [], {}
-            for r in range(args.repeats):
-                t0, c0 = time.perf_counter(), time.process_time()
-                d = decide(snap, policy, DecisionContext(oracle, random.Random(r)))
-                times.append((time.perf_counter() - t0) * 1e3)
-                cpu.append((time.process_time() - c0) * 1e3)
-                phases = dict(d.phase_ms)
-            ph = " ".join(f"{k}={v:.1f}" for k, v in phases.items())
-            print(f"{name:<26}{n:>6}{snap.cluster.total_gpus:>7}"
-                  f"{statistics.median(times):>11.1f}{max(times):>9.1f}"
-                  f"{statistics.median(cpu):>9.1f}  {ph}")
+            for host in (False, True) if args.host else (False,):
+                _time(name + ("+host" if host else ""), policy,
+                      build(n, one_gpu=args.packing, host=host), args.repeats)
+
+
+def _time(label: str, policy: Policy, snap: Snapshot, repeats: int) -> None:
+    oracle = ThroughputOracle(default_throughputs(), snap.cluster)
+    times, cpu, phases = [], [], {}
+    for r in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        d = decide(snap, policy, DecisionContext(oracle, random.Random(r)))
+        times.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+        phases = dict(d.phase_ms)
+    ph = " ".join(f"{k}={v:.1f}" for k, v in phases.items())
+    print(f"{label:<26}{len(snap.jobs):>6}{snap.cluster.total_gpus:>7}"
+          f"{statistics.median(times):>11.1f}{max(times):>9.1f}"
+          f"{statistics.median(cpu):>9.1f}  {ph}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from tessera.live.spec import LiveJob, parse_request, to_live_job
 from tessera.live.store import Store
 from tessera.model.gpus import CATALOG, resolve_flavor
 from tessera.model.jobs import ElasticRange, JobId, JobSpec, JobState, ThreeDParallel
+from tessera.model.resources import HostDemand, ResourceSensitivity, SensitivityPoint
 
 OLD_STATE = Path(__file__).parent.parent / "data" / "live" / "state-main-a1eedee.db"
 
@@ -47,8 +48,21 @@ _SPEC_FIELDS = {
     "job_id", "job_type", "num_gpus", "total_steps", "submit_time_s", "flavors",
     "priority_weight", "queue", "max_retries", "requires_locality", "slo_factor",
     "duration_hint_s", "elastic", "exclusive", "parallelism", "memory_gib", "model",
-    "batch_size", "gpu_milli", "priority", "extra",
+    "batch_size", "gpu_milli", "priority", "extra", "host", "sensitivity",
 }
+
+_amount = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
+_host = st.builds(HostDemand, _amount, _amount, st.booleans())
+
+
+@st.composite
+def _sensitivity(draw: st.DrawFn) -> ResourceSensitivity:
+    """A monotone profile: speedup grows with CPUs, the proportional point at 1.0."""
+    base_cpus, mem = draw(st.integers(1, 8)), draw(_amount)
+    extra = draw(st.lists(st.integers(1, 16), max_size=3, unique=True))
+    points = [SensitivityPoint(float(base_cpus), mem, 1.0)]
+    points += [SensitivityPoint(float(base_cpus + k), mem, 1.0 + k / 10) for k in extra]
+    return ResourceSensitivity(tuple(points), float(base_cpus), mem)
 
 
 @st.composite
@@ -73,6 +87,7 @@ def _spec(draw: st.DrawFn) -> JobSpec:
         gpu_milli=draw(st.none() | st.integers(1, 999)) if gpus == 1 else None,
         priority=draw(st.integers(-(10**9), 10**9)),
         extra=draw(st.dictionaries(_text, st.text(max_size=8), max_size=3)),
+        host=draw(st.none() | _host), sensitivity=draw(st.none() | _sensitivity()),
     )
 
 

@@ -29,14 +29,21 @@ import logging
 
 from tessera.live import lifecycle
 from tessera.live.batches import plan_local_batches, plan_rank_roles
-from tessera.live.executors.base import LaunchSpec, RunStatus, SharingExecutor
+from tessera.live.executors.base import (
+    HostEnforcingExecutor,
+    LaunchSpec,
+    RunStatus,
+    SharingExecutor,
+)
 from tessera.live.faults import crash_point
 from tessera.live.loop_parts import ServiceParts
 from tessera.live.resize import run_batch
 from tessera.live.sharing import record_sharing, riders
 from tessera.live.store import HOLDING, Allocation
 from tessera.live.tenancy import JobDefaults
-from tessera.model.jobs import JobState
+from tessera.model.host_need import gang_host_by_node
+from tessera.model.jobs import JobSpec, JobState
+from tessera.sched.core.snapshot import Placement
 
 MIN_BACKOFF_S = 5.0
 MAX_BACKOFF_S = 120.0
@@ -160,7 +167,8 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
                       run_as=queue.run_as or svc.opts.run_as,
                       max_runtime_s=job.max_runtime_s or queue.max_runtime_s,
                       grace_s=svc.opts.grace_s, share_with=host,
-                      progress=progress_for(svc, a.job_id, a.run))
+                      progress=progress_for(svc, a.job_id, a.run),
+                      host_by_node=run_host(svc, job.spec, a.placement))
     try:
         svc.executor.launch(spec)
     except Exception as e:  # any launch failure is the run's failure
@@ -174,7 +182,23 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
                                  svc.clock(), svc.speeds)
         return
     crash_point("after-launch")
+    note = (svc.executor.host_enforcement(a.job_id, a.run)
+            if spec.host_by_node and isinstance(svc.executor, HostEnforcingExecutor) else None)
+    if note:
+        with svc.store.tx() as db:
+            svc.store.event(db, svc.clock(), a.job_id, "host", f"run {a.run}: {note}")
     confirm(svc, a, svc.clock())
+
+
+def run_host(svc: ServiceParts, spec: JobSpec, placement: Placement
+             ) -> tuple[tuple[str, float, float], ...]:
+    """What a run holds per node when its job declares CPUs/memory or its placement carries
+    amounts (the core's one rule, :func:`~tessera.model.host_need.gang_host_by_node`); empty
+    otherwise: a job that declares nothing runs as before, without pinning or limits."""
+    if spec.host is None and not placement.host_by_node:
+        return ()
+    nodes = {n.node_id: n for n in svc.cluster.nodes}
+    return gang_host_by_node(placement.gpus_by_node, spec.host, nodes, placement.host_by_node)
 
 
 def progress_for(svc: ServiceParts, job_id: str, run: int) -> tuple[str, str] | None:

@@ -27,6 +27,10 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
                                 # policy's co-location); default true, and false is accepted
                                 # only on a queue whose config says sharing: true
     memory_gib: 12              # optional: per-GPU memory estimate; a pair must fit together
+    host:                       # optional: CPU cores and host memory (default: the
+      cpus: 6                   # GPU-proportional share of the server); 1.5 or 1500m
+      memory: 48Gi              # 48Gi, 512Mi, 64G, or a bare number of GiB
+      per: gpu                  # gpu (default: each GPU's worth) or job (the total)
 
 An **elastic** job (Pollux, Sia) gives ranges instead of numbers; the scheduler may then run it
 on any GPU count and global batch inside them, resizing it by checkpoint-restart::
@@ -71,6 +75,8 @@ from tessera.errors import NoProfileError, SpecError, UnknownFlavorError
 from tessera.live.executors.base import DEVICE_VARS
 from tessera.live.limits import DEFAULT_LIMITS, ApiLimits, BodyError, parse_body
 from tessera.model.gpus import resolve_flavor
+from tessera.model.quantity import parse_cpus, parse_memory_gib
+from tessera.model.resources import HostDemand
 from tessera.plan.models import layered_model
 
 #: Environment variables every rank gets from the service; a request may not set them.
@@ -140,6 +146,41 @@ BatchField = Annotated[
     Discriminator(_number_or_range)]
 
 
+class HostRequest(BaseModel):
+    """CPU cores and host memory a job asks for, per GPU (``per: gpu``) or per job.
+
+    Amounts are Kubernetes-like quantities (:mod:`tessera.model.quantity`); both default to 0
+    when the other is given. Only *amounts* are accepted: a request cannot name CPU ids or
+    NUMA nodes -- which cores a job is pinned to is the executor's choice, never the tenant's.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpus: float | str = 0
+    memory: float | str = 0
+    per: Literal["gpu", "job"] = "gpu"
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: float | str) -> float:
+        try:
+            return parse_cpus(v, "cpus")
+        except SpecError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: float | str) -> float:
+        try:
+            return parse_memory_gib(v, "memory")
+        except SpecError as e:
+            raise ValueError(str(e)) from None
+
+    def demand(self) -> HostDemand:
+        """The core's :class:`~tessera.model.resources.HostDemand` (amounts in cores, GiB)."""
+        return HostDemand(float(self.cpus), float(self.memory), self.per == "gpu")
+
+
 class JobRequest(BaseModel):
     """A job as submitted (see the module docstring for an example)."""
 
@@ -165,6 +206,7 @@ class JobRequest(BaseModel):
     parallelism: Literal["data", "3d"] = "data"
     exclusive: bool | None = Field(None, strict=True)
     memory_gib: float | None = Field(None, gt=0, le=1e5, allow_inf_nan=False)
+    host: HostRequest | None = None
 
     @field_validator("command")
     @classmethod

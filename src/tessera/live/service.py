@@ -41,6 +41,7 @@ from tessera.errors import SpecError
 from tessera.live import launches, lifecycle
 from tessera.live.executors.base import Executor, ExpiringExecutor, SharingExecutor
 from tessera.live.faults import crash_point
+from tessera.live.host_report import host_report
 from tessera.live.inference.hook import InferenceHook
 from tessera.live.journal import journal
 from tessera.live.learned import apply_learned, prior_rate
@@ -147,6 +148,14 @@ class LiveService:
     def start(self) -> None:
         """Reconcile with the executor, then start the loop thread."""
         reconcile(self)
+        try:
+            info, warnings = host_report(self.executor, self.cluster)
+        except Exception as e:  # a report is a hint: never a reason not to start
+            info, warnings = [], [f"the machines did not report their CPUs and memory: {e}"]
+        for line in info:
+            log.info("%s", line)
+        for line in warnings:
+            log.warning("%s", line)
         self._thread = threading.Thread(target=self._loop, name="tessera-loop", daemon=True)
         self._thread.start()
 

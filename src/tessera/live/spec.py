@@ -137,6 +137,7 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float,
                      if req.parallelism == "3d" and req.model and req.initial_batch else None),
         exclusive=exclusive_for(req, queue, queue_shares),
         memory_gib=req.memory_gib, priority=priority,
+        host=req.host.demand() if req.host is not None else None,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
                    req.model, req.max_runtime_s, req.initial_batch, req.parallelism)

@@ -38,6 +38,7 @@ from tessera.live.sharing import counted, same_gpus
 from tessera.live.speeds import RunSpeeds, running_mates
 from tessera.live.store import Allocation, JobRecord
 from tessera.model.cluster import ClusterSpec
+from tessera.model.host_need import gang_host_by_node
 from tessera.model.jobs import JobState
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView, Placement, QueueQuota, Snapshot
@@ -83,6 +84,7 @@ def build_snapshot(
     ``restore_s``: what a resumed run spends restoring before it progresses; ``tenancy``: the
     whole tenancy the core enforces (``Snapshot.tenancy``), when the service has one."""
     current = {a.job_id: a for a in holding if a.status in ("planned", "running")}
+    nodes = {n.node_id: n for n in cluster.nodes}
     draining = [a for a in holding if a.status == "stopping"]
     draining_jobs = {a.job_id for a in draining}
     mates = running_mates(holding)
@@ -97,6 +99,10 @@ def build_snapshot(
             state, placement = JobState.PENDING, None
         elif rec.state in (JobState.ADMITTED, JobState.RUNNING) and alloc is not None:
             state, placement = JobState.RUNNING, _present_mates(alloc.placement, current)
+            if spec.host is not None and placement is not None:  # (what the core's find
+                # gives such a job: its amounts per node, so a gang that stays is not a move)
+                placement = replace(placement, host_by_node=gang_host_by_node(
+                    placement.gpus_by_node, spec.host, nodes))
         else:
             continue
         done = speeds.done_before(rec)

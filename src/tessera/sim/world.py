@@ -46,6 +46,7 @@ from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
+from tessera.sim.host_book import HostBook
 from tessera.sim.metrics import (
     Counters,
     Sample,
@@ -124,6 +125,8 @@ class SimWorld:
         self.phase_ms: dict[str, float] = {}
         # Free GPUs per node, with the per-flavor buckets a round's placement starts from.
         self.free = FreeBook(self.ctx.layout(cluster))
+        self.host = HostBook.of(cluster, workload)  # (CPUs and memory: sim/host_book.py)
+        self.free.gpus_only = self.host is None
         self.quotas = (dict(config.tenancy.queues) if config.tenancy is not None
                        else config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
@@ -333,6 +336,8 @@ class SimWorld:
         if self.running.pop(job.idx, None) is not None and placement is not None:
             for node_id, k in placement.gpus_by_node:
                 self.free[node_id] += k
+            if self.host is not None:
+                self.host.stop(job.spec)
 
     def start(self, job: SimJob, p: Placement, t_s: float) -> None:
         """Run ``job`` on ``p`` from ``t_s``: admit and start it (or move it, if it runs), book
@@ -356,6 +361,10 @@ class SimWorld:
         job.view = None
         if job.first_start_s is None:
             job.first_start_s = t_s
+        if self.host is not None:
+            if job.idx in self.running:  # (a move: give the old gang's host back first)
+                self.host.stop(job.spec)
+            self.host.start(job.spec, p)
         self.running[job.idx] = job
         for node_id, k in p.gpus_by_node:
             self.free[node_id] -= k

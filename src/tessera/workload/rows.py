@@ -33,9 +33,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
-from tessera.errors import TraceFormatError
+from tessera.errors import SpecError, TraceFormatError
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ElasticRange, JobId, JobSpec, Workload
+from tessera.model.quantity import parse_cpus, parse_memory_gib
+from tessera.model.resources import HostDemand
 from tessera.perf.profiles import ThroughputTable
 
 OnError = Literal["raise", "skip"]
@@ -98,6 +100,8 @@ class JobRow:
     """The job's GPU and batch range when it is elastic (``JobSpec.elastic``)."""
     source: str | None = None
     """The file the row came from, when a workload is read from several files."""
+    host: HostDemand | None = None
+    """CPUs and host memory the job asks for (``JobSpec.host``), from :func:`host_columns`."""
 
 
 @dataclass
@@ -157,6 +161,37 @@ def parse_int(text: str, field_name: str, *, min_value: int | None = None) -> in
 
 
 # -- job types and step budgets --------------------------------------------------------------
+
+
+#: Optional CSV columns for a job's CPUs and host memory (:func:`host_columns`).
+HOST_COLUMNS: tuple[str, ...] = ("cpus", "memory", "host_per")
+
+
+def host_columns(cols: dict[str, int], f: list[str]) -> HostDemand | None:
+    """A row's CPU and host-memory demand from the optional columns ``cpus`` (cores, ``1.5``
+    or ``1500m``), ``memory`` (``16Gi``, ``512Mi``, or GiB) and ``host_per`` (``gpu``, the
+    default, or ``job``). ``None`` when the file has neither column or the row leaves both
+    empty: the job then gets the GPU-proportional share of its server.
+
+    Raises:
+        RowError: a malformed, negative or NaN amount, or a ``host_per`` other than gpu/job.
+    """
+    cpus_text = f[cols["cpus"]].strip() if "cpus" in cols else ""
+    mem_text = f[cols["memory"]].strip() if "memory" in cols else ""
+    if not cpus_text and not mem_text:
+        return None
+    per = f[cols["host_per"]].strip().lower() if "host_per" in cols else ""
+    if per not in ("", "gpu", "job"):
+        raise RowError("host_per", f"must be gpu or job, got {per!r}")
+    try:
+        cpus = parse_cpus(cpus_text, "cpus") if cpus_text else 0.0
+    except SpecError as e:
+        raise RowError("cpus", str(e)) from None
+    try:
+        mem = parse_memory_gib(mem_text, "memory") if mem_text else 0.0
+    except SpecError as e:
+        raise RowError("memory", str(e)) from None
+    return HostDemand(cpus, mem, per != "job")
 
 
 def stable_index(key: str, n: int) -> int:
@@ -241,6 +276,7 @@ def build_workload(
                 batch_size=r.batch_size,
                 gpu_milli=r.gpu_milli,
                 extra=r.extra,
+                host=r.host,
             )
         )
     if typed_by_rule:

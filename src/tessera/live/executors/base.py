@@ -86,6 +86,10 @@ class LaunchSpec:
         share_with: ``(job_id, run)`` of the run whose GPUs this one joins (co-location,
             :mod:`tessera.live.sharing`): its ranks get that run's devices, rank by rank;
             ``None`` for a run on GPUs of its own.
+        host_by_node: ``((node_id, cpus, mem_gib), ...)``: the CPUs and host memory the run
+            holds on each node (:func:`tessera.model.host_need.gang_host_by_node`), which the
+            executor enforces (local: :mod:`~tessera.live.executors.host_limits`; Ray: the
+            bundles' ``CPU`` and ``memory``); empty when the job declares none.
         progress: ``(url, token)`` where the run reports its progress
             (``TESSERA_PROGRESS_URL``, ``TESSERA_PROGRESS_TOKEN``: :mod:`tessera.progress_report`),
             ``None``: the service takes no reports.
@@ -109,6 +113,7 @@ class LaunchSpec:
     share_with: tuple[str, int] | None = None
     progress: tuple[str, str] | None = field(default=None, repr=False)
     visible_devices: str | None = None
+    host_by_node: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +212,25 @@ class ExpiringExecutor(Executor, Protocol):
     """
 
     def remove_expired(self, now_s: float) -> int: ...
+
+
+@runtime_checkable
+class HostEnforcingExecutor(Executor, Protocol):
+    """An executor that enforces a run's CPUs and host memory (``LaunchSpec.host_by_node``)
+    and says how: ``host_enforcement(job_id, run)`` is one line for the job's events after
+    ``launch`` ("... enforced by a cgroup v2 cpuset and memory.max"), ``None`` when the run
+    holds none."""
+
+    def host_enforcement(self, job_id: str, run: int) -> str | None: ...
+
+
+@runtime_checkable
+class HostReportingExecutor(Executor, Protocol):
+    """An executor whose machines report their CPUs and memory: ``host_capacity()`` is
+    ``{machine: (CPUs, memory GiB)}`` as the machines see themselves (the service logs it at
+    start beside what its cluster declares, :mod:`tessera.live.host_report`)."""
+
+    def host_capacity(self) -> dict[str, tuple[float, float]]: ...
 
 
 def base_env(user: str | None = None, visible_devices: str | None = None) -> dict[str, str]:

@@ -38,9 +38,10 @@ import time
 from typing import Any
 
 try:
-    from tessera.live.executors import contain
+    from tessera.live.executors import contain, host_limits
 except ImportError:  # run as ``python -E -S guardian.py``: its own directory is sys.path[0]
     import contain  # type: ignore[no-redef]
+    import host_limits  # type: ignore[no-redef]
 
 #: How often the guardian records the processes below it.
 SCAN_S = 0.5
@@ -114,10 +115,13 @@ def _credentials(user: str | None) -> tuple[int | None, int | None, list[int] | 
     return pw.pw_uid, pw.pw_gid, os.getgrouplist(user, pw.pw_gid)
 
 
-def _child_setup(checkpoint_dir: str | None) -> None:
-    """In the command's process, after its user was set: die with the guardian, and create a
+def _child_setup(checkpoint_dir: str | None, host: dict[str, Any] | None = None) -> None:
+    """In the command's process, after its user was set: die with the guardian, pin its CPUs
+    and cap its memory when the run holds host resources (:mod:`host_limits`), and create a
     checkpoint directory the job named (with the job's own permissions)."""
     contain.die_with_parent(signal.SIGKILL)
+    if host:
+        host_limits.apply_in_child(host)
     if checkpoint_dir:
         with contextlib.suppress(OSError):
             os.makedirs(checkpoint_dir, exist_ok=True)
@@ -149,7 +153,7 @@ def _start_command(spec: dict[str, Any], out: int) -> "subprocess.Popen[bytes]":
     return subprocess.Popen([str(a) for a in spec["argv"]], env=env, stdin=subprocess.DEVNULL,
                             stdout=out, stderr=out, process_group=0, user=uid, group=gid,
                             extra_groups=groups,
-                            preexec_fn=lambda: _child_setup(ckpt))
+                            preexec_fn=lambda: _child_setup(ckpt, spec.get("host")))
 
 
 def relay(spec: dict[str, Any]) -> int:
@@ -190,6 +194,9 @@ def guard(spec: dict[str, Any], parent: int) -> int:
     wake_r = _wake_on_signals()
     out_r, out_w = os.pipe()
     try:
+        host = spec.get("host")
+        if host and host.get("how") == "cgroup":
+            host_limits.enter_cgroup(host)  # (the command inherits the guardian's cgroup)
         child = _start_command(spec, out_w)
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         contain.write_status(status_path, contain.EXEC_FAILED_RC, contain.exec_failure(e), False)

@@ -65,11 +65,18 @@ def _start_rank(run_dir: str, i: int, launch: dict[str, object], env: dict[str, 
                 "max_runtime_s": launch.get("max_runtime_s"), "grace_s": launch["grace_s"],
                 "status": os.path.join(run_dir, f"rank-{i}.status"),
                 "record": os.path.join(run_dir, f"rank-{i}.pids"),
-                "log_cap_bytes": launch.get("log_cap_bytes")}, log.fileno()).pid
+                "log_cap_bytes": launch.get("log_cap_bytes"),
+                "host": _rank_host(launch, i)}, log.fileno()).pid
         except (OSError, ValueError) as e:
             contain.write_status(os.path.join(run_dir, f"rank-{i}.status"),
                                  contain.EXEC_FAILED_RC, contain.exec_failure(e), False)
             return -1
+
+
+def _rank_host(launch: dict[str, object], i: int) -> object:
+    """Rank ``i``'s CPU ids and memory limit from the launch record (``None``: none)."""
+    limits = launch.get("host")
+    return limits[i] if isinstance(limits, list) and i < len(limits) else None
 
 
 def main(run_dir: str) -> int:

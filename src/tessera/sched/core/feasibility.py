@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import ElasticRange, JobSpec
+from tessera.model.resources import HostDemand
+from tessera.sched.core.host_reasons import host_infeasibility
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 
 
@@ -35,6 +37,9 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
             f"no throughput profile for {job.job_type!r} at {job.num_gpus} GPUs on any allowed "
             "flavor of this cluster"
         )
+    host_why = host_infeasibility(job, cluster.nodes, tuple(r.flavor for r in rates))
+    if host_why is not None:
+        return host_why
     best_total = 0
     best_node = 0
     by_flavor = cluster.gpus_by_flavor()
@@ -74,8 +79,8 @@ class Feasibility:
 
     The answer depends on the job only through what its rates depend on (its rate key: type,
     gang size, allowed flavors, parallelism), whether it requires locality and its elastic
-    range; a simulator checks every arrival (82,247 on the full Philly table) and most share
-    a handful of keys.
+    range and its CPU and memory demand; a simulator checks every arrival (82,247 on the
+    full Philly table) and most share a handful of keys.
     """
 
     __slots__ = ("_answers", "cluster", "mixed_gangs", "oracle")
@@ -85,11 +90,12 @@ class Feasibility:
         self.cluster = cluster
         self.oracle = oracle
         self.mixed_gangs = mixed_gangs
-        self._answers: dict[tuple[RateKey, bool, ElasticRange | None], str | None] = {}
+        self._answers: dict[tuple[RateKey, bool, ElasticRange | None, HostDemand | None],
+                            str | None] = {}
 
     def __call__(self, job: JobSpec) -> str | None:
         """The reason ``job`` can never be placed, or ``None`` if it can."""
-        key = (rate_key(job), job.requires_locality, job.elastic)
+        key = (rate_key(job), job.requires_locality, job.elastic, job.host)
         answers = self._answers
         if key in answers:
             return answers[key]

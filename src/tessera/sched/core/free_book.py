@@ -68,7 +68,7 @@ class FreeBook(Mapping[str, int]):
     ``book[node_id] = count`` keeps the totals and buckets in step.
     """
 
-    __slots__ = ("_free", "_off", "_sorted", "_total", "layout", "version")
+    __slots__ = ("_free", "_off", "_sorted", "_total", "gpus_only", "layout", "version")
 
     def __init__(self, layout: NodeLayout, free: Mapping[str, int] | None = None) -> None:
         self.layout = layout
@@ -80,6 +80,10 @@ class FreeBook(Mapping[str, int]):
         self._off: set[str] = set()
         self.version = 0
         """Bumped by every change; a :class:`FreeCounts` is valid for one version."""
+        self.gpus_only = False
+        """Set by a driver that knows no job it will ever book asks for CPUs or memory: a
+        round started from this book then does not look for any
+        (:meth:`~tessera.sched.core.host_free.HostFree.of_snapshot`)."""
         for flavor, ids in layout.by_flavor.items():
             lists: list[list[int]] = [[] for _ in range(layout.size[flavor] + 1)]
             total = 0
@@ -172,6 +176,11 @@ class FreeCounts(Mapping[str, int]):
     def __init__(self, book: FreeBook, version: int) -> None:
         self._book = book
         self._version = version
+
+    @property
+    def gpus_only(self) -> bool:
+        """The book's :attr:`FreeBook.gpus_only` (readable whatever the version)."""
+        return self._book.gpus_only
 
     def current(self) -> FreeBook | None:
         """The book, if it has not changed since these counts were taken; else ``None``."""

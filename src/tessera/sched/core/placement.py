@@ -11,6 +11,10 @@ Rules, in order:
 3. **Then one rack, then anywhere** -- unless the job requires locality. A gang split across
    nodes runs at the profiles' *unconsolidated* speed (``perf`` decides how much slower).
 4. **Never over-allocate.** :class:`FreeGpus` is the only bookkeeper and refuses to go below 0.
+5. **Feed the GPUs.** When a job of the snapshot asks for CPUs or host memory, the round also
+   counts them (:mod:`tessera.sched.core.host_free`): a node is given only the GPUs its free
+   CPUs and memory can feed, and a gang placed for a job with a demand carries its amounts
+   per node (``Placement.host_by_node``). Otherwise the GPU-only search below runs unchanged.
 
 ``FreeGpus`` is a scratch structure owned by one decision round; the snapshot stays immutable.
 A round starts either from per-node counts (it then builds a flavor's buckets when it first
@@ -25,10 +29,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from tessera.model.gpus import GpuFlavor
+from tessera.model.host_need import gang_host_by_node
+from tessera.model.resources import HostDemand
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.free_view import FreeView, Layout
+from tessera.sched.core.host_free import HostFree, find_fed
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 
@@ -40,8 +48,22 @@ class FreeGpus(FreeView):
     ``layout``, ``base``), or from a snapshot by :meth:`of_snapshot`.
     """
 
+    _host: HostFree | None = None
+    """Free CPUs and memory, when the snapshot's jobs ask for them (``None``: GPUs only)."""
+
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
+        """Free GPUs of a snapshot (:meth:`_gpus_of_snapshot`), and its free CPUs and memory
+        when any of its jobs asks for them (:meth:`HostFree.of_snapshot`)."""
+        view = cls._gpus_of_snapshot(snapshot, layout)
+        host = HostFree.of_snapshot(snapshot)
+        if host is not None:
+            view._host = host
+            view._only_released = False  # (every take checks the host too: none deferred)
+        return view
+
+    @classmethod
+    def _gpus_of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
         """Free GPUs of a snapshot: the driver's counts when it keeps them, otherwise every
         up node's GPUs minus those the snapshot's running gangs hold.
 
@@ -79,12 +101,20 @@ class FreeGpus(FreeView):
         for node_id, count in placement.gpus_by_node:
             if free.get(node_id, 0) < count:
                 raise ValueError(f"over-allocation of {node_id} by {placement.describe()}")
+        host = self._host
+        if host is not None:
+            held = host.held(placement)
+            if not host.fits(held):
+                raise ValueError(f"over-commit of CPUs or host memory by {placement.describe()}")
+            host.shift(held, -1)
         self._shift(placement, -1)
 
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs back (a preemption being considered)."""
         if self._deferred:
             self._settle()
+        if self._host is not None:
+            self._host.shift(self._host.held(placement), 1)
         self._shift(placement, 1)
 
     def release_each(self, placements: Iterable[Placement]) -> None:
@@ -94,6 +124,11 @@ class FreeGpus(FreeView):
         total here, and are noted as changed before the first look (as ``_note`` would)."""
         if self._deferred:
             self._settle()
+        host = self._host
+        if host is not None:
+            placements = list(placements)
+            for p in placements:
+                host.shift(host.held(p), 1)
         free = self._free
         totals = self._total
         early = self._early
@@ -132,6 +167,12 @@ class FreeGpus(FreeView):
             # over a book is a Python-level method)
             if (free[node_id] if node_id in free else free.get(node_id, 0)) < count:
                 return False
+        host = self._host
+        if host is not None:
+            held = host.held(placement)
+            if not host.fits(held):
+                return False
+            host.shift(held, -1)
         self._shift(placement, -1)
         return True
 
@@ -203,14 +244,30 @@ class FreeGpus(FreeView):
         if self._deferred:
             self._settle()
         free = self._free
-        return all(free.get(n, 0) >= c for n, c in placement.gpus_by_node)
+        if not all(free.get(n, 0) >= c for n, c in placement.gpus_by_node):
+            return False
+        return self._host is None or self._host.fits(self._host.held(placement))
 
-    def find(self, flavor: GpuFlavor, gpus: int, require_locality: bool) -> Placement | None:
-        """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit."""
+    def find(self, flavor: GpuFlavor, gpus: int, require_locality: bool,
+             host: HostDemand | None = None) -> Placement | None:
+        """Choose GPUs for a gang without reserving them; ``None`` if it cannot fit.
+
+        ``host``: the job's CPU and memory demand (``JobSpec.host``); read only when the round
+        counts host resources (rule 5), and then carried on the placement.
+        """
         if self._deferred:
             self._settle()
         if gpus > self.total_free(flavor):
             return None
+        if self._host is not None:
+            found = find_fed(self._host, self._free, self._by_flavor.get(flavor, ()),
+                             self._rack, gpus, require_locality, host)
+            if found is None:
+                return None
+            if host is None:
+                return Placement.of(flavor, found)
+            return Placement((flavor,), found, (), None, (),
+                             gang_host_by_node(found, host, self._host.nodes))
         if flavor not in self._late and flavor not in self._buckets:
             self._look(flavor)  # (the first look, even for a gang no single node can hold)
         first = self._first
@@ -222,7 +279,8 @@ class FreeGpus(FreeView):
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])
 
-    def find_mixed(self, flavors: Sequence[GpuFlavor], gpus: int) -> Placement | None:
+    def find_mixed(self, flavors: Sequence[GpuFlavor], gpus: int,
+                   host: HostDemand | None = None) -> Placement | None:
         """Choose GPUs of several flavors for one gang, without reserving them.
 
         Flavors are drawn in the order given (the caller lists the job's fastest first), and
@@ -231,7 +289,11 @@ class FreeGpus(FreeView):
         """
         if sum(self.total_free(f) for f in flavors) < gpus:
             return None
-        free = self._free
+        free: dict[str, int] = self._free
+        if self._host is not None:  # (rule 5: only the GPUs the free host can feed)
+            hf = self._host
+            free = {n: int(min(self._free[n], hf.gpus_fed(n, host, gpus)))
+                    for f in flavors for n in self._by_flavor.get(f, ())}
         parts: list[tuple[str, GpuFlavor, int]] = []
         need = gpus
         for f in flavors:
@@ -241,8 +303,15 @@ class FreeGpus(FreeView):
                 parts.append((n, f, c))
                 need -= c
                 if need == 0:
-                    return Placement.mixed(tuple(parts))
+                    return self._with_host(Placement.mixed(tuple(parts)), host)
         return None
+
+    def _with_host(self, placement: Placement, host: HostDemand | None) -> Placement:
+        """``placement`` carrying the amounts a job with a demand holds on each node."""
+        if host is None or self._host is None:
+            return placement
+        return replace(placement, host_by_node=gang_host_by_node(
+            placement.gpus_by_node, host, self._host.nodes))
 
     def _spread(self, flavor: GpuFlavor, gpus: int, nodes: Sequence[str]) -> Placement | None:
         by_rack: dict[str, list[str]] = defaultdict(list)

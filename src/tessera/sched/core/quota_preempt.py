@@ -154,7 +154,7 @@ class Preemptor:
             return None
         if not book.fits(q.name, key, n) or self.free.total_free(fl) < n:
             return None
-        return self.free.find(fl, n, self.local(j))
+        return self.free.find(fl, n, self.local(j), j.spec.host)
 
     def _stop(self, v: JobView, sign: int) -> None:
         p = self.run[v.spec.job_id]

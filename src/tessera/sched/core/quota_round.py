@@ -268,7 +268,7 @@ def _place(
         else:
             room = True
             if free.total_free(fl) >= n:
-                placed = free.find(fl, n, local(j))
+                placed = free.find(fl, n, local(j), j.spec.host)
         if placed is not None:
             if q is None or book.used(q.name, key) + n <= book.nominal(q.name, key):
                 return placed, (), None, tries

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
+from tessera.model.nodes import Node
 from tessera.sched.core.free_view import BlockInfo
+from tessera.sched.core.host_reasons import HostShort, host_shortage
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.snapshot import JobView
@@ -103,7 +105,7 @@ class PowerHeld:
     """Cluster power after the round, in watts."""
 
 
-Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | PowerHeld
+Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | PowerHeld | HostShort
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +136,8 @@ class PendingReason:
             which = "/".join(f.short for f in d.flavors) or "any flavor"
             return (f"needs {d.needs_gpus} GPUs of {which}; "
                     f"free now: {free}; ranked #{d.rank} by the policy")
-        if isinstance(d, CannotRun):
-            return d.why
+        if isinstance(d, CannotRun | HostShort):
+            return d.why if isinstance(d, CannotRun) else str(d)
         if isinstance(d, MixNoPlan):
             return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "
                     f"planner can use; {d.why}; ranked #{d.rank} by the policy")
@@ -168,6 +170,15 @@ def pending_reasons(
             assert isinstance(held, NoCapacity)
             reasons[jid] = PendingReason(PendingKind.CAPACITY,
                                          MixNoPlan(held.needs_gpus, why, held.rank))
+    if free._host is not None:  # (GPUs free, but no node can feed them: CPUs or memory)
+        seen: dict[tuple[GpuFlavor, ...], tuple[Node, float, float]] = {}
+        for j in jobs:
+            jid = j.spec.job_id
+            if isinstance(reasons[jid].detail, NoCapacity | Fragmented):
+                short = host_shortage(j, tuple(r.flavor for r in oracle.real_rates(j.spec)),
+                                      free, needs_locality[jid], infos, seen)
+                if short is not None:
+                    reasons[jid] = PendingReason(PendingKind.CAPACITY, short)
     return reasons
 
 

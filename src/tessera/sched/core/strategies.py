@@ -93,7 +93,8 @@ def place_rounds(
                   key=lambda jid: -by_id[jid].spec.num_gpus)
     for jid in rest:
         j = by_id[jid]
-        placed = free.find(selected[jid], j.spec.num_gpus, needs_locality(j, now_s, opts))
+        placed = free.find(selected[jid], j.spec.num_gpus, needs_locality(j, now_s, opts),
+                           j.spec.host)
         if placed is not None:
             free.take(placed)
             run[jid] = placed
@@ -217,12 +218,14 @@ def upgrade(
     for _gain, j, fl, old in sorted(options, key=lambda o: -o[0]):
         if old.is_mixed:  # its own GPUs of the target flavor may be part of the new gang
             free.release(old)
-            placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts))
+            placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts),
+                           j.spec.host)
             free.take(placed if placed is not None else old)
             if placed is not None:
                 moves[j.spec.job_id] = placed
             continue
-        placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts))
+        placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts),
+                           j.spec.host)
         if placed is not None and (placed.consolidated or not old.consolidated):
             free.take(placed)
             free.release(old)
@@ -246,7 +249,7 @@ def _make_room(
                      key=lambda v: (run[v].num_gpus, position[v]))
     for v in singles:
         free.release(run[v])
-        placed = free.find(fl, j.spec.num_gpus, local)
+        placed = free.find(fl, j.spec.num_gpus, local, j.spec.host)
         if placed is not None:
             return placed, [v]
         free.take(run[v])
@@ -254,7 +257,7 @@ def _make_room(
     for v in victims:
         free.release(run[v])
         released.append(v)
-        placed = free.find(fl, j.spec.num_gpus, local)
+        placed = free.find(fl, j.spec.num_gpus, local, j.spec.host)
         if placed is not None:
             return placed, released
     for v in released:
@@ -298,7 +301,8 @@ def backfill(
                     and p.num_gpus == j.spec.num_gpus and free.can_take(p)):
                 placed: Placement | None = p
             else:
-                placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts))
+                placed = free.find(fl, j.spec.num_gpus, needs_locality(j, now_s, opts),
+                           j.spec.host)
             if placed is not None:
                 free.take(placed)
                 run[jid] = placed

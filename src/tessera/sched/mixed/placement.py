@@ -88,7 +88,7 @@ def try_mixed(j: JobView, free: FreeGpus, oracle: ThroughputOracle, now_s: float
     if len(rates) < 2 or any(free.total_free(r.flavor) >= g for r in rates):
         return None
     order = [r.flavor for r in sorted(rates, key=lambda r: -r.spread)]
-    placed = free.find_mixed(order, g)
+    placed = free.find_mixed(order, g, j.spec.host)
     if placed is None or not placed.is_mixed:
         return None
     speed = oracle.placement_rate(j.spec, placed)
@@ -126,7 +126,8 @@ def mixed_no_plan(j: JobView, free: FreeGpus, oracle: ThroughputOracle, now_s: f
     rates = oracle.rates(j.spec)
     if len(rates) < 2 or any(free.total_free(r.flavor) >= g for r in rates):
         return None
-    placed = free.find_mixed([r.flavor for r in sorted(rates, key=lambda r: -r.spread)], g)
+    placed = free.find_mixed([r.flavor for r in sorted(rates, key=lambda r: -r.spread)], g,
+                             j.spec.host)
     if placed is None or not placed.is_mixed:
         return None
     return oracle.plans.why_not(j.spec.parallelism, placed.parts())

@@ -30,6 +30,7 @@ from tessera.workload.rows import (
     ReadContext,
     RowError,
     build_workload,
+    host_columns,
     parse_float,
     parse_int,
 )
@@ -57,13 +58,14 @@ def _read_file(path: Path, ctx: ReadContext, rows: list[JobRow], multi: bool) ->
                 slo = (deadline - submit) / duration
                 if slo <= 0:
                     raise RowError("deadline", f"deadline {deadline:g} is not after submission")
+            host = host_columns(cols, f)
         except RowError as err:
             ctx.fail(line, err.field_name, err.message)
             continue
         extra = {k: f[cols[k]].strip() for k in ANNOTATIONS if k in cols}
         rows.append(
             JobRow(line, job_id, submit, num_gpus, duration_s=duration, queue=queue,
-                   slo_factor=slo, extra=extra, source=source)
+                   slo_factor=slo, extra=extra, source=source, host=host)
         )
 
 

@@ -3,7 +3,8 @@
 Columns: ``timestamp`` (submit time, ``YYYY-MM-DD HH:MM:SS``, local wall clock, no zone),
 ``duration`` (s), ``num_gpus``, ``gpu_time`` (GPU-s, = duration × num_gpus) and ``cluster`` (the
 virtual cluster, a hash). An optional ``job_id`` column is used when present (the bundled slice
-carries the ids of the full table).
+carries the ids of the full table). Optional ``cpus``, ``memory`` and ``host_per`` columns give
+a job's CPUs and host memory (:func:`tessera.workload.rows.host_columns`).
 
 Conversions:
 
@@ -30,6 +31,7 @@ from tessera.workload.rows import (
     ReadContext,
     RowError,
     build_workload,
+    host_columns,
     parse_float,
     parse_int,
 )
@@ -63,10 +65,12 @@ def read_philly(path: Path, ctx: ReadContext, name: str) -> Workload:
             job_id = f[cols["job_id"]].strip() if "job_id" in cols else f"philly-{index:06d}"
             if not job_id:
                 raise RowError("job_id", "empty job id")
+            host = host_columns(cols, f)
         except RowError as err:
             ctx.fail(line, err.field_name, err.message)
             continue
-        rows.append(JobRow(line, job_id, 0.0, num_gpus, duration_s=duration, queue=queue))
+        rows.append(JobRow(line, job_id, 0.0, num_gpus, duration_s=duration, queue=queue,
+                           host=host))
         stamps.append(stamp)
     if stamps:
         origin = min(stamps)

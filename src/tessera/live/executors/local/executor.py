@@ -55,7 +55,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tessera.live.executors import contain
+from tessera.live.executors import contain, host_limits
 from tessera.live.executors.base import (
     Executor,
     LaunchSpec,
@@ -118,7 +118,8 @@ class LocalExecutor:
             _same_devices(ranks, self.run_dir(*spec.share_with))
         launch = {"argv": list(spec.argv), "grace_s": self.grace_s, "ranks": ranks,
                   "user": spec.run_as, "max_runtime_s": spec.max_runtime_s,
-                  "log_cap_bytes": self.logs.cap_bytes}
+                  "log_cap_bytes": self.logs.cap_bytes,
+                  **self._host_limits(spec, len(ranks))}
         tmp = d / "launch.json.tmp"
         tmp.unlink(missing_ok=True)
         with os.fdopen(contain.private_file(str(tmp)), "w") as f:
@@ -130,6 +131,48 @@ class LocalExecutor:
             self._children[(spec.job_id, spec.run)] = subprocess.Popen(
                 [sys.executable, "-S", str(RUNNER), str(d)], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=base_env())
+
+    def _host_limits(self, spec: LaunchSpec, ranks: int) -> dict[str, object]:
+        """The run's CPU ids and memory per rank, and the line for its events (empty when it
+        holds no host resources). Every node of a local run is this machine, so its amounts
+        are summed; the CPU ids are the executor's choice (:func:`host_limits.choose_cpus`):
+        free ones first, avoiding the CPUs of the runs still going."""
+        if not spec.host_by_node:
+            return {}
+        cpus = sum(c for _n, c, _m in spec.host_by_node)
+        mem_gib = sum(m for _n, _c, m in spec.host_by_node)
+        ids = host_limits.choose_cpus(cpus, host_limits.allowed_cpus(), self._busy_cpus())
+        base = host_limits.cgroup_v2_base()
+        how = "cgroup" if base is not None else "affinity"
+        cgroup = f"{base}/{spec.job_id}-{spec.run}" if base is not None else None
+        limits = host_limits.rank_limits(ids, mem_gib, ranks, how, cgroup)
+        return {"host": limits, "host_note": host_limits.describe(limits, cpus, mem_gib)}
+
+    def _busy_cpus(self) -> set[int]:
+        """The CPU ids pinned by runs that have not exited (read from their launch records,
+        so a restarted service sees them too)."""
+        busy: set[int] = set()
+        for launch in self.runs_dir.glob("*/*/launch.json"):
+            if (launch.parent / "exit.json").exists():
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                for lim in json.loads(launch.read_text()).get("host") or ():
+                    busy.update(int(c) for c in lim.get("cpus", ()))
+        return busy
+
+    def host_capacity(self) -> dict[str, tuple[float, float]]:
+        """This machine's CPUs (those the service may run on, ``os.sched_getaffinity``) and
+        memory (``/proc/meminfo``): every run of the local executor shares them."""
+        return {"local": (float(len(host_limits.allowed_cpus())), host_limits.host_memory_gib())}
+
+    def host_enforcement(self, job_id: str, run: int) -> str | None:
+        """How the run's CPUs and memory are enforced (its launch record's line)."""
+        try:
+            note = json.loads((self.run_dir(job_id, run) / "launch.json").read_text()).get(
+                "host_note")
+        except (OSError, ValueError):
+            return None
+        return str(note) if note else None
 
     def sharing_mechanism(self, host: tuple[str, int]) -> Mechanism:
         """How a run joining ``host``'s GPUs shares them (every run is on this machine)."""

@@ -38,7 +38,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
@@ -105,7 +105,10 @@ def unplaceable_reason(bundles: list[dict[str, float]],
         if any(all(n.get(k, 0.0) >= v for k, v in b.items()) for n in nodes):
             continue
         gpus = int(b.get("GPU", 0))
-        marks = [k for k in b if k != "GPU"]
+        marks = [k for k in b if k not in ("GPU", *_HOST)]
+        host_why = _host_short(b, marks, nodes)
+        if host_why is not None:
+            return host_why
         offered = [k for k in marks if any(n.get(k, 0.0) > 0 for n in nodes)]
         if len(offered) < len(marks):
             missing = ", ".join(k for k in marks if k not in offered)
@@ -115,6 +118,41 @@ def unplaceable_reason(bundles: list[dict[str, float]],
         return (f"no Ray node with {', '.join(marks)} has {gpus} GPUs for one bundle "
                 f"(the largest has {most})")
     return None
+
+
+_HOST = ("CPU", "memory")
+
+
+def _host_short(b: Mapping[str, float], marks: list[str],
+                nodes: list[Mapping[str, float]]) -> str | None:
+    """Why a bundle asking CPUs or memory fits no node that has its GPUs and marks (``None``
+    when its GPUs and marks are what no node has, or it asks no host resources)."""
+    if not any(k in b for k in _HOST):
+        return None
+    gpu_ok = [n for n in nodes
+              if n.get("GPU", 0.0) >= b.get("GPU", 0.0) and all(n.get(k, 0.0) >= b[k]
+                                                                 for k in marks)]
+    if not gpu_ok:
+        return None
+    cpus, mem = b.get("CPU", 0.0), b.get("memory", 0.0) / 2**30
+    most_cpus = max(n.get("CPU", 0.0) for n in gpu_ok)
+    most_mem = max(n.get("memory", 0.0) for n in gpu_ok) / 2**30
+    return (f"no Ray node with its {int(b.get('GPU', 0))} GPUs has {cpus:g} CPUs and "
+            f"{mem:g} GiB of memory for one bundle (the largest has {most_cpus:g} CPUs, "
+            f"{most_mem:g} GiB)")
+
+
+def node_hosts(nodes: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
+    """What each alive Ray node reports at start: ``{node: (CPUs, memory GiB)}`` from
+    ``ray.nodes()`` (its ``Resources``' ``CPU`` and ``memory``, bytes)."""
+    out: dict[str, tuple[float, float]] = {}
+    for n in nodes:
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources") or {}
+        name = str(n.get("NodeManagerAddress") or n.get("NodeID") or len(out))
+        out[name] = (float(res.get("CPU", 0.0)), float(res.get("memory", 0.0)) / 2**30)
+    return out
 
 
 def use_token_file(path: Path | None) -> None:

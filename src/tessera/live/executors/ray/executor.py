@@ -71,6 +71,7 @@ from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, remove_expire
 from tessera.live.executors.ray.cluster import (
     FlavorResource,
     connect,
+    node_hosts,
     pretend_resources,
     shared_accelerator_types,
     use_token_file,
@@ -330,6 +331,10 @@ class RayExecutor(Launches):
             self._users.pop(group, None)
         with contextlib.suppress(ValueError):
             remove_placement_group(get_placement_group(group))
+
+    def host_capacity(self) -> dict[str, tuple[float, float]]:
+        """Each alive Ray node's CPUs and memory, as ``ray.nodes()`` reports them."""
+        return node_hosts(ray.nodes())
 
     def remove_expired(self, now_s: float) -> int:
         """Have every alive node's host remove its run directories older than

@@ -109,10 +109,7 @@ class Launches:
         key = (spec.job_id, spec.run)
         if key in self._launching:
             return
-        bundles: list[dict[str, float]] = []
-        for _node, count, flavor in spec.placement.parts():
-            res, share = flavor_resource(flavor, self.kind)
-            bundles.append({"GPU": float(count), res: share * count})
+        bundles = run_bundles(spec, self.kind)
         pg_name = self._group_for(spec)
         pg: PlacementGroup | None = None
         if pg_name in self._groups_at_start or spec.share_with is not None:
@@ -128,6 +125,17 @@ class Launches:
             self._users.setdefault(pg_name, set()).add(key)
         self._launching[key] = Launch(spec, pg, pg.ready(), bundles, time.monotonic(),
                                        group=pg_name)
+
+    def host_enforcement(self, job_id: str, run: int) -> str | None:
+        """How the run's CPUs and memory are held: its bundles reserve them (Ray counts them
+        against each node's ``CPU`` and ``memory``; it does not pin or cap the processes)."""
+        ln = self._launching.get((job_id, run))
+        if ln is None or not any("CPU" in b for b in ln.bundles):
+            return None
+        parts = ", ".join(f"{b['CPU']:g} CPUs + {b.get('memory', 0) / 2**30:g} GiB"
+                          for b in ln.bundles)
+        return (f"host: reserved in the run's Ray placement-group bundles ({parts}); Ray "
+                "neither pins CPUs nor caps memory")
 
     def _group_for(self, spec: LaunchSpec) -> str:
         """The group a run's ranks use: its own, or (sharing GPUs) the one its host uses."""
@@ -275,3 +283,22 @@ class Launches:
             self._nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
             self._nodes_at_s = now_s
         return self._nodes
+
+
+def run_bundles(spec: LaunchSpec, kind: FlavorResource) -> list[dict[str, float]]:
+    """A run's placement-group bundles, one per node of its placement: the node's GPUs and the
+    flavor's resource mark, and -- when the run holds host resources
+    (``LaunchSpec.host_by_node``) -- its ``CPU`` count and ``memory`` in bytes on that node,
+    so Ray books them as the decision core did."""
+    host = {n: (c, m) for n, c, m in spec.host_by_node}
+    bundles: list[dict[str, float]] = []
+    for node, count, flavor in spec.placement.parts():
+        res, share = flavor_resource(flavor, kind)
+        b = {"GPU": float(count), res: share * count}
+        if node in host:
+            cpus, mem_gib = host[node]
+            b["CPU"] = float(cpus)
+            if mem_gib > 0:
+                b["memory"] = float(int(mem_gib * 2**30))
+        bundles.append(b)
+    return bundles
