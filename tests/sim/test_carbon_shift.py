@@ -60,6 +60,8 @@ def test_ours_never_worse_than_wait_awhile_at_price_zero_and_a_price_cuts_waitin
     wa = run_shift(jobs, trace, "wait-awhile", V100)
     free = run_shift(jobs, trace, "carbon-price", V100, 0.0)
     assert free.carbon_kg <= wa.carbon_kg + 1e-12
+    uncapped = run_shift(jobs, trace, "carbon-price", V100, 0.0, power_limits=False)
+    assert uncapped.carbon_kg == pytest.approx(wa.carbon_kg)  # (both: the cleanest slots)
     flat = _trace(*([100.0] * 30))  # (nothing to shift to: only a lower power limit helps)
     capped = run_shift(jobs, flat, "carbon-price", V100, 0.0)
     assert capped.energy_kwh < 0.9 * run_shift(jobs, flat, "wait-awhile", V100).energy_kwh

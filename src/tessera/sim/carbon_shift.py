@@ -225,8 +225,11 @@ POLICIES: tuple[str, ...] = ("agnostic", "carbon-time", "wait-awhile", "carbon-p
 def run_shift(
     jobs: Sequence[ShiftJob], trace: CarbonTrace, policy: str, flavor: GpuFlavor,
     price_g_per_gpu_h: float = 0.0, model: PowerModel | None = None,
+    power_limits: bool = True,
 ) -> ShiftResult:
     """Carbon, energy and average waiting time of ``policy`` on ``jobs`` under ``trace``.
+
+    ``power_limits=False`` keeps ``carbon-price`` at full power (to see what the limits add).
 
     Raises:
         SpecError: an unknown policy, a negative price, or no jobs.
@@ -238,7 +241,7 @@ def run_shift(
     if not jobs:
         raise SpecError("carbon shifting: no jobs")
     m = model or default_power_model()
-    levels = _levels(m, flavor, with_limits=policy == "carbon-price")
+    levels = _levels(m, flavor, with_limits=policy == "carbon-price" and power_limits)
     horizon = max(_slots(j)[2] for j in jobs) + 1
     grid = _Grid(trace, horizon)
     plan: Callable[[ShiftJob], _Plan] = {
@@ -260,19 +263,22 @@ def run_shift(
 
 def match_wait(
     jobs: Sequence[ShiftJob], trace: CarbonTrace, flavor: GpuFlavor, target_wait_s: float,
-    model: PowerModel | None = None, iterations: int = 14,
+    model: PowerModel | None = None, iterations: int = 14, power_limits: bool = True,
 ) -> ShiftResult:
     """``carbon-price`` with the lowest price whose average wait is at most ``target_wait_s``
     (bisection on a log scale between 0.01 and 10^4 g per GPU-hour; price 0 when even that
     waits no longer)."""
-    free = run_shift(jobs, trace, "carbon-price", flavor, 0.0, model)
+    def run(price: float) -> ShiftResult:
+        return run_shift(jobs, trace, "carbon-price", flavor, price, model, power_limits)
+
+    free = run(0.0)
     if free.avg_wait_s <= target_wait_s:
         return free
     lo, hi = math.log(0.01), math.log(1e4)
-    best = run_shift(jobs, trace, "carbon-price", flavor, 1e4, model)
+    best = run(1e4)
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
-        r = run_shift(jobs, trace, "carbon-price", flavor, math.exp(mid), model)
+        r = run(math.exp(mid))
         if r.avg_wait_s <= target_wait_s:
             best, hi = r, mid
         else:
