@@ -48,7 +48,7 @@ _SPEC_FIELDS = {
     "job_id", "job_type", "num_gpus", "total_steps", "submit_time_s", "flavors",
     "priority_weight", "queue", "max_retries", "requires_locality", "slo_factor",
     "duration_hint_s", "elastic", "exclusive", "parallelism", "memory_gib", "model",
-    "batch_size", "gpu_milli", "priority", "extra", "host", "sensitivity",
+    "batch_size", "gpu_milli", "priority", "max_delay_s", "extra", "host", "sensitivity",
 }
 
 _amount = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
@@ -86,6 +86,7 @@ def _spec(draw: st.DrawFn) -> JobSpec:
         batch_size=draw(st.none() | st.integers(1, 10**6)),
         gpu_milli=draw(st.none() | st.integers(1, 999)) if gpus == 1 else None,
         priority=draw(st.integers(-(10**9), 10**9)),
+        max_delay_s=draw(st.none() | _finite),
         extra=draw(st.dictionaries(_text, st.text(max_size=8), max_size=3)),
         host=draw(st.none() | _host), sensitivity=draw(st.none() | _sensitivity()),
     )

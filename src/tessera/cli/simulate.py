@@ -74,6 +74,7 @@ def run_simulation(
     plots: bool,
     trace_format: str | None = None,
     sia_calibration: bool = False,
+    carbon: str | None = None,
 ) -> list[SimResult]:
     """Shared body of ``simulate`` and ``demo``: load, run, print, write the report."""
     from rich.console import Console
@@ -87,6 +88,11 @@ def run_simulation(
     err = Console(stderr=True)
     for p in policies:
         make_policy(p)  # fail fast on a bad name, before loading anything big
+    carbon_trace = None
+    if carbon is not None:  # (and on a bad carbon trace)
+        from tessera.workload.carbon import load_carbon
+
+        carbon_trace = load_carbon(carbon)
     inputs = _load_inputs(trace, cluster_text, policies, gpus_per_server, throughputs,
                           on_error, limit, trace_format, sia_calibration)
     config = _sim_config(scheduler, config_updates)
@@ -101,6 +107,10 @@ def run_simulation(
     spec = RunSpec(workload, cluster, config, inputs.table, inputs.elastic_workload)
     with SimProgress(policies, len(workload), err, show=show_progress(as_json)) as bar:
         results = run_policies(spec, policies, workers=workers, progress=bar.update)
+    if carbon_trace is not None:
+        from tessera.sim.energy_result import with_result_carbon
+
+        results = [with_result_carbon(r, carbon_trace) for r in results]
     out_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     report = _write_outputs(results, cluster.total_gpus, out_dir, plots, workload.name,
                             cluster.describe(), settings)
@@ -235,6 +245,9 @@ def _print_results(err: Console, results: list[SimResult], config: SimConfig, ti
     if oracles:
         con.print(oracles)
     con.print(wait_split_table(results))
+    from tessera.report.energy import energy_table
+
+    con.print(energy_table(results))
     note = rho_note(results)
     if note:
         con.print(note)
@@ -276,6 +289,9 @@ def _write_outputs(
         plot_timeseries(results, total_gpus, out / "utilization_queue.png"),
         plot_rho(results, out / "ftf_rho.png"),
     ]
+    from tessera.report.energy import plot_power
+
+    images.append(plot_power(results, out / "cluster_power.png"))
     return write_html_report(results, images, out / "report.html",
                              title=f"Tessera: {trace}", settings=settings)
 
@@ -356,6 +372,10 @@ def _register_simulate(app: typer.Typer) -> None:
             "cheapest (it waits for a better type otherwise)."),
         energy_slack: float = typer.Option(0.5, help="How much costlier than its cheapest "
                                            "type a job may run on (0.5 = 50 %)."),
+        carbon: str | None = typer.Option(None, "--carbon", help="Grid carbon intensity for "
+                                          "carbon_kg: gb | fr | de (2020 traces read from the "
+                                          "data folder) or a CSV FILE of time,gCO2eq/kWh "
+                                          "(docs/energy.md)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -397,7 +417,8 @@ def _register_simulate(app: typer.Typer) -> None:
         run_simulation(trace, cluster, pols, gpus_per_server=gpus_per_server,
                        scheduler=settings, config_updates=updates, out=out, as_json=json_out,
                        workers=n, throughputs=throughputs, on_error=on_error, limit=limit,
-                       plots=plots, trace_format=trace_format, sia_calibration=sia_calibration)
+                       plots=plots, trace_format=trace_format, sia_calibration=sia_calibration,
+                       carbon=carbon)
 
 
 def _register_demo(app: typer.Typer) -> None:

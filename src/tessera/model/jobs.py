@@ -201,6 +201,9 @@ class JobSpec:
         sensitivity: its throughput as a function of CPUs and memory per GPU
             (:class:`~tessera.model.resources.ResourceSensitivity`, Synergy's profile);
             ``None``: insensitive (speed independent of CPUs and memory).
+        max_delay_s: the job's slack: how much later than "as soon as possible" it may finish,
+            so a carbon-aware policy may start it late or suspend it in dirty hours
+            (:mod:`tessera.sim.carbon_shift`); ``None``: no slack declared.
         extra: trace columns kept verbatim (strings) for writers and reports, such as Gavel's
             launch command or FGD's QoS class. No decision reads them: anything a decision
             needs is a typed field above, parsed and checked where the job enters.
@@ -228,6 +231,7 @@ class JobSpec:
     priority: int = 0
     host: HostDemand | None = None
     sensitivity: ResourceSensitivity | None = None
+    max_delay_s: float | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -269,6 +273,10 @@ class JobSpec:
                             f"got {m!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise SpecError(f"job {self.job_id}: batch_size must be >= 1, got {self.batch_size}")
+        d = self.max_delay_s
+        if d is not None and not 0 <= d < math.inf:
+            raise SpecError(f"job {self.job_id}: max_delay_s must be a number of seconds >= 0, "
+                            f"got {d!r}")
         milli = self.gpu_milli
         if milli is not None and (not 1 <= milli <= 999 or self.num_gpus != 1):
             raise SpecError(f"job {self.job_id}: gpu_milli must be 1-999 on a 1-GPU job, got "

@@ -8,6 +8,7 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+from tessera.report.energy import energy_html
 from tessera.report.policies import (
     ORACLE_MARK,
     best_without_oracle,
@@ -47,6 +48,8 @@ CAPTIONS: dict[str, str] = {
                "jobs that succeeded.",
     "utilization_queue": "Share of GPUs held by jobs, and jobs waiting, every sample period; "
                          "the time axis ends when the last job ends in any policy.",
+    "cluster_power": "Cluster power (kW) over time: busy GPUs at their job's average power, "
+                     "idle GPUs at idle power (docs/energy.md).",
     "ftf_rho": "Distribution of finish-time fairness ρ (log scale); left of the dashed line "
                "(ρ ≤ 1) a job finished no later than alone on its fastest flavor.",
 }
@@ -188,7 +191,7 @@ def write_html_report(
         f"<h2>What this shows</h2><p>{_e(what_this_shows(results))}</p>"
         + (f"<ul>{ctx}</ul>" if ctx else "") + _settings(settings) + _comparison(results)
         + _policies(results)
-        + _waits(results) + _rho(results)
+        + _waits(results) + energy_html(results) + _rho(results)
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
         + "".join(_figure(p) for p in images)
     )

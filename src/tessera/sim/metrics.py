@@ -44,6 +44,7 @@ from tessera.model.jobs import JobState, Workload
 from tessera.sched.core.decide import PendingKind
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sim.config import SimConfig
+from tessera.sim.energy import EnergySummary
 from tessera.sim.state import SimJob
 
 
@@ -86,6 +87,8 @@ class JobRecord:
     reason: str = ""
     resizes: int = 0
     """Times an elastic allocation policy changed the job's GPU count (each one a restart)."""
+    energy_kwh: float | None = None
+    """Energy its GPUs drew over its runs (:mod:`tessera.sim.energy`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,8 @@ class SimResult:
     """What a reader of the results should know about the run: each solver fallback of the
     policy (a solver that failed and was replaced, a search that found nothing) with how many
     rounds it happened in."""
+    energy: EnergySummary | None = None
+    """Cluster energy, power over time and (with a carbon trace) emissions."""
 
     @property
     def pending_recorded(self) -> bool:
@@ -193,6 +198,7 @@ class SimResult:
             "wait_decision_s_mean": s.wait_decision_h * 3600 / max(s.jobs, 1),
             "pending_s_mean": s.pending_h * 3600 / max(s.jobs, 1),
             **{k: v for k, v in sorted(self.extras.items())},
+            **(self.energy.as_dict() if self.energy is not None else {}),
             "notes": list(self.notes),
         }
 

@@ -44,6 +44,8 @@ from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
+from tessera.sim.energy import EnergyBook
+from tessera.sim.energy_result import with_energy
 from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
 from tessera.sim.host_book import HostBook
@@ -142,6 +144,7 @@ class SimWorld:
         # catches up when it is next looked at, bit for bit as if advanced at each.
         self._ticks: list[float] = []
         self.elastic = ElasticRuns() if policy.elastic else None  # (sim/elastic.py)
+        self.energy = EnergyBook(cluster)  # (sim/energy.py: one entry per run)
 
     # -- the books ---------------------------------------------------------------------------
 
@@ -334,6 +337,7 @@ class SimWorld:
         job.last_run_end_s = t_s
         job.view = None
         if self.running.pop(job.idx, None) is not None and placement is not None:
+            self.energy.run_ended(job, placement, job.run_started_s, t_s)
             for node_id, k in placement.gpus_by_node:
                 self.free[node_id] += k
             if self.host is not None:
@@ -406,6 +410,8 @@ class SimWorld:
         for j in self.running.values():
             j.advance(self.last_t)
             self._account_run(j, self.last_t)
+            if j.placement is not None:
+                self.energy.run_ended(j, j.placement, j.run_started_s, self.last_t)
         if self.power is not None:
             self.power.finish(self.running, self.last_t)
         for idx in self.validation.validating():
@@ -416,7 +422,7 @@ class SimWorld:
                 j.pending_s += self.last_t - j.pending_since_s
         for j in self.active.values():
             self.close_ftf(j)
-        return summarize(
+        result = summarize(
             self.workload, self.cluster, self.policy.display_name, self.cfg, self.jobs,
             isolated_times_s(self.jobs, self.truth),
             self.samples, wall_s=time.perf_counter() - wall0_s, events=self.c.events,
@@ -426,3 +432,4 @@ class SimWorld:
             notes=self.notes + tuple(f"solver fallback in {n} round{'s' * (n > 1)}: {why}"
                                      for why, n in self.fallbacks.items()),
         )
+        return with_energy(result, self.energy, self.workload, self.last_t)

@@ -1,0 +1,77 @@
+"""Carbon-aware shifting (issue 34, 3c): ours against GAIA's Carbon-Time and Wait-Awhile.
+
+For each region, load (jobs per day) and seed: a month of jobs starting on a random day of
+2020 (lengths 30 min to 12 h, 1-8 GPUs, V100, each with ``--slack-h`` hours of slack), run
+under the agnostic policy, Carbon-Time and Wait-Awhile; then ``carbon-price`` (ours) with its
+price set so that its average wait is at most each baseline's (``match_wait``), and the
+carbon it saves against that baseline. Prints a markdown table (docs/energy.md quotes it).
+Run from the repository root:
+
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_carbon_shift.py [--seeds 3]
+
+Needs the carbon traces in the data folder (../shared/data/carbon or $TESSERA_DATA_DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+
+from tessera.model.gpus import resolve_flavor
+from tessera.sim.carbon_shift import ShiftJob, match_wait, run_shift
+from tessera.workload.carbon import load_carbon
+
+LENGTHS_S = (1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0)
+GPUS = (1, 2, 4, 8)
+
+
+def workload(seed: int, jobs_per_day: int, days: int, slack_h: float) -> list[ShiftJob]:
+    """A month of jobs from a random day of the year (Poisson arrivals)."""
+    rng = random.Random(seed)
+    start = rng.randrange(0, 300) * 86400.0
+    t, out = start, []
+    while t < start + days * 86400.0:
+        t += rng.expovariate(jobs_per_day / 86400.0)
+        out.append(ShiftJob(f"j{len(out)}", t, rng.choice(LENGTHS_S), rng.choice(GPUS),
+                            max_delay_s=slack_h * 3600.0))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--regions", default="gb,de,fr")
+    ap.add_argument("--loads", default="20,80")
+    ap.add_argument("--days", type=int, default=30)
+    ap.add_argument("--slack-h", type=float, default=24.0)
+    args = ap.parse_args()
+    v100 = resolve_flavor("v100")
+    print("| region | jobs/day | seed | agnostic kg | Carbon-Time kg (wait h) | ours kg (wait h) "
+          "| ours vs CT | Wait-Awhile kg (wait h) | ours kg (wait h) | ours vs WA |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    cuts: dict[str, list[float]] = {"ct": [], "wa": []}
+    for region in args.regions.split(","):
+        trace = load_carbon(region)
+        for load in map(int, args.loads.split(",")):
+            for seed in range(args.seeds):
+                jobs = workload(seed, load, args.days, args.slack_h)
+                agn = run_shift(jobs, trace, "agnostic", v100)
+                row = [region, str(load), str(seed), f"{agn.carbon_kg:,.1f}"]
+                for key, name in (("ct", "carbon-time"), ("wa", "wait-awhile")):
+                    base = run_shift(jobs, trace, name, v100)
+                    ours = match_wait(jobs, trace, v100, base.avg_wait_s)
+                    cut = 1 - ours.carbon_kg / base.carbon_kg
+                    cuts[key].append(cut)
+                    row += [f"{base.carbon_kg:,.1f} ({base.avg_wait_s / 3600:.1f})",
+                            f"{ours.carbon_kg:,.1f} ({ours.avg_wait_s / 3600:.1f})",
+                            f"{100 * cut:.1f} %"]
+                print("| " + " | ".join(row) + " |", flush=True)
+    for key, name in (("ct", "Carbon-Time"), ("wa", "Wait-Awhile")):
+        c = cuts[key]
+        print(f"\nours vs {name}: mean {100 * statistics.mean(c):.1f} %, "
+              f"min {100 * min(c):.1f} %, max {100 * max(c):.1f} % less carbon")
+
+
+if __name__ == "__main__":
+    main()

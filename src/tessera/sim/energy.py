@@ -1,0 +1,167 @@
+"""Energy of a simulated run: cluster power over time, energy per job, peak power, carbon.
+
+Every GPU of the cluster draws its idle power (:meth:`PowerModel.idle_power_w`) from the first
+submission to the last event; a GPU a job holds draws the job's average power on that flavor
+(:meth:`PowerModel.estimate` at the maximum limit) instead, for the whole run -- its checkpoint
+restore included. A fractional job (``gpu_milli``) adds its share of the busy-over-idle draw.
+So cluster power is a step function that changes only when a run starts or stops:
+:class:`EnergyBook` records one entry per run (not per second) and builds the step function
+once, at the end.
+
+* ``energy_kwh`` -- the integral of cluster power over the run.
+* ``avg_power_kw`` -- ``energy / span``; ``peak_power_kw`` -- the step function's maximum.
+* a job's ``energy_kwh`` -- its GPUs' draw over its runs (the GPUs it held, at its power).
+* ``carbon_kg`` -- with a carbon trace, the integral of power × intensity
+  (:meth:`tessera.workload.carbon.CarbonTrace.carbon_g`).
+
+Power numbers come from :func:`tessera.perf.power_estimate.default_power_model`: measured where
+a measured model knows the job and flavor, otherwise the documented estimate; the summary's
+``power_sources`` says which sources were used.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import GpuFlavor
+from tessera.perf.power import PowerModel
+from tessera.perf.power_estimate import default_power_model
+from tessera.sched.core.snapshot import Placement
+from tessera.sim.state import SimJob
+from tessera.workload.carbon import CarbonTrace
+
+__all__ = ["EnergyBook", "EnergySummary", "with_carbon"]
+
+MAX_SERIES_POINTS = 2000
+"""At most this many points of the power series go into ``--json`` and the report's plot."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EnergySummary:
+    """A run's energy and power.
+
+    Attributes:
+        energy_kwh: cluster energy over ``[start_s, end_s]``.
+        avg_power_kw: ``energy_kwh`` over the span.
+        peak_power_kw: highest cluster power at any instant.
+        idle_power_kw: the cluster's power with every GPU idle.
+        start_s, end_s: the span (first submission to the last event), simulated seconds.
+        times_s, power_w: the power step function (``power_w[i]`` from ``times_s[i]``).
+        power_sources: the power models' ``source`` strings used, sorted.
+        carbon_kg: emissions under ``carbon_region``'s trace, ``None`` without a trace.
+        carbon_region: the trace's name, ``None`` without one.
+    """
+
+    energy_kwh: float
+    avg_power_kw: float
+    peak_power_kw: float
+    idle_power_kw: float
+    start_s: float
+    end_s: float
+    times_s: np.ndarray
+    power_w: np.ndarray
+    power_sources: tuple[str, ...]
+    carbon_kg: float | None = None
+    carbon_region: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The flat metrics ``--json`` carries (the series as ``power_series``)."""
+        t, p = self.series(MAX_SERIES_POINTS)
+        return {
+            "energy_kwh": self.energy_kwh, "avg_power_kw": self.avg_power_kw,
+            "peak_power_kw": self.peak_power_kw, "idle_power_kw": self.idle_power_kw,
+            "carbon_kg": self.carbon_kg, "carbon_region": self.carbon_region,
+            "power_sources": list(self.power_sources),
+            "power_series": {"time_s": [round(x, 3) for x in t],
+                             "power_kw": [round(x, 6) for x in p]},
+        }
+
+    def series(self, max_points: int) -> tuple[list[float], list[float]]:
+        """The power step function in kW, thinned to at most ``max_points`` points (each kept
+        point is the peak of the points it stands for, so peaks survive thinning)."""
+        t, p = self.times_s, self.power_w / 1e3
+        if len(t) <= max_points:
+            return t.tolist(), p.tolist()
+        edges = np.linspace(0, len(t), max_points + 1).astype(int)
+        return (t[edges[:-1]].tolist(),
+                [float(p[a:b].max()) for a, b in itertools.pairwise(edges)])
+
+
+def with_carbon(summary: EnergySummary, trace: CarbonTrace) -> EnergySummary:
+    """``summary`` with ``carbon_kg`` under ``trace``."""
+    grams = trace.carbon_g(summary.times_s, summary.power_w)
+    return replace(summary, carbon_kg=grams / 1e3, carbon_region=trace.name)
+
+
+class EnergyBook:
+    """Records each run's GPUs and power; :meth:`summary` integrates at the end."""
+
+    def __init__(self, cluster: ClusterSpec, model: PowerModel | None = None) -> None:
+        self.model = model or default_power_model()
+        self.idle_w = {f: self.model.idle_power_w(f) for f in cluster.gpus_by_flavor()}
+        self.idle_total_w = sum(self.idle_w[f] * n for f, n in cluster.gpus_by_flavor().items())
+        self._busy_w: dict[tuple[str, str | None, GpuFlavor], float] = {}
+        self.sources: set[str] = set()
+        self.changes: list[tuple[float, float]] = []
+        """``(time_s, watts added)``: + at a run's start, − at its end."""
+        self.job_j: dict[int, float] = {}
+
+    def _job_w(self, job: SimJob, flavor: GpuFlavor) -> float:
+        """Per-GPU draw of ``job`` on ``flavor`` (memoised per job type, model and flavor)."""
+        key = (job.spec.job_type, job.spec.model, flavor)
+        w = self._busy_w.get(key)
+        if w is None:
+            est = self.model.estimate(job.spec.job_type, job.spec.model, flavor)
+            self.sources.add(est.source)
+            w = self._busy_w[key] = est.avg_power_w
+        return w
+
+    def run_ended(self, job: SimJob, p: Placement, start_s: float, end_s: float) -> None:
+        """``job`` held ``p`` from ``start_s`` to ``end_s``: book its power and energy."""
+        dur = end_s - start_s
+        if dur <= 0:
+            return
+        share = job.spec.gpu_milli / 1000 if job.spec.gpu_milli else 1.0
+        flavors = p.node_flavors or (p.flavors[0],) * len(p.gpus_by_node)
+        job_w = extra_w = 0.0
+        for (_, k), f in zip(p.gpus_by_node, flavors, strict=True):
+            w = self._job_w(job, f)
+            job_w += k * w * share
+            extra_w += k * (w - self.idle_w.get(f, 0.0)) * share
+        self.job_j[job.idx] = self.job_j.get(job.idx, 0.0) + job_w * dur
+        self.changes.append((start_s, extra_w))
+        self.changes.append((end_s, -extra_w))
+
+    def job_kwh(self, idx: int) -> float:
+        """Energy of job ``idx``'s runs so far, in kWh."""
+        return self.job_j.get(idx, 0.0) / 3.6e6
+
+    def last_change_s(self) -> float:
+        """When the last recorded run ended (``-inf`` when none ran)."""
+        return max((t for t, _ in self.changes), default=float("-inf"))
+
+    def summary(self, start_s: float, end_s: float) -> EnergySummary:
+        """Integrate the recorded runs over ``[start_s, end_s]``."""
+        end_s = max(end_s, start_s)
+        ch = sorted(self.changes)
+        times = np.array([start_s] + [t for t, _ in ch] + [end_s], dtype=float)
+        power = self.idle_total_w + np.concatenate(
+            ([0.0], np.cumsum([w for _, w in ch]), [0.0]))
+        times = np.clip(times, start_s, end_s)
+        power[-1] = power[-2] if len(power) > 1 else power[-1]
+        # Collapse equal times (the step's value is the last change at that time).
+        keep = np.append(times[1:] != times[:-1], True)
+        times, power = times[keep], power[keep]
+        energy_j = float(np.sum(power[:-1] * np.diff(times)))
+        span = end_s - start_s
+        return EnergySummary(
+            energy_kwh=energy_j / 3.6e6,
+            avg_power_kw=energy_j / span / 1e3 if span > 0 else self.idle_total_w / 1e3,
+            peak_power_kw=float(power.max()) / 1e3, idle_power_kw=self.idle_total_w / 1e3,
+            start_s=start_s, end_s=end_s, times_s=times, power_w=power,
+            power_sources=tuple(sorted(self.sources)),
+        )
