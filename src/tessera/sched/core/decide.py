@@ -152,7 +152,7 @@ def decide(
     """
     opts = options or PlacementOptions()
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
-        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
+        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
     lap = _Laps()
     if needs_tenancy_round(snapshot.tenancy):  # cohorts, per-flavor quotas, fair sharing
         t = tenancy_round(snapshot, policy, ctx, opts, lap)

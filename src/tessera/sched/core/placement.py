@@ -10,6 +10,9 @@ Rules, in order:
    FreeView`'s).
 3. **Then one rack, then anywhere** -- unless the job requires locality. A gang split across
    nodes runs at the profiles' *unconsolidated* speed (``perf`` decides how much slower).
+   On a cluster with NVLink domains or switch paths, :mod:`tessera.sched.core.domains` decides
+   instead: one node, then the smallest domain that holds the gang, small jobs kept away
+   from intact domains.
 4. **Never over-allocate.** :class:`FreeGpus` is the only bookkeeper and refuses to go below 0.
 
 ``FreeGpus`` is a scratch structure owned by one decision round; the snapshot stays immutable.
@@ -27,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from tessera.model.gpus import GpuFlavor
+from tessera.sched.core.domains import choose
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.free_view import FreeView, Layout
 from tessera.sched.core.snapshot import Placement, Snapshot
@@ -211,6 +215,10 @@ class FreeGpus(FreeView):
             self._settle()
         if gpus > self.total_free(flavor):
             return None
+        if self._domains is not None:  # (a cluster with topology domains: their own rules)
+            parts = choose(self._free, self._by_flavor[flavor], gpus, require_locality,
+                           self._domains)
+            return None if parts is None else Placement.of(flavor, parts)
         if flavor not in self._late and flavor not in self._buckets:
             self._look(flavor)  # (the first look, even for a gang no single node can hold)
         first = self._first
