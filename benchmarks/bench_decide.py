@@ -18,6 +18,10 @@ GPU type, ~393,000 at 512 jobs), so they are timed only up to ``--gavel-max-jobs
 
     .venv/bin/python benchmarks/bench_decide.py [--sizes 64,256,1024,2048,4096] [--repeats 3]
     .venv/bin/python benchmarks/bench_decide.py --packing [--sizes 512,2048]
+
+**Topology domains** (issue 33, ``--domains K``): each round is timed a second time on the same
+cluster with its servers grouped into NVLink domains of K servers, 4 domains to a ToR and 4 ToRs
+to an aggregation switch (rows ``+nvlK``), side by side with the plain cluster's.
 """
 
 from __future__ import annotations
@@ -26,15 +30,25 @@ import argparse
 import random
 import statistics
 import time
+from dataclasses import replace
 
-from tessera.model.cluster import parse_compact
+from tessera.model.cluster import ClusterSpec, parse_compact
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
 from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import JobView, Snapshot
+
+
+def with_domains(snap: Snapshot, k: int) -> Snapshot:
+    """``snap`` on its cluster with servers in NVLink domains of ``k`` (see the docstring)."""
+    nodes = tuple(replace(nd, nvlink_domain=f"nvl{i // k}",
+                          switch_path=(f"tor{i // (4 * k)}", f"agg{i // (16 * k)}"))
+                  for i, nd in enumerate(snap.cluster.nodes))
+    return replace(snap, cluster=ClusterSpec(f"{snap.cluster.name}+nvl{k}", nodes))
 
 
 def build(n: int, seed: int = 0, one_gpu: bool = False) -> Snapshot:
@@ -62,6 +76,8 @@ def main() -> None:
                     help="one-GPU jobs, the packing policies (default sizes 512,2048)")
     ap.add_argument("--gavel-max-jobs", type=int, default=128,
                     help="largest size at which Gavel's packed twins are timed")
+    ap.add_argument("--domains", type=int, default=0,
+                    help="also time each round with servers in NVLink domains of this many")
     args = ap.parse_args()
     if args.packing:
         if args.sizes == ap.get_default("sizes"):
@@ -79,19 +95,27 @@ def main() -> None:
                 print(f"{name:<26}{n:>6}  skipped: Gavel's packed problem has "
                       f"{n * (n + 1) // 2:,} job combinations (--gavel-max-jobs)")
                 continue
-            snap = build(n, one_gpu=args.packing)
-            oracle = ThroughputOracle(default_throughputs(), snap.cluster)
-            times, cpu, phases = [], [], {}
-            for r in range(args.repeats):
-                t0, c0 = time.perf_counter(), time.process_time()
-                d = decide(snap, policy, DecisionContext(oracle, random.Random(r)))
-                times.append((time.perf_counter() - t0) * 1e3)
-                cpu.append((time.process_time() - c0) * 1e3)
-                phases = dict(d.phase_ms)
-            ph = " ".join(f"{k}={v:.1f}" for k, v in phases.items())
-            print(f"{name:<26}{n:>6}{snap.cluster.total_gpus:>7}"
-                  f"{statistics.median(times):>11.1f}{max(times):>9.1f}"
-                  f"{statistics.median(cpu):>9.1f}  {ph}")
+            plain = build(n, one_gpu=args.packing)
+            runs = [(name, plain)]
+            if args.domains:
+                runs.append((f"{name} +nvl{args.domains}", with_domains(plain, args.domains)))
+            for label, snap in runs:
+                _time_round(label, n, snap, policy, args.repeats)
+
+
+def _time_round(label: str, n: int, snap: Snapshot, policy: Policy, repeats: int) -> None:
+    oracle = ThroughputOracle(default_throughputs(), snap.cluster)
+    times, cpu, phases = [], [], {}
+    for r in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        d = decide(snap, policy, DecisionContext(oracle, random.Random(r)))
+        times.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+        phases = dict(d.phase_ms)
+    ph = " ".join(f"{k}={v:.1f}" for k, v in phases.items())
+    print(f"{label:<26}{n:>6}{snap.cluster.total_gpus:>7}"
+          f"{statistics.median(times):>11.1f}{max(times):>9.1f}"
+          f"{statistics.median(cpu):>9.1f}  {ph}")
 
 
 if __name__ == "__main__":

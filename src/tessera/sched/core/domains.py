@@ -25,6 +25,7 @@ The rules, in order:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,8 @@ class DomainMap:
 
     levels: tuple[Mapping[str, str], ...]
     smallest: Mapping[str, str]
+    members: Mapping[str, tuple[str, ...]]
+    """Each smallest domain's nodes (of every flavor)."""
 
     @classmethod
     def of(cls, nodes: Sequence[Node]) -> DomainMap | None:
@@ -65,12 +68,16 @@ class DomainMap:
         for level in levels[:-1]:
             for node_id, name in level.items():
                 smallest.setdefault(node_id, name)
-        return cls(tuple(levels), smallest)
+        members: dict[str, list[str]] = {}
+        for node_id, name in smallest.items():
+            members.setdefault(name, []).append(node_id)
+        return cls(tuple(levels), smallest, {d: tuple(ns) for d, ns in members.items()})
 
 
 def choose(
-    free: Mapping[str, int],
     nodes: Sequence[str],
+    counts: Sequence[int],
+    free: Mapping[str, int],
     gpus: int,
     require_local: bool,
     domains: DomainMap,
@@ -79,26 +86,33 @@ def choose(
     layout order) by the rules of the module docstring; ``None`` when it cannot be placed.
 
     Args:
-        free: free GPUs per node now.
+        counts: each node's free GPUs now, in the order of ``nodes``.
+        free: free GPUs per node now (every node of the cluster that is up).
         require_local: the gang must sit on one node or inside one NVLink domain.
     """
-    avail = [(n, free[n]) for n in nodes if free[n] > 0]
-    smallest = domains.smallest
-    domain_free: dict[str, int] = {}
-    for n, f in avail:
-        d = smallest.get(n)
-        if d is not None:
-            domain_free[d] = domain_free.get(d, 0) + f
-    best: tuple[int, int, int] | None = None
-    best_node = ""
-    for pos, (n, f) in enumerate(avail):
-        if f >= gpus:
-            d = smallest.get(n)
-            key = (f, 0 if d is None else domain_free[d], pos)
-            if best is None or key < best:
-                best, best_node = key, n
-    if best is not None:
-        return ((best_node, gpus),)
+    present = set(counts)
+    best_free = next((k for k in range(gpus, max(present) + 1) if k in present), 0)
+    if best_free:
+        ties = [i for i, f in enumerate(counts) if f == best_free]
+        if len(ties) == 1:
+            return ((nodes[ties[0]], gpus),)
+        smallest, members = domains.smallest, domains.members
+        best: tuple[int, int] | None = None
+        seen: set[str] = set()
+        for i in ties:  # (the first tie of each domain: ties come in layout order)
+            d = smallest.get(nodes[i])
+            if d is None:
+                return ((nodes[i], gpus),)
+            if d in seen:
+                continue
+            seen.add(d)
+            ns = members[d]
+            s = sum(operator.itemgetter(*ns)(free)) if len(ns) > 1 else free[ns[0]]
+            if best is None or s < best[0]:
+                best = (s, i)
+        assert best is not None
+        return ((nodes[best[1]], gpus),)
+    avail = [(n, f) for n, f in zip(nodes, counts, strict=True) if f > 0]
     levels = domains.levels[:1] if require_local else domains.levels
     for level in levels:
         groups: dict[str, list[tuple[str, int]]] = {}

@@ -26,8 +26,9 @@ read side of the counts are in :mod:`tessera.sched.core.free_view`.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tessera.model.gpus import GpuFlavor
 from tessera.sched.core.domains import choose
@@ -216,8 +217,10 @@ class FreeGpus(FreeView):
         if gpus > self.total_free(flavor):
             return None
         if self._domains is not None:  # (a cluster with topology domains: their own rules)
-            parts = choose(self._free, self._by_flavor[flavor], gpus, require_locality,
-                           self._domains)
+            nodes = self._by_flavor[flavor]
+            free = self._free_now()
+            counts = [free[nodes[0]]] if len(nodes) == 1 else operator.itemgetter(*nodes)(free)
+            parts = choose(nodes, counts, free, gpus, require_locality, self._domains)
             return None if parts is None else Placement.of(flavor, parts)
         if flavor not in self._late and flavor not in self._buckets:
             self._look(flavor)  # (the first look, even for a gang no single node can hold)
@@ -229,6 +232,13 @@ class FreeGpus(FreeView):
         if require_locality:
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])
+
+    def _free_now(self) -> Mapping[str, int]:
+        """Every node's free GPUs now as one plain dict (over a book: the round's changes laid
+        over the book's counts, copied in C), for lookups that stay in C."""
+        if self._base is not None:
+            return {**self._base.live_counts(), **self._free}
+        return self._free
 
     def find_mixed(self, flavors: Sequence[GpuFlavor], gpus: int) -> Placement | None:
         """Choose GPUs of several flavors for one gang, without reserving them.
