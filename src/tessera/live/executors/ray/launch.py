@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tessera.live.executors.base import CHECKPOINTS_ROOT_VAR, LaunchSpec, RunStatus, rank_envs
 from tessera.live.executors.logs import LogSettings, RankLogs
-from tessera.live.executors.ray.cluster import FlavorResource, flavor_resource, unplaceable_reason
+from tessera.live.executors.ray.cluster import (
+    FlavorResource,
+    flavor_resource,
+    gang_bundles,
+    unplaceable_reason,
+)
 from tessera.live.executors.ray.hosts import BundleSlot, HostPool, bundle_slot
 from tessera.live.executors.ray.polls import RankPolls
 from tessera.live.executors.ray.records import get, keys, put, run_key
@@ -81,6 +86,8 @@ class Launches:
     constructor sets the attributes below and which provides ``_teardown`` and ``stop``."""
 
     kind: FlavorResource
+    domain_of: Mapping[str, str]
+    """node id -> its NVLink domain, for the nodes that name one (the bundles ask for it)."""
     runs_dir: Path
     logs: LogSettings
     place_timeout_s: float
@@ -109,10 +116,7 @@ class Launches:
         key = (spec.job_id, spec.run)
         if key in self._launching:
             return
-        bundles: list[dict[str, float]] = []
-        for _node, count, flavor in spec.placement.parts():
-            res, share = flavor_resource(flavor, self.kind)
-            bundles.append({"GPU": float(count), res: share * count})
+        bundles = gang_bundles(spec.placement.parts(), self.kind, self.domain_of)
         pg_name = self._group_for(spec)
         pg: PlacementGroup | None = None
         if pg_name in self._groups_at_start or spec.share_with is not None:
