@@ -81,3 +81,23 @@ def test_ray_bundles_ask_for_the_gangs_domain() -> None:
     assert pretend_resources(c, "gpu_flavor") == {"gpu_flavor:V100-16GB": 4.0,
                                                   "nvlink_domain:nvA": 2.0,
                                                   "nvlink_domain:nvB": 2.0}
+
+
+def test_the_local_executor_reports_the_hosts_domains_at_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import subprocess
+
+    import tessera.live.nvtopo as nvtopo
+    from tessera.live.executors.local.executor import LocalExecutor
+
+    def fake_run(argv: list[str], **_kw: object) -> subprocess.CompletedProcess[str]:
+        assert argv[1:] == ["topo", "-m"]
+        return subprocess.CompletedProcess(argv, 0, _sample("two_quads.txt"), "")
+
+    monkeypatch.setattr(nvtopo.shutil, "which", lambda _name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(nvtopo.subprocess, "run", fake_run)
+    monkeypatch.setattr(nvtopo.socket, "gethostname", lambda: "gpu-7")
+    with caplog.at_level("INFO", logger="tessera.live"):
+        ex = LocalExecutor(tmp_path / "runs")
+    assert ex.nvlink is not None and len(ex.nvlink.islands()) == 2
+    assert "gpu-7/nv0 (GPUs 0,1,2,3); gpu-7/nv1 (GPUs 4,5,6,7)" in caplog.text

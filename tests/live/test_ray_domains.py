@@ -65,12 +65,13 @@ def test_gang_is_kept_inside_one_nvlink_domain(nodes: RayNodes, tmp_path: Path) 
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("RAY_AUTH_MODE", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tessera.cli", "serve", "--state", str(state), "--port",
-         str(port), "--cluster", str(cluster), "--executor", "ray", "--ray-address",
-         nodes.address, "--ray-token-file", str(nodes.token_file), "--ray-flavor-resource",
-         "gpu_flavor", "--grace-s", "2"],
-        env=env, stdout=open(state / "serve.out", "ab"), stderr=subprocess.STDOUT)
+    with open(state / "serve.out", "ab") as out:  # (the service keeps its own copy)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tessera.cli", "serve", "--state", str(state), "--port",
+             str(port), "--cluster", str(cluster), "--executor", "ray", "--ray-address",
+             nodes.address, "--ray-token-file", str(nodes.token_file), "--ray-flavor-resource",
+             "gpu_flavor", "--grace-s", "2"],
+            env=env, stdout=out, stderr=subprocess.STDOUT)
     auth = {"Authorization": f"Bearer {ADMIN}"}
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     try:
