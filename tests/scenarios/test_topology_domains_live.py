@@ -19,10 +19,10 @@ from fastapi.testclient import TestClient
 
 from tessera.live.api import create_app
 from tessera.live.executors.local import LocalExecutor
+from tessera.live.layout import default_work_dir
 from tessera.live.service import LiveService, ServiceOptions
 from tessera.live.store import Store
 from tessera.live.tenancy import load_tenancy
-from tessera.live.layout import default_work_dir
 from tessera.model.cluster import ClusterSpec, make_nodes
 from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.settings import SchedulerSettings
