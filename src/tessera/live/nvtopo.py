@@ -36,8 +36,8 @@ __all__ = ["DOMAIN_RESOURCE_PREFIX", "NvTopology", "detect", "parse_topo_matrix"
 DOMAIN_RESOURCE_PREFIX = "nvlink_domain:"
 """Prefix of the Ray custom resource that marks a node's GPUs of one NVLink domain."""
 
-_GPU = re.compile(r"GPU(\d+)$")
-_NVLINK = re.compile(r"NV(\d+)$")
+_GPU = re.compile(r"GPU(\d+)")
+_NVLINK = re.compile(r"NV(\d+)")
 _PCIE = {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # (nvidia-smi underlines the header, even in a pipe)
 
@@ -103,15 +103,15 @@ def parse_topo_matrix(text: str) -> NvTopology:
             continue
         if header is None:
             # (the header is the first indented line; its GPU columns come first)
-            if ln[0].isspace() and _GPU.match(cells[0]):
+            if ln[0].isspace() and _GPU.fullmatch(cells[0]):
                 header = []
                 for c in cells:
-                    m = _GPU.match(c)
+                    m = _GPU.fullmatch(c)
                     if m is None:
                         break
                     header.append(int(m.group(1)))
             continue
-        m = _GPU.match(cells[0])
+        m = _GPU.fullmatch(cells[0])
         if m is None or ln[0].isspace():
             if rows:
                 break  # (the NIC rows or the legend: the GPU rows are over)
@@ -130,7 +130,7 @@ def parse_topo_matrix(text: str) -> NvTopology:
                 if cell != "X":
                     raise ValueError(f"GPU{g} to itself is {cell!r}, not X")
                 continue
-            nv = _NVLINK.match(cell)
+            nv = _NVLINK.fullmatch(cell)
             if nv is None and cell not in _PCIE:
                 raise ValueError(f"GPU{g} to GPU{other}: unknown connection {cell!r}")
             n = int(nv.group(1)) if nv else 0
