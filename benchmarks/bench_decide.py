@@ -24,6 +24,10 @@ GPU type, ~393,000 at 512 jobs), so they are timed only up to ``--gavel-max-jobs
 jobs, then the same jobs each asking for 1-8 CPUs and 4-64 GiB per GPU (the rounds then count
 host resources on every node, :mod:`tessera.sched.core.host_free`). Target: ≤ 1.5x the
 GPU-only decision at 2,048 jobs on 1,024 GPUs.
+
+**Topology domains** (issue 33, ``--domains K``): each round is timed a second time on the same
+cluster with its servers grouped into NVLink domains of K servers, 4 domains to a ToR and 4 ToRs
+to an aggregation switch (rows ``+nvlK``), side by side with the plain cluster's.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import statistics
 import time
 from dataclasses import replace
 
-from tessera.model.cluster import parse_compact
+from tessera.model.cluster import ClusterSpec, parse_compact
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.model.resources import HostDemand
 from tessera.perf.profiles import default_throughputs
@@ -44,6 +48,14 @@ from tessera.sched.core.decide import decide
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import JobView, Snapshot
+
+
+def with_domains(snap: Snapshot, k: int) -> Snapshot:
+    """``snap`` on its cluster with servers in NVLink domains of ``k`` (see the docstring)."""
+    nodes = tuple(replace(nd, nvlink_domain=f"nvl{i // k}",
+                          switch_path=(f"tor{i // (4 * k)}", f"agg{i // (16 * k)}"))
+                  for i, nd in enumerate(snap.cluster.nodes))
+    return replace(snap, cluster=ClusterSpec(f"{snap.cluster.name}+nvl{k}", nodes))
 
 
 def build(n: int, seed: int = 0, one_gpu: bool = False, host: bool = False) -> Snapshot:
@@ -77,6 +89,8 @@ def main() -> None:
                     help="largest size at which Gavel's packed twins are timed")
     ap.add_argument("--host", action="store_true",
                     help="time each size GPU-only and with CPU/memory demands, side by side")
+    ap.add_argument("--domains", type=int, default=0,
+                    help="also time each round with servers in NVLink domains of this many")
     args = ap.parse_args()
     if args.packing:
         if args.sizes == ap.get_default("sizes"):
@@ -94,9 +108,15 @@ def main() -> None:
                 print(f"{name:<26}{n:>6}  skipped: Gavel's packed problem has "
                       f"{n * (n + 1) // 2:,} job combinations (--gavel-max-jobs)")
                 continue
+            runs = []
             for host in (False, True) if args.host else (False,):
-                _time(name + ("+host" if host else ""), policy,
-                      build(n, one_gpu=args.packing, host=host), args.repeats)
+                snap = build(n, one_gpu=args.packing, host=host)
+                label = name + ("+host" if host else "")
+                runs.append((label, snap))
+                if args.domains:
+                    runs.append((f"{label}+nvl{args.domains}", with_domains(snap, args.domains)))
+            for label, snap in runs:
+                _time(label, policy, snap, args.repeats)
 
 
 def _time(label: str, policy: Policy, snap: Snapshot, repeats: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.errors import SpecError
@@ -75,3 +77,23 @@ def test_p2p_and_boundary_link() -> None:
     link = Link(LinkKind.INFINIBAND, 10.0, 5.0)
     assert p2p_time_s(1e9, link) == pytest.approx(0.1 + 5e-6)
     assert p2p_time_s(0, link) == 0.0
+
+
+def test_ring_inside_one_nvlink_domain_moves_at_nvlink_speed() -> None:
+    # Two 8-GPU A100 servers (NVLink 300 GB/s inside, InfiniBand 12.5 GB/s between).
+    a, b, c = make_nodes(resolve_flavor("A100-80GB"), 3, 8)
+    a, b = replace(a, nvlink_domain="nvl0"), replace(b, nvlink_domain="nvl0")
+    c = replace(c, nvlink_domain="nvl1")
+    inside = ring_over_nodes([(a, 8), (b, 8)])
+    assert (inside.n_workers, inside.bw_gbps, inside.latency_us) == (16, 300.0, 5.0)
+    # 1 GB all-reduce over 16 ranks: 30 latency steps + 2·15/16 · 1 GB at 300 GB/s = 6.40 ms
+    assert allreduce_time_s(1e9, inside) == pytest.approx(30 * 5e-6 + 1.875e9 / 300e9)
+    # the same ring across two domains is charged at the slower (InfiniBand) link: 150 ms
+    across = ring_over_nodes([(a, 8), (c, 8)])
+    assert across.bw_gbps == 12.5
+    assert allreduce_time_s(1e9, across) == pytest.approx(30 * 5e-6 + 1.875e9 / 12.5e9)
+    assert boundary_link(a, b).bw_gbps == 300.0 and boundary_link(a, c).bw_gbps == 12.5
+    # no domain named: two servers never share NVLink
+    plain = ring_over_nodes([(replace(a, nvlink_domain=None), 8),
+                             (replace(b, nvlink_domain=None), 8)])
+    assert plain.bw_gbps == 12.5

@@ -36,7 +36,8 @@ GPUS_PER_SERVER = typer.Option(
 )
 
 CLUSTER_HELP = ("Cluster: a preset (gavel-108, philly, pai-2020, modern-mixed, sia-64 = Sia's "
-                "T4/RTX/A100 setting), a YAML file, or a flavor:count list such as "
+                "T4/RTX/A100 setting, lingjun-847 = Alibaba Lingjun's switch tree), a YAML "
+                "file, or a flavor:count list such as "
                 "v100:12,p100:12,k80:12.")
 POLICY_HELP = ("Scheduling policy (`tessera policies` lists them); add -agnostic for the "
                "heterogeneity-blind twin, :option=value to set an option (`tessera policies "

@@ -10,6 +10,13 @@ A cluster is described three ways, all producing the same :class:`ClusterSpec`:
       nodes:
         - {flavor: A100-80GB, count: 2, gpus: 8, cpu_cores: 128, mem_gib: 1024, rack: r1}
         - {flavor: T4, count: 4, gpus: 4, rack: r2, inter_link: ethernet}
+        - {flavor: B200, count: 18, gpus: 4, nvlink_domain: nvl72-a, switch_path: [tor1, agg1]}
+        - {flavor: H100, count: 48, gpus: 8, nodes_per_nvlink_domain: 4}   # 12 domains
+      topology: hosts.csv     # optional: per-host domains and switches (model.topology)
+
+A node may belong to an NVLink domain (servers whose GPUs talk over NVLink) and a switch path
+(ToR, aggregation, core; nearest first); see :mod:`tessera.model.topology`, which also reads the
+topology tables and builds the ``lingjun-847`` preset from the Alibaba Lingjun switch table.
 
 Each node also records how its GPUs talk to each other (``intra_link``: NVLink or PCIe) and to
 other nodes (``inter_link``: InfiniBand or Ethernet); the communication model in ``perf`` reads
@@ -39,6 +46,7 @@ from tessera.model.nodes import (
     Node,
     make_nodes,
 )
+from tessera.model.topology import apply_topology, lingjun_nodes, load_topology_file
 
 __all__ = [
     "DEFAULT_LINK_BW_GBPS", "DEFAULT_LINK_LATENCY_US", "PRESETS", "ClusterSpec", "Link",
@@ -58,6 +66,9 @@ class ClusterSpec:
     _max_node: dict[GpuFlavor | None, int] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
+    _max_domain: list[int] = field(
+        default_factory=list, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -71,6 +82,27 @@ class ClusterSpec:
             self._by_flavor[n.flavor] = self._by_flavor.get(n.flavor, 0) + n.gpus
             for key in (None, n.flavor):
                 self._max_node[key] = max(self._max_node.get(key, 0), n.gpus)
+        domain_gpus: Counter[str] = Counter()
+        for n in self.nodes:
+            if n.nvlink_domain is not None:
+                domain_gpus[n.nvlink_domain] += n.gpus
+        self._max_domain.append(max(domain_gpus.values(), default=0))
+        self._max_domain.append(int(any(n.switch_path for n in self.nodes) or bool(domain_gpus)))
+
+    @property
+    def has_domains(self) -> bool:
+        """Whether any node names an NVLink domain or a switch path (else gangs are placed by
+        node and rack only, on the fast path)."""
+        return bool(self._max_domain[1])
+
+    def max_gpus_per_domain(self) -> int:
+        """The most GPUs of one NVLink domain (0 when no node names one)."""
+        return self._max_domain[0]
+
+    def max_gpus_local(self) -> int:
+        """The largest gang whose GPUs can all talk at NVLink speed: one node, or one NVLink
+        domain. A gang up to this size waits for locality (``locality_wait_s``)."""
+        return max(self.max_gpus_per_node(), self._max_domain[0])
 
     @property
     def total_gpus(self) -> int:
@@ -147,12 +179,16 @@ class _NodeGroup(BaseModel):
     intra_link: LinkKind | None = None
     inter_link: LinkKind | None = None
     inter_bw_gbps: float | None = Field(None, gt=0)
+    nvlink_domain: str | None = Field(None, min_length=1)
+    nodes_per_nvlink_domain: int | None = Field(None, ge=1)
+    switch_path: list[str] | None = Field(None, max_length=3)
 
 
 class _ClusterFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
     nodes: list[_NodeGroup] = Field(..., min_length=1)
+    topology: str | None = None
 
 
 def load_cluster_yaml(path: str | Path) -> ClusterSpec:
@@ -171,13 +207,30 @@ def load_cluster_yaml(path: str | Path) -> ClusterSpec:
     for g in spec.nodes:
         f = resolve_flavor(g.flavor)
         pfx = g.prefix or f.short.lower()
-        nodes += make_nodes(
+        if g.nvlink_domain is not None and g.nodes_per_nvlink_domain is not None:
+            raise SpecError(f"{p}: node group {pfx}: give nvlink_domain or "
+                            "nodes_per_nvlink_domain, not both")
+        if g.switch_path is not None and not all(s.strip() for s in g.switch_path):
+            raise SpecError(f"{p}: node group {pfx}: switch_path has an empty switch name")
+        group = make_nodes(
             f, g.count, g.gpus, prefix=pfx, start=counters[pfx], cpu_cores=g.cpu_cores,
             mem_gib=g.mem_gib, rack=g.rack,
             intra_link=Link.of(g.intra_link) if g.intra_link else None,
             inter_link=Link.of(g.inter_link, g.inter_bw_gbps) if g.inter_link else None,
         )
+        per = g.nodes_per_nvlink_domain
+        nodes += [
+            replace(n, nvlink_domain=g.nvlink_domain if per is None
+                    else f"{pfx}-nvl{(counters[pfx] + i) // per}",
+                    switch_path=tuple(g.switch_path or ()))
+            for i, n in enumerate(group)
+        ]
         counters[pfx] += g.count
+    if spec.topology is not None:
+        table_path = Path(spec.topology)
+        if not table_path.is_absolute():
+            table_path = p.parent / table_path
+        nodes = list(apply_topology(nodes, load_topology_file(table_path), str(table_path)))
     return ClusterSpec(spec.name or p.stem, tuple(nodes))
 
 
@@ -276,12 +329,19 @@ def _sia_64() -> ClusterSpec:
     return ClusterSpec("sia-64", tuple(nodes))
 
 
+def _lingjun_847() -> ClusterSpec:
+    """Alibaba Lingjun's 847 hosts under their real ToR/aggregation/core switches, each
+    modelled as 8 × A100-80GB (the table names no GPUs; see :mod:`tessera.model.topology`)."""
+    return ClusterSpec("lingjun-847", lingjun_nodes())
+
+
 PRESETS = {
     "gavel-108": _gavel_108,
     "philly": _philly,
     "pai-2020": _pai_2020,
     "modern-mixed": _modern_mixed,
     "sia-64": _sia_64,
+    "lingjun-847": _lingjun_847,
 }
 
 

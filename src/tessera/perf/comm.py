@@ -16,6 +16,14 @@ A ring that stays inside one server only uses its intra link. A ring that spans 
 each server's inter link once in and once out and its intra links for the hops inside a server,
 so the bottleneck is the slowest of all those links.
 
+**Topology domains.** Traffic that crosses a domain is charged at the slower link. A ring over
+several servers of one NVLink domain (:attr:`~tessera.model.nodes.Node.nvlink_domain`, e.g. a
+GB200 NVL72 rack) never leaves NVLink, so its slowest hop is the slowest *intra* link of those
+servers; a ring that leaves its NVLink domain -- to another domain under the same ToR, or across
+ToRs -- crosses servers over their inter links (InfiniBand or Ethernet) and moves at that
+speed. Switches above the ToR add no charge of their own here: the model assumes a
+non-blocking Clos fabric, so crossing an aggregation switch costs what crossing a ToR does.
+
 **Compressed gradients** send fewer bytes, sometimes in several collectives or as an all-gather
 (:func:`allgather_time_s`); :mod:`tessera.perf.compression` gives each scheme's collectives.
 
@@ -113,6 +121,9 @@ def slowest_links(used: Sequence[tuple[Node, int]]) -> tuple[Link, ...]:
     """The links a ring over ``used`` (node, workers) pairs traverses."""
     if len(used) == 1:
         return (used[0][0].intra_link,)
+    domain = used[0][0].nvlink_domain
+    if domain is not None and all(node.nvlink_domain == domain for node, _c in used):
+        return tuple(node.intra_link for node, _c in used)
     links: list[Link] = []
     for node, c in used:
         links.append(node.inter_link)
@@ -122,7 +133,10 @@ def slowest_links(used: Sequence[tuple[Node, int]]) -> tuple[Link, ...]:
 
 
 def boundary_link(a: Node, b: Node) -> Link:
-    """The link between GPUs on nodes ``a`` and ``b`` (intra when same node, else slower inter)."""
+    """The link between GPUs on nodes ``a`` and ``b``: intra when on one node, the slower intra
+    link when both are in one NVLink domain, else the slower inter link."""
     if a.node_id == b.node_id:
         return a.intra_link
+    if a.nvlink_domain is not None and a.nvlink_domain == b.nvlink_domain:
+        return min((a.intra_link, b.intra_link), key=lambda lk: lk.bw_gbps)
     return min((a.inter_link, b.inter_link), key=lambda lk: lk.bw_gbps)

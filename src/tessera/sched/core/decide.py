@@ -176,7 +176,7 @@ def _plain(
 ) -> Decision:
     """The round without a power budget (phases 1-5)."""
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
-        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_per_node())
+        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
     lap = _Laps()
     if needs_tenancy_round(snapshot.tenancy):  # cohorts, per-flavor quotas, fair sharing
         t = tenancy_round(snapshot, policy, ctx, opts, lap)

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from tessera.model.gpus import GpuFlavor
+from tessera.sched.core.domains import DomainMap
 
 
 class NodeLayout(Protocol):
@@ -54,6 +55,8 @@ class NodeLayout(Protocol):
     def size(self) -> Mapping[GpuFlavor, int]: ...
     @property
     def position(self) -> Mapping[str, int]: ...
+    @property
+    def domains(self) -> DomainMap | None: ...
 
 
 class FreeBook(Mapping[str, int]):

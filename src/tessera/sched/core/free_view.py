@@ -28,6 +28,7 @@ from typing import Any
 
 from tessera.model.cluster import Node
 from tessera.model.gpus import GpuFlavor
+from tessera.sched.core.domains import DomainMap
 from tessera.sched.core.free_book import FreeBook
 from tessera.sched.core.snapshot import Placement
 
@@ -51,6 +52,9 @@ class Layout:
     size: Mapping[GpuFlavor, int]
     position: Mapping[str, int]
     """Each node's index in its flavor's ``by_flavor`` tuple."""
+    domains: DomainMap | None = None
+    """The nodes' NVLink domains and switches, ``None`` when no node names any (then gangs
+    are placed by node and rack only; see :mod:`tessera.sched.core.domains`)."""
 
     @classmethod
     def of(cls, nodes: tuple[Node, ...]) -> Layout:
@@ -69,6 +73,7 @@ class Layout:
             by_flavor={f: tuple(ids) for f, ids in by_flavor.items()},
             size=size,
             position=position,
+            domains=DomainMap.of(nodes),
         )
 
 
@@ -153,6 +158,7 @@ class FreeView(ABC):
         self._flavor = lay.flavor
         self._by_flavor = lay.by_flavor
         self._size = lay.size
+        self._domains = lay.domains
         self._base = base
         self._total: dict[GpuFlavor, int]
         self._free: dict[str, int]

@@ -21,7 +21,8 @@ class PlacementOptions:
         upgrade_min_gain: an event-driven preemptive policy moves a running gang to a faster
             free flavor when that finishes it at least this fraction sooner, cost included.
         largest_node_gpus: filled in by ``decide`` from the cluster: a gang larger than every
-            node can never sit on one, so it never waits for locality.
+            node (and every NVLink domain, when the cluster has them) can never sit on one,
+            so it never waits for locality.
         max_preemption_attempts: in event-driven rounds, how many waiting jobs (highest
             ranked first) may try to make room by preemption; bounds a round's cost under
             heavy load, as Kueue bounds the heads it considers per cycle.

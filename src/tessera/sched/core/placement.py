@@ -10,6 +10,9 @@ Rules, in order:
    FreeView`'s).
 3. **Then one rack, then anywhere** -- unless the job requires locality. A gang split across
    nodes runs at the profiles' *unconsolidated* speed (``perf`` decides how much slower).
+   On a cluster with NVLink domains or switch paths, :mod:`tessera.sched.core.domains` decides
+   instead: one node, then the smallest domain that holds the gang, small jobs kept away
+   from intact domains.
 4. **Never over-allocate.** :class:`FreeGpus` is the only bookkeeper and refuses to go below 0.
 5. **Feed the GPUs.** When a job of the snapshot asks for CPUs or host memory, the round also
    counts them (:mod:`tessera.sched.core.host_free`): a node is given only the GPUs its free
@@ -27,13 +30,15 @@ read side of the counts are in :mod:`tessera.sched.core.free_view`.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.host_need import gang_host_by_node
 from tessera.model.resources import HostDemand
+from tessera.sched.core.domains import choose
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.free_view import FreeView, Layout
 from tessera.sched.core.host_free import HostFree, find_fed
@@ -259,6 +264,20 @@ class FreeGpus(FreeView):
             self._settle()
         if gpus > self.total_free(flavor):
             return None
+        if self._domains is not None:  # (a cluster with topology domains: their own rules)
+            nodes = self._by_flavor[flavor]
+            free = self._free_now()
+            counts = [free[nodes[0]]] if len(nodes) == 1 else operator.itemgetter(*nodes)(free)
+            parts = choose(nodes, counts, free, gpus, require_locality, self._domains)
+            if parts is None:
+                return None
+            if self._host is None:
+                return Placement.of(flavor, parts)
+            held = gang_host_by_node(parts, host, self._host.nodes)
+            if self._host.fits(held):
+                return Placement((flavor,), parts, (), None, (), held if host else ())
+            # (the domain's choice cannot feed the gang: fall through to the host-aware search,
+            # which knows CPUs and memory but not domains)
         if self._host is not None:
             found = find_fed(self._host, self._free, self._by_flavor.get(flavor, ()),
                              self._rack, gpus, require_locality, host)
@@ -278,6 +297,13 @@ class FreeGpus(FreeView):
         if require_locality:
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])
+
+    def _free_now(self) -> Mapping[str, int]:
+        """Every node's free GPUs now as one plain dict (over a book: the round's changes laid
+        over the book's counts, copied in C), for lookups that stay in C."""
+        if self._base is not None:
+            return {**self._base.live_counts(), **self._free}
+        return self._free
 
     def find_mixed(self, flavors: Sequence[GpuFlavor], gpus: int,
                    host: HostDemand | None = None) -> Placement | None:

@@ -46,8 +46,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -71,6 +73,7 @@ from tessera.live.executors.base import (
 from tessera.live.executors.gpu_sharing import Mechanism, mechanism
 from tessera.live.executors.logs import DEFAULT_LOGS, LogSettings, private_run_dir, remove_expired
 from tessera.live.executors.registry import EXECUTORS, ExecutorPlugin, ExecutorSite
+from tessera.live.nvtopo import NvTopology, describe, detect
 
 #: The runner script: beside ``contain.py``, which it imports as a sibling (run with ``-S``).
 RUNNER = Path(__file__).parents[1] / "runner.py"
@@ -92,6 +95,10 @@ class LocalExecutor:
         self.logs = logs
         self.checkpoints_dir = checkpoints_dir or runs_dir.parent / "checkpoints"
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        # The host's NVLink domains (``nvidia-smi topo -m``), reported once at start.
+        self.nvlink: NvTopology | None = detect()
+        logging.getLogger("tessera.live").info(
+            "NVLink: %s", describe(self.nvlink, socket.gethostname()))
 
     def run_dir(self, job_id: str, run: int) -> Path:
         return self.runs_dir / job_id / str(run)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tessera.errors import SpecError
+from tessera.live.nvtopo import DOMAIN_RESOURCE_PREFIX
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
 
@@ -77,12 +78,42 @@ def flavor_resource(flavor: GpuFlavor, kind: FlavorResource) -> tuple[str, float
 
 
 def pretend_resources(cluster: ClusterSpec, kind: FlavorResource) -> dict[str, float]:
-    """Custom resources of an embedded node that pretends to hold ``cluster``'s GPUs."""
+    """Custom resources of an embedded node that pretends to hold ``cluster``'s GPUs (and
+    their NVLink domains, one ``nvlink_domain:<d>`` unit per GPU)."""
     out: dict[str, float] = {}
     for f, n in cluster.gpus_by_flavor().items():
         key, _share = flavor_resource(f, kind)
         out[key] = float(n) if kind == "gpu_flavor" else 1.0
+    for d, n in domain_gpus(cluster).items():
+        out[f"{DOMAIN_RESOURCE_PREFIX}{d}"] = float(n)
     return out
+
+
+def domain_gpus(cluster: ClusterSpec) -> dict[str, int]:
+    """GPUs per NVLink domain of ``cluster`` (empty when no node names one)."""
+    out: dict[str, int] = {}
+    for n in cluster.nodes:
+        if n.nvlink_domain is not None:
+            out[n.nvlink_domain] = out.get(n.nvlink_domain, 0) + n.gpus
+    return out
+
+
+def gang_bundles(parts: Iterable[tuple[str, int, GpuFlavor]], kind: FlavorResource,
+                 domain_of: Mapping[str, str]) -> list[dict[str, float]]:
+    """A run's placement-group bundles: one per node of its placement, with the node's GPUs,
+    its flavor's marker and, when the node is in an NVLink domain, ``nvlink_domain:<d>`` per
+    GPU -- so Ray puts the bundle on a node of that domain (the node offers the resource,
+    :mod:`tessera.live.nvtopo`), and a gang the scheduler kept inside one domain stays there.
+    """
+    bundles: list[dict[str, float]] = []
+    for node, count, flavor in parts:
+        res, share = flavor_resource(flavor, kind)
+        bundle = {"GPU": float(count), res: share * count}
+        domain = domain_of.get(node)
+        if domain is not None:
+            bundle[f"{DOMAIN_RESOURCE_PREFIX}{domain}"] = float(count)
+        bundles.append(bundle)
+    return bundles
 
 
 def shared_accelerator_types(cluster: ClusterSpec) -> list[str]:

@@ -136,6 +136,8 @@ class RayExecutor(Launches):
         self.grace_s = grace_s
         self.logs = logs
         self.kind: FlavorResource = flavor_resource
+        self.domain_of = {n.node_id: n.nvlink_domain for n in cluster.nodes
+                          if n.nvlink_domain is not None}
         self.place_timeout_s = place_timeout_s
         self.head: EmbeddedHead | None = None
         if flavor_resource == "accelerator_type" and (shared := shared_accelerator_types(cluster)):

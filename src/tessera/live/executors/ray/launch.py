@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tessera.live.executors.base import CHECKPOINTS_ROOT_VAR, LaunchSpec, RunStatus, rank_envs
 from tessera.live.executors.logs import LogSettings, RankLogs
-from tessera.live.executors.ray.cluster import FlavorResource, flavor_resource, unplaceable_reason
+from tessera.live.executors.ray.cluster import (
+    FlavorResource,
+    flavor_resource,
+    gang_bundles,
+    unplaceable_reason,
+)
 from tessera.live.executors.ray.hosts import BundleSlot, HostPool, bundle_slot
 from tessera.live.executors.ray.polls import RankPolls
 from tessera.live.executors.ray.records import get, keys, put, run_key
@@ -81,6 +86,8 @@ class Launches:
     constructor sets the attributes below and which provides ``_teardown`` and ``stop``."""
 
     kind: FlavorResource
+    domain_of: Mapping[str, str]
+    """node id -> its NVLink domain, for the nodes that name one (the bundles ask for it)."""
     runs_dir: Path
     logs: LogSettings
     place_timeout_s: float
@@ -109,7 +116,7 @@ class Launches:
         key = (spec.job_id, spec.run)
         if key in self._launching:
             return
-        bundles = run_bundles(spec, self.kind)
+        bundles = run_bundles(spec, self.kind, self.domain_of)
         pg_name = self._group_for(spec)
         pg: PlacementGroup | None = None
         if pg_name in self._groups_at_start or spec.share_with is not None:
@@ -285,20 +292,19 @@ class Launches:
         return self._nodes
 
 
-def run_bundles(spec: LaunchSpec, kind: FlavorResource) -> list[dict[str, float]]:
-    """A run's placement-group bundles, one per node of its placement: the node's GPUs and the
-    flavor's resource mark, and -- when the run holds host resources
-    (``LaunchSpec.host_by_node``) -- its ``CPU`` count and ``memory`` in bytes on that node,
-    so Ray books them as the decision core did."""
+def run_bundles(spec: LaunchSpec, kind: FlavorResource,
+                domain_of: Mapping[str, str] | None = None) -> list[dict[str, float]]:
+    """A run's placement-group bundles, one per node of its placement: the node's GPUs, the
+    flavor's resource mark and its NVLink domain's resource (:func:`gang_bundles`), and --
+    when the run holds host resources (``LaunchSpec.host_by_node``) -- its ``CPU`` count and
+    ``memory`` in bytes on that node, so Ray books them as the decision core did."""
     host = {n: (c, m) for n, c, m in spec.host_by_node}
-    bundles: list[dict[str, float]] = []
-    for node, count, flavor in spec.placement.parts():
-        res, share = flavor_resource(flavor, kind)
-        b = {"GPU": float(count), res: share * count}
+    parts = spec.placement.parts()
+    bundles = gang_bundles(parts, kind, domain_of or {})
+    for (node, _count, _flavor), b in zip(parts, bundles, strict=True):
         if node in host:
             cpus, mem_gib = host[node]
             b["CPU"] = float(cpus)
             if mem_gib > 0:
                 b["memory"] = float(int(mem_gib * 2**30))
-        bundles.append(b)
     return bundles

@@ -1,0 +1,142 @@
+"""Gang placement on a cluster with topology domains (NVLink domains and switches).
+
+When some node names an NVLink domain or a switch path (:mod:`tessera.model.topology`), the
+cluster's :class:`~tessera.sched.core.free_view.Layout` carries a :class:`DomainMap` and
+:meth:`~tessera.sched.core.placement.FreeGpus.find` asks :func:`choose` instead of its buckets.
+A cluster without domains never comes here (its layout has no map), so its placements and their
+cost are exactly what they were.
+
+The rules, in order:
+
+1. **One node, best fit, away from intact domains.** A gang one node can hold goes to the node
+   with the fewest free GPUs that still holds it (best fit, as everywhere); among equally good
+   nodes, to the one whose smallest domain has the fewest free GPUs, so small jobs fill domains
+   that are already broken and leave whole NVLink domains (and ToRs) to the gangs that need
+   them. Without this a 1-GPU job lands wherever the free-count buckets put it, and a handful
+   of them can break every domain.
+2. **The smallest domain that holds it.** Otherwise the gang goes to one NVLink domain (best
+   fit: the domain with the fewest free GPUs that holds it), its GPUs talking at NVLink speed
+   although they sit on several servers. A gang inside its locality wait (``locality_wait_s``,
+   see :func:`~tessera.sched.core.options.needs_locality`) accepts only steps 1 and 2: it waits
+   at most that long for them.
+3. **Then one ToR, one aggregation switch, one core switch, one rack, anywhere**, each the
+   best-fitting group that holds the gang, its nodes with most free GPUs first.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tessera.model.nodes import Node
+
+__all__ = ["DomainMap", "choose"]
+
+
+@dataclass(frozen=True, slots=True)
+class DomainMap:
+    """Each node's domain at every level, smallest level first.
+
+    Attributes:
+        levels: per level (NVLink domain, ToR, aggregation, core, rack), node id -> the name of
+            its domain at that level; a node absent from a level has no domain there.
+        smallest: node id -> the name of its smallest domain (NVLink if it has one, else its
+            ToR, ...), which step 1 keeps small jobs inside; absent for a node with none.
+    """
+
+    levels: tuple[Mapping[str, str], ...]
+    smallest: Mapping[str, str]
+    members: Mapping[str, tuple[str, ...]]
+    """Each smallest domain's nodes (of every flavor)."""
+
+    @classmethod
+    def of(cls, nodes: Sequence[Node]) -> DomainMap | None:
+        """The map of ``nodes``; ``None`` when no node names an NVLink domain or a switch."""
+        if not any(n.nvlink_domain is not None or n.switch_path for n in nodes):
+            return None
+        levels: list[dict[str, str]] = [
+            {n.node_id: f"nvl:{n.nvlink_domain}" for n in nodes if n.nvlink_domain is not None}
+        ]
+        for i in range(3):
+            # (a level's name carries the path above it: two ToRs named alike under different
+            # aggregation switches are different ToRs)
+            levels.append({n.node_id: "/".join(n.switch_path[i:])
+                           for n in nodes if len(n.switch_path) > i})
+        levels.append({n.node_id: f"rack:{n.rack}" for n in nodes})
+        smallest: dict[str, str] = {}
+        for level in levels[:-1]:
+            for node_id, name in level.items():
+                smallest.setdefault(node_id, name)
+        members: dict[str, list[str]] = {}
+        for node_id, name in smallest.items():
+            members.setdefault(name, []).append(node_id)
+        return cls(tuple(levels), smallest, {d: tuple(ns) for d, ns in members.items()})
+
+
+def choose(
+    nodes: Sequence[str],
+    counts: Sequence[int],
+    free: Mapping[str, int],
+    gpus: int,
+    require_local: bool,
+    domains: DomainMap,
+) -> tuple[tuple[str, int], ...] | None:
+    """``((node_id, gpus), ...)`` for a gang of ``gpus`` over ``nodes`` (one flavor's, in
+    layout order) by the rules of the module docstring; ``None`` when it cannot be placed.
+
+    Args:
+        counts: each node's free GPUs now, in the order of ``nodes``.
+        free: free GPUs per node now (every node of the cluster that is up).
+        require_local: the gang must sit on one node or inside one NVLink domain.
+    """
+    present = set(counts)
+    best_free = next((k for k in range(gpus, max(present) + 1) if k in present), 0)
+    if best_free:
+        ties = [i for i, f in enumerate(counts) if f == best_free]
+        if len(ties) == 1:
+            return ((nodes[ties[0]], gpus),)
+        smallest, members = domains.smallest, domains.members
+        best: tuple[int, int] | None = None
+        seen: set[str] = set()
+        for i in ties:  # (the first tie of each domain: ties come in layout order)
+            d = smallest.get(nodes[i])
+            if d is None:
+                return ((nodes[i], gpus),)
+            if d in seen:
+                continue
+            seen.add(d)
+            ns = members[d]
+            s = sum(operator.itemgetter(*ns)(free)) if len(ns) > 1 else free[ns[0]]
+            if best is None or s < best[0]:
+                best = (s, i)
+        assert best is not None
+        return ((nodes[best[1]], gpus),)
+    avail = [(n, f) for n, f in zip(nodes, counts, strict=True) if f > 0]
+    levels = domains.levels[:1] if require_local else domains.levels
+    for level in levels:
+        groups: dict[str, list[tuple[str, int]]] = {}
+        for n, f in avail:
+            d = level.get(n)
+            if d is not None:
+                groups.setdefault(d, []).append((n, f))
+        fits = [(s, i, g) for i, g in enumerate(groups.values())
+                if (s := sum(f for _n, f in g)) >= gpus]
+        if fits:
+            return _fill(min(fits, key=lambda x: (x[0], x[1]))[2], gpus)
+    if require_local or sum(f for _n, f in avail) < gpus:
+        return None
+    return _fill(avail, gpus)
+
+
+def _fill(group: list[tuple[str, int]], gpus: int) -> tuple[tuple[str, int], ...]:
+    """Take ``gpus`` from ``group`` (which holds them), nodes with most free GPUs first."""
+    taken: list[tuple[str, int]] = []
+    need = gpus
+    for n, f in sorted(group, key=lambda nf: -nf[1]):
+        c = min(f, need)
+        taken.append((n, c))
+        need -= c
+        if need == 0:
+            break
+    return tuple(taken)
