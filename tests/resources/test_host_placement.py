@@ -9,6 +9,7 @@ demands on a small cluster and checks every node at every start and every tick.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -190,3 +191,23 @@ def test_a_job_the_servers_can_feed_together_is_accepted() -> None:
     assert "feed 2 of its 4 GPUs on one node" in (infeasibility(
         make_job("j", gpus=4, host=HostDemand(12.0, 8.0), requires_locality=True), c, oracle)
         or "")
+
+
+def test_the_domain_choice_must_feed_the_gang_else_the_host_search_places_it() -> None:
+    """With NVLink domains and host demands together: the domain rule picks the best-fitting
+    server (node 0, 2 GPUs free of 4), but its CPUs are all taken, so the gang goes where the
+    CPUs are (node 1) and carries its amounts; with the CPUs free, the domain choice stands."""
+    base = _two_nodes()
+    c = ClusterSpec("nvl", tuple(replace(n, nvlink_domain=f"d{i}")
+                                 for i, n in enumerate(base.nodes)))
+    flavor = c.nodes[0].flavor
+    on0 = Placement.of(flavor, (("v100-16gb-0000", 2),))
+    new = make_job("new", gpus=1, host=HostDemand(8.0, 8.0))
+    hog = make_job("hog", gpus=2, host=HostDemand(15.0, 8.0))  # 30 of node 0's 32 CPUs
+    p = _decide(c, view(hog, JobState.RUNNING, on0), view(new)).placements["new"]
+    assert p.gpus_by_node == (("v100-16gb-0001", 1),)
+    assert p.host_by_node == (("v100-16gb-0001", 8.0, 8.0),)
+    light = make_job("hog", gpus=2, host=HostDemand(1.0, 8.0))
+    p = _decide(c, view(light, JobState.RUNNING, on0), view(new)).placements["new"]
+    assert p.gpus_by_node == (("v100-16gb-0000", 1),)
+    assert p.host_by_node == (("v100-16gb-0000", 8.0, 8.0),)
