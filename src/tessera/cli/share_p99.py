@@ -1,0 +1,166 @@
+"""``tessera share plan`` checked at p99, and ``tessera share parvagpu`` (side by side).
+
+``share plan`` (without ``--proxy``) runs :func:`tessera.share.p99.plan_for_p99`: the plan it
+prints meets every SLO at p99 in the seeded serving simulation, or a WARNING line naming the
+failing services comes *before* the plan. ``share parvagpu`` replays ParvaGPU's own
+deployments and Tessera's p99-checked plans for the six scenarios against the same request
+streams and prints GPUs, violated services and attainment per service.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from tessera.cli.options import JSON, SEED
+from tessera.errors import SpecError
+
+if TYPE_CHECKING:
+    from tessera.share.mig import MigGpu
+    from tessera.share.p99 import ArrivalModel, P99Plan
+    from tessera.share.profiles import BatchingRule, ProfileTable, Service
+
+
+def arrival_model(kind: str, requests: int, seed: int, traces_dir: Path | None) -> ArrivalModel:
+    """The arrival model named on the command line (trace files found like other readers)."""
+    from tessera.share.arrivals import read_trace_times
+    from tessera.share.p99 import ArrivalModel
+    from tessera.workload.datadir import find_data, missing_data_message
+
+    if kind == "poisson":
+        return ArrivalModel("poisson", requests, seed)
+    if kind not in ("genai", "dlrm"):
+        raise SpecError(f"unknown arrival process {kind!r}: use poisson, genai or dlrm")
+    folder = traces_dir or find_data("traces")
+    if folder is None:
+        raise SpecError(missing_data_message(f"the {kind} request trace", "traces/")
+                        + " or pass --traces-dir")
+    return ArrivalModel(kind, requests, seed, read_trace_times(kind, folder))
+
+
+def run_p99_plan(
+    svcs: tuple[Service, ...], rule: BatchingRule, table: ProfileTable, g: MigGpu, *,
+    method: str, time_limit_s: float, r510: bool, target: float, requests: int,
+    arrivals: str, traces_dir: Path | None, seed: int, max_gpus: int | None, as_json: bool,
+) -> None:
+    """Plan, check at p99, print (text or JSON)."""
+    from tessera.share.p99 import plan_for_p99
+
+    model = arrival_model(arrivals, requests, seed, traces_dir)
+    res = plan_for_p99(svcs, table, g, rule, arrivals=model, target=target, method=method,
+                       time_limit_s=time_limit_s, r510=r510, max_gpus=max_gpus)
+    if as_json:
+        typer.echo(json.dumps(p99_json(res, g), indent=2))
+    else:
+        print_p99(res, g)
+
+
+def p99_json(res: P99Plan, g: MigGpu) -> dict[str, Any]:
+    from tessera.share.p99 import meets, p99_claim
+    from tessera.share.plan import plan_to_json
+
+    out = plan_to_json(res.plan, g)
+    out["optimal_under"] = p99_claim(res)
+    out["predicted"] = {  # the same block as --proxy prints, for scripts that read it
+        "traffic": res.arrivals.describe(),
+        "slo_violations": res.sim.violations,
+        "attainment": round(res.sim.attainment, 6),
+        "services": [{"name": o.service, "p99_ms": round(o.p99_ms, 3), "slo_ms": o.slo_ms,
+                      "attainment": round(o.attainment, 6)} for o in res.sim.services],
+    }
+    out["p99_check"] = {
+        "meets": res.meets,
+        "arrivals": res.arrivals.describe(),
+        "target_attainment": res.target,
+        "proxy_gpus": res.proxy_gpus,
+        "rounds": res.rounds,
+        "slo_violations": len(res.failing()),
+        "services": [
+            {"name": o.service, "requests": o.requests, "p50_ms": round(o.p50_ms, 3),
+             "p99_ms": round(o.p99_ms, 3), "slo_ms": o.slo_ms,
+             "attainment": round(o.attainment, 6), "meets": meets(o, res.target),
+             "latency_fraction": round(res.knobs[o.service].latency_fraction, 4),
+             "max_utilization": round(res.knobs[o.service].max_utilization, 4)}
+            for o in res.sim.services
+        ],
+    }
+    return out
+
+
+def print_p99(res: P99Plan, g: MigGpu) -> None:
+    """The verdict first, then the claim, the layout, and the per-service check."""
+    from tessera.share.p99 import meets, p99_claim, p99_verdict
+
+    plan = res.plan
+    typer.echo(p99_verdict(res))
+    typer.echo(f"{plan.gpu}: {plan.gpus_used} GPUs ({plan.method}; lower bound "
+               f"{plan.lower_bound}; profile-model plan {res.proxy_gpus}; "
+               f"{res.solve_s * 1000:.0f} ms)")
+    typer.echo(f"  {p99_claim(res)}")
+    for n, ga in enumerate(plan.gpus):
+        typer.echo(f"  GPU {n:3d}  {ga.layout}")
+        for inst in ga.instances:
+            s = inst.segment
+            typer.echo(
+                f"      {inst.placement!s:8} {g.profile(s.kind).name:10} {s.service:20} "
+                f"batch {s.batch:3d} x {s.procs} proc  {s.latency_ms:7.1f} ms  "
+                f"{s.throughput_rps:8.1f} req/s"
+            )
+    typer.echo(f"Predicted SLO attainment ({res.arrivals.describe()}): "
+               f"{res.sim.attainment * 100:.3f} % of requests on time")
+    for o in res.sim.services:
+        flag = "ok" if meets(o, res.target) else "VIOLATED"
+        typer.echo(f"  {o.service:20} p99 {o.p99_ms:8.1f} ms / SLO {o.slo_ms:8.1f} ms  "
+                   f"{o.attainment * 100:7.3f} %  {flag}")
+
+
+def register_p99(share_app: typer.Typer) -> None:
+    """Add ``share parvagpu`` to the share sub-app."""
+
+    @share_app.command("parvagpu", epilog="Example: tessera share parvagpu --requests 20000")
+    def parvagpu_cmd(
+        parvagpu: Path | None = typer.Option(None, "--parvagpu", help="A ParvaGPU data folder "
+                                             "(prof_data/, SLO/, deployment/); bundled if "
+                                             "omitted."),
+        scenario: list[int] = typer.Option([], "--scenario", help="Scenario(s) 1-6 (all if "
+                                           "omitted)."),
+        target: float = typer.Option(0.99, "--target", min=0.0, max=1.0),
+        requests: int = typer.Option(50_000, "--requests", min=100,
+                                     help="Requests per service."),
+        seed: int = SEED,
+        as_json: bool = JSON,
+    ) -> None:
+        """Tessera's p99-checked plans beside ParvaGPU's own deployments, same simulation."""
+        from tessera.share.mig import mig_gpu
+        from tessera.share.p99 import ArrivalModel
+        from tessera.share.parvagpu_deploy import compare_scenario
+        from tessera.share.profiles import load_parvagpu_profiles
+
+        if parvagpu is not None and not parvagpu.is_dir():
+            raise SpecError(f"--parvagpu: no such folder: {parvagpu}")
+        table = load_parvagpu_profiles(parvagpu)
+        g = mig_gpu("A100-80GB")
+        model = ArrivalModel("poisson", requests, seed)
+        rows = [r for sc in (scenario or list(range(1, 7)))
+                for r in compare_scenario(sc, table, g, arrivals=model, target=target,
+                                          directory=parvagpu)]
+        if as_json:
+            typer.echo(json.dumps({"arrivals": model.describe(), "target": target, "rows": [
+                {"scenario": r.scenario, "planner": r.planner, "gpus": r.gpus,
+                 "violated": list(r.violated),
+                 "attainment": {k: round(v, 6) for k, v in r.attainment.items()}}
+                for r in rows]}, indent=2))
+            return
+        typer.echo(f"Each plan replayed with {model.describe()}; a service is violated when "
+                   f"p99 > SLO or attainment < {target * 100:g} %")
+        typer.echo(f"{'scenario':>8} {'planner':9} {'GPUs':>4} {'worst':>8}  violated services")
+        for r in rows:
+            bad = ", ".join(f"{v} ({r.attainment[v] * 100:.1f} %)" for v in r.violated) or "-"
+            typer.echo(f"{r.scenario:8d} {r.planner:9} {r.gpus:4d} {r.worst * 100:7.2f}%  {bad}")
+        for planner in ("tessera", "parvagpu"):
+            mine = [r for r in rows if r.planner == planner]
+            typer.echo(f"total {planner}: {sum(r.gpus for r in mine)} GPUs, "
+                       f"{sum(len(r.violated) for r in mine)} violated service(s)")
