@@ -33,7 +33,7 @@ from tessera.cli.options import (
     deprecated_alias,
     prefer,
 )
-from tessera.cli.share_p99 import register_p99
+from tessera.cli.share_p99 import register_p99, register_simulate
 from tessera.errors import SpecError
 
 if TYPE_CHECKING:
@@ -353,4 +353,5 @@ def _folder(path: Path | None, flag: str) -> None:
 def register(app: typer.Typer) -> None:
     """Add the ``share`` sub-app to the root CLI."""
     register_p99(share_app)
+    register_simulate(share_app, _plan_inputs)
     app.add_typer(share_app, name="share")

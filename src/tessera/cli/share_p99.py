@@ -10,6 +10,7 @@ streams and prints GPUs, violated services and attainment per service.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,3 +165,75 @@ def register_p99(share_app: typer.Typer) -> None:
             mine = [r for r in rows if r.planner == planner]
             typer.echo(f"total {planner}: {sum(r.gpus for r in mine)} GPUs, "
                        f"{sum(len(r.violated) for r in mine)} violated service(s)")
+
+
+def register_simulate(share_app: typer.Typer, plan_inputs: Callable[..., Any]) -> None:
+    """Add ``share simulate --trace`` to the share sub-app (``plan_inputs``: how ``share plan``
+    turns --services/--scenario into services, rule, profile table and GPU)."""
+
+    @share_app.command("simulate", epilog="Example: tessera share simulate --scenario 3 "
+                       "--trace genai --plot attainment.png")
+    def simulate_cmd(
+        trace: str = typer.Option(..., "--trace", "-t", help="genai, dlrm (Alibaba traces in "
+                                  "--traces-dir) or a CSV with an arrival_s column."),
+        services: Path | None = typer.Option(None, "--services", help="Services YAML file."),
+        scenario: int | None = typer.Option(None, "--scenario", help="ParvaGPU scenario."),
+        gpu: str | None = typer.Option(None, "--gpu", help="GPU model (default A100-80GB)."),
+        traces_dir: Path | None = typer.Option(None, "--traces-dir", help="Folder holding "
+                                               "alibaba_genai_2026/ and alibaba_dlrm_2025/."),
+        window_h: float = typer.Option(6.0, "--window-h", help="Window of trace time (h)."),
+        rate_is: str = typer.Option("mean", "--rate-is", help="What a service's rate_rps "
+                                    "stands for: the trace's mean rate, or its peak window's."),
+        proxy: bool = typer.Option(False, "--proxy", help="Replay the profile-model plan "
+                                   "instead of the p99-checked one."),
+        plot: Path | None = typer.Option(None, "--plot", help="Write the attainment-over-time "
+                                         "PNG here."),
+        seed: int = SEED,
+        as_json: bool = JSON,
+    ) -> None:
+        """Replay a real request trace against the plan: p99 and SLO attainment over time."""
+        from tessera.share.p99 import plan_for_p99
+        from tessera.share.packing import plan_services
+        from tessera.share.traces import read_request_trace, replay
+        from tessera.workload.datadir import find_data
+
+        svcs, rule, table, g = plan_inputs(services, gpu, None, scenario, None)
+        folder = traces_dir or find_data("traces")
+        tr = read_request_trace(trace, folder)
+        if proxy:
+            plan = plan_services(svcs, table, g, rule)
+        else:
+            plan = plan_for_p99(svcs, table, g, rule).plan
+        rep = replay(plan, tr, table, window_h=window_h, rate_is=rate_is, seed=seed)
+        if plot is not None:
+            from tessera.report.serving_plots import attainment_plot
+
+            attainment_plot(rep, plot)
+        if as_json:
+            typer.echo(json.dumps({
+                "trace": tr.name, "requests_in_trace": len(tr.arrivals_s),
+                "trace_days": round(tr.duration_s / 86400, 3), "gpus": plan.gpus_used,
+                "window_h": window_h, "rate_is": rate_is, "plot": str(plot) if plot else None,
+                "services": [{"name": n, "requests": rep.requests[n], "slo_ms": rep.slo_ms[n],
+                              "p99_ms": round(rep.p99_ms[n], 3),
+                              "attainment": round(rep.attainment[n], 6),
+                              "worst_window_attainment": round(rep.worst_window(n), 6)}
+                             for n in rep.slo_ms],
+                "windows": [{"start_h": w.start_h, "requests": w.requests,
+                             "attainment": {k: (None if v != v else round(v, 6))
+                                            for k, v in w.attainment.items()}}
+                            for w in rep.windows],
+            }, indent=2))
+            return
+        kind = "profile model" if proxy else "p99-checked, Poisson"
+        typer.echo(f"{Path(tr.name).name}: {len(tr.arrivals_s):,} events over "
+                   f"{tr.duration_s / 86400:.1f} days, time-compressed per service so its "
+                   f"rate is the trace's {rate_is} rate ({window_h:g} h windows); plan of "
+                   f"{plan.gpus_used} GPUs ({kind})")
+        for n in rep.slo_ms:
+            flag = "ok" if rep.p99_ms[n] <= rep.slo_ms[n] else "VIOLATED"
+            typer.echo(f"  {n:20} {rep.requests[n]:7d} req  p99 {rep.p99_ms[n]:8.1f} ms / SLO "
+                       f"{rep.slo_ms[n]:7.1f} ms  {rep.attainment[n] * 100:7.3f} %  worst "
+                       f"{window_h:g} h window {rep.worst_window(n) * 100:6.2f} %  {flag}")
+        if plot is not None:
+            typer.echo(f"plot: {plot}")
