@@ -33,7 +33,7 @@ from tessera.cli.options import (
     deprecated_alias,
     prefer,
 )
-from tessera.cli.share_p99 import register_p99, register_simulate
+from tessera.cli.share_p99 import register_p99, register_reconfig, register_simulate
 from tessera.errors import SpecError
 
 if TYPE_CHECKING:
@@ -354,4 +354,5 @@ def register(app: typer.Typer) -> None:
     """Add the ``share`` sub-app to the root CLI."""
     register_p99(share_app)
     register_simulate(share_app, _plan_inputs)
+    register_reconfig(share_app, _plan_inputs)
     app.add_typer(share_app, name="share")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -212,7 +213,7 @@ def _static(name: str, plan: SharePlan, levels: np.ndarray, services: tuple[Serv
 def _free(fresh: dict[float, P99Plan], levels: np.ndarray, w_h: float,
           target: float) -> StrategyResult:
     plans = [fresh[lv] for lv in levels.tolist()]
-    switches = sum(1 for a, b in zip(plans, plans[1:], strict=False) if a is not b)
+    switches = sum(1 for a, b in pairwise(plans) if a is not b)
     return StrategyResult(
         "replan-free", sum(p.plan.gpus_used for p in plans) * w_h, 0.0,
         max(p.plan.gpus_used for p in plans), switches, 0,
