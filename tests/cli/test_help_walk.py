@@ -43,6 +43,8 @@ PER_COMMAND_HELP = {
     ("--plots", "analyze"): "analyze writes figures only; its HTML report is always written",
     ("--format", "analyze"): "analyze reads more trace formats than the simulator",
     ("--out", "traces generate"): "one trace file, not a run folder",
+    ("--trace", "share simulate"): "a request trace (genai, dlrm, arrival_s CSV), not jobs",
+    ("--trace", "share reconfig"): "a request trace (genai, dlrm, arrival_s CSV), not jobs",
 }
 
 # Time flags whose values carry their own units (0,5m,2h,never), so the name needs none.

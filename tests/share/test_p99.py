@@ -59,7 +59,7 @@ def test_share_plan_warns_before_the_plan_when_p99_is_missed(
     assert not res.meets
     print_p99(res, A100)
     text = capsys.readouterr().out
-    assert text.splitlines()[0].startswith("WARNING: 1 service(s) miss the SLO at p99")
+    assert text.splitlines()[0].startswith("WARNING: 1 service(s) missed the SLO in the replay")
     assert "resnet101" in text.splitlines()[0]
 
 

@@ -33,7 +33,15 @@ from tessera.cli.options import (
     deprecated_alias,
     prefer,
 )
-from tessera.cli.share_p99 import register_p99, register_reconfig, register_simulate
+from tessera.cli.share_p99 import (
+    PROXY,
+    REQUESTS_PER_SERVICE,
+    TARGET,
+    TRACES_DIR_HELP,
+    register_p99,
+    register_reconfig,
+    register_simulate,
+)
 from tessera.errors import SpecError
 
 if TYPE_CHECKING:
@@ -67,16 +75,12 @@ def plan_cmd(
     traffic_s: float = TRAFFIC_S,
     seed: int = SEED,
     pre_r510: bool = PRE_R510,
-    proxy: bool = typer.Option(False, "--proxy", help="Plan under the profile model only and "
-                               "replay --traffic-s of Poisson traffic (no p99 loop)."),
-    target: float = typer.Option(0.99, "--target", min=0.0, max=1.0, help="Attainment each "
-                                 "service must reach in the simulation (fraction)."),
-    requests: int = typer.Option(50_000, "--requests", min=100, help="Requests per service "
-                                 "in the p99 check."),
+    proxy: bool = PROXY,
+    target: float = TARGET,
+    requests: int = REQUESTS_PER_SERVICE,
     arrivals: str = typer.Option("poisson", "--arrivals", help="Arrival process of the p99 "
                                  "check: poisson, genai or dlrm (the trace's inter-arrivals)."),
-    traces_dir: Path | None = typer.Option(None, "--traces-dir", help="Folder holding "
-                                           "alibaba_genai_2026/ and alibaba_dlrm_2025/."),
+    traces_dir: Path | None = typer.Option(None, "--traces-dir", help=TRACES_DIR_HELP),
     max_gpus: int | None = typer.Option(None, "--max-gpus", min=1, help="GPUs available; "
                                         "more needed is an 'infeasible' error."),
     as_json: bool = JSON,

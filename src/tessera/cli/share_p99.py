@@ -16,8 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tessera.cli.options import JSON, SEED
+from tessera.cli.options import GPU_HELP, JSON, SEED
 from tessera.errors import SpecError
+
+# Options shared by share plan / parvagpu / simulate / reconfig: one help text each.
+SERVICES_HELP = "Services YAML file."
+SCENARIO_HELP = "ParvaGPU SLO scenario (1-6)."
+PARVAGPU_HELP = "A ParvaGPU data folder (prof_data/, SLO/)."
+TRACES_DIR_HELP = "Folder holding alibaba_genai_2026/ and alibaba_dlrm_2025/."
+PROXY = typer.Option(False, "--proxy", help="Use the profile-model plan alone (no p99 loop; "
+                     "share plan then replays --traffic-s of Poisson traffic).")
+TARGET = typer.Option(0.99, "--target", min=0.0, max=1.0, help="Attainment each service must "
+                      "reach in the simulation (fraction of its requests within the SLO).")
+REQUESTS_PER_SERVICE = typer.Option(50_000, "--requests-per-service", min=100,
+                                    help="Requests per service in the p99 check.")
+WINDOW_H = typer.Option(6.0, "--window-h", help="Window of trace time (h): attainment is "
+                        "reported, and re-planning done, per window.")
+REQUEST_TRACE_HELP = ("Request trace: genai or dlrm (Alibaba traces, found like other public "
+                      "data or in --traces-dir) or a CSV with an arrival_s column.")
 
 if TYPE_CHECKING:
     from tessera.share.mig import MigGpu
@@ -25,20 +41,28 @@ if TYPE_CHECKING:
     from tessera.share.profiles import BatchingRule, ProfileTable, Service
 
 
+def _traces_folder(name: str, traces_dir: Path | None) -> Path | None:
+    """The traces folder for ``genai``/``dlrm`` (an error saying where data is looked for)."""
+    from tessera.workload.datadir import find_data, missing_data_message
+
+    folder = traces_dir or find_data("traces")
+    if folder is None and name in ("genai", "dlrm"):
+        raise SpecError(missing_data_message(f"the {name} request trace", "traces/")
+                        + " or pass --traces-dir")
+    return folder
+
+
 def arrival_model(kind: str, requests: int, seed: int, traces_dir: Path | None) -> ArrivalModel:
     """The arrival model named on the command line (trace files found like other readers)."""
     from tessera.share.arrivals import read_trace_times
     from tessera.share.p99 import ArrivalModel
-    from tessera.workload.datadir import find_data, missing_data_message
 
     if kind == "poisson":
         return ArrivalModel("poisson", requests, seed)
     if kind not in ("genai", "dlrm"):
         raise SpecError(f"unknown arrival process {kind!r}: use poisson, genai or dlrm")
-    folder = traces_dir or find_data("traces")
-    if folder is None:
-        raise SpecError(missing_data_message(f"the {kind} request trace", "traces/")
-                        + " or pass --traces-dir")
+    folder = _traces_folder(kind, traces_dir)
+    assert folder is not None
     return ArrivalModel(kind, requests, seed, read_trace_times(kind, folder))
 
 
@@ -123,18 +147,17 @@ def register_p99(share_app: typer.Typer) -> None:
 
     @share_app.command("parvagpu", epilog="Example: tessera share parvagpu --requests 20000")
     def parvagpu_cmd(
-        parvagpu: Path | None = typer.Option(None, "--parvagpu", help="A ParvaGPU data folder "
-                                             "(prof_data/, SLO/, deployment/); bundled if "
-                                             "omitted."),
-        scenario: list[int] = typer.Option([], "--scenario", help="Scenario(s) 1-6 (all if "
-                                           "omitted)."),
-        target: float = typer.Option(0.99, "--target", min=0.0, max=1.0),
-        requests: int = typer.Option(50_000, "--requests", min=100,
-                                     help="Requests per service."),
+        parvagpu: Path | None = typer.Option(None, "--parvagpu", help=PARVAGPU_HELP),
+        scenario: int | None = typer.Option(None, "--scenario", help=SCENARIO_HELP),
+        target: float = TARGET,
+        requests: int = REQUESTS_PER_SERVICE,
         seed: int = SEED,
         as_json: bool = JSON,
     ) -> None:
-        """Tessera's p99-checked plans beside ParvaGPU's own deployments, same simulation."""
+        """Tessera's p99-checked plans beside ParvaGPU's own deployments, same simulation.
+
+        All six scenarios unless --scenario; --parvagpu also needs deployment/ (bundled data
+        if omitted)."""
         from tessera.share.mig import mig_gpu
         from tessera.share.p99 import ArrivalModel
         from tessera.share.parvagpu_deploy import compare_scenario
@@ -145,7 +168,8 @@ def register_p99(share_app: typer.Typer) -> None:
         table = load_parvagpu_profiles(parvagpu)
         g = mig_gpu("A100-80GB")
         model = ArrivalModel("poisson", requests, seed)
-        rows = [r for sc in (scenario or list(range(1, 7)))
+        chosen = [scenario] if scenario is not None else list(range(1, 7))
+        rows = [r for sc in chosen
                 for r in compare_scenario(sc, table, g, arrivals=model, target=target,
                                           directory=parvagpu)]
         if as_json:
@@ -174,18 +198,15 @@ def register_simulate(share_app: typer.Typer, plan_inputs: Callable[..., Any]) -
     @share_app.command("simulate", epilog="Example: tessera share simulate --scenario 3 "
                        "--trace genai --plot attainment.png")
     def simulate_cmd(
-        trace: str = typer.Option(..., "--trace", "-t", help="genai, dlrm (Alibaba traces in "
-                                  "--traces-dir) or a CSV with an arrival_s column."),
-        services: Path | None = typer.Option(None, "--services", help="Services YAML file."),
-        scenario: int | None = typer.Option(None, "--scenario", help="ParvaGPU scenario."),
-        gpu: str | None = typer.Option(None, "--gpu", help="GPU model (default A100-80GB)."),
-        traces_dir: Path | None = typer.Option(None, "--traces-dir", help="Folder holding "
-                                               "alibaba_genai_2026/ and alibaba_dlrm_2025/."),
-        window_h: float = typer.Option(6.0, "--window-h", help="Window of trace time (h)."),
+        trace: str = typer.Option(..., "--trace", "-t", help=REQUEST_TRACE_HELP),
+        services: Path | None = typer.Option(None, "--services", help=SERVICES_HELP),
+        scenario: int | None = typer.Option(None, "--scenario", help=SCENARIO_HELP),
+        gpu: str | None = typer.Option(None, "--gpu", help=GPU_HELP),
+        traces_dir: Path | None = typer.Option(None, "--traces-dir", help=TRACES_DIR_HELP),
+        window_h: float = WINDOW_H,
         rate_is: str = typer.Option("mean", "--rate-is", help="What a service's rate_rps "
                                     "stands for: the trace's mean rate, or its peak window's."),
-        proxy: bool = typer.Option(False, "--proxy", help="Replay the profile-model plan "
-                                   "instead of the p99-checked one."),
+        proxy: bool = PROXY,
         plot: Path | None = typer.Option(None, "--plot", help="Write the attainment-over-time "
                                          "PNG here."),
         seed: int = SEED,
@@ -195,11 +216,9 @@ def register_simulate(share_app: typer.Typer, plan_inputs: Callable[..., Any]) -
         from tessera.share.p99 import plan_for_p99
         from tessera.share.packing import plan_services
         from tessera.share.traces import read_request_trace, replay
-        from tessera.workload.datadir import find_data
 
         svcs, rule, table, g = plan_inputs(services, gpu, None, scenario, None)
-        folder = traces_dir or find_data("traces")
-        tr = read_request_trace(trace, folder)
+        tr = read_request_trace(trace, _traces_folder(trace, traces_dir))
         if proxy:
             plan = plan_services(svcs, table, g, rule)
         else:
@@ -245,32 +264,30 @@ def register_reconfig(share_app: typer.Typer, plan_inputs: Callable[..., Any]) -
     @share_app.command("reconfig", epilog="Example: tessera share reconfig --scenario 3 "
                        "--trace genai --window-h 6")
     def reconfig_cmd(
-        trace: str = typer.Option("genai", "--trace", "-t", help="genai, dlrm or a CSV with "
-                                  "arrival_s."),
-        services: Path | None = typer.Option(None, "--services", help="Services YAML file "
-                                             "(rates are the busiest window's)."),
-        scenario: int | None = typer.Option(None, "--scenario", help="ParvaGPU scenario."),
-        traces_dir: Path | None = typer.Option(None, "--traces-dir", help="Folder holding "
-                                               "alibaba_genai_2026/ and alibaba_dlrm_2025/."),
-        window_h: float = typer.Option(6.0, "--window-h", help="Re-planning window (h)."),
+        trace: str = typer.Option("genai", "--trace", "-t", help=REQUEST_TRACE_HELP),
+        services: Path | None = typer.Option(None, "--services", help=SERVICES_HELP),
+        scenario: int | None = typer.Option(None, "--scenario", help=SCENARIO_HELP),
+        traces_dir: Path | None = typer.Option(None, "--traces-dir", help=TRACES_DIR_HELP),
+        window_h: float = WINDOW_H,
         create_s: float = typer.Option(2.0, "--create-s", help="MIG instance create (s)."),
         destroy_s: float = typer.Option(1.0, "--destroy-s", help="MIG instance destroy (s)."),
         load_s: float = typer.Option(10.0, "--load-s", help="Model load per instance (s)."),
         flat_s: float | None = typer.Option(None, "--flat-s", help="Every transition takes "
                                             "this long instead (e.g. 60)."),
-        requests: int = typer.Option(5_000, "--requests", min=100, help="Requests per service "
-                                     "in each window's p99 check."),
+        requests: int = typer.Option(5_000, "--level-requests", min=100, help="Requests per "
+                                     "service in each rate level's p99 check."),
         seed: int = SEED,
         as_json: bool = JSON,
     ) -> None:
-        """Peak-sized plan vs re-planning per window (without and with MIG transition cost)."""
+        """Peak-sized plan vs re-planning per window (without and with MIG transition cost).
+
+        Each service's rate_rps is its rate in the trace's busiest window."""
         from tessera.share.p99 import ArrivalModel
         from tessera.share.reconfig import ReconfigCost, compare_strategies
         from tessera.share.traces import read_request_trace
-        from tessera.workload.datadir import find_data
 
         svcs, rule, table, g = plan_inputs(services, None, None, scenario, None)
-        tr = read_request_trace(trace, traces_dir or find_data("traces"))
+        tr = read_request_trace(trace, _traces_folder(trace, traces_dir))
         cost = ReconfigCost(create_s, destroy_s, load_s, flat_s)
         c = compare_strategies(svcs, tr, table, g, rule, window_h=window_h, cost=cost,
                                arrivals=ArrivalModel("poisson", requests, seed))

@@ -263,4 +263,5 @@ def p99_verdict(result: P99Plan) -> str:
                 f"({result.rounds} round(s))")
     names = ", ".join(f"{o.service} p99 {o.p99_ms:.1f} ms / SLO {o.slo_ms:g} ms "
                       f"({o.attainment * 100:.2f} %)" for o in bad)
-    return f"WARNING: {len(bad)} service(s) miss the SLO at p99 in the simulation: {names}"
+    return (f"WARNING: {len(bad)} service(s) missed the SLO in the replay (p99 or attainment "
+            f"target): {names}")
