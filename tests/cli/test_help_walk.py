@@ -44,6 +44,8 @@ PER_COMMAND_HELP = {
     ("--format", "analyze"): "analyze reads more trace formats than the simulator",
     ("--out", "traces generate"): "one trace file, not a run folder",
     ("--gpu", "zeus"): "a GPU of Zeus's traces (any of its four), not a MIG-capable model",
+    ("--trace", "share simulate"): "a request trace (genai, dlrm, arrival_s CSV), not jobs",
+    ("--trace", "share reconfig"): "a request trace (genai, dlrm, arrival_s CSV), not jobs",
 }
 
 # Time flags whose values carry their own units (0,5m,2h,never), so the name needs none.

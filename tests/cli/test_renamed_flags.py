@@ -36,7 +36,9 @@ def test_plan_takes_gpus_per_server_and_the_old_gpus_per_node() -> None:
 @pytest.mark.parametrize(("old", "new", "value"), [
     ("--sim-seconds", "--traffic-s", "1"), ("--time-limit", "--time-limit-s", "5")])
 def test_share_plan_old_spellings(tmp_path: Path, old: str, new: str, value: str) -> None:
-    args = ["share", "plan", "--services", str(_services(tmp_path)), "--json"]
+    # --traffic-s is the replay of the profile-model plan (--proxy); the default p99 check
+    # replays --requests-per-service instead
+    args = ["share", "plan", "--services", str(_services(tmp_path)), "--json", "--proxy"]
     if old != "--sim-seconds":
         args += ["--traffic-s", "1"]
     r = runner.invoke(app, [*args, old, value])

@@ -14,7 +14,7 @@ runner = CliRunner()
 
 
 def test_share_plan_names_its_model_and_owns_a_violation() -> None:
-    r = runner.invoke(app, ["share", "plan", "--scenario", "3"])
+    r = runner.invoke(app, ["share", "plan", "--scenario", "3", "--proxy"])
     assert r.exit_code == 0, r.output
     out = r.stdout
     assert "optimal" not in out
@@ -26,7 +26,7 @@ def test_share_plan_names_its_model_and_owns_a_violation() -> None:
 
 
 def test_share_plan_json_says_under_which_model_it_is_optimal() -> None:
-    r = runner.invoke(app, ["share", "plan", "--scenario", "3", "--json"])
+    r = runner.invoke(app, ["share", "plan", "--scenario", "3", "--json", "--proxy"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["optimal"] is True and "queueing delay is not modelled" in data["optimal_under"]

@@ -33,6 +33,15 @@ from tessera.cli.options import (
     deprecated_alias,
     prefer,
 )
+from tessera.cli.share_p99 import (
+    PROXY,
+    REQUESTS_PER_SERVICE,
+    TARGET,
+    TRACES_DIR_HELP,
+    register_p99,
+    register_reconfig,
+    register_simulate,
+)
 from tessera.errors import SpecError
 
 if TYPE_CHECKING:
@@ -66,16 +75,26 @@ def plan_cmd(
     traffic_s: float = TRAFFIC_S,
     seed: int = SEED,
     pre_r510: bool = PRE_R510,
+    proxy: bool = PROXY,
+    target: float = TARGET,
+    requests: int = REQUESTS_PER_SERVICE,
+    arrivals: str = typer.Option("poisson", "--arrivals", help="Arrival process of the p99 "
+                                 "check: poisson, genai or dlrm (the trace's inter-arrivals)."),
+    traces_dir: Path | None = typer.Option(None, "--traces-dir", help=TRACES_DIR_HELP),
+    max_gpus: int | None = typer.Option(None, "--max-gpus", min=1, help="GPUs available; "
+                                        "more needed is an 'infeasible' error."),
     as_json: bool = JSON,
     old_time_limit: float | None = deprecated_alias("--time-limit", "--time-limit-s"),
     old_sim_seconds: float | None = deprecated_alias("--sim-seconds", "--traffic-s"),
 ) -> None:
-    """Plan inference services onto the fewest MIG-partitioned GPUs, then replay Poisson
-    traffic against the plan to predict SLO attainment.
+    """Plan inference services onto the fewest MIG-partitioned GPUs such that every service
+    meets its SLO at p99 in the serving simulation.
 
     Give --services FILE, or --scenario N (with --parvagpu DIR) for a ParvaGPU scenario. The
-    plan is the fewest GPUs under the profile model (profiled batch latency and throughput;
-    queueing is not in it); the replay shows whether it meets the SLOs under traffic.
+    planner packs under the profile model, replays --requests per service (Poisson, or a
+    trace's inter-arrivals with --arrivals), and tightens the headroom / batch budget of any
+    service that misses p99 until all pass. A plan that still misses is preceded by a WARNING.
+    --proxy gives the profile-model plan alone with a --traffic-s Poisson replay.
     """
     from tessera.share.packing import plan_services
     from tessera.share.serving_sim import poisson_streams, simulate
@@ -83,6 +102,13 @@ def plan_cmd(
     time_limit_s = prefer(time_limit_s, old_time_limit, "--time-limit", "--time-limit-s")
     sim_s = prefer(traffic_s, old_sim_seconds, "--sim-seconds", "--traffic-s")
     svcs, rule, table, g = _plan_inputs(services, gpu, parvagpu, scenario, profiles)
+    if not proxy and sim_s > 0:
+        from tessera.cli.share_p99 import run_p99_plan
+
+        run_p99_plan(svcs, rule, table, g, method=method, time_limit_s=time_limit_s,
+                     r510=not pre_r510, target=target, requests=requests, arrivals=arrivals,
+                     traces_dir=traces_dir, seed=seed, max_gpus=max_gpus, as_json=as_json)
+        return
     plan = plan_services(
         svcs, table, g, rule, method=method, time_limit_s=time_limit_s, r510=not pre_r510
     )
@@ -330,4 +356,7 @@ def _folder(path: Path | None, flag: str) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the ``share`` sub-app to the root CLI."""
+    register_p99(share_app)
+    register_simulate(share_app, _plan_inputs)
+    register_reconfig(share_app, _plan_inputs)
     app.add_typer(share_app, name="share")

@@ -14,4 +14,8 @@ Modules, in reading order:
 - :mod:`~tessera.share.packing`: the planner (heuristic and exact integer programme).
 - :mod:`~tessera.share.replan`: re-planning after a load change with few instances torn down.
 - :mod:`~tessera.share.serving_sim`: request-stream simulation of a plan (SLO attainment).
+- :mod:`~tessera.share.p99`: plans checked at p99 by that simulation (the simulation wins).
+- :mod:`~tessera.share.parvagpu_deploy`: ParvaGPU's own deployments as plans, side by side.
+- :mod:`~tessera.share.traces`: readers of the Alibaba request traces, and their replay.
+- :mod:`~tessera.share.reconfig`: re-planning per trace window at the MIG reconfiguration cost.
 """

@@ -152,25 +152,11 @@ def simulate(
     if batching not in ("greedy", "timeout"):
         raise SpecError(f"unknown batching policy {batching!r}: use greedy or timeout")
     rng = np.random.default_rng(seed)
-    by_name = {s.name: s for s in plan.services}
     outcomes = []
+    by_name = {s.name: s for s in plan.services}
     for stream in streams:
-        svc = by_name.get(stream.service)
-        if svc is None:
-            raise SpecError(f"stream for unknown service {stream.service!r}")
-        segs = [inst.segment for inst in plan.instances_of(svc.name)]
-        if not segs:
-            raise SpecError(f"service {svc.name!r} has no instances in the plan")
-        weights = np.array([s.throughput_rps for s in segs])
-        route = _weighted_round_robin(weights, len(stream.arrivals_s), rng)
-        lat = np.empty(len(stream.arrivals_s))
-        for k, seg in enumerate(segs):
-            mask = route == k
-            if mask.any():
-                curve = table.curve(seg.model, seg.kind, seg.procs)
-                lat[mask] = _segment_latencies_ms(
-                    stream.arrivals_s[mask], seg, curve, svc.slo_ms, batching == "timeout"
-                )
+        lat = request_latencies_ms(plan, stream, table, rng, batching)
+        svc = by_name[stream.service]
         n = len(lat)
         outcomes.append(
             ServiceOutcome(
@@ -183,3 +169,33 @@ def simulate(
             )
         )
     return SimResult(tuple(outcomes))
+
+
+def request_latencies_ms(
+    plan: SharePlan,
+    stream: RequestStream,
+    table: ProfileTable,
+    rng: np.random.Generator,
+    batching: str = "greedy",
+) -> np.ndarray:
+    """Latency (ms) of every request of one stream, in arrival order (see the module
+    docstring); ``rng`` draws the router's phases."""
+    if batching not in ("greedy", "timeout"):
+        raise SpecError(f"unknown batching policy {batching!r}: use greedy or timeout")
+    svc = next((s for s in plan.services if s.name == stream.service), None)
+    if svc is None:
+        raise SpecError(f"stream for unknown service {stream.service!r}")
+    segs = [inst.segment for inst in plan.instances_of(svc.name)]
+    if not segs:
+        raise SpecError(f"service {svc.name!r} has no instances in the plan")
+    weights = np.array([s.throughput_rps for s in segs])
+    route = _weighted_round_robin(weights, len(stream.arrivals_s), rng)
+    lat = np.empty(len(stream.arrivals_s))
+    for k, seg in enumerate(segs):
+        mask = route == k
+        if mask.any():
+            curve = table.curve(seg.model, seg.kind, seg.procs)
+            lat[mask] = _segment_latencies_ms(
+                stream.arrivals_s[mask], seg, curve, svc.slo_ms, batching == "timeout"
+            )
+    return lat
