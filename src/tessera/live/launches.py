@@ -161,10 +161,12 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
                       max_runtime_s=job.max_runtime_s or queue.max_runtime_s,
                       grace_s=svc.opts.grace_s, share_with=host,
                       progress=progress_for(svc, a.job_id, a.run))
+    svc.power.begin(svc.store, a, job.power_limit_w, job.spec.exclusive, host, svc.clock())
     try:
         svc.executor.launch(spec)
     except Exception as e:  # any launch failure is the run's failure
         with svc.store.tx() as db:
+            svc.power.end(svc.store, db, a, svc.clock())
             svc.store.set_allocation(db, a.job_id, a.run, status="running",
                                       started_s=svc.clock())
             a2 = svc.store.allocation(a.job_id, a.run)

@@ -27,6 +27,8 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
                                 # policy's co-location); default true, and false is accepted
                                 # only on a queue whose config says sharing: true
     memory_gib: 12              # optional: per-GPU memory estimate; a pair must fit together
+    power_limit_w: 200          # optional: per-GPU power limit for each run, set through NVML
+                                # where the run holds its GPUs alone (docs/energy.md, Live)
 
 An **elastic** job (Pollux, Sia) gives ranges instead of numbers; the scheduler may then run it
 on any GPU count and global batch inside them, resizing it by checkpoint-restart::
@@ -165,6 +167,7 @@ class JobRequest(BaseModel):
     parallelism: Literal["data", "3d"] = "data"
     exclusive: bool | None = Field(None, strict=True)
     memory_gib: float | None = Field(None, gt=0, le=1e5, allow_inf_nan=False)
+    power_limit_w: float | None = Field(None, gt=0, le=1e4, allow_inf_nan=False)
 
     @field_validator("command")
     @classmethod
