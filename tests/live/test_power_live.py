@@ -162,3 +162,21 @@ def test_without_nvml_the_job_runs_unchanged_and_says_so(
                 "(nvidia-ml-py is not installed); the run runs unchanged"]
     finally:
         svc.stop()
+
+
+def test_an_executor_that_does_not_apply_limits_says_so(tmp_path: Path, nv: Nvml) -> None:
+    """Ray's rank hosts do not apply limits yet: such a run runs unchanged, with its event
+    (the executor's name is what RunPower goes by; the run itself is local here)."""
+    svc = _service(tmp_path, nv)
+    svc.power = RunPower(svc.work_dir / "power", "ray", svc.cluster, nvml=nv)
+    svc.start()
+    try:
+        with TestClient(create_app(svc)) as client:
+            job_id = _submit(client, gpus=2, power_limit_w=200)
+            wait_for_job(svc, job_id)
+            assert nv.sets == []
+            assert _power_events(client, job_id) == [
+                "run 1: power limit 200 W not set: the ray executor does not apply per-run "
+                "power limits yet; the run runs unchanged"]
+    finally:
+        svc.stop()
