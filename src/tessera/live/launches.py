@@ -63,6 +63,7 @@ def confirm(svc: ServiceParts, a: Allocation, now_s: float) -> None:
     why = f"{st.detail}; trying again in {delay_s:g} s"
     with svc.store.tx() as db:
         lifecycle.withdraw_planned(svc.store, db, a.job_id, now_s, st.detail)
+        svc.power.end(svc.store, db, a.job_id, a.run, now_s)  # limits back (live.run_power)
         rec = svc.store.get(a.job_id)
         if rec is not None and rec.state is JobState.ADMITTED:
             svc.store.transition(db, a.job_id, JobState.PENDING, now_s,
@@ -89,6 +90,8 @@ def act(svc: ServiceParts, now_s: float) -> None:
             svc.launching.discard(key)
             if cur is None or cur.status == "done":
                 svc.executor.release(*key)
+                with svc.store.tx() as db:  # a limit never outlives its run (live.run_power)
+                    svc.power.end(svc.store, db, *key, svc.clock())
     capacity = {n.node_id: n.gpus for n in svc.cluster.nodes}
     used: dict[str, int] = {}
     draining: set[str] = set()
@@ -166,7 +169,7 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
         svc.executor.launch(spec)
     except Exception as e:  # any launch failure is the run's failure
         with svc.store.tx() as db:
-            svc.power.end(svc.store, db, a, svc.clock())
+            svc.power.end(svc.store, db, a.job_id, a.run, svc.clock())
             svc.store.set_allocation(db, a.job_id, a.run, status="running",
                                       started_s=svc.clock())
             a2 = svc.store.allocation(a.job_id, a.run)

@@ -165,13 +165,14 @@ class RunPower:
                 for note in notes:
                     store.event(db, now_s, a.job_id, "power", f"run {a.run}: {note}")
 
-    def end(self, store: Store, db: Any, a: Allocation, now_s: float) -> None:
-        """After run ``a`` ended: restore its limits and store its energy, inside the
-        transaction ``db`` that records the end."""
-        done = self.gpu.end(a.job_id, a.run)
+    def end(self, store: Store, db: Any, job_id: str, run: int, now_s: float) -> None:
+        """After run ``(job_id, run)`` ended (or was withdrawn after its launch): restore its
+        limits and store its energy, inside the transaction ``db`` that records the end. A run
+        :meth:`begin` left nothing for is a no-op."""
+        done = self.gpu.end(job_id, run)
         notes = list(done.notes)
         if done.energy_j is not None:
-            run_energy.record(db, a.job_id, a.run, done.energy_j)
+            run_energy.record(db, job_id, run, done.energy_j)
             notes.append(f"energy {done.energy_j:.1f} J")
         for note in notes:
-            store.event(db, now_s, a.job_id, "power", f"run {a.run}: {note}")
+            store.event(db, now_s, job_id, "power", f"run {run}: {note}")

@@ -379,7 +379,7 @@ class LiveService:
             crash_point("before-exit-recorded")
             with self.store.tx() as db:
                 what = lifecycle.finish_run(self.store, db, a, st, now_s, self.speeds)
-                self.power.end(self.store, db, a, now_s)
+                self.power.end(self.store, db, a.job_id, a.run, now_s)
             self.executor.release(a.job_id, a.run)
             self.progress.forget_run(a.job_id, a.run)
             self.signalled.discard((a.job_id, a.run))
