@@ -101,7 +101,8 @@ def _live_job(draw: st.DrawFn) -> LiveJob:
                          .items())),
         model=draw(st.none() | _text), max_runtime_s=draw(st.none() | _finite),
         global_batch=draw(st.none() | st.integers(1, 10**6)),
-        parallelism=draw(st.sampled_from(["data", "3d"])))
+        parallelism=draw(st.sampled_from(["data", "3d"])),
+        power_limit_w=draw(st.none() | _finite))
 
 
 def test_the_strategy_sets_every_field() -> None:

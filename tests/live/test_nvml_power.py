@@ -105,7 +105,7 @@ def test_no_nvml_or_no_gpu_runs_unchanged_and_says_so(tmp_path: Path,
     start = p.begin("j", 1, [0], 200.0)
     assert start.limit_w is None
     assert start.notes == ("power limit not set, energy not measured: NVML unavailable "
-                           "(no GPU)",)
+                           "(no GPU); the run runs unchanged",)
     assert p.end("j", 1).energy_j is None
 
 

@@ -140,6 +140,11 @@ def job_lines(job: dict[str, Any], now_s: float) -> list[str]:
         rows.append(("exit code", str(job["exit_code"])))
     if job.get("speeds"):
         rows.append(("speeds", speeds_text(job["speeds"])))
+    if job.get("energy"):  # NVML's measure of the runs that held their GPUs alone
+        runs = job["energy"]["runs"]
+        rows.append(("energy", f"{job['energy']['total_j'] / 1000:.3g} kJ over {len(runs)} "
+                               "measured run(s): " + ", ".join(
+                                   f"run {r['run']} {r['energy_j'] / 1000:.3g} kJ" for r in runs)))
     rows += _times(job, now_s)
     logs = _logs_kept(job, now_s)
     if logs:

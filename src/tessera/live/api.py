@@ -85,6 +85,7 @@ from tessera.live.limits import BodyLimit
 from tessera.live.metrics import ServiceMetrics
 from tessera.live.names import JobNames
 from tessera.live.progress_api import add_progress_route
+from tessera.live.run_energy import energy_json
 from tessera.live.service import Forbidden
 from tessera.live.spec import MAX_GPUS
 from tessera.live.store import Allocation, JobRecord, NewJob, StoreDamaged
@@ -302,6 +303,7 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
                          for e in svc.store.events(job_id=job_id)]
         out.update(log_retention_json(rec, svc.tenancy.logs.retention_s))
         out["speeds"] = speeds_json(svc, rec)  # measured vs predicted (live.learned)
+        out["energy"] = energy_json(svc.store._read, job_id)  # NVML, per run (live.run_power)
         return JobNames(svc.store, who, [rec]).scrub(out)  # a partner's id, in text or events
 
     @app.post("/api/jobs/{job_id}/cancel")

@@ -70,6 +70,7 @@ def confirm(svc: ServiceParts, a: Allocation, now_s: float) -> None:
     why = f"{st.detail}; trying again in {delay_s:g} s"
     with svc.store.tx() as db:
         lifecycle.withdraw_planned(svc.store, db, a.job_id, now_s, st.detail)
+        svc.power.end(svc.store, db, a.job_id, a.run, now_s)  # limits back (live.run_power)
         rec = svc.store.get(a.job_id)
         if rec is not None and rec.state is JobState.ADMITTED:
             svc.store.transition(db, a.job_id, JobState.PENDING, now_s,
@@ -96,6 +97,8 @@ def act(svc: ServiceParts, now_s: float) -> None:
             svc.launching.discard(key)
             if cur is None or cur.status == "done":
                 svc.executor.release(*key)
+                with svc.store.tx() as db:  # a limit never outlives its run (live.run_power)
+                    svc.power.end(svc.store, db, *key, svc.clock())
     capacity = {n.node_id: n.gpus for n in svc.cluster.nodes}
     used: dict[str, int] = {}
     draining: set[str] = set()
@@ -169,10 +172,12 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
                       grace_s=svc.opts.grace_s, share_with=host,
                       progress=progress_for(svc, a.job_id, a.run),
                       host_by_node=run_host(svc, job.spec, a.placement))
+    svc.power.begin(svc.store, a, job.power_limit_w, job.spec.exclusive, host, svc.clock())
     try:
         svc.executor.launch(spec)
     except Exception as e:  # any launch failure is the run's failure
         with svc.store.tx() as db:
+            svc.power.end(svc.store, db, a.job_id, a.run, svc.clock())
             svc.store.set_allocation(db, a.job_id, a.run, status="running",
                                       started_s=svc.clock())
             a2 = svc.store.allocation(a.job_id, a.run)

@@ -35,6 +35,9 @@ class LiveJob:
         parallelism: ``data`` or ``3d``: each launch plans tensor × pipeline × data
             parallelism for ``model`` on the run's GPUs and exports every rank's role
             (:func:`tessera.live.batches.plan_rank_roles`).
+        power_limit_w: per-GPU power limit the job asks for each run (``None``: none); checked
+            against the GPUs' range at submission and at launch, set only where the run holds
+            its GPUs alone (:mod:`tessera.live.run_power`).
 
     Every field is stored, the spec's too (:mod:`tessera.live.jobcodec`).
     """
@@ -48,6 +51,7 @@ class LiveJob:
     max_runtime_s: float | None = None
     global_batch: int | None = None
     parallelism: str = "data"
+    power_limit_w: float | None = None
 
     @property
     def elastic(self) -> ElasticRange | None:

@@ -16,6 +16,7 @@ from typing import Protocol
 from tessera.live.executors.base import Executor
 from tessera.live.options import ServiceOptions
 from tessera.live.progress import ProgressBook
+from tessera.live.run_power import RunPower
 from tessera.live.speeds import RunSpeeds
 from tessera.live.store import Store
 from tessera.live.tenancy import Tenancy
@@ -53,6 +54,7 @@ class ServiceParts(Protocol):
     backoff: dict[str, tuple[float, float]]
     signalled: set[RunKey]
     progress: ProgressBook
+    power: RunPower
 
     def poke(self) -> None:
         """Wake the loop."""

@@ -52,6 +52,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tessera.live.learned import prior_rate
+from tessera.live.run_energy import energy_metric
 from tessera.live.store import HOLDING, Allocation, Store
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
@@ -209,6 +210,7 @@ class ServiceMetrics(Collector):
         yield from self._jobs(records, holding)
         yield from self._quotas(records, holding)
         yield self._speeds(holding)
+        yield energy_metric(self.svc.store._read)
         cluster = GaugeMetricFamily("tessera_cluster_gpus", "GPUs of the cluster, per flavor.",
                                     labels=["flavor"])
         for flavor, n in self.svc.cluster.gpus_by_flavor().items():

@@ -85,6 +85,10 @@ class GpuPower:
         self._why = ""
         self._loaded = nvml is not None
 
+    def nvml(self) -> Any:
+        """The NVML module (loaded on first use), ``None`` where NVML cannot be used here."""
+        return self._lib()
+
     def _lib(self) -> Any:
         if not self._loaded:
             self._nvml, self._why = load_nvml()
@@ -105,7 +109,8 @@ class GpuPower:
         if nv is None or not gpus:
             why = self._why or "the run holds no GPU"
             return PowerStart(None, (f"power limit not set, energy not measured: NVML "
-                                     f"unavailable ({why})",) if limit_w is not None else
+                                     f"unavailable ({why}); the run runs unchanged",)
+                              if limit_w is not None else
                               (f"energy not measured: NVML unavailable ({why})",))
         handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in gpus]
         start_mj: dict[str, int | None] = {}

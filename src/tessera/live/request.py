@@ -31,6 +31,8 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
       cpus: 6                   # GPU-proportional share of the server); 1.5 or 1500m
       memory: 48Gi              # 48Gi, 512Mi, 64G, or a bare number of GiB
       per: gpu                  # gpu (default: each GPU's worth) or job (the total)
+    power_limit_w: 200          # optional: per-GPU power limit for each run, set through NVML
+                                # where the run holds its GPUs alone (docs/energy.md, Live)
 
 An **elastic** job (Pollux, Sia) gives ranges instead of numbers; the scheduler may then run it
 on any GPU count and global batch inside them, resizing it by checkpoint-restart::
@@ -207,6 +209,7 @@ class JobRequest(BaseModel):
     exclusive: bool | None = Field(None, strict=True)
     memory_gib: float | None = Field(None, gt=0, le=1e5, allow_inf_nan=False)
     host: HostRequest | None = None
+    power_limit_w: float | None = Field(None, gt=0, le=1e4, allow_inf_nan=False)
 
     @field_validator("command")
     @classmethod

@@ -48,6 +48,7 @@ from tessera.live.learned import apply_learned, prior_rate
 from tessera.live.options import ServiceOptions
 from tessera.live.progress import ProgressBook
 from tessera.live.reconcile import reconcile
+from tessera.live.run_power import RunPower
 from tessera.live.slownodes import SlowNodes
 from tessera.live.spec import JobRequest, elastic_choice, to_live_job
 from tessera.live.speeds import RunSpeeds
@@ -142,11 +143,16 @@ class LiveService:
         self.inference: InferenceHook | None = None
         """Inference services on MIG slices (:mod:`tessera.live.inference`), when the service
         has a device layer; their GPUs are taken out of the cluster training sees."""
+        self.power = RunPower(work_dir / "power", executor.name, cluster)
+        """Runs' power limits and energy through NVML (:mod:`.run_power`); tests swap in
+        one over a fake NVML before :meth:`start`."""
 
     # -- lifecycle of the service itself -----------------------------------------------------
 
     def start(self) -> None:
-        """Reconcile with the executor, then start the loop thread."""
+        """Restore power limits a crash left, reconcile with the executor, then start the
+        loop thread."""
+        self.power.recover(self.store, self.clock())
         reconcile(self)
         try:
             info, warnings = host_report(self.executor, self.cluster)
@@ -211,6 +217,7 @@ class LiveService:
         now_s = self.clock()
         job = to_live_job(req, "j-" + secrets.token_hex(5), queue, now_s,
                           self.tenancy.shares(queue), priority)
+        self.power.check_limit(job.power_limit_w)
         reason = infeasibility(job.spec, self.cluster, self.oracle, self.settings.mixed_gangs)
         borrow = quota.borrowing_limit_gpus
         gpus = job.spec.num_gpus
@@ -387,6 +394,7 @@ class LiveService:
             crash_point("before-exit-recorded")
             with self.store.tx() as db:
                 what = lifecycle.finish_run(self.store, db, a, st, now_s, self.speeds)
+                self.power.end(self.store, db, a.job_id, a.run, now_s)
             self.executor.release(a.job_id, a.run)
             self.progress.forget_run(a.job_id, a.run)
             self.signalled.discard((a.job_id, a.run))

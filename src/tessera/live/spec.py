@@ -140,4 +140,5 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float,
         host=req.host.demand() if req.host is not None else None,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
-                   req.model, req.max_runtime_s, req.initial_batch, req.parallelism)
+                   req.model, req.max_runtime_s, req.initial_batch, req.parallelism,
+                   power_limit_w=req.power_limit_w)

@@ -301,7 +301,7 @@ class Store(StoreDb):
                 gone.append(row[0])
                 freed += int(row[1])
             rows.close()
-            for table in ("jobs", "events", "allocations", "idempotency_keys"):
+            for table in ("jobs", "events", "allocations", "idempotency_keys", "run_energy"):
                 db.executemany(f"DELETE FROM {table} WHERE job_id=?", [(j,) for j in gone])
             if gone:
                 self._event(db, now_s, None, "pruned", None, None,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import TesseraError
-from tessera.live import idempotency, memory
+from tessera.live import idempotency, memory, run_energy
 from tessera.live.layout import create_private_file
 
 _SCHEMA = """
@@ -92,7 +92,7 @@ class StoreDb:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA + memory.SCHEMA + idempotency.SCHEMA)
+        self._db.executescript(_SCHEMA + memory.SCHEMA + idempotency.SCHEMA + run_energy.SCHEMA)
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(allocations)")}
         if "global_batch_samples" not in columns:  # a state file from before elastic jobs
             self._db.execute("ALTER TABLE allocations ADD COLUMN global_batch_samples INTEGER")
