@@ -276,12 +276,21 @@ def _sia_64() -> ClusterSpec:
     return ClusterSpec("sia-64", tuple(nodes))
 
 
+def _synergy_128() -> ClusterSpec:
+    """Synergy's simulated cluster (OSDI'22, section 5; its ``configs/default_cluster.ini``):
+    16 servers of 8 V100s, each with 24 CPU cores and 500 GB of host memory -- 3 CPUs and
+    62.5 GB per GPU, the GPU-proportional share its profiles are normalised to."""
+    return ClusterSpec("synergy-128", tuple(make_nodes(_V100, 16, 8, rack="synergy",
+                                                       cpu_cores=24, mem_gib=500)))
+
+
 PRESETS = {
     "gavel-108": _gavel_108,
     "philly": _philly,
     "pai-2020": _pai_2020,
     "modern-mixed": _modern_mixed,
     "sia-64": _sia_64,
+    "synergy-128": _synergy_128,
 }
 
 

@@ -41,6 +41,7 @@ from tessera.sched.core.free_book import FreeBook
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.resources.speed import host_speedup
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
@@ -326,6 +327,8 @@ class SimWorld:
         its GPUs, and schedule its completion and any failure."""
         rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
                 else self.truth.placement_rate(job.spec, p))
+        if job.spec.sensitivity is not None:  # CPUs and memory it holds (Synergy's profiles)
+            rate *= host_speedup(job.spec, p, self.cluster)
         if job.state is JobState.PENDING:
             job.pending_s += t_s - job.pending_since_s
             move(job, JobState.ADMITTED)

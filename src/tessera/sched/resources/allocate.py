@@ -1,0 +1,200 @@
+"""Synergy's CPU and memory allocations, run after any policy has placed the GPUs.
+
+A base policy (FIFO, SRTF, LAS, finish-time fairness ...) ranks jobs and the core places their
+GPUs; a *resource mode* (``-p fifo:resources=tune``) then decides how many CPUs and how much
+host memory each newly started gang gets on each of its nodes, and writes it into
+``Placement.host_by_node``. The modes are Synergy's (Mohan et al., OSDI'22):
+
+``proportional``
+    Synergy's "fair": every gang gets its GPUs' share of the node (8 GPUs, 24 CPUs, 500 GB:
+    3 CPUs and 62.5 GB per GPU), whatever it would gain from more.
+``greedy``
+    Synergy-GREEDY: a gang gets its whole demand (the least CPUs and memory per GPU at which
+    its profile reaches its best speed, or its own ``HostDemand``) or does not start this
+    round -- the GPUs it was given stay free, which is GREEDY's fragmentation.
+``tune``
+    Synergy-TUNE: its demand where the node can spare it, else the best point of its profile
+    the node can spare, never below the proportional share; a job that needs less than
+    proportional (a language model: 1 CPU per GPU) takes only that and leaves the rest to
+    others. "Spare" keeps the proportional share of the node's *other free GPUs* in reserve,
+    so every later gang can still get its proportional share without taking anything back.
+``opt``
+    Synergy-OPT's LP relaxation (:mod:`tessera.sched.resources.opt`): the newly started gangs'
+    CPUs and memory chosen together to maximise their summed speed, rounded down to measured
+    points (the LP's value is an upper bound the rounding cannot beat).
+
+Until the core books CPUs and memory itself (issue 33, part 1), these allocators are what keeps
+a node from being over-committed: the free CPUs and memory of a node are its size minus what
+every running gang holds (:func:`~tessera.sched.resources.speed.host_held`), and no mode ever
+gives more than that.
+
+Difference from Synergy's simulator, said plainly: Synergy re-allocates every job's CPUs each
+300 s round (taking back what a TUNE job got beyond its share when a newcomer needs it); here
+a running gang keeps what it was given until it stops, and TUNE's reserve replaces the
+take-back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Literal, get_args
+
+from tessera.errors import SpecError
+from tessera.model.jobs import JobId, JobSpec
+from tessera.model.resources import proportional_share
+from tessera.sched.core.lp import LpSolver
+from tessera.sched.core.reasons import CannotRun, PendingKind, PendingReason
+from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.resources.opt import opt_hosts
+from tessera.sched.resources.speed import best_point_within, host_held, node_sizes
+
+HostMode = Literal["proportional", "greedy", "tune", "opt"]
+HOST_MODES: tuple[str, ...] = get_args(HostMode)
+_EPS = 1e-9
+
+
+def check_mode(mode: object) -> HostMode:
+    """``mode`` as a :data:`HostMode`.
+
+    Raises:
+        SpecError: anything else, naming the modes.
+    """
+    if mode not in HOST_MODES:
+        raise SpecError(f"resources={mode!r}: choose one of {', '.join(HOST_MODES)}")
+    return mode  # type: ignore[return-value]
+
+
+def free_host(snapshot: Snapshot) -> dict[str, list[float]]:
+    """``node_id -> [free cpus, free mem_gib]``: each node's size less what its running gangs
+    hold (never below zero)."""
+    sizes = node_sizes(snapshot.cluster)
+    free = {n: [c, m] for n, (_g, c, m) in sizes.items()}
+    for j in snapshot.jobs:
+        if j.running and j.placement is not None:
+            for node_id, cpus, mem in host_held(j.spec, j.placement, snapshot.cluster):
+                f = free[node_id]
+                f[0] = max(f[0] - cpus, 0.0)
+                f[1] = max(f[1] - mem, 0.0)
+    return free
+
+
+def ideal_per_gpu(spec: JobSpec, node_cpus_per_gpu: float,
+                  node_mem_per_gpu: float) -> tuple[float, float]:
+    """A job's demand per GPU: the least CPUs (then memory) at which its profile reaches its
+    best speed; else its ``HostDemand``; else the node's proportional share."""
+    sens = spec.sensitivity
+    if sens is not None:
+        top = max(p.speedup for p in sens.points)
+        best = min((p for p in sens.points if p.speedup >= top - _EPS),
+                   key=lambda p: (p.cpus_per_gpu, p.mem_gib_per_gpu))
+        return best.cpus_per_gpu, best.mem_gib_per_gpu
+    if spec.host is not None:
+        return spec.host.per_gpu_amounts(spec.num_gpus)
+    return node_cpus_per_gpu, node_mem_per_gpu
+
+
+Allocation = tuple[dict[JobId, Placement], tuple[JobId, ...], dict[JobId, PendingReason]]
+"""A round's ``(placements, started, pending)`` after the CPUs and memory were chosen."""
+
+
+def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
+                   started_in: tuple[JobId, ...], pending_in: Mapping[JobId, PendingReason],
+                   mode: HostMode, solver: LpSolver | None = None) -> Allocation:
+    """A round's placements with CPUs and memory chosen by ``mode`` for every gang it starts.
+
+    Gangs are served in the order the round started them (the policy's rank order); a GREEDY
+    gang whose demand does not fit is taken out of the round and waits, with the node and the
+    CPUs or memory it lacked as its reason.
+    """
+    placements = dict(placements_in)
+    pending = dict(pending_in)
+    if not started_in:
+        return placements, started_in, pending
+    sizes = node_sizes(snapshot.cluster)
+    free = free_host(snapshot)
+    free_gpus = _free_gpus_after(placements, sizes)
+    by_id = {j.spec.job_id: j.spec for j in snapshot.jobs}
+    started: list[JobId] = []
+    if mode == "opt":
+        chosen = opt_hosts([(by_id[j], placements[j]) for j in started_in], free, sizes,
+                           solver)
+        for jid in started_in:
+            placements[jid] = replace(placements[jid], host_by_node=chosen[jid])
+        return placements, started_in, pending
+    for jid in started_in:
+        spec, p = by_id[jid], placements[jid]
+        host = _one(spec, p, mode, free, free_gpus, sizes)
+        if isinstance(host, str):
+            del placements[jid]
+            for node_id, g in p.gpus_by_node:
+                free_gpus[node_id] += g
+            pending[jid] = PendingReason(PendingKind.CAPACITY, CannotRun(host))
+            continue
+        for node_id, cpus, mem in host:
+            free[node_id][0] -= cpus
+            free[node_id][1] -= mem
+        placements[jid] = replace(p, host_by_node=host)
+        started.append(jid)
+    return placements, tuple(started), pending
+
+
+def _free_gpus_after(placements: Mapping[JobId, Placement],
+                     sizes: Mapping[str, tuple[int, float, float]]) -> dict[str, int]:
+    """Free GPUs per node once the round's placements all run."""
+    free = {n: g for n, (g, _c, _m) in sizes.items()}
+    for p in placements.values():
+        for node_id, g in p.gpus_by_node:
+            free[node_id] -= g
+    return free
+
+
+def _one(spec: JobSpec, p: Placement, mode: HostMode, free: dict[str, list[float]],
+         free_gpus: Mapping[str, int], sizes: Mapping[str, tuple[int, float, float]],
+         ) -> tuple[tuple[str, float, float], ...] | str:
+    """One gang's ``host_by_node``, or why (GREEDY) it cannot start."""
+    out = []
+    for node_id, g in p.gpus_by_node:
+        ng, nc, nm = sizes[node_id]
+        prop_c, prop_m = proportional_share(1, ng, nc, nm)
+        fc, fm = free[node_id]
+        if mode == "proportional":
+            want_c, want_m = prop_c, prop_m
+        else:
+            want_c, want_m = ideal_per_gpu(spec, prop_c, prop_m)
+        if mode == "greedy":
+            if want_c * g > fc + _EPS or want_m * g > fm + _EPS:
+                what = "CPUs" if want_c * g > fc + _EPS else "GiB of host memory"
+                have = fc if what == "CPUs" else fm
+                need = want_c * g if what == "CPUs" else want_m * g
+                return (f"needs {need:g} {what} on {node_id} for its best speed "
+                        f"(resources=greedy); {have:g} free")
+        elif mode == "tune":
+            reserve_c, reserve_m = prop_c * free_gpus[node_id], prop_m * free_gpus[node_id]
+            spare_c = max(fc - reserve_c, 0.0) / g
+            spare_m = max(fm - reserve_m, 0.0) / g
+            floor_c, floor_m = min(want_c, prop_c), min(want_m, prop_m)
+            if want_c > spare_c + _EPS or want_m > spare_m + _EPS:
+                want_c, want_m = _tuned(spec, max(spare_c, floor_c), max(spare_m, floor_m),
+                                        floor_c, floor_m)
+        want_c, want_m = min(want_c * g, fc), min(want_m * g, fm)
+        out.append((node_id, _round(want_c), _round(want_m)))
+    return tuple(out)
+
+
+def _tuned(spec: JobSpec, cap_c: float, cap_m: float, floor_c: float,
+           floor_m: float) -> tuple[float, float]:
+    """TUNE's fallback per GPU: the fastest profile point within ``cap``, at least the floor."""
+    if spec.sensitivity is None:
+        return min(cap_c, max(floor_c, 0.0)), min(cap_m, max(floor_m, 0.0))
+    pt = best_point_within(spec.sensitivity, cap_c, cap_m)
+    if pt is None or pt.speedup < spec.sensitivity.speedup_at(floor_c, floor_m):
+        return floor_c, floor_m
+    return pt.cpus_per_gpu, max(pt.mem_gib_per_gpu, floor_m)
+
+
+def _round(x: float) -> float:
+    """Drop float dust (3.0000000001 CPUs) so books add up exactly."""
+    r = round(x, 6)
+    return 0.0 if math.isclose(r, 0.0, abs_tol=1e-9) else r
