@@ -47,6 +47,7 @@ from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
+from tessera.sim.host_retune import retune
 from tessera.sim.metrics import (
     Counters,
     Sample,
@@ -224,6 +225,10 @@ class SimWorld:
         for job in started:
             self.start(job, d.placements[job.spec.job_id], t_s)
             job.set_wait(None, t_s)
+        if self.policy.host_mode in ("tune", "opt"):  # running gangs' CPUs changed
+            self._catch_up()
+            retune(self.running.values(), d.placements, t_s, self.truth, self.cluster,
+                   self.schedule, COMPLETE, FAIL)
         if self.elastic is not None:
             self._catch_up()
             self.elastic.refresh(t_s, self.schedule, COMPLETE, FAIL)

@@ -13,25 +13,29 @@ host memory each newly started gang gets on each of its nodes, and writes it int
     its profile reaches its best speed, or its own ``HostDemand``) or does not start this
     round -- the GPUs it was given stay free, which is GREEDY's fragmentation.
 ``tune``
-    Synergy-TUNE: its demand where the node can spare it, else the best point of its profile
-    the node can spare, never below the proportional share; a job that needs less than
-    proportional (a language model: 1 CPU per GPU) takes only that and leaves the rest to
-    others. "Spare" keeps the proportional share of the node's *other free GPUs* in reserve,
-    so every later gang can still get its proportional share without taking anything back.
+    Synergy-TUNE: its demand where the node has it free; else the fastest point of its profile
+    the node has free, never below its proportional share (or its demand, when that is less:
+    a language model needing 1 CPU per GPU takes 1). When the node has less than that free,
+    TUNE *takes back* what running gangs on it hold beyond their own proportional share
+    (largest excess first) until the newcomer's share is free: those gangs keep their GPUs and
+    slow down to what they still hold (the simulator re-times them,
+    :mod:`tessera.sim.host_retune`).
 ``opt``
-    Synergy-OPT's LP relaxation (:mod:`tessera.sched.resources.opt`): the newly started gangs'
-    CPUs and memory chosen together to maximise their summed speed, rounded down to measured
-    points (the LP's value is an upper bound the rounding cannot beat).
+    Synergy-OPT's LP relaxation (:mod:`tessera.sched.resources.opt`): the CPUs and memory of
+    the newly started gangs *and of every running gang sharing a node with them* chosen again,
+    together, to maximise their summed speed, rounded down to measured points (the LP's value
+    is an upper bound the rounding cannot beat). Running gangs whose share changed keep their
+    GPUs and are re-timed, as under TUNE.
 
 Until the core books CPUs and memory itself (issue 33, part 1), these allocators are what keeps
 a node from being over-committed: the free CPUs and memory of a node are its size minus what
 every running gang holds (:func:`~tessera.sched.resources.speed.host_held`), and no mode ever
 gives more than that.
 
-Difference from Synergy's simulator, said plainly: Synergy re-allocates every job's CPUs each
-300 s round (taking back what a TUNE job got beyond its share when a newcomer needs it); here
-a running gang keeps what it was given until it stops, and TUNE's reserve replaces the
-take-back.
+Difference from Synergy's simulator, said plainly: Synergy re-allocates every job's CPUs at
+each 300 s round from scratch; here a running gang keeps what it was given until a TUNE
+newcomer needs some of it back (then it is cut to its share, never below), and nothing is
+handed back to a cut gang when CPUs free up later.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from dataclasses import replace
 from typing import Literal, get_args
 
 from tessera.errors import SpecError
+from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobSpec
 from tessera.model.resources import proportional_share
 from tessera.sched.core.lp import LpSolver
@@ -114,22 +119,18 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
         return placements, started_in, pending
     sizes = node_sizes(snapshot.cluster)
     free = free_host(snapshot)
-    free_gpus = _free_gpus_after(placements, sizes)
     by_id = {j.spec.job_id: j.spec for j in snapshot.jobs}
     started: list[JobId] = []
     if mode == "opt":
-        chosen = opt_hosts([(by_id[j], placements[j]) for j in started_in], free, sizes,
-                           solver)
-        for jid in started_in:
-            placements[jid] = replace(placements[jid], host_by_node=chosen[jid])
-        return placements, started_in, pending
+        return _opt(snapshot, placements, started_in, free, by_id, solver), started_in, pending
+    held = _held_by_node(snapshot) if mode == "tune" else {}
     for jid in started_in:
         spec, p = by_id[jid], placements[jid]
-        host = _one(spec, p, mode, free, free_gpus, sizes)
+        if mode == "tune":
+            _take_back(spec, p, free, held, snapshot.cluster, placements)
+        host = _one(spec, p, mode, free, sizes)
         if isinstance(host, str):
             del placements[jid]
-            for node_id, g in p.gpus_by_node:
-                free_gpus[node_id] += g
             pending[jid] = PendingReason(PendingKind.CAPACITY, CannotRun(host))
             continue
         for node_id, cpus, mem in host:
@@ -140,18 +141,82 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     return placements, tuple(started), pending
 
 
-def _free_gpus_after(placements: Mapping[JobId, Placement],
-                     sizes: Mapping[str, tuple[int, float, float]]) -> dict[str, int]:
-    """Free GPUs per node once the round's placements all run."""
-    free = {n: g for n, (g, _c, _m) in sizes.items()}
-    for p in placements.values():
-        for node_id, g in p.gpus_by_node:
-            free[node_id] -= g
-    return free
+def _opt(snapshot: Snapshot, placements: dict[JobId, Placement], started: tuple[JobId, ...],
+         free: dict[str, list[float]], by_id: Mapping[JobId, JobSpec],
+         solver: LpSolver | None) -> dict[JobId, Placement]:
+    """OPT: one LP over the started gangs and every running gang sharing a node with them
+    (their CPUs and memory are chosen again, so the LP is Synergy's whole-node optimum)."""
+    touched = {n for jid in started for n, _g in placements[jid].gpus_by_node}
+    again = [j for j in snapshot.jobs if j.running and j.placement is not None
+             and j.spec.job_id in placements
+             and any(n in touched for n, _g in j.placement.gpus_by_node)]
+    for j in again:  # their holdings go back into the pool the LP shares out
+        assert j.placement is not None
+        for node_id, cpus, mem in host_held(j.spec, j.placement, snapshot.cluster):
+            free[node_id][0] += cpus
+            free[node_id][1] += mem
+    ids = [j.spec.job_id for j in again] + list(started)
+    chosen = opt_hosts([(by_id[i], placements[i]) for i in ids], free, node_sizes(
+        snapshot.cluster), solver)
+    for i in ids:
+        placements[i] = replace(placements[i], host_by_node=chosen[i])
+    return placements
+
+
+def _floor_per_gpu(spec: JobSpec, prop_c: float, prop_m: float) -> tuple[float, float]:
+    """What TUNE never goes below: the proportional share, or the demand when that is less."""
+    want_c, want_m = ideal_per_gpu(spec, prop_c, prop_m)
+    return min(want_c, prop_c), min(want_m, prop_m)
+
+
+def _held_by_node(snapshot: Snapshot) -> dict[str, list[tuple[JobSpec, Placement]]]:
+    """The running gangs on each node (TUNE's candidates to take back from)."""
+    out: dict[str, list[tuple[JobSpec, Placement]]] = {}
+    for j in snapshot.jobs:
+        if j.running and j.placement is not None:
+            for node_id, _g in j.placement.gpus_by_node:
+                out.setdefault(node_id, []).append((j.spec, j.placement))
+    return out
+
+
+def _take_back(spec: JobSpec, p: Placement, free: dict[str, list[float]],
+               held: dict[str, list[tuple[JobSpec, Placement]]], cluster: ClusterSpec,
+               placements: dict[JobId, Placement]) -> None:
+    """Cut running gangs on ``p``'s nodes back towards their floor until ``spec``'s floor is
+    free there (TUNE); the cut placements replace theirs in ``placements``."""
+    sizes = node_sizes(cluster)
+    for node_id, g in p.gpus_by_node:
+        ng, nc, nm = sizes[node_id]
+        prop_c, prop_m = proportional_share(1, ng, nc, nm)
+        need_c, need_m = (x * g for x in _floor_per_gpu(spec, prop_c, prop_m))
+        f = free[node_id]
+        if f[0] >= need_c - _EPS and f[1] >= need_m - _EPS:
+            continue
+        others = held.get(node_id, [])
+        excess = []
+        for k, (o_spec, o_p) in enumerate(others):
+            cur = placements.get(o_spec.job_id, o_p)
+            og = dict(cur.gpus_by_node)[node_id]
+            fc, fm = (x * og for x in _floor_per_gpu(o_spec, prop_c, prop_m))
+            hold = {n: (c, m) for n, c, m in host_held(o_spec, cur, cluster)}
+            hc, hm = hold[node_id]
+            if hc > fc + _EPS or hm > fm + _EPS:
+                excess.append((hc - fc, k, o_spec, cur, hc, hm, fc, fm))
+        for _x, _k, o_spec, cur, hc, hm, fc, fm in sorted(excess, key=lambda e: (-e[0], e[1])):
+            if f[0] >= need_c - _EPS and f[1] >= need_m - _EPS:
+                break
+            give_c = min(max(hc - fc, 0.0), max(need_c - f[0], 0.0))
+            give_m = min(max(hm - fm, 0.0), max(need_m - f[1], 0.0))
+            f[0] += give_c
+            f[1] += give_m
+            new = tuple((n, _round(c - give_c), _round(m - give_m)) if n == node_id
+                        else (n, c, m)
+                        for n, c, m in host_held(o_spec, cur, cluster))
+            placements[o_spec.job_id] = replace(cur, host_by_node=new)
 
 
 def _one(spec: JobSpec, p: Placement, mode: HostMode, free: dict[str, list[float]],
-         free_gpus: Mapping[str, int], sizes: Mapping[str, tuple[int, float, float]],
+         sizes: Mapping[str, tuple[int, float, float]],
          ) -> tuple[tuple[str, float, float], ...] | str:
     """One gang's ``host_by_node``, or why (GREEDY) it cannot start."""
     out = []
@@ -170,14 +235,10 @@ def _one(spec: JobSpec, p: Placement, mode: HostMode, free: dict[str, list[float
                 need = want_c * g if what == "CPUs" else want_m * g
                 return (f"needs {need:g} {what} on {node_id} for its best speed "
                         f"(resources=greedy); {have:g} free")
-        elif mode == "tune":
-            reserve_c, reserve_m = prop_c * free_gpus[node_id], prop_m * free_gpus[node_id]
-            spare_c = max(fc - reserve_c, 0.0) / g
-            spare_m = max(fm - reserve_m, 0.0) / g
-            floor_c, floor_m = min(want_c, prop_c), min(want_m, prop_m)
-            if want_c > spare_c + _EPS or want_m > spare_m + _EPS:
-                want_c, want_m = _tuned(spec, max(spare_c, floor_c), max(spare_m, floor_m),
-                                        floor_c, floor_m)
+        elif mode == "tune" and (want_c * g > fc + _EPS or want_m * g > fm + _EPS):
+            floor_c, floor_m = _floor_per_gpu(spec, prop_c, prop_m)
+            want_c, want_m = _tuned(spec, max(fc / g, floor_c), max(fm / g, floor_m),
+                                    floor_c, floor_m)
         want_c, want_m = min(want_c * g, fc), min(want_m * g, fm)
         out.append((node_id, _round(want_c), _round(want_m)))
     return tuple(out)

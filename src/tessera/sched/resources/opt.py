@@ -6,12 +6,13 @@ jobs is as large as possible while no server gives more CPUs or memory than it h
 here, one round's worth:
 
 * a column ``λ[j, k] ∈ [0, 1]`` for each gang ``j`` and each point ``k`` of its profile
-  (CPUs and memory per GPU, speedup), plus a zero point (nothing, speedup 0) so the LP is
-  feasible even on a node that has less than a proportional share left;
+  (CPUs and memory per GPU, speedup); every profile holds its proportional point, so
+  giving every gang its proportional share is always feasible on whole nodes;
 * ``Σ_k λ[j, k] = 1`` for every gang (one row each);
 * for every node ``n`` and for CPUs and memory alike: ``Σ_j Σ_k λ[j, k] · g[j, n] · amount[k]
   ≤ free[n]`` (``g[j, n]``: the gang's GPUs on ``n``);
-* maximise ``Σ_j Σ_k λ[j, k] · speedup[k]``.
+* maximise ``Σ_j Σ_k λ[j, k] · speedup[k]`` (less a tie-breaking ``1e-4`` per node's worth of
+  CPUs or memory taken, so that among equally fast points the smallest wins).
 
 Its optimum is fractional (a job "holds" 7.5 CPUs); :func:`opt_hosts` rounds each gang *down*
 to the fastest measured point within its fractional CPUs and memory, so the rounded
@@ -35,6 +36,10 @@ from tessera.sched.core.snapshot import Placement
 from tessera.sched.resources.speed import best_point_within
 
 Sizes = Mapping[str, tuple[int, float, float]]
+#: Cost of a node's whole CPUs (or memory) in speedup units: small enough never to trade
+#: speed for it, large enough that among equally fast points the LP takes the smallest (else
+#: it would hand out memory nobody trains faster with, and starve the next gang).
+_TIE = 1e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +62,8 @@ class OptLp:
 
 
 def _points(spec: JobSpec, prop: tuple[float, float]) -> list[tuple[float, float, float]]:
-    """``(cpus, mem, speedup)`` per GPU a gang may take (plus the zero point)."""
-    pts = [(0.0, 0.0, 0.0)]
+    """``(cpus, mem, speedup)`` per GPU a gang may take."""
+    pts: list[tuple[float, float, float]] = []
     if spec.sensitivity is not None:
         pts += [(p.cpus_per_gpu, p.mem_gib_per_gpu, p.speedup) for p in spec.sensitivity.points]
     elif spec.host is not None:
@@ -88,7 +93,7 @@ def build_opt_lp(gangs: Sequence[tuple[JobSpec, Placement]], free: Mapping[str, 
         for c, m, s in _points(spec, proportional_share(1, ng, nc, nm)):
             k = len(cols)
             cols.append((j, c, m))
-            cost.append(s)
+            cost.append(s - _TIE * (c / nc + m / nm))  # equal speed: the smaller point
             rows.append(j)
             colidx.append(k)
             vals.append(1.0)
