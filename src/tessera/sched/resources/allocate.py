@@ -228,6 +228,8 @@ def _one(spec: JobSpec, p: Placement, mode: HostMode, free: dict[str, list[float
             want_c, want_m = prop_c, prop_m
         else:
             want_c, want_m = ideal_per_gpu(spec, prop_c, prop_m)
+            # a demand over the whole server is capped at it (as Synergy caps it)
+            want_c, want_m = min(want_c, nc / g), min(want_m, nm / g)
         if mode == "greedy":
             if want_c * g > fc + _EPS or want_m * g > fm + _EPS:
                 what = "CPUs" if want_c * g > fc + _EPS else "GiB of host memory"
