@@ -19,7 +19,7 @@ host memory each newly started gang gets on each of its nodes, and writes it int
     TUNE *takes back* what running gangs on it hold beyond their own proportional share
     (largest excess first) until the newcomer's share is free: those gangs keep their GPUs and
     slow down to what they still hold (the simulator re-times them,
-    :mod:`tessera.sim.host_retune`).
+    :mod:`tessera.sim.host_retune`), and get it back when CPUs free up again.
 ``opt``
     Synergy-OPT's LP relaxation (:mod:`tessera.sched.resources.opt`): the CPUs and memory of
     the newly started gangs *and of every running gang sharing a node with them* chosen again,
@@ -33,9 +33,10 @@ every running gang holds (:func:`~tessera.sched.resources.speed.host_held`), and
 gives more than that.
 
 Difference from Synergy's simulator, said plainly: Synergy re-allocates every job's CPUs at
-each 300 s round from scratch; here a running gang keeps what it was given until a TUNE
-newcomer needs some of it back (then it is cut to its share, never below), and nothing is
-handed back to a cut gang when CPUs free up later.
+each 300 s round from scratch; here TUNE changes running gangs only at decisions (events):
+a newcomer takes back what it needs (down to the others' shares, never below), and at every
+decision running gangs short of their demand get what their nodes have free again
+(oldest first). GREEDY and proportional never change a running gang.
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ from tessera.sched.resources.speed import best_point_within, host_held, node_siz
 
 HostMode = Literal["proportional", "greedy", "tune", "opt"]
 HOST_MODES: tuple[str, ...] = get_args(HostMode)
+#: One line per mode, for ``tessera policies``.
+HOST_MODE_SUMMARIES: tuple[tuple[str, str], ...] = (
+    ("proportional", "Synergy's fair: CPUs and memory in proportion to GPUs."),
+    ("greedy", "Synergy-GREEDY: each gang's best-speed demand, or it waits."),
+    ("tune", "Synergy-TUNE: demand where free, else the best that fits, never below the "
+             "proportional share (taken back from gangs holding more)."),
+    ("opt", "Synergy-OPT: an LP over the gangs sharing the nodes (upper bound), rounded down."),
+)
 _EPS = 1e-9
 
 
@@ -115,7 +124,7 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     """
     placements = dict(placements_in)
     pending = dict(pending_in)
-    if not started_in:
+    if not started_in and mode != "tune":  # (TUNE gives freed CPUs back at every decision)
         return placements, started_in, pending
     sizes = node_sizes(snapshot.cluster)
     free = free_host(snapshot)
@@ -138,6 +147,8 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
             free[node_id][1] -= mem
         placements[jid] = replace(p, host_by_node=host)
         started.append(jid)
+    if mode == "tune":
+        _top_up(snapshot, placements, free)
     return placements, tuple(started), pending
 
 
@@ -161,6 +172,39 @@ def _opt(snapshot: Snapshot, placements: dict[JobId, Placement], started: tuple[
     for i in ids:
         placements[i] = replace(placements[i], host_by_node=chosen[i])
     return placements
+
+
+def _top_up(snapshot: Snapshot, placements: dict[JobId, Placement],
+            free: dict[str, list[float]]) -> None:
+    """TUNE's give-back: running gangs (oldest first) that hold less than their demand get
+    the best point the free CPUs and memory of their nodes now allow -- what Synergy's
+    next round would give them."""
+    sizes = node_sizes(snapshot.cluster)
+    for j in snapshot.jobs:
+        cur = placements.get(j.spec.job_id)
+        if not j.running or cur is None or j.spec.sensitivity is None:
+            continue
+        held = host_held(j.spec, cur, snapshot.cluster)
+        new = []
+        for (node_id, c, m), (_n, g) in zip(held, cur.gpus_by_node, strict=True):
+            ng, nc, nm = sizes[node_id]
+            want_c, want_m = ideal_per_gpu(j.spec, *proportional_share(1, ng, nc, nm))
+            want_c, want_m = min(want_c, nc / g), min(want_m, nm / g)
+            f = free[node_id]
+            if c >= want_c * g - _EPS and m >= want_m * g - _EPS:
+                new.append((node_id, c, m))
+                continue
+            pt = best_point_within(j.spec.sensitivity, min(want_c, (c + f[0]) / g),
+                                   min(want_m, (m + f[1]) / g))
+            if pt is None or pt.speedup <= j.spec.sensitivity.speedup_at(c / g, m / g):
+                new.append((node_id, c, m))
+                continue
+            nc_, nm_ = max(pt.cpus_per_gpu * g, c), max(pt.mem_gib_per_gpu * g, m)
+            f[0] -= nc_ - c
+            f[1] -= nm_ - m
+            new.append((node_id, _round(nc_), _round(nm_)))
+        if tuple(new) != held:
+            placements[j.spec.job_id] = replace(cur, host_by_node=tuple(new))
 
 
 def _floor_per_gpu(spec: JobSpec, prop_c: float, prop_m: float) -> tuple[float, float]:
