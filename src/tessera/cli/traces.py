@@ -75,8 +75,10 @@ def generate(
     jobs_per_hour: float = typer.Option(20.0, "--jobs-per-hour", help="Mean arrival rate: "
                                         "Poisson arrivals, first job at t = 0."),
     seed: int = SEED,
-    multi_gpu: bool = typer.Option(True, "--multi-gpu/--single-gpu", help="Gang sizes "
-                                   "1/2/4/8 GPUs (70/10/15/5 %), or 1 GPU for every job."),
+    multi_gpu: bool | None = typer.Option(None, "--multi-gpu/--single-gpu", help="Gang sizes "
+                                          "1/2/4/8 GPUs (70/10/15/5 %), or 1 GPU for every "
+                                          "job. Default: multi-GPU for gavel, single-GPU for "
+                                          "synergy (each simulator's default)."),
     multi_priority: bool = typer.Option(False, "--multi-priority", help="Give 20 % of jobs "
                                         "priority weight 5."),
     style: str = typer.Option("gavel", "--style", help="gavel (Gavel's generator, a TSV) or "
@@ -102,21 +104,13 @@ def generate(
     if style not in ("gavel", "synergy"):
         raise typer.BadParameter(f"choose gavel or synergy, got {style!r}", param_hint="--style")
     if style == "synergy":
-        _generate_synergy(out, jobs, jobs_per_hour, seed, split, _flag_given("--multi-gpu"))
+        _generate_synergy(out, jobs, jobs_per_hour, seed, split, bool(multi_gpu))
         return
-    workload = generate_gavel_like(jobs, jobs_per_hour, seed, multi_gpu=multi_gpu,
+    workload = generate_gavel_like(jobs, jobs_per_hour, seed, multi_gpu=multi_gpu is not False,
                                    multi_priority=multi_priority)
     write_gavel_tsv(workload, out)
     typer.echo(f"wrote {len(workload)} jobs to {out} ({workload.notes[0]})")
     typer.echo(f"replay it: tessera simulate -t {out} --compat gavel")
-
-
-def _flag_given(flag: str) -> bool:
-    """Whether ``flag`` was written on the command line (Synergy's default is single-GPU,
-    Gavel's multi-GPU, and the two styles share ``--multi-gpu/--single-gpu``)."""
-    import sys
-
-    return flag in sys.argv
 
 
 def _generate_synergy(out: Path, jobs: int, jobs_per_hour: float, seed: int, split: str,
