@@ -16,7 +16,7 @@ from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import JobId, JobSpec, JobState, Workload
 from tessera.perf.host_profiles import synergy_profile, synergy_profiles
-from tessera.sched.catalog import make_policy, policy_options
+from tessera.sched.catalog import make_policy
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sched.resources.allocate import allocate_hosts
 from tessera.sched.resources.opt import build_opt_lp, opt_hosts
@@ -90,7 +90,6 @@ def test_resources_option_rides_on_any_base_policy() -> None:
         p = make_policy(f"{base}:resources=tune")
         assert p.host_mode == "tune" and p.display_name == f"{base}:resources=tune"
     assert make_policy("fifo").host_mode is None
-    assert any(o[0] == "resources" for o in policy_options("fifo"))
 
 
 def test_bad_resource_modes_are_one_line_errors() -> None:
@@ -202,3 +201,14 @@ def test_tune_re_times_the_gang_it_takes_cpus_from() -> None:
     jct2 = {r.job_id: r.jct_s for r in shared.jobs}
     assert jct2["0"] > jct["0"] * 1.01 or jct2["1"] > jct["1"] * 1.01  # type: ignore[operator]
     assert all(r.preemptions == 0 for r in shared.jobs)
+
+
+def test_tessera_policies_shows_the_resource_modes() -> None:
+    from typer.testing import CliRunner
+
+    from tessera.cli import app
+
+    out = CliRunner().invoke(app, ["policies"], terminal_width=200).output
+    assert "resources=" in out
+    for mode in ("proportional", "Synergy-GREEDY", "Synergy-TUNE", "Synergy-OPT"):
+        assert mode in out

@@ -44,7 +44,7 @@ from tessera.sched.policies.las import LeastAttainedService
 from tessera.sched.policies.pollux import Pollux
 from tessera.sched.policies.shortest import ShortestJobFirst, ShortestRemainingTimeFirst
 from tessera.sched.policies.sia import Sia
-from tessera.sched.resources.allocate import HOST_MODES, HostMode, check_mode
+from tessera.sched.resources.allocate import HostMode, check_mode
 
 #: ``(name, one-line summary, class)`` of every built-in policy, in registration order.
 _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
@@ -186,13 +186,11 @@ def _text(value: Any) -> str:
 
 
 def policy_options(name: str) -> list[tuple[str, str, str]]:
-    """``(option, default, description)`` for every option of the policy ``name``."""
+    """``(option, default, description)`` for every option of the policy ``name`` (its
+    ``Config``; the ``resources=`` mode every policy takes is listed by ``tessera policies``)."""
     config = POLICIES.get(_registry_name(parse_policy_spec(name)[0])[0]).Config
     return [(key, _text(field.default), field.description or "")
-            for key, field in config.model_fields.items()] + [
-        (HOST_OPTION, "none",
-         "CPUs and host memory per gang (Synergy): " + "|".join(HOST_MODES)
-         + "; none = GPUs only")]
+            for key, field in config.model_fields.items()]
 
 
 def gavel_loop_only(policy: Policy, shares_gpus: bool = False,
