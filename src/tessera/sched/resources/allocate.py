@@ -85,8 +85,8 @@ def free_host(snapshot: Snapshot) -> dict[str, list[float]]:
     hold (never below zero)."""
     sizes = node_sizes(snapshot.cluster)
     free = {n: [c, m] for n, (_g, c, m) in sizes.items()}
-    for j in snapshot.jobs:
-        if j.running and j.placement is not None:
+    for j in snapshot.split().running:
+        if j.placement is not None:
             for node_id, cpus, mem in host_held(j.spec, j.placement, snapshot.cluster):
                 f = free[node_id]
                 f[0] = max(f[0] - cpus, 0.0)
@@ -128,7 +128,8 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
         return placements, started_in, pending
     sizes = node_sizes(snapshot.cluster)
     free = free_host(snapshot)
-    by_id = {j.spec.job_id: j.spec for j in snapshot.jobs}
+    wanted = set(started_in)
+    by_id = {j.spec.job_id: j.spec for j in snapshot.jobs if j.spec.job_id in wanted}
     started: list[JobId] = []
     if mode == "opt":
         return _opt(snapshot, placements, started_in, free, by_id, solver), started_in, pending
@@ -158,16 +159,19 @@ def _opt(snapshot: Snapshot, placements: dict[JobId, Placement], started: tuple[
     """OPT: one LP over the started gangs and every running gang sharing a node with them
     (their CPUs and memory are chosen again, so the LP is Synergy's whole-node optimum)."""
     touched = {n for jid in started for n, _g in placements[jid].gpus_by_node}
-    again = [j for j in snapshot.jobs if j.running and j.placement is not None
-             and j.spec.job_id in placements
+    moved = set(started)
+    again = [j for j in snapshot.split().running if j.placement is not None
+             and j.spec.job_id in placements and j.spec.job_id not in moved
              and any(n in touched for n, _g in j.placement.gpus_by_node)]
+    specs = dict(by_id)
     for j in again:  # their holdings go back into the pool the LP shares out
         assert j.placement is not None
+        specs[j.spec.job_id] = j.spec
         for node_id, cpus, mem in host_held(j.spec, j.placement, snapshot.cluster):
             free[node_id][0] += cpus
             free[node_id][1] += mem
     ids = [j.spec.job_id for j in again] + list(started)
-    chosen = opt_hosts([(by_id[i], placements[i]) for i in ids], free, node_sizes(
+    chosen = opt_hosts([(specs[i], placements[i]) for i in ids], free, node_sizes(
         snapshot.cluster), solver)
     for i in ids:
         placements[i] = replace(placements[i], host_by_node=chosen[i])
@@ -180,9 +184,9 @@ def _top_up(snapshot: Snapshot, placements: dict[JobId, Placement],
     the best point the free CPUs and memory of their nodes now allow -- what Synergy's
     next round would give them."""
     sizes = node_sizes(snapshot.cluster)
-    for j in snapshot.jobs:
+    for j in snapshot.split().running:
         cur = placements.get(j.spec.job_id)
-        if not j.running or cur is None or j.spec.sensitivity is None:
+        if cur is None or j.spec.sensitivity is None:
             continue
         held = host_held(j.spec, cur, snapshot.cluster)
         new = []
@@ -216,8 +220,8 @@ def _floor_per_gpu(spec: JobSpec, prop_c: float, prop_m: float) -> tuple[float, 
 def _held_by_node(snapshot: Snapshot) -> dict[str, list[tuple[JobSpec, Placement]]]:
     """The running gangs on each node (TUNE's candidates to take back from)."""
     out: dict[str, list[tuple[JobSpec, Placement]]] = {}
-    for j in snapshot.jobs:
-        if j.running and j.placement is not None:
+    for j in snapshot.split().running:
+        if j.placement is not None:
             for node_id, _g in j.placement.gpus_by_node:
                 out.setdefault(node_id, []).append((j.spec, j.placement))
     return out
