@@ -212,3 +212,17 @@ def test_tessera_policies_shows_the_resource_modes() -> None:
     assert "resources=" in out
     for mode in ("proportional", "Synergy-GREEDY", "Synergy-TUNE", "Synergy-OPT"):
         assert mode in out
+
+
+@pytest.mark.slow
+def test_fig8_ordering_tune_greedy_proportional_at_9_jobs_per_hour() -> None:
+    """Synergy's Fig. 8 ordering at its load: mean JCT TUNE <= GREEDY <= proportional
+    (1,500 single-GPU jobs on synergy-128, jobs 500-1499 measured, seed 0)."""
+    w = generate_synergy_like(1500, 9, 0)
+    mean_h = {}
+    for mode in ("proportional", "greedy", "tune"):
+        r = simulate(w, CLUSTER, f"fifo:resources={mode}")
+        jct = [x.jct_s for x in r.jobs if x.jct_s is not None and 500 <= int(x.job_id) < 1500]
+        assert len(jct) == 1000
+        mean_h[mode] = sum(jct) / len(jct) / 3600
+    assert mean_h["tune"] <= mean_h["greedy"] <= mean_h["proportional"], mean_h
