@@ -54,6 +54,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=5500, help="jobs drawn per run")
     ap.add_argument("--multi-gpu", action="store_true")
     ap.add_argument("--point", action="store_true", help="the published point only (TUNE, 9/h)")
+    ap.add_argument("--per-seed", action="store_true", help="also print each seed's figures")
     a = ap.parse_args()
     split = parse_split(a.split)
     loads = [9.0] if a.point else [float(x) for x in a.loads.split(",")]
@@ -63,7 +64,12 @@ def main() -> None:
     for load in loads:
         for mode in modes:
             t0 = time.perf_counter()
-            res = [run(load, mode, s, split, a.jobs, a.multi_gpu) for s in seeds]
+            res = []
+            for s in seeds:
+                res.append(run(load, mode, s, split, a.jobs, a.multi_gpu))
+                if a.per_seed:
+                    print(f"{'':6} {'seed ' + str(s):>12} {res[-1][0]:10.2f} {res[-1][1]:10.2f}",
+                          flush=True)
             mean_h = float(np.mean([r[0] for r in res]))
             p99_h = float(np.mean([r[1] for r in res]))
             dec = float(np.mean([r[2] for r in res]))
