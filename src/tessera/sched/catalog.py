@@ -44,6 +44,7 @@ from tessera.sched.policies.las import LeastAttainedService
 from tessera.sched.policies.pollux import Pollux
 from tessera.sched.policies.shortest import ShortestJobFirst, ShortestRemainingTimeFirst
 from tessera.sched.policies.sia import Sia
+from tessera.sched.policies.synergy_baselines import DominantResourceFairness, Tetris
 from tessera.sched.resources.allocate import HostMode, check_mode
 
 #: ``(name, one-line summary, class)`` of every built-in policy, in registration order.
@@ -97,6 +98,12 @@ _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
     ("sjf", "Shortest job first (oracle durations); no preemption.", ShortestJobFirst),
     ("srtf", "Shortest remaining time first (oracle durations); preemptive.",
      ShortestRemainingTimeFirst),
+    ("drf",
+     "DRF (Synergy's baseline): smallest dominant share of GPUs, CPUs and memory demanded "
+     "first; preemptive. Pair with resources=greedy|tune.", DominantResourceFairness),
+    ("tetris",
+     "TETRIS as Synergy runs it (oracle durations): smallest remaining time × summed demand "
+     "fractions first; preemptive. Pair with resources=greedy|tune.", Tetris),
     ("sia",
      "Sia (SOSP'23): per round, one (flavor, GPU count) per job by an ILP over normalised goodput "
      "^ p with restart penalties (HiGHS); elastic jobs resized, batch tuned. Use 60 s rounds.",

@@ -80,18 +80,37 @@ def check_mode(mode: object) -> HostMode:
     return mode  # type: ignore[return-value]
 
 
-def free_host(snapshot: Snapshot) -> dict[str, list[float]]:
-    """``node_id -> [free cpus, free mem_gib]``: each node's size less what its running gangs
-    hold (never below zero)."""
+def free_host(snapshot: Snapshot, placements: Mapping[JobId, Placement] | None = None,
+              new: frozenset[JobId] = frozenset()) -> dict[str, list[float]]:
+    """``node_id -> [free cpus, free mem_gib]``: each node's size less what the gangs that
+    keep running hold (never below zero). With a round's ``placements``, a running gang the
+    round preempts holds nothing and one it starts anew (``new``) is left out."""
     sizes = node_sizes(snapshot.cluster)
     free = {n: [c, m] for n, (_g, c, m) in sizes.items()}
     for j in snapshot.split().running:
-        if j.placement is not None:
-            for node_id, cpus, mem in host_held(j.spec, j.placement, snapshot.cluster):
-                f = free[node_id]
-                f[0] = max(f[0] - cpus, 0.0)
-                f[1] = max(f[1] - mem, 0.0)
+        p = j.placement if placements is None else placements.get(j.spec.job_id)
+        if p is None or j.spec.job_id in new:
+            continue
+        for node_id, cpus, mem in host_held(j.spec, p, snapshot.cluster):
+            f = free[node_id]
+            f[0] = max(f[0] - cpus, 0.0)
+            f[1] = max(f[1] - mem, 0.0)
     return free
+
+
+def _kept_in_place(snapshot: Snapshot, placements: dict[JobId, Placement],
+                   started: tuple[JobId, ...]) -> tuple[JobId, ...]:
+    """``started`` less the running gangs the round re-placed on the very same GPUs (a full
+    round builds new placement objects for kept gangs; their CPUs and memory stay theirs)."""
+    running = {j.spec.job_id: j for j in snapshot.split().running}
+    out = []
+    for jid in started:
+        j = running.get(jid)
+        if j is not None and j.placement is not None and placements[jid].same_gpus(j.placement):
+            placements[jid] = j.placement
+            continue
+        out.append(jid)
+    return tuple(out)
 
 
 def ideal_per_gpu(spec: JobSpec, node_cpus_per_gpu: float,
@@ -124,21 +143,25 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     """
     placements = dict(placements_in)
     pending = dict(pending_in)
+    started_in = _kept_in_place(snapshot, placements, started_in)
     if not started_in and mode != "tune":  # (TUNE gives freed CPUs back at every decision)
         return placements, started_in, pending
     sizes = node_sizes(snapshot.cluster)
-    free = free_host(snapshot)
+    free = free_host(snapshot, placements, frozenset(started_in))
     wanted = set(started_in)
     by_id = {j.spec.job_id: j.spec for j in snapshot.jobs if j.spec.job_id in wanted}
     started: list[JobId] = []
     if mode == "opt":
         return _opt(snapshot, placements, started_in, free, by_id, solver), started_in, pending
-    held = _held_by_node(snapshot) if mode == "tune" else {}
+    held = _held_by_node(snapshot, placements, wanted) if mode == "tune" else {}
+    moving = {j.spec.job_id for j in snapshot.split().running} & wanted
     for jid in started_in:
         spec, p = by_id[jid], placements[jid]
         if mode == "tune":
             _take_back(spec, p, free, held, snapshot.cluster, placements)
         host = _one(spec, p, mode, free, sizes)
+        if isinstance(host, str) and jid in moving:  # a running gang the round moves
+            host = _one(spec, p, "tune", free, sizes)  # cannot be left nowhere: as TUNE
         if isinstance(host, str):
             del placements[jid]
             pending[jid] = PendingReason(PendingKind.CAPACITY, CannotRun(host))
@@ -149,7 +172,7 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
         placements[jid] = replace(p, host_by_node=host)
         started.append(jid)
     if mode == "tune":
-        _top_up(snapshot, placements, free)
+        _top_up(snapshot, placements, free, wanted)
     return placements, tuple(started), pending
 
 
@@ -179,14 +202,14 @@ def _opt(snapshot: Snapshot, placements: dict[JobId, Placement], started: tuple[
 
 
 def _top_up(snapshot: Snapshot, placements: dict[JobId, Placement],
-            free: dict[str, list[float]]) -> None:
+            free: dict[str, list[float]], fresh: set[JobId]) -> None:
     """TUNE's give-back: running gangs (oldest first) that hold less than their demand get
     the best point the free CPUs and memory of their nodes now allow -- what Synergy's
     next round would give them."""
     sizes = node_sizes(snapshot.cluster)
     for j in snapshot.split().running:
         cur = placements.get(j.spec.job_id)
-        if cur is None or j.spec.sensitivity is None:
+        if cur is None or j.spec.sensitivity is None or j.spec.job_id in fresh:
             continue
         held = host_held(j.spec, cur, snapshot.cluster)
         new = []
@@ -217,13 +240,15 @@ def _floor_per_gpu(spec: JobSpec, prop_c: float, prop_m: float) -> tuple[float, 
     return min(want_c, prop_c), min(want_m, prop_m)
 
 
-def _held_by_node(snapshot: Snapshot) -> dict[str, list[tuple[JobSpec, Placement]]]:
-    """The running gangs on each node (TUNE's candidates to take back from)."""
+def _held_by_node(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+                  new: set[JobId]) -> dict[str, list[tuple[JobSpec, Placement]]]:
+    """The gangs that keep running on each node (TUNE's candidates to take back from)."""
     out: dict[str, list[tuple[JobSpec, Placement]]] = {}
     for j in snapshot.split().running:
-        if j.placement is not None:
-            for node_id, _g in j.placement.gpus_by_node:
-                out.setdefault(node_id, []).append((j.spec, j.placement))
+        p = placements.get(j.spec.job_id)
+        if p is not None and j.spec.job_id not in new:
+            for node_id, _g in p.gpus_by_node:
+                out.setdefault(node_id, []).append((j.spec, p))
     return out
 
 
