@@ -12,8 +12,10 @@ Printed per (load, mode): mean and p99 JCT (hours) over the measured jobs, avera
 seeds, and the run's decision time; for the published point also the gap to Synergy's
 figures. ``--point`` runs the published point alone.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --point         # ~1 min
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --loads 6,8,9   # ~5 min
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --point --seeds 0,1,2,3,4,5 --per-seed
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --loads 9,8,7 --modes tune,greedy,proportional --seeds 0,1
+
+(each 5,500-job run takes 0.5-7 min on a busy core: a loaded cluster queues thousands of jobs)
 """
 
 from __future__ import annotations
