@@ -12,8 +12,9 @@ Printed per (load, mode): mean and p99 JCT (hours) over the measured jobs, avera
 seeds, and the run's decision time; for the published point also the gap to Synergy's
 figures. ``--point`` runs the published point alone.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --point --seeds 0,1,2,3,4,5 --per-seed
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --loads 9,8,7 --modes tune,greedy,proportional --seeds 0,1
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --point --seeds 0,1,2 --per-seed
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --loads 9,8,7 \
+        --modes tune,greedy,proportional --seeds 0,1
 
 (each 5,500-job run takes 0.5-7 min on a busy core: a loaded cluster queues thousands of jobs)
 """
