@@ -98,16 +98,16 @@ _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
     ("sjf", "Shortest job first (oracle durations); no preemption.", ShortestJobFirst),
     ("srtf", "Shortest remaining time first (oracle durations); preemptive.",
      ShortestRemainingTimeFirst),
+    ("sia",
+     "Sia (SOSP'23): per round, one (flavor, GPU count) per job by an ILP over normalised goodput "
+     "^ p with restart penalties (HiGHS); elastic jobs resized, batch tuned. Use 60 s rounds.",
+     Sia),
     ("drf",
      "DRF (Synergy's baseline): smallest dominant share of GPUs, CPUs and memory demanded "
      "first; preemptive. Pair with resources=greedy|tune.", DominantResourceFairness),
     ("tetris",
      "TETRIS as Synergy runs it (oracle durations): smallest remaining time × summed demand "
      "fractions first; preemptive. Pair with resources=greedy|tune.", Tetris),
-    ("sia",
-     "Sia (SOSP'23): per round, one (flavor, GPU count) per job by an ILP over normalised goodput "
-     "^ p with restart penalties (HiGHS); elastic jobs resized, batch tuned. Use 60 s rounds.",
-     Sia),
 )
 
 
