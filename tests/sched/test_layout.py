@@ -16,7 +16,7 @@ def test_sched_holds_sub_packages_by_concept_not_flat_modules() -> None:
     top = sorted(p.name for p in SCHED.glob("*.py"))
     assert top == ["__init__.py", "catalog.py"]
     packages = sorted(p.name for p in SCHED.iterdir() if (p / "__init__.py").exists())
-    assert packages == ["core", "elastic", "gavel", "mixed", "packing", "policies"]
+    assert packages == ["core", "elastic", "gavel", "mixed", "packing", "policies", "resources"]
     assert not list((SCHED / "policies").glob("gavel*.py"))
 
 

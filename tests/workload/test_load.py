@@ -26,7 +26,7 @@ def test_detection(golden: Path, file: str, fmt: str) -> None:
 
 
 def test_every_reader_has_a_summary() -> None:
-    assert set(READERS.names()) == {"gavel", "philly", "itp", "fgd", "sia"}
+    assert set(READERS.names()) == {"gavel", "philly", "itp", "fgd", "sia", "synergy"}
     assert all(entry.summary for entry in READERS)
 
 

@@ -475,3 +475,11 @@ def _register_policies(app: typer.Typer) -> None:
             t.add_row(info.marked, info.summary + (f" Oracle: reads {info.oracle}."
                                                    if info.oracle else ""))
         Console().print(t)
+        from tessera.sched.resources.allocate import HOST_MODE_SUMMARIES
+
+        modes = Table("resources=", "CPUs and host memory per gang (any policy above that "
+                      "neither shares GPUs nor resizes jobs: fifo:resources=tune)",
+                      header_style="bold")
+        for mode, what in HOST_MODE_SUMMARIES:
+            modes.add_row(mode, what)
+        Console().print(modes)

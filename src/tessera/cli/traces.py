@@ -75,14 +75,24 @@ def generate(
     jobs_per_hour: float = typer.Option(20.0, "--jobs-per-hour", help="Mean arrival rate: "
                                         "Poisson arrivals, first job at t = 0."),
     seed: int = SEED,
-    multi_gpu: bool = typer.Option(True, "--multi-gpu/--single-gpu", help="Gang sizes "
-                                   "1/2/4/8 GPUs (70/10/15/5 %), or 1 GPU for every job."),
+    multi_gpu: bool | None = typer.Option(None, "--multi-gpu/--single-gpu", help="Gang sizes "
+                                          "1/2/4/8 GPUs (70/10/15/5 %), or 1 GPU for every "
+                                          "job. Default: multi-GPU for gavel, single-GPU for "
+                                          "synergy (each simulator's default)."),
     multi_priority: bool = typer.Option(False, "--multi-priority", help="Give 20 % of jobs "
                                         "priority weight 5."),
+    style: str = typer.Option("gavel", "--style", help="gavel (Gavel's generator, a TSV) or "
+                              "synergy (Synergy's Philly-derived workload with CPU/memory "
+                              "profiles, a CSV; single-GPU unless --multi-gpu is given)."),
+    split: str = typer.Option("20,70,10", "--split", help="synergy: percent of image, "
+                              "language and speech jobs."),
 ) -> None:
-    """Write a synthetic trace drawn the way Gavel's simulator draws jobs (docs/workloads.md).
+    """Write a synthetic trace drawn the way Gavel's simulator draws jobs (docs/workloads.md),
+    or, with --style synergy, the way Synergy's simulator draws its workload.
 
-    Job types and speeds come from Gavel's K80/P100/V100 profiles: Gavel can replay it too.
+    Gavel style: job types and speeds come from Gavel's K80/P100/V100 profiles: Gavel can
+    replay it too. Synergy style: each job names a Synergy model whose CPU/memory profile it
+    trains with (docs/scheduler.md).
     """
     from tessera.workload import generate_gavel_like, write_gavel_tsv
 
@@ -91,11 +101,33 @@ def generate(
                                  param_hint="--jobs-per-hour")
     if not out.parent.is_dir():
         raise typer.BadParameter(f"folder {out.parent} does not exist", param_hint="--out")
-    workload = generate_gavel_like(jobs, jobs_per_hour, seed, multi_gpu=multi_gpu,
+    if style not in ("gavel", "synergy"):
+        raise typer.BadParameter(f"choose gavel or synergy, got {style!r}", param_hint="--style")
+    if style == "synergy":
+        _generate_synergy(out, jobs, jobs_per_hour, seed, split, bool(multi_gpu))
+        return
+    workload = generate_gavel_like(jobs, jobs_per_hour, seed, multi_gpu=multi_gpu is not False,
                                    multi_priority=multi_priority)
     write_gavel_tsv(workload, out)
     typer.echo(f"wrote {len(workload)} jobs to {out} ({workload.notes[0]})")
     typer.echo(f"replay it: tessera simulate -t {out} --compat gavel")
+
+
+def _generate_synergy(out: Path, jobs: int, jobs_per_hour: float, seed: int, split: str,
+                      multi_gpu: bool) -> None:
+    from tessera.errors import SpecError
+    from tessera.workload.readers.synergy_csv import write_synergy_csv
+    from tessera.workload.synergy import generate_synergy_like, parse_split
+
+    try:
+        workload = generate_synergy_like(jobs, jobs_per_hour, seed, parse_split(split),
+                                         multi_gpu)
+    except SpecError as e:
+        raise typer.BadParameter(str(e), param_hint="--split") from None
+    write_synergy_csv(workload, out)
+    typer.echo(f"wrote {len(workload)} jobs to {out} ({workload.notes[0]})")
+    typer.echo(f"simulate it: tessera simulate -t {out} -c synergy-128 "
+               "-p fifo:resources=proportional,fifo:resources=tune")
 
 
 def register(app: typer.Typer) -> None:

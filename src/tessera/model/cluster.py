@@ -335,6 +335,14 @@ def _lingjun_847() -> ClusterSpec:
     return ClusterSpec("lingjun-847", lingjun_nodes())
 
 
+def _synergy_128() -> ClusterSpec:
+    """Synergy's simulated cluster (OSDI'22, section 5; its ``configs/default_cluster.ini``):
+    16 servers of 8 V100s, each with 24 CPU cores and 500 GB of host memory -- 3 CPUs and
+    62.5 GB per GPU, the GPU-proportional share its profiles are normalised to."""
+    return ClusterSpec("synergy-128", tuple(make_nodes(_V100, 16, 8, rack="synergy",
+                                                       cpu_cores=24, mem_gib=500)))
+
+
 PRESETS = {
     "gavel-108": _gavel_108,
     "philly": _philly,
@@ -342,6 +350,7 @@ PRESETS = {
     "modern-mixed": _modern_mixed,
     "sia-64": _sia_64,
     "lingjun-847": _lingjun_847,
+    "synergy-128": _synergy_128,
 }
 
 

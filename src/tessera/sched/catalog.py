@@ -44,6 +44,8 @@ from tessera.sched.policies.las import LeastAttainedService
 from tessera.sched.policies.pollux import Pollux
 from tessera.sched.policies.shortest import ShortestJobFirst, ShortestRemainingTimeFirst
 from tessera.sched.policies.sia import Sia
+from tessera.sched.policies.synergy_baselines import DominantResourceFairness, Tetris
+from tessera.sched.resources.allocate import HostMode, check_mode
 
 #: ``(name, one-line summary, class)`` of every built-in policy, in registration order.
 _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
@@ -100,6 +102,12 @@ _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
      "Sia (SOSP'23): per round, one (flavor, GPU count) per job by an ILP over normalised goodput "
      "^ p with restart penalties (HiGHS); elastic jobs resized, batch tuned. Use 60 s rounds.",
      Sia),
+    ("drf",
+     "DRF (Synergy's baseline): smallest dominant share of GPUs, CPUs and memory demanded "
+     "first; preemptive. Pair with resources=greedy|tune.", DominantResourceFairness),
+    ("tetris",
+     "TETRIS as Synergy runs it (oracle durations): smallest remaining time × summed demand "
+     "fractions first; preemptive. Pair with resources=greedy|tune.", Tetris),
 )
 
 
@@ -127,8 +135,9 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     base, agnostic = _registry_name(bare)
     cls = POLICIES.get(base)
     given = {**given, **(options or {})}
+    host_mode = _host_mode(name, cls, given.get(HOST_OPTION))
     try:
-        config = cls.Config(**given)
+        config = cls.Config(**{k: v for k, v in given.items() if k != HOST_OPTION})
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
@@ -138,9 +147,33 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
                             f"tessera policies {base} describes them)") from None
         raise SpecError(f"policy {name!r}: option {where!r}: {first['msg']}") from None
     policy = cls(config, agnostic=agnostic, name=base)
+    policy.host_mode = host_mode
     policy.spec_options = "".join(f"{OPTION_SEPARATOR}{k}={_text(v)}"
                                   for k, v in given.items())
     return policy
+
+
+#: The option every policy takes: Synergy's CPU/memory allocation
+#: (:mod:`tessera.sched.resources.allocate`).
+HOST_OPTION = "resources"
+
+
+def _host_mode(name: str, cls: type[Policy], mode: object) -> HostMode | None:
+    """The ``resources=`` mode of a spec, or ``None`` when it gives none.
+
+    Raises:
+        SpecError: an unknown mode, or a policy that shares GPUs or resizes jobs (their gangs
+            change under them; CPUs follow GPUs there).
+    """
+    if mode is None:
+        return None
+    if cls.packs or cls.elastic:
+        raise SpecError(f"policy {name!r}: resources= works with policies that neither share "
+                        "GPUs nor resize jobs")
+    try:
+        return check_mode(mode)
+    except SpecError as e:
+        raise SpecError(f"policy {name!r}: {e}") from None
 
 
 def _registry_name(bare: str) -> tuple[str, bool]:
@@ -160,7 +193,8 @@ def _text(value: Any) -> str:
 
 
 def policy_options(name: str) -> list[tuple[str, str, str]]:
-    """``(option, default, description)`` for every option of the policy ``name``."""
+    """``(option, default, description)`` for every option of the policy ``name`` (its
+    ``Config``; the ``resources=`` mode every policy takes is listed by ``tessera policies``)."""
     config = POLICIES.get(_registry_name(parse_policy_spec(name)[0])[0]).Config
     return [(key, _text(field.default), field.description or "")
             for key, field in config.model_fields.items()]

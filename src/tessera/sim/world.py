@@ -41,6 +41,7 @@ from tessera.sched.core.free_book import FreeBook
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.resources.speed import host_speedup
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
@@ -49,6 +50,7 @@ from tessera.sim.energy_result import with_energy
 from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
 from tessera.sim.host_book import HostBook
+from tessera.sim.host_retune import retune
 from tessera.sim.metrics import (
     Counters,
     Sample,
@@ -229,6 +231,10 @@ class SimWorld:
             move(job, JobState.PENDING)
             job.preemptions, job.pending_since_s = job.preemptions + 1, t_s
             job.startup_s = self.elastic.restart_s(job, penalty) if self.elastic else penalty
+        if self.policy.host_mode in ("tune", "opt"):  # running gangs' CPUs changed
+            self._catch_up()
+            retune(self.running.values(), d.placements, t_s, self.truth, self.cluster,
+                   self.schedule, COMPLETE, FAIL, self.host)
         started = [by_id[jid] for jid in d.started]
         for job in started:  # movers leave first, so no node is held twice even for a moment
             if job.state is JobState.RUNNING:
@@ -348,6 +354,8 @@ class SimWorld:
         its GPUs, and schedule its completion and any failure."""
         rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
                 else self.truth.placement_rate(job.spec, p))
+        if job.spec.sensitivity is not None:  # CPUs and memory it holds (Synergy's profiles)
+            rate *= host_speedup(job.spec, p, self.cluster)
         if self.power is not None:
             rate = self.power.start_rate(job, p, rate)
         if job.state is JobState.PENDING:

@@ -62,6 +62,7 @@ from tessera.sched.core.strategies import (
 from tessera.sched.elastic.sizes import sized_views, with_batches, within_quotas
 from tessera.sched.mixed.placement import mixed_no_plan
 from tessera.sched.packing.pairs import colocate, partners_for, unpair
+from tessera.sched.resources.allocate import allocate_hosts
 
 __all__ = ["Decision", "PendingKind", "PendingReason", "PlacementOptions", "decide"]
 
@@ -145,6 +146,23 @@ class _Laps:
 
 
 def decide(
+    snapshot: Snapshot,
+    policy: Policy,
+    ctx: DecisionContext,
+    options: PlacementOptions | None = None,
+) -> Decision:
+    """Run one scheduling round over ``snapshot`` (see the module docstring for the phases);
+    a policy with a resource mode (``fifo:resources=tune``) then gets CPUs and host memory for
+    the gangs it starts (:mod:`tessera.sched.resources.allocate`)."""
+    d = _decide(snapshot, policy, ctx, options)
+    if policy.host_mode is None:
+        return d
+    placements, started, pending = allocate_hosts(snapshot, d.placements, d.started, d.pending,
+                                                  policy.host_mode, ctx.solver)
+    return replace(d, placements=placements, started=started, pending=pending)
+
+
+def _decide(
     snapshot: Snapshot,
     policy: Policy,
     ctx: DecisionContext,

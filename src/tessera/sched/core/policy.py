@@ -31,7 +31,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -142,6 +142,10 @@ class Policy(ABC):
     #: mark such a policy as an *oracle* (:mod:`tessera.report.policies`): its numbers are a
     #: bound to compare against, not an outcome a deployment could get.
     oracle: ClassVar[str] = ""
+    #: Synergy's CPU/memory allocation run after the GPUs are placed
+    #: (``proportional``/``greedy``/``tune``/``opt``, :mod:`tessera.sched.resources.allocate`),
+    #: set from the spec's ``resources=`` option; ``None``: GPUs only, as every policy was.
+    host_mode: Literal["proportional", "greedy", "tune", "opt"] | None = None
 
     def __init__(
         self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""

@@ -1,0 +1,259 @@
+"""Issue 33, part 2: Synergy's CPU/memory allocations as resource modes of any base policy.
+
+Covers: the profile reader, the simulator's sensitivity speed, the ``resources=`` option, each
+mode's allocation (proportional, GREEDY, TUNE with take-back, OPT's LP), and that no node is
+ever given more CPUs or memory than it has, at any decision of a whole run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import tessera.sched.core.decide as decide_mod
+from tessera.errors import SpecError
+from tessera.model.cluster import load_cluster
+from tessera.model.jobs import JobId, JobSpec, JobState, Workload
+from tessera.perf.host_profiles import synergy_profile, synergy_profiles
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
+from tessera.sched.resources.allocate import allocate_hosts
+from tessera.sched.resources.opt import build_opt_lp, opt_hosts
+from tessera.sched.resources.speed import host_speedup, node_sizes
+from tessera.sim.engine import simulate
+from tessera.workload.synergy import CARRIER_TYPE, generate_synergy_like
+
+CLUSTER = load_cluster("synergy-128")
+NODE = CLUSTER.nodes[0]
+
+
+def _job(jid: str, model: str, submit_s: float = 0.0, hours: float = 1.0) -> JobSpec:
+    w = generate_synergy_like(1, 9, 0)
+    rate = w.jobs[0].total_steps / w.jobs[0].duration_hint_s  # type: ignore[operator]
+    return JobSpec(JobId(jid), CARRIER_TYPE, 1, total_steps=hours * 3600 * rate,
+                   submit_time_s=submit_s, model=model,
+                   sensitivity=synergy_profile(model, 1).sensitivity)
+
+
+def _on(node: str, cpus: float | None = None, mem: float = 62.5) -> Placement:
+    p = Placement.of(NODE.flavor, ((node, 1),))
+    return p if cpus is None else replace(p, host_by_node=((node, cpus, mem),))
+
+
+# -- profiles ------------------------------------------------------------------------------
+
+
+def test_every_profile_runs_at_one_at_the_proportional_share() -> None:
+    for (model, gpus), prof in synergy_profiles().items():
+        assert prof.sensitivity.speedup_at(3, 62.5) == pytest.approx(1.0), (model, gpus)
+
+
+def test_profiles_carry_synergy_s_published_speedups() -> None:
+    # the issue's numbers: ResNet-18 2.4x at 9 CPUs, AlexNet 2.94x, M5 2.5x, language 1x
+    assert synergy_profile("res18", 1).sensitivity.speedup_at(9, 62.5) == pytest.approx(2.4)
+    assert synergy_profile("alexnet", 1).sensitivity.speedup_at(12, 62.5) == pytest.approx(2.94)
+    assert synergy_profile("m5", 1).sensitivity.speedup_at(6, 62.5) == pytest.approx(2.5)
+    gnmt = synergy_profile("gnmt", 1)
+    assert gnmt.best_cpus_per_gpu == 1 and gnmt.sensitivity.speedup_at(24, 250) == 1.0
+
+
+def test_unknown_model_is_a_clear_error() -> None:
+    with pytest.raises(SpecError, match="no Synergy profile for model 'resnet9000'"):
+        synergy_profile("resnet9000", 1)
+
+
+# -- speed in the simulator ----------------------------------------------------------------
+
+
+def test_host_speedup_reads_what_the_gang_holds() -> None:
+    j = _job("a", "res18")
+    assert host_speedup(j, _on(NODE.node_id), CLUSTER) == pytest.approx(1.0)  # proportional
+    assert host_speedup(j, _on(NODE.node_id, 9), CLUSTER) == pytest.approx(2.4)
+    assert host_speedup(replace(j, sensitivity=None), _on(NODE.node_id, 9), CLUSTER) == 1.0
+
+
+def test_a_lone_sensitive_job_runs_faster_with_its_demand_and_not_without_a_mode() -> None:
+    w = Workload("one", (_job("a", "res18", hours=2.4),))
+    plain = simulate(w, CLUSTER, "fifo").jobs[0].jct_s
+    greedy = simulate(w, CLUSTER, "fifo:resources=greedy").jobs[0].jct_s
+    assert plain is not None and greedy is not None
+    assert plain == pytest.approx(2.4 * 3600, rel=0.02)  # proportional share: speed 1
+    assert greedy == pytest.approx(3600, rel=0.02)  # 9 CPUs: 2.4x
+
+
+# -- the option ------------------------------------------------------------------------------
+
+
+def test_resources_option_rides_on_any_base_policy() -> None:
+    for base in ("fifo", "srtf", "las", "finish_time_fairness"):
+        p = make_policy(f"{base}:resources=tune")
+        assert p.host_mode == "tune" and p.display_name == f"{base}:resources=tune"
+    assert make_policy("fifo").host_mode is None
+
+
+def test_bad_resource_modes_are_one_line_errors() -> None:
+    with pytest.raises(SpecError, match="resources='lavish': choose one of proportional, "
+                                        "greedy, tune, opt"):
+        make_policy("fifo:resources=lavish")
+    with pytest.raises(SpecError, match="neither share GPUs nor resize"):
+        make_policy("gandiva:resources=tune")
+
+
+# -- allocations -----------------------------------------------------------------------------
+
+
+def _snapshot(running: list[tuple[JobSpec, Placement]], waiting: list[JobSpec]) -> Snapshot:
+    views = tuple([JobView(s, JobState.RUNNING, 1.0, p) for s, p in running]
+                  + [JobView(s, JobState.PENDING, 1.0) for s in waiting])
+    return Snapshot(0.0, CLUSTER, views)
+
+
+def _round(snap: Snapshot, new: dict[str, Placement], mode: str):  # type: ignore[no-untyped-def]
+    placements = {j.spec.job_id: j.placement for j in snap.jobs if j.placement is not None}
+    placements.update({JobId(k): v for k, v in new.items()})
+    return allocate_hosts(snap, placements, tuple(JobId(k) for k in new), {}, mode)  # type: ignore[arg-type]
+
+
+def test_proportional_gives_the_gpu_share_and_greedy_the_demand() -> None:
+    snap = _snapshot([], [_job("a", "alexnet"), _job("b", "gnmt")])
+    new = {"a": _on(NODE.node_id), "b": _on(NODE.node_id)}
+    prop, _s, _p = _round(snap, new, "proportional")
+    assert prop[JobId("a")].host_by_node == ((NODE.node_id, 3.0, 62.5),)
+    greedy, started, _p = _round(snap, new, "greedy")
+    assert greedy[JobId("a")].host_by_node[0][1] == 12.0  # AlexNet's demand
+    assert greedy[JobId("b")].host_by_node[0][1] == 1.0  # GNMT needs one CPU
+    assert started == (JobId("a"), JobId("b"))
+
+
+def test_greedy_leaves_a_job_waiting_when_its_demand_is_not_free_and_says_why() -> None:
+    hog = (_job("h", "shufflenet"), _on(NODE.node_id, 20))
+    snap = _snapshot([hog], [_job("a", "alexnet")])
+    placements, started, pending = _round(snap, {"a": _on(NODE.node_id)}, "greedy")
+    assert started == () and JobId("a") not in placements
+    assert str(pending[JobId("a")]) == (f"needs 12 CPUs on {NODE.node_id} for its best speed "
+                                        "(resources=greedy); 4 free")
+
+
+def test_tune_takes_back_beyond_the_share_of_running_gangs() -> None:
+    hogs = [(_job("h1", "alexnet"), _on(NODE.node_id, 12)),
+            (_job("h2", "shufflenet"), _on(NODE.node_id, 12))]
+    snap = _snapshot(hogs, [_job("a", "res18")])
+    placements, started, _p = _round(snap, {"a": _on(NODE.node_id)}, "tune")
+    assert started == (JobId("a"),)
+    assert placements[JobId("a")].host_by_node[0][1] == 3.0  # its proportional share
+    held = [placements[JobId(h)].host_by_node[0][1] for h in ("h1", "h2")]
+    assert sum(held) == 21.0 and min(held) >= 3.0  # one hog gave 3 back; none below share
+
+
+def test_opt_lp_shares_a_node_by_sensitivity_and_bounds_the_rounding() -> None:
+    gangs = [(_job("a", "alexnet"), _on(NODE.node_id)), (_job("b", "gnmt"), _on(NODE.node_id)),
+             (_job("c", "res18"), _on(NODE.node_id))]
+    free = {NODE.node_id: [15.0, 500.0]}
+    got = opt_hosts(gangs, free, node_sizes(CLUSTER))
+    cpus = {k: v[0][1] for k, v in got.items()}
+    assert cpus["b"] == 1.0 and sum(cpus.values()) <= 15.0 + 1e-9
+    lp = build_opt_lp(gangs, free, node_sizes(CLUSTER))
+    rows, cols, nnz = lp.size
+    assert rows == 3 + 2 and cols > 3 and nnz > cols
+
+
+def test_no_node_is_ever_given_more_cpus_or_memory_than_it_has(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every decision of whole runs, every mode: what running and started gangs hold on a node
+    (host_by_node, else their proportional share) never exceeds its CPUs or memory."""
+    real = decide_mod.allocate_hosts
+    checked = []
+    sizes = node_sizes(CLUSTER)
+
+    def checking(snapshot, placements, started, pending, mode, solver=None):  # type: ignore[no-untyped-def]
+        out = real(snapshot, placements, started, pending, mode, solver)
+        used: dict[str, list[float]] = {}
+        for p in out[0].values():
+            for n, c, m in p.host_by_node or ((n, 3.0 * g, 62.5 * g) for n, g in p.gpus_by_node):
+                u = used.setdefault(n, [0.0, 0.0])
+                u[0] += c
+                u[1] += m
+        for n, (c, m) in used.items():
+            assert c <= sizes[n][1] + 1e-6 and m <= sizes[n][2] + 1e-6, (mode, n, c, m)
+        checked.append(mode)
+        return out
+
+    monkeypatch.setattr(decide_mod, "allocate_hosts", checking)
+    w = generate_synergy_like(300, 30, 3, multi_gpu=True)
+    small = load_cluster("synergy-128")
+    small = replace(small, nodes=small.nodes[:4])
+    for mode in ("proportional", "greedy", "tune", "opt"):
+        r = simulate(w, small, f"fifo:resources={mode}")
+        assert r.summary.succeeded == 300
+    assert set(checked) == {"proportional", "greedy", "tune", "opt"}
+
+
+def test_tune_re_times_the_gang_it_takes_cpus_from() -> None:
+    """Two hogs fill a node's CPUs; a third job makes TUNE take 3 back from one of them,
+    which then runs slower than alone (the simulator re-timed it, no restart)."""
+    one = load_cluster("synergy-128")
+    one = replace(one, nodes=one.nodes[:1])
+    hogs = (_job("0", "alexnet", 0.0, 10.0), _job("1", "shufflenet", 1.0, 10.0))
+    late = _job("2", "res18", 3600.0, 1.0)
+    alone = simulate(Workload("w", hogs), one, "fifo:resources=tune")
+    shared = simulate(Workload("w", (*hogs, late)), one, "fifo:resources=tune")
+    jct = {r.job_id: r.jct_s for r in alone.jobs}
+    jct2 = {r.job_id: r.jct_s for r in shared.jobs}
+    assert jct2["0"] > jct["0"] * 1.01 or jct2["1"] > jct["1"] * 1.01  # type: ignore[operator]
+    assert all(r.preemptions == 0 for r in shared.jobs)
+
+
+def test_tessera_policies_shows_the_resource_modes() -> None:
+    from typer.testing import CliRunner
+
+    from tessera.cli import app
+
+    out = CliRunner().invoke(app, ["policies"], terminal_width=200).output
+    assert "resources=" in out
+    for mode in ("proportional", "Synergy-GREEDY", "Synergy-TUNE", "Synergy-OPT"):
+        assert mode in out
+
+
+@pytest.mark.slow
+def test_fig8_ordering_tune_greedy_proportional_at_9_jobs_per_hour() -> None:
+    """Synergy's Fig. 8 ordering at its load: mean JCT TUNE <= GREEDY <= proportional
+    (1,500 single-GPU jobs on synergy-128, jobs 500-1499 measured, seed 0)."""
+    w = generate_synergy_like(1500, 9, 0)
+    mean_h = {}
+    for mode in ("proportional", "greedy", "tune"):
+        r = simulate(w, CLUSTER, f"fifo:resources={mode}")
+        jct = [x.jct_s for x in r.jobs if x.jct_s is not None and 500 <= int(x.job_id) < 1500]
+        assert len(jct) == 1000
+        mean_h[mode] = sum(jct) / len(jct) / 3600
+    assert mean_h["tune"] <= mean_h["greedy"] <= mean_h["proportional"], mean_h
+
+
+def test_modes_on_preemptive_policies_finish_every_job_and_proportional_changes_nothing() -> None:
+    """A preemptive full round re-places kept gangs with new placement objects: they must keep
+    their CPUs (not count as moved), and a GREEDY mover must not be left nowhere."""
+    w = generate_synergy_like(200, 30, 5, multi_gpu=True)
+    small = replace(CLUSTER, nodes=CLUSTER.nodes[:4])
+    for base in ("las", "drf", "tetris"):
+        plain = simulate(w, small, base)
+        for mode in ("proportional", "greedy", "tune", "opt"):
+            r = simulate(w, small, f"{base}:resources={mode}")
+            assert r.summary.succeeded == 200, (base, mode)
+            if mode == "proportional":
+                assert r.summary.avg_jct_s == plain.summary.avg_jct_s
+                assert sum(x.migrations for x in r.jobs) == sum(x.migrations for x in plain.jobs)
+
+
+def test_drf_and_tetris_order_by_synergy_s_demand_vectors() -> None:
+    import random
+
+    from tessera.perf.profiles import default_throughputs
+    from tessera.sched.core.oracle import ThroughputOracle
+    from tessera.sched.core.policy import PolicyContext
+
+    hungry, light = _job("a", "alexnet", 0.0), _job("b", "gnmt", 1.0)
+    snap = _snapshot([], [hungry, light])
+    ctx = PolicyContext(snap, ThroughputOracle(default_throughputs(), CLUSTER), random.Random(0))
+    for name in ("drf", "tetris"):
+        order = [jid for jid, _f in make_policy(name).rank(ctx).candidates]
+        assert order[0] == "b", name  # GNMT's 1 CPU is a smaller share than AlexNet's 12
+    assert next(jid for jid, _f in make_policy("fifo").rank(ctx).candidates) == "a"
