@@ -151,15 +151,14 @@ def decide(
     ctx: DecisionContext,
     options: PlacementOptions | None = None,
 ) -> Decision:
-    """Run one scheduling round over ``snapshot`` (see the module docstring for the phases);
-    a policy with a resource mode (``fifo:resources=tune``) then gets CPUs and host memory for
-    the gangs it starts (:mod:`tessera.sched.resources.allocate`)."""
+    """One scheduling round over ``snapshot`` (phases: module docstring), then, for a policy
+    with a resource mode, CPUs and memory for its gangs (:mod:`tessera.sched.resources`)."""
     d = _decide(snapshot, policy, ctx, options)
     if policy.host_mode is None:
         return d
-    placements, started, pending = allocate_hosts(snapshot, d.placements, d.started, d.pending,
-                                                  policy.host_mode, ctx.solver)
-    return replace(d, placements=placements, started=started, pending=pending)
+    p, s, w = allocate_hosts(snapshot, d.placements, d.started, d.pending, policy.host_mode,
+                             ctx.solver)
+    return replace(d, placements=p, started=s, pending=w)
 
 
 def _decide(
