@@ -4,9 +4,8 @@ The round is a pure function: it reads an immutable :class:`~tessera.sched.core.
 and returns a new :class:`Decision`; no I/O, no clock reads (the phase timings are diagnostics
 and never influence the result). Whatever keeps state -- the oracle's caches, the random stream,
 the LP solver, the node layout -- comes in the driver's
-:class:`~tessera.sched.core.context.DecisionContext`. The simulator's drivers and the live service
-all call it the same way and never tell it who they are, so the policy that was simulated is
-the policy that runs.
+:class:`~tessera.sched.core.context.DecisionContext`. Simulator and live service call it alike,
+so the policy that was simulated is the policy that runs.
 
 Phases, each timed:
 
