@@ -25,9 +25,8 @@ Phases, each timed:
    policy moves a running gang to a faster free flavor if that pays for the migration.
 4. **preempt** -- running jobs that lost their place are stopped (checkpointed).
 5. **explain** -- every job left pending gets a reason, ordered like Kueue's outcomes.
-6. **power** -- only with a power budget (``PlacementOptions.power_budget``): per-job power
-   limits, and jobs held back, so the cluster stays under it
-   (:mod:`tessera.sched.core.power_budget`).
+6. **power** -- with a power budget (``PlacementOptions.power_budget``): per-job power limits
+   and jobs held back so the cluster stays under it (:mod:`tessera.sched.core.power_budget`).
 """
 
 from __future__ import annotations
