@@ -8,7 +8,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.gpus import resolve_flavor
-from tessera.perf.power_tdp import TdpPowerModel
+from tessera.perf.power_estimate import default_power_model
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.energy_choice import energy_aware
 from tessera.sched.core.power_options import ZeusCost
@@ -16,7 +16,7 @@ from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import make_cluster, make_job, make_workload
 
-MODEL = TdpPowerModel()
+MODEL = default_power_model()
 V100, K80 = resolve_flavor("v100"), resolve_flavor("k80")
 RESNET = "ResNet-18 (batch size 128)"
 
@@ -42,7 +42,7 @@ def test_zeus_limit_is_the_exhaustive_minimum(eta: float) -> None:
     if eta == 0.0:  # time alone: never slower than uncapped
         assert MODEL.estimate(spec.job_type, None, V100, lim).step_time_factor == 1.0
     if eta == 1.0:  # energy alone: a lower limit than the maximum
-        assert lim < V100.tdp_w
+        assert lim < MODEL.limit_range(V100).max_w
 
 
 def test_energy_aware_keeps_traits_and_refuses_packing() -> None:

@@ -252,11 +252,27 @@ class ZeusPowerModel:
         return True
 
     def limit_range(self, flavor: GpuFlavor) -> PowerLimitRange:
-        """The measured limits of ``flavor`` (Zeus's 25 W grid)."""
+        """The measured limits of ``flavor`` (Zeus's 25 W grid).
+
+        With a fallback, a measured flavor's range is narrowed to the part the fallback also
+        accepts (its low end rounded up to Zeus's grid): jobs Zeus did not measure run on the
+        same flavor and are answered by the fallback, so every limit of the range must be
+        valid for both.
+        """
         if self.fallback is not None and not _measured_flavor(flavor):
             return self.fallback.limit_range(flavor)
         t = ZeusTable.load(zeus_gpu_of(flavor))
-        return PowerLimitRange(float(t.min_limit_w), float(t.max_limit_w), 25.0)
+        low, high = float(t.min_limit_w), float(t.max_limit_w)
+        if self.fallback is not None:
+            other = self.fallback.limit_range(flavor)
+            if other.min_w > low:  # (up to Zeus's 25 W grid: its limits stay measured)
+                low += 25.0 * math.ceil((other.min_w - low) / 25.0)
+            high = min(high, other.max_w)
+            if low > high:
+                raise SpecError(f"{flavor.short}: Zeus's measured limits {t.min_limit_w}-"
+                                f"{t.max_limit_w} W and the fallback's {other.min_w:g}-"
+                                f"{other.max_w:g} W do not overlap")
+        return PowerLimitRange(low, high, 25.0)
 
     def estimate(self, job_type: str, model: str | None, flavor: GpuFlavor,
                  power_limit_w: float | None = None,
