@@ -77,3 +77,23 @@ def test_energy_types_without_zeus_is_refused() -> None:
     with pytest.raises(SpecError, match="needs --zeus-eta"):
         simulate(make_workload(make_job("a")), cl, "fifo", SimConfig(energy_types=True))
     assert K80.tdp_w < V100.tdp_w
+
+
+def test_per_job_zeus_limits_are_booked_at_the_capped_draw() -> None:
+    """With η = 1 (energy only) Zeus caps a lone V100 job; the result's energy books it at
+    the draw of that limit for its whole run (one energy book with the limits), and Zeus's
+    cost is η·that energy."""
+    cl = make_cluster().node("v100", gpus=1).build()
+    job = make_job("a", steps=20_000, job_type=RESNET)
+    r = simulate(make_workload(job), cl, "fifo", SimConfig(zeus_eta=1.0))
+    lim, _cost, capped = ZeusCost(1.0, MODEL, MODEL.limit_range(V100).max_w).best(job, V100)
+    assert capped
+    (rec,) = r.jobs
+    assert rec.finish_s is not None and rec.first_start_s is not None
+    capped_w = MODEL.estimate(RESNET, None, V100, lim).avg_power_w
+    assert capped_w < MODEL.estimate(RESNET, None, V100).avg_power_w
+    run_s = rec.finish_s - rec.first_start_s
+    assert rec.energy_kwh == pytest.approx(capped_w * run_s / 3.6e6, rel=1e-9)
+    assert r.extras["zeus_cost_mj"] == pytest.approx(capped_w * run_s / 1e6, rel=1e-9)
+    assert r.energy is not None
+    assert r.energy.peak_power_kw == pytest.approx(capped_w / 1e3, rel=1e-9)
