@@ -111,3 +111,26 @@ def test_the_chain_asks_the_measured_model_first_and_falls_back() -> None:
     assert chain.idle_power_w(v100) == pytest.approx(60.0)
     with pytest.raises(SpecError, match="at least one"):
         PowerChain(())
+
+
+def test_no_job_draws_less_than_an_idle_board() -> None:
+    """An idle board never draws more than a busy one, whichever model answers: otherwise a
+    completion would raise cluster power and a power budget kept at decisions could be broken
+    between them. On Zeus's flavors idle is capped at the lowest measured draw."""
+    m = default_power_model()
+    for short, gpu in ZEUS_FLAVORS.items():
+        f = resolve_flavor(short)
+        idle = m.idle_power_w(f)
+        assert idle <= EstimatedPowerModel().idle_power_w(f)
+        for w in {r.config[1] for r in zeus_rows() if r.gpu == gpu} | {"gpt2"}:
+            for limit in m.limit_range(f).limits_w():
+                assert m.estimate("x", _zeus_model(w), f, limit).avg_power_w >= idle - 1e-9
+    for f in CATALOG:
+        assert m.idle_power_w(f) <= m.estimate("x", "gpt2", f, m.limit_range(f).min_w).avg_power_w
+
+
+def _zeus_model(network: str) -> str:
+    """A model name the Zeus model resolves for ``network`` (its dataset, else the name)."""
+    names = {"shufflenetv2": "cifar100", "resnet50": "imagenet", "bert_base_uncased": "squad",
+             "deepspeech2": "librispeech", "ncf": "movielens-1m"}
+    return names.get(network, network)

@@ -167,6 +167,8 @@ class ZeusTable:
         #: The highest power limit measured on this GPU: Zeus's ``max_power`` in its cost.
         self.max_limit_w: int = max(r.power_limit_w for r in power)
         self.min_limit_w: int = min(r.power_limit_w for r in power)
+        #: The lowest average power measured on this GPU (any workload, batch and limit).
+        self.min_power_w: float = min(r.avg_power_w for r in power)
 
     @staticmethod
     @functools.cache
@@ -303,11 +305,17 @@ class ZeusPowerModel:
                              source=f"zeus:{gpu}" + ("" if exact else "+interpolated"))
 
     def idle_power_w(self, flavor: GpuFlavor) -> float:
-        """Asked of ``fallback``: Zeus measured no idle power."""
+        """Asked of ``fallback`` (Zeus measured no idle power), but on a measured flavor never
+        above the lowest draw Zeus measured on it: a board running a job draws at least its
+        idle power (NCF at 34.8 W on the V100 is below a 20 %-of-TDP guess of 60 W), and the
+        power budget relies on a completion never raising cluster power."""
         if self.fallback is None:
             raise SpecError(f"Zeus measured no idle power for {flavor.short}; chain an "
                             "estimated power model behind ZeusPowerModel")
-        return self.fallback.idle_power_w(flavor)
+        idle = self.fallback.idle_power_w(flavor)
+        if _measured_flavor(flavor):
+            idle = min(idle, ZeusTable.load(zeus_gpu_of(flavor)).min_power_w)
+        return idle
 
 
 def _measured_flavor(flavor: GpuFlavor) -> bool:
