@@ -10,7 +10,9 @@ minimising η·energy + (1 − η)·MAXPOWER·time on the type its policy chose)
 
 Prints Zeus's total cost over the jobs (MJ), the saving, the jobs' energy and the avg JCT
 ratio, and the mean saving per (load, policy). Goal: saving ≥ 10 % at η = 0.5. The power
-model is the estimated TDP model (:mod:`tessera.perf.power_tdp`); per-job Zeus is this
+model is :func:`tessera.perf.power_estimate.default_power_model` (Zeus's rows where Zeus
+measured the job and GPU, the fitted estimate elsewhere); the jobs' energy is the sum of the
+result's per-job ``energy_kwh`` (capped draw while capped); per-job Zeus is this
 repository's (:func:`tessera.sched.core.energy_choice.zeus_limits`), not the ``zeus``
 package's optimiser.
 
@@ -26,9 +28,15 @@ import statistics
 from tessera.model.cluster import load_cluster
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
+from tessera.sim.metrics import SimResult
 from tessera.workload.synth import generate_gavel_like
 
 CLUSTER = "v100:16,p100:16,k80:16"
+
+
+def _jobs_kwh(r: SimResult) -> float:
+    """The jobs' energy (idle GPUs not counted), from the result's per-job ``energy_kwh``."""
+    return sum(j.energy_kwh or 0.0 for j in r.jobs)
 
 
 def main() -> None:
@@ -57,7 +65,7 @@ def main() -> None:
                 jct = o.summary.avg_jct_s / z.summary.avg_jct_s
                 table.setdefault((load, pol), []).append((1 - oc / zc, jct))
                 print(f"{load:6g} {pol:<8} {seed:4d} {zc:9.0f} {oc:9.0f} {1 - oc / zc:7.1%} "
-                      f"{z.extras['jobs_energy_kwh']:9.0f} {o.extras['jobs_energy_kwh']:9.0f} "
+                      f"{_jobs_kwh(z):9.0f} {_jobs_kwh(o):9.0f} "
                       f"{jct:9.3f}", flush=True)
     print("\nmean over seeds:")
     print(f"{'jobs/h':>6} {'policy':<8} {'saving':>7} {'JCT ratio':>9} {'≥10 %':>6}")

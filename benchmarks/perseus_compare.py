@@ -5,8 +5,9 @@ Perseus (SOSP'24) reports 13.2 % less energy at 0.1 % slowdown for GPT-3 XL (1.3
 would not choose a 4-stage pipeline for a 1.3B model on 4 GPUs (data parallel is faster), so
 this script builds that pipeline by hand: one A100 per stage, the layer split with the least
 bottleneck, ``--micro`` micro-batches of ``--micro-bsz``; then tunes each stage's power limit
-with :func:`tessera.plan.stage_power.tune_stage_power` and the estimated
-:class:`~tessera.perf.zeus_scaled.ScaledZeusPowerModel`. T5-3B on A40 is not reproducible
+with :func:`tessera.plan.stage_power.tune_stage_power` and the one power model,
+:func:`tessera.perf.power_estimate.default_power_model` (Zeus measured no A100: its fitted
+estimate answers). T5-3B on A40 is not reproducible
 here (no encoder-decoder model in the planner, no A40 flavor). Run from the repository root:
 
     PYTHONPATH=src .venv/bin/python benchmarks/perseus_compare.py [--micro 16] [--micro-bsz 4]
@@ -18,7 +19,7 @@ import argparse
 import itertools
 
 from tessera.model.gpus import resolve_flavor
-from tessera.perf.zeus_scaled import ScaledZeusPowerModel
+from tessera.perf.power_estimate import default_power_model
 from tessera.plan.devices import default_cost_model
 from tessera.plan.hybrid import flavor_groups
 from tessera.plan.models import layered_model
@@ -60,7 +61,7 @@ def main() -> None:
                                                for s in stages)
           + "; ms/micro-batch " + ", ".join(f"{s.time_s * 1e3:.1f}" for s in stages))
     for slow in (0.0, 0.001, 0.01):
-        e = tune_stage_power(stages, a.micro, 1, a.model, ScaledZeusPowerModel(), slow)
+        e = tune_stage_power(stages, a.micro, 1, a.model, default_power_model(), slow)
         limits = ", ".join(f"{s.power_limit_w:g}" for s in e.stages)
         print(f"max slowdown {slow:5.1%}: saving {e.saving:5.1%} at {e.slowdown:+.2%}, "
               f"limits W [{limits}]")

@@ -7,7 +7,7 @@ jobs back), side by side, per policy. Prints the median wall ms and CPU ms
 (``time.process_time``: on a shared machine wall time mostly measures the wait for a core)
 over the repeats, the ``power`` phase, and the ratio budget / plain. Goal: ratio <= 2.
 
-The power model is the estimated TDP model (:mod:`tessera.perf.power_tdp`). The inputs are
+The power model is :func:`tessera.perf.power_estimate.default_power_model`. The inputs are
 moved out of the cycle collector's reach (``gc.freeze``) before timing, as the simulator does.
 
     .venv/bin/python benchmarks/power_budget_decision.py [--jobs 2048] [--repeats 7]
@@ -23,7 +23,7 @@ import time
 
 from tessera.model.cluster import ClusterSpec, parse_compact
 from tessera.model.jobs import JobId, JobSpec, JobState
-from tessera.perf.power_tdp import TRAIN_DRAW, TdpPowerModel
+from tessera.perf.power_estimate import default_power_model
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
@@ -90,8 +90,10 @@ def main() -> None:
     args = ap.parse_args()
     cluster, views = workload(args.jobs)
     snap = Snapshot(0.0, cluster, views)
-    full_w = sum(n.gpus * TRAIN_DRAW * n.flavor.tdp_w for n in cluster.nodes)
-    budget = PowerBudget(0.8 * full_w, TdpPowerModel())
+    model = default_power_model()
+    full_w = sum(n.gpus * model.estimate("", None, n.flavor).avg_power_w
+                 for n in cluster.nodes)
+    budget = PowerBudget(0.8 * full_w, model)
     gc.freeze()
     print(f"{len(views)} jobs, {cluster.total_gpus} GPUs, budget {budget.budget_w / 1e3:.1f} kW "
           f"(80 % of all-busy {full_w / 1e3:.1f} kW)")

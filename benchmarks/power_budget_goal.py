@@ -3,14 +3,15 @@
 For each (load, seed, policy) a Gavel-like synthetic workload runs three times on a
 V100/P100/K80 cluster (4 GPUs a node):
 
-* **uncapped** -- no budget (its peak cluster power is measured with a budget nothing
-  reaches, which changes no decision: ``tests/sim/test_power_budget_sim.py``);
+* **uncapped** -- no budget (its ``peak_power_kw``, from the run's energy summary);
 * **flow** -- ``--power-budget-kw`` at 80 % of that peak, per-job limits (ours);
 * **uniform** -- the same budget kept by one limit on every GPU (the baseline).
 
-Prints avg JCT over uncapped for flow and uniform, each run's measured peak power, and the
-mean over seeds per (load, policy). Goals: flow ≤ 1.10× uncapped, and flow < uniform. The
-power model is the estimated TDP model (:mod:`tessera.perf.power_tdp`).
+Prints avg JCT over uncapped for flow and uniform, each run's peak power (the energy summary's
+``peak_power_kw``, which books capped jobs at their capped draw), and the mean over seeds per
+(load, policy). Goals: flow ≤ 1.10× uncapped, and flow < uniform. The power model is
+:func:`tessera.perf.power_estimate.default_power_model` (Zeus's rows where Zeus measured the
+job and GPU, the fitted estimate elsewhere).
 
     .venv/bin/python benchmarks/power_budget_goal.py [--jobs 300] [--loads 3,6,12]
         [--seeds 1,2,3] [--policies fifo,las]
@@ -47,8 +48,9 @@ def main() -> None:
         for pol in args.policies.split(","):
             for seed in (int(x) for x in args.seeds.split(",")):
                 wl = generate_gavel_like(args.jobs, load, seed=seed)
-                free = simulate(wl, cluster, pol, SimConfig(seed=seed, power_budget_kw=1e9))
-                peak_kw = free.extras["power_peak_kw"]
+                free = simulate(wl, cluster, pol, SimConfig(seed=seed))
+                assert free.energy is not None
+                peak_kw = free.energy.peak_power_kw
                 budget_kw = args.share * peak_kw
                 ratios = []
                 flow_peak = 0.0
@@ -56,8 +58,8 @@ def main() -> None:
                     r = simulate(wl, cluster, pol, SimConfig(
                         seed=seed, power_budget_kw=budget_kw, power_capping=mode))
                     ratios.append(r.summary.avg_jct_s / free.summary.avg_jct_s)
-                    if mode == "flow":
-                        flow_peak = r.extras["power_peak_kw"]
+                    if mode == "flow" and r.energy is not None:
+                        flow_peak = r.energy.peak_power_kw
                 table.setdefault((load, pol), []).append((ratios[0], ratios[1]))
                 print(f"{load:6g} {pol:<8} {seed:4d} {free.summary.avg_jct_s / 3600:14.1f} "
                       f"{peak_kw:8.2f} {ratios[0]:6.3f} {ratios[1]:8.3f} "

@@ -28,7 +28,8 @@ def test_budget_and_zeus_reach_the_json(tmp_path: Path, capsys: pytest.CaptureFi
     code, out, err = run_tessera([*base, "--power-budget-kw", "1.2"], capsys, monkeypatch)
     assert code == 0, err
     r = json.loads(out)["results"]["fifo"]
-    assert r["power_budget_kw"] == 1.2 and 0 < r["power_peak_kw"] <= 1.2
+    assert r["power_budget_kw"] == 1.2 and 0 < r["peak_power_kw"] <= 1.2
+    assert "power_peak_kw" not in r and "jobs_energy_kwh" not in r  # (one name per quantity)
     code, out, err = run_tessera([*base, "--zeus-eta", "0.5", "--energy-types"], capsys,
                                  monkeypatch)
     assert code == 0, err

@@ -8,7 +8,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.gpus import resolve_flavor
-from tessera.perf.power_tdp import TdpPowerModel
+from tessera.perf.power_estimate import default_power_model
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.energy_choice import energy_aware
 from tessera.sched.core.power_options import ZeusCost
@@ -16,7 +16,7 @@ from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tests.builders import make_cluster, make_job, make_workload
 
-MODEL = TdpPowerModel()
+MODEL = default_power_model()
 V100, K80 = resolve_flavor("v100"), resolve_flavor("k80")
 RESNET = "ResNet-18 (batch size 128)"
 
@@ -42,7 +42,7 @@ def test_zeus_limit_is_the_exhaustive_minimum(eta: float) -> None:
     if eta == 0.0:  # time alone: never slower than uncapped
         assert MODEL.estimate(spec.job_type, None, V100, lim).step_time_factor == 1.0
     if eta == 1.0:  # energy alone: a lower limit than the maximum
-        assert lim < V100.tdp_w
+        assert lim < MODEL.limit_range(V100).max_w
 
 
 def test_energy_aware_keeps_traits_and_refuses_packing() -> None:
@@ -77,3 +77,23 @@ def test_energy_types_without_zeus_is_refused() -> None:
     with pytest.raises(SpecError, match="needs --zeus-eta"):
         simulate(make_workload(make_job("a")), cl, "fifo", SimConfig(energy_types=True))
     assert K80.tdp_w < V100.tdp_w
+
+
+def test_per_job_zeus_limits_are_booked_at_the_capped_draw() -> None:
+    """With η = 1 (energy only) Zeus caps a lone V100 job; the result's energy books it at
+    the draw of that limit for its whole run (one energy book with the limits), and Zeus's
+    cost is η·that energy."""
+    cl = make_cluster().node("v100", gpus=1).build()
+    job = make_job("a", steps=20_000, job_type=RESNET)
+    r = simulate(make_workload(job), cl, "fifo", SimConfig(zeus_eta=1.0))
+    lim, _cost, capped = ZeusCost(1.0, MODEL, MODEL.limit_range(V100).max_w).best(job, V100)
+    assert capped
+    (rec,) = r.jobs
+    assert rec.finish_s is not None and rec.first_start_s is not None
+    capped_w = MODEL.estimate(RESNET, None, V100, lim).avg_power_w
+    assert capped_w < MODEL.estimate(RESNET, None, V100).avg_power_w
+    run_s = rec.finish_s - rec.first_start_s
+    assert rec.energy_kwh == pytest.approx(capped_w * run_s / 3.6e6, rel=1e-9)
+    assert r.extras["zeus_cost_mj"] == pytest.approx(capped_w * run_s / 1e6, rel=1e-9)
+    assert r.energy is not None
+    assert r.energy.peak_power_kw == pytest.approx(capped_w / 1e3, rel=1e-9)

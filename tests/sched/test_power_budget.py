@@ -10,7 +10,7 @@ import pytest
 from tessera.errors import SpecError
 from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobState
-from tessera.perf.power_tdp import TdpPowerModel
+from tessera.perf.power_estimate import default_power_model
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.context import DecisionContext
@@ -23,7 +23,7 @@ from tessera.sched.core.reasons import PowerHeld
 from tessera.sched.core.snapshot import Placement
 from tests.builders import make_cluster, make_job, snapshot, view
 
-MODEL = TdpPowerModel()
+MODEL = default_power_model()
 V100 = resolve_flavor("v100")
 
 

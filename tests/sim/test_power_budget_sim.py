@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tessera.model.cluster import load_cluster
-from tessera.perf.power_tdp import TdpPowerModel
+from tessera.perf.power_estimate import default_power_model
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import Simulator, simulate
+from tessera.sim.metrics import SimResult
 from tessera.workload.synth import generate_gavel_like
 from tests.builders import make_cluster, make_job, make_workload
 
@@ -21,7 +22,10 @@ def _run(policy: str, seed: int, cfg: SimConfig) -> Simulator:
     wl = generate_gavel_like(40, 6.0, seed=seed)
     sim = Simulator(wl, load_cluster(CLUSTER, 2), make_policy(policy), cfg,
                     default_throughputs())
-    sim.run()
+    result = sim.run()
+    if cfg.power_budget_kw is not None:  # (the result's energy book agrees with the budget)
+        assert result.energy is not None
+        assert result.energy.peak_power_kw <= cfg.power_budget_kw + 1e-9
     return sim
 
 
@@ -49,7 +53,34 @@ def test_a_never_binding_budget_changes_no_result() -> None:
     plain = simulate(wl, cl, "las", SimConfig(seed=4))
     loose = simulate(wl, cl, "las", SimConfig(seed=4, power_budget_kw=1e6))
     assert loose.summary == plain.summary
-    assert "power_peak_kw" in loose.extras and "power_peak_kw" not in plain.extras
+    assert loose.energy is not None and plain.energy is not None
+    assert loose.energy.energy_kwh == pytest.approx(plain.energy.energy_kwh, rel=1e-12)
+    assert loose.energy.peak_power_kw == pytest.approx(plain.energy.peak_power_kw, rel=1e-12)
+    # one name per quantity: the peak is the energy summary's, the extras carry the budget
+    assert loose.extras["power_budget_kw"] == 1e6 and "power_peak_kw" not in loose.extras
+    assert "jobs_energy_kwh" not in loose.extras
+
+
+def test_a_binding_budget_books_capped_draw_in_energy_and_peak() -> None:
+    """Under a budget that binds, the result's energy summary counts each capped job at its
+    capped draw: its peak stays under the budget and a step costs less energy than uncapped
+    (the estimated model's GAMMA < 1: a cap saves more power than it costs time)."""
+    wl = generate_gavel_like(40, 6.0, seed=4)
+    cl = load_cluster(CLUSTER, 2)
+    free = simulate(wl, cl, "fifo", SimConfig(seed=4))
+    assert free.energy is not None
+    budget_kw = 0.7 * free.energy.peak_power_kw
+    capped = simulate(wl, cl, "fifo", SimConfig(seed=4, power_budget_kw=budget_kw))
+    assert capped.energy is not None
+    assert capped.energy.peak_power_kw <= budget_kw + 1e-9
+    assert free.energy.peak_power_kw > budget_kw  # (the budget did bind)
+
+    def busy_kwh_per_step(r: SimResult) -> float:
+        steps = sum(j.total_steps for j in wl.jobs)
+        return sum(j.energy_kwh or 0.0 for j in r.jobs) / steps
+
+    assert all(j.finish_s is not None for r in (free, capped) for j in r.jobs)
+    assert busy_kwh_per_step(capped) < busy_kwh_per_step(free)
 
 
 def test_a_capped_job_runs_slower_by_its_step_time_factor() -> None:
@@ -57,7 +88,7 @@ def test_a_capped_job_runs_slower_by_its_step_time_factor() -> None:
     10,000 steps of a longer job take ``factor`` times as long as uncapped (the start-up
     cost, the same for both, cancels out)."""
     cl = make_cluster().node("v100", gpus=1).build()
-    model = TdpPowerModel()
+    model = default_power_model()
     v100 = cl.nodes[0].flavor
     lo = model.limit_range(v100).min_w
 
@@ -65,6 +96,10 @@ def test_a_capped_job_runs_slower_by_its_step_time_factor() -> None:
         wl = make_workload(make_job("a", steps=steps))
         return simulate(wl, cl, "fifo", SimConfig(power_budget_kw=budget_kw)).summary.avg_jct_s
 
+    step_w = model.limit_range(v100).step_w
+    # a budget of ``lo`` watts fits the job at the lowest limit and not one step above it
+    assert (model.estimate("", None, v100, lo).avg_power_w <= lo
+            < model.estimate("", None, v100, lo + step_w).avg_power_w)
     factor = model.estimate("", None, v100, lo).step_time_factor
     assert factor > 1.1
     free_s = jct_s(20_000, None) - jct_s(10_000, None)
@@ -76,11 +111,19 @@ def test_a_job_speeds_up_when_a_stop_frees_power() -> None:
     """Two jobs on two V100s under a budget that fits both only at the lowest limit; when
     the short one ends, the long one is lifted back to full speed at that instant."""
     cl = make_cluster().node("v100", gpus=1, count=2).build()
-    model = TdpPowerModel()
+    model = default_power_model()
     v100 = cl.nodes[0].flavor
-    lo = model.limit_range(v100).min_w
-    budget_kw = 2 * lo / 1e3
-    assert model.estimate("", None, v100).avg_power_w + model.idle_power_w(v100) <= 2 * lo
+    rng = model.limit_range(v100)
+    lo = rng.min_w
+
+    def draw_w(limit_w: float | None) -> float:
+        return model.estimate("", None, v100, limit_w).avg_power_w
+
+    # the budget fits one job uncapped beside an idle board, and two jobs only both at the
+    # lowest limit (one step up on either is over it)
+    budget_w = max(2 * draw_w(lo), draw_w(None) + model.idle_power_w(v100))
+    budget_kw = budget_w / 1e3
+    assert budget_w < draw_w(lo) + draw_w(lo + rng.step_w)
 
     def alone_s(steps: float) -> float:
         wl = make_workload(make_job("x", steps=steps))
@@ -98,4 +141,4 @@ def test_a_job_speeds_up_when_a_stop_frees_power() -> None:
     assert a.finish_s == pytest.approx(a_end_s, rel=1e-9)
     b_done = (a_end_s - startup_s) / (per_step_s * factor)
     assert b.finish_s == pytest.approx(a_end_s + (20_000 - b_done) * per_step_s, rel=1e-9)
-    assert max(w for _t, w in sim.world.power.trace) <= 2 * lo + 1e-9  # type: ignore[union-attr]
+    assert max(w for _t, w in sim.world.power.trace) <= budget_w + 1e-9  # type: ignore[union-attr]

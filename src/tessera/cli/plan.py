@@ -194,12 +194,12 @@ def _pipeline(model: str, counts: Any, global_batch: int, gpus_per_node: int, as
                          gpus_per_node=gpus_per_node, base=base, max_layers=max_layers)
     tuned = None
     if max_slowdown is not None:
-        from tessera.perf.zeus_scaled import ScaledZeusPowerModel
+        from tessera.perf.power_estimate import default_power_model
         from tessera.plan.stage_power import tune_stage_power
 
         h = ranked.plan
         tuned = tune_stage_power(h.stages, h.n_micro, h.dp_copies, model,
-                                 ScaledZeusPowerModel(), max_slowdown)
+                                 default_power_model(), max_slowdown)
     if as_json:
         out = ranked.to_json()
         if tuned is not None:

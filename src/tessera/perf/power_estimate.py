@@ -30,6 +30,8 @@ read 15-25 % of their TDP in ``nvidia-smi``; we take 20 %.
 
 The model ignores the job (its ``job_type``, ``model`` and batch): without a measurement, every
 job draws the median. That is the price of an estimate, and why ``measured`` says so.
+:func:`default_power_model` puts Zeus's measured model in front of it, so the estimate answers
+only where Zeus measured nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import TypeVar
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.power import PowerEstimate, PowerLimitRange, PowerModel
+from tessera.perf.zeus_table import ZeusPowerModel
 
 __all__ = [
     "ALPHA",
@@ -170,19 +173,20 @@ class PowerChain:
         return ask(self.models[-1])
 
 
-MEASURED_MODELS: list[PowerModel] = []
-"""Measured models asked before the estimate, most trusted first. Empty here; the measured
-Zeus model registers itself in front (``MEASURED_MODELS.insert(0, ...)``) at import."""
-
-
 @functools.cache
-def _estimated() -> EstimatedPowerModel:
-    return EstimatedPowerModel()
-
-
 def default_power_model() -> PowerModel:
-    """The power model every part reads: each measured model, then the estimate."""
-    return PowerChain((*MEASURED_MODELS, _estimated()))
+    """The one power model every part reads: measured where Zeus measured, estimated elsewhere.
+
+    It is :class:`~tessera.perf.zeus_table.ZeusPowerModel` with this module's
+    :class:`EstimatedPowerModel` as its fallback: a job whose workload Zeus measured, on a
+    flavor Zeus measured (V100, P100, RTX 6000), reads Zeus's rows (``measured=True``,
+    ``source="zeus:<gpu>"``); every other job and flavor, and every idle GPU, reads the
+    estimate (``measured=False``, ``source="estimated:tdp-fit"``). On a measured flavor the
+    limit range is the part of Zeus's measured range the estimate also accepts, so a limit an
+    optimiser picks from :meth:`limit_range` is valid whichever of the two answers. The model
+    is built once (it is immutable) and nothing registers itself at import.
+    """
+    return ZeusPowerModel(fallback=EstimatedPowerModel())
 
 
 # -- the fit to Zeus's table -------------------------------------------------------------------

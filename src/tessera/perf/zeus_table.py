@@ -167,6 +167,8 @@ class ZeusTable:
         #: The highest power limit measured on this GPU: Zeus's ``max_power`` in its cost.
         self.max_limit_w: int = max(r.power_limit_w for r in power)
         self.min_limit_w: int = min(r.power_limit_w for r in power)
+        #: The lowest average power measured on this GPU (any workload, batch and limit).
+        self.min_power_w: float = min(r.avg_power_w for r in power)
 
     @staticmethod
     @functools.cache
@@ -252,11 +254,27 @@ class ZeusPowerModel:
         return True
 
     def limit_range(self, flavor: GpuFlavor) -> PowerLimitRange:
-        """The measured limits of ``flavor`` (Zeus's 25 W grid)."""
+        """The measured limits of ``flavor`` (Zeus's 25 W grid).
+
+        With a fallback, a measured flavor's range is narrowed to the part the fallback also
+        accepts (its low end rounded up to Zeus's grid): jobs Zeus did not measure run on the
+        same flavor and are answered by the fallback, so every limit of the range must be
+        valid for both.
+        """
         if self.fallback is not None and not _measured_flavor(flavor):
             return self.fallback.limit_range(flavor)
         t = ZeusTable.load(zeus_gpu_of(flavor))
-        return PowerLimitRange(float(t.min_limit_w), float(t.max_limit_w), 25.0)
+        low, high = float(t.min_limit_w), float(t.max_limit_w)
+        if self.fallback is not None:
+            other = self.fallback.limit_range(flavor)
+            if other.min_w > low:  # (up to Zeus's 25 W grid: its limits stay measured)
+                low += 25.0 * math.ceil((other.min_w - low) / 25.0)
+            high = min(high, other.max_w)
+            if low > high:
+                raise SpecError(f"{flavor.short}: Zeus's measured limits {t.min_limit_w}-"
+                                f"{t.max_limit_w} W and the fallback's {other.min_w:g}-"
+                                f"{other.max_w:g} W do not overlap")
+        return PowerLimitRange(low, high, 25.0)
 
     def estimate(self, job_type: str, model: str | None, flavor: GpuFlavor,
                  power_limit_w: float | None = None,
@@ -287,11 +305,17 @@ class ZeusPowerModel:
                              source=f"zeus:{gpu}" + ("" if exact else "+interpolated"))
 
     def idle_power_w(self, flavor: GpuFlavor) -> float:
-        """Asked of ``fallback``: Zeus measured no idle power."""
+        """Asked of ``fallback`` (Zeus measured no idle power), but on a measured flavor never
+        above the lowest draw Zeus measured on it: a board running a job draws at least its
+        idle power (NCF at 34.8 W on the V100 is below a 20 %-of-TDP guess of 60 W), and the
+        power budget relies on a completion never raising cluster power."""
         if self.fallback is None:
             raise SpecError(f"Zeus measured no idle power for {flavor.short}; chain an "
                             "estimated power model behind ZeusPowerModel")
-        return self.fallback.idle_power_w(flavor)
+        idle = self.fallback.idle_power_w(flavor)
+        if _measured_flavor(flavor):
+            idle = min(idle, ZeusTable.load(zeus_gpu_of(flavor)).min_power_w)
+        return idle
 
 
 def _measured_flavor(flavor: GpuFlavor) -> bool:

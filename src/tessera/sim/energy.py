@@ -2,11 +2,15 @@
 
 Every GPU of the cluster draws its idle power (:meth:`PowerModel.idle_power_w`) from the first
 submission to the last event; a GPU a job holds draws the job's average power on that flavor
-(:meth:`PowerModel.estimate` at the maximum limit) instead, for the whole run -- its checkpoint
-restore included. A fractional job (``gpu_milli``) adds its share of the busy-over-idle draw.
-So cluster power is a step function that changes only when a run starts or stops:
-:class:`EnergyBook` records one entry per run (not per second) and builds the step function
-once, at the end.
+(:meth:`PowerModel.estimate`) instead, for the whole run -- its checkpoint restore included --
+at the maximum limit unless a power limit capped it: a power budget or Zeus's per-job limits
+(:mod:`tessera.sim.power_runs`) tell the book each limit a job runs at from when
+(:meth:`EnergyBook.limit_set`), and the stretch of the run at that limit is booked at the
+capped draw. So energy, the power series and the peak are one book, whatever set the limits.
+A fractional job (``gpu_milli``) adds its share of the busy-over-idle draw. So cluster power is
+a step function that changes only when a run starts or stops or a job's limit changes:
+:class:`EnergyBook` records one entry per run and limit stretch (not per second) and builds the
+step function once, at the end.
 
 * ``energy_kwh`` -- the integral of cluster power over the run.
 * ``avg_power_kw`` -- ``energy / span``; ``peak_power_kw`` -- the step function's maximum.
@@ -14,8 +18,9 @@ once, at the end.
 * ``carbon_kg`` -- with a carbon trace, the integral of power × intensity
   (:meth:`tessera.workload.carbon.CarbonTrace.carbon_g`).
 
-Power numbers come from :func:`tessera.perf.power_estimate.default_power_model`: measured where
-a measured model knows the job and flavor, otherwise the documented estimate; the summary's
+Power numbers come from :func:`tessera.perf.power_estimate.default_power_model` (the model the
+power budget and Zeus's limits also use): measured where Zeus measured the job and flavor,
+otherwise the documented estimate; the summary's
 ``power_sources`` says which sources were used.
 """
 
@@ -104,24 +109,51 @@ class EnergyBook:
         self.model = model or default_power_model()
         self.idle_w = {f: self.model.idle_power_w(f) for f in cluster.gpus_by_flavor()}
         self.idle_total_w = sum(self.idle_w[f] * n for f, n in cluster.gpus_by_flavor().items())
-        self._busy_w: dict[tuple[str, str | None, GpuFlavor], float] = {}
+        self._busy_w: dict[tuple[str, str | None, GpuFlavor, float | None], float] = {}
         self.sources: set[str] = set()
         self.changes: list[tuple[float, float]] = []
-        """``(time_s, watts added)``: + at a run's start, − at its end."""
+        """``(time_s, watts added)``: + at a stretch's start, − at its end."""
         self.job_j: dict[int, float] = {}
+        self._limits: dict[int, list[tuple[float, float | None]]] = {}
+        """Each running job's ``(from_s, power limit W or None)`` marks, in time order."""
 
-    def _job_w(self, job: SimJob, flavor: GpuFlavor) -> float:
-        """Per-GPU draw of ``job`` on ``flavor`` (memoised per job type, model and flavor)."""
-        key = (job.spec.job_type, job.spec.model, flavor)
+    def _job_w(self, job: SimJob, flavor: GpuFlavor, limit_w: float | None) -> float:
+        """Per-GPU draw of ``job`` on ``flavor`` at ``limit_w`` (``None``: the maximum),
+        memoised per job type, model, flavor and limit."""
+        key = (job.spec.job_type, job.spec.model, flavor, limit_w)
         w = self._busy_w.get(key)
         if w is None:
-            est = self.model.estimate(job.spec.job_type, job.spec.model, flavor)
+            est = self.model.estimate(job.spec.job_type, job.spec.model, flavor, limit_w)
             self.sources.add(est.source)
             w = self._busy_w[key] = est.avg_power_w
         return w
 
+    def limit_set(self, idx: int, t_s: float, limit_w: float | None) -> None:
+        """Job ``idx`` runs at ``limit_w`` (``None``: uncapped) from ``t_s`` on, until its
+        next mark or the end of its run. Marks are dropped when the run ends."""
+        self._limits.setdefault(idx, []).append((t_s, limit_w))
+
     def run_ended(self, job: SimJob, p: Placement, start_s: float, end_s: float) -> None:
-        """``job`` held ``p`` from ``start_s`` to ``end_s``: book its power and energy."""
+        """``job`` held ``p`` from ``start_s`` to ``end_s``: book its power and energy, each
+        stretch at the limit it ran at (a gang over mixed flavors always runs uncapped)."""
+        marks = self._limits.pop(job.idx, [])
+        limit: float | None = None
+        cuts: list[tuple[float, float | None]] = []
+        for t_s, lim in marks:
+            if t_s <= start_s:
+                limit = lim
+            elif t_s < end_s:
+                cuts.append((t_s, lim))
+        if p.node_flavors:
+            limit, cuts = None, []
+        t0 = start_s
+        for t1, nxt in [*cuts, (end_s, None)]:
+            self._stretch(job, p, t0, t1, limit)
+            t0, limit = t1, nxt
+
+    def _stretch(self, job: SimJob, p: Placement, start_s: float, end_s: float,
+                 limit_w: float | None) -> None:
+        """Book ``job`` on ``p`` at ``limit_w`` from ``start_s`` to ``end_s``."""
         dur = end_s - start_s
         if dur <= 0:
             return
@@ -129,12 +161,16 @@ class EnergyBook:
         flavors = p.node_flavors or (p.flavors[0],) * len(p.gpus_by_node)
         job_w = extra_w = 0.0
         for (_, k), f in zip(p.gpus_by_node, flavors, strict=True):
-            w = self._job_w(job, f)
+            w = self._job_w(job, f, limit_w)
             job_w += k * w * share
             extra_w += k * (w - self.idle_w.get(f, 0.0)) * share
         self.job_j[job.idx] = self.job_j.get(job.idx, 0.0) + job_w * dur
         self.changes.append((start_s, extra_w))
         self.changes.append((end_s, -extra_w))
+
+    def jobs_j(self) -> float:
+        """Energy of every job's runs so far, in joules (idle GPUs not counted)."""
+        return sum(self.job_j.values())
 
     def job_kwh(self, idx: int) -> float:
         """Energy of job ``idx``'s runs so far, in kWh."""

@@ -10,11 +10,15 @@ world (:class:`~tessera.sim.world.SimWorld`) hands each decision to :class:`Powe
 * re-rates a running job whose limit changed: its progress is settled up to now, its speed
   becomes the uncapped speed divided by the new factor, and its completion (and any booked
   failure) is re-booked under a new epoch, as an elastic speed change is;
+* tells the run's :class:`~tessera.sim.energy.EnergyBook` (:meth:`PowerRuns.attach`) each
+  limit a job runs at and from when, so the result's ``energy_kwh``, power series and
+  ``peak_power_kw`` count a capped job at its capped draw -- one energy book for every run;
 * measures cluster power right after the decision is applied -- power rises only there (a
-  completion only lowers it) -- and keeps the peak and the budget for the run's extras
-  (``power_peak_kw``, ``power_budget_kw``) and for tests (:attr:`PowerRuns.trace`).
+  completion only lowers it) -- for tests (:attr:`PowerRuns.trace`, :attr:`PowerRuns.peak_w`).
 
-:func:`budget_power_model` is the one place the simulator picks its power model.
+The run's extras carry only what the energy summary does not: ``power_budget_kw`` and, with
+Zeus, ``zeus_cost_mj``. The power model is
+:func:`tessera.perf.power_estimate.default_power_model`, the one every energy figure reads.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId
 from tessera.perf.power import PowerModel
-from tessera.perf.power_tdp import TdpPowerModel
+from tessera.perf.power_estimate import default_power_model
 from tessera.sched.core.energy_choice import energy_aware
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.power_options import PowerBudget, ZeusCost
 from tessera.sched.core.snapshot import Placement
 from tessera.sim.config import SimConfig
+from tessera.sim.energy import EnergyBook
 from tessera.sim.events import COMPLETE, FAIL, EventSink
 from tessera.sim.state import SimJob
 
@@ -59,7 +64,7 @@ def power_runs_for(config: SimConfig, cluster: ClusterSpec, policy: Policy,
     if policy.elastic:
         raise SpecError(f"{what} does not work with the elastic policy "
                         f"{policy.display_name!r} (it sets job speeds itself)")
-    m = model or budget_power_model()
+    m = model or default_power_model()
     budget = (PowerBudget(config.power_budget_kw * 1e3, m, config.power_capping)
               if config.power_budget_kw is not None else None)
     zeus = (ZeusCost(config.zeus_eta, m, max(m.limit_range(f).max_w
@@ -74,12 +79,6 @@ def energy_policy(config: SimConfig, policy: Policy, runs: PowerRuns) -> Policy:
         return policy
     assert runs.zeus is not None  # (power_runs_for refuses energy_types without zeus_eta)
     return energy_aware(policy, runs.zeus, config.energy_slack)
-
-
-def budget_power_model() -> PowerModel:
-    """The power model the simulator's budget and Zeus runs use: the estimated TDP model
-    (:mod:`tessera.perf.power_tdp`) until a profile-backed default is wired in here."""
-    return TdpPowerModel()
 
 
 class PowerRuns:
@@ -105,16 +104,20 @@ class PowerRuns:
         self._factor: dict[int, float] = {}
         """Step-time factor each running job runs at now (absent: 1.0)."""
         self._limit: dict[int, float | None] = {}
-        self._since: dict[int, tuple[float, float, int]] = {}
-        """Each running job's ``(since_s, draw W of its gang, GPUs)`` of its current stretch."""
-        self.energy_j = 0.0
-        """Energy the jobs' gangs drew while they held their GPUs (idle GPUs not counted)."""
+        self._since: dict[int, tuple[float, int]] = {}
+        """Each running job's ``(since_s, GPUs)`` of its current run."""
+        self.book: EnergyBook | None = None
+        """The run's energy book, told each job's limits (:meth:`attach`)."""
         self.gpu_s = 0.0
         """GPU-seconds the jobs held."""
         self.peak_w = 0.0
         self.trace: list[tuple[float, float]] = []
         """``(time_s, cluster power W)`` after every applied decision."""
         self._t_now = 0.0
+
+    def attach(self, book: EnergyBook) -> None:
+        """Tell ``book`` each job's limit from now on (it books capped stretches capped)."""
+        self.book = book
 
     def capped(self) -> bool:
         """Whether a running job runs below its maximum limit (a decision could lift it)."""
@@ -131,21 +134,20 @@ class PowerRuns:
         self._limit[job.idx] = lim
         self._factor[job.idx] = factor
         self._base[job.idx] = rate
-        self._open(job, p, lim, self._t_now)
+        self._since[job.idx] = (self._t_now, p.num_gpus)
+        self._mark(job, self._t_now, lim)
         return rate / factor
 
-    def _open(self, job: SimJob, p: Placement, lim: float | None, t_s: float) -> None:
-        """Start a stretch of ``job``'s run at ``t_s`` (at one limit, one draw)."""
-        self._since[job.idx] = (t_s, self._gang_w(job, p, lim), p.num_gpus)
+    def _mark(self, job: SimJob, t_s: float, lim: float | None) -> None:
+        if self.book is not None:
+            self.book.limit_set(job.idx, t_s, lim)
 
     def _close(self, job: SimJob, t_s: float) -> None:
-        """End ``job``'s current stretch at ``t_s``: book its energy and GPU time."""
+        """End ``job``'s run at ``t_s``: book its GPU time."""
         got = self._since.pop(job.idx, None)
         if got is not None:
-            since_s, draw_w, gpus = got
-            dt = max(t_s - since_s, 0.0)
-            self.energy_j += draw_w * dt
-            self.gpu_s += gpus * dt
+            since_s, gpus = got
+            self.gpu_s += gpus * max(t_s - since_s, 0.0)
 
     def stopped(self, job: SimJob, t_s: float) -> None:
         """``job`` gives its GPUs back at ``t_s``."""
@@ -198,8 +200,7 @@ class PowerRuns:
     def _rerate(self, job: SimJob, p: Placement, lim: float | None, t_s: float,
                 schedule: EventSink) -> None:
         job.advance(t_s)
-        self._close(job, t_s)
-        self._open(job, p, lim, t_s)
+        self._mark(job, t_s, lim)
         old = self._factor.get(job.idx, 1.0)
         new = self._factor_at(job, p, lim)
         self._limit[job.idx] = lim
@@ -220,15 +221,17 @@ class PowerRuns:
             self._close(job, t_s)
 
     def extras(self) -> dict[str, float]:
-        """The run's power figures for its result: peak cluster power (``power_peak_kw``),
-        the budget, the jobs' energy (``jobs_energy_kwh``) and, with Zeus, the total of
-        Zeus's cost over the jobs (``zeus_cost_mj``: η·energy + (1 − η)·MAXPOWER·GPU-time,
-        in MJ)."""
-        out = {"power_peak_kw": self.peak_w / 1e3, "jobs_energy_kwh": self.energy_j / 3.6e6}
+        """What the run's energy summary does not already say: the budget
+        (``power_budget_kw``) and, with Zeus, the total of Zeus's cost over the jobs
+        (``zeus_cost_mj``: η·energy + (1 − η)·MAXPOWER·GPU-time, in MJ, the energy being the
+        jobs' energy in the attached book). Peak power and energy are the summary's
+        ``peak_power_kw`` and ``energy_kwh`` (one name per quantity)."""
+        out: dict[str, float] = {}
         if self.budget is not None:
             out["power_budget_kw"] = self.budget.budget_w / 1e3
         if self.zeus is not None:
             z = self.zeus
-            out["zeus_cost_mj"] = (z.eta * self.energy_j
+            energy_j = self.book.jobs_j() if self.book is not None else 0.0
+            out["zeus_cost_mj"] = (z.eta * energy_j
                                    + (1 - z.eta) * z.max_power_w * self.gpu_s) / 1e6
         return out

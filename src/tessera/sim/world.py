@@ -146,7 +146,9 @@ class SimWorld:
         # catches up when it is next looked at, bit for bit as if advanced at each.
         self._ticks: list[float] = []
         self.elastic = ElasticRuns() if policy.elastic else None  # (sim/elastic.py)
-        self.energy = EnergyBook(cluster)  # (sim/energy.py: one entry per run)
+        self.energy = EnergyBook(cluster, None if self.power is None else self.power.model)
+        if self.power is not None:  # (capped stretches are booked at the capped draw)
+            self.power.attach(self.energy)
 
     # -- the books ---------------------------------------------------------------------------
 
