@@ -32,6 +32,7 @@ PER_COMMAND_DEFAULT = {
     "--validation-s": "the failure study uses its published setting; simulate the library's",
     "--global-batch": "plan needs one; train has a small example default",
     "--out": "a run folder under runs/, or the Kueue manifests' folder",
+    "--split": "train splits a batch (planned); traces generate splits job classes (20,70,10)",
 }
 
 # (flag, command) pairs whose help says something only that command does.
@@ -43,6 +44,8 @@ PER_COMMAND_HELP = {
     ("--plots", "analyze"): "analyze writes figures only; its HTML report is always written",
     ("--format", "analyze"): "analyze reads more trace formats than the simulator",
     ("--out", "traces generate"): "one trace file, not a run folder",
+    ("--split", "traces generate"): "a Synergy workload's class split (the issue's flag), "
+                                    "not a batch split",
     ("--gpu", "zeus"): "a GPU of Zeus's traces (any of its four), not a MIG-capable model",
     ("--trace", "share simulate"): "a request trace (genai, dlrm, arrival_s CSV), not jobs",
     ("--trace", "share reconfig"): "a request trace (genai, dlrm, arrival_s CSV), not jobs",

@@ -31,6 +31,7 @@ import pytest
 import typer
 
 from tessera.cli import app
+from tessera.workload.carbon import REGIONS
 from tessera.workload.known import TRACES
 from tests.cli.runner import run_tessera
 
@@ -40,6 +41,7 @@ LIVE = {"serve", "submit", "jobs", "job", "explain", "logs", "admin", "service"}
 SLOW = {"train"}
 SHRINK = {"limit": "10", "max_jobs": "10", "workers": "1", "steps": "4"}
 """Flags (by parameter name) that keep a command small, and their values."""
+CARBON_REGIONS = set(REGIONS)
 DATA_MESSAGE = ("from the public data, not found in", "set TESSERA_DATA_DIR to the folder that "
                 "holds traces/")
 
@@ -143,6 +145,9 @@ def _trace(args: list[str]) -> str | None:
 
 
 def needs_public_data(args: list[str]) -> bool:
+    """A trace that is not bundled, or a carbon region (carbon traces are never bundled)."""
+    if "--carbon" in args and args[args.index("--carbon") + 1] in CARBON_REGIONS:
+        return True
     trace = TRACES.get(_trace(args) or "")
     return trace is not None and not trace.bundled
 
