@@ -49,6 +49,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
@@ -381,7 +382,15 @@ def batch_options(model: str, flavor: GpuFlavor, placement: Placement,
     return tuple(out)
 
 
-def best_of(options: tuple[BatchOption, ...], efficiency: EfficiencyProfile,
+class EfficiencyFn(Protocol):
+    """What :func:`best_of` needs of a statistical-efficiency model: the table's
+    (:class:`~tessera.perf.efficiency.EfficiencyProfile`) or one fitted from a job's reported
+    noise scale (:class:`~tessera.perf.goodput_fit.GnsEfficiency`)."""
+
+    def efficiency(self, batch_samples: float, progress_samples: float) -> float: ...
+
+
+def best_of(options: tuple[BatchOption, ...], efficiency: EfficiencyFn,
             progress_samples: float) -> GoodputEstimate:
     """The option with the highest goodput at ``progress_samples`` (the first among equals)."""
     best: GoodputEstimate | None = None

@@ -187,6 +187,9 @@ class JobView:
             running job's view need not be rebuilt at every event.
         progress_rate: steps/s while running (0 if unknown or not running).
         progress_from_s: when the current run started making progress (after its restore).
+        noise_scale_samples: the gradient noise scale the job last reported (samples, at its
+            initial batch; Pollux's agent), ``None`` if it reports none: Sia and Pollux then
+            fit its statistical efficiency from it instead of reading the bundled table.
     """
 
     spec: JobSpec
@@ -201,6 +204,7 @@ class JobView:
     as_of_s: float = 0.0
     progress_rate: float = 0.0
     progress_from_s: float = 0.0
+    noise_scale_samples: float | None = None
 
     def remaining_at(self, now_s: float) -> float:
         """Steps left at ``now_s`` (extrapolated while running)."""

@@ -42,12 +42,14 @@ class ElasticPolicy(Policy):
         self.model = GoodputModel()
 
     def elastic_row(self, spec: JobSpec, sets: ConfigSet, most: int, progress: float, j: int,
-                    batches: dict[tuple[int, int], float]) -> list[tuple[int, float]]:
+                    batches: dict[tuple[int, int], float],
+                    gns: float | None = None) -> list[tuple[int, float]]:
         """Elastic job ``spec``'s (index ``j``) goodput per base configuration of at most
-        ``most`` GPUs at ``progress`` (:meth:`GoodputModel.row`); records each
+        ``most`` GPUs at ``progress`` (:meth:`GoodputModel.row`; with ``gns``, the job's
+        reported noise scale, its efficiency is fitted from it); records each
         configuration's best batch in ``batches``."""
         out: list[tuple[int, float]] = []
-        for c, g, batch in self.model.row(spec, sets.base_configs, most, progress):
+        for c, g, batch in self.model.row(spec, sets.base_configs, most, progress, gns):
             out.append((c, g))
             batches[(j, c)] = batch
         return out
