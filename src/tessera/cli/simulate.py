@@ -329,6 +329,12 @@ def _register_simulate(app: typer.Typer) -> None:
                                    "speed from: table | learned (estimates from the other "
                                    "job types and the job's own runs; the table still drives "
                                    "progress; docs/scheduler.md, Learned speeds)."),
+        goodput: str = typer.Option("table", help="What Sia and Pollux read an elastic job's "
+                                    "statistical efficiency from: table (the bundled "
+                                    "validation curves) | reported (the gradient noise scale "
+                                    "the job's simulated agent reports, fitted with Pollux's "
+                                    "closed form; the curves still drive progress; "
+                                    "docs/scheduler.md, Goodput online)."),
         out: Path | None = RUN_OUT,
         workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
         json_out: bool = JSON,
@@ -369,9 +375,14 @@ def _register_simulate(app: typer.Typer) -> None:
             from tessera.errors import SpecError
 
             raise SpecError(f"--speeds {speeds!r}: table or learned")
+        if goodput not in ("table", "reported"):
+            from tessera.errors import SpecError
+
+            raise SpecError(f"--goodput {goodput!r}: table or reported")
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
             "seed": seed, "compat": compat, "compat_solver": compat_solver, "speeds": speeds,
+            "goodput": goodput,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,
             "validation_min_gpus": validate_min_gpus, "validation_validation_s": validation_s,

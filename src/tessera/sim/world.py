@@ -40,12 +40,13 @@ from tessera.sched.core.feasibility import Feasibility
 from tessera.sched.core.free_book import FreeBook
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
-from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.core.snapshot import JobSplit, Placement, Snapshot
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
+from tessera.sim.gns_agent import with_reported_gns
 from tessera.sim.metrics import (
     Counters,
     Sample,
@@ -189,11 +190,15 @@ class SimWorld:
         running gangs)."""
         self._catch_up()
         split = self.views.split(self.active, self.ctx.stay_put)
+        hint: JobSplit | None
+        jobs, hint = split.jobs, split
+        if self.cfg.goodput == "reported":  # Pollux's agent: each job's noise scale
+            jobs, hint = with_reported_gns(jobs, t_s), None
         return Snapshot(
-            now_s=t_s, cluster=self.cluster, jobs=split.jobs, policy_state=self.policy_state,
+            now_s=t_s, cluster=self.cluster, jobs=jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
             free_gpus=self.free.counts() if free_gpus else None, quotas=self.quotas,
-            split_hint=split, tenancy=self.cfg.tenancy,
+            split_hint=hint, tenancy=self.cfg.tenancy,
         )
 
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
