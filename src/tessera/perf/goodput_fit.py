@@ -61,6 +61,16 @@ def check_gns(value: object) -> str | None:
     return None
 
 
+def fit_noise_scale(reports: Sequence[float]) -> float | None:
+    """A job's noise scale from its latest reports: their median (one noisy estimate, a
+    gradient measured on one odd batch, does not move it), ``None`` with none."""
+    if not reports:
+        return None
+    ordered = sorted(reports)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def quantize_gns(value: float) -> float:
     """``value`` to 3 significant digits (the precision decisions are cached at)."""
     if value <= 0:
