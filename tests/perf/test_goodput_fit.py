@@ -75,3 +75,16 @@ def test_gns_from_the_table_reproduces_the_table_efficiency(model: str) -> None:
             s = m / m0
             table_form = (var + sqr) / (var / s + sqr) / s  # gain / scale at M0's statistics
             assert fitted.efficiency(m) == pytest.approx(table_form, rel=1e-9)
+
+
+def test_one_local_batch_gives_the_cautious_prior() -> None:
+    """Compute time proportional to the batch until a second local batch is observed, and
+    the sync terms fitted from two gang sizes."""
+    fit = fit_throughput([(1, 64, 0.2), (4, 64, 0.25)])
+    assert fit.alpha_grad_s == 0.0
+    assert fit.beta_grad_s_per_sample * 64 == pytest.approx(0.2, rel=1e-3)
+    assert fit.iteration_s(4, 64) == pytest.approx(0.25, rel=1e-3)
+    assert fit.throughput_samples_per_s(1, 128) == pytest.approx(fit.throughput_samples_per_s(
+        1, 64), rel=1e-6)
+    # accumulation: k - 1 compute passes before the one that overlaps the sync
+    assert fit.iteration_s(4, 64, 3) == pytest.approx(2 * 0.2 + 0.25, rel=1e-3)

@@ -16,8 +16,8 @@ only with its own noise scale. The reported value is kept to 3 significant digit
 (:func:`quantize_gns`): a change smaller than 0.5 % moves no decision, and a goodput row
 is recomputed only when the value moves more than that.
 
-**Its step times** at the sizes it has run on. Pollux models one iteration on ``N`` GPUs
-with a local batch ``m`` as::
+**Its step times** at the sizes it has run on (one optimizer step, no accumulation). Pollux
+models one iteration on ``N`` GPUs with a local batch ``m`` as::
 
     t_grad = alpha_grad + beta_grad * m
     t_sync = 0 if N == 1 else alpha_sync + beta_sync * (N - 2)
@@ -46,6 +46,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor
 
 GAMMA_MAX = 10.0
 
@@ -115,10 +116,15 @@ class ThroughputParams:
     beta_sync_s_per_gpu: float = 0.0
     gamma: float = 1.0
 
-    def iteration_s(self, num_gpus: int, local_batch_samples: float) -> float:
-        """Seconds per iteration of ``num_gpus`` GPUs at ``local_batch_samples`` each."""
-        return float(_iter_s(self.as_array(), np.array([num_gpus], dtype=float),
+    def iteration_s(self, num_gpus: int, local_batch_samples: float,
+                    accumulation_steps: int = 1) -> float:
+        """Seconds per iteration of ``num_gpus`` GPUs at ``local_batch_samples`` each; with
+        ``k`` accumulation passes, ``k - 1`` passes of ``t_grad`` before the last one, which
+        overlaps the synchronisation."""
+        last = float(_iter_s(self.as_array(), np.array([num_gpus], dtype=float),
                              np.array([local_batch_samples], dtype=float))[0])
+        grad = self.alpha_grad_s + self.beta_grad_s_per_sample * local_batch_samples
+        return (accumulation_steps - 1) * grad + last
 
     def throughput_samples_per_s(self, num_gpus: int, local_batch_samples: float) -> float:
         """Samples per second of the whole gang."""
@@ -127,6 +133,18 @@ class ThroughputParams:
     def as_array(self) -> np.ndarray:
         return np.array([self.alpha_grad_s, self.beta_grad_s_per_sample, self.alpha_sync_s,
                          self.beta_sync_s_per_gpu, self.gamma])
+
+
+StepFits = tuple[tuple[GpuFlavor, ThroughputParams], ...]
+"""A job's fitted throughput model per flavor it has run on (``JobView.step_fits``)."""
+
+
+def fit_on(fits: StepFits, flavor: GpuFlavor) -> ThroughputParams | None:
+    """The fit on ``flavor``, ``None`` where the job has none."""
+    for f, p in fits:
+        if f == flavor:
+            return p
+    return None
 
 
 def _iter_s(p: np.ndarray, n: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -140,9 +158,11 @@ def fit_throughput(observations: Sequence[tuple[int, float, float]]) -> Throughp
     """Pollux's throughput parameters from ``(num_gpus, local_batch_samples, iteration_s)``.
 
     Least squares on the relative error, every parameter >= 0 and ``1 <= gamma <= 10``. With
-    one local batch only, ``beta_grad`` is not identifiable and the fit puts all of the time in
-    ``alpha_grad`` (a fixed per-iteration cost); observations on one GPU only leave the sync
-    terms at 0.
+    one local batch only, ``alpha_grad`` and ``beta_grad`` cannot be told apart and the fit
+    puts all of the compute time in ``beta_grad`` (time proportional to the batch: the
+    cautious prior, under which a larger local batch buys no throughput until one is
+    observed); observations on one GPU only leave the sync terms at 0, and on at most two
+    GPUs ``beta_sync`` (it multiplies ``N - 2``).
 
     Raises:
         SpecError: no observations, or one that is not positive and finite.
@@ -157,12 +177,13 @@ def fit_throughput(observations: Sequence[tuple[int, float, float]]) -> Throughp
     arr = np.array(observations, dtype=float)
     n, m, t = arr[:, 0], arr[:, 1], arr[:, 2]
     multi = bool((n > 1).any())
+    beyond_two = bool((n > 2).any())  # beta_sync multiplies N - 2: unseen up to two GPUs
     several_batches = len(set(m.tolist())) > 1
-    x0 = np.array([float(t.min()) / 2, float(t.min() / m.max()) / 2 if several_batches else 0.0,
+    x0 = np.array([float(t.min()) / 2 if several_batches else 0.0, float(t.min() / m.max()) / 2,
                    float(t.min()) / 10 if multi else 0.0, 0.0, 1.0])
     lo = np.zeros(5)
-    hi = np.array([np.inf, np.inf if several_batches else 1e-12,
-                   np.inf if multi else 1e-12, np.inf if multi else 1e-12, GAMMA_MAX])
+    hi = np.array([np.inf if several_batches else 1e-12, np.inf,
+                   np.inf if multi else 1e-12, np.inf if beyond_two else 1e-12, GAMMA_MAX])
     lo[4] = 1.0
     x0 = np.clip(x0, lo, np.where(np.isinf(hi), x0 + 1, hi))
 
@@ -172,5 +193,5 @@ def fit_throughput(observations: Sequence[tuple[int, float, float]]) -> Throughp
     got = least_squares(residual, x0, bounds=(lo, hi), x_scale="jac", xtol=1e-12, ftol=1e-12,
                         gtol=1e-12, max_nfev=2000)
     a, b, c, d, g = (float(v) for v in got.x)
-    return ThroughputParams(a, b if several_batches else 0.0, c if multi else 0.0,
-                            d if multi else 0.0, g)
+    return ThroughputParams(a if several_batches else 0.0, b, c if multi else 0.0,
+                            d if beyond_two else 0.0, g)

@@ -46,7 +46,7 @@ from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
 from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
-from tessera.sim.gns_agent import with_reported_gns
+from tessera.sim.gns_agent import GoodputAgent
 from tessera.sim.metrics import (
     Counters,
     Sample,
@@ -87,6 +87,7 @@ class SimWorld:
         progress: ProgressFn | None = None,
     ) -> None:
         self.cfg = config
+        self.agent = GoodputAgent() if config.goodput == "reported" else None
         self.sched = config.scheduler
         self.workload = workload
         self.cluster = cluster
@@ -192,8 +193,8 @@ class SimWorld:
         split = self.views.split(self.active, self.ctx.stay_put)
         hint: JobSplit | None
         jobs, hint = split.jobs, split
-        if self.cfg.goodput == "reported":  # Pollux's agent: each job's noise scale
-            jobs, hint = with_reported_gns(jobs, t_s), None
+        if self.agent is not None:  # Pollux's agent: noise scale and step-time fits
+            jobs, hint = self.agent.views(jobs, t_s), None
         return Snapshot(
             now_s=t_s, cluster=self.cluster, jobs=jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
