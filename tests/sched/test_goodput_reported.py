@@ -45,3 +45,28 @@ def test_a_reported_noise_scale_replaces_the_table_only_for_efficiency() -> None
     # cached per quantized value: 1234.4 and 1234.0 are the same estimate object
     a = model.estimate(e, _A100_40GB, (4,), 0.0, gns=1234.4)
     assert a is model.estimate(e, _A100_40GB, (4,), 0.0, gns=1234.0)
+
+
+def test_fitted_step_times_replace_the_profile_on_their_flavor_only() -> None:
+    """A job whose fit says the flavor the policy picks is far slower than measured is moved
+    to the other one."""
+    from tessera.perf.goodput_fit import ThroughputParams
+    from tests.sched.test_elastic_policies import _T4
+
+    e = elastic_range("cifar10", 1, 2048)
+    model = GoodputModel()
+    measured = model.estimate(e, _A100_40GB, (1,), 0.0)
+    slow = ThroughputParams(10.0, 0.001)
+    fitted = model.estimate(e, _A100_40GB, (1,), 0.0, fit=slow)
+    assert measured is not None and fitted is not None
+    assert fitted.iteration_time_s == pytest.approx(slow.iteration_s(
+        1, fitted.config.local_batch_samples, fitted.config.accumulation_steps))
+    assert fitted.throughput_samples_per_s < measured.throughput_samples_per_s / 5
+    spec = make_job("a", 1, job_type=TYPE, elastic=e)
+    for policy in ("sia",):  # (Pollux's row is type-blind: the mean over flavors)
+        plain = _rank(policy, [view(spec)], now_s=600.0, explore=False)
+        picked = dict(plain.candidates)["a"]
+        other = _T4 if picked == _A100_40GB else _A100_40GB
+        told = _rank(policy, [view(spec, step_fits=((picked, slow),))], now_s=600.0,
+                     explore=False)
+        assert dict(told.candidates)["a"] == other, policy

@@ -24,7 +24,7 @@ def test_the_agent_reports_the_curves_noise_scale_at_its_batch_and_progress() ->
     waiting = view(spec, remaining_steps=500.0)  # half way
     assert reported_gns(waiting, 0.0) == pytest.approx(
         prof.noise_scale_samples(512, e.target_samples / 2))
-    node = make_cluster().node("a100", gpus=4).build().nodes[0]
+    node = make_cluster().node("A100-40GB", gpus=4).build().nodes[0]
     held = Placement.of(node.flavor, ((node.node_id, 4),), global_batch_samples=2048)
     running = view(spec, JobState.RUNNING, held, remaining_steps=500.0)
     assert reported_gns(running, 0.0) == pytest.approx(
@@ -58,4 +58,27 @@ def test_simulate_goodput_reported_runs_and_moves_the_decisions(tmp_path) -> Non
 def test_simulate_refuses_an_unknown_goodput_source() -> None:
     r = CliRunner().invoke(app, ["simulate", "-t", "sia-philly-1", "--goodput", "guess"])
     assert isinstance(r.exception, SpecError)
-    assert "--goodput 'guess': table or reported" in str(r.exception)
+    assert "--goodput 'guess': table, gns or reported" in str(r.exception)
+
+
+def test_the_agent_fits_the_step_times_it_observed_on_its_flavor() -> None:
+    from tessera.perf.goodput import load_step_times
+    from tessera.sim.gns_agent import GoodputAgent
+
+    e = elastic_range("cifar10", 1, 512)
+    spec = make_job("a", 1, steps=1000, elastic=e)
+    node = make_cluster().node("A100-40GB", gpus=4).build().nodes[0]
+    agent = GoodputAgent()
+    assert agent.fits(view(spec)) == ()  # never ran: nothing observed
+    times = load_step_times("cifar10", node.flavor)
+    for gpus in (1, 2):
+        p = Placement.of(node.flavor, ((node.node_id, gpus),), global_batch_samples=512)
+        fits = agent.fits(view(spec, JobState.RUNNING, p))
+    assert [f for f, _ in fits] == [node.flavor]
+    fit = fits[0][1]
+    for gpus in (1, 2):  # the fit reproduces what it saw (within the model's error)
+        local = 512 / gpus
+        true = times.step_and_sync_s((gpus,), local)[0]
+        assert fit.iteration_s(gpus, local) == pytest.approx(true, rel=0.15)
+    gns_only = GoodputAgent(fit_steps=False).views((view(spec, JobState.RUNNING, p),), 0.0)
+    assert gns_only[0].step_fits == () and gns_only[0].noise_scale_samples is not None

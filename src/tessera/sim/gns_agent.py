@@ -5,7 +5,8 @@ would have reported by now: its gradient noise scale (``JobView.noise_scale_samp
 Sia and Pollux value it with Pollux's closed form
 (:class:`tessera.perf.goodput_fit.GnsEfficiency`) rather than the bundled efficiency table,
 and its throughput model fitted to the step times it observed on each flavor it ran on
-(``JobView.step_fits``, :func:`tessera.perf.goodput_fit.fit_throughput`). The truth still
+(``JobView.step_fits``, :func:`tessera.perf.goodput_fit.fit_throughput`); ``--goodput gns``
+reports the noise scale only. The truth still
 drives progress: a running job advances at the table's goodput
 (:meth:`tessera.sched.elastic.goodput.GoodputModel.steps_per_s`).
 
@@ -82,7 +83,9 @@ class GoodputAgent:
     """Every elastic job's agent in one simulation: its observations and fits (see the module
     docstring). One per simulated world."""
 
-    def __init__(self) -> None:
+    def __init__(self, fit_steps: bool = True) -> None:
+        self.fit_steps = fit_steps
+        """Also fit step times (``--goodput reported``); else the noise scale only (``gns``)."""
         self._obs: dict[JobId, dict[GpuFlavor, dict[tuple[int, float], float]]] = {}
         self._fits: dict[JobId, StepFits] = {}
 
@@ -107,7 +110,7 @@ class GoodputAgent:
         out = []
         for v in views:
             gns = reported_gns(v, now_s)
-            fits = self.fits(v) if v.spec.elastic is not None else ()
+            fits = self.fits(v) if self.fit_steps and v.spec.elastic is not None else ()
             out.append(v if gns is None and not fits else
                        dataclasses.replace(v, noise_scale_samples=gns, step_fits=fits))
         return tuple(out)

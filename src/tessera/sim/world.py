@@ -87,7 +87,8 @@ class SimWorld:
         progress: ProgressFn | None = None,
     ) -> None:
         self.cfg = config
-        self.agent = GoodputAgent() if config.goodput == "reported" else None
+        self.agent = (None if config.goodput == "table"
+                      else GoodputAgent(fit_steps=config.goodput == "reported"))
         self.sched = config.scheduler
         self.workload = workload
         self.cluster = cluster
