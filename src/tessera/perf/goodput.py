@@ -49,7 +49,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
@@ -57,6 +56,7 @@ from scipy.interpolate import LinearNDInterpolator
 from tessera.errors import NoProfileError, SpecError, TraceFormatError
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.efficiency import EfficiencyProfile, load_efficiency
+from tessera.perf.goodput_fit import EfficiencyFn
 from tessera.perf.sia import SIA_SUFFIX_FLAVOR, load_sia_profile, model_dir
 from tessera.perf.sia_table import interpolate_step_time
 
@@ -380,14 +380,6 @@ def batch_options(model: str, flavor: GpuFlavor, placement: Placement,
         config = times.batch_config(placement, m)
         out.append(BatchOption(config, times.iteration_time_s(placement, config)))
     return tuple(out)
-
-
-class EfficiencyFn(Protocol):
-    """What :func:`best_of` needs of a statistical-efficiency model: the table's
-    (:class:`~tessera.perf.efficiency.EfficiencyProfile`) or one fitted from a job's reported
-    noise scale (:class:`~tessera.perf.goodput_fit.GnsEfficiency`)."""
-
-    def efficiency(self, batch_samples: float, progress_samples: float) -> float: ...
 
 
 def best_of(options: tuple[BatchOption, ...], efficiency: EfficiencyFn,

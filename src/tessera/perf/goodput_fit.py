@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -49,6 +50,14 @@ from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
 
 GAMMA_MAX = 10.0
+
+
+class EfficiencyFn(Protocol):
+    """What :func:`best_of` needs of a statistical-efficiency model: the table's
+    (:class:`~tessera.perf.efficiency.EfficiencyProfile`) or one fitted from a job's reported
+    noise scale (:class:`~tessera.perf.goodput_fit.GnsEfficiency`)."""
+
+    def efficiency(self, batch_samples: float, progress_samples: float) -> float: ...
 
 
 def check_gns(value: object) -> str | None:
