@@ -74,3 +74,8 @@ def test_hetero_policy_finishes_every_job_with_learned_speeds() -> None:
 def test_an_unknown_speeds_value_is_refused() -> None:
     with pytest.raises(ValidationError, match="speeds"):
         SimConfig(speeds="guessed")  # type: ignore[arg-type]
+
+
+def test_an_unknown_goodput_value_is_refused() -> None:
+    with pytest.raises(ValidationError, match="goodput"):
+        SimConfig(goodput="guessed")  # type: ignore[arg-type]

@@ -345,6 +345,14 @@ def _register_simulate(app: typer.Typer) -> None:
                                    "speed from: table | learned (estimates from the other "
                                    "job types and the job's own runs; the table still drives "
                                    "progress; docs/scheduler.md, Learned speeds)."),
+        goodput: str = typer.Option("table", help="What Sia and Pollux read an elastic job's "
+                                    "goodput from: table (the bundled profiles) | gns "
+                                    "(efficiency from the gradient noise scale the job's "
+                                    "simulated agent reports, Pollux's closed form) | "
+                                    "reported (that, and step times from a throughput model "
+                                    "fitted to the step times it observed); the profiles "
+                                    "still drive progress (docs/scheduler.md, Goodput "
+                                    "online)."),
         out: Path | None = RUN_OUT,
         workers: int = typer.Option(0, help="Parallel processes (0: one per policy, ≤ CPUs)."),
         json_out: bool = JSON,
@@ -389,9 +397,14 @@ def _register_simulate(app: typer.Typer) -> None:
             from tessera.errors import SpecError
 
             raise SpecError(f"--speeds {speeds!r}: table or learned")
+        if goodput not in ("table", "gns", "reported"):
+            from tessera.errors import SpecError
+
+            raise SpecError(f"--goodput {goodput!r}: table, gns or reported")
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
             "seed": seed, "compat": compat, "compat_solver": compat_solver, "speeds": speeds,
+            "goodput": goodput,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,
             "validation_min_gpus": validate_min_gpus, "validation_validation_s": validation_s,

@@ -29,6 +29,14 @@ Each job's runs' estimates (flavor, nodes, rate, when) are kept in the store
 (``meta`` key ``progress:<job>``, rewritten when a run's rate moved by more than 1 % or 30 s
 after it was last written), so a restart loses none (at most 30 s of a drift under 1 %); a
 job's measured rate on a flavor is its latest run's there.
+
+**Gradient noise scale (Pollux's agent).** A report's ``gns`` (samples, at the job's initial
+batch) is kept per job, the last :data:`GNS_WINDOW` (5) accepted values; the job's noise
+scale is their median (:func:`tessera.perf.goodput_fit.fit_noise_scale`), handed to the next
+decision (``JobView.noise_scale_samples``), where Sia and Pollux fit the job's statistical
+efficiency from it instead of the bundled table. A negative or non-finite ``gns`` refuses the
+whole report (422, with the reason). Kept in memory only: after a restart a job is valued
+by the table again until its next report.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from typing import Any
 
 from tessera.live.store import Store
 from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.perf.goodput_fit import fit_noise_scale
 
 KEY_META = "progress_key"
 JOB_META = "progress:"
@@ -62,6 +71,8 @@ WRITE_EVERY_S = 30.0
 #: Runs whose estimates a job keeps (the latest ones).
 KEPT_RUNS = 8
 FIELDS = ("steps", "samples", "gns")
+#: Noise-scale reports a job's estimate is the median of.
+GNS_WINDOW = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +184,7 @@ class ProgressBook:
         self._rates: dict[str, list[RunRate]] = {}
         self._changed: set[str] = set()
         self._written: dict[tuple[str, int], tuple[float, float]] = {}
+        self._gns: dict[str, deque[float]] = {}
 
     # -- tokens --------------------------------------------------------------------------
 
@@ -211,6 +223,8 @@ class ProgressBook:
                 meter.refused.add(kind)
                 return Outcome(422, why, event)
             self._last_s[key] = now_s
+            if "gns" in values:
+                self._gns.setdefault(job_id, deque(maxlen=GNS_WINDOW)).append(values["gns"])
             meter.points.append((now_s, values["steps"]))
             rate = median_rate(meter.points)
             if rate is not None and flavor is not None:
@@ -277,6 +291,12 @@ class ProgressBook:
             out, self._changed = self._changed, set()
         return out
 
+    def noise_scales(self) -> dict[str, float]:
+        """``{job: gradient noise scale}`` of every job that reported one (samples)."""
+        with self._lock:
+            got = {j: fit_noise_scale(list(v)) for j, v in self._gns.items()}
+        return {j: g for j, g in got.items() if g is not None}
+
     def measured(self, job_id: str) -> dict[GpuFlavor, float]:
         """``{flavor: steps/s}``: the job's latest run's rate on each flavor."""
         return {r.flavor: r.steps_per_s for r in self._load(job_id)}
@@ -287,6 +307,8 @@ class ProgressBook:
         with self._lock:
             for jid in [j for j in self._rates if j not in job_ids]:
                 del self._rates[jid]
+            for jid in [j for j in self._gns if j not in job_ids]:
+                del self._gns[jid]
 
     def forget_run(self, job_id: str, run: int) -> None:
         """A run ended: drop its meter (its estimate stays)."""

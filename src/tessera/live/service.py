@@ -424,7 +424,8 @@ class LiveService:
         snap = build_snapshot(now_s, cluster, records, self.store.allocations(HOLDING),
                               self.tenancy.quotas, self.oracle, self.policy_state,
                               self.settings.round_s if self.uses_rounds else None,
-                              self.settings.restore_s, self.tenancy.quota_tree)
+                              self.settings.restore_s, self.tenancy.quota_tree,
+                              self.progress.noise_scales())
         self.idle = not snap.jobs
         if self.idle:
             return None

@@ -32,6 +32,7 @@ policies that read ``progress_from_s`` is shifted.)
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 
 from tessera.live.sharing import counted, same_gpus
@@ -79,10 +80,14 @@ def build_snapshot(
     round_s: float | None = None,
     restore_s: float = 0.0,
     tenancy: QuotaTree | None = None,
+    noise_scales: Mapping[str, float] | None = None,
 ) -> Snapshot:
     """The snapshot ``decide()`` sees (see the module docstring for the mapping);
     ``restore_s``: what a resumed run spends restoring before it progresses; ``tenancy``: the
-    whole tenancy the core enforces (``Snapshot.tenancy``), when the service has one."""
+    whole tenancy the core enforces (``Snapshot.tenancy``), when the service has one;
+    ``noise_scales``: each job's reported gradient noise scale (:mod:`.progress`), laid on
+    its view for Sia and Pollux."""
+    gns_of = noise_scales or {}
     current = {a.job_id: a for a in holding if a.status in ("planned", "running")}
     nodes = {n.node_id: n for n in cluster.nodes}
     draining = [a for a in holding if a.status == "stopping"]
@@ -129,6 +134,7 @@ def build_snapshot(
             run_s_by_flavor=tuple(sorted(run_s.items(), key=lambda fs: fs[0].short)),
             pending_since_s=rec.pending_since_s, last_run_end_s=rec.last_run_end_s,
             attempts=rec.attempts, as_of_s=now_s, progress_rate=rate, progress_from_s=since_s,
+            noise_scale_samples=gns_of.get(jid),
         ))
     return Snapshot(now_s=now_s, cluster=cluster, jobs=tuple(views), quotas=quotas,
                     policy_state=policy_state, round_s=round_s,

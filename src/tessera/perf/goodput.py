@@ -56,6 +56,7 @@ from scipy.interpolate import LinearNDInterpolator
 from tessera.errors import NoProfileError, SpecError, TraceFormatError
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.efficiency import EfficiencyProfile, load_efficiency
+from tessera.perf.goodput_fit import EfficiencyFn
 from tessera.perf.sia import SIA_SUFFIX_FLAVOR, load_sia_profile, model_dir
 from tessera.perf.sia_table import interpolate_step_time
 
@@ -381,7 +382,7 @@ def batch_options(model: str, flavor: GpuFlavor, placement: Placement,
     return tuple(out)
 
 
-def best_of(options: tuple[BatchOption, ...], efficiency: EfficiencyProfile,
+def best_of(options: tuple[BatchOption, ...], efficiency: EfficiencyFn,
             progress_samples: float) -> GoodputEstimate:
     """The option with the highest goodput at ``progress_samples`` (the first among equals)."""
     best: GoodputEstimate | None = None

@@ -129,6 +129,11 @@ class SimConfig(BaseModel):
         seed: the only source of randomness.
         speeds: ``table`` (policies read the throughput table) or ``learned`` (they read
             estimates learned from the job's runs, :mod:`tessera.sched.core.learned`).
+        goodput: ``table`` (Sia and Pollux read an elastic job's statistical efficiency and
+            step times from the bundled profiles), ``gns`` (its efficiency from the gradient
+            noise scale its simulated agent reports, Pollux's closed form) or ``reported``
+            (that, and its step times from the throughput model fitted to the step times it
+            observed on each flavor it ran on): :mod:`tessera.sim.gns_agent`.
         max_sim_time_s: stop the simulation at this virtual time (jobs left count unfinished).
         sample_every_s: period of the utilisation and queue-length samples.
         power_budget_kw: keep the cluster's power under this many kW at every instant
@@ -156,6 +161,7 @@ class SimConfig(BaseModel):
     compat_solver: Literal["auto", "ecos", "highs", "highs-ipm"] = "auto"
     seed: int = 0
     speeds: Literal["table", "learned"] = "table"
+    goodput: Literal["table", "gns", "reported"] = "table"
     max_sim_time_s: float | None = Field(None, gt=0)
     sample_every_s: float = Field(600.0, gt=0)
     power_budget_kw: float | None = Field(None, gt=0)

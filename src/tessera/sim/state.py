@@ -21,12 +21,13 @@ _RUNNING = JobState.RUNNING
 
 _VIEW_FIELDS = ("spec", "state", "remaining_steps", "placement", "attained_gpu_s",
                 "run_s_by_flavor", "pending_since_s", "last_run_end_s", "attempts", "as_of_s",
-                "progress_rate", "progress_from_s")
+                "progress_rate", "progress_from_s", "noise_scale_samples",
+                "step_fits")
 if tuple(f.name for f in fields(JobView)) != _VIEW_FIELDS:  # (new_view must set every field)
     raise ImportError("JobView's fields changed: update tessera.sim.state.new_view")
 (_set_spec, _set_state, _set_remaining, _set_placement, _set_attained, _set_run_s,
  _set_pending_since, _set_last_run_end, _set_attempts, _set_as_of, _set_rate,
- _set_progress_from) = (vars(JobView)[name].__set__ for name in _VIEW_FIELDS)
+ _set_progress_from, _set_gns, _set_fits) = (vars(JobView)[name].__set__ for name in _VIEW_FIELDS)
 _new = object.__new__
 
 
@@ -53,6 +54,8 @@ def new_view(
     _set_as_of(v, as_of_s)
     _set_rate(v, progress_rate)
     _set_progress_from(v, progress_from_s)
+    _set_gns(v, None)  # (a simulated agent's reports are laid over them: tessera.sim.gns_agent)
+    _set_fits(v, ())
     return v
 
 

@@ -40,7 +40,7 @@ from tessera.sched.core.feasibility import Feasibility
 from tessera.sched.core.free_book import FreeBook
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
-from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.core.snapshot import JobSplit, Placement, Snapshot
 from tessera.sched.resources.speed import host_speedup
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
@@ -49,6 +49,7 @@ from tessera.sim.energy import EnergyBook
 from tessera.sim.energy_result import with_energy
 from tessera.sim.events import COMPLETE, FAIL, RETRY, EventSink, ProgressFn, no_events
 from tessera.sim.failures import FailureTimes
+from tessera.sim.gns_agent import GoodputAgent
 from tessera.sim.host_book import HostBook
 from tessera.sim.host_retune import retune
 from tessera.sim.metrics import (
@@ -91,6 +92,8 @@ class SimWorld:
         progress: ProgressFn | None = None,
     ) -> None:
         self.cfg = config
+        self.agent = (None if config.goodput == "table"
+                      else GoodputAgent(fit_steps=config.goodput == "reported"))
         self.sched = config.scheduler
         self.workload = workload
         self.cluster = cluster
@@ -199,11 +202,15 @@ class SimWorld:
         running gangs)."""
         self._catch_up()
         split = self.views.split(self.active, self.ctx.stay_put)
+        hint: JobSplit | None
+        jobs, hint = split.jobs, split
+        if self.agent is not None:  # Pollux's agent: noise scale and step-time fits
+            jobs, hint = self.agent.views(jobs, t_s), None
         return Snapshot(
-            now_s=t_s, cluster=self.cluster, jobs=split.jobs, policy_state=self.policy_state,
+            now_s=t_s, cluster=self.cluster, jobs=jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
             free_gpus=self.free.counts() if free_gpus else None, quotas=self.quotas,
-            split_hint=split, tenancy=self.cfg.tenancy,
+            split_hint=hint, tenancy=self.cfg.tenancy,
         )
 
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:

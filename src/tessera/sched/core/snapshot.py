@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.core.quotas import QueueQuota
 from tessera.sched.core.tenancy import Tenancy
+
+if TYPE_CHECKING:  # (a type only: the fit's SciPy stays out of the core's imports)
+    from tessera.perf.goodput_fit import StepFits
 
 MIX_SEPARATOR = "+"
 """Joins the flavors of a mixed gang's label: ``A100-40GB+V100-16GB``."""
@@ -187,6 +190,12 @@ class JobView:
             running job's view need not be rebuilt at every event.
         progress_rate: steps/s while running (0 if unknown or not running).
         progress_from_s: when the current run started making progress (after its restore).
+        noise_scale_samples: the gradient noise scale the job last reported (samples, at its
+            initial batch; Pollux's agent), ``None`` if it reports none: Sia and Pollux then
+            fit its statistical efficiency from it instead of reading the bundled table.
+        step_fits: the job's throughput model fitted to the step times it reported, per
+            flavor it ran on (Pollux's agent; :func:`tessera.perf.goodput_fit.fit_throughput`):
+            Sia and Pollux price its iterations there with it instead of the measured profile.
     """
 
     spec: JobSpec
@@ -201,6 +210,8 @@ class JobView:
     as_of_s: float = 0.0
     progress_rate: float = 0.0
     progress_from_s: float = 0.0
+    noise_scale_samples: float | None = None
+    step_fits: StepFits = ()
 
     def remaining_at(self, now_s: float) -> float:
         """Steps left at ``now_s`` (extrapolated while running)."""

@@ -19,6 +19,16 @@ each validation curve (the gradient statistics are per epoch), so an estimate is
 the tuple of those epoch indices: exact, and a job's estimates are recomputed about once per
 epoch of training, not once per round.
 
+**Reported noise scale (Pollux's agent).** A job that reports its gradient noise scale
+(``JobView.noise_scale_samples``) is valued with Pollux's closed form from that value
+(:class:`tessera.perf.goodput_fit.GnsEfficiency`) instead of the table's curves; its
+estimates are cached under the value to 3 significant digits
+(:func:`~tessera.perf.goodput_fit.quantize_gns`) instead of the epochs. The throughput half
+comes from the job's fitted throughput model on a flavor where it has one
+(``JobView.step_fits``, :func:`tessera.perf.goodput_fit.fit_throughput`), else from the
+measured step times; :meth:`GoodputModel.steps_per_s` (what the simulator progresses a job by)
+always reads the table: the truth.
+
 **Restart costs.** Sia's artifact has two tables, and both are kept apart here:
 :data:`RESTART_S` is the restart penalty Sia's *policy* assumes when it damps a
 re-allocation (``get_restart_penalty`` in its ``sia.py``), :data:`RESCALE_S` what its
@@ -45,6 +55,13 @@ from tessera.perf.goodput import (
     batch_options,
     best_of,
     packed_placement,
+)
+from tessera.perf.goodput_fit import (
+    GnsEfficiency,
+    StepFits,
+    ThroughputParams,
+    fit_on,
+    quantize_gns,
 )
 from tessera.sched.core.snapshot import JobView, Placement
 
@@ -145,26 +162,33 @@ class GoodputModel:
     module docstring). One per policy or simulation; not shared between threads."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, GpuFlavor, tuple[int, ...], int, int, tuple[int, ...]],
-                          GoodputEstimate | None] = {}
+        self._cache: dict[tuple[str, GpuFlavor, tuple[int, ...], int, int, tuple[float, ...],
+                                ThroughputParams | None], GoodputEstimate | None] = {}
         self._options: dict[tuple[str, GpuFlavor, tuple[int, ...], int, int],
                             tuple[BatchOption, ...] | None] = {}
         self._epochs: dict[tuple[str, float], tuple[int, ...]] = {}
-        self._rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
-                         tuple[tuple[int, float, float], ...]] = {}
+        self._rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[float, ...],
+                               StepFits], tuple[tuple[int, float, float], ...]] = {}
         self._row_configs: tuple[Config, ...] = ()
 
     def estimate(self, elastic: ElasticRange, flavor: GpuFlavor, placement: tuple[int, ...],
-                 progress: float) -> GoodputEstimate | None:
+                 progress: float, gns: float | None = None,
+                 fit: ThroughputParams | None = None) -> GoodputEstimate | None:
         """Goodput at the best batch on ``placement`` (GPUs per server) of ``flavor``; ``None``
-        when that placement was never measured or no batch in range can be split over it."""
+        when that placement was never measured or no batch in range can be split over it.
+        With ``gns`` (a reported noise scale, samples) the efficiency is Pollux's closed form
+        from it, else the table's; with ``fit`` (the job's throughput model fitted on
+        ``flavor``) the iteration times are the fit's, else the measured profile's (which
+        still says which batches fit in memory)."""
         model = elastic.efficiency_model
-        epochs = self.epochs(model, progress)
+        epochs = self.efficiency_key(model, progress, gns)
         key = (model, flavor, tuple(sorted(placement)), elastic.initial_batch_samples,
-               elastic.max_batch_samples, epochs)
+               elastic.max_batch_samples, epochs, fit)
         hit = self._cache.get(key, self)
         if hit is not self:
             return hit  # type: ignore[return-value]
+        if len(self._cache) > 262144:
+            self._cache.clear()
         okey = key[:5]
         options = self._options.get(okey, ())
         if options == ():
@@ -175,12 +199,19 @@ class GoodputModel:
             except (NoProfileError, SpecError):
                 options = None
             self._options[okey] = options
-        est = None if not options else best_of(options, load_efficiency(model), progress)
+        eff = (load_efficiency(model) if gns is None
+               else GnsEfficiency(epochs[1], elastic.initial_batch_samples))
+        if options and fit is not None:
+            n = sum(placement)
+            options = tuple(BatchOption(o.config, fit.iteration_s(
+                n, o.config.local_batch_samples, o.config.accumulation_steps)) for o in options)
+        est = None if not options else best_of(options, eff, progress)
         self._cache[key] = est
         return est
 
     def row(self, spec: JobSpec, configs: tuple[Config, ...], most_gpus: int,
-            progress: float) -> tuple[tuple[int, float, float], ...]:
+            progress: float, gns: float | None = None,
+            fits: StepFits = ()) -> tuple[tuple[int, float, float], ...]:
         """``(index, goodput samples/s, best batch)`` of each configuration in ``configs`` the
         elastic job ``spec`` may take at ``progress``: of a flavor it accepts, within its
         elastic range and at most ``most_gpus``, measured, with a positive goodput; in
@@ -196,7 +227,8 @@ class GoodputModel:
             self._rows.clear()
             self._row_configs = configs
         hi = min(e.max_gpus, most_gpus)
-        key = (e, spec.flavors, hi, self.epochs(e.efficiency_model, progress))
+        key = (e, spec.flavors, hi, self.efficiency_key(e.efficiency_model, progress, gns),
+               fits)
         got = self._rows.get(key)
         if got is None:
             allowed = set(spec.flavors)
@@ -204,7 +236,7 @@ class GoodputModel:
             for c, config in enumerate(configs):
                 if (e.min_gpus <= config.num_gpus <= hi
                         and (not allowed or config.flavor in allowed)):
-                    est = self.at_config(e, config, progress)
+                    est = self.at_config(e, config, progress, gns, fit_on(fits, config.flavor))
                     if est is not None and est.goodput_samples_per_s > 0:
                         out.append((c, est.goodput_samples_per_s,
                                     est.config.global_batch_samples))
@@ -220,11 +252,21 @@ class GoodputModel:
             epochs = self._epochs[(model, progress)] = _epochs(model, progress)
         return epochs
 
-    def at_config(self, elastic: ElasticRange, config: Config,
-                  progress: float) -> GoodputEstimate | None:
+    def efficiency_key(self, model: str, progress: float,
+                       gns: float | None = None) -> tuple[float, ...]:
+        """What a job's efficiency depends on: the epochs under way (:meth:`epochs`), or, for a
+        reported noise scale, ``(-1, gns to 3 significant digits)``."""
+        if gns is None:
+            return self.epochs(model, progress)
+        return (-1.0, quantize_gns(gns))
+
+    def at_config(self, elastic: ElasticRange, config: Config, progress: float,
+                  gns: float | None = None,
+                  fit: ThroughputParams | None = None) -> GoodputEstimate | None:
         """:meth:`estimate` for a configuration, its gang packed on as few servers as possible."""
         return self.estimate(elastic, config.flavor,
-                             packed_placement(config.num_gpus, config.gpus_per_node), progress)
+                             packed_placement(config.num_gpus, config.gpus_per_node), progress,
+                             gns, fit)
 
     def steps_per_s(self, spec: JobSpec, placement: Placement, progress: float) -> float:
         """How fast an elastic job progresses on ``placement``, in ``spec`` steps per second

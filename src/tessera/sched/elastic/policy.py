@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from tessera.model.cluster import Node
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec
+from tessera.perf.goodput_fit import StepFits
 from tessera.sched.core.policy import Policy, PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView, Snapshot
 from tessera.sched.elastic.goodput import Config, GoodputModel, flavor_nodes
@@ -42,12 +43,14 @@ class ElasticPolicy(Policy):
         self.model = GoodputModel()
 
     def elastic_row(self, spec: JobSpec, sets: ConfigSet, most: int, progress: float, j: int,
-                    batches: dict[tuple[int, int], float]) -> list[tuple[int, float]]:
+                    batches: dict[tuple[int, int], float], gns: float | None = None,
+                    fits: StepFits = ()) -> list[tuple[int, float]]:
         """Elastic job ``spec``'s (index ``j``) goodput per base configuration of at most
-        ``most`` GPUs at ``progress`` (:meth:`GoodputModel.row`); records each
+        ``most`` GPUs at ``progress`` (:meth:`GoodputModel.row`; with ``gns`` and ``fits``,
+        the job's reported noise scale and fitted throughput, from them); records each
         configuration's best batch in ``batches``."""
         out: list[tuple[int, float]] = []
-        for c, g, batch in self.model.row(spec, sets.base_configs, most, progress):
+        for c, g, batch in self.model.row(spec, sets.base_configs, most, progress, gns, fits):
             out.append((c, g))
             batches[(j, c)] = batch
         return out

@@ -61,6 +61,7 @@ from pydantic import Field
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import ElasticRange
 from tessera.perf.goodput import packed_placement
+from tessera.perf.goodput_fit import StepFits, fit_on
 from tessera.sched.core.oracle import FlavorRate
 from tessera.sched.core.policy import PolicyConfig, PolicyContext, Ranking
 from tessera.sched.core.snapshot import JobView
@@ -125,7 +126,7 @@ class _Rows:
     (kept in the driver's policy caches, :meth:`PolicyContext.cache`)."""
 
     configs: tuple[Config, ...] = ()
-    rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[int, ...]],
+    rows: dict[tuple[ElasticRange, tuple[GpuFlavor, ...], int, tuple[float, ...], StepFits],
                tuple[dict[int, float], tuple[tuple[int, float, float], ...]]] = field(
         default_factory=dict)
 
@@ -204,7 +205,9 @@ class Pollux(ElasticPolicy):
         if configs is not rows.configs or len(rows.rows) > 65536:
             rows.rows.clear()
             rows.configs = configs
-        key = (e, spec.flavors, hi, self.model.epochs(e.efficiency_model, progress))
+        gns, fits = v.noise_scale_samples, v.step_fits
+        key = (e, spec.flavors, hi, self.model.efficiency_key(e.efficiency_model, progress, gns),
+               fits)
         got = rows.rows.get(key)
         if got is not None:
             return got
@@ -216,7 +219,8 @@ class Pollux(ElasticPolicy):
                 continue
             goods = []
             for fl, per in per_flavor.items():
-                est = self.model.estimate(e, fl, packed_placement(n, per), progress)
+                est = self.model.estimate(e, fl, packed_placement(n, per), progress, gns,
+                                          fit_on(fits, fl))
                 if est is not None:
                     goods.append(est.goodput_samples_per_s)
                     batch[(fl, n)] = est.config.global_batch_samples

@@ -116,7 +116,7 @@ class Sia(ElasticPolicy):
             lo = min(g for _c, g in raw)
             return [(c, g / lo * spec.num_gpus) for c, g in raw], DEFAULT_RESTART_S
         raw = self.elastic_row(spec, sets, most, progress_samples(v, ctx.snapshot.now_s), j,
-                               batches)
+                               batches, v.noise_scale_samples, v.step_fits)
         if not raw:
             return [], restart_s(e)
         lo = min(g for _c, g in raw)
