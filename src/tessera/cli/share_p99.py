@@ -276,6 +276,9 @@ def register_reconfig(share_app: typer.Typer, plan_inputs: Callable[..., Any]) -
                                             "this long instead (e.g. 60)."),
         requests: int = typer.Option(5_000, "--level-requests", min=100, help="Requests per "
                                      "service in each rate level's p99 check."),
+        own_arrivals: bool = typer.Option(False, "--own-arrivals", help="Size and check each "
+                                          "rate level under the trace's own inter-arrivals in "
+                                          "its windows, not Poisson."),
         seed: int = SEED,
         as_json: bool = JSON,
     ) -> None:
@@ -290,7 +293,8 @@ def register_reconfig(share_app: typer.Typer, plan_inputs: Callable[..., Any]) -
         tr = read_request_trace(trace, _traces_folder(trace, traces_dir))
         cost = ReconfigCost(create_s, destroy_s, load_s, flat_s)
         c = compare_strategies(svcs, tr, table, g, rule, window_h=window_h, cost=cost,
-                               arrivals=ArrivalModel("poisson", requests, seed))
+                               arrivals=ArrivalModel("poisson", requests, seed),
+                               own_arrivals=own_arrivals)
         rows = [{"strategy": s.name, "gpu_hours": round(s.gpu_hours, 2),
                  "transition_gpu_hours": round(s.transition_gpu_hours, 3),
                  "peak_gpus": s.peak_gpus, "transitions": s.transitions,
@@ -299,12 +303,15 @@ def register_reconfig(share_app: typer.Typer, plan_inputs: Callable[..., Any]) -
                  "replan_s_max": round(s.replan_s_max, 4)} for s in c.strategies]
         if as_json:
             typer.echo(json.dumps({"trace": tr.name, "window_h": window_h, "windows": c.windows,
+                                   "arrivals": "own" if own_arrivals else "poisson",
                                    "rate_levels": c.levels, "cost": str(cost),
                                    "saving_vs_peak": round(c.saving_vs_peak, 4),
                                    "strategies": rows}, indent=2))
             return
         typer.echo(f"{Path(tr.name).name}: {c.windows} windows of {window_h:g} h, "
-                   f"{c.levels} rate levels; {cost}")
+                   f"{c.levels} rate levels; {cost}; each level checked under "
+                   + ("the trace's own inter-arrivals in its windows" if own_arrivals
+                      else "Poisson arrivals"))
         typer.echo(f"{'strategy':12} {'GPU-h':>9} {'of which transitions':>21} {'peak GPUs':>9} "
                    f"{'transitions':>11} {'attainment':>11} {'windows missing p99':>20}")
         for s in c.strategies:

@@ -188,12 +188,15 @@ def plan_for_p99(
     max_rounds: int = 12,
     max_gpus: int | None = None,
     batching: str = "greedy",
+    util_floor: float = _UTIL_FLOOR,
 ) -> P99Plan:
     """The fewest-GPU proxy plan whose services all meet p99 and ``target`` in the simulation.
 
     Raises :class:`InfeasibleError` when even the proxy needs more than ``max_gpus``. When the
     rounds run out, or a tightened plan would exceed ``max_gpus``, the last plan is returned
-    with its failing services (:meth:`P99Plan.failing`), never silently.
+    with its failing services (:meth:`P99Plan.failing`), never silently. ``util_floor``: the
+    lowest utilisation cap the loop may give a service (bursty arrivals may need less than the
+    default 0.5; give more ``max_rounds`` with it).
     """
     if not 0 < target <= 1:
         raise SpecError(f"target attainment must be in (0, 1], got {target}")
@@ -220,7 +223,8 @@ def plan_for_p99(
             break
         by_name = {s.name: s for s in services}
         for o in bad:
-            knobs[o.service] = _tighten(by_name[o.service], knobs[o.service], table, gpu, rule)
+            knobs[o.service] = _tighten(by_name[o.service], knobs[o.service], table, gpu, rule,
+                                        util_floor)
     assert best is not None  # round 1 always simulates: check_feasible bounds max_gpus
     plan, sim, final, rounds = best
     return P99Plan(plan, sim, proxy_gpus, rounds, final, target, arrivals,
@@ -228,10 +232,10 @@ def plan_for_p99(
 
 
 def _tighten(svc: Service, k: Knobs, table: ProfileTable, gpu: MigGpu,
-             rule: BatchingRule) -> Knobs:
+             rule: BatchingRule, util_floor: float = _UTIL_FLOOR) -> Knobs:
     """One step tighter: more headroom; below 75 % utilisation also a smaller batch budget
     (kept only if some configuration still fits it)."""
-    util = max(_UTIL_FLOOR, k.max_utilization * _UTIL_STEP)
+    util = max(util_floor, k.max_utilization * _UTIL_STEP)
     frac = k.latency_fraction
     if util < _FRACTION_FROM_UTIL or util == k.max_utilization:
         smaller = Knobs(frac * _FRACTION_STEP, util)

@@ -48,8 +48,12 @@ from tessera.share.plan import SharePlan
 from tessera.share.profiles import BatchingRule, ProfileTable, Service
 from tessera.share.replan import Transition, replan
 from tessera.share.serving_sim import simulate
+from tessera.share.static_p99 import static_for_levels
 from tessera.share.traces import RequestTrace
+from tessera.share.window_arrivals import level_arrivals
 
+OWN_UTIL_FLOOR = 0.2  # lowest utilisation cap when sizing for a trace's own arrivals
+OWN_ROUNDS = 24
 GRID = 1.1  # rate levels: powers of 1.1 of the peak (rounded up)
 MIN_LEVEL = 0.01
 
@@ -160,25 +164,40 @@ def _full_rebuild(old: SharePlan, new: SharePlan) -> Transition:
 def compare_strategies(
     services: tuple[Service, ...], trace: RequestTrace, table: ProfileTable, gpu: MigGpu,
     rule: BatchingRule, *, window_h: float = 1.0, cost: ReconfigCost | None = None,
-    arrivals: ArrivalModel | None = None, target: float = 0.99,
+    arrivals: ArrivalModel | None = None, target: float = 0.99, own_arrivals: bool = False,
 ) -> Comparison:
     """Peak-sized, re-planned without cost and re-planned with cost, over ``trace``'s windows
-    (services' rates are their peak-window rates; see the module docstring)."""
+    (services' rates are their peak-window rates; see the module docstring).
+
+    ``own_arrivals``: size and check each rate level under the trace's own inter-arrivals in
+    the windows at that level (:func:`~tessera.share.window_arrivals.level_arrivals`, at least
+    ``arrivals.requests_per_service`` requests per service) instead of ``arrivals``."""
     if window_h <= 0:
         raise SpecError(f"window must be > 0 h, got {window_h:g}")
     cost = cost or ReconfigCost()
     arrivals = arrivals or ArrivalModel(requests_per_service=5_000)
     levels = window_levels(trace, window_h)
+    per_level: dict[float, ArrivalModel] = {lv: arrivals for lv in set(levels.tolist())}
+    if own_arrivals:
+        per_level = level_arrivals(trace, window_h, levels,
+                                   min_requests=arrivals.requests_per_service,
+                                   seed=arrivals.seed)
+    # bursty arrivals may need more headroom than the Poisson default allows (floor 0.5)
+    floor, rounds = (OWN_UTIL_FLOOR, OWN_ROUNDS) if own_arrivals else (0.5, 12)
     fresh: dict[float, P99Plan] = {}
     for lv in sorted(set(levels.tolist()), reverse=True):
-        fresh[lv] = plan_for_p99(_scaled(services, lv), table, gpu, rule, arrivals=arrivals,
-                                 target=target)
-    peak = fresh[max(fresh)]
+        fresh[lv] = plan_for_p99(_scaled(services, lv), table, gpu, rule,
+                                 arrivals=per_level[lv], target=target, util_floor=floor,
+                                 max_rounds=rounds)
+    peak_plan = fresh[max(fresh)].plan
+    if own_arrivals:  # the held plan must meet p99 in every window's own arrivals too
+        peak_plan = static_for_levels(services, fresh[max(fresh)], per_level, table, gpu, rule,
+                                      target=target, max_rounds=rounds, util_floor=floor).plan
     w_h = window_h
     results = [
-        _static("peak", peak.plan, levels, services, table, arrivals, target, w_h),
+        _static("peak", peak_plan, levels, services, table, per_level, target, w_h),
         _free(fresh, levels, w_h, target),
-        _with_cost(fresh, levels, services, table, gpu, rule, arrivals, target, w_h, cost),
+        _with_cost(fresh, levels, services, table, gpu, rule, per_level, target, w_h, cost),
     ]
     return Comparison(window_h, len(levels), len(fresh), tuple(results))
 
@@ -196,13 +215,13 @@ def _check(plan: SharePlan, services: tuple[Service, ...], arrivals: ArrivalMode
 
 
 def _static(name: str, plan: SharePlan, levels: np.ndarray, services: tuple[Service, ...],
-            table: ProfileTable, arrivals: ArrivalModel, target: float,
+            table: ProfileTable, arrivals: dict[float, ArrivalModel], target: float,
             w_h: float) -> StrategyResult:
     seen: dict[float, tuple[float, bool]] = {}
     att, bad = [], 0
     for lv in levels.tolist():
         if lv not in seen:
-            seen[lv] = _check(plan, _scaled(services, lv), arrivals, table, target)
+            seen[lv] = _check(plan, _scaled(services, lv), arrivals[lv], table, target)
         a, ok = seen[lv]
         att.append((a, lv))
         bad += not ok
@@ -225,7 +244,7 @@ def _free(fresh: dict[float, P99Plan], levels: np.ndarray, w_h: float,
 
 def _with_cost(
     fresh: dict[float, P99Plan], levels: np.ndarray, services: tuple[Service, ...],
-    table: ProfileTable, gpu: MigGpu, rule: BatchingRule, arrivals: ArrivalModel,
+    table: ProfileTable, gpu: MigGpu, rule: BatchingRule, arrivals: dict[float, ArrivalModel],
     target: float, w_h: float, cost: ReconfigCost,
 ) -> StrategyResult:
     lv_list = levels.tolist()
@@ -249,14 +268,14 @@ def _with_cost(
             tr = replan(cur, adjusted, table, gpu, rule)
             worst_s = max(worst_s, time.perf_counter() - t0)
             scaled = _scaled(services, lv)
-            _, ok = _check(tr.plan, scaled, arrivals, table, target)
+            _, ok = _check(tr.plan, scaled, arrivals[lv], table, target)
             if not ok or tr.plan.gpus_used > target_plan.plan.gpus_used + 1:
                 tr = _full_rebuild(cur, target_plan.plan)
             trans_h += moved_gpus(cur, tr) * transition_s(tr, cost) / 3600.0
             transitions += 1
             changes += len(tr.changes)
             cur = replace(tr.plan, services=_scaled(services, lv))
-        a, ok = _check(cur, _scaled(services, lv), arrivals, table, target)
+        a, ok = _check(cur, _scaled(services, lv), arrivals[lv], table, target)
         att.append((a, lv))
         bad += not ok
         gpu_h += cur.gpus_used * w_h

@@ -5,13 +5,17 @@
 :meth:`submit`, :meth:`set_rate` and :meth:`delete`, which check and store, then mark the plan
 stale. Each tick:
 
-1. **Plan** (when the services changed). The first plan is the planner's
-   (:func:`tessera.share.packing.plan_services`, heuristic); later ones start from the applied
-   plan with :func:`tessera.share.replan.replan`, which keeps what still serves and lists its
-   :class:`~tessera.share.replan.Transition` in a safe order. Planned GPUs are mapped to physical
-   ones: surviving GPUs keep theirs, new ones take GPUs of the inference node that training does
-   not hold. A plan that needs more GPUs than are free, or that takes a queue over its MIG
-   quota, is refused with a service event and the old plan stays.
+1. **Plan** (when the services changed). The first plan is the p99-checked planner's
+   (:func:`tessera.share.p99.plan_for_p99`, heuristic packing); later ones start from the
+   applied plan with :func:`tessera.share.p99_replan.replan_for_p99`, which keeps what still
+   serves, lists its :class:`~tessera.share.replan.Transition` in a safe order, and tightens
+   each service's rule until the serving simulation (Poisson arrivals at the expected rates,
+   ``arrivals``) says it meets its SLO at p99 and the attainment ``target``. A layout that still
+   misses after ``p99_rounds`` is applied with a ``p99-miss`` event naming the services, written
+   with the ``planned`` event, never silently (otherwise a ``p99-met`` event). Planned GPUs
+   are mapped to physical ones: surviving GPUs keep theirs, new ones take GPUs of the inference
+   node that training does not hold. A plan that needs more GPUs than are free, or that takes
+   a queue over its MIG quota, is refused with a service event and the old plan stays.
 2. **Apply**, level-triggered against what the device layer and the store say, so a restart in
    the middle resumes where it stopped -- in the Transition's order: *create* the missing MIG
    instances and start their replicas; only when every replica of the new plan that has its own
@@ -34,6 +38,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -55,11 +60,13 @@ from tessera.live.tenancy import JobDefaults, Principal
 from tessera.model.cluster import ClusterSpec, Node
 from tessera.sched.core.snapshot import Placement as GangPlacement
 from tessera.share.mig import mig_gpu
-from tessera.share.packing import plan_services
+from tessera.share.p99 import ArrivalModel, plan_for_p99
+from tessera.share.p99_replan import replan_for_p99
 from tessera.share.plan import SharePlan
 from tessera.share.profiles import BatchingRule, ProfileTable, Service, load_parvagpu_profiles
-from tessera.share.replan import Change, replan
+from tessera.share.replan import Change
 from tessera.share.segments import service_options
+from tessera.share.serving_sim import ServiceOutcome
 
 if TYPE_CHECKING:
     from tessera.live.service import LiveService
@@ -68,6 +75,9 @@ log = logging.getLogger("tessera.live.inference")
 
 #: How many times the planning rate of a service is raised to reach its ``min_replicas``.
 MIN_REPLICA_STEPS = 16
+#: Requests per service in the live p99 check (p99 is the 200th slowest): keeps a re-plan in
+#: the service loop to tens of CPU milliseconds.
+LIVE_P99_REQUESTS = 20_000
 
 
 class ServiceRefused(Rejected):
@@ -81,11 +91,20 @@ class ServiceForbidden(Forbidden):
 
 class InferenceManager:
     """See the module docstring. ``table``: the profile table (default the bundled ParvaGPU
-    A100-80GB one); the device layer's GPUs must be of its GPU model."""
+    A100-80GB one); the device layer's GPUs must be of its GPU model. ``arrivals``, ``target``
+    and ``p99_rounds``: the p99 check of every plan (Poisson, :data:`LIVE_P99_REQUESTS`
+    requests per service, 99 % on time, 12 rounds by default)."""
 
     def __init__(self, svc: LiveService, devices: GpuDevices, table: ProfileTable | None = None,
-                 rule: BatchingRule | None = None, check_s: float = 0.2) -> None:
+                 rule: BatchingRule | None = None, check_s: float = 0.2,
+                 arrivals: ArrivalModel | None = None, target: float = 0.99,
+                 p99_rounds: int = 12) -> None:
         self.svc = svc
+        self.arrivals = arrivals or ArrivalModel(requests_per_service=LIVE_P99_REQUESTS)
+        self.target = target
+        self.p99_rounds = p99_rounds
+        #: The last plan's p99 check: services that missed, rounds, CPU seconds of the plan.
+        self.last_check: tuple[tuple[ServiceOutcome, ...], int, float] = ((), 0, 0.0)
         self.devices = devices
         self.table = table or load_parvagpu_profiles()
         self.rule = rule or BatchingRule()
@@ -224,8 +243,15 @@ class InferenceManager:
     def _fresh_plan(self, specs: list[ServiceSpec]) -> SharePlan:
         if not specs:
             return SharePlan(self.gpu.gpu, "empty", (), 0, True, 0.0, (), self.rule)
-        return self._min_replicas(specs, lambda svcs: plan_services(
-            svcs, self.table, self.gpu, self.rule, method="heuristic"))
+
+        def by_p99(svcs: tuple[Service, ...]) -> SharePlan:
+            res = plan_for_p99(svcs, self.table, self.gpu, self.rule, arrivals=self.arrivals,
+                               target=self.target, method="heuristic",
+                               max_rounds=self.p99_rounds)
+            self.last_check = (res.failing(), res.rounds, res.solve_s)
+            return res.plan
+
+        return self._min_replicas(specs, by_p99)
 
     def applied(self) -> Applied:
         text = self.book.state("plan")
@@ -266,6 +292,7 @@ class InferenceManager:
         old = self.applied()
         held = self.held_devices()
         changes = ""
+        cpu0_s = time.process_time()
         if not old.plan.gpus:
             plan = self._fresh_plan(specs)
             devices = self._free_devices(held)[: plan.gpus_used]
@@ -276,7 +303,11 @@ class InferenceManager:
 
             def by_replan(svcs: tuple[Service, ...]) -> SharePlan:
                 nonlocal tr
-                tr = replan(old.plan, svcs, self.table, self.gpu, self.rule)
+                res = replan_for_p99(old.plan, svcs, self.table, self.gpu, self.rule,
+                                     arrivals=self.arrivals, target=self.target,
+                                     max_rounds=self.p99_rounds)
+                self.last_check = (res.failing(), res.rounds, res.cpu_s)
+                tr = res.transition
                 return tr.plan
 
             plan = self._min_replicas(specs, by_replan)
@@ -299,6 +330,9 @@ class InferenceManager:
                 self._last_refusal = problem
             return
         self._last_refusal = None
+        bad, rounds, _ = self.last_check if specs else ((), 0, 0.0)
+        cpu_s = time.process_time() - cpu0_s
+        self.last_check = (bad, rounds, cpu_s)
         applied = Applied(plan, tuple(devices))
         with self.svc.store.tx() as db:
             self.book.set_state(db, "plan", applied_json(applied))
@@ -309,6 +343,13 @@ class InferenceManager:
                             + "; ".join(f"GPU {d} {ga.layout}" for d, ga in
                                         zip(devices, plan.gpus, strict=True))
                             + (f" ({changes})" if changes else ""))
+            if bad:
+                self.book.event(db, now_s, None, "p99-miss", p99_warning(bad, self.target))
+            elif specs:
+                self.book.event(db, now_s, None, "p99-met",
+                                f"every service meets its SLO at p99 in the simulation "
+                                f"({self.arrivals.describe()}; {rounds} round(s), "
+                                f"{cpu_s * 1e3:.0f} ms CPU to plan)")
 
     # -- the loop side -------------------------------------------------------------------------
 
@@ -354,6 +395,14 @@ class InferenceManager:
                         run_as=defaults.run_as or self.svc.opts.run_as,
                         grace_s=self.svc.opts.grace_s, visible_devices=r.mig_uuid)
         self.svc.executor.launch(ls)
+
+
+def p99_warning(bad: tuple[ServiceOutcome, ...], target: float) -> str:
+    """The ``p99-miss`` event's text: each failing service's simulated p99 and attainment."""
+    return (f"WARNING: the applied layout misses p99 in the simulation for {len(bad)} "
+            f"service(s): " + ", ".join(
+                f"{o.service} p99 {o.p99_ms:.1f} ms / SLO {o.slo_ms:g} ms, "
+                f"{o.attainment * 100:.2f} % on time (target {target * 100:g} %)" for o in bad))
 
 
 def replicas_of(plan: SharePlan, service: str) -> int:
