@@ -19,6 +19,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tessera"
 #: store, the CLI's arguments, a device's own name, and the tables of names that come with
 #: bundled data (resolved once, at import).
 EDGES = frozenset({
+    "cli/zeus.py",                # --gpu (a catalog name or one of Zeus's four trace GPUs)
+    "live/inference/nvml.py",     # the name NVML reports for a device
+    "model/topology.py",          # the lingjun-847 preset's documented GPU
     "cli/share.py",               # the services file's gpu:
     "cli/simulate.py",            # --flavors
     "live/jobcodec.py",           # the store's rows

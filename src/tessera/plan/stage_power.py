@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor
 from tessera.perf.power import PowerEstimate, PowerModel
 from tessera.plan.stages import Stage
 
@@ -40,7 +41,7 @@ class StageEnergy:
 
     Attributes:
         stage: index along the pipeline.
-        flavor: the stage's GPU flavor (short name).
+        flavor: the stage's GPU flavor.
         gpus: GPUs of one pipeline copy in this stage.
         power_limit_w, max_limit_w: the chosen limit and the flavor's maximum.
         compute_s: compute per micro-batch at the chosen limit.
@@ -49,7 +50,7 @@ class StageEnergy:
     """
 
     stage: int
-    flavor: str
+    flavor: GpuFlavor
     gpus: int
     power_limit_w: float
     max_limit_w: float
@@ -87,7 +88,7 @@ class PipelineEnergy:
                 "tuned_step_time_s": self.step_s, "slowdown": self.slowdown,
                 "max_slowdown": self.max_slowdown, "measured": self.measured,
                 "sources": list(self.sources),
-                "stages": [{"stage": s.stage, "flavor": s.flavor, "gpus": s.gpus,
+                "stages": [{"stage": s.stage, "flavor": s.flavor.short, "gpus": s.gpus,
                             "power_limit_w": s.power_limit_w, "max_limit_w": s.max_limit_w,
                             "compute_s": s.compute_s, "busy_power_w": s.busy_power_w,
                             "energy_j": s.energy_j} for s in self.stages]}
@@ -175,7 +176,7 @@ def _result(stages: Sequence[Stage], options: list[list[_Option]], pick: list[in
         comp = st.compute_s * opt.est.step_time_factor
         busy = n_micro * comp
         e = copies * st.gpus * (opt.est.avg_power_w * busy + idle[k] * max(0.0, step - busy))
-        out.append(StageEnergy(k, st.flavor.short, st.gpus, opt.limit_w, options[k][0].limit_w,
+        out.append(StageEnergy(k, st.flavor, st.gpus, opt.limit_w, options[k][0].limit_w,
                                comp, opt.est.avg_power_w, e))
     ests = [o.est for opts in options for o in opts]
     return PipelineEnergy(base_step, step, base_energy, energy, tuple(out), max_slowdown,
