@@ -15,7 +15,8 @@ language   gnmt, transformer, lstm        ``bert (batch size 11)`` (2.05×)
 speech     m5, deepspeech                 ``deepspeech2 (batch size 14)`` (0.64×)
 =========  =============================  ============================
 
-``total_steps`` is the drawn duration times the type's V100 rate at the job's gang size, so a
+``total_steps`` is the drawn duration times the type's rate on the table's reference flavor
+(V100) at the job's gang size, so a
 job runs its drawn duration on V100s at its proportional CPU share, as in Synergy. The ratios
 are Sia's measurements, not a claim about Synergy's own models on an A100. Simulate with
 ``table=sia_throughputs()`` (``--throughputs sia``).
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import Workload
 from tessera.perf.profiles import ThroughputTable
 from tessera.perf.sia_table import sia_throughputs
@@ -49,7 +49,7 @@ def generate_synergy_mixed(num_jobs: int, jobs_per_hour: float, seed: int,
         SpecError: as :func:`generate_synergy_like`.
     """
     table = table or sia_throughputs()
-    v100 = resolve_flavor("V100")
+    v100 = table.reference_flavor  # (V100-16GB in the Sia table)
     base = generate_synergy_like(num_jobs, jobs_per_hour, seed, split, multi_gpu)
     jobs = []
     for j in base.jobs:
