@@ -14,10 +14,9 @@ The rule, all of it here (pure: a snapshot and the oracle's rates in, numbers ou
   free, else what is free, never below the node's proportional share (TUNE takes that back from
   gangs holding more), never above the node's size;
 * its **predicted speed on a flavor** is the flavor's rate for the job times the best host
-  speedup among that flavor's nodes with room for the gang's GPUs (a gang larger than a node
-  reads every node of the flavor: it will be spread, and its slowest node counts);
-  when no node of the flavor has room now, the best over all of them (what it gets when one
-  frees up) -- :func:`predicted_speeds`;
+  speedup among that flavor's nodes with room for the gang's GPUs; when none has room now
+  (or the gang is larger than a node), the best over all of them as if empty -- what it gets
+  when one frees up; a gang larger than a node at a whole node's share -- :func:`predicted_speeds`;
 * ``hetero_host`` (:mod:`tessera.sched.policies.hetero_host`) runs ``hetero_srpt``'s rules --
   shortest remaining work per GPU first, flavors matched by the gain in completion rate --
   on these predicted speeds instead of the GPU rates alone, every round, so the state of the
