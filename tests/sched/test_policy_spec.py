@@ -110,7 +110,8 @@ def test_the_catalog_lists_every_policy_in_the_order_tessera_policies_shows() ->
     assert [name for name, _ in list_policies()] == [
         "fifo", "max_min_fairness", "finish_time_fairness", "min_makespan",
         "max_sum_throughput", "goodput_srpt", "hetero_srpt", "hetero_gittins", "hetero_pack",
-        "las", "pollux", "sjf", "srtf", "sia", "drf", "tetris", "max_min_fairness_packed",
+        "las", "pollux", "sjf", "srtf", "sia", "drf", "tetris", "hetero_host",
+        "max_min_fairness_packed",
         "fifo_packed",
         "min_total_duration", "allox", "gandiva"]
 

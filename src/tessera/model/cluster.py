@@ -343,6 +343,15 @@ def _synergy_128() -> ClusterSpec:
                                                        cpu_cores=24, mem_gib=500)))
 
 
+def _synergy_mixed() -> ClusterSpec:
+    """Issue 33 part 4's mixed cluster (128 GPUs): 12 of Synergy's V100 servers (8 GPUs, 24
+    CPUs, 500 GB: 3 CPUs per GPU) beside 4 DGX-A100-like servers (8 × A100-40GB, 128 CPUs,
+    1 TiB: 16 CPUs per GPU) -- server types whose CPU:GPU ratios differ by 5×."""
+    return ClusterSpec("synergy-mixed", tuple(
+        make_nodes(_V100, 12, 8, rack="v100", cpu_cores=24, mem_gib=500)
+        + make_nodes(_A100_40GB, 4, 8, rack="a100", cpu_cores=128, mem_gib=1024)))
+
+
 PRESETS = {
     "gavel-108": _gavel_108,
     "philly": _philly,
@@ -351,6 +360,7 @@ PRESETS = {
     "sia-64": _sia_64,
     "lingjun-847": _lingjun_847,
     "synergy-128": _synergy_128,
+    "synergy-mixed": _synergy_mixed,
 }
 
 

@@ -38,6 +38,7 @@ from tessera.sched.gavel.packed_policy import GavelFifoPacked, GavelMaxMinFairne
 from tessera.sched.policies.fifo import Fifo
 from tessera.sched.policies.goodput_srpt import GoodputSrpt
 from tessera.sched.policies.hetero_gittins import HeteroGittins
+from tessera.sched.policies.hetero_host import HeteroHost
 from tessera.sched.policies.hetero_pack import HeteroPack
 from tessera.sched.policies.hetero_srpt import HeteroSrpt
 from tessera.sched.policies.las import LeastAttainedService
@@ -108,6 +109,9 @@ _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
     ("tetris",
      "TETRIS as Synergy runs it (oracle durations): smallest remaining time × summed demand "
      "fractions first; preemptive. Pair with resources=greedy|tune.", Tetris),
+    ("hetero_host",
+     "Tessera (issue 33 ours, oracle durations): hetero_srpt on predicted speeds = GPU rate × "
+     "the job's CPU/memory speedup on that type's servers now; CPUs by TUNE.", HeteroHost),
 )
 
 
@@ -147,7 +151,8 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
                             f"tessera policies {base} describes them)") from None
         raise SpecError(f"policy {name!r}: option {where!r}: {first['msg']}") from None
     policy = cls(config, agnostic=agnostic, name=base)
-    policy.host_mode = host_mode
+    if host_mode is not None:  # (else the class's own default: None, or hetero_host's tune)
+        policy.host_mode = host_mode
     policy.spec_options = "".join(f"{OPTION_SEPARATOR}{k}={_text(v)}"
                                   for k, v in given.items())
     return policy
