@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from tessera.live.executors.base import LaunchSpec
 from tessera.live.executors.local.executor import LocalExecutor
 from tessera.live.host_report import host_report
 from tessera.live.service import LiveService, Rejected
-from tessera.live.spec import parse_request
+from tessera.live.spec import JobRequest, parse_request, to_live_job
+from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tessera.model.cluster import load_cluster
 from tessera.model.gpus import resolve_flavor
@@ -111,3 +113,32 @@ def test_the_local_machine_reports_its_cpus_and_memory(tmp_path: Path) -> None:
     assert info[0].startswith(f"machine local reports {cpus:g} CPUs")
     big = make_cluster().node("V100", gpus=8, count=64).build()  # 4,096 CPUs declared
     assert "the cluster declares 4096 CPUs" in host_report(ex, big)[1][0]
+
+
+def test_the_store_keeps_the_cpus_and_memory_a_policy_chose(tmp_path: Path) -> None:
+    """A run's explicit ``host_by_node`` (a Synergy mode's choice) survives the store, so the
+    live view books what the decision gave; a state file from before the column opens."""
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as db:  # the allocations table as it was before host_json
+        db.execute(
+            "CREATE TABLE allocations (job_id TEXT NOT NULL, run INTEGER NOT NULL, flavor TEXT "
+            "NOT NULL, gpus_json TEXT NOT NULL, status TEXT NOT NULL, stop_reason TEXT, "
+            "created_s REAL NOT NULL, started_s REAL, ended_s REAL, exit_code INTEGER, detail "
+            "TEXT NOT NULL DEFAULT '', global_batch_samples INTEGER, colocated_with TEXT NOT "
+            "NULL DEFAULT '', steps REAL NOT NULL DEFAULT 0, settled_s REAL, "
+            "PRIMARY KEY (job_id, run))")
+        db.execute("INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s)"
+                   " VALUES ('j0', 1, 'V100-16GB', '[[\"v-0\", 2]]', 'planned', 0)")
+    for path in (tmp_path / "new.db", old):
+        store = Store(path)
+        v100 = resolve_flavor("V100-16GB")
+        p = Placement((v100,), (("v-0", 2), ("v-1", 1)), (), None, (),
+                      (("v-0", 9.0, 40.5), ("v-1", 4.5, 20.0)))
+        job = to_live_job(JobRequest(name="x", gpus=3, command="true"), "j1", "team-a", 0.0)
+        store.add_job(job, 0.0)
+        with store.tx() as db:
+            store.add_allocation(db, "j1", 1, p, 0.0)
+            store.add_allocation(db, "j1", 2, Placement.of(v100, (("v-0", 1),)), 0.0)
+        got = {a.run: a.placement for a in store.allocations(("planned",), job_id="j1")}
+        assert got[1] == p and got[1].host_by_node == p.host_by_node
+        assert got[2].host_by_node == ()

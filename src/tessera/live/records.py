@@ -116,7 +116,8 @@ def job_record(row: tuple[Any, ...], job: LiveJob) -> JobRecord:
 
 
 def allocation_from_row(row: tuple[Any, ...]) -> Allocation:
-    """An allocation row; a mixed gang's ``gpus_json`` lists ``[node, gpus, flavor]`` triples."""
+    """An allocation row; a mixed gang's ``gpus_json`` lists ``[node, gpus, flavor]`` triples,
+    and ``host_json`` the ``[node, cpus, mem_gib]`` a resource-aware policy gave the run."""
     entries = json.loads(row[3])
     # The global batch an elastic job's run was planned at; the jobs sharing its GPUs.
     batch = int(row[11]) if row[11] is not None else None
@@ -128,6 +129,9 @@ def allocation_from_row(row: tuple[Any, ...]) -> Allocation:
     else:
         p = Placement.of(resolve_flavor(row[2]), tuple((n, int(c)) for n, c in entries),
                          global_batch_samples=batch, colocated_with=mates)
+    if row[15]:  # CPUs and memory a resource-aware policy chose per node
+        p = replace(p, host_by_node=tuple((str(n), float(c), float(m))
+                                          for n, c, m in json.loads(row[15])))
     return Allocation(row[0], row[1], p, row[4], row[5], row[6], row[7], row[8], row[9], row[10],
-                      row[13], row[14], row[15])
+                      row[13], row[14], row[16])
 

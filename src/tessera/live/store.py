@@ -359,11 +359,13 @@ class Store(StoreDb):
                        now_s: float) -> None:
         db.execute(
             "INSERT INTO allocations (job_id, run, flavor, gpus_json, status, created_s,"
-            " global_batch_samples, colocated_with) VALUES (?, ?, ?, ?, 'planned', ?, ?, ?)",
+            " global_batch_samples, colocated_with, host_json)"
+            " VALUES (?, ?, ?, ?, 'planned', ?, ?, ?, ?)",
             (job_id, run, p.label,
              json.dumps([(n, c, f.short) for n, c, f in p.parts()] if p.is_mixed
                         else p.gpus_by_node),
-             now_s, p.global_batch_samples, ",".join(p.colocated_with)))
+             now_s, p.global_batch_samples, ",".join(p.colocated_with),
+             json.dumps(p.host_by_node) if p.host_by_node else ""))
 
     def set_allocation(self, db: sqlite3.Connection, job_id: str, run: int, **cols: object) -> None:
         sets = ", ".join(f"{k}=?" for k in cols)

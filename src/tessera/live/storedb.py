@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS allocations (
     status TEXT NOT NULL, stop_reason TEXT, created_s REAL NOT NULL, started_s REAL,
     ended_s REAL, exit_code INTEGER, detail TEXT NOT NULL DEFAULT '',
     global_batch_samples INTEGER, colocated_with TEXT NOT NULL DEFAULT '',
-    steps REAL NOT NULL DEFAULT 0, settled_s REAL, PRIMARY KEY (job_id, run));
+    steps REAL NOT NULL DEFAULT 0, settled_s REAL, host_json TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (job_id, run));
 CREATE INDEX IF NOT EXISTS alloc_status ON allocations(status);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts_s REAL NOT NULL, job_id TEXT, kind TEXT NOT NULL,
@@ -102,6 +103,9 @@ class StoreDb:
         if "steps" not in columns:  # ... from before runs kept their steps (live.speeds)
             self._db.execute("ALTER TABLE allocations ADD COLUMN steps REAL NOT NULL DEFAULT 0")
             self._db.execute("ALTER TABLE allocations ADD COLUMN settled_s REAL")
+        if "host_json" not in columns:  # ... from before runs kept their CPUs and memory
+            self._db.execute("ALTER TABLE allocations ADD COLUMN host_json TEXT NOT NULL "
+                             "DEFAULT ''")
         if "steps_done" not in {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}:
             self._db.execute("ALTER TABLE jobs ADD COLUMN steps_done REAL")
         self._lock = threading.RLock()
