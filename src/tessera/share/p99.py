@@ -108,8 +108,28 @@ class Knobs:
     max_utilization: float
 
 
+class Checked:
+    """What a plan checked by the serving simulation answers: the services that missed.
+
+    Shared by :class:`P99Plan` and :class:`~tessera.share.p99_replan.P99Replan`; a subclass
+    has ``sim`` (the replay) and ``target`` (the attainment each service had to reach)."""
+
+    __slots__ = ()
+    sim: SimResult
+    target: float
+
+    def failing(self) -> tuple[ServiceOutcome, ...]:
+        """The services whose p99 or attainment missed in the replay."""
+        return tuple(o for o in self.sim.services if not meets(o, self.target))
+
+    @property
+    def meets(self) -> bool:
+        """Whether every service met its SLO at p99 and the target."""
+        return not self.failing()
+
+
 @dataclass(frozen=True, slots=True)
-class P99Plan:
+class P99Plan(Checked):
     """A plan checked at p99, with the evidence.
 
     Attributes:
@@ -130,13 +150,6 @@ class P99Plan:
     target: float
     arrivals: ArrivalModel
     solve_s: float
-
-    def failing(self) -> tuple[ServiceOutcome, ...]:
-        return tuple(o for o in self.sim.services if not meets(o, self.target))
-
-    @property
-    def meets(self) -> bool:
-        return not self.failing()
 
 
 def meets(o: ServiceOutcome, target: float) -> bool:

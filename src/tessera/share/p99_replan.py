@@ -22,15 +22,15 @@ import time
 from dataclasses import dataclass, replace
 
 from tessera.share.mig import MigGpu
-from tessera.share.p99 import ArrivalModel, Knobs, _adjusted, _tighten, meets
+from tessera.share.p99 import ArrivalModel, Checked, Knobs, _adjusted, _tighten, meets
 from tessera.share.plan import SharePlan
 from tessera.share.profiles import BatchingRule, ProfileTable, Service
 from tessera.share.replan import Transition, replan
-from tessera.share.serving_sim import ServiceOutcome, SimResult, simulate
+from tessera.share.serving_sim import SimResult, simulate
 
 
 @dataclass(frozen=True, slots=True)
-class P99Replan:
+class P99Replan(Checked):
     """A re-plan checked at p99, with the evidence.
 
     Attributes:
@@ -48,13 +48,6 @@ class P99Replan:
     rounds: int
     target: float
     cpu_s: float
-
-    def failing(self) -> tuple[ServiceOutcome, ...]:
-        return tuple(o for o in self.sim.services if not meets(o, self.target))
-
-    @property
-    def meets(self) -> bool:
-        return not self.failing()
 
 
 def replan_for_p99(
