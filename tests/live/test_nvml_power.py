@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,16 @@ def test_a_board_without_an_energy_counter(tmp_path: Path) -> None:
     p = _power(tmp_path, FakeNvml(counters=False))
     assert "no energy counter" in p.begin("j", 1, [0], None).notes[0]
     assert p.end("j", 1).energy_j is None
+
+
+def test_the_restore_records_are_the_services_alone(tmp_path: Path) -> None:
+    """A hostile job running as another user must not rewrite the limits the service restores
+    (it could have the service "restore" a board to a value of its choosing): the records'
+    folder is 0700 and each record 0600."""
+    nv = FakeNvml()
+    p = _power(tmp_path, nv)
+    p.begin("job-3", 1, [0], 150.0)
+    folder = tmp_path / "power"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    records = list(folder.iterdir())
+    assert records and all(stat.S_IMODE(r.stat().st_mode) == 0o600 for r in records)
