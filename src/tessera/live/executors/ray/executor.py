@@ -86,8 +86,10 @@ from tessera.live.executors.ray.launch import (
     pg_name,
 )
 from tessera.live.executors.ray.polls import RankPolls
+from tessera.live.executors.ray.rank_power import leftover_key
 from tessera.live.executors.ray.records import (
     NAMESPACE,
+    delete,
     exit_key,
     get,
     keys,
@@ -99,6 +101,7 @@ from tessera.live.executors.ray.records import (
     status_from_records,
 )
 from tessera.live.executors.ray.worker import RankKey
+from tessera.live.run_power_ray import RankPowerReport, RunPowerReport
 from tessera.model.cluster import ClusterSpec
 
 #: How long a release waits for a host to kill what is left of a rank and report its exit.
@@ -158,7 +161,7 @@ class RayExecutor(Launches):
         # two threads doing that at once fail with KeyError('pydantic.v1'): build it here,
         # before the placer and release threads exist.
         ray.put(None)
-        self.hosts = HostPool()
+        self.hosts = HostPool(str(runs_dir.parent / "ray-power"))
         self.hosts.warm()
         # Groups a previous service left (a relaunch after a restart reuses its group); any
         # other launch makes a new one without asking Ray for it by name first.
@@ -178,6 +181,7 @@ class RayExecutor(Launches):
         self._ready_at_s = float("-inf")
         self._users: dict[str, set[tuple[str, int]]] = {}  # group → runs using it
         self._users_lock = threading.Lock()
+        self._power_reports: list[RunPowerReport] = []  # filled by the release threads
         self._load_group_users()
 
     # -- launching ----------------------------------------------------------------------------
@@ -315,11 +319,31 @@ class RayExecutor(Launches):
             return
         meta = get(run_key(job_id, run))
         world = int(meta["world"]) if meta else len(forgets)
+        power: list[RankPowerReport] = []
         for rank in range(world):
             rec = records.get(rank) or get(exit_key(job_id, run, rank))
             if rec is not None:
                 save_exit(self.runs_dir, job_id, run, rank, rec)
+            left = get(leftover_key(job_id, run, rank))  # restored by a dead host's successor
+            if left is not None:
+                delete(leftover_key(job_id, run, rank))
+            if (rec is not None and "power" in rec) or left is not None:
+                energy = rec.get("energy_j") if rec is not None else None
+                power.append(RankPowerReport(
+                    rank, None if energy is None else float(energy),
+                    tuple(str(n) for n in (*(rec or {}).get("power", ()),
+                                           *(left or {}).get("power", ())))))
         prune(job_id, run, world)
+        if power:
+            self._power_reports.append(RunPowerReport(job_id, run, world, tuple(power)))
+
+    def power_reports(self) -> list[RunPowerReport]:
+        """The power reports of the runs released since the last call (each rank's energy and
+        notes from its exit record, and what a dead host's successor restored for it)."""
+        out = []
+        while self._power_reports:  # list.pop is atomic: the release threads append meanwhile
+            out.append(self._power_reports.pop(0))
+        return out
 
     def _leave_group(self, job_id: str, run: int) -> None:
         """The run no longer uses its group; the last run to leave a group removes it."""
