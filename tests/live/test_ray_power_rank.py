@@ -63,6 +63,9 @@ def test_a_mig_slice_or_a_node_without_nvml_runs_unchanged(
     assert p.begin(("j-1", 1, 1), "0", 150.0, "node-a") == [
         "power limit not set, energy not measured: NVML unavailable on node node-a "
         "(NVMLError: Driver Not Loaded); the rank runs unchanged"]
+    assert p.begin(("j-1", 1, 2), "0", None, "node-a") == []  # no limit asked: no news
+    assert p.begin(("j-1", 1, 3), "", 150.0, "node-a") == [
+        "power limit 150 W not set: the rank holds no GPU"]
 
 
 def test_a_new_host_restores_what_a_dead_host_left_on_its_node_only(

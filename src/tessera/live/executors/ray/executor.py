@@ -86,10 +86,9 @@ from tessera.live.executors.ray.launch import (
     pg_name,
 )
 from tessera.live.executors.ray.polls import RankPolls
-from tessera.live.executors.ray.rank_power import leftover_key
+from tessera.live.executors.ray.power_reports import gather
 from tessera.live.executors.ray.records import (
     NAMESPACE,
-    delete,
     exit_key,
     get,
     keys,
@@ -101,7 +100,7 @@ from tessera.live.executors.ray.records import (
     status_from_records,
 )
 from tessera.live.executors.ray.worker import RankKey
-from tessera.live.run_power_ray import RankPowerReport, RunPowerReport
+from tessera.live.run_power_ray import RunPowerReport
 from tessera.model.cluster import ClusterSpec
 
 #: How long a release waits for a host to kill what is left of a rank and report its exit.
@@ -319,31 +318,16 @@ class RayExecutor(Launches):
             return
         meta = get(run_key(job_id, run))
         world = int(meta["world"]) if meta else len(forgets)
-        power: list[RankPowerReport] = []
         for rank in range(world):
             rec = records.get(rank) or get(exit_key(job_id, run, rank))
             if rec is not None:
                 save_exit(self.runs_dir, job_id, run, rank, rec)
-            left = get(leftover_key(job_id, run, rank))  # restored by a dead host's successor
-            if left is not None:
-                delete(leftover_key(job_id, run, rank))
-            if (rec is not None and "power" in rec) or left is not None:
-                energy = rec.get("energy_j") if rec is not None else None
-                power.append(RankPowerReport(
-                    rank, None if energy is None else float(energy),
-                    tuple(str(n) for n in (*(rec or {}).get("power", ()),
-                                           *(left or {}).get("power", ())))))
+        gather(job_id, run, world, records, self._power_reports)  # for the service's loop
         prune(job_id, run, world)
-        if power:
-            self._power_reports.append(RunPowerReport(job_id, run, world, tuple(power)))
 
     def power_reports(self) -> list[RunPowerReport]:
-        """The power reports of the runs released since the last call (each rank's energy and
-        notes from its exit record, and what a dead host's successor restored for it)."""
-        out = []
-        while self._power_reports:  # list.pop is atomic: the release threads append meanwhile
-            out.append(self._power_reports.pop(0))
-        return out
+        """The runs released since the last call: their ranks' energy and power notes."""
+        return [self._power_reports.pop(0) for _ in range(len(self._power_reports))]
 
     def _leave_group(self, job_id: str, run: int) -> None:
         """The run no longer uses its group; the last run to leave a group removes it."""

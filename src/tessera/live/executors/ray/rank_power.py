@@ -111,6 +111,9 @@ class RankPower:
         """Read the counters of the rank's GPUs and set ``limit_w`` where permitted; returns
         the notes (never raises: what cannot be done runs the rank unchanged)."""
         unchanged = "the rank runs unchanged" if limit_w is not None else "energy not measured"
+        if not visible_devices.strip():  # a rank without GPUs: nothing to cap or measure
+            return ([f"power limit {limit_w:g} W not set: the rank holds no GPU"]
+                    if limit_w is not None else [])
         gpus = _gpu_ids(visible_devices)
         if self.dir is None:
             return [f"power not handled: this rank host keeps no restore records; {unchanged}"]
@@ -124,10 +127,9 @@ class RankPower:
             return [f"power limit not set, energy not measured: GPU {g} on node {node} is "
                     f"also used by run {other[1]} of {other[0]}; {unchanged}"]
         nv, why = node_nvml()
-        if nv is None:
+        if nv is None:  # nothing asked but energy, on a node without GPUs NVML sees: no news
             return [f"power limit not set, energy not measured: NVML unavailable on node "
-                    f"{node} ({why}); {unchanged}" if limit_w is not None else
-                    f"energy not measured: NVML unavailable on node {node} ({why})"]
+                    f"{node} ({why}); {unchanged}"] if limit_w is not None else []
         try:
             count = int(nv.nvmlDeviceGetCount())
             missing = [g for g in gpus if g >= count]
