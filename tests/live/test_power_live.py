@@ -165,10 +165,11 @@ def test_without_nvml_the_job_runs_unchanged_and_says_so(
 
 
 def test_an_executor_that_does_not_apply_limits_says_so(tmp_path: Path, nv: Nvml) -> None:
-    """Ray's rank hosts do not apply limits yet: such a run runs unchanged, with its event
-    (the executor's name is what RunPower goes by; the run itself is local here)."""
+    """An executor other than local and Ray (whose rank hosts apply limits themselves,
+    tests/live/test_ray_power.py) runs such a run unchanged, with its event (the executor's name
+    is what RunPower goes by; the run itself is local here)."""
     svc = _service(tmp_path, nv)
-    svc.power = RunPower(svc.work_dir / "power", "ray", svc.cluster, nvml=nv)
+    svc.power = RunPower(svc.work_dir / "power", "other", svc.cluster, nvml=nv)
     svc.start()
     try:
         with TestClient(create_app(svc)) as client:
@@ -176,7 +177,7 @@ def test_an_executor_that_does_not_apply_limits_says_so(tmp_path: Path, nv: Nvml
             wait_for_job(svc, job_id)
             assert nv.sets == []
             assert _power_events(client, job_id) == [
-                "run 1: power limit 200 W not set: the ray executor does not apply per-run "
+                "run 1: power limit 200 W not set: the other executor does not apply per-run "
                 "power limits yet; the run runs unchanged"]
     finally:
         svc.stop()

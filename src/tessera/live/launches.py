@@ -26,6 +26,7 @@ unplaceable     withdraw the plan: job back to PENDING with the executor's reaso
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from tessera.live import lifecycle
 from tessera.live.batches import plan_local_batches, plan_rank_roles
@@ -172,7 +173,10 @@ def launch(svc: ServiceParts, a: Allocation, host: tuple[str, int] | None = None
                       grace_s=svc.opts.grace_s, share_with=host,
                       progress=progress_for(svc, a.job_id, a.run),
                       host_by_node=run_host(svc, job.spec, a.placement))
-    svc.power.begin(svc.store, a, job.power_limit_w, job.spec.exclusive, host, svc.clock())
+    measure, limit_w = svc.power.begin(svc.store, a, job.power_limit_w, job.spec.exclusive,
+                                       host, svc.clock(), packs=svc.policy.packs)
+    if measure:  # the executor's ranks do it on their own GPUs (Ray: live.run_power_ray)
+        spec = replace(spec, measure_power=True, power_limit_w=limit_w)
     try:
         svc.executor.launch(spec)
     except Exception as e:  # any launch failure is the run's failure

@@ -22,8 +22,9 @@ sees the service's GPUs (its ``CUDA_VISIBLE_DEVICES``, or all of NVML's). A per-
 would cap other runs' boards, and their energy would be counted as this run's, so both apply
 only when the run holds the whole cluster, exclusively (no partner, no other run holding GPUs):
 then the scheduler gives nothing else GPUs until it ends. Any other local run that asks for a
-limit runs unchanged, and its events say why. The Ray executor's rank hosts know each rank's
-GPUs but do not apply limits yet: its runs run unchanged, and their events say so.
+limit runs unchanged, and its events say why. Under Ray each rank's host sets the limit on the
+GPUs Ray gave that rank and measures them (:mod:`tessera.live.run_power_ray` decides and
+collects; :mod:`tessera.live.executors.ray.rank_power` acts on the node).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import SpecError
-from tessera.live import run_energy
+from tessera.live import run_energy, run_power_ray
 from tessera.live.nvml_power import GpuPower
 from tessera.live.store import HOLDING, Allocation, Store
 from tessera.model.cluster import ClusterSpec
@@ -65,7 +66,8 @@ class RunPower:
 
     Args:
         state_dir: where the restore records live (private to the service).
-        executor: the executor's name (``local`` applies limits; others do not yet).
+        executor: the executor's name (``local`` applies limits here; ``ray`` on the ranks'
+            nodes, :mod:`.run_power_ray`; any other leaves runs unchanged).
         cluster: the service's cluster (a local run holding all of it holds the machine).
         nvml: an initialised NVML module (tests: a fake); ``None`` loads ``pynvml`` lazily.
     """
@@ -138,11 +140,22 @@ class RunPower:
         return None
 
     def begin(self, store: Store, a: Allocation, limit_w: float | None, exclusive: bool,
-              host: tuple[str, int] | None, now_s: float) -> None:
+              host: tuple[str, int] | None, now_s: float,
+              packs: bool = True) -> tuple[bool, float | None]:
         """Before run ``a`` launches: read its GPUs' energy counters and set ``limit_w``
-        where the run holds them alone; every outcome that concerns the job is an event."""
+        where the run holds them alone; every outcome that concerns the job is an event.
+
+        Returns what the executor's ranks are to do themselves (``LaunchSpec.measure_power``,
+        ``.power_limit_w``): under Ray, ``(True, limit_w)`` for a run that holds its GPUs
+        alone (``packs``: the policy may co-locate a later run with a non-exclusive one);
+        ``(False, None)`` otherwise and under the local executor, which does it here."""
         notes: Sequence[str]
-        if self.executor != "local":
+        ranks: tuple[bool, float | None] = (False, None)
+        if self.executor == "ray":
+            measure, limit, note = run_power_ray.ask(a, limit_w, exclusive, host, packs)
+            ranks = (measure, limit)
+            notes = (note,) if note else ()
+        elif self.executor != "local":
             notes = ((f"power limit {limit_w:g} W not set: the {self.executor} executor does "
                       "not apply per-run power limits yet; the run runs unchanged",)
                      if limit_w is not None else ())
@@ -164,6 +177,12 @@ class RunPower:
             with store.tx() as db:
                 for note in notes:
                     store.event(db, now_s, a.job_id, "power", f"run {a.run}: {note}")
+        return ranks
+
+    def collect(self, store: Store, executor: object, now_s: float) -> None:
+        """Write the power reports of the runs an executor whose ranks measure themselves
+        (Ray) released since the last call: events, and each run's energy where known."""
+        run_power_ray.collect(store, executor, now_s)
 
     def end(self, store: Store, db: Any, job_id: str, run: int, now_s: float) -> None:
         """After run ``(job_id, run)`` ended (or was withdrawn after its launch): restore its

@@ -385,6 +385,7 @@ class LiveService:
     def observe(self, now_s: float) -> bool:
         """1. Record runs that ended; returns whether any of that is news for the policy."""
         changed = False
+        self.power.collect(self.store, self.executor, now_s)  # Ray ranks' energy (run_power)
         for a in self.store.allocations(("running", "stopping")):
             st = self.executor.status(a.job_id, a.run)
             if st.state in ("running", "starting"):

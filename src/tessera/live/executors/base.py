@@ -96,6 +96,11 @@ class LaunchSpec:
         visible_devices: the ``CUDA_VISIBLE_DEVICES`` every rank gets (an inference replica's
             ``MIG-<uuid>`` slice, :mod:`tessera.live.inference`); ``None``: the executor's
             own choice. Only the service sets it, never a job's ``env``.
+        measure_power / power_limit_w: measure each rank's GPU energy and hold its GPUs at
+            ``power_limit_w`` watts (``None``: leave the limit) for the run's life -- asked by
+            the service (:mod:`tessera.live.run_power_ray`) only for a run that holds its GPUs
+            alone, and done by executors whose ranks have GPUs of their own (Ray's rank hosts,
+            :mod:`tessera.live.executors.ray.rank_power`); others ignore them.
     """
 
     job_id: str
@@ -114,6 +119,8 @@ class LaunchSpec:
     progress: tuple[str, str] | None = field(default=None, repr=False)
     visible_devices: str | None = None
     host_by_node: tuple[tuple[str, float, float], ...] = ()
+    measure_power: bool = False
+    power_limit_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,7 @@ from tessera.live.executors.ray.launch import (
     pg_name,
 )
 from tessera.live.executors.ray.polls import RankPolls
+from tessera.live.executors.ray.power_reports import gather
 from tessera.live.executors.ray.records import (
     NAMESPACE,
     exit_key,
@@ -99,6 +100,7 @@ from tessera.live.executors.ray.records import (
     status_from_records,
 )
 from tessera.live.executors.ray.worker import RankKey
+from tessera.live.run_power_ray import RunPowerReport
 from tessera.model.cluster import ClusterSpec
 
 #: How long a release waits for a host to kill what is left of a rank and report its exit.
@@ -158,7 +160,7 @@ class RayExecutor(Launches):
         # two threads doing that at once fail with KeyError('pydantic.v1'): build it here,
         # before the placer and release threads exist.
         ray.put(None)
-        self.hosts = HostPool()
+        self.hosts = HostPool(str(runs_dir.parent / "ray-power"))
         self.hosts.warm()
         # Groups a previous service left (a relaunch after a restart reuses its group); any
         # other launch makes a new one without asking Ray for it by name first.
@@ -178,6 +180,7 @@ class RayExecutor(Launches):
         self._ready_at_s = float("-inf")
         self._users: dict[str, set[tuple[str, int]]] = {}  # group → runs using it
         self._users_lock = threading.Lock()
+        self._power_reports: list[RunPowerReport] = []  # filled by the release threads
         self._load_group_users()
 
     # -- launching ----------------------------------------------------------------------------
@@ -319,7 +322,12 @@ class RayExecutor(Launches):
             rec = records.get(rank) or get(exit_key(job_id, run, rank))
             if rec is not None:
                 save_exit(self.runs_dir, job_id, run, rank, rec)
+        gather(job_id, run, world, records, self._power_reports)  # for the service's loop
         prune(job_id, run, world)
+
+    def power_reports(self) -> list[RunPowerReport]:
+        """The runs released since the last call: their ranks' energy and power notes."""
+        return [self._power_reports.pop(0) for _ in range(len(self._power_reports))]
 
     def _leave_group(self, job_id: str, run: int) -> None:
         """The run no longer uses its group; the last run to leave a group removes it."""

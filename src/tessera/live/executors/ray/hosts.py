@@ -66,10 +66,15 @@ def host_name(node_id: str) -> str:
 
 
 class HostPool:
-    """The rank host of each node, created on first use (or :meth:`warm`) and kept."""
+    """The rank host of each node, created on first use (or :meth:`warm`) and kept.
 
-    def __init__(self) -> None:
+    ``power_root``: where each node's host keeps its ranks' power restore records (the
+    service's ``<state>/ray-power`` path, the same on every node; ``""``: none, see
+    :mod:`~tessera.live.executors.ray.rank_power`)."""
+
+    def __init__(self, power_root: str = "") -> None:
         self._hosts: dict[str, Any] = {}
+        self.power_root = power_root
 
     def warm(self) -> None:
         """Create the host of every alive node now, in the background (creating an actor
@@ -86,7 +91,7 @@ class HostPool:
                 name=host_name(node_id), namespace=NAMESPACE, lifetime="detached",
                 get_if_exists=True, max_concurrency=HOST_CONCURRENCY,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote()
+            ).remote(self.power_root)
             self._hosts[node_id] = known
         return known
 

@@ -280,7 +280,8 @@ class Launches:
         envs = rank_envs(spec, slots[0].ip, slots[0].port)
         logs = RankLogs(str(self.runs_dir), self.logs.cap_bytes)
         return [self.hosts.host(node).start.remote(
-                    (spec.job_id, spec.run, rank), list(spec.argv), {**env, **root}, gpu, logs)
+                    (spec.job_id, spec.run, rank), list(spec.argv), {**env, **root}, gpu, logs,
+                    spec.measure_power, spec.power_limit_w)
                 for rank, (node, gpu, env) in enumerate(zip(nodes, gpus, envs, strict=True))]
 
     def _node_totals(self) -> list[dict[str, float]]:

@@ -24,6 +24,10 @@ A rank is known by its key ``(job_id, run, rank)``. For each one the host
   (:mod:`tessera.live.executors.ray.records`), so a restarted service learns how it ended;
 * on :meth:`RankHost.forget`, kills whatever of the rank's tree is left (the guardian and every
   process recorded in the run's ``*.pids`` files), waits for the exit record, and drops it;
+* sets the rank's GPU power limit and measures its energy where the service asks
+  (:mod:`tessera.live.executors.ray.rank_power`): the limit is set before the command starts,
+  restored when it ends (whatever ends it), and the energy and notes go into the exit record;
+  a host restores, when it starts, any limit a dead host left on its node;
 * on :meth:`RankHost.remove_expired`, removes the run directories on this node whose runs
   ended longer ago than the retention period, never one of a rank it still holds.
 
@@ -55,6 +59,7 @@ from tessera.live.executors.base import (
     read_log_file,
 )
 from tessera.live.executors.logs import RankLogs, open_log, private_run_dir, remove_expired
+from tessera.live.executors.ray.rank_power import RankPower, leftover_key
 from tessera.live.executors.ray.records import exit_key, exit_record, get, put, run_key
 
 #: How often a rank's exit watcher looks whether the command has ended (s).
@@ -83,6 +88,13 @@ class _Rank:
     failed: str = ""  # why the guardian could not start (the command never ran)
     stopped: bool = False
     recorded: threading.Event = field(default_factory=threading.Event)
+    power: list[str] = field(default_factory=list)  # notes of the rank's power limit/energy
+    energy_j: float | None = None
+    measured: bool = False  # the service asked for power handling (limit and/or energy)
+
+    def power_fields(self) -> dict[str, Any]:
+        """What the exit record says of the rank's power (empty when none was asked)."""
+        return {"power": list(self.power), "energy_j": self.energy_j} if self.measured else {}
 
     @property
     def status_path(self) -> str:
@@ -108,10 +120,16 @@ class _Rank:
 class RankHost:
     """Starts, watches and stops the ranks Ray placed on this node (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, power_root: str = "") -> None:
         self._ranks: dict[RankKey, _Rank] = {}
         self._lock = threading.Lock()
         self._dirs = threading.Lock()  # creating a run's directory vs. removing expired ones
+        self._node = ray.get_runtime_context().get_node_id()
+        self._power = RankPower(power_root, self._node)
+        self._power_lock = threading.Lock()
+        # A host that died took its ranks with it: every restore record left is a leftover.
+        for key, notes in self._power.recover().items():
+            put(leftover_key(*key), {"power": notes})
 
     def keys(self) -> list[RankKey]:
         """The ranks this host holds (running, or ended and not yet forgotten)."""
@@ -119,11 +137,14 @@ class RankHost:
             return list(self._ranks)
 
     def start(self, key: RankKey, argv: list[str], env: dict[str, str],
-              visible_devices: str, logs: RankLogs) -> int:
+              visible_devices: str, logs: RankLogs, measure_power: bool = False,
+              power_limit_w: float | None = None) -> int:
         """Start the rank's command once; returns the guardian's pid (``-1``: it could not
         start, :meth:`outcome` says why). ``visible_devices`` is the rank's
         ``CUDA_VISIBLE_DEVICES``: the GPU Ray assigned to it within the run's bundle; ``logs``
-        where its log goes on this node and how big it may grow."""
+        where its log goes on this node and how big it may grow; ``measure_power``: measure
+        the rank's energy and set ``power_limit_w`` (W per GPU, ``None``: none) on its GPUs
+        for its life (:mod:`~tessera.live.executors.ray.rank_power`)."""
         job_id, run, rank = key
         with self._lock:
             known = self._ranks.get(key)
@@ -146,6 +167,11 @@ class RankHost:
             r.failed = "lost: this rank was started on this node before (by an earlier host)"
             return -1
         os.close(claim)
+        if measure_power:
+            with self._power_lock:
+                r.power = self._power.begin(key, visible_devices, power_limit_w,
+                                            self._node[:12])
+                r.measured = True
         try:
             full_env, user = launch_env(env, visible_devices)
             prepare_checkpoint_dir(env.get("TESSERA_CHECKPOINT_DIR", ""), user,
@@ -173,8 +199,12 @@ class RankHost:
         while not r.ended():
             time.sleep(EXIT_POLL_S)
         detail, timed_out = r.outcome()
-        put(exit_key(*key), exit_record(r.returncode(), r.stopped, str(r.log), detail,
-                                        timed_out))
+        if r.measured:  # the limit goes back before the end is told to anyone
+            with self._power_lock:
+                r.energy_j, notes = self._power.end(key)
+            r.power = [*r.power, *notes]
+        put(exit_key(*key), {**exit_record(r.returncode(), r.stopped, str(r.log), detail,
+                                           timed_out), **r.power_fields()})
         r.recorded.set()
 
     def _get(self, key: RankKey) -> _Rank | None:
@@ -230,7 +260,8 @@ class RankHost:
         contain.sweep([str(r.log.parent)])
         r.recorded.wait(record_wait_s)
         detail, timed_out = r.outcome()
-        return exit_record(r.returncode(), r.stopped, str(r.log), detail, timed_out)
+        return {**exit_record(r.returncode(), r.stopped, str(r.log), detail, timed_out),
+                **r.power_fields()}
 
     def remove_expired(self, runs_dir: str, retention_s: float, now_s: float) -> int:
         """Remove the run directories under ``runs_dir`` on this node whose runs ended more
