@@ -32,6 +32,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,7 @@ def recommendation(batch: int, items: int = 26744) -> dict[str, float]:
     SELU activations, dense input rows."""
     dims = [items, 512, 512, 1024, 512, 512, items]
     layers: list[nn.Module] = []
-    for a, b in zip(dims, dims[1:], strict=False):
+    for a, b in pairwise(dims):
         layers += [nn.Linear(a, b), nn.SELU()]
     model = nn.Sequential(*layers[:-1])
     x = torch.randn(batch, items)
