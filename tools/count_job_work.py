@@ -367,8 +367,11 @@ def work_of(table: str, job_type: str) -> dict[str, float]:
     model, batch = m.group(1), int(m.group(2) or 1)
     with torch.device("meta"):
         if table == "gavel":
-            if model in ("ResNet-18", "ResNet-50"):
-                net = resnet(int(model[-2:]))
+            if model == "ResNet-18":  # Gavel's ResNet-18 trains on CIFAR-10
+                net = resnet(18, 10, cifar=True)
+                return count(net, image_step(net, batch, 32, 10))
+            if model == "ResNet-50":  # and its ResNet-50 on ImageNet
+                net = resnet(50)
                 return count(net, image_step(net, batch, 224, 1000))
             builders: dict[str, Callable[[], dict[str, float]]] = {
                 "Transformer": lambda: transformer(batch), "LM": lambda: language_model(batch),
