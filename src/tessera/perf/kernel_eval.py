@@ -12,10 +12,10 @@ chosen by **cross-validation that never sees the held-out cell**:
 
 * ``flavor`` protocol, job ``j`` and target flavor ``t`` held out: every other flavor ``t'`` is
   held out in turn as well (the completion refitted without ``j``, ``t`` and ``t'``), and the
-  other job types' rates on ``t'`` are predicted from ``min(k, 1)`` observations on the
+  other job types' rates on ``t'`` are predicted from ``k`` observations on the
   remaining flavors; the (roofline, ``w``) with the lowest mean error there predicts ``t``;
 * ``job-type`` protocol, job ``j`` held out: per target flavor, the other job types' rates on
-  it are predicted from ``min(k, 1)`` observations on other flavors. The completion and the
+  it are predicted from ``k`` observations on other flavors. The completion and the
   kernel models used there are fitted without ``j`` only, so both have seen the job types they
   are scored on (an optimistic score for both; refitting per scored job type would cost 70
   times as much).
@@ -101,7 +101,7 @@ def evaluate_kernels(table: ThroughputTable, protocol: str, k: int, *, num_gpus:
             for t in range(len(est.flavors)):
                 if math.isnan(logs[j, t]):
                     continue
-                score = _score(est, models, tab.work[others], logs[others], [t], min(k, 1))
+                score = _score(est, models, tab.work[others], logs[others], [t], k)
                 _predict(errs, job, est, models, score, tab.work[j], logs[j], t, k, choices)
             continue
         for target in tab.flavors:
@@ -114,7 +114,7 @@ def evaluate_kernels(table: ThroughputTable, protocol: str, k: int, *, num_gpus:
             ref[:, t] = math.nan
             models = [KernelModel(r, est.flavors, tab.work[others], ref[others])
                       for r in rooflines]
-            score = _inner_flavor_score(tab, job, target, others, rooflines, min(k, 1))
+            score = _inner_flavor_score(tab, job, target, others, rooflines, k)
             _predict(errs, job, est, models, score, tab.work[j], logs[j], t, k, choices)
     flavors = [f for f in tab.flavors if errs[f]]
     return [summarize(protocol, f, k, errs[f]) for f in flavors]
