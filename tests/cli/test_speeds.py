@@ -32,8 +32,21 @@ def test_speeds_text_skips_what_the_table_cannot_answer(
     assert "skipped: k=2" in err
 
 
+def test_speeds_kernels_prior_json(capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _err = run_tessera(["speeds", "--table", "gavel", "--protocol", "job-type",
+                                   "-k", "1", "--prior", "kernels", "--json"], capsys,
+                                  monkeypatch)
+    assert code == 0
+    rows = json.loads(out)
+    assert {r["flavor"] for r in rows} == {"K80", "P100", "V100-16GB"}
+    assert all(r["prior"] == "kernels" and r["mape"] > 0 for r in rows)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--protocol", "row"], "--protocol 'row': one of job-type, flavor"),
+    (["--prior", "oracle"], "--prior 'oracle': one of roofline, kernels"),
+    (["--prior", "kernels", "--model-known"], "--prior kernels and --model-known do not"),
     (["-k", "-1"], "-k -1: the number of observations is 0 or more"),
     (["--table", "no-such-table"], "no-such-table"),
 ])

@@ -38,3 +38,23 @@ def test_impossible_requests_are_refused() -> None:
         evaluate(default_throughputs(), "flavor", 2)
     with pytest.raises(SpecError, match="protocol 'row'"):
         evaluate(default_throughputs(), "row", 1)
+
+
+def test_the_kernels_prior_beats_one_peak_per_flavor_on_gavels_unseen_flavors() -> None:
+    """Leave-one-flavor-out, one observation: the figures docs/scheduler.md quotes."""
+    from collections import Counter
+
+    from tessera.perf.kernel_eval import evaluate_kernels
+
+    table = default_throughputs()
+    choices: Counter[tuple[str, str, float]] = Counter()
+    kernels = {e.flavor: e for e in evaluate_kernels(table, "flavor", 1, choices=choices)}
+    peak = {e.flavor: e for e in evaluate(table, "flavor", 1)}
+    assert {f: round(e.mape, 1) for f, e in kernels.items()} == {
+        "K80": 64.2, "P100": 33.6, "V100-16GB": 85.1}
+    for f, e in kernels.items():
+        assert e.mape < peak[f].mape
+        assert e.predictions == peak[f].predictions == 52
+    # cross-validation chose the kernels' roofline for (nearly) every prediction
+    assert sum(n for (_f, _r, w), n in choices.items() if w > 0) == 78
+    assert evaluate_kernels(table, "flavor", 1) == list(kernels.values())  # deterministic

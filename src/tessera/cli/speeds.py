@@ -18,6 +18,9 @@ from tessera.cli.options import JSON
 
 EPILOG = "Example: tessera speeds --table sia --model-known -k 1"
 
+#: The priors ``--prior`` accepts.
+PRIORS = ("roofline", "kernels")
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``speeds`` command to ``app``."""
@@ -38,6 +41,12 @@ def speeds(
     model: bool = typer.Option(
         False, "--model-known", help="The job names its model (its batch size is new): "
         "the table's job types of that model give its shape."),
+    prior: str = typer.Option(
+        "roofline", "--prior", help="What answers before and beside observations: roofline "
+        "(matrix completion; a flavor no table covers from its peak FP32 FLOP/s) or kernels "
+        "(also a per-job roofline from the FLOPs, bytes and kernels the job's model computes, "
+        "blended with the completion as cross-validation on the other job types and flavors "
+        "chooses; Gavel's and Sia's job types only)."),
     as_json: bool = JSON,
 ) -> None:
     """Measure how well Tessera guesses a job's speed on each GPU flavor it has not run on:
@@ -47,6 +56,8 @@ def speeds(
     The estimator completes the table's other job types in log space (Gavel's matrix
     completion), answers flavors no table covers with the roofline (peak FLOP/s), and fits
     the job's scale (one observation) and shape (two or more) from its observed rates.
+    --prior kernels adds a roofline per job from what its model computes (FLOPs, bytes,
+    kernels per step, counted by tools/count_job_work.py).
 
     Protocols: job-type hides a job type's whole row (a new job on flavors the table knows);
     flavor also hides the target flavor's column (a GPU no table measured, answered by the
@@ -55,12 +66,18 @@ def speeds(
     predicted this one best (chosen in hindsight, so optimistic).
     """
     from tessera.errors import SpecError
+    from tessera.perf.kernel_eval import evaluate_kernels
     from tessera.perf.speed_eval import PROTOCOLS, evaluate
     from tessera.perf.tables import load_throughputs
 
     for p in protocols:
         if p not in PROTOCOLS:
             raise SpecError(f"--protocol {p!r}: one of {', '.join(PROTOCOLS)}")
+    if prior not in PRIORS:
+        raise SpecError(f"--prior {prior!r}: one of {', '.join(PRIORS)}")
+    if prior == "kernels" and model:
+        raise SpecError("--prior kernels and --model-known do not combine: the kernels prior "
+                        "blends with the completion of unknown models only")
     if any(k < 0 for k in ks):
         raise SpecError(f"-k {min(ks)}: the number of observations is 0 or more")
     rows: list[dict[str, object]] = []
@@ -69,11 +86,13 @@ def speeds(
         for protocol in protocols:
             for k in ks:
                 try:
-                    errors = evaluate(table, protocol, k, use_model=model)
+                    errors = (evaluate_kernels(table, protocol, k) if prior == "kernels"
+                              else evaluate(table, protocol, k, use_model=model))
                 except SpecError as e:  # k too large for this table's flavors
                     typer.echo(f"skipped: {e}", err=True)
                     continue
-                rows += [{"table": name, "model_known": model, **asdict(e)} for e in errors]
+                rows += [{"table": name, "prior": prior, "model_known": model,
+                          **asdict(e)} for e in errors]
     if as_json:
         typer.echo(json.dumps([{k: (None if isinstance(v, float) and math.isnan(v) else v)
                                 for k, v in r.items()} for r in rows], indent=2))

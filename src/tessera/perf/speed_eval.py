@@ -95,7 +95,7 @@ def evaluate(table: ThroughputTable, protocol: str, k: int, *, use_model: bool =
             keep = [i for i in range(len(flavors)) if i != target]
             row = np.append(logs[j, keep], logs[j, target])
             _predict(errs, job, row, est, k, len(keep), model)
-    return [_summary(protocol, f, k, errs[f]) for f in flavors if errs[f]]
+    return [summarize(protocol, f, k, errs[f]) for f in flavors if errs[f]]
 
 
 def _predict(errs: dict[str, list[tuple[float, str, str]]], job: str, row: np.ndarray,
@@ -119,8 +119,9 @@ def _predict(errs: dict[str, list[tuple[float, str, str]]], job: str, row: np.nd
             errs[est.flavors[t]].append((error, job, source))
 
 
-def _summary(protocol: str, flavor: str, k: int, cells: list[tuple[float, str, str]]
-             ) -> FlavorError:
+def summarize(protocol: str, flavor: str, k: int, cells: list[tuple[float, str, str]]
+              ) -> FlavorError:
+    """One flavor's row from its ``(error, job type, observed flavor)`` cells."""
     worst = max(cells)
     best, best_mape = "", math.nan
     if k == 1:
