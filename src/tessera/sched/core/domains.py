@@ -26,7 +26,7 @@ The rules, in order:
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from tessera.model.nodes import Node
@@ -93,13 +93,14 @@ def choose(
     present = set(counts)
     best_free = next((k for k in range(gpus, max(present) + 1) if k in present), 0)
     if best_free:
-        ties = [i for i, f in enumerate(counts) if f == best_free]
-        if len(ties) == 1:
-            return ((nodes[ties[0]], gpus),)
+        # (the ties are found in C, ``list.index`` from the last one; most rounds have one)
+        first = counts.index(best_free)
+        if counts.count(best_free) == 1:
+            return ((nodes[first], gpus),)
         smallest, members = domains.smallest, domains.members
         best: tuple[int, int] | None = None
         seen: set[str] = set()
-        for i in ties:  # (the first tie of each domain: ties come in layout order)
+        for i in _ties(counts, best_free, first):  # (the first tie of each domain, layout order)
             d = smallest.get(nodes[i])
             if d is None:
                 return ((nodes[i], gpus),)
@@ -127,6 +128,17 @@ def choose(
     if require_local or sum(f for _n, f in avail) < gpus:
         return None
     return _fill(avail, gpus)
+
+
+def _ties(counts: Sequence[int], value: int, first: int) -> Iterator[int]:
+    """The indices of ``value`` in ``counts`` from ``first`` (its first index) on, ascending."""
+    i = first
+    while True:
+        yield i
+        try:
+            i = counts.index(value, i + 1)
+        except ValueError:
+            return
 
 
 def _fill(group: list[tuple[str, int]], gpus: int) -> tuple[tuple[str, int], ...]:

@@ -15,6 +15,7 @@ the round keeps its GPU-only fast path (the bucket search, the deferred take-bac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 from tessera.model.host_need import EPS, gang_host_by_node, gpus_fed, per_gpu_need
 from tessera.model.nodes import Node
@@ -46,7 +47,7 @@ class HostFree:
             the booking and the give-back of a running gang the same).
     """
 
-    __slots__ = ("_failed", "_held_by", "cpus", "mem_gib", "nodes", "share")
+    __slots__ = ("_failed", "_held_by", "_last", "cpus", "mem_gib", "nodes", "share")
 
     def __init__(self, nodes: Sequence[Node], held_by: Mapping[Placement, Held] | None = None
                  ) -> None:
@@ -57,6 +58,8 @@ class HostFree:
         self.share: dict[str, tuple[float, float]] = {
             n.node_id: per_gpu_need(None, 1, n) for n in nodes}
         """Each node's proportional ``(cpus, mem_gib)`` per GPU."""
+        self._last: tuple[Placement, Held] | None = None
+        """The last placement a search built with its amounts (:meth:`remember`)."""
         self._failed: list[tuple[object, bool, float, float, int]] = []
         """Searches that found nothing since the last give-back, as ``(flavor, locality,
         cpus per GPU, GiB per GPU, GPUs)``; one that asks at least as much fails too
@@ -84,11 +87,21 @@ class HostFree:
     def held(self, placement: Placement) -> Held:
         """What ``placement`` holds: a running gang's booking, else the placement's own
         amounts, else its GPUs' proportional share."""
-        known = self._held_by.get(placement)
+        known = self._held_by.get(placement) if self._held_by else None
         if known is not None:
             return known
+        last = self._last
+        if last is not None and last[0] is placement:
+            return last[1]
         return gang_host_by_node(placement.gpus_by_node, None, self.nodes,
                                  placement.host_by_node)
+
+    def remember(self, placement: Placement, held: Held) -> Placement:
+        """Note that ``placement`` (built by a search, not a running gang's) holds ``held`` --
+        what :meth:`held` would compute for it -- so that the take which follows a search
+        does not compute it again; returns ``placement``."""
+        self._last = (placement, held)
+        return placement
 
     def fits(self, held: Held) -> bool:
         cpus, mem = self.cpus, self.mem_gib
@@ -162,26 +175,27 @@ def find_fed(
         return None
     cpus, mem, share = host_free.cpus, host_free.mem_gib, host_free.share
     # One node: the fewest free GPUs that hold the gang and whose host can feed it (the
-    # earliest such node in layout order on a tie; an exact fit ends the walk).
-    best_f = 1 << 30
-    best_node = None
-    for n in ids:
-        f = free[n]  # (every id is an up node: over a book, read through)
-        if f < gpus or f >= best_f:
-            continue
-        cpg, mpg = fixed if fixed is not None else share[n]
-        if cpus[n] + EPS >= cpg * gpus and mem[n] + EPS >= mpg * gpus:
-            best_f, best_node = f, n
-            if f == gpus:
+    # earliest such node in layout order on a tie). The counts are read once, in C, and each
+    # count from ``gpus`` up is searched for in C (``list.index``): only the nodes with
+    # exactly that count have their host checked, not every node of the flavor.
+    counts = [free[ids[0]]] if len(ids) == 1 else list(itemgetter(*ids)(free))
+    top = max(counts)
+    for k in range(gpus, top + 1):
+        i = -1
+        while True:
+            try:
+                i = counts.index(k, i + 1)
+            except ValueError:
                 break
-    if best_node is not None:
-        return ((best_node, gpus),)
+            n = ids[i]
+            cpg, mpg = fixed if fixed is not None else share[n]
+            if cpus[n] + EPS >= cpg * gpus and mem[n] + EPS >= mpg * gpus:
+                return ((n, gpus),)
     if require_locality:
         host_free.note_failed(key)
         return None
     usable: dict[str, int] = {}
-    for n in ids:
-        f = free[n]  # (every id is an up node: over a book, read through)
+    for n, f in zip(ids, counts, strict=True):
         if f <= 0:
             continue
         cpg, mpg = fixed if fixed is not None else share[n]

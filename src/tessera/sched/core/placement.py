@@ -275,7 +275,8 @@ class FreeGpus(FreeView):
                 return Placement.of(flavor, parts)
             held = gang_host_by_node(parts, host, self._host.nodes)
             if self._host.fits(held):
-                return Placement((flavor,), parts, (), None, (), held if host else ())
+                return self._host.remember(
+                    Placement((flavor,), parts, (), None, (), held if host else ()), held)
             # (the domain's choice cannot feed the gang: fall through to the host-aware search,
             # which knows CPUs and memory but not domains)
         if self._host is not None:
@@ -285,8 +286,8 @@ class FreeGpus(FreeView):
                 return None
             if host is None:
                 return Placement.of(flavor, found)
-            return Placement((flavor,), found, (), None, (),
-                             gang_host_by_node(found, host, self._host.nodes))
+            held = gang_host_by_node(found, host, self._host.nodes)
+            return self._host.remember(Placement((flavor,), found, (), None, (), held), held)
         if flavor not in self._late and flavor not in self._buckets:
             self._look(flavor)  # (the first look, even for a gang no single node can hold)
         first = self._first
