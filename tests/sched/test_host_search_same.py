@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from tessera.model.cluster import ClusterSpec, make_nodes
 from tessera.model.gpus import GpuFlavor, resolve_flavor
-from tessera.model.host_need import EPS, gpus_fed
+from tessera.model.host_need import EPS, gang_host_by_node, gpus_fed
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.model.nodes import Node
 from tessera.model.resources import HostDemand
@@ -184,10 +184,22 @@ def old_host_reasons(
                 reasons[jid] = PendingReason(PendingKind.CAPACITY, short)
 
 
+def old_search_fed(
+    host_free: HostFree, free: Mapping[str, int], ids: tuple[str, ...],
+    _counts: tuple[int, ...], rack: Mapping[str, str], gpus: int, require_locality: bool,
+    host: HostDemand | None,
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, float, float], ...]] | None:
+    """The old search, with the amounts the old round computed for its answer."""
+    parts = old_find_fed(host_free, free, ids, rack, gpus, require_locality, host)
+    if parts is None:
+        return None
+    return parts, gang_host_by_node(parts, host, host_free.nodes)
+
+
 @contextmanager
 def old_searches() -> Iterator[None]:
     """The old searches patched in where the round calls them."""
-    with (mock.patch.object(placement_mod, "find_fed", old_find_fed),
+    with (mock.patch.object(placement_mod, "search_fed", old_search_fed),
           mock.patch.object(placement_mod, "choose", old_choose),
           mock.patch.object(reasons_mod, "_host_reasons", old_host_reasons),
           mock.patch.object(HostFree, "remember", lambda _self, p, _held: p)):

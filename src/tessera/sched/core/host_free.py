@@ -15,12 +15,12 @@ the round keeps its GPU-only fast path (the bucket search, the deferred take-bac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import itemgetter
 
 from tessera.model.host_need import EPS, gang_host_by_node, gpus_fed, per_gpu_need
 from tessera.model.nodes import Node
 from tessera.model.resources import HostDemand
 from tessera.sched.core.free_book import FreeCounts
+from tessera.sched.core.getters import counts_of
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 Held = tuple[tuple[str, float, float], ...]
@@ -152,7 +152,7 @@ class HostFree:
 def find_fed(
     host_free: HostFree,
     free: Mapping[str, int],
-    ids: Sequence[str],
+    ids: tuple[str, ...],
     rack: Mapping[str, str],
     gpus: int,
     require_locality: bool,
@@ -164,33 +164,53 @@ def find_fed(
     <tessera.sched.core.placement.FreeGpus.find>`), on each node's *usable* GPUs -- its free
     GPUs capped by :meth:`HostFree.gpus_fed`: best fit on one node (fewest free GPUs that
     still hold the gang, earliest in layout order on a tie), then one rack, then anywhere.
+    ``ids``: the flavor's nodes in layout order (a layout's tuple).
     """
+    found = search_fed(host_free, free, ids, counts_of(free, ids), rack, gpus,
+                       require_locality, host)
+    return found[0] if found is not None else None
+
+
+def search_fed(
+    host_free: HostFree,
+    free: Mapping[str, int],
+    ids: tuple[str, ...],
+    counts: tuple[int, ...],
+    rack: Mapping[str, str],
+    gpus: int,
+    require_locality: bool,
+    host: HostDemand | None,
+) -> tuple[tuple[tuple[str, int], ...], Held] | None:
+    """:func:`find_fed`'s answer with what the gang holds on each of its nodes (the amounts
+    :func:`~tessera.model.host_need.gang_host_by_node` gives: the demand's per-GPU amounts,
+    else the node's proportional share, times the GPUs there); ``counts``: each of ``ids``'
+    free GPUs now (:func:`~tessera.sched.core.getters.counts_of`)."""
     if not ids:
         return None
     fixed = host.per_gpu_amounts(gpus) if host is not None else None
     # (proportional needs differ by node: keyed by -1, compared by GPUs and locality only)
     key = (host_free.nodes[ids[0]].flavor, require_locality,
            fixed[0] if fixed else -1.0, fixed[1] if fixed else -1.0, gpus)
-    if host_free.known_to_fail(key):
+    if host_free._failed and host_free.known_to_fail(key):
         return None
     cpus, mem, share = host_free.cpus, host_free.mem_gib, host_free.share
     # One node: the fewest free GPUs that hold the gang and whose host can feed it (the
-    # earliest such node in layout order on a tie). The counts are read once, in C, and each
-    # count from ``gpus`` up is searched for in C (``list.index``): only the nodes with
-    # exactly that count have their host checked, not every node of the flavor.
-    counts = [free[ids[0]]] if len(ids) == 1 else list(itemgetter(*ids)(free))
-    top = max(counts)
-    for k in range(gpus, top + 1):
+    # earliest such node in layout order on a tie). Each count from ``gpus`` up is searched
+    # for in C (``tuple.index``): only the nodes with exactly that count have their host
+    # checked, not every node of the flavor.
+    index = counts.index
+    for k in range(gpus, max(counts) + 1):
         i = -1
         while True:
             try:
-                i = counts.index(k, i + 1)
+                i = index(k, i + 1)
             except ValueError:
                 break
             n = ids[i]
             cpg, mpg = fixed if fixed is not None else share[n]
-            if cpus[n] + EPS >= cpg * gpus and mem[n] + EPS >= mpg * gpus:
-                return ((n, gpus),)
+            c, m = cpg * gpus, mpg * gpus
+            if cpus[n] + EPS >= c and mem[n] + EPS >= m:
+                return ((n, gpus),), ((n, c, m),)
     if require_locality:
         host_free.note_failed(key)
         return None
@@ -219,5 +239,6 @@ def find_fed(
         taken.append((n, c))
         need -= c
         if need == 0:
-            return tuple(taken)
+            parts = tuple(taken)
+            return parts, gang_host_by_node(parts, host, host_free.nodes)
     return None

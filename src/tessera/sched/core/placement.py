@@ -30,7 +30,6 @@ read side of the counts are in :mod:`tessera.sched.core.free_view`.
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -41,7 +40,8 @@ from tessera.model.resources import HostDemand
 from tessera.sched.core.domains import choose
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.free_view import FreeView, Layout
-from tessera.sched.core.host_free import HostFree, find_fed
+from tessera.sched.core.getters import counts_of
+from tessera.sched.core.host_free import HostFree, search_fed
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 
@@ -267,7 +267,7 @@ class FreeGpus(FreeView):
         if self._domains is not None:  # (a cluster with topology domains: their own rules)
             nodes = self._by_flavor[flavor]
             free = self._free_now()
-            counts = [free[nodes[0]]] if len(nodes) == 1 else operator.itemgetter(*nodes)(free)
+            counts = counts_of(free, nodes)
             parts = choose(nodes, counts, free, gpus, require_locality, self._domains)
             if parts is None:
                 return None
@@ -280,14 +280,14 @@ class FreeGpus(FreeView):
             # (the domain's choice cannot feed the gang: fall through to the host-aware search,
             # which knows CPUs and memory but not domains)
         if self._host is not None:
-            found = find_fed(self._host, self._free, self._by_flavor.get(flavor, ()),
-                             self._rack, gpus, require_locality, host)
+            ids = self._by_flavor.get(flavor, ())
+            found = search_fed(self._host, self._free, ids, counts_of(self._free, ids),
+                               self._rack, gpus, require_locality, host)
             if found is None:
                 return None
-            if host is None:
-                return Placement.of(flavor, found)
-            held = gang_host_by_node(found, host, self._host.nodes)
-            return self._host.remember(Placement((flavor,), found, (), None, (), held), held)
+            parts, held = found
+            return self._host.remember(
+                Placement((flavor,), parts, (), None, (), held if host else ()), held)
         if flavor not in self._late and flavor not in self._buckets:
             self._look(flavor)  # (the first look, even for a gang no single node can hold)
         first = self._first
