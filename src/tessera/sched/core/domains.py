@@ -160,11 +160,11 @@ def choose(
             s = sum(g.counts(counts))
             if s < gpus or (best_group is not None and s > best_group[0]):
                 continue
-            first = next((i for i in g.positions if counts[i] > 0), None)
-            if first is None:  # (no node of the group has a free GPU: not a candidate)
+            lead = next((i for i in g.positions if counts[i] > 0), None)
+            if lead is None:  # (no node of the group has a free GPU: not a candidate)
                 continue
-            if best_group is None or (s, first) < best_group[:2]:
-                best_group = (s, first, g.positions)
+            if best_group is None or (s, lead) < best_group[:2]:
+                best_group = (s, lead, g.positions)
         if best_group is not None:
             return _fill([(nodes[i], counts[i]) for i in best_group[2] if counts[i] > 0], gpus)
     if require_local or sum(counts) < gpus:
