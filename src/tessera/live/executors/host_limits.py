@@ -181,15 +181,15 @@ def remove_cgroup(path: str, base: str) -> bool:
     try:
         os.rmdir(path)
         return True
-    except OSError as e:
-        if e.errno != errno.ENOTEMPTY:
+    except OSError as err:
+        if err.errno != errno.ENOTEMPTY:
             return False  # (EBUSY: the kernel still counts a process in it)
     with os.scandir(path) as entries:  # (a plain directory: its files, never a sub-cgroup)
         found = list(entries)
-    if any(e.is_dir(follow_symlinks=False) for e in found):
+    if any(f.is_dir(follow_symlinks=False) for f in found):
         return False
-    for e in found:
-        os.unlink(e.path)
+    for f in found:
+        os.unlink(f.path)
     os.rmdir(path)
     return True
 
