@@ -112,6 +112,7 @@ class FreeGpus(FreeView):
             if not host.fits(held):
                 raise ValueError(f"over-commit of CPUs or host memory by {placement.describe()}")
             host.shift(held, -1)
+            host.touch(placement.gpus_by_node)
         self._shift(placement, -1)
 
     def release(self, placement: Placement) -> None:
@@ -120,6 +121,7 @@ class FreeGpus(FreeView):
             self._settle()
         if self._host is not None:
             self._host.shift(self._host.held(placement), 1)
+            self._host.touch(placement.gpus_by_node)
         self._shift(placement, 1)
 
     def release_each(self, placements: Iterable[Placement]) -> None:
@@ -134,6 +136,7 @@ class FreeGpus(FreeView):
             placements = list(placements)
             for p in placements:
                 host.shift(host.held(p), 1)
+                host.touch(p.gpus_by_node)
         free = self._free
         totals = self._total
         early = self._early
@@ -178,6 +181,7 @@ class FreeGpus(FreeView):
             if not host.fits(held):
                 return False
             host.shift(held, -1)
+            host.touch(placement.gpus_by_node)
         self._shift(placement, -1)
         return True
 
@@ -281,8 +285,8 @@ class FreeGpus(FreeView):
             # which knows CPUs and memory but not domains)
         if self._host is not None:
             ids = self._by_flavor.get(flavor, ())
-            found = search_fed(self._host, self._free, ids, counts_of(self._free, ids),
-                               self._rack, gpus, require_locality, host)
+            found = search_fed(self._host, self._free, ids, self._rack, gpus,
+                               require_locality, host)
             if found is None:
                 return None
             parts, held = found
