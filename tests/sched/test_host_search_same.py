@@ -36,6 +36,7 @@ from tessera.sched.catalog import make_policy
 from tessera.sched.core import placement as placement_mod
 from tessera.sched.core import reasons as reasons_mod
 from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.count_index import CountIndex
 from tessera.sched.core.decide import Decision, decide
 from tessera.sched.core.domains import DomainMap, choose
 from tessera.sched.core.free_view import BlockInfo
@@ -184,8 +185,16 @@ def old_host_reasons(
                 reasons[jid] = PendingReason(PendingKind.CAPACITY, short)
 
 
+def old_choose_at(
+    nodes: tuple[str, ...], _by_count: CountIndex, free: Mapping[str, int], gpus: int,
+    require_local: bool, domains: DomainMap,
+) -> tuple[tuple[str, int], ...] | None:
+    """The old domain search, called as the new one is (it reads the counts itself)."""
+    return old_choose(nodes, tuple(free[n] for n in nodes), free, gpus, require_local, domains)
+
+
 def old_search_fed(
-    host_free: HostFree, free: Mapping[str, int], ids: tuple[str, ...],
+    host_free: HostFree, free: Mapping[str, int], ids: tuple[str, ...], _by_count: CountIndex,
     rack: Mapping[str, str], gpus: int, require_locality: bool, host: HostDemand | None,
 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, float, float], ...]] | None:
     """The old search, with the amounts the old round computed for its answer."""
@@ -199,7 +208,7 @@ def old_search_fed(
 def old_searches() -> Iterator[None]:
     """The old searches patched in where the round calls them."""
     with (mock.patch.object(placement_mod, "search_fed", old_search_fed),
-          mock.patch.object(placement_mod, "choose", old_choose),
+          mock.patch.object(placement_mod, "choose", old_choose_at),
           mock.patch.object(reasons_mod, "_host_reasons", old_host_reasons),
           mock.patch.object(HostFree, "remember", lambda _self, p, _held: p)):
         yield
@@ -291,7 +300,7 @@ def test_find_fed_and_choose_answer_as_before(seed: int, with_domains: bool) -> 
                         == old_find_fed(old_host, free, ids, rack, gpus, local, host))
                 if domains is not None and ids:
                     counts = tuple(free[n] for n in ids)
-                    assert (choose(ids, counts, free, gpus, local, domains)
+                    assert (choose(ids, CountIndex(ids, free), free, gpus, local, domains)
                             == old_choose(ids, counts, free, gpus, local, domains))
 
 

@@ -26,10 +26,11 @@ The rules, in order:
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tessera.model.nodes import Node
+from tessera.sched.core.count_index import CountIndex
 from tessera.sched.core.getters import counts_of
 
 __all__ = ["DomainMap", "choose"]
@@ -113,7 +114,7 @@ def _getter(positions: list[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
 
 def choose(
     nodes: tuple[str, ...],
-    counts: Sequence[int],
+    by_count: CountIndex,
     free: Mapping[str, int],
     gpus: int,
     require_local: bool,
@@ -125,21 +126,20 @@ def choose(
     Args:
         nodes: a layout's tuple (its domain groups are kept per tuple, see
             :meth:`DomainMap.groups`).
-        counts: each node's free GPUs now, in the order of ``nodes``.
+        by_count: ``nodes`` by their free GPUs now
+            (:class:`~tessera.sched.core.count_index.CountIndex`).
         free: free GPUs per node now (every node of the cluster that is up).
         require_local: the gang must sit on one node or inside one NVLink domain.
     """
-    present = set(counts)
-    best_free = next((k for k in range(gpus, max(present) + 1) if k in present), 0)
+    best_free = by_count.first_at_least(gpus)
     if best_free:
-        # (the ties are found in C, ``list.index`` from the last one; most rounds have one)
-        first = counts.index(best_free)
-        if counts.count(best_free) == 1:
-            return ((nodes[first], gpus),)
+        ties = by_count.at[best_free]  # (layout order)
+        if len(ties) == 1:
+            return ((nodes[ties[0]], gpus),)
         smallest, members = domains.smallest, domains.members
         best: tuple[int, int] | None = None
         seen: set[str] = set()
-        for i in _ties(counts, best_free, first):  # (the first tie of each domain, layout order)
+        for i in ties:  # (the first tie of each domain: ties come in layout order)
             d = smallest.get(nodes[i])
             if d is None:
                 return ((nodes[i], gpus),)
@@ -151,6 +151,7 @@ def choose(
                 best = (s, i)
         assert best is not None
         return ((nodes[best[1]], gpus),)
+    counts = counts_of(free, nodes)
     # Each level's best-fitting group: the fewest free GPUs that hold the gang, the group
     # whose first node with a free GPU comes first on a tie. Groups are precomputed per level
     # (:meth:`DomainMap.groups`); only their sums are read here, in C.
@@ -170,17 +171,6 @@ def choose(
     if require_local or sum(counts) < gpus:
         return None
     return _fill([(n, f) for n, f in zip(nodes, counts, strict=True) if f > 0], gpus)
-
-
-def _ties(counts: Sequence[int], value: int, first: int) -> Iterator[int]:
-    """The indices of ``value`` in ``counts`` from ``first`` (its first index) on, ascending."""
-    i = first
-    while True:
-        yield i
-        try:
-            i = counts.index(value, i + 1)
-        except ValueError:
-            return
 
 
 def _fill(group: list[tuple[str, int]], gpus: int) -> tuple[tuple[str, int], ...]:

@@ -14,12 +14,12 @@ the round keeps its GPU-only fast path (the bucket search, the deferred take-bac
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 
 from tessera.model.host_need import EPS, gang_host_by_node, gpus_fed, per_gpu_need
 from tessera.model.nodes import Node
 from tessera.model.resources import HostDemand
+from tessera.sched.core.count_index import CountIndex
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.snapshot import Placement, Snapshot
 
@@ -47,8 +47,7 @@ class HostFree:
             the booking and the give-back of a running gang the same).
     """
 
-    __slots__ = ("_dirty", "_failed", "_held_by", "_index", "_last", "cpus", "mem_gib", "nodes",
-                 "share")
+    __slots__ = ("_failed", "_held_by", "_last", "cpus", "mem_gib", "nodes", "share")
 
     def __init__(self, nodes: Sequence[Node], held_by: Mapping[Placement, Held] | None = None
                  ) -> None:
@@ -59,10 +58,6 @@ class HostFree:
         self.share: dict[str, tuple[float, float]] = {
             n.node_id: per_gpu_need(None, 1, n) for n in nodes}
         """Each node's proportional ``(cpus, mem_gib)`` per GPU."""
-        self._index: dict[object, CountIndex] = {}
-        """Per flavor, its nodes by free GPUs (:meth:`count_index`), once a search asked."""
-        self._dirty: dict[str, None] = {}
-        """Nodes whose free GPUs changed since the indexes last looked (:meth:`touch`)."""
         self._last: tuple[Placement, Held] | None = None
         """The last placement a search built with its amounts (:meth:`remember`)."""
         self._failed: list[tuple[object, bool, float, float, int]] = []
@@ -123,30 +118,6 @@ class HostFree:
                 cpus[n] += sign * c
                 mem[n] += sign * m
 
-    def touch(self, gpus_by_node: Sequence[tuple[str, int]]) -> None:
-        """Note that the free GPUs of these nodes changed (a gang taken or given back): the
-        round's free view calls it at every change it makes while it counts host resources."""
-        dirty = self._dirty
-        for n, _c in gpus_by_node:
-            dirty[n] = None
-
-    def count_index(self, flavor: object, ids: tuple[str, ...],
-                    free: Mapping[str, int]) -> CountIndex:
-        """``flavor``'s nodes (``ids``, layout order) by their free GPUs in ``free`` now."""
-        dirty = self._dirty
-        if dirty:
-            index = self._index
-            for n in dirty:
-                node = self.nodes.get(n)
-                ix = index.get(node.flavor) if node is not None else None
-                if ix is not None and n in ix.cur:
-                    ix.move(n, free[n])
-            dirty.clear()
-        ix = self._index.get(flavor)
-        if ix is None or ix.ids is not ids:
-            ix = self._index[flavor] = CountIndex(ids, free)
-        return ix
-
     def known_to_fail(self, key: tuple[object, bool, float, float, int]) -> bool:
         """Whether a search like one that failed since the last give-back, asking no less
         (no fewer GPUs, CPUs or GiB per GPU, and locality if it needed none), must fail.
@@ -195,7 +166,8 @@ def find_fed(
     still hold the gang, earliest in layout order on a tie), then one rack, then anywhere.
     ``ids``: the flavor's nodes in layout order (a layout's tuple).
     """
-    found = search_fed(host_free, free, ids, rack, gpus, require_locality, host)
+    found = search_fed(host_free, free, ids, CountIndex(ids, free), rack, gpus,
+                       require_locality, host)
     return found[0] if found is not None else None
 
 
@@ -203,6 +175,7 @@ def search_fed(
     host_free: HostFree,
     free: Mapping[str, int],
     ids: tuple[str, ...],
+    by_count: CountIndex,
     rack: Mapping[str, str],
     gpus: int,
     require_locality: bool,
@@ -210,7 +183,8 @@ def search_fed(
 ) -> tuple[tuple[tuple[str, int], ...], Held] | None:
     """:func:`find_fed`'s answer with what the gang holds on each of its nodes (the amounts
     :func:`~tessera.model.host_need.gang_host_by_node` gives: the demand's per-GPU amounts,
-    else the node's proportional share, times the GPUs there)."""
+    else the node's proportional share, times the GPUs there); ``by_count``: the flavor's
+    nodes by free GPUs now."""
     if not ids:
         return None
     fixed = host.per_gpu_amounts(gpus) if host is not None else None
@@ -223,9 +197,10 @@ def search_fed(
     cpus, mem, share = host_free.cpus, host_free.mem_gib, host_free.share
     # One node: the fewest free GPUs that hold the gang and whose host can feed it (the
     # earliest such node in layout order on a tie). The nodes are kept by free count, each
-    # count's in layout order (:class:`CountIndex`): only the nodes with at least ``gpus``
-    # free have their host checked, fewest free first, and the first that feeds it wins.
-    at = host_free.count_index(flavor, ids, free).at
+    # count's in layout order (:class:`~tessera.sched.core.count_index.CountIndex`): only the
+    # nodes with at least ``gpus`` free have their host checked, fewest free first, and the
+    # first that feeds it wins.
+    at = by_count.at
     for k in range(gpus, len(at)):
         for i in at[k]:
             n = ids[i]
@@ -265,33 +240,3 @@ def search_fed(
             parts = tuple(taken)
             return parts, gang_host_by_node(parts, host, host_free.nodes)
     return None
-
-
-class CountIndex:
-    """One flavor's nodes by free-GPU count, each count's in layout order: ``at[k]`` holds
-    the positions (in the flavor's ``ids``) of the nodes with exactly ``k`` free GPUs,
-    ascending. Built from the counts at a round's first host-aware search of the flavor, then
-    moved node by node as gangs are taken and given back (:meth:`HostFree.touch`)."""
-
-    __slots__ = ("at", "cur", "ids", "pos")
-
-    def __init__(self, ids: tuple[str, ...], free: Mapping[str, int]) -> None:
-        self.ids = ids
-        self.pos = {n: i for i, n in enumerate(ids)}
-        self.cur: dict[str, int] = {n: free[n] for n in ids}
-        self.at: list[list[int]] = [[] for _ in range(max(self.cur.values(), default=0) + 1)]
-        for i, n in enumerate(ids):
-            self.at[self.cur[n]].append(i)
-
-    def move(self, node_id: str, count: int) -> None:
-        """Note that ``node_id`` has ``count`` free GPUs now."""
-        old = self.cur[node_id]
-        if old == count:
-            return
-        i = self.pos[node_id]
-        row = self.at[old]
-        del row[bisect_left(row, i)]
-        while count >= len(self.at):
-            self.at.append([])
-        insort(self.at[count], i)
-        self.cur[node_id] = count
