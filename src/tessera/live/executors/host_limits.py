@@ -24,12 +24,15 @@ The guardian (:mod:`~tessera.live.executors.guardian`) imports this module as a 
 must import nothing outside the standard library.
 """
 
+import errno
 import math
 import os
 import resource
 from typing import Any
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+#: The file naming this process's cgroup (``0::/path`` on a v2 hierarchy).
+PROC_SELF_CGROUP = "/proc/self/cgroup"
 _GIB = 1 << 30
 
 
@@ -47,13 +50,18 @@ def host_memory_gib() -> float:
     raise OSError("no MemTotal in /proc/meminfo")
 
 
-def cgroup_v2_base(root: str = CGROUP_ROOT) -> str | None:
-    """The service's own cgroup v2 directory when it can hold children with ``cpuset`` and
-    ``memory`` (controllers available and the directory writable), else ``None``."""
+def cgroup_v2_base(root: str = CGROUP_ROOT, own_cgroup: str = PROC_SELF_CGROUP) -> str | None:
+    """The directory under the service's own cgroup v2 that holds its runs' cgroups
+    (``<root>/<own>/tessera``) when it can hold children with ``cpuset`` and ``memory``
+    (controllers available and the service's directory writable), else ``None``.
+
+    ``root`` (the hierarchy's mount) and ``own_cgroup`` (the file naming this process's
+    cgroup, ``0::/path``) can be pointed at a directory laid out like a v2 hierarchy (tests).
+    """
     try:
         with open(os.path.join(root, "cgroup.controllers")) as f:
             controllers = set(f.read().split())
-        with open("/proc/self/cgroup") as f:
+        with open(own_cgroup) as f:
             own = next((ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::")), None)
     except OSError:
         return None
@@ -66,9 +74,9 @@ def cgroup_v2_base(root: str = CGROUP_ROOT) -> str | None:
     return base
 
 
-def mechanism(root: str = CGROUP_ROOT) -> str:
+def mechanism(root: str = CGROUP_ROOT, own_cgroup: str = PROC_SELF_CGROUP) -> str:
     """``"cgroup"`` or ``"affinity"`` (see the module docstring)."""
-    return "cgroup" if cgroup_v2_base(root) is not None else "affinity"
+    return "cgroup" if cgroup_v2_base(root, own_cgroup) is not None else "affinity"
 
 
 def choose_cpus(cpus: float, allowed: list[int], busy: set[int]) -> list[int]:
@@ -147,6 +155,61 @@ def apply_in_child(lim: dict[str, Any]) -> None:
     mem = lim.get("mem_bytes")
     if mem:
         resource.setrlimit(resource.RLIMIT_AS, (int(mem), int(mem)))
+
+
+def cgroups_of(launch: dict[str, Any]) -> list[str]:
+    """The rank cgroups a run's launch record names (empty for the affinity mechanism)."""
+    return [str(lim["cgroup"]) for lim in launch.get("host") or ()
+            if lim.get("how") == "cgroup" and lim.get("cgroup")]
+
+
+def remove_cgroup(path: str, base: str) -> bool:
+    """Remove the rank cgroup ``path`` (a directory right under ``base``) once no process is
+    left in it; returns whether it is gone (``False``: still in use, or not ours to remove).
+
+    On a cgroup v2 mount the kernel lists only live processes in ``cgroup.procs`` and a
+    cgroup's interface files never keep ``rmdir`` from removing it (a populated one answers
+    ``EBUSY``). A plain directory laid out like one (tests) keeps the pids written to it, so
+    each listed pid is checked for life, and the files are removed before the directory.
+    """
+    if os.path.dirname(os.path.normpath(path)) != os.path.normpath(base):
+        return False  # (only a run's own cgroup right under the service's, never elsewhere)
+    if not os.path.isdir(path):
+        return True
+    if any(_alive(pid) for pid in _procs(path)):
+        return False
+    try:
+        os.rmdir(path)
+        return True
+    except OSError as err:
+        if err.errno != errno.ENOTEMPTY:
+            return False  # (EBUSY: the kernel still counts a process in it)
+    with os.scandir(path) as entries:  # (a plain directory: its files, never a sub-cgroup)
+        found = list(entries)
+    if any(f.is_dir(follow_symlinks=False) for f in found):
+        return False
+    for f in found:
+        os.unlink(f.path)
+    os.rmdir(path)
+    return True
+
+
+def _procs(path: str) -> list[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(w) for w in f.read().split() if w.isdigit()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _write(path: str, text: str) -> None:

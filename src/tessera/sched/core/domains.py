@@ -26,10 +26,12 @@ The rules, in order:
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tessera.model.nodes import Node
+from tessera.sched.core.count_index import CountIndex
+from tessera.sched.core.getters import counts_of
 
 __all__ = ["DomainMap", "choose"]
 
@@ -49,6 +51,26 @@ class DomainMap:
     smallest: Mapping[str, str]
     members: Mapping[str, tuple[str, ...]]
     """Each smallest domain's nodes (of every flavor)."""
+    _groups: dict[tuple[int, int], tuple[tuple[str, ...], tuple[_Group, ...]]] = field(
+        default_factory=dict, compare=False, repr=False)
+    """Per (node tuple, level): :meth:`groups` (filled as searches ask)."""
+
+    def groups(self, nodes: tuple[str, ...], level: int) -> tuple[_Group, ...]:
+        """The domains of ``level`` among ``nodes`` (a layout's tuple of one flavor's nodes),
+        each as the positions of its members in ``nodes``, ascending, with a getter that reads
+        their counts; in the order of their first member. Computed once per tuple and level."""
+        key = (id(nodes), level)
+        hit = self._groups.get(key)
+        if hit is None or hit[0] is not nodes:
+            names = self.levels[level]
+            by: dict[str, list[int]] = {}
+            for i, n in enumerate(nodes):
+                d = names.get(n)
+                if d is not None:
+                    by.setdefault(d, []).append(i)
+            hit = (nodes, tuple(_Group(tuple(ix), _getter(ix)) for ix in by.values()))
+            self._groups[key] = hit
+        return hit[1]
 
     @classmethod
     def of(cls, nodes: Sequence[Node]) -> DomainMap | None:
@@ -74,9 +96,25 @@ class DomainMap:
         return cls(tuple(levels), smallest, {d: tuple(ns) for d, ns in members.items()})
 
 
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """One domain's members among a flavor's nodes: their positions, and a getter of their
+    counts from the flavor's count tuple (always a tuple, even for one member)."""
+
+    positions: tuple[int, ...]
+    counts: Callable[[Sequence[int]], tuple[int, ...]]
+
+
+def _getter(positions: list[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda counts: (counts[only],)
+    return operator.itemgetter(*positions)
+
+
 def choose(
-    nodes: Sequence[str],
-    counts: Sequence[int],
+    nodes: tuple[str, ...],
+    by_count: CountIndex,
     free: Mapping[str, int],
     gpus: int,
     require_local: bool,
@@ -86,14 +124,16 @@ def choose(
     layout order) by the rules of the module docstring; ``None`` when it cannot be placed.
 
     Args:
-        counts: each node's free GPUs now, in the order of ``nodes``.
+        nodes: a layout's tuple (its domain groups are kept per tuple, see
+            :meth:`DomainMap.groups`).
+        by_count: ``nodes`` by their free GPUs now
+            (:class:`~tessera.sched.core.count_index.CountIndex`).
         free: free GPUs per node now (every node of the cluster that is up).
         require_local: the gang must sit on one node or inside one NVLink domain.
     """
-    present = set(counts)
-    best_free = next((k for k in range(gpus, max(present) + 1) if k in present), 0)
+    best_free = by_count.first_at_least(gpus)
     if best_free:
-        ties = [i for i, f in enumerate(counts) if f == best_free]
+        ties = by_count.at[best_free]  # (layout order)
         if len(ties) == 1:
             return ((nodes[ties[0]], gpus),)
         smallest, members = domains.smallest, domains.members
@@ -106,27 +146,31 @@ def choose(
             if d in seen:
                 continue
             seen.add(d)
-            ns = members[d]
-            s = sum(operator.itemgetter(*ns)(free)) if len(ns) > 1 else free[ns[0]]
+            s = sum(counts_of(free, members[d]))
             if best is None or s < best[0]:
                 best = (s, i)
         assert best is not None
         return ((nodes[best[1]], gpus),)
-    avail = [(n, f) for n, f in zip(nodes, counts, strict=True) if f > 0]
-    levels = domains.levels[:1] if require_local else domains.levels
-    for level in levels:
-        groups: dict[str, list[tuple[str, int]]] = {}
-        for n, f in avail:
-            d = level.get(n)
-            if d is not None:
-                groups.setdefault(d, []).append((n, f))
-        fits = [(s, i, g) for i, g in enumerate(groups.values())
-                if (s := sum(f for _n, f in g)) >= gpus]
-        if fits:
-            return _fill(min(fits, key=lambda x: (x[0], x[1]))[2], gpus)
-    if require_local or sum(f for _n, f in avail) < gpus:
+    counts = counts_of(free, nodes)
+    # Each level's best-fitting group: the fewest free GPUs that hold the gang, the group
+    # whose first node with a free GPU comes first on a tie. Groups are precomputed per level
+    # (:meth:`DomainMap.groups`); only their sums are read here, in C.
+    for level in range(1 if require_local else len(domains.levels)):
+        best_group: tuple[int, int, tuple[int, ...]] | None = None
+        for g in domains.groups(nodes, level):
+            s = sum(g.counts(counts))
+            if s < gpus or (best_group is not None and s > best_group[0]):
+                continue
+            lead = next((i for i in g.positions if counts[i] > 0), None)
+            if lead is None:  # (no node of the group has a free GPU: not a candidate)
+                continue
+            if best_group is None or (s, lead) < best_group[:2]:
+                best_group = (s, lead, g.positions)
+        if best_group is not None:
+            return _fill([(nodes[i], counts[i]) for i in best_group[2] if counts[i] > 0], gpus)
+    if require_local or sum(counts) < gpus:
         return None
-    return _fill(avail, gpus)
+    return _fill([(n, f) for n, f in zip(nodes, counts, strict=True) if f > 0], gpus)
 
 
 def _fill(group: list[tuple[str, int]], gpus: int) -> tuple[tuple[str, int], ...]:

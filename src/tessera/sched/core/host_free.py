@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from tessera.model.host_need import EPS, gang_host_by_node, gpus_fed, per_gpu_need
 from tessera.model.nodes import Node
 from tessera.model.resources import HostDemand
+from tessera.sched.core.count_index import CountIndex
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.snapshot import Placement, Snapshot
 
@@ -46,7 +47,7 @@ class HostFree:
             the booking and the give-back of a running gang the same).
     """
 
-    __slots__ = ("_failed", "_held_by", "cpus", "mem_gib", "nodes", "share")
+    __slots__ = ("_failed", "_held_by", "_last", "cpus", "mem_gib", "nodes", "share")
 
     def __init__(self, nodes: Sequence[Node], held_by: Mapping[Placement, Held] | None = None
                  ) -> None:
@@ -57,6 +58,8 @@ class HostFree:
         self.share: dict[str, tuple[float, float]] = {
             n.node_id: per_gpu_need(None, 1, n) for n in nodes}
         """Each node's proportional ``(cpus, mem_gib)`` per GPU."""
+        self._last: tuple[Placement, Held] | None = None
+        """The last placement a search built with its amounts (:meth:`remember`)."""
         self._failed: list[tuple[object, bool, float, float, int]] = []
         """Searches that found nothing since the last give-back, as ``(flavor, locality,
         cpus per GPU, GiB per GPU, GPUs)``; one that asks at least as much fails too
@@ -84,11 +87,21 @@ class HostFree:
     def held(self, placement: Placement) -> Held:
         """What ``placement`` holds: a running gang's booking, else the placement's own
         amounts, else its GPUs' proportional share."""
-        known = self._held_by.get(placement)
+        known = self._held_by.get(placement) if self._held_by else None
         if known is not None:
             return known
+        last = self._last
+        if last is not None and last[0] is placement:
+            return last[1]
         return gang_host_by_node(placement.gpus_by_node, None, self.nodes,
                                  placement.host_by_node)
+
+    def remember(self, placement: Placement, held: Held) -> Placement:
+        """Note that ``placement`` (built by a search, not a running gang's) holds ``held`` --
+        what :meth:`held` would compute for it -- so that the take which follows a search
+        does not compute it again; returns ``placement``."""
+        self._last = (placement, held)
+        return placement
 
     def fits(self, held: Held) -> bool:
         cpus, mem = self.cpus, self.mem_gib
@@ -139,7 +152,7 @@ class HostFree:
 def find_fed(
     host_free: HostFree,
     free: Mapping[str, int],
-    ids: Sequence[str],
+    ids: tuple[str, ...],
     rack: Mapping[str, str],
     gpus: int,
     require_locality: bool,
@@ -151,31 +164,50 @@ def find_fed(
     <tessera.sched.core.placement.FreeGpus.find>`), on each node's *usable* GPUs -- its free
     GPUs capped by :meth:`HostFree.gpus_fed`: best fit on one node (fewest free GPUs that
     still hold the gang, earliest in layout order on a tie), then one rack, then anywhere.
+    ``ids``: the flavor's nodes in layout order (a layout's tuple).
     """
+    found = search_fed(host_free, free, ids, CountIndex(ids, free), rack, gpus,
+                       require_locality, host)
+    return found[0] if found is not None else None
+
+
+def search_fed(
+    host_free: HostFree,
+    free: Mapping[str, int],
+    ids: tuple[str, ...],
+    by_count: CountIndex,
+    rack: Mapping[str, str],
+    gpus: int,
+    require_locality: bool,
+    host: HostDemand | None,
+) -> tuple[tuple[tuple[str, int], ...], Held] | None:
+    """:func:`find_fed`'s answer with what the gang holds on each of its nodes (the amounts
+    :func:`~tessera.model.host_need.gang_host_by_node` gives: the demand's per-GPU amounts,
+    else the node's proportional share, times the GPUs there); ``by_count``: the flavor's
+    nodes by free GPUs now."""
     if not ids:
         return None
     fixed = host.per_gpu_amounts(gpus) if host is not None else None
+    flavor = host_free.nodes[ids[0]].flavor
     # (proportional needs differ by node: keyed by -1, compared by GPUs and locality only)
-    key = (host_free.nodes[ids[0]].flavor, require_locality,
+    key = (flavor, require_locality,
            fixed[0] if fixed else -1.0, fixed[1] if fixed else -1.0, gpus)
-    if host_free.known_to_fail(key):
+    if host_free._failed and host_free.known_to_fail(key):
         return None
     cpus, mem, share = host_free.cpus, host_free.mem_gib, host_free.share
     # One node: the fewest free GPUs that hold the gang and whose host can feed it (the
-    # earliest such node in layout order on a tie; an exact fit ends the walk).
-    best_f = 1 << 30
-    best_node = None
-    for n in ids:
-        f = free[n]  # (every id is an up node: over a book, read through)
-        if f < gpus or f >= best_f:
-            continue
-        cpg, mpg = fixed if fixed is not None else share[n]
-        if cpus[n] + EPS >= cpg * gpus and mem[n] + EPS >= mpg * gpus:
-            best_f, best_node = f, n
-            if f == gpus:
-                break
-    if best_node is not None:
-        return ((best_node, gpus),)
+    # earliest such node in layout order on a tie). The nodes are kept by free count, each
+    # count's in layout order (:class:`~tessera.sched.core.count_index.CountIndex`): only the
+    # nodes with at least ``gpus`` free have their host checked, fewest free first, and the
+    # first that feeds it wins.
+    at = by_count.at
+    for k in range(gpus, len(at)):
+        for i in at[k]:
+            n = ids[i]
+            cpg, mpg = fixed if fixed is not None else share[n]
+            c, m = cpg * gpus, mpg * gpus
+            if cpus[n] + EPS >= c and mem[n] + EPS >= m:
+                return ((n, gpus),), ((n, c, m),)
     if require_locality:
         host_free.note_failed(key)
         return None
@@ -205,5 +237,6 @@ def find_fed(
         taken.append((n, c))
         need -= c
         if need == 0:
-            return tuple(taken)
+            parts = tuple(taken)
+            return parts, gang_host_by_node(parts, host, host_free.nodes)
     return None

@@ -30,18 +30,18 @@ read side of the counts are in :mod:`tessera.sched.core.free_view`.
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.host_need import gang_host_by_node
 from tessera.model.resources import HostDemand
+from tessera.sched.core.count_index import ByCount, CountIndex
 from tessera.sched.core.domains import choose
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.free_view import FreeView, Layout
-from tessera.sched.core.host_free import HostFree, find_fed
+from tessera.sched.core.host_free import HostFree, search_fed
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 
@@ -55,6 +55,9 @@ class FreeGpus(FreeView):
 
     _host: HostFree | None = None
     """Free CPUs and memory, when the snapshot's jobs ask for them (``None``: GPUs only)."""
+    _by_count: ByCount | None = None
+    """Nodes by free count in layout order, once a host-aware or domain search asked (every
+    change of a count is then noted to it)."""
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot, layout: Layout | None = None) -> FreeGpus:
@@ -130,8 +133,13 @@ class FreeGpus(FreeView):
         if self._deferred:
             self._settle()
         host = self._host
-        if host is not None:
+        by_count = self._by_count
+        if host is not None or by_count is not None:
             placements = list(placements)
+            if by_count is not None:
+                for p in placements:
+                    by_count.touch(p.gpus_by_node)
+        if host is not None:
             for p in placements:
                 host.shift(host.held(p), 1)
         free = self._free
@@ -211,6 +219,8 @@ class FreeGpus(FreeView):
     def _shift(self, placement: Placement, sign: int) -> None:
         if sign < 0:
             self._only_released = False
+        if self._by_count is not None:
+            self._by_count.touch(placement.gpus_by_node)
         if placement.is_mixed:
             totals = {f: self.total_free(f) for f, _c in placement.flavor_counts()}
             for node_id, count in placement.gpus_by_node:
@@ -266,27 +276,27 @@ class FreeGpus(FreeView):
             return None
         if self._domains is not None:  # (a cluster with topology domains: their own rules)
             nodes = self._by_flavor[flavor]
-            free = self._free_now()
-            counts = [free[nodes[0]]] if len(nodes) == 1 else operator.itemgetter(*nodes)(free)
-            parts = choose(nodes, counts, free, gpus, require_locality, self._domains)
+            parts = choose(nodes, self._count_index(flavor), self._free, gpus,
+                           require_locality, self._domains)
             if parts is None:
                 return None
             if self._host is None:
                 return Placement.of(flavor, parts)
             held = gang_host_by_node(parts, host, self._host.nodes)
             if self._host.fits(held):
-                return Placement((flavor,), parts, (), None, (), held if host else ())
+                return self._host.remember(
+                    Placement((flavor,), parts, (), None, (), held if host else ()), held)
             # (the domain's choice cannot feed the gang: fall through to the host-aware search,
             # which knows CPUs and memory but not domains)
         if self._host is not None:
-            found = find_fed(self._host, self._free, self._by_flavor.get(flavor, ()),
-                             self._rack, gpus, require_locality, host)
+            ids = self._by_flavor.get(flavor, ())
+            found = search_fed(self._host, self._free, ids, self._count_index(flavor),
+                               self._rack, gpus, require_locality, host)
             if found is None:
                 return None
-            if host is None:
-                return Placement.of(flavor, found)
-            return Placement((flavor,), found, (), None, (),
-                             gang_host_by_node(found, host, self._host.nodes))
+            parts, held = found
+            return self._host.remember(
+                Placement((flavor,), parts, (), None, (), held if host else ()), held)
         if flavor not in self._late and flavor not in self._buckets:
             self._look(flavor)  # (the first look, even for a gang no single node can hold)
         first = self._first
@@ -298,12 +308,12 @@ class FreeGpus(FreeView):
             return None
         return self._spread(flavor, gpus, self._by_flavor[flavor])
 
-    def _free_now(self) -> Mapping[str, int]:
-        """Every node's free GPUs now as one plain dict (over a book: the round's changes laid
-        over the book's counts, copied in C), for lookups that stay in C."""
-        if self._base is not None:
-            return {**self._base.live_counts(), **self._free}
-        return self._free
+    def _count_index(self, flavor: GpuFlavor) -> CountIndex:
+        """``flavor``'s nodes by free GPUs now (:mod:`tessera.sched.core.count_index`), for the
+        searches that break ties by layout order; the round keeps it from the first ask."""
+        if self._by_count is None:
+            self._by_count = ByCount(self._flavor)
+        return self._by_count.of(flavor, self._by_flavor.get(flavor, ()), self._free)
 
     def find_mixed(self, flavors: Sequence[GpuFlavor], gpus: int,
                    host: HostDemand | None = None) -> Placement | None:

@@ -171,15 +171,43 @@ def pending_reasons(
             reasons[jid] = PendingReason(PendingKind.CAPACITY,
                                          MixNoPlan(held.needs_gpus, why, held.rank))
     if free._host is not None:  # (GPUs free, but no node can feed them: CPUs or memory)
-        seen: dict[tuple[GpuFlavor, ...], tuple[Node, float, float]] = {}
-        for j in jobs:
-            jid = j.spec.job_id
-            if isinstance(reasons[jid].detail, NoCapacity | Fragmented):
-                short = host_shortage(j, tuple(r.flavor for r in oracle.real_rates(j.spec)),
-                                      free, needs_locality[jid], infos, seen)
-                if short is not None:
-                    reasons[jid] = PendingReason(PendingKind.CAPACITY, short)
+        _host_reasons(jobs, reasons, oracle, free, needs_locality, infos)
     return reasons
+
+
+def _host_reasons(
+    jobs: list[JobView], reasons: dict[JobId, PendingReason], oracle: ThroughputOracle,
+    free: FreeGpus, needs_locality: dict[JobId, bool], infos: dict[GpuFlavor, BlockInfo],
+) -> None:
+    """Replace a waiting job's capacity reason by :func:`host_shortage`'s where there is one.
+
+    Nothing changes the free counts while the round explains, so the answer depends only on
+    the job's flavors, GPUs, locality and demand: it is asked once per such combination.
+    A job asking more GPUs than any flavor has free is skipped at once (no shortage of CPUs
+    or memory can be what keeps it)."""
+    most_free = max((i.total_free for i in infos.values()), default=0)
+    seen: dict[tuple[GpuFlavor, ...], tuple[Node, float, float]] = {}
+    asked: dict[tuple[object, ...], HostShort | None] = {}
+    for j in jobs:
+        spec = j.spec
+        if spec.num_gpus > most_free:
+            continue
+        jid = spec.job_id
+        detail = reasons[jid].detail
+        if isinstance(detail, NoCapacity):
+            flavors = detail.flavors  # (the job's real rates' flavors, as below)
+        elif isinstance(detail, Fragmented):
+            flavors = tuple(r.flavor for r in oracle.real_rates(spec))
+        else:
+            continue
+        local = needs_locality[jid]
+        key = (flavors, spec.num_gpus, local, spec.host)
+        if key in asked:
+            short = asked[key]
+        else:
+            short = asked[key] = host_shortage(j, flavors, free, local, infos, seen)
+        if short is not None:
+            reasons[jid] = PendingReason(PendingKind.CAPACITY, short)
 
 
 def _reason(

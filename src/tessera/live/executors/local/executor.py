@@ -89,16 +89,23 @@ class LocalExecutor:
     shares_gpus = True
 
     def __init__(self, runs_dir: Path, grace_s: float = 10.0,
-                 checkpoints_dir: Path | None = None, logs: LogSettings = DEFAULT_LOGS) -> None:
+                 checkpoints_dir: Path | None = None, logs: LogSettings = DEFAULT_LOGS,
+                 cgroup_root: str = host_limits.CGROUP_ROOT,
+                 own_cgroup: str = host_limits.PROC_SELF_CGROUP) -> None:
         self.runs_dir = runs_dir
         self.grace_s = grace_s
         self.logs = logs
         self.checkpoints_dir = checkpoints_dir or runs_dir.parent / "checkpoints"
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        # Where the runs' cgroups go (cgroup v2 only; see host_limits.cgroup_v2_base): the
+        # hierarchy's mount and the file naming the service's cgroup, injectable for tests.
+        self.cgroup_root = cgroup_root
+        self.own_cgroup = own_cgroup
         # The host's NVLink domains (``nvidia-smi topo -m``), reported once at start.
         self.nvlink: NvTopology | None = detect()
         logging.getLogger("tessera.live").info(
             "NVLink: %s", describe(self.nvlink, socket.gethostname()))
+        self.recover_cgroups()
 
     def run_dir(self, job_id: str, run: int) -> Path:
         return self.runs_dir / job_id / str(run)
@@ -149,7 +156,7 @@ class LocalExecutor:
         cpus = sum(c for _n, c, _m in spec.host_by_node)
         mem_gib = sum(m for _n, _c, m in spec.host_by_node)
         ids = host_limits.choose_cpus(cpus, host_limits.allowed_cpus(), self._busy_cpus())
-        base = host_limits.cgroup_v2_base()
+        base = host_limits.cgroup_v2_base(self.cgroup_root, self.own_cgroup)
         how = "cgroup" if base is not None else "affinity"
         cgroup = f"{base}/{spec.job_id}-{spec.run}" if base is not None else None
         limits = host_limits.rank_limits(ids, mem_gib, ranks, how, cgroup)
@@ -235,18 +242,62 @@ class LocalExecutor:
 
     def remove_expired(self, now_s: float) -> int:
         """Remove the directories of runs that ended more than ``logs.retention_s`` before
-        ``now_s`` (never one whose runner is alive or that this process is starting); returns
-        how many."""
-        def running(job_id: str, run: int) -> bool:
-            d = self.run_dir(job_id, run)
-            if (d / "exit.json").exists():
-                return False
-            child = self._children.get((job_id, run))
-            pid = _marker_pid(d)
-            return (child is not None and child.poll() is None) or \
-                (pid is not None and _is_runner(pid, d))
+        ``now_s`` (never one whose runner is alive or that this process is starting), and the
+        cgroups of ended runs; returns how many run directories."""
+        self.recover_cgroups()
+        return len(remove_expired(self.runs_dir, self.logs.retention_s, now_s, self._running))
 
-        return len(remove_expired(self.runs_dir, self.logs.retention_s, now_s, running))
+    def _running(self, job_id: str, run: int) -> bool:
+        """Whether the run may still have processes: no exit record, and its runner alive
+        or being started by this process."""
+        d = self.run_dir(job_id, run)
+        if (d / "exit.json").exists():
+            return False
+        child = self._children.get((job_id, run))
+        pid = _marker_pid(d)
+        return (child is not None and child.poll() is None) or \
+            (pid is not None and _is_runner(pid, d))
+
+    def remove_cgroups(self, job_id: str, run: int) -> list[str]:
+        """Remove the rank cgroups of an ended run whose processes are all gone (each rank's
+        guardian made one, :func:`host_limits.enter_cgroup`); returns those still left (a
+        process in them). Called when the run is seen exited; a run's cgroup left then (the
+        kernel still counting a process) is taken by :meth:`recover_cgroups` later."""
+        base = host_limits.cgroup_v2_base(self.cgroup_root, self.own_cgroup)
+        if base is None or self._running(job_id, run):
+            return []
+        try:
+            launch = json.loads((self.run_dir(job_id, run) / "launch.json").read_text())
+        except (OSError, ValueError):
+            return []
+        return [c for c in host_limits.cgroups_of(launch)
+                if not host_limits.remove_cgroup(c, base)]
+
+    def recover_cgroups(self) -> list[str]:
+        """Remove every rank cgroup under the service's (``<job>-<run>-<rank>``) whose run is
+        not running and whose processes are all gone: those a crash or a restart left behind,
+        and those :meth:`remove_cgroups` found still busy. Called at start and with
+        :meth:`remove_expired`; returns the paths removed. A cgroup of a run that is starting
+        or running is never touched (its guardian may be between making and joining it)."""
+        base = host_limits.cgroup_v2_base(self.cgroup_root, self.own_cgroup)
+        if base is None or not os.path.isdir(base):
+            return []
+        removed: list[str] = []
+        with os.scandir(base) as entries:
+            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        for name in names:
+            parts = name.rsplit("-", 2)
+            if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+                continue  # (not a rank cgroup of this executor's naming)
+            if self._running(parts[0], int(parts[1])):
+                continue
+            path = os.path.join(base, name)
+            if host_limits.remove_cgroup(path, base):
+                removed.append(path)
+        if removed:
+            logging.getLogger("tessera.live").info(
+                "removed %d cgroup(s) of ended runs under %s", len(removed), base)
+        return removed
 
     def close(self) -> None:
         """Forget the runners (they keep running; a restarted service adopts them)."""
@@ -255,6 +306,9 @@ class LocalExecutor:
         self._children.clear()
 
     def _forget(self, job_id: str, run: int) -> None:
+        """The run ended (or was released): stop tracking its runner, and remove its rank
+        cgroups whose processes are gone."""
+        self.remove_cgroups(job_id, run)
         child = self._children.pop((job_id, run), None)
         if child is not None:
             try:
