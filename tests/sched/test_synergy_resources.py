@@ -135,15 +135,58 @@ def test_greedy_leaves_a_job_waiting_when_its_demand_is_not_free_and_says_why() 
                                         "(resources=greedy); 4 free")
 
 
-def test_tune_takes_back_beyond_the_share_of_running_gangs() -> None:
-    hogs = [(_job("h1", "alexnet"), _on(NODE.node_id, 12)),
-            (_job("h2", "shufflenet"), _on(NODE.node_id, 12))]
-    snap = _snapshot(hogs, [_job("a", "res18")])
+def test_tune_resets_the_peer_with_most_cpus_per_gpu_whole_to_its_share() -> None:
+    """Synergy's peer adjustment: when not even the newcomer's share is free, the gangs served
+    before it are reset *whole* to their fair share (most CPUs per GPU first, the older on a
+    tie) until it is -- not cut by just what the newcomer needs."""
+    hogs = [(_job("h1", "alexnet", 0.0), _on(NODE.node_id, 12)),
+            (_job("h2", "shufflenet", 1.0), _on(NODE.node_id, 12))]
+    snap = _snapshot(hogs, [_job("a", "res18", 2.0)])
     placements, started, _p = _round(snap, {"a": _on(NODE.node_id)}, "tune")
     assert started == (JobId("a"),)
-    assert placements[JobId("a")].host_by_node[0][1] == 3.0  # its proportional share
-    held = [placements[JobId(h)].host_by_node[0][1] for h in ("h1", "h2")]
-    assert sum(held) == 21.0 and min(held) >= 3.0  # one hog gave 3 back; none below share
+    cpus = {k: placements[JobId(k)].host_by_node[0][1] for k in ("h1", "h2", "a")}
+    assert cpus == {"h1": 3.0, "h2": 12.0, "a": 3.0}
+
+
+def test_tune_deals_every_running_gang_again_oldest_first_at_each_decision() -> None:
+    """Synergy re-allocates every job each round in arrival order: the oldest gang, cut to its
+    share earlier, gets its demand back from younger gangs even when nothing new starts."""
+    old = (_job("o", "res18", 0.0), _on(NODE.node_id, 3))
+    young = (_job("y", "alexnet", 1.0), _on(NODE.node_id, 12))
+    younger = (_job("z", "res18", 2.0), _on(NODE.node_id, 9))
+    snap = _snapshot([old, young, younger], [])
+    placements, started, _p = _round(snap, {}, "tune")
+    assert started == ()
+    cpus = {k: placements[JobId(k)].host_by_node[0][1] for k in ("o", "y", "z")}
+    assert cpus == {"o": 9.0, "y": 12.0, "z": 3.0}
+
+
+def test_tune_gives_the_share_or_the_demand_never_a_point_in_between() -> None:
+    """A gang whose demand is not free gets its fair share (speed 1.0), as Synergy's TUNE does,
+    not the fastest profile point that happens to fit."""
+    hog = (_job("h", "res18", 0.0), _on(NODE.node_id, 9))
+    snap = _snapshot([hog], [_job("a", "mobilenet", 1.0), _job("b", "alexnet", 2.0)])
+    new = {"a": _on(NODE.node_id), "b": _on(NODE.node_id)}
+    placements, _s, _p = _round(snap, new, "tune")
+    cpus = {k: placements[JobId(k)].host_by_node[0][1] for k in ("h", "a", "b")}
+    assert cpus == {"h": 9.0, "a": 6.0, "b": 3.0}  # b: 12 asked, 9 free -> its share
+
+
+def test_synergy_workload_jobs_ask_for_synergy_s_simulator_memory_demand() -> None:
+    """AlexNet asks for 125 GB per GPU, M5 187.5, a language model 20 (Synergy's model files),
+    so GREEDY cannot start an M5 where less memory is free."""
+    w = generate_synergy_like(40, 9, 0, split=(40, 30, 30))
+    by_model = {j.model: j for j in w.jobs}
+    snap = _snapshot([], [by_model["alexnet"], by_model["gnmt"]])
+    placements, _s, _p = _round(snap, {by_model["alexnet"].job_id: _on(NODE.node_id),
+                                       by_model["gnmt"].job_id: _on(NODE.node_id)}, "greedy")
+    assert placements[by_model["alexnet"].job_id].host_by_node[0][1:] == (12.0, 125.0)
+    assert placements[by_model["gnmt"].job_id].host_by_node[0][1:] == (1.0, 20.0)
+    hog = (_job("h", "gnmt"), _on(NODE.node_id, 1, 400.0))
+    m5 = by_model["m5"]
+    placements, started, _p = _round(_snapshot([hog], [m5]), {m5.job_id: _on(NODE.node_id)},
+                                     "greedy")
+    assert started == ()  # 187.5 GB asked, 100 free
 
 
 def test_opt_lp_shares_a_node_by_sensitivity_and_bounds_the_rounding() -> None:
