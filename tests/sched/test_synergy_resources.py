@@ -103,10 +103,11 @@ def test_bad_resource_modes_are_one_line_errors() -> None:
 # -- allocations -----------------------------------------------------------------------------
 
 
-def _snapshot(running: list[tuple[JobSpec, Placement]], waiting: list[JobSpec]) -> Snapshot:
+def _snapshot(running: list[tuple[JobSpec, Placement]], waiting: list[JobSpec],
+              nodes: int = 16) -> Snapshot:
     views = tuple([JobView(s, JobState.RUNNING, 1.0, p) for s, p in running]
                   + [JobView(s, JobState.PENDING, 1.0) for s in waiting])
-    return Snapshot(0.0, CLUSTER, views)
+    return Snapshot(0.0, replace(CLUSTER, nodes=CLUSTER.nodes[:nodes]), views)
 
 
 def _round(snap: Snapshot, new: dict[str, Placement], mode: str):  # type: ignore[no-untyped-def]
@@ -128,11 +129,26 @@ def test_proportional_gives_the_gpu_share_and_greedy_the_demand() -> None:
 
 def test_greedy_leaves_a_job_waiting_when_its_demand_is_not_free_and_says_why() -> None:
     hog = (_job("h", "shufflenet"), _on(NODE.node_id, 20))
-    snap = _snapshot([hog], [_job("a", "alexnet")])
+    snap = _snapshot([hog], [_job("a", "alexnet")], nodes=1)
     placements, started, pending = _round(snap, {"a": _on(NODE.node_id)}, "greedy")
     assert started == () and JobId("a") not in placements
     assert str(pending[JobId("a")]) == (f"needs 12 CPUs on {NODE.node_id} for its best speed "
                                         "(resources=greedy); 4 free")
+
+
+@pytest.mark.parametrize("mode", ["greedy", "tune"])
+def test_a_new_gang_goes_to_a_node_where_its_demand_fits(mode: str) -> None:
+    """Synergy places by the whole demand vector: the core put AlexNet on the node whose
+    CPUs two older gangs hold (fewest free GPUs); GREEDY and TUNE move it to the fullest node
+    that still has its 12 CPUs free."""
+    two = CLUSTER.nodes[1].node_id
+    hogs = [(_job("h1", "shufflenet", 0.0), _on(NODE.node_id, 12)),
+            (_job("h2", "alexnet", 0.5), _on(NODE.node_id, 12))]
+    snap = _snapshot(hogs, [_job("a", "alexnet", 1.0)], nodes=2)
+    placements, started, _p = _round(snap, {"a": _on(NODE.node_id)}, mode)
+    assert started == (JobId("a"),)
+    assert placements[JobId("a")].gpus_by_node == ((two, 1),)
+    assert placements[JobId("a")].host_by_node == ((two, 12.0, 62.5),)
 
 
 def test_tune_resets_the_peer_with_most_cpus_per_gpu_whole_to_its_share() -> None:
@@ -141,7 +157,7 @@ def test_tune_resets_the_peer_with_most_cpus_per_gpu_whole_to_its_share() -> Non
     tie) until it is -- not cut by just what the newcomer needs."""
     hogs = [(_job("h1", "alexnet", 0.0), _on(NODE.node_id, 12)),
             (_job("h2", "shufflenet", 1.0), _on(NODE.node_id, 12))]
-    snap = _snapshot(hogs, [_job("a", "res18", 2.0)])
+    snap = _snapshot(hogs, [_job("a", "res18", 2.0)], nodes=1)
     placements, started, _p = _round(snap, {"a": _on(NODE.node_id)}, "tune")
     assert started == (JobId("a"),)
     cpus = {k: placements[JobId(k)].host_by_node[0][1] for k in ("h1", "h2", "a")}
@@ -154,7 +170,7 @@ def test_tune_deals_every_running_gang_again_oldest_first_at_each_decision() -> 
     old = (_job("o", "res18", 0.0), _on(NODE.node_id, 3))
     young = (_job("y", "alexnet", 1.0), _on(NODE.node_id, 12))
     younger = (_job("z", "res18", 2.0), _on(NODE.node_id, 9))
-    snap = _snapshot([old, young, younger], [])
+    snap = _snapshot([old, young, younger], [], nodes=1)
     placements, started, _p = _round(snap, {}, "tune")
     assert started == ()
     cpus = {k: placements[JobId(k)].host_by_node[0][1] for k in ("o", "y", "z")}
@@ -165,7 +181,7 @@ def test_tune_gives_the_share_or_the_demand_never_a_point_in_between() -> None:
     """A gang whose demand is not free gets its fair share (speed 1.0), as Synergy's TUNE does,
     not the fastest profile point that happens to fit."""
     hog = (_job("h", "res18", 0.0), _on(NODE.node_id, 9))
-    snap = _snapshot([hog], [_job("a", "mobilenet", 1.0), _job("b", "alexnet", 2.0)])
+    snap = _snapshot([hog], [_job("a", "mobilenet", 1.0), _job("b", "alexnet", 2.0)], nodes=1)
     new = {"a": _on(NODE.node_id), "b": _on(NODE.node_id)}
     placements, _s, _p = _round(snap, new, "tune")
     cpus = {k: placements[JobId(k)].host_by_node[0][1] for k in ("h", "a", "b")}
@@ -184,8 +200,8 @@ def test_synergy_workload_jobs_ask_for_synergy_s_simulator_memory_demand() -> No
     assert placements[by_model["gnmt"].job_id].host_by_node[0][1:] == (1.0, 20.0)
     hog = (_job("h", "gnmt"), _on(NODE.node_id, 1, 400.0))
     m5 = by_model["m5"]
-    placements, started, _p = _round(_snapshot([hog], [m5]), {m5.job_id: _on(NODE.node_id)},
-                                     "greedy")
+    placements, started, _p = _round(_snapshot([hog], [m5], nodes=1),
+                                     {m5.job_id: _on(NODE.node_id)}, "greedy")
     assert started == ()  # 187.5 GB asked, 100 free
 
 

@@ -52,6 +52,7 @@ from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.reasons import CannotRun, PendingKind, PendingReason
 from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sched.resources.opt import opt_hosts
+from tessera.sched.resources.place import gpus_free_after, repick
 from tessera.sched.resources.speed import host_held, node_sizes
 from tessera.sched.resources.tune import demand_per_gpu, fair_per_gpu, tune_round
 
@@ -135,8 +136,9 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     placements = dict(placements_in)
     pending = dict(pending_in)
     started_in = _kept_in_place(snapshot, placements, started_in)
+    running = {j.spec.job_id for j in snapshot.split().running}
     if mode == "tune":  # every gang's CPUs and memory dealt again, at every decision
-        tune_round(snapshot, placements, snapshot.cluster)
+        tune_round(snapshot, placements, snapshot.cluster, frozenset(started_in) - running)
         return placements, started_in, pending
     if not started_in:
         return placements, started_in, pending
@@ -147,13 +149,21 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     started: list[JobId] = []
     if mode == "opt":
         return _opt(snapshot, placements, started_in, free, by_id, solver), started_in, pending
-    moving = {j.spec.job_id for j in snapshot.split().running} & wanted
+    moving = running & wanted
+    free_gpus = gpus_free_after(snapshot, placements) if mode == "greedy" else {}
     for jid in started_in:
         spec, p = by_id[jid], placements[jid]
+        if mode == "greedy" and jid not in moving:  # on a node where its demand fits
+            def fits(q: Placement, s: JobSpec = spec) -> bool:
+                return not isinstance(_one(s, q, "greedy", free, sizes), str)
+            q = repick(p, snapshot, free_gpus, fits)
+            p = p if q is None else q
         host = _one(spec, p, mode, free, sizes)
         if isinstance(host, str) and jid in moving:  # a running gang the round moves
             host = _one(spec, p, "fair", free, sizes)  # cannot be left nowhere: its fair share
         if isinstance(host, str):
+            for node_id, g in p.gpus_by_node:  # its GPUs stay free (GREEDY's fragmentation)
+                free_gpus[node_id] = free_gpus.get(node_id, 0) + g
             del placements[jid]
             pending[jid] = PendingReason(PendingKind.CAPACITY, CannotRun(host))
             continue

@@ -15,16 +15,18 @@ For each job:
    reset *whole* to its own fair share (on all its nodes, speed 1.0) until the newcomer's
    fair share is free.
 
-Here the GPUs stay where the core placed them (a running gang keeps its GPUs; Synergy re-packs
-GPUs each round too, see ``docs/scheduler.md``), and only the CPUs and memory of every gang
-that runs after the decision -- running and newly started alike -- are dealt again by the
-rules above, at every decision instead of every 300 s. A gang whose share changed keeps its
-GPUs and is re-timed in place (:mod:`tessera.sim.host_retune`).
+A new one-node gang goes where Synergy would put it: the node with the fewest free GPUs whose
+free CPUs and memory hold its demand, else its fair share (:mod:`tessera.sched.resources.place`).
+A running gang keeps its GPUs (Synergy re-packs GPUs each round too, see ``docs/scheduler.md``);
+the CPUs and memory of every gang that runs after the decision -- running and newly started
+alike -- are dealt again by the rules above, at every decision instead of every 300 s. A
+gang whose share changed keeps its GPUs and is re-timed in place
+(:mod:`tessera.sim.host_retune`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from tessera.model.cluster import ClusterSpec
@@ -32,6 +34,7 @@ from tessera.model.jobs import JobId, JobSpec
 from tessera.model.resources import proportional_share
 from tessera.perf.synergy_demand import synergy_sim_demand
 from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.resources.place import gpus_free_after, repick
 from tessera.sched.resources.speed import host_held, node_sizes
 
 _EPS = 1e-9
@@ -83,6 +86,14 @@ def _fits(host: Host, free: Mapping[str, list[float]]) -> bool:
     return all(free[n][0] + _EPS >= c and free[n][1] + _EPS >= m for n, c, m in host)
 
 
+def _fits_rule(spec: JobSpec, sizes: Mapping[str, tuple[int, float, float]],
+               free: Mapping[str, list[float]], fair: bool) -> Callable[[Placement], bool]:
+    """Whether ``spec``'s demand (or fair share) on a placement is free now."""
+    def fits(q: Placement) -> bool:
+        return _fits(_amounts(spec, q, sizes, fair), free)
+    return fits
+
+
 def _order(snapshot: Snapshot, ids: set[JobId]) -> list[JobSpec]:
     """The gangs of ``ids`` oldest first (Synergy's FIFO order; the snapshot's order on ties)."""
     specs = [(j.spec.submit_time_s, k, j.spec) for k, j in enumerate(snapshot.jobs)
@@ -90,18 +101,27 @@ def _order(snapshot: Snapshot, ids: set[JobId]) -> list[JobSpec]:
     return [s for _t, _k, s in sorted(specs, key=lambda x: (x[0], x[1]))]
 
 
-def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement],
-               cluster: ClusterSpec) -> None:
+def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement], cluster: ClusterSpec,
+               new: frozenset[JobId] = frozenset()) -> None:
     """Deal the CPUs and memory of every gang in ``placements`` again, by Synergy-TUNE's rules
     (module docstring), and write them into ``placements`` (a gang that already holds
-    explicit amounts, unchanged, keeps its placement object)."""
+    explicit amounts, unchanged, keeps its placement object). A one-node gang of ``new`` (the
+    round starts it; it was not running) goes, as in Synergy, to the node with the fewest free
+    GPUs where its demand fits, else where its fair share fits, else where the core put it
+    (:func:`~tessera.sched.resources.place.repick`)."""
     sizes = node_sizes(cluster)
     free = {n: [c, m] for n, (_g, c, m) in sizes.items()}
     given: dict[JobId, Host] = {}
     on_node: dict[str, list[JobSpec]] = {}
     order = _order(snapshot, set(placements))
+    free_gpus = gpus_free_after(snapshot, placements) if new else {}
     for spec in order:
         p = placements[spec.job_id]
+        if spec.job_id in new:
+            q = (repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=False))
+                 or repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=True)))
+            if q is not None:
+                p = placements[spec.job_id] = q
         host = _amounts(spec, p, sizes, fair=False)
         if not _fits(host, free):
             host = _amounts(spec, p, sizes, fair=True)
