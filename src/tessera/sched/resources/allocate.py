@@ -138,8 +138,9 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     started_in = _kept_in_place(snapshot, placements, started_in)
     running = {j.spec.job_id for j in snapshot.split().running}
     if mode == "tune":  # every gang's CPUs and memory dealt again, at every decision
-        tune_round(snapshot, placements, snapshot.cluster, frozenset(started_in) - running)
-        return placements, started_in, pending
+        moved = tune_round(snapshot, placements, snapshot.cluster,
+                           frozenset(started_in) - running, frozenset(running - set(started_in)))
+        return placements, started_in + moved, pending
     if not started_in:
         return placements, started_in, pending
     sizes = node_sizes(snapshot.cluster)

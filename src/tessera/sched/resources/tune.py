@@ -102,27 +102,40 @@ def _order(snapshot: Snapshot, ids: set[JobId]) -> list[JobSpec]:
 
 
 def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement], cluster: ClusterSpec,
-               new: frozenset[JobId] = frozenset()) -> None:
+               new: frozenset[JobId] = frozenset(),
+               movable: frozenset[JobId] = frozenset()) -> tuple[JobId, ...]:
     """Deal the CPUs and memory of every gang in ``placements`` again, by Synergy-TUNE's rules
     (module docstring), and write them into ``placements`` (a gang that already holds
-    explicit amounts, unchanged, keeps its placement object). A one-node gang of ``new`` (the
-    round starts it; it was not running) goes, as in Synergy, to the node with the fewest free
-    GPUs where its demand fits, else where its fair share fits, else where the core put it
-    (:func:`~tessera.sched.resources.place.repick`)."""
+    explicit amounts, unchanged, keeps its placement object).
+
+    Where a gang goes, as Synergy re-places every job each round
+    (:func:`~tessera.sched.resources.place.repick`): a one-node gang of ``new`` (the round
+    starts it) goes to the node with the fewest free GPUs where its demand fits, else its
+    fair share, else where the core put it; a one-node running gang of ``movable`` whose
+    demand is not free on its node moves to a node where it is, if any. Returns the running
+    gangs moved (the caller starts them anew: a move costs a checkpoint and a restore)."""
     sizes = node_sizes(cluster)
     free = {n: [c, m] for n, (_g, c, m) in sizes.items()}
     given: dict[JobId, Host] = {}
     on_node: dict[str, list[JobSpec]] = {}
     order = _order(snapshot, set(placements))
-    free_gpus = gpus_free_after(snapshot, placements) if new else {}
+    free_gpus = gpus_free_after(snapshot, placements) if new or movable else {}
+    moved: list[JobId] = []
     for spec in order:
         p = placements[spec.job_id]
+        host = _amounts(spec, p, sizes, fair=False)
         if spec.job_id in new:
             q = (repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=False))
                  or repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=True)))
             if q is not None:
                 p = placements[spec.job_id] = q
-        host = _amounts(spec, p, sizes, fair=False)
+                host = _amounts(spec, p, sizes, fair=False)
+        elif spec.job_id in movable and not _fits(host, free):
+            q = repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=False))
+            if q is not None and q is not p:
+                p = placements[spec.job_id] = q
+                host = _amounts(spec, p, sizes, fair=False)
+                moved.append(spec.job_id)
         if not _fits(host, free):
             host = _amounts(spec, p, sizes, fair=True)
             if not _fits(host, free):
@@ -139,6 +152,7 @@ def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement], cluster: 
         host = given[spec.job_id]
         if not p.host_by_node or tuple(host_held(spec, p, cluster)) != host:
             placements[spec.job_id] = replace(p, host_by_node=host)
+    return tuple(moved)
 
 
 def _reset_peers(need: Host, free: dict[str, list[float]], on_node: Mapping[str, list[JobSpec]],
