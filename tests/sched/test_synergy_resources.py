@@ -151,6 +151,20 @@ def test_a_new_gang_goes_to_a_node_where_its_demand_fits(mode: str) -> None:
     assert placements[JobId("a")].host_by_node == ((two, 12.0, 62.5),)
 
 
+def test_tune_moves_a_running_gang_to_a_node_where_its_demand_is_free() -> None:
+    """Synergy re-places every job each round: a gang cut to its share on a node whose CPUs
+    older gangs hold runs next round where its demand fits. Here it moves (a checkpoint and a
+    restore) to the empty second node and gets its 9 CPUs there."""
+    two = CLUSTER.nodes[1].node_id
+    gangs = [(_job("o1", "alexnet", 0.0), _on(NODE.node_id, 12)),
+             (_job("o2", "shufflenet", 0.5), _on(NODE.node_id, 9)),
+             (_job("y", "res18", 1.0), _on(NODE.node_id, 3))]
+    placements, started, _p = _round(_snapshot(gangs, [], nodes=2), {}, "tune")
+    assert started == (JobId("y"),)
+    assert placements[JobId("y")].host_by_node == ((two, 9.0, 62.5),)
+    assert placements[JobId("o2")].host_by_node == ((NODE.node_id, 12.0, 62.5),)
+
+
 def test_tune_resets_the_peer_with_most_cpus_per_gpu_whole_to_its_share() -> None:
     """Synergy's peer adjustment: when not even the newcomer's share is free, the gangs served
     before it are reset *whole* to their fair share (most CPUs per GPU first, the older on a
