@@ -11,9 +11,12 @@ For each job:
    CPUs *or* memory, else its demand (a language model asking 1 CPU keeps 1) -- and it runs
    at speed 1.0 (Synergy resets its speedup), never at a point in between;
 3. else, when even the fair share is not free on a node, the gangs already served this round
-   on that node give back: sorted by CPUs per GPU, then memory per GPU, most first, each is
-   reset *whole* to its own fair share (on all its nodes, speed 1.0) until the newcomer's
-   fair share is free.
+   on that node give back: sorted by the nodes they span (fewest first), then CPUs per GPU,
+   then memory per GPU (most first), each is reset *whole* to its own fair share (on all its
+   nodes, speed 1.0) until the newcomer's fair share is free.
+
+The order is arrival whatever the base policy (Synergy uses its policy's order; for FIFO,
+the reproduced case, the two agree).
 
 A new one-node gang goes where Synergy would put it: the node with the fewest free GPUs whose
 free CPUs and memory hold its demand, else its fair share (:mod:`tessera.sched.resources.place`).
@@ -159,8 +162,8 @@ def _reset_peers(need: Host, free: dict[str, list[float]], on_node: Mapping[str,
                  given: dict[JobId, Host], placements: Mapping[JobId, Placement],
                  sizes: Mapping[str, tuple[int, float, float]]) -> None:
     """Synergy's peer adjustment: on each node where ``need`` is not free, reset the gangs
-    served there (most CPUs per GPU first, then memory per GPU) to their fair share, whole,
-    until it is."""
+    served there (those on fewest nodes first, then most CPUs per GPU, then memory per GPU;
+    the older on a tie) to their fair share, whole, until it is."""
     for node_id, need_c, need_m in need:
         f = free[node_id]
         peers = []
@@ -168,8 +171,9 @@ def _reset_peers(need: Host, free: dict[str, list[float]], on_node: Mapping[str,
             g = sum(x for _n, x in placements[o.job_id].gpus_by_node)
             held_c = sum(c for _n, c, _m in given[o.job_id])
             held_m = sum(m for _n, _c, m in given[o.job_id])
-            peers.append((-held_c / g, -held_m / g, k, o))
-        for _c, _m, _k, o in sorted(peers, key=lambda x: (x[0], x[1], x[2])):
+            nodes = len(placements[o.job_id].gpus_by_node)
+            peers.append((nodes, -held_c / g, -held_m / g, k, o))
+        for *_key, o in sorted(peers, key=lambda x: (x[0], x[1], x[2], x[3])):
             if f[0] + _EPS >= need_c and f[1] + _EPS >= need_m:
                 break
             fair = _amounts(o, placements[o.job_id], sizes, fair=True)
