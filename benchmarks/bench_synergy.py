@@ -16,7 +16,8 @@ figures. ``--point`` runs the published point alone.
     PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --loads 9,8,7 \
         --modes tune,greedy,proportional --seeds 0,1
 
-(each 5,500-job run takes 0.5-7 min on a busy core: a loaded cluster queues thousands of jobs)
+(each run simulates a 7,000-job stream up to its last arrival, minutes on a busy core: a loaded
+cluster queues hundreds of jobs)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import Workload
+from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult
 from tessera.workload.synergy import generate_synergy_like, parse_split
@@ -41,12 +43,14 @@ def run(load: float, mode: str, seed: int, split: tuple[int, int, int], jobs: in
         multi_gpu: bool = False) -> tuple[float, float, float]:
     """``(mean JCT h, p99 JCT h, decide s)`` of the measured jobs of one run.
 
-    Synergy's runner keeps jobs arriving until every measured job has finished; a stream of
-    ``jobs`` that ends earlier leaves the last measured jobs an emptying cluster, so the run
-    is drawn again with 25 % more jobs until the stream outlasts them (:func:`outlasts`)."""
+    Synergy's runner keeps jobs arriving until every measured job has finished (and stops
+    there); a stream of ``jobs`` that ends earlier leaves the last measured jobs an emptying
+    cluster. So the run stops at the stream's last arrival, and is drawn again with 25 % more
+    jobs until every measured job has finished by then (:func:`outlasts`)."""
     while True:
         w = generate_synergy_like(jobs, load, seed, split, multi_gpu)
-        r = simulate(w, load_cluster("synergy-128"), f"fifo:resources={mode}")
+        cfg = SimConfig(max_sim_time_s=w.jobs[-1].submit_time_s)
+        r = simulate(w, load_cluster("synergy-128"), f"fifo:resources={mode}", cfg)
         if outlasts(w, r):
             break
         jobs = int(jobs * 1.25)
@@ -59,12 +63,12 @@ def run(load: float, mode: str, seed: int, split: tuple[int, int, int], jobs: in
 
 
 def outlasts(w: Workload, r: SimResult) -> bool:
-    """Whether jobs still arrive after the last measured job finished (as in Synergy's
+    """Whether every measured job finished before the stream's last arrival (as in Synergy's
     runner, whose arrivals never stop before its measurement does)."""
     lo, hi = MEASURED
-    ends = [x.finish_s for x in r.jobs
-            if x.finish_s is not None and lo <= int(x.job_id) < hi]
-    return bool(ends) and w.jobs[-1].submit_time_s >= max(ends)
+    ends = [x.finish_s for x in r.jobs if lo <= int(x.job_id) < hi]
+    return (len(ends) == hi - lo and all(e is not None for e in ends)
+            and w.jobs[-1].submit_time_s >= max(e for e in ends if e is not None))
 
 
 def main() -> None:
@@ -73,7 +77,7 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--seeds", default="0", help="comma-separated")
     ap.add_argument("--split", default="20,70,10")
-    ap.add_argument("--jobs", type=int, default=6500,
+    ap.add_argument("--jobs", type=int, default=7000,
                     help="jobs drawn per run (more when the stream ends before the measured jobs)")
     ap.add_argument("--multi-gpu", action="store_true")
     ap.add_argument("--point", action="store_true", help="the published point only (TUNE, 9/h)")
