@@ -165,6 +165,22 @@ def test_tune_moves_a_running_gang_to_a_node_where_its_demand_is_free() -> None:
     assert placements[JobId("o2")].host_by_node == ((NODE.node_id, 12.0, 62.5),)
 
 
+def test_tune_trades_gpus_with_a_younger_gang_that_loses_nothing_at_its_share() -> None:
+    """No GPU is free anywhere: a ResNet-18 cut to its share on a node whose CPUs older gangs
+    hold trades GPUs with a younger GNMT (1 CPU, the same speed anywhere) on a node where its
+    9 CPUs are free -- where Synergy's every-round re-packing would have put them."""
+    two = CLUSTER.nodes[1].node_id
+    older = [(_job(f"o{k}", "alexnet", 0.1 * k), _on(NODE.node_id, 12)) for k in range(2)]
+    fill0 = [(_job(f"f{k}", "gnmt", 1.0 + k), _on(NODE.node_id, 0, 20.0)) for k in range(5)]
+    fill1 = [(_job(f"g{k}", "gnmt", 10.0 + k), _on(two, 1, 20.0)) for k in range(8)]
+    cut = (_job("r", "res18", 0.5), _on(NODE.node_id, 0))
+    snap = _snapshot([*older, cut, *fill0, *fill1], [], nodes=2)
+    placements, started, _p = _round(snap, {}, "tune")
+    assert placements[JobId("r")].host_by_node == ((two, 9.0, 62.5),)
+    assert set(started) == {JobId("r"), JobId("g0")}  # the oldest GNMT on node 2 took its GPU
+    assert placements[JobId("g0")].gpus_by_node == ((NODE.node_id, 1),)
+
+
 def test_tune_resets_the_peer_with_most_cpus_per_gpu_whole_to_its_share() -> None:
     """Synergy's peer adjustment: when not even the newcomer's share is free, the gangs served
     before it are reset *whole* to their fair share (most CPUs per GPU first, the older on a

@@ -123,22 +123,26 @@ def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement], cluster: 
     on_node: dict[str, list[JobSpec]] = {}
     order = _order(snapshot, set(placements))
     free_gpus = gpus_free_after(snapshot, placements) if new or movable else {}
+    sw = _Swaps(snapshot, placements, movable, {s.job_id: s for s in order}) if new or movable \
+        else None
     moved: list[JobId] = []
     for spec in order:
-        p = placements[spec.job_id]
+        jid = spec.job_id
+        p = placements[jid]
         host = _amounts(spec, p, sizes, fair=False)
-        if spec.job_id in new:
-            q = (repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=False))
-                 or repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=True)))
-            if q is not None:
-                p = placements[spec.job_id] = q
-                host = _amounts(spec, p, sizes, fair=False)
-        elif spec.job_id in movable and not _fits(host, free):
-            q = repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=False))
+        if sw is not None and (jid in new or (jid in movable and not _fits(host, free))):
+            demand = _fits_rule(spec, sizes, free, fair=False)
+            q = repick(p, snapshot, free_gpus, demand)
+            if q is None:  # no free GPU where its demand is: trade places (Synergy re-packs)
+                q = sw.trade(spec, p, demand, given, sizes, moved, new)
+            if q is None and jid in new:
+                q = repick(p, snapshot, free_gpus, _fits_rule(spec, sizes, free, fair=True))
             if q is not None and q is not p:
-                p = placements[spec.job_id] = q
+                sw.moved(jid, p, q)
+                p = placements[jid] = q
                 host = _amounts(spec, p, sizes, fair=False)
-                moved.append(spec.job_id)
+                if jid not in new and jid not in moved:
+                    moved.append(jid)
         if not _fits(host, free):
             host = _amounts(spec, p, sizes, fair=True)
             if not _fits(host, free):
@@ -156,6 +160,63 @@ def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement], cluster: 
         if not p.host_by_node or tuple(host_held(spec, p, cluster)) != host:
             placements[spec.job_id] = replace(p, host_by_node=host)
     return tuple(moved)
+
+
+class _Swaps:
+    """Trades of GPUs between a gang whose demand finds no free GPU and a younger running gang
+    that loses nothing at its fair share (a language model on 1 CPU): the first takes the
+    second's GPUs on a node where its demand is free, the second takes the first's. This is
+    how Synergy's every-round re-packing ends (the CPU-hungry job where the CPUs are, the
+    insensitive one anywhere), done only where it gains, each trade two moves."""
+
+    def __init__(self, snapshot: Snapshot, placements: dict[JobId, Placement],
+                 movable: frozenset[JobId], specs: Mapping[JobId, JobSpec]) -> None:
+        self.snapshot, self.placements, self.movable, self.specs = (
+            snapshot, placements, movable, specs)
+        self.by_node: dict[str, list[JobId]] = {}
+        for jid, p in placements.items():
+            if p.consolidated and not p.is_mixed:
+                self.by_node.setdefault(p.gpus_by_node[0][0], []).append(jid)
+        self.traded: set[JobId] = set()
+
+    def moved(self, jid: JobId, old: Placement, new: Placement) -> None:
+        """Keep the per-node index right after ``jid`` went from ``old`` to ``new``."""
+        if old.consolidated and not old.is_mixed:
+            self.by_node.get(old.gpus_by_node[0][0], []).remove(jid)
+        if new.consolidated and not new.is_mixed:
+            self.by_node.setdefault(new.gpus_by_node[0][0], []).append(jid)
+
+    def trade(self, spec: JobSpec, p: Placement, fits: Callable[[Placement], bool],
+              given: Mapping[JobId, Host], sizes: Mapping[str, tuple[int, float, float]],
+              moved: list[JobId], new: frozenset[JobId]) -> Placement | None:
+        """``spec``'s placement on the node (layout order) where a trade works, the partner
+        moved onto ``p``'s GPUs (and listed in ``moved``); ``None`` when none does."""
+        if (not p.consolidated or p.is_mixed or spec.job_id in self.traded
+                or _amounts(spec, p, sizes, fair=True) == _amounts(spec, p, sizes, fair=False)):
+            return None  # (a gang that loses nothing at its share gains nothing by a trade)
+        (here, g), = p.gpus_by_node
+        for node in self.snapshot.up_nodes():
+            there = node.node_id
+            if there == here or node.flavor != p.flavor:
+                continue
+            q = replace(p, gpus_by_node=((there, g),), host_by_node=())
+            if not fits(q):
+                continue
+            for yid in self.by_node.get(there, ()):
+                yp = self.placements[yid]
+                if (yid in given or yid not in self.movable or yid in self.traded
+                        or yid in new or yp.num_gpus != g):
+                    continue
+                ys = self.specs[yid]
+                if _amounts(ys, yp, sizes, fair=True) != _amounts(ys, yp, sizes, fair=False):
+                    continue  # it would lose speed at its share
+                yq = replace(yp, gpus_by_node=((here, g),), host_by_node=())
+                self.moved(yid, yp, yq)
+                self.placements[yid] = yq
+                self.traded.update((yid, spec.job_id))
+                moved.append(yid)
+                return q
+        return None
 
 
 def _reset_peers(need: Host, free: dict[str, list[float]], on_node: Mapping[str, list[JobSpec]],
