@@ -329,9 +329,9 @@ def test_fig8_ordering_greedy_and_tune_beat_proportional_at_9_jobs_per_hour() ->
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured: TUNE 17.17 h vs GREEDY 16.75 h on this "
-                   "setting (docs/scheduler.md: running gangs keep their GPUs, Synergy re-packs "
-                   "them each round for free); remove this mark when it holds")
+@pytest.mark.xfail(strict=True, reason="measured: TUNE 16.80 h vs GREEDY 16.75 h on this "
+                   "setting (docs/scheduler.md: Synergy re-packs every GPU each round for "
+                   "free, ours moves gangs only where it gains); remove this mark when it holds")
 def test_fig8_ordering_tune_at_most_greedy_at_9_jobs_per_hour() -> None:
     """Synergy's Fig. 8 ordering TUNE <= GREEDY (not reproduced: see the xfail reason)."""
     mean_h = _fig8_mean_jct_h()
