@@ -13,13 +13,13 @@ host memory each newly started gang gets on each of its nodes, and writes it int
     its profile reaches its best speed, or its own ``HostDemand``) or does not start this
     round -- the GPUs it was given stay free, which is GREEDY's fragmentation.
 ``tune``
-    Synergy-TUNE: its demand where the node has it free; else the fastest point of its profile
-    the node has free, never below its proportional share (or its demand, when that is less:
-    a language model needing 1 CPU per GPU takes 1). When the node has less than that free,
-    TUNE *takes back* what running gangs on it hold beyond their own proportional share
-    (largest excess first) until the newcomer's share is free: those gangs keep their GPUs and
-    slow down to what they still hold (the simulator re-times them,
-    :mod:`tessera.sim.host_retune`), and get it back when CPUs free up again.
+    Synergy-TUNE as Synergy's simulator runs it (:mod:`tessera.sched.resources.tune`): at
+    every decision the CPUs and memory of *every* gang that runs after it -- running and new
+    -- are dealt again, oldest first: its demand where free, else its fair share (the
+    proportional share, or its demand when that is less) at speed 1.0, else the gangs already
+    served on the node are reset to their fair share, most CPUs per GPU first, until it is
+    free. Gangs whose share changed keep their GPUs and are re-timed
+    (:mod:`tessera.sim.host_retune`).
 ``opt``
     Synergy-OPT's LP relaxation (:mod:`tessera.sched.resources.opt`): the CPUs and memory of
     the newly started gangs *and of every running gang sharing a node with them* chosen again,
@@ -32,11 +32,9 @@ a node from being over-committed: the free CPUs and memory of a node are its siz
 every running gang holds (:func:`~tessera.sched.resources.speed.host_held`), and no mode ever
 gives more than that.
 
-Difference from Synergy's simulator, said plainly: Synergy re-allocates every job's CPUs at
-each 300 s round from scratch; here TUNE changes running gangs only at decisions (events):
-a newcomer takes back what it needs (down to the others' shares, never below), and at every
-decision running gangs short of their demand get what their nodes have free again
-(oldest first). GREEDY and proportional never change a running gang.
+Difference from Synergy, said plainly: Synergy re-deals every job's GPUs *and* CPUs at each
+300 s round; here TUNE re-deals the CPUs and memory of every gang at each decision (event),
+but a running gang keeps its GPUs. GREEDY and proportional never change a running gang.
 """
 
 from __future__ import annotations
@@ -47,14 +45,16 @@ from dataclasses import replace
 from typing import Literal, get_args
 
 from tessera.errors import SpecError
-from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobSpec
 from tessera.model.resources import proportional_share
+from tessera.sched.core.host_free import HostFree
 from tessera.sched.core.lp import LpSolver
 from tessera.sched.core.reasons import CannotRun, PendingKind, PendingReason
 from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sched.resources.opt import opt_hosts
-from tessera.sched.resources.speed import best_point_within, host_held, node_sizes
+from tessera.sched.resources.place import gpus_free_after, repick
+from tessera.sched.resources.speed import host_held, node_sizes
+from tessera.sched.resources.tune import demand_per_gpu, fair_per_gpu, tune_round
 
 HostMode = Literal["proportional", "greedy", "tune", "opt"]
 HOST_MODES: tuple[str, ...] = get_args(HostMode)
@@ -62,8 +62,8 @@ HOST_MODES: tuple[str, ...] = get_args(HostMode)
 HOST_MODE_SUMMARIES: tuple[tuple[str, str], ...] = (
     ("proportional", "Synergy's fair: CPUs and memory in proportion to GPUs."),
     ("greedy", "Synergy-GREEDY: each gang's best-speed demand, or it waits."),
-    ("tune", "Synergy-TUNE: demand where free, else the best that fits, never below the "
-             "proportional share (taken back from gangs holding more)."),
+    ("tune", "Synergy-TUNE: every gang's CPUs dealt again at each decision, oldest first: "
+             "demand where free, else the proportional share (peers reset to theirs)."),
     ("opt", "Synergy-OPT: an LP over the gangs sharing the nodes (upper bound), rounded down."),
 )
 _EPS = 1e-9
@@ -83,19 +83,17 @@ def check_mode(mode: object) -> HostMode:
 def free_host(snapshot: Snapshot, placements: Mapping[JobId, Placement] | None = None,
               new: frozenset[JobId] = frozenset()) -> dict[str, list[float]]:
     """``node_id -> [free cpus, free mem_gib]``: each node's size less what the gangs that
-    keep running hold (never below zero). With a round's ``placements``, a running gang the
-    round preempts holds nothing and one it starts anew (``new``) is left out."""
-    sizes = node_sizes(snapshot.cluster)
-    free = {n: [c, m] for n, (_g, c, m) in sizes.items()}
+    keep running hold (never below zero), booked in a :class:`~tessera.sched.core.host_free.
+    HostFree` by the one rule the core and the drivers use. With a round's ``placements``, a
+    running gang the round preempts holds nothing and one it starts anew (``new``) is left
+    out."""
+    book = HostFree(snapshot.cluster.nodes)
     for j in snapshot.split().running:
         p = j.placement if placements is None else placements.get(j.spec.job_id)
         if p is None or j.spec.job_id in new:
             continue
-        for node_id, cpus, mem in host_held(j.spec, p, snapshot.cluster):
-            f = free[node_id]
-            f[0] = max(f[0] - cpus, 0.0)
-            f[1] = max(f[1] - mem, 0.0)
-    return free
+        book.shift(host_held(j.spec, p, snapshot.cluster), -1)
+    return {n: [max(book.cpus[n], 0.0), max(book.mem_gib[n], 0.0)] for n in book.nodes}
 
 
 def _kept_in_place(snapshot: Snapshot, placements: dict[JobId, Placement],
@@ -115,17 +113,11 @@ def _kept_in_place(snapshot: Snapshot, placements: dict[JobId, Placement],
 
 def ideal_per_gpu(spec: JobSpec, node_cpus_per_gpu: float,
                   node_mem_per_gpu: float) -> tuple[float, float]:
-    """A job's demand per GPU: the least CPUs (then memory) at which its profile reaches its
-    best speed; else its ``HostDemand``; else the node's proportional share."""
-    sens = spec.sensitivity
-    if sens is not None:
-        top = max(p.speedup for p in sens.points)
-        best = min((p for p in sens.points if p.speedup >= top - _EPS),
-                   key=lambda p: (p.cpus_per_gpu, p.mem_gib_per_gpu))
-        return best.cpus_per_gpu, best.mem_gib_per_gpu
-    if spec.host is not None:
-        return spec.host.per_gpu_amounts(spec.num_gpus)
-    return node_cpus_per_gpu, node_mem_per_gpu
+    """A job's demand per GPU (:func:`tessera.sched.resources.tune.demand_per_gpu`): Synergy's
+    simulator demand for a job of its workload; else the least CPUs (then memory) at which its
+    profile reaches its best speed; else its ``HostDemand``; else the node's proportional
+    share."""
+    return demand_per_gpu(spec, node_cpus_per_gpu, node_mem_per_gpu)
 
 
 Allocation = tuple[dict[JobId, Placement], tuple[JobId, ...], dict[JobId, PendingReason]]
@@ -144,7 +136,12 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     placements = dict(placements_in)
     pending = dict(pending_in)
     started_in = _kept_in_place(snapshot, placements, started_in)
-    if not started_in and mode != "tune":  # (TUNE gives freed CPUs back at every decision)
+    running = {j.spec.job_id for j in snapshot.split().running}
+    if mode == "tune":  # every gang's CPUs and memory dealt again, at every decision
+        moved = tune_round(snapshot, placements, snapshot.cluster,
+                           frozenset(started_in) - running, frozenset(running - set(started_in)))
+        return placements, started_in + moved, pending
+    if not started_in:
         return placements, started_in, pending
     sizes = node_sizes(snapshot.cluster)
     free = free_host(snapshot, placements, frozenset(started_in))
@@ -153,16 +150,21 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
     started: list[JobId] = []
     if mode == "opt":
         return _opt(snapshot, placements, started_in, free, by_id, solver), started_in, pending
-    held = _held_by_node(snapshot, placements, wanted) if mode == "tune" else {}
-    moving = {j.spec.job_id for j in snapshot.split().running} & wanted
+    moving = running & wanted
+    free_gpus = gpus_free_after(snapshot, placements) if mode == "greedy" else {}
     for jid in started_in:
         spec, p = by_id[jid], placements[jid]
-        if mode == "tune":
-            _take_back(spec, p, free, held, snapshot.cluster, placements)
+        if mode == "greedy" and jid not in moving:  # on a node where its demand fits
+            def fits(q: Placement, s: JobSpec = spec) -> bool:
+                return not isinstance(_one(s, q, "greedy", free, sizes), str)
+            q = repick(p, snapshot, free_gpus, fits)
+            p = p if q is None else q
         host = _one(spec, p, mode, free, sizes)
         if isinstance(host, str) and jid in moving:  # a running gang the round moves
-            host = _one(spec, p, "tune", free, sizes)  # cannot be left nowhere: as TUNE
+            host = _one(spec, p, "fair", free, sizes)  # cannot be left nowhere: its fair share
         if isinstance(host, str):
+            for node_id, g in p.gpus_by_node:  # its GPUs stay free (GREEDY's fragmentation)
+                free_gpus[node_id] = free_gpus.get(node_id, 0) + g
             del placements[jid]
             pending[jid] = PendingReason(PendingKind.CAPACITY, CannotRun(host))
             continue
@@ -171,8 +173,6 @@ def allocate_hosts(snapshot: Snapshot, placements_in: Mapping[JobId, Placement],
             free[node_id][1] -= mem
         placements[jid] = replace(p, host_by_node=host)
         started.append(jid)
-    if mode == "tune":
-        _top_up(snapshot, placements, free, wanted)
     return placements, tuple(started), pending
 
 
@@ -201,97 +201,12 @@ def _opt(snapshot: Snapshot, placements: dict[JobId, Placement], started: tuple[
     return placements
 
 
-def _top_up(snapshot: Snapshot, placements: dict[JobId, Placement],
-            free: dict[str, list[float]], fresh: set[JobId]) -> None:
-    """TUNE's give-back: running gangs (oldest first) that hold less than their demand get
-    the best point the free CPUs and memory of their nodes now allow -- what Synergy's
-    next round would give them."""
-    sizes = node_sizes(snapshot.cluster)
-    for j in snapshot.split().running:
-        cur = placements.get(j.spec.job_id)
-        if cur is None or j.spec.sensitivity is None or j.spec.job_id in fresh:
-            continue
-        held = host_held(j.spec, cur, snapshot.cluster)
-        new = []
-        for (node_id, c, m), (_n, g) in zip(held, cur.gpus_by_node, strict=True):
-            ng, nc, nm = sizes[node_id]
-            want_c, want_m = ideal_per_gpu(j.spec, *proportional_share(1, ng, nc, nm))
-            want_c, want_m = min(want_c, nc / g), min(want_m, nm / g)
-            f = free[node_id]
-            if c >= want_c * g - _EPS and m >= want_m * g - _EPS:
-                new.append((node_id, c, m))
-                continue
-            pt = best_point_within(j.spec.sensitivity, min(want_c, (c + f[0]) / g),
-                                   min(want_m, (m + f[1]) / g))
-            if pt is None or pt.speedup <= j.spec.sensitivity.speedup_at(c / g, m / g):
-                new.append((node_id, c, m))
-                continue
-            nc_, nm_ = max(pt.cpus_per_gpu * g, c), max(pt.mem_gib_per_gpu * g, m)
-            f[0] -= nc_ - c
-            f[1] -= nm_ - m
-            new.append((node_id, _round(nc_), _round(nm_)))
-        if tuple(new) != held:
-            placements[j.spec.job_id] = replace(cur, host_by_node=tuple(new))
-
-
-def _floor_per_gpu(spec: JobSpec, prop_c: float, prop_m: float) -> tuple[float, float]:
-    """What TUNE never goes below: the proportional share, or the demand when that is less."""
-    want_c, want_m = ideal_per_gpu(spec, prop_c, prop_m)
-    return min(want_c, prop_c), min(want_m, prop_m)
-
-
-def _held_by_node(snapshot: Snapshot, placements: Mapping[JobId, Placement],
-                  new: set[JobId]) -> dict[str, list[tuple[JobSpec, Placement]]]:
-    """The gangs that keep running on each node (TUNE's candidates to take back from)."""
-    out: dict[str, list[tuple[JobSpec, Placement]]] = {}
-    for j in snapshot.split().running:
-        p = placements.get(j.spec.job_id)
-        if p is not None and j.spec.job_id not in new:
-            for node_id, _g in p.gpus_by_node:
-                out.setdefault(node_id, []).append((j.spec, p))
-    return out
-
-
-def _take_back(spec: JobSpec, p: Placement, free: dict[str, list[float]],
-               held: dict[str, list[tuple[JobSpec, Placement]]], cluster: ClusterSpec,
-               placements: dict[JobId, Placement]) -> None:
-    """Cut running gangs on ``p``'s nodes back towards their floor until ``spec``'s floor is
-    free there (TUNE); the cut placements replace theirs in ``placements``."""
-    sizes = node_sizes(cluster)
-    for node_id, g in p.gpus_by_node:
-        ng, nc, nm = sizes[node_id]
-        prop_c, prop_m = proportional_share(1, ng, nc, nm)
-        need_c, need_m = (x * g for x in _floor_per_gpu(spec, prop_c, prop_m))
-        f = free[node_id]
-        if f[0] >= need_c - _EPS and f[1] >= need_m - _EPS:
-            continue
-        others = held.get(node_id, [])
-        excess = []
-        for k, (o_spec, o_p) in enumerate(others):
-            cur = placements.get(o_spec.job_id, o_p)
-            og = dict(cur.gpus_by_node)[node_id]
-            fc, fm = (x * og for x in _floor_per_gpu(o_spec, prop_c, prop_m))
-            hold = {n: (c, m) for n, c, m in host_held(o_spec, cur, cluster)}
-            hc, hm = hold[node_id]
-            if hc > fc + _EPS or hm > fm + _EPS:
-                excess.append((hc - fc, k, o_spec, cur, hc, hm, fc, fm))
-        for _x, _k, o_spec, cur, hc, hm, fc, fm in sorted(excess, key=lambda e: (-e[0], e[1])):
-            if f[0] >= need_c - _EPS and f[1] >= need_m - _EPS:
-                break
-            give_c = min(max(hc - fc, 0.0), max(need_c - f[0], 0.0))
-            give_m = min(max(hm - fm, 0.0), max(need_m - f[1], 0.0))
-            f[0] += give_c
-            f[1] += give_m
-            new = tuple((n, _round(c - give_c), _round(m - give_m)) if n == node_id
-                        else (n, c, m)
-                        for n, c, m in host_held(o_spec, cur, cluster))
-            placements[o_spec.job_id] = replace(cur, host_by_node=new)
-
-
-def _one(spec: JobSpec, p: Placement, mode: HostMode, free: dict[str, list[float]],
-         sizes: Mapping[str, tuple[int, float, float]],
+def _one(spec: JobSpec, p: Placement, mode: HostMode | Literal["fair"],
+         free: dict[str, list[float]], sizes: Mapping[str, tuple[int, float, float]],
          ) -> tuple[tuple[str, float, float], ...] | str:
-    """One gang's ``host_by_node``, or why (GREEDY) it cannot start."""
+    """One gang's ``host_by_node``, or why (GREEDY) it cannot start. ``fair``: Synergy's fair
+    share (:func:`~tessera.sched.resources.tune.fair_per_gpu`), for a GREEDY gang the round
+    moves and whose demand is not free where it lands."""
     out = []
     for node_id, g in p.gpus_by_node:
         ng, nc, nm = sizes[node_id]
@@ -299,35 +214,21 @@ def _one(spec: JobSpec, p: Placement, mode: HostMode, free: dict[str, list[float
         fc, fm = free[node_id]
         if mode == "proportional":
             want_c, want_m = prop_c, prop_m
+        elif mode == "fair":
+            want_c, want_m = fair_per_gpu(spec, prop_c, prop_m)
         else:
             want_c, want_m = ideal_per_gpu(spec, prop_c, prop_m)
             # a demand over the whole server is capped at it (as Synergy caps it)
             want_c, want_m = min(want_c, nc / g), min(want_m, nm / g)
-        if mode == "greedy":
-            if want_c * g > fc + _EPS or want_m * g > fm + _EPS:
-                what = "CPUs" if want_c * g > fc + _EPS else "GiB of host memory"
-                have = fc if what == "CPUs" else fm
-                need = want_c * g if what == "CPUs" else want_m * g
-                return (f"needs {need:g} {what} on {node_id} for its best speed "
-                        f"(resources=greedy); {have:g} free")
-        elif mode == "tune" and (want_c * g > fc + _EPS or want_m * g > fm + _EPS):
-            floor_c, floor_m = _floor_per_gpu(spec, prop_c, prop_m)
-            want_c, want_m = _tuned(spec, max(fc / g, floor_c), max(fm / g, floor_m),
-                                    floor_c, floor_m)
+        if mode == "greedy" and (want_c * g > fc + _EPS or want_m * g > fm + _EPS):
+            what = "CPUs" if want_c * g > fc + _EPS else "GiB of host memory"
+            have = fc if what == "CPUs" else fm
+            need = want_c * g if what == "CPUs" else want_m * g
+            return (f"needs {need:g} {what} on {node_id} for its best speed "
+                    f"(resources=greedy); {have:g} free")
         want_c, want_m = min(want_c * g, fc), min(want_m * g, fm)
         out.append((node_id, _round(want_c), _round(want_m)))
     return tuple(out)
-
-
-def _tuned(spec: JobSpec, cap_c: float, cap_m: float, floor_c: float,
-           floor_m: float) -> tuple[float, float]:
-    """TUNE's fallback per GPU: the fastest profile point within ``cap``, at least the floor."""
-    if spec.sensitivity is None:
-        return min(cap_c, max(floor_c, 0.0)), min(cap_m, max(floor_m, 0.0))
-    pt = best_point_within(spec.sensitivity, cap_c, cap_m)
-    if pt is None or pt.speedup < spec.sensitivity.speedup_at(floor_c, floor_m):
-        return floor_c, floor_m
-    return pt.cpus_per_gpu, max(pt.mem_gib_per_gpu, floor_m)
 
 
 def _round(x: float) -> float:
