@@ -45,6 +45,7 @@ from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.power_budget import Levels, budget_stage, held_reason, levels_for
 from tessera.sched.core.power_options import PowerBudget
+from tessera.sched.core.power_weights import power_weights
 from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
@@ -182,8 +183,11 @@ def _decide(
     if opts.power_budget is None:
         return d
     model = opts.power_budget.model
+    weights = (power_weights(snapshot, d.placements, ctx.oracle, bool(d.pending))
+               if opts.power_budget.mode == "flow" else None)
     return within_budget(snapshot, d, opts.power_budget,
-                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)))
+                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)),
+                         weights)
 
 
 def _plain(
@@ -381,11 +385,13 @@ def _reasons(
 
 
 def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget,
-                  memo: Levels | None = None) -> Decision:
+                  memo: Levels | None = None,
+                  weights: Mapping[JobId, float] | None = None) -> Decision:
     """Phase 6: ``d`` with power limits, and the jobs it would start that do not fit the
-    budget left waiting (:func:`~tessera.sched.core.power_budget.budget_stage`)."""
+    budget left waiting (:func:`~tessera.sched.core.power_budget.budget_stage`; ``weights``:
+    what a watt is worth to each job, :mod:`~tessera.sched.core.power_weights`)."""
     t0 = time.perf_counter()
-    out = budget_stage(snapshot, d.placements, d.started, budget, memo)
+    out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)
     if not out.held:
         return replace(d, power_limits_w=out.limits_w, phase_ms=d.phase_ms + extra)
