@@ -25,8 +25,7 @@ Phases, each timed:
    policy moves a running gang to a faster free flavor if that pays for the migration.
 4. **preempt** -- running jobs that lost their place are stopped (checkpointed).
 5. **explain** -- every job left pending gets a reason, ordered like Kueue's outcomes.
-6. **power** -- with a power budget (``PlacementOptions.power_budget``): per-job power limits
-   and jobs held back so the cluster stays under it (:mod:`tessera.sched.core.power_budget`).
+6. **power** -- power limits, and starts held back, under a power budget (:mod:`.power_budget`).
 """
 
 from __future__ import annotations
@@ -183,11 +182,9 @@ def _decide(
     if opts.power_budget is None:
         return d
     model = opts.power_budget.model
-    weights = (power_weights(snapshot, d.placements, ctx.oracle, bool(d.pending))
-               if opts.power_budget.mode == "flow" else None)
     return within_budget(snapshot, d, opts.power_budget,
                          ctx.caches.get(model, "power-levels", lambda: levels_for(model)),
-                         weights)
+                         power_weights(snapshot, d.placements, ctx.oracle, bool(d.pending)))
 
 
 def _plain(
@@ -384,12 +381,9 @@ def _reasons(
     return pending_reasons(jobs, ranking.candidates, oracle, free, local, no_plan)
 
 
-def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget,
-                  memo: Levels | None = None,
+def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, memo: Levels | None = None,
                   weights: Mapping[JobId, float] | None = None) -> Decision:
-    """Phase 6: ``d`` with power limits, and the jobs it would start that do not fit the
-    budget left waiting (:func:`~tessera.sched.core.power_budget.budget_stage`; ``weights``:
-    what a watt is worth to each job, :mod:`~tessera.sched.core.power_weights`)."""
+    """Phase 6: ``d`` under ``budget`` (:func:`~tessera.sched.core.power_budget.budget_stage`)."""
     t0 = time.perf_counter()
     out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)

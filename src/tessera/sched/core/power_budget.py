@@ -167,8 +167,9 @@ def budget_stage(
     :func:`~tessera.sched.core.power_weights.power_weights`) scale each job's throughput in
     the flow stage: caps go to the lightest jobs first, and jobs held for lack of power are
     the lightest first (ties: last-ranked first). Without them every job weighs the same
-    and the held jobs are the last-ranked.
+    and the held jobs are the last-ranked. Uniform capping ignores them.
     """
+    weights = weights if budget.mode == "flow" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
     if budget.mode == "uniform":
