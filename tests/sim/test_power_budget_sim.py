@@ -9,11 +9,12 @@ from tessera.model.cluster import load_cluster
 from tessera.perf.power_estimate import default_power_model
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.catalog import make_policy
+from tessera.sched.core.power_budget import levels_for
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import Simulator, simulate
 from tessera.sim.metrics import SimResult
 from tessera.workload.synth import generate_gavel_like
-from tests.builders import make_cluster, make_job, make_workload
+from tests.builders import RESNET, make_cluster, make_job, make_workload
 
 CLUSTER = "v100:4,p100:4,k80:4"
 
@@ -108,22 +109,16 @@ def test_a_capped_job_runs_slower_by_its_step_time_factor() -> None:
 
 
 def test_a_job_speeds_up_when_a_stop_frees_power() -> None:
-    """Two jobs on two V100s under a budget that fits both only at the lowest limit; when
-    the short one ends, the long one is lifted back to full speed at that instant."""
+    """Two jobs on two V100s, a third (two GPUs) waiting behind them, under a budget that
+    fits both only with one of them one step below its maximum: while a job waits the long
+    one is capped (shortest remaining work keeps full power), and when the short one ends
+    the long one is lifted back to full speed at that instant."""
     cl = make_cluster().node("v100", gpus=1, count=2).build()
     model = default_power_model()
     v100 = cl.nodes[0].flavor
-    rng = model.limit_range(v100)
-    lo = rng.min_w
-
-    def draw_w(limit_w: float | None) -> float:
-        return model.estimate("", None, v100, limit_w).avg_power_w
-
-    # the budget fits one job uncapped beside an idle board, and two jobs only both at the
-    # lowest limit (one step up on either is over it)
-    budget_w = max(2 * draw_w(lo), draw_w(None) + model.idle_power_w(v100))
-    budget_kw = budget_w / 1e3
-    assert budget_w < draw_w(lo) + draw_w(lo + rng.step_w)
+    lims, draws, speeds = levels_for(model).of_key((RESNET, None, v100))
+    budget_w = draws[0] + draws[1] + 1e-6
+    assert budget_w < 2 * draws[0]
 
     def alone_s(steps: float) -> float:
         wl = make_workload(make_job("x", steps=steps))
@@ -131,13 +126,15 @@ def test_a_job_speeds_up_when_a_stop_frees_power() -> None:
 
     per_step_s = (alone_s(20_000) - alone_s(10_000)) / 10_000
     startup_s = alone_s(10_000) - 10_000 * per_step_s
-    factor = model.estimate("", None, v100, lo).step_time_factor
-    wl = make_workload(make_job("a", steps=5_000), make_job("b", steps=20_000))
-    sim = Simulator(wl, cl, make_policy("fifo"), SimConfig(power_budget_kw=budget_kw),
+    factor = 1.0 / speeds[1]
+    assert model.estimate(RESNET, None, v100, lims[1]).step_time_factor == pytest.approx(factor)
+    wl = make_workload(make_job("a", steps=5_000), make_job("b", steps=20_000),
+                       make_job("c", gpus=2, steps=100))
+    sim = Simulator(wl, cl, make_policy("fifo"), SimConfig(power_budget_kw=budget_w / 1e3),
                     default_throughputs())
     sim.run()
-    a, b = sim.world.jobs
-    a_end_s = startup_s + 5_000 * per_step_s * factor
+    a, b, _c = sim.world.jobs
+    a_end_s = startup_s + 5_000 * per_step_s  # the short job: full power throughout
     assert a.finish_s == pytest.approx(a_end_s, rel=1e-9)
     b_done = (a_end_s - startup_s) / (per_step_s * factor)
     assert b.finish_s == pytest.approx(a_end_s + (20_000 - b_done) * per_step_s, rel=1e-9)

@@ -25,8 +25,7 @@ Phases, each timed:
    policy moves a running gang to a faster free flavor if that pays for the migration.
 4. **preempt** -- running jobs that lost their place are stopped (checkpointed).
 5. **explain** -- every job left pending gets a reason, ordered like Kueue's outcomes.
-6. **power** -- with a power budget (``PlacementOptions.power_budget``): per-job power limits
-   and jobs held back so the cluster stays under it (:mod:`tessera.sched.core.power_budget`).
+6. **power** -- power limits, and starts held back, under a power budget (:mod:`.power_budget`).
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.power_budget import Levels, budget_stage, held_reason, levels_for
 from tessera.sched.core.power_options import PowerBudget
+from tessera.sched.core.power_weights import power_weights
 from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
@@ -183,7 +183,8 @@ def _decide(
         return d
     model = opts.power_budget.model
     return within_budget(snapshot, d, opts.power_budget,
-                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)))
+                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)),
+                         power_weights(snapshot, d.placements, ctx.oracle, bool(d.pending)))
 
 
 def _plain(
@@ -380,12 +381,11 @@ def _reasons(
     return pending_reasons(jobs, ranking.candidates, oracle, free, local, no_plan)
 
 
-def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget,
-                  memo: Levels | None = None) -> Decision:
-    """Phase 6: ``d`` with power limits, and the jobs it would start that do not fit the
-    budget left waiting (:func:`~tessera.sched.core.power_budget.budget_stage`)."""
+def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, memo: Levels | None = None,
+                  weights: Mapping[JobId, float] | None = None) -> Decision:
+    """Phase 6: ``d`` under ``budget`` (:func:`~tessera.sched.core.power_budget.budget_stage`)."""
     t0 = time.perf_counter()
-    out = budget_stage(snapshot, d.placements, d.started, budget, memo)
+    out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)
     if not out.held:
         return replace(d, power_limits_w=out.limits_w, phase_ms=d.phase_ms + extra)

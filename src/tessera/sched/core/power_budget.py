@@ -12,9 +12,13 @@ stage, pure over the snapshot and the round's placements, whatever the policy:
    (each GPU's throughput relative to the job's uncapped speed: a gang's throughput is its
    GPUs'). Jobs near the top of their curve, where a watt buys little speed, are capped
    first, so the limits spread evenly over boards of one shape and every job keeps as much
-   of its speed as the budget allows.
+   of its speed as the budget allows. Each job's throughput is weighted by how much a watt
+   is worth to it (:mod:`tessera.sched.core.power_weights`): while jobs queue, short jobs
+   keep their power and long ones are capped first (SRPT's rule, with the budget as the
+   shared machine); with nobody waiting, the short ones are capped first (a cap delays only
+   its own job, by its remaining time times the slowdown).
 3. **Wait.** Still over with every job at its lowest limit: the jobs this round would start
-   wait instead (last-ranked first; reason: power) until the rest fit.
+   wait instead (lightest first, then last-ranked; reason: power) until the rest fit.
 
 Power changes only when a gang starts, stops or changes its limit, and the simulator applies a
 round's limits before anything else happens, so a cluster kept under budget at each round is
@@ -151,6 +155,7 @@ def levels_for(model: PowerModel) -> Levels:
 def budget_stage(
     snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
     budget: PowerBudget, memo: Levels | None = None,
+    weights: Mapping[JobId, float] | None = None,
 ) -> BudgetOutcome:
     """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
     draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
@@ -158,8 +163,13 @@ def budget_stage(
     ``started`` is in the policy's order; only jobs that were not running before the round
     can be held back (a running gang is never stopped for power: it fit at its last round
     and power has not risen since). ``memo`` (from :func:`levels_for` on the same model)
-    keeps the model's answers between rounds.
+    keeps the model's answers between rounds. ``weights`` (per placed job, from
+    :func:`~tessera.sched.core.power_weights.power_weights`) scale each job's throughput in
+    the flow stage: caps go to the lightest jobs first, and jobs held for lack of power are
+    the lightest first (ties: last-ranked first). Without them every job weighs the same
+    and the held jobs are the last-ranked. Uniform capping ignores them.
     """
+    weights = weights if budget.mode == "flow" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
     if budget.mode == "uniform":
@@ -169,16 +179,18 @@ def budget_stage(
     power = _power(snapshot, placements, by_id, levels, limits)
     if power <= budget.budget_w:
         return BudgetOutcome(limits, (), power)
-    if budget.mode == "flow":
-        limits, power = _flow(snapshot, placements, by_id, levels, power, budget.budget_w)
+    kept = dict(placements)
     held: list[JobId] = []
+    if budget.mode == "flow":
+        limits, power = _flow(snapshot, kept, by_id, levels, power, budget.budget_w,
+                              weights or {})
     if power > budget.budget_w:
-        kept = dict(placements)
-        for jid in reversed(started):
+        order = [j for j in reversed(started) if j in kept and not by_id[j].running]
+        if weights is not None:  # the lightest waits first (stable: last-ranked first)
+            order.sort(key=lambda j: weights.get(j, 1.0))
+        for jid in order:
             if power <= budget.budget_w:
                 break
-            if by_id[jid].running:
-                continue
             del kept[jid]
             held.append(jid)
             limits.pop(jid, None)
@@ -221,56 +233,58 @@ def _uniform(snapshot: Snapshot, placements: Mapping[JobId, Placement],
 
 def _flow(snapshot: Snapshot, placements: Mapping[JobId, Placement],
           by_id: Mapping[JobId, JobView], levels: Levels, power_w: float,
-          budget_w: float) -> tuple[dict[JobId, float], float]:
-    """Lower limits one step at a time where the throughput lost per watt saved is least.
+          budget_w: float, weights: Mapping[JobId, float],
+) -> tuple[dict[JobId, float], float]:
+    """Lower limits one step at a time where the weighted throughput lost per watt saved is
+    least (each job's relative throughput times its weight); returns the limits and the power.
 
-    The loss per watt of a step depends on the job's (type, model, flavor) and level only,
-    not on its GPU count (both scale with it), so the jobs of one kind step down together:
-    a heap over the kinds' next steps, and the last step taken job by job (in placement
-    order) only as far as the budget needs. Same choice as a heap over every job's steps,
-    at the cost of the kinds rather than the jobs.
+    The loss per watt of a step depends on the job's (type, model, flavor), its weight
+    (absent: 1) and its level only, not on its GPU count (both scale with it), so the jobs
+    of one kind and weight step down together: a heap over the kinds' next steps, and the
+    last step taken job by job (in placement order) only as far as the budget needs. Same
+    choice as a heap over every job's steps, at the cost of the kinds rather than the jobs.
     """
-    groups: dict[_Key, list[tuple[JobId, int]]] = {}
+    groups: dict[tuple[_Key, float], list[tuple[JobId, int]]] = {}
     for jid, p in placements.items():
         if p.node_flavors:
             continue
         spec = by_id[jid].spec
-        groups.setdefault((spec.job_type, spec.model, p.flavors[0]), []).append(
-            (jid, p.num_gpus))
-    heap: list[tuple[float, int, _Key]] = []
+        groups.setdefault(((spec.job_type, spec.model, p.flavors[0]), weights.get(jid, 1.0)),
+                          []).append((jid, p.num_gpus))
+    heap: list[tuple[float, int, tuple[_Key, float]]] = []
     tables = {}
-    at: dict[_Key, int] = {}
-    gpus: dict[_Key, int] = {}
-    for order, (key, members) in enumerate(groups.items()):
-        tables[key] = levels.of_key(key)
-        at[key] = 0
-        gpus[key] = sum(g for _j, g in members)
-        cost = _step_cost(tables[key], 0)
+    at: dict[tuple[_Key, float], int] = {}
+    gpus: dict[tuple[_Key, float], int] = {}
+    for order, (gk, members) in enumerate(groups.items()):
+        tables[gk] = levels.of_key(gk[0])
+        at[gk] = 0
+        gpus[gk] = sum(g for _j, g in members)
+        cost = _step_cost(tables[gk], 0)
         if cost is not None:
-            heap.append((cost, order, key))
+            heap.append((cost * gk[1], order, gk))
     heapq.heapify(heap)
     limits: dict[JobId, float] = {}
     while power_w > budget_w and heap:
-        _cost, order, key = heapq.heappop(heap)
-        lims, draws, _speeds = tables[key]
-        i = at[key]
+        _cost, order, gk = heapq.heappop(heap)
+        lims, draws, _speeds = tables[gk]
+        i = at[gk]
         step_w = draws[i] - draws[i + 1]
-        if power_w - gpus[key] * step_w > budget_w:
-            power_w -= gpus[key] * step_w
-            at[key] = i + 1
-            nxt = _step_cost(tables[key], i + 1)
+        if power_w - gpus[gk] * step_w > budget_w:
+            power_w -= gpus[gk] * step_w
+            at[gk] = i + 1
+            nxt = _step_cost(tables[gk], i + 1)
             if nxt is not None:
-                heapq.heappush(heap, (nxt, order, key))
+                heapq.heappush(heap, (nxt * gk[1], order, gk))
             continue
-        for jid, g in groups[key]:  # the last step: job by job, only as far as needed
+        for jid, g in groups[gk]:  # the last step: job by job, only as far as needed
             limits[jid] = lims[i + 1]
             power_w -= g * step_w
             if power_w <= budget_w:
                 break
-    for key, i in at.items():
+    for gk, i in at.items():
         if i > 0:
-            lim = tables[key][0][i]
-            for jid, _g in groups[key]:
+            lim = tables[gk][0][i]
+            for jid, _g in groups[gk]:
                 limits.setdefault(jid, lim)
     return limits, power_w
 

@@ -1,0 +1,91 @@
+"""Which jobs the power-budget stage caps or holds (issue 34, part 3a): while jobs wait the
+long ones lose power first, with nobody waiting the short ones do, and a job held for power
+is the one with the most work left."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tessera.model.jobs import JobState
+from tessera.perf.power_estimate import default_power_model
+from tessera.perf.profiles import default_throughputs
+from tessera.sched.catalog import make_policy
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import decide
+from tessera.sched.core.options import PlacementOptions
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.power_budget import cluster_power_w, levels_for
+from tessera.sched.core.power_options import PowerBudget
+from tessera.sched.core.power_weights import MAX_CLASS, weight_of_remaining
+from tessera.sched.core.snapshot import Placement
+from tests.builders import RESNET, make_cluster, make_job, snapshot, view
+
+MODEL = default_power_model()
+SHORT, LONG = 2_000.0, 200_000.0
+
+
+def test_weights_halve_with_each_doubling_of_the_remaining_time() -> None:
+    assert weight_of_remaining(0.5) == 1.0
+    assert weight_of_remaining(1.0) == 1.0
+    assert weight_of_remaining(8.0) == weight_of_remaining(15.9) == 1 / 8
+    assert weight_of_remaining(16.0) == 1 / 16
+    assert weight_of_remaining(float("inf")) == 2.0 ** -MAX_CLASS
+
+
+def _round(first: str, *, waiting: bool):
+    """Two V100s for a short and a long job (``first`` submitted first); with ``waiting`` a
+    2-GPU job queues behind them. The budget fits both only with one a step down."""
+    cluster = make_cluster().node("v100", gpus=1, count=2).build()
+    steps = {"short": SHORT, "long": LONG}
+    order = [first, "long" if first == "short" else "short"]
+    jobs = [make_job(name, steps=steps[name], submit_s=float(i)) for i, name in
+            enumerate(order)]
+    if waiting:
+        jobs.append(make_job("wide", gpus=2, submit_s=5.0))
+    snap = snapshot(cluster, *(view(j) for j in jobs), now_s=10.0)
+    ctx = DecisionContext(ThroughputOracle(default_throughputs(), cluster), random.Random(0))
+    _lims, draws, _speeds = levels_for(MODEL).of_key((RESNET, None, cluster.nodes[0].flavor))
+    budget_w = draws[0] + draws[1] + 1e-6
+    d = decide(snap, make_policy("fifo"), ctx,
+               PlacementOptions(power_budget=PowerBudget(budget_w, MODEL)))
+    assert set(d.started) == {make_job("short").job_id, make_job("long").job_id}
+    assert cluster_power_w(snap, d.placements, MODEL, d.power_limits_w) <= budget_w
+    return {str(j) for j in d.power_limits_w}
+
+
+def test_while_jobs_wait_the_long_job_is_capped() -> None:
+    assert _round("short", waiting=True) == {"long"}
+
+
+def test_with_nobody_waiting_the_short_job_is_capped() -> None:
+    assert _round("long", waiting=False) == {"short"}
+
+
+@pytest.mark.parametrize("waiting", [True, False])
+def test_the_job_held_for_power_is_the_lightest(waiting: bool) -> None:
+    """One V100 busy, two starting; the budget fits only one more even at the lowest limit.
+    While a wide job waits the long starter is held (SRPT); with nobody waiting the short
+    one is. Each time the held job is ranked *first*: the last-ranked rule would hold the
+    other."""
+    cluster = make_cluster().node("v100", gpus=1, count=3).build()
+    v100 = cluster.nodes[0].flavor
+    run = view(make_job("run", steps=LONG), JobState.RUNNING,
+               Placement.of(v100, ((cluster.nodes[0].node_id, 1),)))
+    first, second = ("long", "short") if waiting else ("short", "long")
+    steps = {"short": SHORT, "long": LONG}
+    views = [run, view(make_job(first, steps=steps[first], submit_s=1.0)),
+             view(make_job(second, steps=steps[second], submit_s=2.0))]
+    if waiting:
+        views.append(view(make_job("wide", gpus=4, submit_s=3.0)))
+    snap = snapshot(cluster, *views, now_s=10.0)
+    ctx = DecisionContext(ThroughputOracle(default_throughputs(), cluster), random.Random(0))
+    lo = MODEL.limit_range(v100).min_w
+    low_w = MODEL.estimate(RESNET, None, v100, lo).avg_power_w
+    budget_w = 2 * low_w + MODEL.idle_power_w(v100) + 1.0
+    d = decide(snap, make_policy("fifo"), ctx,
+               PlacementOptions(power_budget=PowerBudget(budget_w, MODEL)))
+    held = {str(j) for j in (make_job("short").job_id, make_job("long").job_id)
+            if j not in d.placements}
+    assert held == ({"long"} if waiting else {"short"})
