@@ -1,0 +1,289 @@
+"""Carbon-aware shifting inside a finite cluster: which slack jobs may run in this slot.
+
+Jobs that declare slack (``JobSpec.max_delay_s``) may finish up to that much later than if
+they ran at once; this stage spends the slack on cleaner hours. It runs *before* the base
+policy: each round it decides, for every active slack job, whether it may run in the current
+slot of the carbon forecast; the jobs it holds are taken out of the snapshot (a running one
+is suspended -- checkpointed, its GPUs given back), the base policy decides over the rest as
+usual, and the held jobs wait with reason ``carbon``. So every mode only chooses *when* a job
+may start or run: if no GPUs are free when it may, it waits for capacity like any job.
+
+The stage is pure: it reads the snapshot, the oracle's rates and the forecast
+(:class:`CarbonForecast`, an input -- GAIA's oracle forecast, the same for every mode); it
+reads no clock. Time is cut into slots of ``forecast.slot_s`` (30 min, the traces' step).
+
+A job's *length* is its work at the fastest flavor's rate (``total_steps / best_rate``), its
+*latest finish* ``submit + length + slack``. Every mode obeys one safety rule: a job that
+could not finish by its latest finish if held until the next slot boundary (its remaining
+run time plus one suspension's ``overhead_s``) is never held -- so shifting never makes a job
+miss its slack (only a lack of GPUs can).
+
+Modes (``CarbonShift.mode``):
+
+* ``carbon-time`` -- GAIA's Carbon-Time: at submission it picks the start slot within the
+  slack that maximises ``(C(now) − C(start)) / (wait + length)`` (``C``: the forecast's
+  intensity summed over the job's length) and is held until then; once started it is never
+  suspended.
+* ``wait-awhile`` -- Let's Wait Awhile as GAIA runs it: suspend/resume; the job may run in a
+  slot only if the slot is among the ``k`` cleanest of the slots left before its latest
+  finish (``k``: its remaining run time in slots), recomputed every slot, so a slot lost to
+  a lack of GPUs is made up later.
+* ``ours`` -- capacity-aware filling with a carbon price: the slack jobs are planned together,
+  earliest latest-finish first, into a per-slot GPU budget (the cluster's GPUs less what jobs
+  without slack hold now, for as long as they run); each takes the plan (finish slot and its
+  cleanest slots with GPUs left) minimising ``carbon + price × GPU-hours of delay``, and the
+  slots it takes are booked. A job runs now only if its plan uses the current slot. Price 0 is
+  "cleanest slots that still have room"; a high price runs jobs at once. The price (grams of
+  CO2 per GPU-hour of waiting) is one number for the workload; a benchmark bisects it to
+  match a baseline's average wait.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tessera.errors import SpecError
+from tessera.model.jobs import JobId, JobState
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.decide import Decision, decide
+from tessera.sched.core.policy import Policy
+from tessera.sched.core.reasons import CarbonHeld, PendingKind, PendingReason
+from tessera.sched.core.snapshot import JobView, Snapshot
+from tessera.sched.core.strategies import PlacementOptions
+from tessera.workload.carbon import CarbonTrace
+
+__all__ = ["SHIFT_MODES", "CarbonForecast", "CarbonShift", "carbon_holds", "decide_shifted"]
+
+SHIFT_MODES: tuple[str, ...] = ("carbon-time", "wait-awhile", "ours")
+"""The modes :class:`CarbonShift` knows."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CarbonForecast:
+    """Grid carbon intensity per slot, slot ``i`` covering ``[i·slot_s, (i+1)·slot_s)`` of
+    simulated time; past its end it wraps around to the start (as the simulator's carbon
+    accounting does).
+
+    Raises:
+        SpecError: no slots, a slot length <= 0, or an intensity negative or not finite.
+    """
+
+    intensity_g_per_kwh: np.ndarray
+    slot_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        ci = np.asarray(self.intensity_g_per_kwh, dtype=float)
+        if ci.ndim != 1 or len(ci) == 0:
+            raise SpecError("carbon forecast: needs at least one slot")
+        if not (math.isfinite(self.slot_s) and self.slot_s > 0):
+            raise SpecError(f"carbon forecast: slot_s must be > 0, got {self.slot_s!r}")
+        bad = ~np.isfinite(ci) | (ci < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SpecError(f"carbon forecast: slot {i} intensity {float(ci[i]):g} gCO2/kWh is "
+                            "negative or not finite")
+        object.__setattr__(self, "intensity_g_per_kwh", ci)
+
+    @classmethod
+    def from_trace(cls, trace: CarbonTrace, slot_s: float = 1800.0) -> CarbonForecast:
+        """Each slot's mean intensity over one period of ``trace`` (GAIA's oracle forecast)."""
+        n = max(1, math.ceil(trace.period_s / slot_s - 1e-9))
+        ci = np.diff(trace.integral(np.arange(n + 1) * slot_s)) / slot_s
+        return cls(ci, slot_s)
+
+    def slot_of(self, t_s: float) -> int:
+        """The slot holding time ``t_s``."""
+        return int(t_s // self.slot_s)
+
+    def window(self, first: int, n: int) -> np.ndarray:
+        """The intensities of slots ``first .. first + n − 1`` (wrapping around)."""
+        ci = self.intensity_g_per_kwh
+        return ci[np.arange(first, first + max(n, 0)) % len(ci)]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CarbonShift:
+    """The stage's settings (see the module docstring).
+
+    Attributes:
+        mode: ``carbon-time``, ``wait-awhile`` or ``ours``.
+        forecast: the carbon intensity per slot.
+        price_g_per_gpu_h: ``ours``: grams of CO2 one GPU-hour of delay is worth (>= 0).
+        gpu_power_w: ``ours``: a busy GPU's draw, to turn intensity into grams per GPU-slot.
+        overhead_s: what one suspension costs (checkpoint + restore), kept free before a
+            job's latest finish.
+    """
+
+    mode: str
+    forecast: CarbonForecast
+    price_g_per_gpu_h: float = 0.0
+    gpu_power_w: float = 250.0
+    overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in SHIFT_MODES:
+            raise SpecError(f"carbon shift {self.mode!r}: one of {', '.join(SHIFT_MODES)}")
+        for name in ("price_g_per_gpu_h", "gpu_power_w", "overhead_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise SpecError(f"carbon shift: {name} must be >= 0, got {v!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Slack:
+    """What the stage knows of one active slack job now."""
+
+    view: JobView
+    length_s: float
+    remaining_s: float
+    latest_s: float
+    must_run: bool
+
+
+def _slack_jobs(snapshot: Snapshot, shift: CarbonShift, ctx: DecisionContext) -> list[_Slack]:
+    now, slot = snapshot.now_s, shift.forecast.slot_s
+    boundary = (shift.forecast.slot_of(now) + 1) * slot
+    out = []
+    for v in snapshot.jobs:
+        slack = v.spec.max_delay_s
+        if not slack:
+            continue
+        rate = ctx.oracle.best_rate(v.spec)
+        if rate <= 0:
+            continue
+        length = v.spec.total_steps / rate
+        remaining = v.remaining_at(now) / rate
+        latest = v.spec.submit_time_s + length + slack
+        must = boundary + remaining + shift.overhead_s > latest
+        out.append(_Slack(v, length, remaining, latest, must))
+    return out
+
+
+def _carbon_time_start(shift: CarbonShift, job: _Slack) -> int:
+    """GAIA's Carbon-Time: the start slot maximising carbon saved per second of waiting."""
+    f = shift.forecast
+    a = f.slot_of(job.view.spec.submit_time_s)
+    d = max(1, math.ceil(job.length_s / f.slot_s - 1e-9))
+    shifts = int((job.view.spec.max_delay_s or 0.0) // f.slot_s)
+    ci = f.window(a, shifts + d)
+    cum = np.concatenate(([0.0], np.cumsum(ci)))
+    now = cum[d] - cum[0]
+    best, best_i = 0.0, 0
+    for i in range(1, shifts + 1):
+        score = (now - (cum[i + d] - cum[i])) / (i + d)
+        if score > best + 1e-12:
+            best, best_i = score, i
+    return a + best_i
+
+
+def _wait_awhile(shift: CarbonShift, job: _Slack, now_s: float) -> bool:
+    """May ``job`` run in the current slot: is it among the ``k`` cleanest left?"""
+    f = shift.forecast
+    n = f.slot_of(now_s)
+    k = max(1, math.ceil((job.remaining_s + shift.overhead_s) / f.slot_s - 1e-9))
+    window = max(k, int(job.latest_s // f.slot_s) - n)
+    ci = f.window(n, window)
+    cleanest = np.argsort(ci, kind="stable")[:k]
+    return bool((cleanest == 0).any())
+
+
+def _ours(snapshot: Snapshot, shift: CarbonShift, jobs: list[_Slack]) -> set[JobId]:
+    """The slack jobs whose capacity-aware plan uses the current slot (module docstring)."""
+    f = shift.forecast
+    now = snapshot.now_s
+    n = f.slot_of(now)
+    horizon = max((int(j.latest_s // f.slot_s) - n for j in jobs), default=1) + 1
+    horizon = max(horizon, 1 + max((math.ceil(j.remaining_s / f.slot_s) for j in jobs),
+                                   default=1))
+    cap = np.full(horizon, float(snapshot.cluster.total_gpus))
+    slack_ids = {j.view.spec.job_id for j in jobs}
+    for v in snapshot.jobs:  # jobs without slack keep (or take) their GPUs while they run
+        if v.spec.job_id in slack_ids:
+            continue
+        rate = v.progress_rate if v.progress_rate > 0 else 0.0
+        left_s = v.remaining_at(now) / rate if rate > 0 else f.slot_s
+        until = min(horizon, max(1, math.ceil((now + left_s) / f.slot_s) - n))
+        cap[:until] -= v.spec.num_gpus
+    ci_all = f.window(n, horizon)
+    g_per_gpu_slot = ci_all * shift.gpu_power_w / 1e3 * f.slot_s / 3600
+    run_now: set[JobId] = set()
+    for j in sorted(jobs, key=lambda j: (j.latest_s, j.view.spec.job_id)):
+        gpus = j.view.spec.num_gpus
+        k = max(1, math.ceil((j.remaining_s + shift.overhead_s) / f.slot_s - 1e-9))
+        last = max(k, int(j.latest_s // f.slot_s) - n)
+        unshifted_end_s = j.view.spec.submit_time_s + j.length_s
+        best_cost, best_pick = math.inf, None
+        fits = np.flatnonzero(cap[:last] >= gpus)
+        for fin in range(k, last + 1):  # finish at the end of slot n + fin − 1
+            ok = fits[fits < fin]
+            if len(ok) < k:
+                continue
+            pick = ok[np.argsort(g_per_gpu_slot[ok], kind="stable")[:k]]
+            delay_h = max(0.0, (n + fin) * f.slot_s - unshifted_end_s) / 3600
+            cost = gpus * (float(g_per_gpu_slot[pick].sum()) + shift.price_g_per_gpu_h * delay_h)
+            if cost < best_cost - 1e-9:
+                best_cost, best_pick = cost, pick
+        if best_pick is None:  # no room within its slack: as soon as it can
+            run_now.add(j.view.spec.job_id)
+            continue
+        cap[best_pick] -= gpus
+        if (best_pick == 0).any():
+            run_now.add(j.view.spec.job_id)
+    return run_now
+
+
+def carbon_holds(snapshot: Snapshot, shift: CarbonShift,
+                 ctx: DecisionContext) -> dict[JobId, PendingReason]:
+    """The active slack jobs ``shift`` holds out of the current slot (running ones are to be
+    suspended), each with its ``carbon`` reason."""
+    jobs = _slack_jobs(snapshot, shift, ctx)
+    now = snapshot.now_s
+    f = shift.forecast
+    if shift.mode == "ours":
+        runs = _ours(snapshot, shift, jobs)
+        held = [j for j in jobs if j.view.spec.job_id not in runs]
+    elif shift.mode == "wait-awhile":
+        held = [j for j in jobs if not _wait_awhile(shift, j, now)]
+    else:  # carbon-time: only jobs that never started, before their start slot
+        held = [j for j in jobs if j.view.state is not JobState.RUNNING
+                and j.view.last_run_end_s is None and j.view.attained_gpu_s == 0
+                and f.slot_of(now) < _carbon_time_start(shift, j)]
+    ci_now = float(f.window(f.slot_of(now), 1)[0])
+    reason = PendingReason(PendingKind.CARBON, CarbonHeld(shift.mode, ci_now))
+    return {j.view.spec.job_id: reason for j in held if not j.must_run}
+
+
+def decide_shifted(
+    snapshot: Snapshot, policy: Policy, ctx: DecisionContext,
+    options: PlacementOptions | None, shift: CarbonShift,
+) -> Decision:
+    """One round with carbon shifting: the held jobs leave the snapshot (the running ones are
+    suspended, their GPUs freed for the others), ``decide`` runs over the rest, and the round
+    asks to be woken at the next slot boundary while any slack job is active."""
+    holds = carbon_holds(snapshot, shift, ctx)
+    boundary = (shift.forecast.slot_of(snapshot.now_s) + 1) * shift.forecast.slot_s
+    if not holds:
+        d = decide(snapshot, policy, ctx, options)
+    else:
+        keep = tuple(j for j in snapshot.jobs if j.spec.job_id not in holds)
+        free: Mapping[str, int] | None = snapshot.free_gpus
+        suspended: list[JobId] = []
+        if free is not None:
+            free = dict(free)
+        for j in snapshot.jobs:
+            if j.spec.job_id in holds and j.state is JobState.RUNNING:
+                suspended.append(j.spec.job_id)
+                if free is not None and j.placement is not None:
+                    for node, k in j.placement.gpus_by_node:
+                        free[node] = free.get(node, 0) + k
+        sub = replace(snapshot, jobs=keep, free_gpus=free, split_hint=None)
+        d = decide(sub, policy, ctx, options)
+        d = replace(d, preempted=(*d.preempted, *suspended), pending={**d.pending, **holds})
+    if any(v.spec.max_delay_s for v in snapshot.jobs):
+        wake = boundary if d.wakeup_s is None else min(d.wakeup_s, boundary)
+        d = replace(d, wakeup_s=wake)
+    return d
