@@ -32,7 +32,10 @@ Modes (``CarbonShift.mode``):
   earliest latest-finish first, into a per-slot GPU budget (the cluster's GPUs less what jobs
   without slack hold now, for as long as they run); each takes the plan (finish slot and its
   cleanest slots with GPUs left) minimising ``carbon + price × GPU-hours of delay``, and the
-  slots it takes are booked. A job runs now only if its plan uses the current slot. Price 0 is
+  slots it takes are booked (running jobs are planned first, so none is suspended only to
+  reorder). A job is held only if the current slot had room for it and its plan does not use
+  it; one with no room now is left to the base policy (it waits for capacity, or is
+  backfilled where the plan's GPU count was too coarse, e.g. fragmented servers). Price 0 is
   "cleanest slots that still have room"; a high price runs jobs at once. The price (grams of
   CO2 per GPU-hour of waiting) is one number for the workload; a benchmark bisects it to
   match a baseline's average wait.
@@ -40,8 +43,8 @@ Modes (``CarbonShift.mode``):
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,7 +55,7 @@ from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, decide
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.reasons import CarbonHeld, PendingKind, PendingReason
-from tessera.sched.core.snapshot import JobView, Snapshot
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sched.core.strategies import PlacementOptions
 from tessera.workload.carbon import CarbonTrace
 
@@ -184,68 +187,102 @@ def _wait_awhile(shift: CarbonShift, job: _Slack, now_s: float) -> bool:
     """May ``job`` run in the current slot: is it among the ``k`` cleanest left?"""
     f = shift.forecast
     n = f.slot_of(now_s)
-    k = max(1, math.ceil((job.remaining_s + shift.overhead_s) / f.slot_s - 1e-9))
+    k = _slots_needed(f, job)
     window = max(k, int(job.latest_s // f.slot_s) - n)
     ci = f.window(n, window)
     cleanest = np.argsort(ci, kind="stable")[:k]
     return bool((cleanest == 0).any())
 
 
-def _ours(snapshot: Snapshot, shift: CarbonShift, jobs: list[_Slack]) -> set[JobId]:
-    """The slack jobs whose capacity-aware plan uses the current slot (module docstring)."""
+def _ours(snapshot: Snapshot, shift: CarbonShift,
+          jobs: list[_Slack]) -> tuple[set[JobId], set[JobId]]:
+    """The slack jobs whose capacity-aware plan uses the current slot, and the waiting ones
+    the plan found no room for now (module docstring)."""
     f = shift.forecast
     now = snapshot.now_s
     n = f.slot_of(now)
-    horizon = max((int(j.latest_s // f.slot_s) - n for j in jobs), default=1) + 1
-    horizon = max(horizon, 1 + max((math.ceil(j.remaining_s / f.slot_s) for j in jobs),
-                                   default=1))
-    cap = np.full(horizon, float(snapshot.cluster.total_gpus))
+    horizon = 1 + max((max(_slots_needed(f, j), int(j.latest_s // f.slot_s) - n)
+                       for j in jobs), default=1)
+    cap = [float(snapshot.cluster.total_gpus)] * horizon
     slack_ids = {j.view.spec.job_id for j in jobs}
     for v in snapshot.jobs:  # jobs without slack keep (or take) their GPUs while they run
         if v.spec.job_id in slack_ids:
             continue
-        rate = v.progress_rate if v.progress_rate > 0 else 0.0
+        rate = v.progress_rate
         left_s = v.remaining_at(now) / rate if rate > 0 else f.slot_s
-        until = min(horizon, max(1, math.ceil((now + left_s) / f.slot_s) - n))
-        cap[:until] -= v.spec.num_gpus
-    ci_all = f.window(n, horizon)
-    g_per_gpu_slot = ci_all * shift.gpu_power_w / 1e3 * f.slot_s / 3600
+        for i in range(min(horizon, max(1, math.ceil((now + left_s) / f.slot_s) - n))):
+            cap[i] -= v.spec.num_gpus
+    g_slot = (f.window(n, horizon) * (shift.gpu_power_w / 1e3 * f.slot_s / 3600)).tolist()
     run_now: set[JobId] = set()
-    for j in sorted(jobs, key=lambda j: (j.latest_s, j.view.spec.job_id)):
+    no_room: set[JobId] = set()
+    # Running jobs first (they hold their GPUs: no suspension just to reorder), then the
+    # waiting ones, earliest latest finish first.
+    order = sorted(jobs, key=lambda j: (j.view.state is not JobState.RUNNING, j.latest_s,
+                                        j.view.spec.job_id))
+    for j in order:
         gpus = j.view.spec.num_gpus
-        k = max(1, math.ceil((j.remaining_s + shift.overhead_s) / f.slot_s - 1e-9))
-        last = max(k, int(j.latest_s // f.slot_s) - n)
-        unshifted_end_s = j.view.spec.submit_time_s + j.length_s
-        best_cost, best_pick = math.inf, None
-        fits = np.flatnonzero(cap[:last] >= gpus)
-        for fin in range(k, last + 1):  # finish at the end of slot n + fin − 1
-            ok = fits[fits < fin]
-            if len(ok) < k:
-                continue
-            pick = ok[np.argsort(g_per_gpu_slot[ok], kind="stable")[:k]]
-            delay_h = max(0.0, (n + fin) * f.slot_s - unshifted_end_s) / 3600
-            cost = gpus * (float(g_per_gpu_slot[pick].sum()) + shift.price_g_per_gpu_h * delay_h)
-            if cost < best_cost - 1e-9:
-                best_cost, best_pick = cost, pick
-        if best_pick is None:  # no room within its slack: as soon as it can
+        room_now = cap[0] >= gpus
+        pick = _plan(j, f, n, cap, g_slot, shift.price_g_per_gpu_h)
+        if pick is not None:
+            for i in pick:
+                cap[i] -= gpus
+        if pick is None or pick[0] == 0 or (j.view.state is JobState.RUNNING and not room_now):
             run_now.add(j.view.spec.job_id)
+        elif not room_now:
+            no_room.add(j.view.spec.job_id)
+    return run_now, no_room
+
+
+def _slots_needed(f: CarbonForecast, job: _Slack) -> int:
+    """Slots of work ``job`` has left (a started slot counts whole)."""
+    return max(1, math.ceil(job.remaining_s / f.slot_s - 1e-9))
+
+
+def _plan(job: _Slack, f: CarbonForecast, n: int, cap: list[float], g_slot: list[float],
+          price: float) -> list[int] | None:
+    """``job``'s cheapest plan: the slots (offsets from now, ascending) minimising carbon +
+    ``price`` × GPU-hours of delay, among slots with room before its latest finish; ``None``
+    when too few have room. Finish candidates are walked in time order, keeping the ``k``
+    cleanest slots so far in a max-heap."""
+    gpus = job.view.spec.num_gpus
+    k = _slots_needed(f, job)
+    last = max(k, int(job.latest_s // f.slot_s) - n)
+    unshifted_end_s = job.view.spec.submit_time_s + job.length_s
+    heap: list[tuple[float, int]] = []  # (−grams, slot) of the k cleanest kept
+    total, best_cost, best_fin = 0.0, math.inf, -1
+    for i in range(last):
+        if cap[i] < gpus:
             continue
-        cap[best_pick] -= gpus
-        if (best_pick == 0).any():
-            run_now.add(j.view.spec.job_id)
-    return run_now
+        delay_h = max(0.0, (n + i + 1) * f.slot_s - unshifted_end_s) / 3600
+        if price * gpus * delay_h >= best_cost:  # later finishes only cost more delay
+            break
+        if len(heap) < k:
+            heapq.heappush(heap, (-g_slot[i], i))
+            total += g_slot[i]
+        elif g_slot[i] < -heap[0][0]:
+            total += g_slot[i] + heapq.heapreplace(heap, (-g_slot[i], i))[0]
+        if len(heap) == k:
+            cost = gpus * (total + price * delay_h)
+            if cost < best_cost - 1e-9:
+                best_cost, best_fin = cost, i + 1
+    if best_fin < 0:
+        return None
+    room = [i for i in range(best_fin) if cap[i] >= gpus]
+    return sorted(sorted(room, key=lambda i: (g_slot[i], i))[:k])
 
 
 def carbon_holds(snapshot: Snapshot, shift: CarbonShift,
-                 ctx: DecisionContext) -> dict[JobId, PendingReason]:
+                 ctx: DecisionContext) -> tuple[dict[JobId, PendingReason], set[JobId]]:
     """The active slack jobs ``shift`` holds out of the current slot (running ones are to be
-    suspended), each with its ``carbon`` reason."""
+    suspended), each with its ``carbon`` reason; and (``ours``) the waiting jobs held back
+    because the plan has no room for them now, which may only fill GPUs left free."""
     jobs = _slack_jobs(snapshot, shift, ctx)
     now = snapshot.now_s
     f = shift.forecast
+    no_room: set[JobId] = set()
     if shift.mode == "ours":
-        runs = _ours(snapshot, shift, jobs)
-        held = [j for j in jobs if j.view.spec.job_id not in runs]
+        runs, no_room = _ours(snapshot, shift, jobs)
+        held = [j for j in jobs if j.view.spec.job_id not in runs | no_room]
     elif shift.mode == "wait-awhile":
         held = [j for j in jobs if not _wait_awhile(shift, j, now)]
     else:  # carbon-time: only jobs that never started, before their start slot
@@ -254,7 +291,8 @@ def carbon_holds(snapshot: Snapshot, shift: CarbonShift,
                 and f.slot_of(now) < _carbon_time_start(shift, j)]
     ci_now = float(f.window(f.slot_of(now), 1)[0])
     reason = PendingReason(PendingKind.CARBON, CarbonHeld(shift.mode, ci_now))
-    return {j.view.spec.job_id: reason for j in held if not j.must_run}
+    must = {j.view.spec.job_id for j in jobs if j.must_run}
+    return ({j.view.spec.job_id: reason for j in held if not j.must_run}, no_room - must)
 
 
 def decide_shifted(
@@ -262,28 +300,65 @@ def decide_shifted(
     options: PlacementOptions | None, shift: CarbonShift,
 ) -> Decision:
     """One round with carbon shifting: the held jobs leave the snapshot (the running ones are
-    suspended, their GPUs freed for the others), ``decide`` runs over the rest, and the round
-    asks to be woken at the next slot boundary while any slack job is active."""
-    holds = carbon_holds(snapshot, shift, ctx)
+    suspended, their GPUs freed for the others) and ``decide`` runs over the rest; then the
+    jobs ``ours`` found no room for may fill what GPUs are still free (a fill-only round, so
+    they never displace a planned job). The round asks to be woken at the next slot boundary
+    while any slack job is active."""
+    holds, no_room = carbon_holds(snapshot, shift, ctx)
     boundary = (shift.forecast.slot_of(snapshot.now_s) + 1) * shift.forecast.slot_s
-    if not holds:
+    out = set(holds) | no_room
+    if not out:
         d = decide(snapshot, policy, ctx, options)
     else:
-        keep = tuple(j for j in snapshot.jobs if j.spec.job_id not in holds)
-        free: Mapping[str, int] | None = snapshot.free_gpus
+        free = None if snapshot.free_gpus is None else dict(snapshot.free_gpus)
         suspended: list[JobId] = []
-        if free is not None:
-            free = dict(free)
         for j in snapshot.jobs:
             if j.spec.job_id in holds and j.state is JobState.RUNNING:
                 suspended.append(j.spec.job_id)
-                if free is not None and j.placement is not None:
-                    for node, k in j.placement.gpus_by_node:
-                        free[node] = free.get(node, 0) + k
-        sub = replace(snapshot, jobs=keep, free_gpus=free, split_hint=None)
-        d = decide(sub, policy, ctx, options)
+                _give(free, j.placement, +1)
+        keep = tuple(j for j in snapshot.jobs if j.spec.job_id not in out)
+        d = decide(replace(snapshot, jobs=keep, free_gpus=free, split_hint=None), policy, ctx,
+                   options)
+        if no_room and sum(p.num_gpus for p in d.placements.values()) < \
+                snapshot.cluster.total_gpus:
+            d = _fill(snapshot, d, keep, free, no_room, policy, ctx, options)
         d = replace(d, preempted=(*d.preempted, *suspended), pending={**d.pending, **holds})
     if any(v.spec.max_delay_s for v in snapshot.jobs):
         wake = boundary if d.wakeup_s is None else min(d.wakeup_s, boundary)
         d = replace(d, wakeup_s=wake)
     return d
+
+
+def _give(free: dict[str, int] | None, p: Placement | None, sign: int) -> None:
+    """Add (``sign`` +1) or take (−1) ``p``'s GPUs to the per-node free counts."""
+    if free is not None and p is not None:
+        for node, k in p.gpus_by_node:
+            free[node] = free.get(node, 0) + sign * k
+
+
+def _fill(snapshot: Snapshot, d: Decision, keep: tuple[JobView, ...],
+          free: dict[str, int] | None, no_room: set[JobId], policy: Policy,
+          ctx: DecisionContext, options: PlacementOptions | None) -> Decision:
+    """A fill-only round after ``d``: its placements hold, and the ``no_room`` jobs may take
+    the GPUs still free."""
+    started, preempted = set(d.started), set(d.preempted)
+    views: list[JobView] = []
+    for v in keep:
+        jid = v.spec.job_id
+        if jid in started:
+            views.append(replace(v, state=JobState.RUNNING, placement=d.placements[jid]))
+            _give(free, d.placements[jid], -1)
+        elif jid in preempted:
+            views.append(replace(v, state=JobState.PENDING, placement=None))
+            _give(free, v.placement, +1)
+        else:
+            views.append(v)
+    views += [v for v in snapshot.jobs if v.spec.job_id in no_room]
+    order = {v.spec.job_id: i for i, v in enumerate(snapshot.jobs)}
+    views.sort(key=lambda v: order[v.spec.job_id])
+    opts = replace(options or PlacementOptions(), fill_only=True)
+    d2 = decide(replace(snapshot, jobs=tuple(views), free_gpus=free, split_hint=None,
+                        policy_state=d.policy_state), policy, ctx, opts)
+    return replace(d2, started=(*d.started, *d2.started), preempted=d.preempted,
+                   wakeup_s=d.wakeup_s if d2.wakeup_s is None or d.wakeup_s is None
+                   else min(d.wakeup_s, d2.wakeup_s))
