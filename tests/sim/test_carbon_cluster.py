@@ -34,10 +34,11 @@ def _trace(*g_per_kwh: float) -> CarbonTrace:
 
 
 def _run(jobs: list, trace: CarbonTrace, mode: str | None, cluster=TWO_GPUS,  # type: ignore[no-untyped-def]
-         cost_s: float = 0.0, price: float = 0.0) -> SimResult:
+         cost_s: float = 0.0, price: float = 0.0, eta: float | None = None) -> SimResult:
     cfg = SimConfig(scheduler=SchedulerSettings(checkpoint_s=cost_s, restore_s=cost_s,
                                                 mode="events"),
-                    carbon_shift=mode, carbon_trace=trace, carbon_price_g_per_gpu_h=price)
+                    carbon_shift=mode, carbon_trace=trace, carbon_price_g_per_gpu_h=price,
+                    zeus_eta=eta)
     return simulate(make_workload(*jobs), cluster, "fifo", cfg)
 
 
@@ -95,16 +96,19 @@ def test_wait_awhile_suspends_and_resumes_in_the_cleanest_slots() -> None:
     assert r.jobs[0].preemptions == 1  # suspended over dirty slot 2
 
 
-@pytest.mark.parametrize("mode", ["carbon-time", "wait-awhile", "ours"])
-def test_shifting_never_makes_a_job_miss_its_slack(mode: str) -> None:
-    """Ample GPUs, suspension costs 60 s: every job still finishes by submit + length + slack."""
+@pytest.mark.parametrize(("mode", "eta"), [("carbon-time", None), ("wait-awhile", None),
+                                          ("ours", None), ("ours", 1.0)])
+def test_shifting_never_makes_a_job_miss_its_slack(mode: str, eta: float | None) -> None:
+    """Ample GPUs, suspension costs 60 s (and, for ours with η = 1, every job at its slower
+    minimum-energy power limit): every job still finishes by submit + length + slack."""
     rng = random.Random(7)
     ci = [rng.uniform(50, 500) for _ in range(200)]
     jobs = [make_job(f"j{i}", steps=RATE * rng.uniform(600, 5 * S),
                      submit_s=rng.uniform(0, 40 * S), max_delay_s=rng.uniform(0, 8 * S))
             for i in range(40)]
     big = make_cluster().node("v100", gpus=64).build()
-    r = _run(sorted(jobs, key=lambda j: j.submit_time_s), _trace(*ci), mode, big, cost_s=30.0)
+    r = _run(sorted(jobs, key=lambda j: j.submit_time_s), _trace(*ci), mode, big, cost_s=30.0,
+             eta=eta)
     by_id = {j.job_id: j for j in jobs}
     shifted = 0
     for rec in r.jobs:

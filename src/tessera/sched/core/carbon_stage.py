@@ -15,7 +15,8 @@ reads no clock. Time is cut into slots of ``forecast.slot_s`` (30 min, the trace
 A job's *length* is its work at the fastest flavor's rate (``total_steps / best_rate``), its
 *latest finish* ``submit + length + slack``. Every mode obeys one safety rule: a job that
 could not finish by its latest finish if held until the next slot boundary (its remaining
-run time plus one suspension's ``overhead_s``) is never held -- so shifting never makes a job
+run time -- at its power limit's speed under per-job Zeus, ``PlacementOptions.zeus`` -- plus
+one suspension's ``overhead_s``) is never held -- so shifting never makes a job
 miss its slack (only a lack of GPUs can).
 
 Modes (``CarbonShift.mode``):
@@ -49,92 +50,19 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tessera.errors import SpecError
 from tessera.model.jobs import JobId, JobState
+from tessera.sched.core.carbon_options import SHIFT_MODES, CarbonForecast, CarbonShift
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, decide
 from tessera.sched.core.policy import Policy
+from tessera.sched.core.power_options import ZeusCost
 from tessera.sched.core.reasons import CarbonHeld, PendingKind, PendingReason
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 from tessera.sched.core.strategies import PlacementOptions
-from tessera.workload.carbon import CarbonTrace
 
-__all__ = ["SHIFT_MODES", "CarbonForecast", "CarbonShift", "carbon_holds", "decide_shifted"]
-
-SHIFT_MODES: tuple[str, ...] = ("carbon-time", "wait-awhile", "ours")
-"""The modes :class:`CarbonShift` knows."""
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class CarbonForecast:
-    """Grid carbon intensity per slot, slot ``i`` covering ``[i·slot_s, (i+1)·slot_s)`` of
-    simulated time; past its end it wraps around to the start (as the simulator's carbon
-    accounting does).
-
-    Raises:
-        SpecError: no slots, a slot length <= 0, or an intensity negative or not finite.
-    """
-
-    intensity_g_per_kwh: np.ndarray
-    slot_s: float = 1800.0
-
-    def __post_init__(self) -> None:
-        ci = np.asarray(self.intensity_g_per_kwh, dtype=float)
-        if ci.ndim != 1 or len(ci) == 0:
-            raise SpecError("carbon forecast: needs at least one slot")
-        if not (math.isfinite(self.slot_s) and self.slot_s > 0):
-            raise SpecError(f"carbon forecast: slot_s must be > 0, got {self.slot_s!r}")
-        bad = ~np.isfinite(ci) | (ci < 0)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise SpecError(f"carbon forecast: slot {i} intensity {float(ci[i]):g} gCO2/kWh is "
-                            "negative or not finite")
-        object.__setattr__(self, "intensity_g_per_kwh", ci)
-
-    @classmethod
-    def from_trace(cls, trace: CarbonTrace, slot_s: float = 1800.0) -> CarbonForecast:
-        """Each slot's mean intensity over one period of ``trace`` (GAIA's oracle forecast)."""
-        n = max(1, math.ceil(trace.period_s / slot_s - 1e-9))
-        ci = np.diff(trace.integral(np.arange(n + 1) * slot_s)) / slot_s
-        return cls(ci, slot_s)
-
-    def slot_of(self, t_s: float) -> int:
-        """The slot holding time ``t_s``."""
-        return int(t_s // self.slot_s)
-
-    def window(self, first: int, n: int) -> np.ndarray:
-        """The intensities of slots ``first .. first + n − 1`` (wrapping around)."""
-        ci = self.intensity_g_per_kwh
-        return ci[np.arange(first, first + max(n, 0)) % len(ci)]
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class CarbonShift:
-    """The stage's settings (see the module docstring).
-
-    Attributes:
-        mode: ``carbon-time``, ``wait-awhile`` or ``ours``.
-        forecast: the carbon intensity per slot.
-        price_g_per_gpu_h: ``ours``: grams of CO2 one GPU-hour of delay is worth (>= 0).
-        gpu_power_w: ``ours``: a busy GPU's draw, to turn intensity into grams per GPU-slot.
-        overhead_s: what one suspension costs (checkpoint + restore), kept free before a
-            job's latest finish.
-    """
-
-    mode: str
-    forecast: CarbonForecast
-    price_g_per_gpu_h: float = 0.0
-    gpu_power_w: float = 250.0
-    overhead_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.mode not in SHIFT_MODES:
-            raise SpecError(f"carbon shift {self.mode!r}: one of {', '.join(SHIFT_MODES)}")
-        for name in ("price_g_per_gpu_h", "gpu_power_w", "overhead_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise SpecError(f"carbon shift: {name} must be >= 0, got {v!r}")
-
+__all__ = [
+    "SHIFT_MODES", "CarbonForecast", "CarbonShift", "Holds", "carbon_holds", "decide_shifted",
+]
 
 @dataclass(frozen=True, slots=True)
 class _Slack:
@@ -145,9 +73,14 @@ class _Slack:
     remaining_s: float
     latest_s: float
     must_run: bool
+    tight: bool
+    """It cannot finish by its latest finish at its power limit's speed even if run now."""
 
 
-def _slack_jobs(snapshot: Snapshot, shift: CarbonShift, ctx: DecisionContext) -> list[_Slack]:
+def _slack_jobs(snapshot: Snapshot, shift: CarbonShift, ctx: DecisionContext,
+                zeus: ZeusCost | None) -> list[_Slack]:
+    """The active slack jobs. Their remaining run time is at the speed they will run: under
+    per-job Zeus (``zeus``) at their limit's step-time factor on their fastest flavor."""
     now, slot = snapshot.now_s, shift.forecast.slot_s
     boundary = (shift.forecast.slot_of(now) + 1) * slot
     out = []
@@ -158,11 +91,19 @@ def _slack_jobs(snapshot: Snapshot, shift: CarbonShift, ctx: DecisionContext) ->
         rate = ctx.oracle.best_rate(v.spec)
         if rate <= 0:
             continue
+        slow = 1.0
+        if zeus is not None:
+            flavor = ctx.oracle.fastest_first(v.spec)[0]
+            limit_w = zeus.best(v.spec, flavor)[0]
+            slow = zeus.model.estimate(v.spec.job_type, v.spec.model, flavor,
+                                       limit_w).step_time_factor
         length = v.spec.total_steps / rate
-        remaining = v.remaining_at(now) / rate
+        remaining = v.remaining_at(now) / rate * slow
         latest = v.spec.submit_time_s + length + slack
         must = boundary + remaining + shift.overhead_s > latest
-        out.append(_Slack(v, length, remaining, latest, must))
+        resume_s = 0.0 if v.state is JobState.RUNNING else shift.overhead_s
+        tight = slow > 1.0 and now + remaining + resume_s > latest
+        out.append(_Slack(v, length, remaining, latest, must, tight))
     return out
 
 
@@ -271,12 +212,27 @@ def _plan(job: _Slack, f: CarbonForecast, n: int, cap: list[float], g_slot: list
     return sorted(sorted(room, key=lambda i: (g_slot[i], i))[:k])
 
 
-def carbon_holds(snapshot: Snapshot, shift: CarbonShift,
-                 ctx: DecisionContext) -> tuple[dict[JobId, PendingReason], set[JobId]]:
-    """The active slack jobs ``shift`` holds out of the current slot (running ones are to be
-    suspended), each with its ``carbon`` reason; and (``ours``) the waiting jobs held back
-    because the plan has no room for them now, which may only fill GPUs left free."""
-    jobs = _slack_jobs(snapshot, shift, ctx)
+@dataclass(frozen=True, slots=True)
+class Holds:
+    """What the stage decided for the current slot.
+
+    Attributes:
+        carbon: the jobs held out of it (running ones to be suspended), with their reason.
+        no_room: ``ours``: waiting jobs its plan has no room for now; they may only fill
+            GPUs left free.
+        uncapped: jobs that must run at full power to make their latest finish (under
+            per-job Zeus their limit would make them miss it).
+    """
+
+    carbon: dict[JobId, PendingReason]
+    no_room: set[JobId]
+    uncapped: set[JobId]
+
+
+def carbon_holds(snapshot: Snapshot, shift: CarbonShift, ctx: DecisionContext,
+                 zeus: ZeusCost | None = None) -> Holds:
+    """What ``shift`` decides for the active slack jobs in the current slot (:class:`Holds`)."""
+    jobs = _slack_jobs(snapshot, shift, ctx, zeus)
     now = snapshot.now_s
     f = shift.forecast
     no_room: set[JobId] = set()
@@ -292,7 +248,8 @@ def carbon_holds(snapshot: Snapshot, shift: CarbonShift,
     ci_now = float(f.window(f.slot_of(now), 1)[0])
     reason = PendingReason(PendingKind.CARBON, CarbonHeld(shift.mode, ci_now))
     must = {j.view.spec.job_id for j in jobs if j.must_run}
-    return ({j.view.spec.job_id: reason for j in held if not j.must_run}, no_room - must)
+    return Holds({j.view.spec.job_id: reason for j in held if not j.must_run}, no_room - must,
+                 {j.view.spec.job_id for j in jobs if j.tight})
 
 
 def decide_shifted(
@@ -302,9 +259,11 @@ def decide_shifted(
     """One round with carbon shifting: the held jobs leave the snapshot (the running ones are
     suspended, their GPUs freed for the others) and ``decide`` runs over the rest; then the
     jobs ``ours`` found no room for may fill what GPUs are still free (a fill-only round, so
-    they never displace a planned job). The round asks to be woken at the next slot boundary
+    they never displace a planned job), and a job that per-job Zeus's limit would make miss
+    its latest finish runs at full power. The round asks to be woken at the next slot boundary
     while any slack job is active."""
-    holds, no_room = carbon_holds(snapshot, shift, ctx)
+    h = carbon_holds(snapshot, shift, ctx, options.zeus if options is not None else None)
+    holds, no_room = h.carbon, h.no_room
     boundary = (shift.forecast.slot_of(snapshot.now_s) + 1) * shift.forecast.slot_s
     out = set(holds) | no_room
     if not out:
@@ -323,6 +282,9 @@ def decide_shifted(
                 snapshot.cluster.total_gpus:
             d = _fill(snapshot, d, keep, free, no_room, policy, ctx, options)
         d = replace(d, preempted=(*d.preempted, *suspended), pending={**d.pending, **holds})
+    if h.uncapped and d.power_limits_w:
+        d = replace(d, power_limits_w={k: w for k, w in d.power_limits_w.items()
+                                       if k not in h.uncapped})
     if any(v.spec.max_delay_s for v in snapshot.jobs):
         wake = boundary if d.wakeup_s is None else min(d.wakeup_s, boundary)
         d = replace(d, wakeup_s=wake)
