@@ -2,8 +2,9 @@
 
 For each region, load (jobs per day) and seed: ``--days`` of jobs from a random day of 2020
 (Poisson arrivals, lengths 30 min to 12 h, 1-8 GPUs, each with ``--slack-h`` hours of slack)
-on a V100 cluster of ``--gpus`` GPUs (8 per server; every gang on one server), simulated by ``tessera``'s own simulator
-(event driver, FIFO base policy, 30 s checkpoint + 30 s restore per suspension) under:
+on a V100 cluster of ``--gpus`` GPUs (8 per server; every gang on one server), simulated by
+``tessera``'s own simulator (event driver, FIFO base policy, 30 s checkpoint + 30 s restore
+per suspension) under:
 
 * no shifting (``agnostic``),
 * ``carbon-time`` and ``wait-awhile`` (GAIA's baselines, capacity-aware: they only choose when
