@@ -96,6 +96,18 @@ def test_wait_awhile_suspends_and_resumes_in_the_cleanest_slots() -> None:
     assert r.jobs[0].preemptions == 1  # suspended over dirty slot 2
 
 
+@pytest.mark.parametrize("mode", ["wait-awhile", "ours"])
+def test_a_suspension_that_would_overrun_the_slack_is_not_made(mode: str) -> None:
+    """Two slots of work, one of slack; slots 0 and 2 are the cleanest. Suspending over slot
+    1 would end at slot 3 plus the 60 s restore, past the latest finish (slot 3): the job must
+    run through instead."""
+    trace = _trace(100, 500, 100, 500, 500, 500)
+    job = make_job("a", steps=RATE * 2 * S, max_delay_s=S)
+    r = _run([job], trace, mode, cost_s=30.0)
+    assert r.jobs[0].preemptions == 0
+    assert r.jobs[0].finish_s is not None and r.jobs[0].finish_s <= 3 * S
+
+
 @pytest.mark.parametrize(("mode", "eta"), [("carbon-time", None), ("wait-awhile", None),
                                           ("ours", None), ("ours", 1.0)])
 def test_shifting_never_makes_a_job_miss_its_slack(mode: str, eta: float | None) -> None:
