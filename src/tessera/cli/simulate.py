@@ -75,6 +75,7 @@ def run_simulation(
     trace_format: str | None = None,
     sia_calibration: bool = False,
     carbon: str | None = None,
+    slack_h: float | None = None,
 ) -> list[SimResult]:
     """Shared body of ``simulate`` and ``demo``: load, run, print, write the report."""
     from rich.console import Console
@@ -93,8 +94,17 @@ def run_simulation(
         from tessera.workload.carbon import load_carbon
 
         carbon_trace = load_carbon(carbon)
+    if config_updates.get("carbon_shift") is not None:  # (the stage forecasts from the trace)
+        if carbon_trace is None:
+            from tessera.errors import SpecError
+
+            raise SpecError(f"--carbon-shift {config_updates['carbon_shift']} needs --carbon "
+                            "gb|fr|de|FILE (the forecast it shifts by)")
+        config_updates = {**config_updates, "carbon_trace": carbon_trace}
     inputs = _load_inputs(trace, cluster_text, policies, gpus_per_server, throughputs,
                           on_error, limit, trace_format, sia_calibration)
+    if slack_h is not None:
+        inputs = replace(inputs, workload=_with_slack(inputs.workload, slack_h))
     config = _sim_config(scheduler, config_updates)
     workload, cluster = inputs.workload, inputs.cluster
     if config.tenancy is not None:  # jobs may name LocalQueues: charge their queues
@@ -182,6 +192,17 @@ def _load_inputs(
         if any(make_policy(p).elastic for p in policies):
             elastic_workload = tuned_from_m0(workload)
     return _Inputs(loaded, workload, elastic_workload, cluster, table)
+
+
+def _with_slack(workload: Workload, slack_h: float) -> Workload:
+    """``workload`` with ``slack_h`` hours of slack on every job that declares none."""
+    from tessera.errors import SpecError
+
+    if not (math.isfinite(slack_h) and slack_h >= 0):
+        raise SpecError(f"--slack-h must be >= 0 hours, got {slack_h:g}")
+    jobs = tuple(j if j.max_delay_s is not None else replace(j, max_delay_s=slack_h * 3600)
+                 for j in workload.jobs)
+    return replace(workload, jobs=jobs)
 
 
 def _sim_config(scheduler: SchedulerSettings, updates: dict[str, object]) -> SimConfig:
@@ -384,6 +405,16 @@ def _register_simulate(app: typer.Typer) -> None:
                                           "carbon_kg: gb | fr | de (2020 traces read from the "
                                           "data folder) or a CSV FILE of time,gCO2eq/kWh "
                                           "(docs/energy.md)."),
+        carbon_shift: str | None = typer.Option(
+            None, "--carbon-shift", help="Shift jobs with slack to cleaner hours before the "
+            "policy decides: carbon-time | wait-awhile (GAIA's baselines) | ours (capacity-"
+            "aware filling with --carbon-price); needs --carbon (docs/energy.md)."),
+        carbon_price: float = typer.Option(
+            0.0, "--carbon-price", help="ours: grams of CO2 one GPU-hour of delay is worth "
+                                        "(0: cleanest slots with room; higher: less waiting)."),
+        slack_h: float | None = typer.Option(
+            None, "--slack-h", help="Give every job that declares no slack (max_delay_s) this "
+                                    "many hours of it."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -424,6 +455,17 @@ def _register_simulate(app: typer.Typer) -> None:
         if zeus_eta is not None or energy_types:
             updates.update(zeus_eta=zeus_eta, energy_types=energy_types,
                            energy_slack=energy_slack)
+        if carbon_shift is not None:
+            from tessera.errors import SpecError
+            from tessera.sched.core.carbon_stage import SHIFT_MODES
+
+            if carbon_shift not in SHIFT_MODES:
+                raise SpecError(f"--carbon-shift {carbon_shift!r}: one of "
+                                f"{', '.join(SHIFT_MODES)}")
+            if not (math.isfinite(carbon_price) and carbon_price >= 0):
+                raise SpecError(f"--carbon-price must be >= 0 g per GPU-hour, got "
+                                f"{carbon_price:g}")
+            updates.update(carbon_shift=carbon_shift, carbon_price_g_per_gpu_h=carbon_price)
         if tenancy is not None:
             updates["tenancy"] = _run(lambda: _tenancy(tenancy, cluster, gpus_per_server,
                                                              quota_per_queue))
@@ -431,7 +473,7 @@ def _register_simulate(app: typer.Typer) -> None:
                        scheduler=settings, config_updates=updates, out=out, as_json=json_out,
                        workers=n, throughputs=throughputs, on_error=on_error, limit=limit,
                        plots=plots, trace_format=trace_format, sia_calibration=sia_calibration,
-                       carbon=carbon)
+                       carbon=carbon, slack_h=slack_h)
 
 
 def _register_demo(app: typer.Typer) -> None:

@@ -132,5 +132,10 @@ def run_settings(
                            f"(solver {cfg.compat_solver})"))
     if cfg.max_sim_time_s is not None:
         out.append(Setting("horizon", f"stop at {cfg.max_sim_time_s:g} s"))
+    if cfg.carbon_shift is not None:
+        price = (f", price {cfg.carbon_price_g_per_gpu_h:g} g CO2 per GPU-hour of delay"
+                 if cfg.carbon_shift == "ours" else "")
+        out.append(Setting("carbon shifting", f"{cfg.carbon_shift}: jobs with slack start or "
+                           f"run in cleaner 30-min slots{price}"))
     out.append(Setting("seed", str(cfg.seed)))
     return tuple(out)

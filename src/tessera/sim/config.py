@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sched.core.snapshot import QueueQuota
 from tessera.sched.core.tenancy import Tenancy
+from tessera.workload.carbon import CarbonTrace
 
 if TYPE_CHECKING:
     from tessera.model.jobs import Workload
@@ -145,6 +146,12 @@ class SimConfig(BaseModel):
             η on its flavor (:mod:`tessera.sched.core.energy_choice`); ``None``: off.
         energy_types: with ``zeus_eta``, the policy also offers each job its flavors cheapest
             first by that cost, and only those within ``1 + energy_slack`` of its cheapest.
+        carbon_shift: carbon-aware shifting of jobs with slack before the policy decides
+            (:mod:`tessera.sched.core.carbon_stage`): ``carbon-time``, ``wait-awhile`` or
+            ``ours``; needs ``carbon_trace``. ``None``: off.
+        carbon_price_g_per_gpu_h: ``ours``: grams of CO2 one GPU-hour of delay is worth.
+        carbon_trace: the carbon intensity the shifting stage forecasts from (the run's
+            ``--carbon`` trace; GAIA's oracle forecast).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -169,6 +176,9 @@ class SimConfig(BaseModel):
     zeus_eta: float | None = None
     energy_types: bool = False
     energy_slack: float = 0.5
+    carbon_shift: Literal["carbon-time", "wait-awhile", "ours"] | None = None
+    carbon_price_g_per_gpu_h: float = Field(0.0, ge=0)
+    carbon_trace: InstanceOf[CarbonTrace] | None = Field(None, exclude=True)
 
     def compat_overrides(self) -> tuple[str, ...]:
         """What ``compat`` changed of these settings, as one note for the run's notes (empty

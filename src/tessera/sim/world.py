@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import JobId, JobState, Workload
+from tessera.sched.core.carbon_stage import decide_shifted
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, PendingKind, PlacementOptions, decide
 from tessera.sched.core.feasibility import Feasibility
@@ -42,6 +43,7 @@ from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import JobSplit, Placement, Snapshot
 from tessera.sched.resources.speed import host_speedup
+from tessera.sim.carbon_runs import shift_for
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
@@ -108,6 +110,7 @@ class SimWorld:
             self.opts = replace(self.opts, power_budget=self.power.budget, zeus=self.power.zeus)
             self.policy = policy = energy_policy(config, policy, self.power)
         self.fill_opts = replace(self.opts, fill_only=True)
+        self.carbon = shift_for(config, cluster)  # (carbon shifting: sim/carbon_runs)
         self.progress = progress
         self.schedule: EventSink = no_events
         fcfg = config.failures
@@ -216,7 +219,8 @@ class SimWorld:
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
         """Call the decision core, keep its memory, and account its time and phases."""
         t0 = time.perf_counter()
-        d = decide(snap, self.policy, self.ctx, opts or self.opts)
+        d = (decide(snap, self.policy, self.ctx, opts or self.opts) if self.carbon is None
+             else decide_shifted(snap, self.policy, self.ctx, opts or self.opts, self.carbon))
         self.c.decide_s += time.perf_counter() - t0
         self.c.decisions += 1
         for name, ms in d.phase_ms:

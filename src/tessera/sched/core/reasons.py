@@ -34,6 +34,9 @@ class PendingKind(enum.IntEnum):
     """Not enough free GPUs of an allowed flavor: higher-ranked jobs hold them."""
     FRAGMENTATION = 3
     """Enough GPUs are free, but not with the locality the gang needs."""
+    CARBON = 4
+    """It has slack and a carbon-aware stage holds it for a cleaner hour
+    (:mod:`tessera.sched.core.carbon_stage`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,16 @@ class PowerHeld:
     """Cluster power after the round, in watts."""
 
 
-Detail = CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | PowerHeld | HostShort
+@dataclass(frozen=True, slots=True)
+class CarbonHeld:
+    """Held (or suspended) for a cleaner hour: the grid is at ``intensity_g_per_kwh`` now."""
+
+    mode: str
+    intensity_g_per_kwh: float
+
+
+Detail = (CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | PowerHeld | HostShort
+          | CarbonHeld)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +156,9 @@ class PendingReason:
         if isinstance(d, PowerHeld):
             return (f"needs {d.needs_gpus} GPUs but the cluster draws {d.power_w / 1e3:.1f} kW "
                     f"of its {d.budget_w / 1e3:.1f} kW power budget with every job capped")
+        if isinstance(d, CarbonHeld):
+            return (f"held by carbon shifting ({d.mode}) for a cleaner hour: the grid is at "
+                    f"{d.intensity_g_per_kwh:.0f} gCO2/kWh now")
         return "cannot run on this cluster"
 
 

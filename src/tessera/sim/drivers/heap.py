@@ -120,6 +120,8 @@ class EventDriver(_HeapDriver):
             return True
         if world.power is not None and world.power.capped():  # a stop frees power to lift caps
             return True
+        if world.carbon is not None:  # a slot boundary may suspend a running slack job
+            return True
         return world.policy.preemptive and self.wakeup_at is not None
 
     def _decide(self, world: SimWorld, t_s: float) -> None:
