@@ -38,6 +38,7 @@ EDGES = frozenset({
     "perf/estimate.py",           # the throughput table's columns, labelled by short name as
                                   # perf/profiles.py keys them; roofline columns by name
     "perf/goodput.py",            # a docstring example
+    "perf/kernel_prior.py",       # the throughput table's columns by short name, as estimate.py
     "perf/profiles.py",           # Gavel's worker names in its throughput file
     "perf/roofline.py",           # published measurements, chip twins
     "perf/sia.py",                # Sia's file suffixes
