@@ -24,12 +24,16 @@ Philly's lessons (all off by default, ``docs/lessons.md``): tenant quotas go int
 snapshot (fair-share delay); failing runs fail when :class:`~tessera.sim.failures.FailureTimes`
 says; and with pre-run validation (:mod:`tessera.sim.validation`) a big gang's attempt first
 runs as a 1-GPU job for ``validation_s``, so early failures strike the single GPU.
+
+Sia's bootstrap (``bootstrap_s``, with learned speeds: :mod:`tessera.sim.bootstrap`) turns a
+new job's first runs into short 1-GPU profiles, one per flavor, through the same decision core.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from tessera.model.cluster import ClusterSpec
@@ -42,6 +46,7 @@ from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import JobSplit, Placement, Snapshot
 from tessera.sched.resources.speed import host_speedup
+from tessera.sim.bootstrap import BootstrapProfiles
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
 from tessera.sim.elastic import ElasticRuns, book_move
@@ -138,6 +143,11 @@ class SimWorld:
                        else config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
         self.validation = PreRunValidation(config.validation, oracle)
+        self.profiles: BootstrapProfiles | None = None
+        """Sia's bootstrap profiles (set by the simulator under learned speeds)."""
+        self.on_decide: Callable[[Snapshot], None] | None = None
+        """Called with every snapshot the decision core is asked about (the estimate-error
+        series of learned speeds)."""
         self.infeasibility = Feasibility(cluster, oracle, self.sched.mixed_gangs)
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
@@ -215,6 +225,8 @@ class SimWorld:
 
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
         """Call the decision core, keep its memory, and account its time and phases."""
+        if self.on_decide is not None:
+            self.on_decide(snap)
         t0 = time.perf_counter()
         d = decide(snap, self.policy, self.ctx, opts or self.opts)
         self.c.decide_s += time.perf_counter() - t0
@@ -284,11 +296,15 @@ class SimWorld:
         job.last_update_s = t_s
         job.pending_since_s = t_s
         self.validation.begin(job)
+        if self.profiles is not None:
+            self.profiles.begin(job)
 
     def complete(self, job: SimJob, t_s: float) -> int:
         """``job``'s run finished its work at ``t_s``; returns 1 if the job is done for good."""
         if job.idx in self.validation:
             return self._validated(job, t_s)
+        if self.profiles is not None and job.idx in self.profiles:
+            return self._profiled(job, t_s)
         job.remaining = 0.0
         self.stop(job, t_s)
         move(job, JobState.SUCCEEDED)
@@ -314,6 +330,8 @@ class SimWorld:
             self.add(f"failures_in_{key}", 1.0)
             self.add(f"failure_gpu_h_in_{key}", (lost_s + startup_s) * job.spec.num_gpus / 3600)
             self.validation.end(job)
+        if self.profiles is not None:  # (a failed profile ends the profiling)
+            self.profiles.end(job)
         move(job, JobState.FAILED)
         job.attempts += 1
         del self.active[job.idx]
@@ -413,8 +431,23 @@ class SimWorld:
         job.set_wait(None, t_s)
         return 0
 
+    def _profiled(self, job: SimJob, t_s: float) -> int:
+        """A bootstrap profile finished (:mod:`tessera.sim.bootstrap`): the scheduler stops
+        it and requeues the job, pinned to its next flavor or as its real gang."""
+        self.stop(job, t_s)
+        if self.profiles is not None:
+            self.profiles.next(job)
+        move(job, JobState.PREEMPTED)
+        move(job, JobState.PENDING)
+        job.pending_since_s = t_s
+        job.set_wait(None, t_s)
+        return 0
+
     def _account_run(self, job: SimJob, t_s: float) -> None:
         """Book a run that ends at ``t_s``: validation GPU-time, and split gangs' slowdown."""
+        if self.profiles is not None and job.idx in self.profiles:
+            self.add("bootstrap_gpu_h", max(t_s - job.run_started_s, 0.0) / 3600)
+            return
         for key, gpu_h in run_gpu_hours(job, t_s, self.truth, job.idx in self.validation):
             self.add(key, gpu_h)
 
@@ -433,6 +466,9 @@ class SimWorld:
             self.power.finish(self.running, self.last_t)
         for idx in self.validation.validating():
             self.validation.end(self.jobs[idx])
+        if self.profiles is not None:
+            for idx in self.profiles.profiling():
+                self.profiles.end(self.jobs[idx])
         for j in self.active.values():
             j.set_wait(None, self.last_t)
             if j.state is JobState.PENDING:
