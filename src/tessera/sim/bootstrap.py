@@ -19,12 +19,16 @@ simulator does the same, one flavor after another, each profile an ordinary run:
 3. **next** (the profile's work is done) -- the world stops the run; the job is pinned to the
    next flavor and requeued, or, after the last, gets back its real spec and work and is
    requeued for its real gang. Its JCT counts from its submission, so it includes every
-   profile and every wait for one.
+   profile and every wait for one. Between rounds, a next profile takes an idle GPU of its
+   flavor at once (:mod:`tessera.sim.profile_fill`) rather than wait for the next round.
 
 What a profile does not do: advance the job's own work (its steps are thrown away, as a
-measurement's are), profile a 3-D job (the planner prices those) or an elastic one (Sia's and
-Pollux's goodput models price those), or run again after a failure (what it measured stays
-measured). A failure during a profile ends the profiling; the retry runs the real gang.
+measurement's are), profile a 3-D job (the planner prices those) or, under an elastic
+policy, an elastic one (Sia's and Pollux's goodput models price those), or run again after a
+failure (what it measured stays measured). A failure during a profile ends the profiling;
+the retry runs the real gang. A profile measures one GPU: a gang's estimate is that rate
+times its size until the gang itself runs on the flavor, so a gang that scales poorly is
+over-estimated on the flavors it has not run on yet (the same for every flavor, roughly).
 Profiling cannot be combined with pre-run validation (both replace the job's first run).
 """
 
@@ -57,20 +61,25 @@ class BootstrapProfiles:
         profile_s: how long each profile runs, in seconds of simulated time.
         truth: the true speeds (a profile lasts ``profile_s`` at its flavor's true rate).
         learned: the policies' view; its ``profiling`` set names the jobs profiling now.
+        elastic_policy: the policy sizes elastic jobs itself (their goodput model prices
+            them, so they are not profiled); a rigid policy runs every job at its
+            ``num_gpus``, elastic range or not, and profiles them all.
 
     Raises:
         SpecError: ``profile_s`` is not a positive, finite number of seconds.
     """
 
     def __init__(self, profile_s: float, truth: ThroughputOracle,
-                 learned: LearnedOracle) -> None:
+                 learned: LearnedOracle, elastic_policy: bool = False) -> None:
         if not (profile_s > 0 and profile_s < float("inf")):
             raise SpecError(f"bootstrap profile of {profile_s!r} s: must be a positive, "
                             "finite number of seconds")
         self.profile_s = float(profile_s)
         self.truth = truth
         self.learned = learned
+        self.elastic_policy = elastic_policy
         self._saved: dict[int, _Saved] = {}
+        self._due: set[str] = set()
         self.profiles_run = 0
 
     def __contains__(self, job_idx: int) -> bool:
@@ -80,7 +89,7 @@ class BootstrapProfiles:
     def flavors_for(self, spec: JobSpec) -> list[GpuFlavor]:
         """The flavors ``spec`` gets a profile on: every cluster flavor it accepts where its
         1-GPU copy has a rate (fits there), in the cluster's order."""
-        if spec.parallelism is not None or spec.elastic is not None:
+        if spec.parallelism is not None or (self.elastic_policy and spec.elastic is not None):
             return []
         allowed = self.truth.cluster_flavors
         if spec.flavors:
@@ -117,9 +126,16 @@ class BootstrapProfiles:
         self.profiles_run += 1
         if saved.todo:
             self._pin(job, saved.todo.pop(0))
+            self._due.add(job.spec.job_id)
             return True
         self.end(job)
         return False
+
+    def take_due(self) -> set[str]:
+        """Ids of the jobs whose next profile became due since the last call (and forget
+        them): a round driver places them between rounds (:mod:`tessera.sim.profile_fill`)."""
+        due, self._due = self._due, set()
+        return due
 
     def end(self, job: SimJob) -> None:
         """Give the job back its real spec and work (its profiles done, failed or cut short)."""

@@ -26,6 +26,7 @@ from tessera.sched.core.cadence import Cadence, ProgressWatch, Step, progressed_
 from tessera.sched.elastic.goodput import RESCALE_S
 from tessera.sim.drivers.base import Driver
 from tessera.sim.events import COMPLETE, EPS_S, RETRY
+from tessera.sim.profile_fill import fill_profiles
 from tessera.sim.world import SimWorld
 
 ROUND, WAKEUP = 4, 5
@@ -188,11 +189,14 @@ class RoundDriver(_HeapDriver):
                 raise SpecError(stall.message())
             if cad.next_round_s is not None:
                 self.push(cad.next_round_s, ROUND)
+            fill_profiles(world, t_s, place=False)  # (this round decided about them)
         elif step is Step.START and world.active:
             cad.started(t_s)
             self.push(t_s, ROUND)  # idle until now: the first round starts at once
         elif step is Step.FILL and self._can_fill(world):
             self._fill(world, t_s)
+        if step is not Step.ROUND:  # a bootstrap profile's next one (sim/profile_fill.py)
+            fill_profiles(world, t_s)
 
     @staticmethod
     def _can_fill(world: SimWorld) -> bool:
