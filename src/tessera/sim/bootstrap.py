@@ -19,8 +19,16 @@ simulator does the same, one flavor after another, each profile an ordinary run:
 3. **next** (the profile's work is done) -- the world stops the run; the job is pinned to the
    next flavor and requeued, or, after the last, gets back its real spec and work and is
    requeued for its real gang. Its JCT counts from its submission, so it includes every
-   profile and every wait for one. Between rounds, a next profile takes an idle GPU of its
-   flavor at once (:mod:`tessera.sim.profile_fill`) rather than wait for the next round.
+   profile and every wait for one.
+
+**Idle GPUs only.** A profile never preempts a running job and is never preempted: under
+the event and round drivers the world's full decisions do not see profiling jobs, and after
+every event the decision core is asked *fill-only* (idle GPUs, nobody moved) about the
+profiles waiting (:mod:`tessera.sim.profile_fill`). So a job profiles on arrival if a GPU of
+each flavor is idle, between rounds too, and its real gang then waits for a decision like a
+new job. Under heavy load a profile waits until a GPU of its flavor falls idle. Gavel's loop
+(``--compat gavel``) has no preemption cost and re-leases every GPU each round: there the
+profiles are ordinary jobs of its rounds.
 
 What a profile does not do: advance the job's own work (its steps are thrown away, as a
 measurement's are), profile a 3-D job (the planner prices those) or, under an elastic
@@ -38,9 +46,10 @@ from dataclasses import dataclass, replace
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
-from tessera.model.jobs import JobSpec
+from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core.learned import LearnedOracle
 from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import JobView
 from tessera.sim.state import SimJob
 
 
@@ -79,7 +88,6 @@ class BootstrapProfiles:
         self.learned = learned
         self.elastic_policy = elastic_policy
         self._saved: dict[int, _Saved] = {}
-        self._due: set[str] = set()
         self.profiles_run = 0
 
     def __contains__(self, job_idx: int) -> bool:
@@ -126,16 +134,19 @@ class BootstrapProfiles:
         self.profiles_run += 1
         if saved.todo:
             self._pin(job, saved.todo.pop(0))
-            self._due.add(job.spec.job_id)
             return True
         self.end(job)
         return False
 
-    def take_due(self) -> set[str]:
-        """Ids of the jobs whose next profile became due since the last call (and forget
-        them): a round driver places them between rounds (:mod:`tessera.sim.profile_fill`)."""
-        due, self._due = self._due, set()
-        return due
+    def without_profiles(self, jobs: tuple[JobView, ...]) -> tuple[JobView, ...]:
+        """``jobs`` less those in a profile (what a full decision of the world sees)."""
+        ids = self.learned.profiling
+        return tuple(v for v in jobs if v.spec.job_id not in ids)
+
+    def waiting(self, jobs: tuple[JobView, ...]) -> tuple[JobView, ...]:
+        """The views among ``jobs`` of profiles waiting for a GPU."""
+        ids = self.learned.profiling
+        return tuple(v for v in jobs if v.state is JobState.PENDING and v.spec.job_id in ids)
 
     def end(self, job: SimJob) -> None:
         """Give the job back its real spec and work (its profiles done, failed or cut short)."""

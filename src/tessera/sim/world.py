@@ -206,16 +206,23 @@ class SimWorld:
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def snapshot(self, t_s: float, free_gpus: bool = True) -> Snapshot:
+    def snapshot(self, t_s: float, free_gpus: bool = True, profiles: bool = False
+                 ) -> Snapshot:
         """What ``decide()`` sees at ``t_s``: the active jobs' views, and the free GPUs per node
         when the world books them (``free_gpus``; otherwise the core derives them from the
-        running gangs)."""
+        running gangs). Jobs in a bootstrap profile are left out when the world books the
+        free GPUs, unless ``profiles`` (the profiles' own fill-only decision)."""
         self._catch_up()
         split = self.views.split(self.active, self.ctx.stay_put)
         hint: JobSplit | None
         jobs, hint = split.jobs, split
         if self.agent is not None:  # Pollux's agent: noise scale and step-time fits
             jobs, hint = self.agent.views(jobs, t_s), None
+        if free_gpus and not profiles and self.profiles is not None and \
+                self.profiles.profiling():
+            # (bootstrap profiles are placed fill-only, never seen by a full decision:
+            # sim/profile_fill.py)
+            jobs, hint = self.profiles.without_profiles(jobs), None
         return Snapshot(
             now_s=t_s, cluster=self.cluster, jobs=jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,

@@ -32,8 +32,8 @@ the job, the flavor and the gang size (so a run is reproducible whatever the ord
 **Bootstrap profiles** (:mod:`tessera.sim.bootstrap`): while a job runs its short 1-GPU
 profiles its spec is a pinned copy; the jobs in :attr:`LearnedOracle.profiling` are left out
 of the first/last-decision errors (a profile is not a decision about the job's real gang), and
-a 1-GPU profile's observation on a flavor gives way to the gang's own once the gang runs
-there.
+a 1-GPU profile's observations give the gang's *shape* across flavors, and the gang's own runs
+its scale (:meth:`LearnedOracle.observed`).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ class LearnedOracle(ThroughputOracle):
         #: ids of the jobs running their bootstrap profiles (see the module docstring)
         self.profiling: set[str] = set()
         self._estimators: dict[str, SpeedEstimator | None] = {}
-        self._observed: dict[str, dict[str, float]] = {}
-        self._observed_gpus: dict[str, dict[str, int]] = {}
+        # job id -> (flavor short name, gang size) -> observed per-GPU steps/s
+        self._observed: dict[str, dict[tuple[str, int], float]] = {}
         # job id -> (the spec the view was made for, the view): a profile's pinned copy and
         # the real spec share the id, so a hit must be for the very same spec.
         self._per_job: dict[str, tuple[JobSpec, tuple[FlavorRate, ...]]] = {}
@@ -102,13 +102,12 @@ class LearnedOracle(ThroughputOracle):
         if job.parallelism is not None:
             return
         seen = self._observed.setdefault(job.job_id, {})
-        gpus = self._observed_gpus.setdefault(job.job_id, {})
-        if gpus.get(flavor.short) == job.num_gpus:
-            return  # (seen at this size; a 1-GPU profile gives way to the gang's own run)
+        key = (flavor.short, job.num_gpus)
+        if key in seen:
+            return
         true = ThroughputOracle.rate(self._true, job, flavor, True)
         if true > 0:
-            seen[flavor.short] = true / job.num_gpus * self._noise(job, flavor)
-            gpus[flavor.short] = job.num_gpus
+            seen[key] = true / job.num_gpus * self._noise(job, flavor)
             self._per_job.pop(job.job_id, None)
 
     def _noise(self, job: JobSpec, flavor: GpuFlavor) -> float:
@@ -118,9 +117,22 @@ class LearnedOracle(ThroughputOracle):
         key = f"{self.seed}/{job.job_id}/{flavor.short}/{job.num_gpus}".encode()
         return math.exp(self.noise * random.Random(zlib.crc32(key)).gauss(0.0, 1.0))
 
-    def observed(self, job_id: str) -> dict[str, float]:
-        """The per-GPU rates observed so far for ``job_id``, by flavor short name."""
-        return dict(self._observed.get(job_id, {}))
+    def observed(self, job: JobSpec) -> dict[str, float]:
+        """Per-GPU rates of ``job`` at its own gang size, by flavor short name: those observed
+        at that size, and those observed at another (a 1-GPU bootstrap profile) scaled by the
+        job's measured scaling (the geometric mean, over the flavors observed at both sizes,
+        of own-size / other-size per-GPU rate; 1 where no flavor has both)."""
+        obs = self._observed.get(job.job_id)
+        if not obs:
+            return {}
+        own = {f: r for (f, g), r in obs.items() if g == job.num_gpus}
+        other = {f: r for (f, g), r in obs.items() if g != job.num_gpus and f not in own}
+        if not other:
+            return own
+        both = [math.log(own[f] / r) for (f, g), r in obs.items()
+                if g != job.num_gpus and f in own]
+        scale = math.exp(sum(both) / len(both)) if both else 1.0
+        return {**{f: r * scale for f, r in other.items()}, **own}
 
     def _estimator(self, job_type: str) -> SpeedEstimator | None:
         if job_type not in self._estimators:
@@ -144,7 +156,7 @@ class LearnedOracle(ThroughputOracle):
         if est is None or not real:
             view = real
         else:
-            seen = self._observed.get(job.job_id, {})
+            seen = self.observed(job)
             guess = est.estimate(seen, model_of(job.job_type))
             out = []
             for r in real:

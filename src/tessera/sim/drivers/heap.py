@@ -90,6 +90,8 @@ class _HeapDriver(Driver):
                 changed = True
             self.done = done
             self.react(world, t_s, round_now, changed)
+            if world.profiles is not None:  # bootstrap profiles take idle GPUs only
+                fill_profiles(world, t_s)
             if world.progress is not None and changed:
                 world.progress(done, n)
 
@@ -189,14 +191,11 @@ class RoundDriver(_HeapDriver):
                 raise SpecError(stall.message())
             if cad.next_round_s is not None:
                 self.push(cad.next_round_s, ROUND)
-            fill_profiles(world, t_s, place=False)  # (this round decided about them)
         elif step is Step.START and world.active:
             cad.started(t_s)
             self.push(t_s, ROUND)  # idle until now: the first round starts at once
         elif step is Step.FILL and self._can_fill(world):
             self._fill(world, t_s)
-        if step is not Step.ROUND:  # a bootstrap profile's next one (sim/profile_fill.py)
-            fill_profiles(world, t_s)
 
     @staticmethod
     def _can_fill(world: SimWorld) -> bool:
