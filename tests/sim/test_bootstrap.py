@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from tessera.model.gpus import resolve_flavor
 from tessera.perf.profiles import default_throughputs
 from tessera.report.files import write_run_files
 from tessera.sched.catalog import make_policy
+from tessera.sched.core.learned import LearnedOracle, ObservedOracle
 from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig, ValidationConfig
 from tessera.sim.engine import Simulator, simulate
@@ -40,7 +42,8 @@ def test_a_new_job_profiles_each_flavor_first_and_its_jct_includes_the_profiles(
     (job,) = r.jobs
     # 300 s on the V100, 300 s on the K80, then its real run on the K80 (1000 s there)
     assert job.jct_s == pytest.approx(1600.0)
-    assert job.gpu_s_by_flavor == "V100-16GB=300;K80=1300"
+    held = dict(part.split("=") for part in job.gpu_s_by_flavor.split(";"))
+    assert held == {"V100-16GB": "300", "K80": "1300"}
     assert r.extras["bootstrap_gpu_h"] == pytest.approx(600 / 3600)
     # a GPU is busy the whole time: the profiles hold theirs as a job does
     assert [s.busy_gpus for s in r.samples if s.time_s < 1600] == [1] * 16
@@ -134,3 +137,37 @@ def test_what_cannot_learn_says_so_in_the_notes() -> None:
     assert any("pair table" in n for n in packed.notes)
     plain = simulate(w, CLUSTER, "hetero_srpt", _learned())
     assert not any("pair table" in n or "elastic jobs" in n for n in plain.notes)
+
+
+def test_a_profile_takes_idle_gpus_only_and_never_preempts() -> None:
+    # LAS preempts for a job with less attained service; a profile must not: it waits for
+    # an idle GPU of its flavor. b and c profile their one flavor first (300 s), then run
+    # 1000 s on the K80 and 2000 s on the V100; a's K80 profile waits for b to end.
+    b = make_job("b", job_type=RESNET, steps=T.throughput(RESNET, K80) * 1000, flavors=("k80",))
+    c = make_job("c", job_type=RESNET, steps=T.throughput(RESNET, V100) * 2000,
+                 flavors=("v100",))
+    a = make_job("a", job_type=RECO, steps=T.throughput(RECO, K80) * 100, submit_s=10.0)
+    r = simulate(make_workload(b, c, a), CLUSTER, "las", _learned(bootstrap_s=300.0))
+    by_id = {j.job_id: j for j in r.jobs}
+    assert by_id["b"].preemptions == by_id["c"].preemptions == 0
+    assert by_id["b"].jct_s == pytest.approx(1300.0)
+    assert by_id["c"].jct_s == pytest.approx(2300.0)
+    assert by_id["a"].first_start_s == pytest.approx(1300.0)  # its K80 profile, when idle
+
+
+def test_a_gangs_profiles_give_its_shape_and_its_own_run_its_scale() -> None:
+    two = make_cluster().node("v100", gpus=2).node("k80", gpus=2).build()
+    truth = ObservedOracle(T, two)
+    learned = LearnedOracle(truth)
+    gang = make_job("g", job_type=RESNET, gpus=2)
+    for f in (V100, K80):  # the 1-GPU profiles (what the bootstrap runs)
+        pinned = replace(gang, num_gpus=1, flavors=(f,))
+        truth.rate(pinned, f, True)
+    one = {f: T.throughput(RESNET, f, 1) for f in (V100, K80)}
+    before = {r.flavor: r.consolidated for r in learned.rates(gang)}
+    assert before[K80] == pytest.approx(2 * one[K80])  # 1-GPU rate x gang size
+    truth.rate(gang, V100, True)  # the gang runs on the V100s
+    after = {r.flavor: r.consolidated for r in learned.rates(gang)}
+    gang_v100 = T.throughput(RESNET, V100, 2)
+    assert after[V100] == pytest.approx(gang_v100)
+    assert after[K80] == pytest.approx(one[K80] * gang_v100 / one[V100])

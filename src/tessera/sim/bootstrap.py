@@ -4,20 +4,22 @@ Under ``--speeds learned`` a job arrives with its speeds unknown (the policies s
 :mod:`tessera.sched.core.learned`). Sia (Jayaram Subramanya et al., SOSP'23, §3.2) fixes that
 by profiling every new job for a few minutes at its smallest size on each GPU type before its
 real allocation. With ``bootstrap_s`` set (``tessera simulate --bootstrap-s 300``) the
-simulator does the same, one flavor after another, each profile an ordinary run:
+simulator does the same, one flavor after another (whichever has an idle GPU first), each
+profile an ordinary 1-GPU run:
 
 1. **begin** (at the job's arrival) -- the flavors to profile are those of the cluster the job
    accepts and fits at one GPU (cluster order); the job's spec is swapped for a 1-GPU copy
-   *pinned* to the first of them (``flavors=(F,)``) with ``bootstrap_s`` of work at its true
-   rate there. The real spec, remaining work and startup cost are put aside. The decision
-   core sees an ordinary 1-GPU job restricted to one flavor and places it like any other:
-   profiles wait for a free GPU of their flavor as jobs do, and hold it while they run (real
+   restricted to them (``flavors``); placed on one, ``F``, it is pinned there with
+   ``bootstrap_s`` of work at its true rate there (:meth:`BootstrapProfiles.started`). The
+   real spec, remaining work and startup cost are put aside. The decision core sees an
+   ordinary 1-GPU job restricted to some flavors and places it like any other: profiles
+   wait for a free GPU of a flavor still to profile, and hold it while they run (real
    GPU use, booked as ``bootstrap_gpu_h``); the core never learns that profiling exists.
 2. **observe** -- when the profile runs, the truth hands out the job's rate on ``F`` and the
    learned oracle records it (plus its measurement noise): from then on the policies' estimate
    for ``F`` is the observed rate, and the observations on several flavors fit the job's row.
-3. **next** (the profile's work is done) -- the world stops the run; the job is pinned to the
-   next flavor and requeued, or, after the last, gets back its real spec and work and is
+3. **next** (the profile's work is done) -- the world stops the run; the job is restricted to
+   the flavors left and requeued, or, after the last, gets back its real spec and work and is
    requeued for its real gang. Its JCT counts from its submission, so it includes every
    profile and every wait for one.
 
@@ -34,9 +36,9 @@ What a profile does not do: advance the job's own work (its steps are thrown awa
 measurement's are), profile a 3-D job (the planner prices those) or, under an elastic
 policy, an elastic one (Sia's and Pollux's goodput models price those), or run again after a
 failure (what it measured stays measured). A failure during a profile ends the profiling;
-the retry runs the real gang. A profile measures one GPU: a gang's estimate is that rate
-times its size until the gang itself runs on the flavor, so a gang that scales poorly is
-over-estimated on the flavors it has not run on yet (the same for every flavor, roughly).
+the retry runs the real gang. A profile measures one GPU: until the gang itself runs, its
+estimate is that rate times its size; once it has run on a flavor, the profiles give the
+shape across flavors and the gang's own rate the scale (:meth:`LearnedOracle.observed`).
 Profiling cannot be combined with pre-run validation (both replace the job's first run).
 """
 
@@ -96,7 +98,8 @@ class BootstrapProfiles:
 
     def flavors_for(self, spec: JobSpec) -> list[GpuFlavor]:
         """The flavors ``spec`` gets a profile on: every cluster flavor it accepts where its
-        1-GPU copy has a rate (fits there), in the cluster's order."""
+        1-GPU copy has a rate (fits there), in the cluster's order. A profile may take any
+        of the flavors still to profile (whichever has an idle GPU first)."""
         if spec.parallelism is not None or (self.elastic_policy and spec.elastic is not None):
             return []
         allowed = self.truth.cluster_flavors
@@ -113,19 +116,30 @@ class BootstrapProfiles:
             return
         self._saved[job.idx] = _Saved(job.spec, job.remaining, job.startup_s, todo)
         self.learned.profiling.add(job.spec.job_id)
-        self._pin(job, todo.pop(0))
+        self._pin(job, tuple(todo))
 
-    def _pin(self, job: SimJob, flavor: GpuFlavor) -> None:
-        """Make ``job`` a 1-GPU run of ``profile_s`` pinned to ``flavor``."""
+    def _pin(self, job: SimJob, flavors: tuple[GpuFlavor, ...]) -> None:
+        """Make ``job`` a 1-GPU run of ``profile_s`` on one of ``flavors`` (the work is that
+        of the first; :meth:`started` sets the flavor it got)."""
         real = self._saved[job.idx].spec
-        pinned = replace(real, num_gpus=1, requires_locality=False, flavors=(flavor,),
+        pinned = replace(real, num_gpus=1, requires_locality=False, flavors=flavors,
                          total_steps=1.0, gpu_milli=None)
-        rate = ThroughputOracle.rate(self.truth, pinned, flavor, True)  # (not observed yet)
+        rate = ThroughputOracle.rate(self.truth, pinned, flavors[0], True)  # (not observed)
         steps = rate * self.profile_s
         job.spec = replace(pinned, total_steps=steps)
         job.remaining = steps
         job.startup_s = 0.0
         job.view = None
+
+    def started(self, job: SimJob, flavor: GpuFlavor) -> None:
+        """``job``'s profile was placed on ``flavor``: pin it there (``profile_s`` of work at
+        its rate there) and strike the flavor off its list (nothing for a job not
+        profiling, or one already pinned there)."""
+        saved = self._saved.get(job.idx)
+        if saved is None or flavor not in saved.todo:
+            return
+        saved.todo.remove(flavor)
+        self._pin(job, (flavor,))
 
     def next(self, job: SimJob) -> bool:
         """``job``'s current profile finished: pin it to the next flavor, or give it back its
@@ -133,7 +147,7 @@ class BootstrapProfiles:
         saved = self._saved[job.idx]
         self.profiles_run += 1
         if saved.todo:
-            self._pin(job, saved.todo.pop(0))
+            self._pin(job, tuple(saved.todo))
             return True
         self.end(job)
         return False

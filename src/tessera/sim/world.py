@@ -386,6 +386,8 @@ class SimWorld:
     def start(self, job: SimJob, p: Placement, t_s: float) -> None:
         """Run ``job`` on ``p`` from ``t_s``: admit and start it (or move it, if it runs), book
         its GPUs, and schedule its completion and any failure."""
+        if self.profiles is not None:  # (a bootstrap profile: pinned to the flavor it got)
+            self.profiles.started(job, p.flavor)
         rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
                 else self.truth.placement_rate(job.spec, p))
         if job.spec.sensitivity is not None:  # CPUs and memory it holds (Synergy's profiles)

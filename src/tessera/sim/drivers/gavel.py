@@ -202,6 +202,8 @@ def _dispatch(world: SimWorld, now_s: float, round_s: float
             if lease is not None:
                 pairs.append(lease)
             continue
+        if world.profiles is not None:  # (a bootstrap profile: pinned to the flavor it got)
+            world.profiles.started(job, p.flavor)
         rate = world.truth.rate(job.spec, p.flavor, True)  # Gavel: consolidated, always
         if rate <= 0:
             continue
