@@ -9,9 +9,10 @@ profile an ordinary 1-GPU run:
 
 1. **begin** (at the job's arrival) -- the flavors to profile are those of the cluster the job
    accepts and fits at one GPU (cluster order); the job's spec is swapped for a 1-GPU copy
-   restricted to them (``flavors``); placed on one, ``F``, it is pinned there with
-   ``bootstrap_s`` of work at its true rate there (:meth:`BootstrapProfiles.started`). The
-   real spec, remaining work and startup cost are put aside. The decision core sees an
+   restricted to them (``flavors``), under its own id (:func:`profile_id`); placed on one,
+   ``F``, it is pinned there with ``bootstrap_s`` of work at its true rate there
+   (:meth:`BootstrapProfiles.started`). The real spec, remaining work and startup cost are
+   put aside. The decision core sees an
    ordinary 1-GPU job restricted to some flavors and places it like any other: profiles
    wait for a free GPU of a flavor still to profile, and hold it while they run (real
    GPU use, booked as ``bootstrap_gpu_h``); the core never learns that profiling exists.
@@ -44,15 +45,23 @@ Profiling cannot be combined with pre-run validation (both replace the job's fir
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, replace
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
-from tessera.model.jobs import JobSpec, JobState
+from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.core.learned import LearnedOracle
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView
 from tessera.sim.state import SimJob
+
+
+def profile_id(job_id: str) -> JobId:
+    """The id a job's bootstrap profiles run under (``<job>/profile``): decisions and the
+    policies' memories (Gavel's accounts, finish-time fairness's isolated time, attained
+    service) keep a profile apart from its job."""
+    return JobId(f"{job_id}/profile")
 
 
 @dataclass(slots=True)
@@ -75,13 +84,16 @@ class BootstrapProfiles:
         elastic_policy: the policy sizes elastic jobs itself (their goodput model prices
             them, so they are not profiled); a rigid policy runs every job at its
             ``num_gpus``, elastic range or not, and profiles them all.
+        by_id: the world's jobs by id, where each profile's id is entered (decisions name
+            a profile by its own id, :func:`profile_id`).
 
     Raises:
         SpecError: ``profile_s`` is not a positive, finite number of seconds.
     """
 
     def __init__(self, profile_s: float, truth: ThroughputOracle,
-                 learned: LearnedOracle, elastic_policy: bool = False) -> None:
+                 learned: LearnedOracle, elastic_policy: bool = False,
+                 by_id: MutableMapping[JobId, SimJob] | None = None) -> None:
         if not (profile_s > 0 and profile_s < float("inf")):
             raise SpecError(f"bootstrap profile of {profile_s!r} s: must be a positive, "
                             "finite number of seconds")
@@ -89,6 +101,7 @@ class BootstrapProfiles:
         self.truth = truth
         self.learned = learned
         self.elastic_policy = elastic_policy
+        self.by_id = by_id if by_id is not None else {}
         self._saved: dict[int, _Saved] = {}
         self.profiles_run = 0
 
@@ -115,15 +128,18 @@ class BootstrapProfiles:
         if not todo:
             return
         self._saved[job.idx] = _Saved(job.spec, job.remaining, job.startup_s, todo)
-        self.learned.profiling.add(job.spec.job_id)
+        pid = profile_id(job.spec.job_id)
+        self.learned.profiling[pid] = job.spec.job_id
+        self.by_id[pid] = job
         self._pin(job, tuple(todo))
 
     def _pin(self, job: SimJob, flavors: tuple[GpuFlavor, ...]) -> None:
         """Make ``job`` a 1-GPU run of ``profile_s`` on one of ``flavors`` (the work is that
         of the first; :meth:`started` sets the flavor it got)."""
         real = self._saved[job.idx].spec
-        pinned = replace(real, num_gpus=1, requires_locality=False, flavors=flavors,
-                         total_steps=1.0, gpu_milli=None)
+        pinned = replace(real, job_id=profile_id(real.job_id), num_gpus=1,
+                         requires_locality=False, flavors=flavors, total_steps=1.0,
+                         gpu_milli=None)
         rate = ThroughputOracle.rate(self.truth, pinned, flavors[0], True)  # (not observed)
         steps = rate * self.profile_s
         job.spec = replace(pinned, total_steps=steps)
@@ -169,7 +185,7 @@ class BootstrapProfiles:
             return
         job.spec, job.remaining, job.startup_s = saved.spec, saved.remaining, saved.startup_s
         job.view = None
-        self.learned.profiling.discard(job.spec.job_id)
+        self.learned.profiling.pop(profile_id(job.spec.job_id), None)
 
     def real_spec(self, job_idx: int) -> JobSpec | None:
         """The real spec of a job in a profile (``None`` for a job not profiling)."""

@@ -77,7 +77,8 @@ class Simulator:
         profiles = None
         if cfg.bootstrap_s is not None:
             profiles = world.profiles = BootstrapProfiles(cfg.bootstrap_s, world.truth,
-                                                          learned, world.policy.elastic)
+                                                          learned, world.policy.elastic,
+                                                          world.by_id)
 
         def real_spec(job_id: str) -> JobSpec | None:
             return None if profiles is None else profiles.real_spec(world.by_id[JobId(job_id)].idx)

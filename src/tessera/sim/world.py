@@ -210,15 +210,17 @@ class SimWorld:
                  ) -> Snapshot:
         """What ``decide()`` sees at ``t_s``: the active jobs' views, and the free GPUs per node
         when the world books them (``free_gpus``; otherwise the core derives them from the
-        running gangs). Jobs in a bootstrap profile are left out unless ``profiles`` (the
-        profiles' own fill-only decision): :mod:`tessera.sim.profile_fill`."""
+        running gangs). When the world books the free GPUs, jobs in a bootstrap profile are
+        left out unless ``profiles`` (their fill-only decision, :mod:`tessera.sim.profile_fill`;
+        Gavel's loop, which re-leases every GPU each round, decides about them as jobs)."""
         self._catch_up()
         split = self.views.split(self.active, self.ctx.stay_put)
         hint: JobSplit | None
         jobs, hint = split.jobs, split
         if self.agent is not None:  # Pollux's agent: noise scale and step-time fits
             jobs, hint = self.agent.views(jobs, t_s), None
-        if not profiles and self.profiles is not None and self.profiles.profiling():
+        if free_gpus and not profiles and self.profiles is not None and \
+                self.profiles.profiling():
             # (bootstrap profiles are placed fill-only, never seen by a full decision:
             # sim/profile_fill.py)
             jobs, hint = self.profiles.without_profiles(jobs), None

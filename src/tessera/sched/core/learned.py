@@ -30,7 +30,9 @@ policies saw were from the truth: at a job's first decision (prior) and at its l
 the job, the flavor and the gang size (so a run is reproducible whatever the order of events).
 
 **Bootstrap profiles** (:mod:`tessera.sim.bootstrap`): while a job runs its short 1-GPU
-profiles its spec is a pinned copy; the jobs in :attr:`LearnedOracle.profiling` are left out
+profiles its spec is a pinned copy under its own id (``<job>/profile``, so no policy's memory
+mixes a profile with the job); :attr:`LearnedOracle.profiling` maps those ids to the jobs',
+observations on a profile count for its job, and profiles are left out
 of the first/last-decision errors (a profile is not a decision about the job's real gang), and
 a 1-GPU profile's observations give the gang's *shape* across flavors, and the gang's own runs
 its scale (:meth:`LearnedOracle.observed`).
@@ -84,8 +86,8 @@ class LearnedOracle(ThroughputOracle):
         truth.listener = self.observe
         self.noise = noise
         self.seed = seed
-        #: ids of the jobs running their bootstrap profiles (see the module docstring)
-        self.profiling: set[str] = set()
+        #: bootstrap profiles' ids -> their jobs' ids (see the module docstring)
+        self.profiling: dict[str, str] = {}
         self._estimators: dict[str, SpeedEstimator | None] = {}
         # job id -> (flavor short name, gang size) -> observed per-GPU steps/s
         self._observed: dict[str, dict[tuple[str, int], float]] = {}
@@ -101,20 +103,21 @@ class LearnedOracle(ThroughputOracle):
         """``job`` ran on ``flavor``: its (1-GPU equivalent) consolidated rate there is known."""
         if job.parallelism is not None:
             return
-        seen = self._observed.setdefault(job.job_id, {})
+        job_id = self.profiling.get(job.job_id, job.job_id)  # (a profile's: its job's)
+        seen = self._observed.setdefault(job_id, {})
         key = (flavor.short, job.num_gpus)
         if key in seen:
             return
         true = ThroughputOracle.rate(self._true, job, flavor, True)
         if true > 0:
-            seen[key] = true / job.num_gpus * self._noise(job, flavor)
-            self._per_job.pop(job.job_id, None)
+            seen[key] = true / job.num_gpus * self._noise(job_id, job, flavor)
+            self._per_job.pop(job_id, None)
 
-    def _noise(self, job: JobSpec, flavor: GpuFlavor) -> float:
+    def _noise(self, job_id: str, job: JobSpec, flavor: GpuFlavor) -> float:
         """The measurement's factor, ``exp(noise · z)`` (1.0 without noise)."""
         if not self.noise:
             return 1.0
-        key = f"{self.seed}/{job.job_id}/{flavor.short}/{job.num_gpus}".encode()
+        key = f"{self.seed}/{job_id}/{flavor.short}/{job.num_gpus}".encode()
         return math.exp(self.noise * random.Random(zlib.crc32(key)).gauss(0.0, 1.0))
 
     def observed(self, job: JobSpec) -> dict[str, float]:

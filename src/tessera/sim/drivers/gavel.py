@@ -19,7 +19,6 @@ from tessera.sim.config import SimConfig
 from tessera.sim.drivers.base import Driver
 from tessera.sim.drivers.gavel_pairs import PairLease, end_pair_lease, start_pair_lease
 from tessera.sim.metrics import Sample
-from tessera.sim.profile_fill import gavel_profile_placements
 from tessera.sim.state import SimJob, move
 from tessera.sim.world import SimWorld
 
@@ -196,9 +195,7 @@ def _dispatch(world: SimWorld, now_s: float, round_s: float
     by_id = {j.spec.job_id: j for j in world.active.values()}
     out: list[Lease] = []
     pairs: list[PairLease] = []
-    placements = dict(d.placements)  # (and the bootstrap profiles': sim/profile_fill.py)
-    placements.update(gavel_profile_placements(world, d.placements))
-    for jid, p in placements.items():
+    for jid, p in d.placements.items():
         job = by_id[jid]
         if p.colocated_with:
             lease = start_pair_lease(world, job, by_id[p.colocated_with[0]], p, now_s, round_s)
