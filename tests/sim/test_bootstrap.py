@@ -18,6 +18,7 @@ from tessera.report.files import write_run_files
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.learned import LearnedOracle, ObservedOracle
 from tessera.sched.core.settings import SchedulerSettings
+from tessera.sched.core.snapshot import Snapshot
 from tessera.sim.config import SimConfig, ValidationConfig
 from tessera.sim.engine import Simulator, simulate
 from tests.builders import RECO, RESNET, make_cluster, make_job, make_workload
@@ -171,3 +172,26 @@ def test_a_gangs_profiles_give_its_shape_and_its_own_run_its_scale() -> None:
     gang_v100 = T.throughput(RESNET, V100, 2)
     assert after[V100] == pytest.approx(gang_v100)
     assert after[K80] == pytest.approx(one[K80] * gang_v100 / one[V100])
+
+
+@pytest.mark.parametrize("compat", [None, "gavel"])
+def test_a_profile_runs_under_its_own_id_and_teaches_its_job(compat: str | None) -> None:
+    # a policy's memory is keyed by job id (Gavel's accounts, finish-time fairness's
+    # cumulative isolated time): a profile must not be mistaken for its job there
+    cfg = (SimConfig(compat="gavel", speeds="learned", bootstrap_s=300.0) if compat
+           else _learned(bootstrap_s=300.0))
+    sim = Simulator(make_workload(JOB), CLUSTER, make_policy("finish_time_fairness"), cfg, T)
+    seen: list[set[str]] = []
+    record = sim.world.on_decide
+    assert record is not None
+
+    def spy(snap: Snapshot) -> None:
+        seen.append({v.spec.job_id for v in snap.jobs})
+        record(snap)
+
+    sim.world.on_decide = spy
+    r = sim.run()
+    assert {"a/profile"} in seen and {"a"} in seen and {"a", "a/profile"} not in seen
+    assert sim.learned is not None and not sim.learned.profiling
+    assert set(sim.learned.observed(JOB)) == {"V100-16GB", "K80"}
+    assert [j.job_id for j in r.jobs] == ["a"] and r.summary.succeeded == 1
