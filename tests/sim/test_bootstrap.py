@@ -54,6 +54,8 @@ def test_a_new_job_profiles_each_flavor_first_and_its_jct_includes_the_profiles(
     assert seen[V100] == pytest.approx(T.throughput(RECO, V100))
     assert seen[K80] == pytest.approx(T.throughput(RECO, K80))
     assert any("2 profiles run" in n for n in r.notes)
+    # its first real decision already sees the truth (the profiles do not count as one)
+    assert any("0.0 % at its first decision" in n for n in r.notes)
 
 
 def test_without_profiles_the_same_job_starts_its_real_run_at_once() -> None:

@@ -129,7 +129,7 @@ class BootstrapProfiles:
             return
         self._saved[job.idx] = _Saved(job.spec, job.remaining, job.startup_s, todo)
         pid = profile_id(job.spec.job_id)
-        self.learned.profiling[pid] = job.spec.job_id
+        self.learned.start_profile(pid, job.spec.job_id)
         self.by_id[pid] = job
         self._pin(job, tuple(todo))
 
@@ -185,7 +185,7 @@ class BootstrapProfiles:
             return
         job.spec, job.remaining, job.startup_s = saved.spec, saved.remaining, saved.startup_s
         job.view = None
-        self.learned.profiling.pop(profile_id(job.spec.job_id), None)
+        self.learned.end_profile(profile_id(job.spec.job_id))
 
     def real_spec(self, job_idx: int) -> JobSpec | None:
         """The real spec of a job in a profile (``None`` for a job not profiling)."""

@@ -88,6 +88,7 @@ class LearnedOracle(ThroughputOracle):
         self.seed = seed
         #: bootstrap profiles' ids -> their jobs' ids (see the module docstring)
         self.profiling: dict[str, str] = {}
+        self._profiled: set[str] = set()  # (the jobs' ids of those)
         self._estimators: dict[str, SpeedEstimator | None] = {}
         # job id -> (flavor short name, gang size) -> observed per-GPU steps/s
         self._observed: dict[str, dict[tuple[str, int], float]] = {}
@@ -111,6 +112,20 @@ class LearnedOracle(ThroughputOracle):
         true = ThroughputOracle.rate(self._true, job, flavor, True)
         if true > 0:
             seen[key] = true / job.num_gpus * self._noise(job_id, job, flavor)
+            self._per_job.pop(job_id, None)
+
+    def start_profile(self, profile_id: str, job_id: str) -> None:
+        """``job_id`` runs its bootstrap profiles as ``profile_id`` (see the module
+        docstring): their observations are the job's, and neither counts in the
+        first/last-decision errors until :meth:`end_profile`."""
+        self.profiling[profile_id] = job_id
+        self._profiled.add(job_id)
+
+    def end_profile(self, profile_id: str) -> None:
+        """The profiles of ``profile_id`` are over (done, failed or cut short)."""
+        job_id = self.profiling.pop(profile_id, None)
+        if job_id is not None:
+            self._profiled.discard(job_id)
             self._per_job.pop(job_id, None)
 
     def _noise(self, job_id: str, job: JobSpec, flavor: GpuFlavor) -> float:
@@ -171,7 +186,7 @@ class LearnedOracle(ThroughputOracle):
                     c = r.consolidated  # (a flavor the table answers but the estimator lacks)
                 out.append(FlavorRate(r.flavor, c, c * r.spread / r.consolidated))
             view = tuple(out)
-            if job.job_id not in self.profiling:
+            if job.job_id not in self.profiling and job.job_id not in self._profiled:
                 error = _mean_error(view, real)
                 self._first_error.setdefault(job.job_id, error)
                 self._last_error[job.job_id] = error
