@@ -1,19 +1,22 @@
 """What not knowing a job's speed costs: average JCT with the table's speeds and learned ones.
 
-For each trace and policy, runs the simulator twice, ``speeds="table"`` (policies read the
-throughput table) and ``speeds="learned"`` (they read :mod:`tessera.sched.core.learned`'s
-estimates; the table still drives progress), and prints one JSON line per pair: both average
-JCTs, their ratio and the run's note on the estimates' error. The traces of
-``docs/scheduler.md`` ("Learned speeds"):
+For each trace and policy, runs the simulator three times, ``speeds="table"`` (policies read
+the throughput table), ``speeds="learned"`` (they read :mod:`tessera.sched.core.learned`'s
+estimates; the table still drives progress) and ``learned`` with Sia's bootstrap
+(``bootstrap_s``: a profile on one GPU of each flavor first, :mod:`tessera.sim.bootstrap`),
+and prints one JSON line per policy: the three average JCTs, the learned runs' ratios to the
+table's and their notes on the estimates' error. The traces of ``docs/scheduler.md``
+("Learned speeds"):
 
 * ``gavel``: Gavel-like heavy load (200 one-GPU jobs, 20 per hour, seeds 0 and 1) on
   ``v100:12,p100:12,k80:12`` under ``--compat gavel``;
 * ``sia``: Sia's Philly workloads 1 and 2 (2 needs the public data) on ``sia-64`` with Sia's
   table.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_learned_speeds.py [--setting gavel]
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_learned_speeds.py [--setting gavel] \
+        [--bootstrap-s 300] [--policies hetero_srpt]
 
-About 15 minutes for everything on one core (``finish_time_fairness`` under ``--compat
+About 25 minutes for everything on one core (``finish_time_fairness`` under ``--compat
 gavel`` takes two of them per run).
 """
 
@@ -34,8 +37,15 @@ GAVEL_POLICIES = "max_min_fairness,finish_time_fairness,hetero_srpt,hetero_gitti
 SIA_POLICIES = "hetero_srpt,las,max_min_fairness,finish_time_fairness,hetero_gittins"
 
 
-def compare(setting: str, name: str, workload: Workload, policies: str) -> None:
-    """Print one JSON line per policy: table against learned speeds."""
+#: The three runs per policy: (label, speeds, with the bootstrap).
+RUNS = (("table", "table", False), ("learned", "learned", False),
+        ("bootstrap", "learned", True))
+
+
+def compare(setting: str, name: str, workload: Workload, policies: str,
+            bootstrap_s: float) -> None:
+    """Print one JSON line per policy: table against learned speeds, without and with the
+    bootstrap."""
     if setting == "gavel":
         table, compat = load_throughputs("gavel"), "gavel"
         cluster = load_cluster("v100:12,p100:12,k80:12", 1)
@@ -45,30 +55,41 @@ def compare(setting: str, name: str, workload: Workload, policies: str) -> None:
     for policy in policies.split(","):
         row: dict[str, object] = {"trace": name, "policy": policy}
         jct_h = {}
-        for speeds in ("table", "learned"):
+        for label, speeds, boot in RUNS:
             t0 = time.perf_counter()
-            cfg = SimConfig(seed=0, speeds=speeds, compat=compat)  # type: ignore[arg-type]
+            cfg = SimConfig(seed=0, speeds=speeds, compat=compat,  # type: ignore[arg-type]
+                            bootstrap_s=bootstrap_s if boot else None)
             r = simulate(workload, cluster, policy, cfg, table)
-            jct_h[speeds] = r.summary.avg_jct_s / 3600
-            row[f"{speeds}_jct_h"] = round(jct_h[speeds], 3)
-            row[f"{speeds}_wall_s"] = round(time.perf_counter() - t0, 1)
-            row["note"] = [n for n in r.notes if "learned" in n]
+            jct_h[label] = r.summary.avg_jct_s / 3600
+            row[f"{label}_jct_h"] = round(jct_h[label], 3)
+            row[f"{label}_wall_s"] = round(time.perf_counter() - t0, 1)
+            if speeds == "learned":
+                row[f"{label}_note"] = [n for n in r.notes if "learned" in n]
+                row[f"{label}_unfinished"] = r.summary.unfinished
+        row["bootstrap_s"] = bootstrap_s
         row["ratio"] = round(jct_h["learned"] / jct_h["table"], 3)
+        row["bootstrap_ratio"] = round(jct_h["bootstrap"] / jct_h["table"], 3)
         print(json.dumps(row), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--setting", choices=("gavel", "sia", "both"), default="both")
+    ap.add_argument("--bootstrap-s", type=float, default=300.0,
+                    help="length of each bootstrap profile (s)")
+    ap.add_argument("--policies", default=None, help="comma-separated (default: the table's)")
+    ap.add_argument("--seeds", default="0,1", help="Gavel-like trace seeds")
+    ap.add_argument("--traces", default="sia-philly-1,sia-philly-2", help="Sia's workloads")
     args = ap.parse_args()
     if args.setting in ("gavel", "both"):
-        for seed in (0, 1):
+        for seed in map(int, args.seeds.split(",")):
             w = generate_gavel_like(200, 20.0, seed)
-            compare("gavel", f"gavel heavy, seed {seed}", w, GAVEL_POLICIES)
+            compare("gavel", f"gavel heavy, seed {seed}", w, args.policies or GAVEL_POLICIES,
+                    args.bootstrap_s)
     if args.setting in ("sia", "both"):
-        for trace in ("sia-philly-1", "sia-philly-2"):
+        for trace in args.traces.split(","):
             w = read_trace(trace, throughputs=load_throughputs("sia")).workload
-            compare("sia", trace, w, SIA_POLICIES)
+            compare("sia", trace, w, args.policies or SIA_POLICIES, args.bootstrap_s)
 
 
 if __name__ == "__main__":

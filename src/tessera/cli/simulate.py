@@ -313,6 +313,10 @@ def _write_outputs(
     from tessera.report.energy import plot_power
 
     images.append(plot_power(results, out / "cluster_power.png"))
+    from tessera.report.estimate_error import plot_estimate_error
+
+    errors = plot_estimate_error(results, out / "estimate_error.png")
+    images += [errors] if errors is not None else []
     return write_html_report(results, images, out / "report.html",
                              title=f"Tessera: {trace}", settings=settings)
 
@@ -366,6 +370,13 @@ def _register_simulate(app: typer.Typer) -> None:
                                    "speed from: table | learned (estimates from the other "
                                    "job types and the job's own runs; the table still drives "
                                    "progress; docs/scheduler.md, Learned speeds)."),
+        bootstrap_s: float | None = typer.Option(
+            None, "--bootstrap-s", help="With --speeds learned, Sia's bootstrap: each new job "
+            "first runs a profile of this many seconds on one GPU of each GPU type it can use "
+            "(real time and GPU use: its JCT includes them; docs/scheduler.md)."),
+        measurement_noise: float = typer.Option(
+            0.0, "--measurement-noise", help="With --speeds learned, each observed rate is "
+            "the true one times exp(noise·z), z standard normal, seeded (0: exact)."),
         goodput: str = typer.Option("table", help="What Sia and Pollux read an elastic job's "
                                     "goodput from: table (the bundled profiles) | gns "
                                     "(efficiency from the gradient noise scale the job's "
@@ -432,10 +443,12 @@ def _register_simulate(app: typer.Typer) -> None:
             from tessera.errors import SpecError
 
             raise SpecError(f"--goodput {goodput!r}: table, gns or reported")
+        _check_learned_flags(speeds, bootstrap_s, measurement_noise)
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
             "seed": seed, "compat": compat, "compat_solver": compat_solver, "speeds": speeds,
-            "goodput": goodput,
+            "goodput": goodput, "bootstrap_s": bootstrap_s,
+            "measurement_noise": measurement_noise,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,
             "validation_min_gpus": validate_min_gpus, "validation_validation_s": validation_s,
@@ -474,6 +487,18 @@ def _register_simulate(app: typer.Typer) -> None:
                        workers=n, throughputs=throughputs, on_error=on_error, limit=limit,
                        plots=plots, trace_format=trace_format, sia_calibration=sia_calibration,
                        carbon=carbon, slack_h=slack_h)
+
+
+def _check_learned_flags(speeds: str, bootstrap_s: float | None, noise: float) -> None:
+    """Refuse ``--bootstrap-s`` / ``--measurement-noise`` values that cannot apply."""
+    from tessera.errors import SpecError
+
+    if bootstrap_s is not None and not (math.isfinite(bootstrap_s) and bootstrap_s > 0):
+        raise SpecError(f"--bootstrap-s must be > 0 seconds, got {bootstrap_s:g}")
+    if not (math.isfinite(noise) and noise >= 0):
+        raise SpecError(f"--measurement-noise must be >= 0, got {noise:g}")
+    if speeds != "learned" and (bootstrap_s is not None or noise):
+        raise SpecError("--bootstrap-s and --measurement-noise need --speeds learned")
 
 
 def _register_demo(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from tessera.sim.estimate_error import CSV_HEADER as ERROR_CSV_HEADER
 from tessera.sim.metrics import JobRecord, SimResult
 
 PENDING_RECORD_FIELDS = ("wait_quota_s", "wait_capacity_s", "wait_fragmentation_s",
@@ -43,8 +44,18 @@ def write_summary_json(result: SimResult, path: Path) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str))
 
 
+def write_estimate_error_csv(result: SimResult, path: Path) -> None:
+    """The run's estimate error over time (learned speeds), one row per point:
+    ``time_s,mean_error,p90_error,jobs`` (errors as fractions: 0.25 = 25 % off)."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(ERROR_CSV_HEADER)
+        w.writerows(result.estimate_error)
+
+
 def write_run_files(results: list[SimResult], out: Path) -> list[Path]:
-    """Write every policy's jobs CSV and summary JSON under ``out``; returns the paths."""
+    """Write every policy's jobs CSV and summary JSON under ``out`` (and its estimate-error
+    CSV under learned speeds); returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for r in results:
@@ -54,4 +65,8 @@ def write_run_files(results: list[SimResult], out: Path) -> list[Path]:
         write_job_csv(r, p_csv)
         write_summary_json(r, p_json)
         paths += [p_csv, p_json]
+        if r.estimate_error:
+            p_err = out / f"estimate-error-{stem}.csv"
+            write_estimate_error_csv(r, p_err)
+            paths.append(p_err)
     return paths

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tessera.report.energy import energy_html
+from tessera.report.estimate_error import CAPTION as ESTIMATE_ERROR_CAPTION
 from tessera.report.policies import (
     ORACLE_MARK,
     best_without_oracle,
@@ -52,6 +53,7 @@ CAPTIONS: dict[str, str] = {
                      "idle GPUs at idle power (docs/energy.md).",
     "ftf_rho": "Distribution of finish-time fairness ρ (log scale); left of the dashed line "
                "(ρ ≤ 1) a job finished no later than alone on its fastest flavor.",
+    "estimate_error": ESTIMATE_ERROR_CAPTION,
 }
 
 

@@ -130,6 +130,11 @@ class SimConfig(BaseModel):
         seed: the only source of randomness.
         speeds: ``table`` (policies read the throughput table) or ``learned`` (they read
             estimates learned from the job's runs, :mod:`tessera.sched.core.learned`).
+        bootstrap_s: with ``speeds="learned"``, Sia's bootstrap: each new job first runs a
+            profile of this many seconds on one GPU of each flavor it can use
+            (:mod:`tessera.sim.bootstrap`); ``None``: no profiles.
+        measurement_noise: with ``speeds="learned"``, each observed rate is the true one
+            times ``exp(noise · z)``, ``z`` standard normal (seeded); 0: exact observations.
         goodput: ``table`` (Sia and Pollux read an elastic job's statistical efficiency and
             step times from the bundled profiles), ``gns`` (its efficiency from the gradient
             noise scale its simulated agent reports, Pollux's closed form) or ``reported``
@@ -168,6 +173,8 @@ class SimConfig(BaseModel):
     compat_solver: Literal["auto", "ecos", "highs", "highs-ipm"] = "auto"
     seed: int = 0
     speeds: Literal["table", "learned"] = "table"
+    bootstrap_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    measurement_noise: float = Field(0.0, ge=0, allow_inf_nan=False)
     goodput: Literal["table", "gns", "reported"] = "table"
     max_sim_time_s: float | None = Field(None, gt=0)
     sample_every_s: float = Field(600.0, gt=0)

@@ -8,21 +8,26 @@ the round driver, or Gavel's loop under ``compat="gavel"``. Every driver asks th
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from tessera.errors import SpecError
 from tessera.model.cluster import ClusterSpec
-from tessera.model.jobs import Workload
+from tessera.model.jobs import JobId, JobSpec, Workload
 from tessera.perf.profiles import ThroughputTable, default_throughputs
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.learned import LearnedOracle, ObservedOracle
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
+from tessera.sim.bootstrap import BootstrapProfiles
 from tessera.sim.config import SimConfig
 from tessera.sim.drivers import Driver, driver_for
+from tessera.sim.estimate_error import ErrorSeries
 from tessera.sim.events import ProgressFn
+from tessera.sim.learned_notes import cannot_learn
 from tessera.sim.metrics import SimResult
 from tessera.sim.sharing import SharingWorld
 from tessera.sim.world import SimWorld
@@ -47,6 +52,7 @@ class Simulator:
         progress: RunProgressFn | None = None,
     ) -> None:
         cfg = config.effective()
+        _check_learned(cfg)
         self.driver: Driver = driver_for(cfg, policy)
         learned = cfg.speeds == "learned"
         oracle = (ObservedOracle if learned else ThroughputOracle)(
@@ -57,9 +63,29 @@ class Simulator:
         self.world = world(workload, cluster, run_policy, cfg, oracle,
                            self.driver.uses_rounds(), self._with_clock(progress))
         self.world.notes += config.compat_overrides()  # (never silently: the run's notes)
-        self.learned = LearnedOracle(oracle) if isinstance(oracle, ObservedOracle) else None
+        self.learned = (LearnedOracle(oracle, cfg.measurement_noise, cfg.seed)
+                        if isinstance(oracle, ObservedOracle) else None)
+        self.errors: ErrorSeries | None = None
         if self.learned is not None:  # policies see estimates; the truth drives progress
             self.world.ctx.oracle = self.learned
+            self._learn(cfg, self.learned)
+
+    def _learn(self, cfg: SimConfig, learned: LearnedOracle) -> None:
+        """Wire learned speeds' extras into the world: Sia's bootstrap profiles (with
+        ``bootstrap_s``), the estimate-error series, and what cannot learn, said."""
+        world = self.world
+        profiles = None
+        if cfg.bootstrap_s is not None:
+            profiles = world.profiles = BootstrapProfiles(cfg.bootstrap_s, world.truth,
+                                                          learned, world.policy.elastic,
+                                                          world.by_id)
+
+        def real_spec(job_id: str) -> JobSpec | None:
+            return None if profiles is None else profiles.real_spec(world.by_id[JobId(job_id)].idx)
+
+        self.errors = ErrorSeries(learned, cfg.scheduler.round_s, real_spec)
+        world.on_decide = self.errors.observe
+        world.notes += cannot_learn(world.policy, world.workload)
 
     def _with_clock(self, progress: RunProgressFn | None) -> ProgressFn | None:
         """The world's ``(done, total)`` callback, passing the world's clock on as well."""
@@ -72,7 +98,16 @@ class Simulator:
         self.driver.run(self.world)
         if self.learned is not None:
             self.world.notes += (self.learned.error_note(),)
-        return self.world.finish(wall0)
+        if self.errors is not None:
+            self.world.notes += (self.errors.note(),)
+        if self.world.profiles is not None:
+            self.world.notes += (f"--bootstrap-s {self.world.profiles.profile_s:g}: "
+                                 f"{self.world.profiles.profiles_run} profiles run "
+                                 "(GPU time in bootstrap_gpu_h; JCTs include them)",)
+        result = self.world.finish(wall0)
+        if self.errors is not None:
+            result = dataclasses.replace(result, estimate_error=tuple(self.errors.points))
+        return result
 
 
 def simulate(
@@ -126,6 +161,19 @@ def _collector_skips_long_lived() -> Iterator[Callable[[], None]]:
         yield gc.freeze
     finally:
         gc.unfreeze()
+
+
+def _check_learned(cfg: SimConfig) -> None:
+    """Refuse learned-speed settings that cannot apply, with one clear line."""
+    if cfg.speeds != "learned":
+        if cfg.bootstrap_s is not None:
+            raise SpecError("--bootstrap-s needs --speeds learned (with the table's speeds "
+                            "there is nothing to profile)")
+        if cfg.measurement_noise:
+            raise SpecError("--measurement-noise needs --speeds learned")
+    if cfg.bootstrap_s is not None and cfg.validation.min_gpus:
+        raise SpecError("--bootstrap-s and pre-run validation (--validate-min-gpus) cannot "
+                        "both be on: both replace a job's first run")
 
 
 def _leave_alone() -> None:

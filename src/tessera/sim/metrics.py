@@ -45,6 +45,7 @@ from tessera.sched.core.decide import PendingKind
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 from tessera.sim.config import SimConfig
 from tessera.sim.energy import EnergySummary
+from tessera.sim.estimate_error import ErrorPoint
 from tessera.sim.state import SimJob
 
 
@@ -154,6 +155,9 @@ class SimResult:
     rounds it happened in."""
     energy: EnergySummary | None = None
     """Cluster energy, power over time and (with a carbon trace) emissions."""
+    estimate_error: tuple[ErrorPoint, ...] = ()
+    """Under learned speeds, the policies' estimate error over time, one point per round
+    (:mod:`tessera.sim.estimate_error`); empty otherwise."""
 
     @property
     def pending_recorded(self) -> bool:
@@ -199,6 +203,8 @@ class SimResult:
             "pending_s_mean": s.pending_h * 3600 / max(s.jobs, 1),
             **{k: v for k, v in sorted(self.extras.items())},
             **(self.energy.as_dict() if self.energy is not None else {}),
+            **({"estimate_error": [p._asdict() for p in self.estimate_error]}
+               if self.estimate_error else {}),
             "notes": list(self.notes),
         }
 

@@ -24,12 +24,16 @@ Philly's lessons (all off by default, ``docs/lessons.md``): tenant quotas go int
 snapshot (fair-share delay); failing runs fail when :class:`~tessera.sim.failures.FailureTimes`
 says; and with pre-run validation (:mod:`tessera.sim.validation`) a big gang's attempt first
 runs as a 1-GPU job for ``validation_s``, so early failures strike the single GPU.
+
+Sia's bootstrap (``bootstrap_s``, with learned speeds: :mod:`tessera.sim.bootstrap`) turns a
+new job's first runs into short 1-GPU profiles, one per flavor, through the same decision core.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from tessera.model.cluster import ClusterSpec
@@ -43,6 +47,7 @@ from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.policy import Policy
 from tessera.sched.core.snapshot import JobSplit, Placement, Snapshot
 from tessera.sched.resources.speed import host_speedup
+from tessera.sim.bootstrap import BootstrapProfiles
 from tessera.sim.carbon_runs import shift_for
 from tessera.sim.catchup import catch_up
 from tessera.sim.config import SimConfig
@@ -141,6 +146,11 @@ class SimWorld:
                        else config.quotas.resolve(workload, cluster.total_gpus)
                        if config.quotas.enabled else {})
         self.validation = PreRunValidation(config.validation, oracle)
+        self.profiles: BootstrapProfiles | None = None
+        """Sia's bootstrap profiles (set by the simulator under learned speeds)."""
+        self.on_decide: Callable[[Snapshot], None] | None = None
+        """Called with every snapshot the decision core is asked about (the estimate-error
+        series of learned speeds)."""
         self.infeasibility = Feasibility(cluster, oracle, self.sched.mixed_gangs)
         self.extras: dict[str, float] = {}
         self.fallbacks: dict[str, int] = {}
@@ -199,16 +209,24 @@ class SimWorld:
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def snapshot(self, t_s: float, free_gpus: bool = True) -> Snapshot:
+    def snapshot(self, t_s: float, free_gpus: bool = True, profiles: bool = False
+                 ) -> Snapshot:
         """What ``decide()`` sees at ``t_s``: the active jobs' views, and the free GPUs per node
         when the world books them (``free_gpus``; otherwise the core derives them from the
-        running gangs)."""
+        running gangs). When the world books the free GPUs, jobs in a bootstrap profile are
+        left out unless ``profiles`` (their fill-only decision, :mod:`tessera.sim.profile_fill`;
+        Gavel's loop, which re-leases every GPU each round, decides about them as jobs)."""
         self._catch_up()
         split = self.views.split(self.active, self.ctx.stay_put)
         hint: JobSplit | None
         jobs, hint = split.jobs, split
         if self.agent is not None:  # Pollux's agent: noise scale and step-time fits
             jobs, hint = self.agent.views(jobs, t_s), None
+        if free_gpus and not profiles and self.profiles is not None and \
+                self.profiles.profiling():
+            # (bootstrap profiles are placed fill-only, never seen by a full decision:
+            # sim/profile_fill.py)
+            jobs, hint = self.profiles.without_profiles(jobs), None
         return Snapshot(
             now_s=t_s, cluster=self.cluster, jobs=jobs, policy_state=self.policy_state,
             round_s=self.sched.round_s if self.rounds else None,
@@ -218,6 +236,8 @@ class SimWorld:
 
     def decide(self, snap: Snapshot, opts: PlacementOptions | None = None) -> Decision:
         """Call the decision core, keep its memory, and account its time and phases."""
+        if self.on_decide is not None:
+            self.on_decide(snap)
         t0 = time.perf_counter()
         d = (decide(snap, self.policy, self.ctx, opts or self.opts) if self.carbon is None
              else decide_shifted(snap, self.policy, self.ctx, opts or self.opts, self.carbon))
@@ -288,11 +308,15 @@ class SimWorld:
         job.last_update_s = t_s
         job.pending_since_s = t_s
         self.validation.begin(job)
+        if self.profiles is not None:
+            self.profiles.begin(job)
 
     def complete(self, job: SimJob, t_s: float) -> int:
         """``job``'s run finished its work at ``t_s``; returns 1 if the job is done for good."""
         if job.idx in self.validation:
             return self._validated(job, t_s)
+        if self.profiles is not None and job.idx in self.profiles:
+            return self._profiled(job, t_s)
         job.remaining = 0.0
         self.stop(job, t_s)
         move(job, JobState.SUCCEEDED)
@@ -318,6 +342,8 @@ class SimWorld:
             self.add(f"failures_in_{key}", 1.0)
             self.add(f"failure_gpu_h_in_{key}", (lost_s + startup_s) * job.spec.num_gpus / 3600)
             self.validation.end(job)
+        if self.profiles is not None:  # (a failed profile ends the profiling)
+            self.profiles.end(job)
         move(job, JobState.FAILED)
         job.attempts += 1
         del self.active[job.idx]
@@ -365,6 +391,8 @@ class SimWorld:
     def start(self, job: SimJob, p: Placement, t_s: float) -> None:
         """Run ``job`` on ``p`` from ``t_s``: admit and start it (or move it, if it runs), book
         its GPUs, and schedule its completion and any failure."""
+        if self.profiles is not None:  # (a bootstrap profile: pinned to the flavor it got)
+            self.profiles.started(job, p.flavor)
         rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
                 else self.truth.placement_rate(job.spec, p))
         if job.spec.sensitivity is not None:  # CPUs and memory it holds (Synergy's profiles)
@@ -417,8 +445,23 @@ class SimWorld:
         job.set_wait(None, t_s)
         return 0
 
+    def _profiled(self, job: SimJob, t_s: float) -> int:
+        """A bootstrap profile finished (:mod:`tessera.sim.bootstrap`): the scheduler stops
+        it and requeues the job, pinned to its next flavor or as its real gang."""
+        self.stop(job, t_s)
+        if self.profiles is not None:
+            self.profiles.next(job)
+        move(job, JobState.PREEMPTED)
+        move(job, JobState.PENDING)
+        job.pending_since_s = t_s
+        job.set_wait(None, t_s)
+        return 0
+
     def _account_run(self, job: SimJob, t_s: float) -> None:
         """Book a run that ends at ``t_s``: validation GPU-time, and split gangs' slowdown."""
+        if self.profiles is not None and job.idx in self.profiles:
+            self.add("bootstrap_gpu_h", max(t_s - job.run_started_s, 0.0) / 3600)
+            return
         for key, gpu_h in run_gpu_hours(job, t_s, self.truth, job.idx in self.validation):
             self.add(key, gpu_h)
 
@@ -437,6 +480,9 @@ class SimWorld:
             self.power.finish(self.running, self.last_t)
         for idx in self.validation.validating():
             self.validation.end(self.jobs[idx])
+        if self.profiles is not None:
+            for idx in self.profiles.profiling():
+                self.profiles.end(self.jobs[idx])
         for j in self.active.values():
             j.set_wait(None, self.last_t)
             if j.state is JobState.PENDING:

@@ -10,8 +10,9 @@ Under ``tessera simulate --speeds learned`` the simulator keeps two oracles over
   :meth:`placement_rate` from :class:`tessera.perf.estimate.SpeedEstimator`: before a job has
   run, the prior (the table's *other* job types completed in log space, shaped by the
   same-model job types when there are some: the job's own type is left out, as if the table
-  had never measured it); once it has run on a flavor, its observed rate there, which fixes
-  the whole row's scale (two flavors also fit its shape).
+  had never measured it); once it has run on a flavor, its observed rate there (exactly:
+  the observation, not the fitted row), which also fixes the whole row's scale (two flavors
+  also fit its shape).
 
 What the view still takes from the truth, and why: *where* a job can run (which flavors fit
 its memory: a memory model answers that, not a speed estimate), and the ratio of its split to
@@ -20,11 +21,28 @@ its consolidated speed on a flavor (the network penalty, not the GPU's speed). A
 (steps per second for the gang); a gang's prior is the 1-GPU estimate times its size.
 
 :meth:`LearnedOracle.error_note` states, for the run's notes, how far the estimates the
-policies saw were from the truth: at a job's first decision (prior) and at its last.
+policies saw were from the truth: at a job's first decision (prior) and at its last;
+:meth:`LearnedOracle.error_of` gives one job's error now (the run's error-over-time series,
+:mod:`tessera.sim.estimate_error`).
+
+**Measurement noise.** With ``noise`` > 0 every observed rate is the true one times
+``exp(noise · z)``, ``z`` a standard normal drawn from a generator seeded by the run's seed,
+the job, the flavor and the gang size (so a run is reproducible whatever the order of events).
+
+**Bootstrap profiles** (:mod:`tessera.sim.bootstrap`): while a job runs its short 1-GPU
+profiles its spec is a pinned copy under its own id (``<job>/profile``, so no policy's memory
+mixes a profile with the job); :attr:`LearnedOracle.profiling` maps those ids to the jobs',
+observations on a profile count for its job, and profiles are left out
+of the first/last-decision errors (a profile is not a decision about the job's real gang), and
+a 1-GPU profile's observations give the gang's *shape* across flavors, and the gang's own runs
+its scale (:meth:`LearnedOracle.observed`).
 """
 
 from __future__ import annotations
 
+import math
+import random
+import zlib
 from collections.abc import Callable
 
 from tessera.errors import SpecError
@@ -54,14 +72,29 @@ class LearnedOracle(ThroughputOracle):
 
     per_job_rates = True
 
-    def __init__(self, truth: ObservedOracle) -> None:
+    def __init__(self, truth: ObservedOracle, noise: float = 0.0, seed: int = 0) -> None:
+        """Args:
+            truth: the oracle that drives progress; it tells this one what it hands out.
+            noise: relative measurement noise of each observation (``exp(noise · z)``).
+            seed: the run's seed (the noise's only source of randomness).
+        """
+        if not (math.isfinite(noise) and noise >= 0):
+            raise SpecError(f"measurement noise {noise!r}: must be a finite number >= 0")
         super().__init__(truth.table, truth.cluster, split_large_gangs=truth.split_large_gangs,
                          truth=truth, plans=truth.plans)
         self._true = truth
         truth.listener = self.observe
+        self.noise = noise
+        self.seed = seed
+        #: bootstrap profiles' ids -> their jobs' ids (see the module docstring)
+        self.profiling: dict[str, str] = {}
+        self._profiled: set[str] = set()  # (the jobs' ids of those)
         self._estimators: dict[str, SpeedEstimator | None] = {}
-        self._observed: dict[str, dict[str, float]] = {}
-        self._per_job: dict[str, tuple[FlavorRate, ...]] = {}
+        # job id -> (flavor short name, gang size) -> observed per-GPU steps/s
+        self._observed: dict[str, dict[tuple[str, int], float]] = {}
+        # job id -> (the spec the view was made for, the view): a profile's pinned copy and
+        # the real spec share the id, so a hit must be for the very same spec.
+        self._per_job: dict[str, tuple[JobSpec, tuple[FlavorRate, ...]]] = {}
         self._first_error: dict[str, float] = {}
         self._last_error: dict[str, float] = {}
 
@@ -71,13 +104,53 @@ class LearnedOracle(ThroughputOracle):
         """``job`` ran on ``flavor``: its (1-GPU equivalent) consolidated rate there is known."""
         if job.parallelism is not None:
             return
-        seen = self._observed.setdefault(job.job_id, {})
-        if flavor.short in seen:
+        job_id = self.profiling.get(job.job_id, job.job_id)  # (a profile's: its job's)
+        seen = self._observed.setdefault(job_id, {})
+        key = (flavor.short, job.num_gpus)
+        if key in seen:
             return
         true = ThroughputOracle.rate(self._true, job, flavor, True)
         if true > 0:
-            seen[flavor.short] = true / job.num_gpus
-            self._per_job.pop(job.job_id, None)
+            seen[key] = true / job.num_gpus * self._noise(job_id, job, flavor)
+            self._per_job.pop(job_id, None)
+
+    def start_profile(self, profile_id: str, job_id: str) -> None:
+        """``job_id`` runs its bootstrap profiles as ``profile_id`` (see the module
+        docstring): their observations are the job's, and neither counts in the
+        first/last-decision errors until :meth:`end_profile`."""
+        self.profiling[profile_id] = job_id
+        self._profiled.add(job_id)
+
+    def end_profile(self, profile_id: str) -> None:
+        """The profiles of ``profile_id`` are over (done, failed or cut short)."""
+        job_id = self.profiling.pop(profile_id, None)
+        if job_id is not None:
+            self._profiled.discard(job_id)
+            self._per_job.pop(job_id, None)
+
+    def _noise(self, job_id: str, job: JobSpec, flavor: GpuFlavor) -> float:
+        """The measurement's factor, ``exp(noise · z)`` (1.0 without noise)."""
+        if not self.noise:
+            return 1.0
+        key = f"{self.seed}/{job_id}/{flavor.short}/{job.num_gpus}".encode()
+        return math.exp(self.noise * random.Random(zlib.crc32(key)).gauss(0.0, 1.0))
+
+    def observed(self, job: JobSpec) -> dict[str, float]:
+        """Per-GPU rates of ``job`` at its own gang size, by flavor short name: those observed
+        at that size, and those observed at another (a 1-GPU bootstrap profile) scaled by the
+        job's measured scaling (the geometric mean, over the flavors observed at both sizes,
+        of own-size / other-size per-GPU rate; 1 where no flavor has both)."""
+        obs = self._observed.get(job.job_id)
+        if not obs:
+            return {}
+        own = {f: r for (f, g), r in obs.items() if g == job.num_gpus}
+        other = {f: r for (f, g), r in obs.items() if g != job.num_gpus and f not in own}
+        if not other:
+            return own
+        both = [math.log(own[f] / r) for (f, g), r in obs.items()
+                if g != job.num_gpus and f in own]
+        scale = math.exp(sum(both) / len(both)) if both else 1.0
+        return {**{f: r * scale for f, r in other.items()}, **own}
 
     def _estimator(self, job_type: str) -> SpeedEstimator | None:
         if job_type not in self._estimators:
@@ -94,28 +167,39 @@ class LearnedOracle(ThroughputOracle):
     def rates(self, job: JobSpec) -> tuple[FlavorRate, ...]:
         """Estimated rates on the flavors where the job can run (cached until it runs anew)."""
         hit = self._per_job.get(job.job_id)
-        if hit is not None:
-            return hit
+        if hit is not None and (hit[0] is job or hit[0] == job):
+            return hit[1]
         real = self.real_rates(job)
         est = self._estimator(job.job_type) if job.parallelism is None else None
         if est is None or not real:
             view = real
         else:
-            guess = est.estimate(self._observed.get(job.job_id, {}), model_of(job.job_type))
+            seen = self.observed(job)
+            guess = est.estimate(seen, model_of(job.job_type))
             out = []
             for r in real:
-                try:
-                    c = guess[est.flavors[est.column(r.flavor.short)]] * job.num_gpus
+                try:  # (a flavor it was observed on: the observation, not the row's fit)
+                    c = seen.get(r.flavor.short) or guess[est.flavors[est.column(
+                        r.flavor.short)]]
+                    c *= job.num_gpus
                 except SpecError:
                     c = r.consolidated  # (a flavor the table answers but the estimator lacks)
                 out.append(FlavorRate(r.flavor, c, c * r.spread / r.consolidated))
             view = tuple(out)
-            error = sum(abs(v.consolidated / r.consolidated - 1) for v, r in
-                        zip(view, real, strict=True)) / len(real)
-            self._first_error.setdefault(job.job_id, error)
-            self._last_error[job.job_id] = error
-        self._per_job[job.job_id] = view
+            if job.job_id not in self.profiling and job.job_id not in self._profiled:
+                error = _mean_error(view, real)
+                self._first_error.setdefault(job.job_id, error)
+                self._last_error[job.job_id] = error
+        self._per_job[job.job_id] = (job, view)
         return view
+
+    def error_of(self, job: JobSpec) -> float | None:
+        """Mean |estimate / true - 1| over the flavors where ``job`` can run, as policies
+        see it now (``None`` if it can run nowhere)."""
+        real = self.real_rates(job)
+        if not real:
+            return None
+        return _mean_error(self.rates(job), real)
 
     def rate(self, job: JobSpec, flavor: GpuFlavor, consolidated: bool) -> float:
         """Estimated steps/s of ``job`` on ``flavor`` (0.0 if it cannot run there)."""
@@ -154,3 +238,9 @@ class LearnedOracle(ThroughputOracle):
         return (f"--speeds learned: mean |estimate/true - 1| over a job's flavors: "
                 f"{first:.1f} % at its first decision, {last:.1f} % at its last ({n} jobs)")
 
+
+
+def _mean_error(view: tuple[FlavorRate, ...], real: tuple[FlavorRate, ...]) -> float:
+    """Mean |estimate / true - 1| of consolidated rates over the flavors of ``real``."""
+    return sum(abs(v.consolidated / r.consolidated - 1) for v, r in
+               zip(view, real, strict=True)) / len(real)

@@ -128,6 +128,7 @@ def _end_lease(
     A micro-task that ran no whole step per worker is Gavel's failed micro-task: nothing is
     credited, and after :data:`_MAX_FAILED_MICROTASKS` in a row the job fails for good.
     """
+    leased_rate = job.rate
     job.placement = None
     job.rate = 0.0
     job.last_run_end_s = finish
@@ -145,6 +146,13 @@ def _end_lease(
         return False, False
     failures[job.idx] = 0
     job.remaining = max(job.remaining - steps, 0.0)
+    profiles = world.profiles
+    if profiles is not None and job.idx in profiles:  # (a bootstrap profile: sim/bootstrap)
+        world.add("bootstrap_gpu_h", steps / leased_rate / 3600 if leased_rate > 0 else 0.0)
+        if job.remaining <= 0:
+            profiles.next(job)
+        _requeue(job)
+        return False, False  # (the policy never saw the profile: nothing to credit)
     if job.remaining <= 0:
         move(job, JobState.SUCCEEDED)
         _retire(world, job, finish)
@@ -194,6 +202,8 @@ def _dispatch(world: SimWorld, now_s: float, round_s: float
             if lease is not None:
                 pairs.append(lease)
             continue
+        if world.profiles is not None:  # (a bootstrap profile: pinned to the flavor it got)
+            world.profiles.started(job, p.flavor)
         rate = world.truth.rate(job.spec, p.flavor, True)  # Gavel: consolidated, always
         if rate <= 0:
             continue

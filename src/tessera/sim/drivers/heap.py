@@ -26,6 +26,7 @@ from tessera.sched.core.cadence import Cadence, ProgressWatch, Step, progressed_
 from tessera.sched.elastic.goodput import RESCALE_S
 from tessera.sim.drivers.base import Driver
 from tessera.sim.events import COMPLETE, EPS_S, RETRY
+from tessera.sim.profile_fill import fill_profiles
 from tessera.sim.world import SimWorld
 
 ROUND, WAKEUP = 4, 5
@@ -89,6 +90,8 @@ class _HeapDriver(Driver):
                 changed = True
             self.done = done
             self.react(world, t_s, round_now, changed)
+            if world.profiles is not None:  # bootstrap profiles take idle GPUs only
+                fill_profiles(world, t_s)
             if world.progress is not None and changed:
                 world.progress(done, n)
 

@@ -1,0 +1,197 @@
+"""Sia's bootstrap: a new job first runs a short profile on one GPU of each flavor.
+
+Under ``--speeds learned`` a job arrives with its speeds unknown (the policies see a prior,
+:mod:`tessera.sched.core.learned`). Sia (Jayaram Subramanya et al., SOSP'23, §3.2) fixes that
+by profiling every new job for a few minutes at its smallest size on each GPU type before its
+real allocation. With ``bootstrap_s`` set (``tessera simulate --bootstrap-s 300``) the
+simulator does the same, one flavor after another (whichever has an idle GPU first), each
+profile an ordinary 1-GPU run:
+
+1. **begin** (at the job's arrival) -- the flavors to profile are those of the cluster the job
+   accepts and fits at one GPU (cluster order); the job's spec is swapped for a 1-GPU copy
+   restricted to them (``flavors``), under its own id (:func:`profile_id`); placed on one,
+   ``F``, it is pinned there with ``bootstrap_s`` of work at its true rate there
+   (:meth:`BootstrapProfiles.started`). The real spec, remaining work and startup cost are
+   put aside. The decision core sees an
+   ordinary 1-GPU job restricted to some flavors and places it like any other: profiles
+   wait for a free GPU of a flavor still to profile, and hold it while they run (real
+   GPU use, booked as ``bootstrap_gpu_h``); the core never learns that profiling exists.
+2. **observe** -- when the profile runs, the truth hands out the job's rate on ``F`` and the
+   learned oracle records it (plus its measurement noise): from then on the policies' estimate
+   for ``F`` is the observed rate, and the observations on several flavors fit the job's row.
+3. **next** (the profile's work is done) -- the world stops the run; the job is restricted to
+   the flavors left and requeued, or, after the last, gets back its real spec and work and is
+   requeued for its real gang. Its JCT counts from its submission, so it includes every
+   profile and every wait for one.
+
+**Idle GPUs only.** A profile never preempts a running job and is never preempted: under
+the event and round drivers the world's full decisions do not see profiling jobs, and after
+every event the decision core is asked *fill-only* (idle GPUs, nobody moved) about the
+profiles waiting (:mod:`tessera.sim.profile_fill`). So a job profiles on arrival if a GPU of
+each flavor is idle, between rounds too, and its real gang then waits for a decision like a
+new job. Under heavy load a profile waits until a GPU of its flavor falls idle. Gavel's loop
+(``--compat gavel``) has no preemption cost and re-leases every GPU each round: there the
+profiles are ordinary jobs of its rounds.
+
+What a profile does not do: advance the job's own work (its steps are thrown away, as a
+measurement's are), profile a 3-D job (the planner prices those) or, under an elastic
+policy, an elastic one (Sia's and Pollux's goodput models price those), or run again after a
+failure (what it measured stays measured). A failure during a profile ends the profiling;
+the retry runs the real gang. A profile measures one GPU: until the gang itself runs, its
+estimate is that rate times its size; once it has run on a flavor, the profiles give the
+shape across flavors and the gang's own rate the scale (:meth:`LearnedOracle.observed`).
+Profiling cannot be combined with pre-run validation (both replace the job's first run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass, replace
+
+from tessera.errors import SpecError
+from tessera.model.gpus import GpuFlavor
+from tessera.model.jobs import JobId, JobSpec, JobState
+from tessera.sched.core.learned import LearnedOracle
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.snapshot import JobView
+from tessera.sim.state import SimJob
+
+
+def profile_id(job_id: str) -> JobId:
+    """The id a job's bootstrap profiles run under (``<job>/profile``): decisions and the
+    policies' memories (Gavel's accounts, finish-time fairness's isolated time, attained
+    service) keep a profile apart from its job."""
+    return JobId(f"{job_id}/profile")
+
+
+@dataclass(slots=True)
+class _Saved:
+    """What a profiling job put aside, and the flavors it has still to profile."""
+
+    spec: JobSpec
+    remaining: float
+    startup_s: float
+    todo: list[GpuFlavor]
+
+
+class BootstrapProfiles:
+    """The jobs in their bootstrap profiles, and what they put aside (module docstring).
+
+    Args:
+        profile_s: how long each profile runs, in seconds of simulated time.
+        truth: the true speeds (a profile lasts ``profile_s`` at its flavor's true rate).
+        learned: the policies' view; its ``profiling`` set names the jobs profiling now.
+        elastic_policy: the policy sizes elastic jobs itself (their goodput model prices
+            them, so they are not profiled); a rigid policy runs every job at its
+            ``num_gpus``, elastic range or not, and profiles them all.
+        by_id: the world's jobs by id, where each profile's id is entered (decisions name
+            a profile by its own id, :func:`profile_id`).
+
+    Raises:
+        SpecError: ``profile_s`` is not a positive, finite number of seconds.
+    """
+
+    def __init__(self, profile_s: float, truth: ThroughputOracle,
+                 learned: LearnedOracle, elastic_policy: bool = False,
+                 by_id: MutableMapping[JobId, SimJob] | None = None) -> None:
+        if not (profile_s > 0 and profile_s < float("inf")):
+            raise SpecError(f"bootstrap profile of {profile_s!r} s: must be a positive, "
+                            "finite number of seconds")
+        self.profile_s = float(profile_s)
+        self.truth = truth
+        self.learned = learned
+        self.elastic_policy = elastic_policy
+        self.by_id = by_id if by_id is not None else {}
+        self._saved: dict[int, _Saved] = {}
+        self.profiles_run = 0
+
+    def __contains__(self, job_idx: int) -> bool:
+        """Whether job ``job_idx`` is in one of its profiles."""
+        return job_idx in self._saved
+
+    def flavors_for(self, spec: JobSpec) -> list[GpuFlavor]:
+        """The flavors ``spec`` gets a profile on: every cluster flavor it accepts where its
+        1-GPU copy has a rate (fits there), in the cluster's order. A profile may take any
+        of the flavors still to profile (whichever has an idle GPU first)."""
+        if spec.parallelism is not None or (self.elastic_policy and spec.elastic is not None):
+            return []
+        allowed = self.truth.cluster_flavors
+        if spec.flavors:
+            allowed = tuple(f for f in allowed if f in spec.flavors)
+        one = replace(spec, num_gpus=1, requires_locality=False, flavors=())
+        ok = {r.flavor for r in self.truth.real_rates(one) if r.consolidated > 0}
+        return [f for f in allowed if f in ok]
+
+    def begin(self, job: SimJob) -> None:
+        """Turn ``job``'s first run into its first profile (nothing if it has none to run)."""
+        todo = self.flavors_for(job.spec)
+        if not todo:
+            return
+        self._saved[job.idx] = _Saved(job.spec, job.remaining, job.startup_s, todo)
+        pid = profile_id(job.spec.job_id)
+        self.learned.start_profile(pid, job.spec.job_id)
+        self.by_id[pid] = job
+        self._pin(job, tuple(todo))
+
+    def _pin(self, job: SimJob, flavors: tuple[GpuFlavor, ...]) -> None:
+        """Make ``job`` a 1-GPU run of ``profile_s`` on one of ``flavors`` (the work is that
+        of the first; :meth:`started` sets the flavor it got)."""
+        real = self._saved[job.idx].spec
+        pinned = replace(real, job_id=profile_id(real.job_id), num_gpus=1,
+                         requires_locality=False, flavors=flavors, total_steps=1.0,
+                         gpu_milli=None)
+        rate = ThroughputOracle.rate(self.truth, pinned, flavors[0], True)  # (not observed)
+        steps = rate * self.profile_s
+        job.spec = replace(pinned, total_steps=steps)
+        job.remaining = steps
+        job.startup_s = 0.0
+        job.view = None
+
+    def started(self, job: SimJob, flavor: GpuFlavor) -> None:
+        """``job``'s profile was placed on ``flavor``: pin it there (``profile_s`` of work at
+        its rate there) and strike the flavor off its list (nothing for a job not
+        profiling, or one already pinned there)."""
+        saved = self._saved.get(job.idx)
+        if saved is None or flavor not in saved.todo:
+            return
+        saved.todo.remove(flavor)
+        self._pin(job, (flavor,))
+
+    def next(self, job: SimJob) -> bool:
+        """``job``'s current profile finished: pin it to the next flavor, or give it back its
+        real spec and work after the last. Returns whether another profile follows."""
+        saved = self._saved[job.idx]
+        self.profiles_run += 1
+        if saved.todo:
+            self._pin(job, tuple(saved.todo))
+            return True
+        self.end(job)
+        return False
+
+    def without_profiles(self, jobs: tuple[JobView, ...]) -> tuple[JobView, ...]:
+        """``jobs`` less those in a profile (what a full decision of the world sees)."""
+        ids = self.learned.profiling
+        return tuple(v for v in jobs if v.spec.job_id not in ids)
+
+    def waiting(self, jobs: tuple[JobView, ...]) -> tuple[JobView, ...]:
+        """The views among ``jobs`` of profiles waiting for a GPU."""
+        ids = self.learned.profiling
+        return tuple(v for v in jobs if v.state is JobState.PENDING and v.spec.job_id in ids)
+
+    def end(self, job: SimJob) -> None:
+        """Give the job back its real spec and work (its profiles done, failed or cut short)."""
+        saved = self._saved.pop(job.idx, None)
+        if saved is None:
+            return
+        job.spec, job.remaining, job.startup_s = saved.spec, saved.remaining, saved.startup_s
+        job.view = None
+        self.learned.end_profile(profile_id(job.spec.job_id))
+
+    def real_spec(self, job_idx: int) -> JobSpec | None:
+        """The real spec of a job in a profile (``None`` for a job not profiling)."""
+        saved = self._saved.get(job_idx)
+        return None if saved is None else saved.spec
+
+    def profiling(self) -> list[int]:
+        """Indices of the jobs in a profile."""
+        return list(self._saved)
