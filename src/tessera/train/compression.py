@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from tessera.errors import SpecError
 from tessera.perf.compression import (
@@ -43,6 +43,7 @@ from tessera.perf.compression import (
 )
 from tessera.train import threelc
 from tessera.train.examples import build_model, get_example
+from tessera.train.powersgd import PowerSgd
 
 BACKEND_SCHEMES: dict[str, frozenset[str]] = {
     # torch 2.13's gloo all-reduces fp16 and bf16 tensors (checked), and all-gathers bytes.
@@ -146,24 +147,31 @@ class CastExchange:
 
 
 class PowerSgdExchange:
-    """PowerSGD through PyTorch's hook, with its state (error feedback, warm start) kept."""
+    """PowerSGD (:mod:`tessera.train.powersgd`, the algorithm of PyTorch's hook with faster
+    products), its state (error feedback, warm start) kept across steps and checkpointed."""
 
     def __init__(self, spec: CompressionSpec, shapes: Sequence[torch.Size]) -> None:
         self.spec = spec
         self.shapes = list(shapes)
-        self.state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=spec.rank,
-            start_powerSGD_iter=spec.start_step, use_error_feedback=True, warm_start=True)
+        self.state = PowerSgd(self.shapes, spec.rank, spec.start_step)
 
     def reduce(self, weighted: torch.Tensor, world_size: int
                ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
+        """The weighted sum over ranks; ``weighted`` is consumed (scaled in place)."""
         if world_size <= 1:
             return weighted, ()
-        compressed = self.state.iter >= self.state.start_powerSGD_iter
-        bucket = FlatBucket(weighted * world_size, self.shapes)
-        out = powerSGD_hook.powerSGD_hook(self.state, bucket).wait()  # type: ignore[arg-type]
+        compressed = self.state.compressing
+        out = self.state.reduce_mean(weighted.mul_(world_size), world_size)
         return out, wire_collectives(self.spec, self.shapes, weighted.element_size(),
                                      compressed_step=compressed)
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's error feedback and warm-start state, for the run's checkpoint."""
+        return {"scheme": str(self.spec), **self.state.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
+        """Restore :meth:`state_dict`."""
+        self.state.load_state_dict(state, device)
 
 
 class ThreeLcExchange:
