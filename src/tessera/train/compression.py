@@ -175,28 +175,43 @@ class PowerSgdExchange:
 
 
 class ThreeLcExchange:
-    """3LC with error feedback; the messages are all-gathered and every rank sums them."""
+    """3LC with error feedback; the messages are all-gathered and every rank sums them.
+
+    The residual, the values sent and the decoder's scratch are buffers of the gradient's size
+    kept across steps: allocating them anew each step cost more than the arithmetic (fresh
+    pages are zero-filled by the kernel on first touch).
+    """
 
     def __init__(self, spec: CompressionSpec, shapes: Sequence[torch.Size]) -> None:
         self.spec = spec
         self.sizes = [math.prod(s) for s in shapes]
         self.residual: torch.Tensor | None = None
+        self._sent: torch.Tensor | None = None
+        self._ints = torch.empty(0, dtype=torch.int8)
+        self._scratch: torch.Tensor | None = None
 
     def encode(self, weighted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's message (scales, lengths, payloads as bytes) and the flat values it
-        stands for; the residual keeps the difference for the next step."""
+        stands for (a buffer of this object's, valid until the next call); the residual keeps
+        the difference for the next step."""
         if self.residual is None:
             self.residual = torch.zeros_like(weighted)
         acc = self.residual.add_(weighted)  # a = g + e, in place: e = a − q·M below
-        sent = torch.empty_like(acc)
+        if self._sent is None or self._sent.shape != acc.shape or self._sent.dtype != acc.dtype:
+            self._sent = torch.empty_like(acc)
+            self._ints = torch.empty(acc.numel(), dtype=torch.int8, device=acc.device)
+        sent = self._sent
         scales, lengths, payloads = [], [], []
         offset = 0
         for n in self.sizes:
-            scale, payload, trits = threelc.encode(acc[offset:offset + n], self.spec.sparsity)
+            part = sent[offset:offset + n]
+            trits, scale = threelc.quantize(acc[offset:offset + n], self.spec.sparsity,
+                                            out=part, scratch=self._ints)
+            payload = threelc.zre_encode(threelc.quartic_encode(trits))
+            part.mul_(scale)  # the trits become the values they stand for: q·M
             scales.append(scale)
             lengths.append(payload.numel())
             payloads.append(payload)
-            torch.mul(trits, scale, out=sent[offset:offset + n])
             offset += n
         acc.sub_(sent)
         self.residual = acc
@@ -210,10 +225,17 @@ class ThreeLcExchange:
         k = len(self.sizes)
         scales = message[:4 * k].clone().view(torch.float32).tolist()
         lengths = message[4 * k:8 * k].clone().view(torch.int32).tolist()
+        longest = -(-max(self.sizes, default=0) // threelc.TRITS_PER_BYTE)
+        need = longest * threelc.TRITS_PER_BYTE
+        if (self._scratch is None or self._scratch.numel() < need
+                or self._scratch.dtype != total.dtype or self._scratch.device != total.device):
+            self._scratch = torch.empty(need, dtype=total.dtype, device=total.device)
         offset, pos = 8 * k, 0
         for n, scale, length in zip(self.sizes, scales, lengths, strict=True):
-            payload = message[offset:offset + length]
-            trits = threelc.quartic_decode(threelc.zre_decode(payload), n, total.dtype)
+            packed = threelc.zre_decode(message[offset:offset + length])
+            trits = threelc.quartic_decode(
+                packed, n, total.dtype,
+                out=self._scratch[:packed.numel() * threelc.TRITS_PER_BYTE])
             total[pos:pos + n].add_(trits, alpha=scale)
             offset, pos = offset + length, pos + n
         return total
@@ -222,6 +244,16 @@ class ThreeLcExchange:
         """The flat values one rank's message stands for."""
         return self.decode_into(torch.zeros(sum(self.sizes), dtype=dtype, device=message.device),
                                 message)
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's residual, for the run's checkpoint."""
+        return {"scheme": str(self.spec),
+                "residual": None if self.residual is None else self.residual.detach().cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
+        """Restore :meth:`state_dict`."""
+        residual = state["residual"]
+        self.residual = None if residual is None else residual.to(device).clone()
 
     def reduce(self, weighted: torch.Tensor, world_size: int
                ) -> tuple[torch.Tensor, tuple[Collective, ...]]:
