@@ -20,8 +20,11 @@ one bucket), ``is_last`` (always: one bucket per step) and ``set_buffer`` -- bec
 has no DDP reducer. The scalars of the step (compute times, loss, flags) travel in a separate
 exact all-reduce, so compression never touches the balancer's measurements.
 
-Error feedback state (PowerSGD's error and factors, 3LC's residual) lives in the exchange object
-of each rank for the whole run; it is not checkpointed: a resumed run starts with zero residual.
+Error feedback state (PowerSGD's error, step count and factors, 3LC's residual) lives in the
+exchange object of each rank for the whole run and goes into the run's checkpoint
+(:func:`gather_states` at a checkpoint, :func:`restore_state` on resume): a run resumed at the
+same world size continues bit-identically. At another world size (a resize) the per-rank state
+does not apply and the resumed run starts with zero error feedback, saying so.
 """
 
 from __future__ import annotations
@@ -288,6 +291,45 @@ def make_exchange(spec: CompressionSpec, shapes: Sequence[torch.Size]
     if spec.scheme == "powersgd":
         return PowerSgdExchange(spec, shapes)
     return ThreeLcExchange(spec, shapes)
+
+
+def gather_states(exchange: GradientExchange | None, world_size: int
+                  ) -> list[dict[str, Any]] | None:
+    """Every rank's error-feedback state, in rank order, on rank 0 (``None`` elsewhere, and
+    for schemes that keep none). A collective when the scheme keeps state: every rank calls it
+    at the same step (the checkpoint steps are the same on all ranks)."""
+    if not isinstance(exchange, (PowerSgdExchange, ThreeLcExchange)):
+        return None
+    mine = exchange.state_dict()
+    if world_size <= 1:
+        return [mine]
+    rank = dist.get_rank()
+    states: list[Any] | None = [None] * world_size if rank == 0 else None
+    dist.gather_object(mine, states, dst=0)
+    return states
+
+
+def restore_state(exchange: GradientExchange | None, states: list[dict[str, Any]] | None,
+                  rank: int, world_size: int, device: torch.device) -> str | None:
+    """Give this rank its error-feedback state back from a checkpoint.
+
+    Returns:
+        ``None`` when restored (or nothing to restore), else why the run starts with zero
+        error feedback: the checkpoint has none (an older one, or another scheme), or was
+        written at another world size (the state is per rank).
+    """
+    if not isinstance(exchange, (PowerSgdExchange, ThreeLcExchange)):
+        return None
+    if states is None:
+        return "the checkpoint holds no compression state"
+    if len(states) != world_size:
+        return (f"the compression state is per rank and the checkpoint has {len(states)} "
+                f"ranks, this run {world_size}")
+    mine = states[rank]
+    if mine.get("scheme") != str(exchange.spec):
+        return f"the checkpoint's compression state is for {mine.get('scheme')}"
+    exchange.load_state_dict(mine, device)
+    return None
 
 
 def exchange_flat(weighted: torch.Tensor, extras: torch.Tensor,
