@@ -90,6 +90,21 @@ def test_zero_runs_are_cut_at_fourteen_and_single_zero_bytes_stay():
     assert threelc.zre_decode(torch.tensor(expected, dtype=torch.uint8)).tolist() == data
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_zero_run_encoding_matches_the_reference_on_random_runs(seed):
+    """Runs of every length around the cuts (0..45: 1, 14, 15, 28, 29 included), at both
+    ends of the data, between random other bytes."""
+    gen = torch.Generator().manual_seed(seed)
+    data: list[int] = []
+    for _ in range(60):
+        data += [121] * int(torch.randint(0, 46, (1,), generator=gen))
+        data += torch.randint(0, 121, (int(torch.randint(0, 3, (1,), generator=gen)),),
+                              generator=gen).tolist()
+    packed = torch.tensor(data, dtype=torch.uint8)
+    assert threelc.zre_encode(packed).tolist() == ref_zre(data)
+    assert threelc.zre_decode(threelc.zre_encode(packed)).tolist() == data
+
+
 def test_all_zero_tensor_has_scale_zero_and_one_run_per_fourteen_bytes():
     scale, payload, _ = threelc.encode(torch.zeros(5 * 28))
     assert scale == 0.0 and payload.tolist() == [255, 255]

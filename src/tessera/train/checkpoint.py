@@ -5,7 +5,9 @@ Under ``torchrun --max-restarts=K`` (or :func:`tessera.train.launcher.launch` wi
 checkpoint and continues from it. Because the synthetic data of a step depends only on
 ``(seed, step)`` and the checkpoint holds everything else that evolves (parameters, optimizer
 momentum, the current split and the balancer's measurements, the loss scale and the per-step log),
-the resumed run computes the same updates as an uninterrupted one.
+the resumed run computes the same updates as an uninterrupted one. With a compressed exchange
+that keeps error feedback (PowerSGD, 3LC) each rank's state differs; every rank hands it to rank
+0 at a checkpoint and gets its own back on resume.
 
 A checkpoint also records the data position (``samples_consumed``: how far into the example's
 sample stream training got) and the world size and global batch it was written at, so a run
@@ -43,6 +45,9 @@ class TrainState:
         samples_consumed: samples of the data stream trained on so far (the next step starts
             there); with a constant batch, ``next_step × global_batch``.
         world_size / global_batch: the ranks and samples per step of the run that wrote it.
+        exchange: with ``--compress powersgd`` or ``3lc``, each rank's error-feedback state
+            (:meth:`~tessera.train.compression.ThreeLcExchange.state_dict`), in rank order;
+            ``None`` for the other schemes and for checkpoints written before it was kept.
     """
 
     next_step: int
@@ -54,6 +59,7 @@ class TrainState:
     samples_consumed: int
     world_size: int
     global_batch: int
+    exchange: list[dict[str, Any]] | None = None
 
 
 def checkpoint_path(directory: str | os.PathLike[str]) -> Path:
@@ -77,6 +83,7 @@ def save_checkpoint(directory: str | os.PathLike[str], state: TrainState) -> Pat
             "samples_consumed": state.samples_consumed,
             "world_size": state.world_size,
             "global_batch": state.global_batch,
+            "exchange": state.exchange,
         },
         tmp,
     )
@@ -104,6 +111,7 @@ def load_checkpoint(directory: str | os.PathLike[str] | None) -> TrainState | No
         samples_consumed=int(raw.get("samples_consumed", int(raw["next_step"]) * batch)),
         world_size=int(raw.get("world_size", len(raw["balancer"]["split"]))),
         global_batch=batch,
+        exchange=raw.get("exchange"),
     )
 
 

@@ -173,6 +173,10 @@ class TrainConfig:
                                                or self.link_gbps is not None):
             raise SpecError("--compress and --link-gbps act on the synchronous all-reduce; coded "
                             "and stale steps exchange point to point: use one or the other")
+        if self.fail_at is not None and self.step_mode != "sync":
+            raise SpecError(f"--fail-at injects a fault into the synchronous step only; "
+                            f"{self.step_mode} steps would ignore it: drop --fail-at or "
+                            f"--coded/--staleness")
         parse_compression(self.compress)
         if self.link_gbps is not None:
             EmulatedLink(self.link_gbps, self.link_latency_us)

@@ -34,7 +34,8 @@ MAX_RUN = 14
 _POWERS = torch.tensor([1.0, 3.0, 9.0, 27.0, 81.0])
 
 
-def quantize(acc: torch.Tensor, sparsity: float = 1.0) -> tuple[torch.Tensor, float]:
+def quantize(acc: torch.Tensor, sparsity: float = 1.0, out: torch.Tensor | None = None,
+             scratch: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
     """Three-value quantisation: the trits (in ``acc``'s float dtype, values −1, 0, 1) and
     the scale ``M``.
 
@@ -43,6 +44,12 @@ def quantize(acc: torch.Tensor, sparsity: float = 1.0) -> tuple[torch.Tensor, fl
     precision it is sent in, so the sender's residual matches what receivers read. An all-zero
     tensor has scale 0. The trits stay floats: on CPUs the float passes are several times faster
     than int8 ones, and every later step (packing, residual, sum) is float arithmetic.
+
+    ``out`` (flat, ``acc``'s size and dtype) receives the trits in place of a new tensor: a
+    runtime that keeps it across steps saves a large allocation (and its page faults) per step;
+    ``scratch`` (int8, at least ``acc``'s size) likewise for the truncation. The truncation is
+    a conversion to int8 and back after clamping to ``[−1, 1]`` (float-to-integer conversion
+    rounds toward zero): the same trits as ``torch.trunc``, in less than half its time here.
     """
     flat = acc.reshape(-1)
     if flat.numel():
@@ -51,9 +58,16 @@ def quantize(acc: torch.Tensor, sparsity: float = 1.0) -> tuple[torch.Tensor, fl
     else:
         scale = 0.0
     scale = float(torch.tensor(scale, dtype=torch.float32))
+    if out is None:
+        out = torch.empty_like(flat)
     if scale == 0.0:
-        return torch.zeros_like(flat), 0.0
-    return torch.clamp_(torch.trunc(flat * (2.0 / scale)), -1.0, 1.0), scale
+        return out.zero_(), 0.0
+    torch.mul(flat, 2.0 / scale, out=out)
+    out.clamp_(-1.0, 1.0)
+    ints = (torch.empty(flat.numel(), dtype=torch.int8, device=flat.device) if scratch is None
+            else scratch[:flat.numel()])
+    ints.copy_(out)  # trunc: −1 < x < 1 becomes 0, ±1 stays
+    return out.copy_(ints), scale
 
 
 def dequantize(trits: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
@@ -64,15 +78,19 @@ def dequantize(trits: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.T
 def quartic_encode(trits: torch.Tensor) -> torch.Tensor:
     """Pack trits five to a byte (base 3, first trit least significant); pad with zeros.
 
-    ``Σ (q_j + 1) · 3^j = Σ q_j · 3^j + 121``: one small matrix-vector product.
+    ``Σ (q_j + 1) · 3^j = Σ q_j · 3^j + 121``: one small matrix-vector product over the whole
+    groups (a view, no copy), and the last, partial group on its own.
     """
-    n = trits.numel()
-    pad = -n % TRITS_PER_BYTE
-    flat = trits.reshape(-1).to(torch.float32)
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad)])
-    powers = _POWERS.to(flat.device)
-    return (flat.view(-1, TRITS_PER_BYTE) @ powers + ZERO_GROUP_BYTE).to(torch.uint8)
+    flat = trits.reshape(-1)
+    if flat.dtype not in (torch.float32, torch.float64):
+        flat = flat.to(torch.float32)  # integer sums up to ±121 are exact in either
+    whole = flat.numel() - flat.numel() % TRITS_PER_BYTE
+    powers = _POWERS.to(device=flat.device, dtype=flat.dtype)
+    packed = flat[:whole].view(-1, TRITS_PER_BYTE) @ powers
+    if whole < flat.numel():
+        tail = flat[whole:] @ powers[:flat.numel() - whole]
+        packed = torch.cat([packed, tail.reshape(1)])
+    return packed.add_(ZERO_GROUP_BYTE).to(torch.uint8)
 
 
 def _decode_table() -> torch.Tensor:
@@ -84,39 +102,44 @@ _DECODE_TABLE = _decode_table()
 """Row ``b``: the five trits of byte ``b`` (rows 243..255 are never looked up)."""
 
 
-def quartic_decode(packed: torch.Tensor, n: int, dtype: torch.dtype = torch.float32
-                   ) -> torch.Tensor:
+def quartic_decode(packed: torch.Tensor, n: int, dtype: torch.dtype = torch.float32,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """Unpack :func:`quartic_encode`'s bytes into the first ``n`` trits (as ``dtype``): one
-    row lookup per byte."""
-    rows = _DECODE_TABLE.to(packed.device).index_select(0, packed.to(torch.int64))
-    return rows.reshape(-1)[:n].to(dtype)
+    row lookup per byte. ``out`` (``5 × len(packed)`` elements of ``dtype``) is filled in place
+    of a new tensor."""
+    table = _DECODE_TABLE.to(device=packed.device, dtype=dtype)
+    if out is None:
+        out = torch.empty(packed.numel() * TRITS_PER_BYTE, dtype=dtype, device=packed.device)
+    torch.index_select(table, 0, packed.to(torch.int64),
+                       out=out.view(-1, TRITS_PER_BYTE))
+    return out[:n]
 
 
 def zre_encode(packed: torch.Tensor) -> torch.Tensor:
     """Zero-run encoding: runs of 2..14 zero-group bytes become one byte ``241 + run``.
 
     A run longer than 14 is cut into pieces of 14 from its start; a piece of one byte stays 121.
+
+    Built from the *other* bytes, which are few in a sparse gradient: the gap before each of
+    them is a zero run, written as ``⌈L/14⌉ − 1`` pieces of 14 (byte 255) and one last piece
+    of the rest, then the byte itself; the run after the last one closes the message.
     """
-    is_zero = packed == ZERO_GROUP_BYTE
-    if not bool(is_zero.any()):
-        return packed.clone()
-    edge = torch.zeros(1, dtype=torch.int8, device=packed.device)
-    edges = torch.diff(is_zero.to(torch.int8), prepend=edge, append=edge)
-    starts = torch.nonzero(edges == 1).reshape(-1)
-    lengths = torch.nonzero(edges == -1).reshape(-1) - starts
-    pieces = (lengths + MAX_RUN - 1) // MAX_RUN
-    run_of_piece = torch.repeat_interleave(torch.arange(len(starts), device=packed.device),
-                                           pieces)
-    first_piece = torch.cumsum(pieces, 0) - pieces
-    k = torch.arange(len(run_of_piece), device=packed.device) - first_piece[run_of_piece]
-    piece_start = starts[run_of_piece] + MAX_RUN * k
-    piece_len = torch.clamp(lengths[run_of_piece] - MAX_RUN * k, max=MAX_RUN)
-    tokens = torch.where(piece_len == 1, ZERO_GROUP_BYTE, RUN_BASE - 2 + piece_len)
-    values = packed.clone()
-    values[piece_start] = tokens.to(torch.uint8)
-    keep = ~is_zero
-    keep[piece_start] = True
-    return values[keep]
+    other = torch.nonzero(packed != ZERO_GROUP_BYTE).reshape(-1)
+    device = packed.device
+    ends = torch.cat([other, torch.tensor([packed.numel()], device=device)])
+    gaps = torch.diff(ends, prepend=torch.tensor([-1], device=device)).sub_(1)  # run lengths
+    pieces = torch.div(gaps + (MAX_RUN - 1), MAX_RUN, rounding_mode="floor")
+    starts = torch.cumsum(pieces + 1, 0).sub_(pieces + 1)  # each run's pieces, then its byte
+    # One spare byte at the end: a run of length 0 writes its (unused) token where its byte
+    # goes (overwritten below), the last one past the message.
+    out = torch.full((int(starts[-1] + pieces[-1]) + 1,), RUN_BASE + MAX_RUN - 2,
+                     dtype=torch.uint8, device=device)
+    last = gaps.sub_(MAX_RUN * (pieces - 1))  # the last piece's length, 1..14 (14: no run)
+    tokens = torch.where(last == 1, ZERO_GROUP_BYTE, last.add_(RUN_BASE - 2))
+    ran = (pieces > 0).to(pieces.dtype)
+    out[starts.add_(pieces).sub_(ran)] = tokens.to(torch.uint8)
+    out[starts[:-1].add_(ran[:-1])] = packed[other]
+    return out[:-1]
 
 
 def zre_decode(encoded: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,8 @@ One step on rank i, in order:
 5. all-reduce the ``b_i/B``-weighted gradient together with the step's compute times;
 6. optimizer step (skipped everywhere if any fp16 rank overflowed);
 7. feed the compute times to the balancer, which may change the split of the next step;
-8. every ``checkpoint_every`` steps, rank 0 saves a checkpoint.
+8. every ``checkpoint_every`` steps, rank 0 saves a checkpoint (with every rank's compression
+   state, gathered).
 
 Every rank runs the same number of steps, so no rank waits in a collective that others never
 reach. The loop works with processes started by :mod:`tessera.train.launcher` and with
@@ -44,7 +45,12 @@ from torch import nn
 from tessera.progress_report import progress
 from tessera.train.balancer import OnlineBalancer
 from tessera.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
-from tessera.train.compression import GradientExchange, make_exchange
+from tessera.train.compression import (
+    GradientExchange,
+    gather_states,
+    make_exchange,
+    restore_state,
+)
 from tessera.train.config import TrainConfig, from_json
 from tessera.train.ddp import LossScaler, autocast_for, broadcast_parameters, sync_gradients
 from tessera.train.devices import Precision
@@ -183,15 +189,15 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             record, stop_now = stepper.step(step, restart_count,
                                             stop is not None and stop.requested)
         run.log.append(record)
-        if rank == 0 and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            run.checkpoint(step + 1)
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            run.checkpoint(step + 1)  # every rank: the compression state is gathered
         if rank == 0 and cfg.verbose:
             _print_step(record)
         if rank == 0:  # to tessera serve, when it launched us (a no-op otherwise; <= 1/s)
             progress(steps=step + 1, samples=run.samples)
         if stop_now and step + 1 < cfg.steps:
+            run.checkpoint(step + 1)
             if rank == 0:
-                run.checkpoint(step + 1)
                 print(f"stopped on request after step {step}; checkpoint in {run.ckpt_dir}",
                       flush=True)
             if stepper is not None:
@@ -199,8 +205,8 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
             raise StopRequested(step + 1)
     if stepper is not None:
         stepper.close()
+    run.checkpoint(cfg.steps)
     if rank == 0:
-        run.checkpoint(cfg.steps)
         result = {
             "emulated": emulate, "speeds": list(cfg.emulated_speeds()),
             "precisions": [str(s.precision) for s in cfg.slots],
@@ -240,11 +246,16 @@ class _Run:
     exchange: GradientExchange | None = None
 
     def checkpoint(self, next_step: int) -> None:
-        """Save everything a resume at ``next_step`` needs (rank 0 calls this)."""
+        """Save everything a resume at ``next_step`` needs. Every rank calls this at the same
+        step: rank 0 gathers the ranks' compression state (a collective with PowerSGD and
+        3LC) and writes."""
+        exchange = gather_states(self.exchange, self.world_size)
+        if self.rank != 0:
+            return
         save_checkpoint(self.ckpt_dir, TrainState(
             next_step, self.model.state_dict(), self.optimizer.state_dict(),
             self.balancer.state_dict(), self.scaler.scale, self.log, self.samples,
-            self.world_size, self.cfg.global_batch))
+            self.world_size, self.cfg.global_batch, exchange))
 
 
 def _start_run(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
@@ -275,6 +286,9 @@ def _start_run(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
         run.balancer, run.resize = resume_balancer(state, cfg, world_size, run.balancer)
         run.scaler.scale = state.loss_scale if run.scaler.enabled else 1.0
         run.log, run.start, run.samples = state.log, state.next_step, state.samples_consumed
+        lost = restore_state(run.exchange, state.exchange, rank, world_size, device)
+        if lost is not None and rank == 0:
+            print(f"compression restarts with zero error feedback: {lost}", flush=True)
         if rank == 0 and cfg.verbose:
             print(f"resumed from checkpoint at step {run.start} ({run.ckpt_dir})", flush=True)
             if run.resize is not None:
