@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
-from tessera.report.plots import _plt, first_submission_s, time_axis_limit_h
+from tessera.report.plots import _plt, finish_time_plot, first_submission_s
 from tessera.report.tables import Column, fmt, legend
 from tessera.sim.metrics import SimResult
 
@@ -92,14 +92,5 @@ def plot_power(results: Sequence[SimResult], path: Path) -> Path:
         t, p = r.energy.series(4000)
         ax.step((np.array(t) - start) / 3600.0, p, where="post", label=r.policy, lw=1)
     ax.set_ylabel("cluster power (kW)")
-    ax.set_xlabel("time since first submission (hours)")
     ax.set_title("Cluster power over time")
-    limit = time_axis_limit_h(results)
-    if limit > 0:
-        ax.set_xlim(0, limit)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return finish_time_plot(fig, ax, results, path)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tessera.report.plots import _plt, first_submission_s, time_axis_limit_h
+from tessera.report.plots import _plt, finish_time_plot, first_submission_s
 from tessera.sim.metrics import SimResult
 
 __all__ = ["CAPTION", "plot_estimate_error"]
@@ -41,15 +41,6 @@ def plot_estimate_error(results: Sequence[SimResult], path: Path) -> Path | None
         ax.step(t, p90, where="post", label=f"{r.policy} p90", lw=1, ls="--",
                 color=line.get_color())
     ax.set_ylabel("estimate error (%)")
-    ax.set_xlabel("time since first submission (hours)")
     ax.set_title("Speed estimates' error over time")
-    limit = time_axis_limit_h(results)
-    if limit > 0:
-        ax.set_xlim(0, limit)
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return finish_time_plot(fig, ax, results, path)

@@ -73,6 +73,23 @@ def time_axis_limit_h(results: Sequence[SimResult]) -> float:
     return max((e - start for e in ends), default=0.0) / 3600.0
 
 
+def finish_time_plot(fig: Any, ax: Any, results: Sequence[SimResult], path: Path,
+                     legend_ax: Any = None) -> Path:
+    """Finish a plot whose x axis is hours since the first submission: the axis label, its
+    end (:func:`time_axis_limit_h`), a grid and a legend (on ``legend_ax``, else ``ax``);
+    then write it to ``path`` and close the figure. Every over-time plot ends this way."""
+    ax.set_xlabel("time since first submission (hours)")
+    limit = time_axis_limit_h(results)
+    if limit > 0:
+        ax.set_xlim(0, limit)
+    ax.grid(alpha=0.3)
+    (legend_ax or ax).legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
 def plot_timeseries(results: Sequence[SimResult], total_gpus: int, path: Path) -> Path:
     """GPU utilization and queue length over time, one line per policy, from the first
     submission to the last job's end (:func:`time_axis_limit_h`)."""
@@ -91,16 +108,7 @@ def plot_timeseries(results: Sequence[SimResult], total_gpus: int, path: Path) -
     top.set_title("Utilization and queue over time")
     top.grid(alpha=0.3)
     bottom.set_ylabel("jobs waiting")
-    bottom.set_xlabel("time since first submission (hours)")
-    limit = time_axis_limit_h(results)
-    if limit > 0:
-        bottom.set_xlim(0, limit)
-    bottom.grid(alpha=0.3)
-    top.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return finish_time_plot(fig, bottom, results, path, legend_ax=top)
 
 
 def plot_rho(results: Sequence[SimResult], path: Path) -> Path:
