@@ -27,7 +27,6 @@ Needs the carbon traces in the data folder (../shared/data/carbon or $TESSERA_DA
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from tessera.model.gpus import resolve_flavor
 from tessera.model.jobs import JobId, JobSpec, Workload
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.settings import SchedulerSettings
+from tessera.sim.carbon_shift import lowest_price_within
 from tessera.sim.config import SimConfig
 from tessera.sim.energy_result import with_result_carbon
 from tessera.sim.engine import simulate
@@ -98,18 +98,7 @@ def matched(w: Workload, cluster_text: str, trace: CarbonTrace, target_h: float,
             cache[price] = run(w, cluster_text, trace, "ours", price, eta)
         return cache[price]
 
-    if at(0.0).avg_wait_h <= target_h:
-        return at(0.0)
-    lo, hi = math.log(0.01), math.log(1e4)
-    best = at(1e4)
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        o = at(math.exp(mid))
-        if o.avg_wait_h <= target_h:
-            best, hi = o, mid
-        else:
-            lo = mid
-    return best
+    return lowest_price_within(at, lambda o: o.avg_wait_h <= target_h, iterations)
 
 
 def main() -> None:

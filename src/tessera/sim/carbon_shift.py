@@ -34,6 +34,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -42,6 +43,8 @@ from tessera.model.gpus import GpuFlavor
 from tessera.perf.power import PowerModel
 from tessera.perf.power_estimate import default_power_model
 from tessera.workload.carbon import CarbonTrace
+
+R = TypeVar("R")
 
 __all__ = [
     "POLICIES", "SLOT_S", "ShiftJob", "ShiftResult", "match_wait", "run_shift",
@@ -271,15 +274,24 @@ def match_wait(
     def run(price: float) -> ShiftResult:
         return run_shift(jobs, trace, "carbon-price", flavor, price, model, power_limits)
 
+    return lowest_price_within(run, lambda r: r.avg_wait_s <= target_wait_s, iterations)
+
+
+def lowest_price_within(run: Callable[[float], R], ok: Callable[[R], bool],
+                        iterations: int = 14) -> R:
+    """The outcome of ``run(price)`` at the lowest carbon price (g per GPU-hour) for which
+    ``ok`` holds (a wait budget met): price 0 when it already holds, else a bisection on a log
+    scale between 0.01 and 10^4 (a higher price waits less), ending on the best price that
+    holds (10^4 when none in between does)."""
     free = run(0.0)
-    if free.avg_wait_s <= target_wait_s:
+    if ok(free):
         return free
     lo, hi = math.log(0.01), math.log(1e4)
     best = run(1e4)
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
         r = run(math.exp(mid))
-        if r.avg_wait_s <= target_wait_s:
+        if ok(r):
             best, hi = r, mid
         else:
             lo = mid
