@@ -53,20 +53,30 @@ def _claim(run_dir: str) -> bool:
         os.unlink(tmp)
 
 
+#: The guardians' ``Popen`` objects, held for the runner's life. A ``Popen`` dropped while its
+#: process runs polls it when collected (and every later ``Popen`` polls the dropped ones):
+#: a rank that ended by then would be reaped there, its status lost to :func:`main`'s
+#: ``waitpid``, and the gang recorded as failed (``-1``) though every rank exited 0.
+_GUARDIANS: list[object] = []
+
+
 def _start_rank(run_dir: str, i: int, launch: dict[str, object], env: dict[str, str]) -> int:
     """Start rank ``i`` under its guardian, logging to ``rank-<i>.log`` (``0600``, at most
-    ``launch["log_cap_bytes"]``); returns its pid, or ``-1`` if it could not start."""
+    ``launch["log_cap_bytes"]``); returns its pid, or ``-1`` if it could not start. The
+    guardian is reaped by :func:`main` alone (its ``Popen`` is kept in ``_GUARDIANS``)."""
     append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     with os.fdopen(contain.private_file(os.path.join(run_dir, f"rank-{i}.log"), append),
                    "ab") as log:
         try:
-            return contain.start_guardian({
+            proc = contain.start_guardian({
                 "argv": launch["argv"], "env": env, "user": launch.get("user"),
                 "max_runtime_s": launch.get("max_runtime_s"), "grace_s": launch["grace_s"],
                 "status": os.path.join(run_dir, f"rank-{i}.status"),
                 "record": os.path.join(run_dir, f"rank-{i}.pids"),
                 "log_cap_bytes": launch.get("log_cap_bytes"),
-                "host": _rank_host(launch, i)}, log.fileno()).pid
+                "host": _rank_host(launch, i)}, log.fileno())
+            _GUARDIANS.append(proc)
+            return proc.pid
         except (OSError, ValueError) as e:
             contain.write_status(os.path.join(run_dir, f"rank-{i}.status"),
                                  contain.EXEC_FAILED_RC, contain.exec_failure(e), False)
