@@ -182,9 +182,8 @@ def _decide(
     if opts.power_budget is None:
         return d
     model = opts.power_budget.model
-    return within_budget(snapshot, d, opts.power_budget,
-                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)),
-                         power_weights(snapshot, d.placements, ctx.oracle, bool(d.pending)))
+    return within_budget(snapshot, d, opts.power_budget, ctx.oracle,
+                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)))
 
 
 def _plain(
@@ -381,10 +380,11 @@ def _reasons(
     return pending_reasons(jobs, ranking.candidates, oracle, free, local, no_plan)
 
 
-def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, memo: Levels | None = None,
-                  weights: Mapping[JobId, float] | None = None) -> Decision:
-    """Phase 6: ``d`` under ``budget`` (:func:`~tessera.sched.core.power_budget.budget_stage`)."""
+def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, oracle: ThroughputOracle,
+                  memo: Levels | None = None) -> Decision:
+    """Phase 6: ``d`` under ``budget``, jobs weighed by remaining time (``oracle``), timed."""
     t0 = time.perf_counter()
+    weights = power_weights(snapshot, d.placements, oracle, bool(d.pending))
     out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)
     if not out.held:
