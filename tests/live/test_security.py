@@ -254,7 +254,8 @@ def test_a_symlink_into_the_state_dir_is_followed(api: TestClient, service: Live
     assert r.status_code == 422 and "state dir" in r.json()["detail"]
 
 
-@pytest.mark.parametrize("key", ["TESSERA_CHECKPOINT_DIR", "RANK", "MASTER_ADDR", "A=B", "1X"])
+@pytest.mark.parametrize("key", ["TESSERA_CHECKPOINT_DIR", "TESSERA_TEST_NVML_MODULE", "RANK",
+                                 "MASTER_ADDR", "A=B", "1X"])
 def test_a_job_cannot_set_the_services_variables(api: TestClient, key: str) -> None:
     r = api.post("/api/jobs", json={"name": "x", "command": "true", "env": {key: "/tmp"}},
                  headers=auth(TEAM_B))
