@@ -19,10 +19,9 @@ Changing the counts (taking and giving back gangs) and searching for a gang's GP
 
 from __future__ import annotations
 
-import operator
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,7 @@ from tessera.model.cluster import Node
 from tessera.model.gpus import GpuFlavor
 from tessera.sched.core.domains import DomainMap
 from tessera.sched.core.free_book import FreeBook
+from tessera.sched.core.getters import counts_of
 from tessera.sched.core.snapshot import Placement
 
 
@@ -77,22 +77,11 @@ class Layout:
         )
 
 
-_GETTERS: dict[int, tuple[tuple[str, ...], Callable[[Mapping[str, int]], Any]]] = {}
-
-
 def _sum_over(free: Mapping[str, int], nodes: tuple[str, ...]) -> int:
-    """``sum(free[n] for n in nodes)``, with the lookups done in C: a round sums every node
-    of a flavor once, and clusters have hundreds of nodes. The getter is kept per node tuple
-    (a layout's, which lives as long as its cluster; the table is emptied past 64 entries)."""
-    if len(nodes) < 2:
-        return free[nodes[0]] if nodes else 0
-    hit = _GETTERS.get(id(nodes))
-    if hit is None or hit[0] is not nodes:
-        if len(_GETTERS) >= 64:
-            _GETTERS.clear()
-        hit = (nodes, operator.itemgetter(*nodes))
-        _GETTERS[id(nodes)] = hit
-    return sum(hit[1](free))
+    """``sum(free[n] for n in nodes)``, with the lookups done in C
+    (:func:`~tessera.sched.core.getters.counts_of`): a round sums every node of a flavor once,
+    and clusters have hundreds of nodes."""
+    return sum(counts_of(free, nodes))
 
 
 class _ChangedOver(dict[str, int]):
