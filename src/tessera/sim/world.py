@@ -393,9 +393,8 @@ class SimWorld:
         its GPUs, and schedule its completion and any failure."""
         if self.profiles is not None:  # (a bootstrap profile: pinned to the flavor it got)
             self.profiles.started(job, p.flavor)
-        rate = (job.spec.cpu_steps_per_s if job.spec.cpu_steps_per_s is not None  # (CPU-only)
-                else self.elastic.begin(job, p) if self.elastic is not None
-                and p.global_batch_samples else self.truth.placement_rate(job.spec, p))
+        rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
+                else self.truth.placement_rate(job.spec, p))
         if job.spec.sensitivity is not None:  # CPUs and memory it holds (Synergy's profiles)
             rate *= host_speedup(job.spec, p, self.cluster)
         if self.power is not None:
