@@ -13,12 +13,14 @@ import os
 import sys
 
 import pytest
+from fastapi.testclient import TestClient
 
 from tessera.errors import SpecError
 from tessera.live.service import LiveService, Rejected
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
-from tests.live.helpers import wait_for_job
+from tessera.live.where import describe
+from tests.live.helpers import ADMIN, auth, wait_for_job
 
 TEAM_A = Principal("a", "team-a")
 
@@ -66,3 +68,16 @@ def test_a_cpu_only_run_gets_no_gpus_and_pinned_cpus(service: LiveService) -> No
     assert line.startswith("gpus ''"), line
     got = ast.literal_eval(line.split("affinity", 1)[1].strip())
     assert len(got) == 1 and got[0] in sorted(os.sched_getaffinity(0)), line
+    node = run.placement.gpus_by_node[0][0]
+    assert describe(run.placement) == f"CPU-only: 1 CPUs, 1 GiB on node {node}"
+
+
+def test_a_cpu_only_runs_log_is_rank_0(api: TestClient, service: LiveService) -> None:
+    rec = service.submit(parse_request(json.dumps({
+        "name": "etl", "command": "echo hello", "gpus": 0, "host": {"cpus": 1}}), "json"),
+        TEAM_A)
+    jid = rec.job.spec.job_id
+    wait_for_job(service, jid)
+    r = api.get(f"/api/jobs/{jid}/logs", headers=auth(ADMIN), params={"rank": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["ranks"] == 1 and "hello" in r.json()["text"]
