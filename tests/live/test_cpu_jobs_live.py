@@ -20,7 +20,7 @@ from tessera.live.service import LiveService, Rejected
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.live.where import describe
-from tests.live.helpers import ADMIN, auth, wait_for_job
+from tests.live.helpers import ADMIN, auth, wait_for, wait_for_job
 
 TEAM_A = Principal("a", "team-a")
 
@@ -81,3 +81,27 @@ def test_a_cpu_only_runs_log_is_rank_0(api: TestClient, service: LiveService) ->
     r = api.get(f"/api/jobs/{jid}/logs", headers=auth(ADMIN), params={"rank": 0})
     assert r.status_code == 200, r.text
     assert r.json()["ranks"] == 1 and "hello" in r.json()["text"]
+
+
+def test_explain_says_a_cpu_only_job_waits_for_cpus(api: TestClient, service: LiveService
+                                                    ) -> None:
+    """Two 30-CPU jobs hold the two 32-CPU servers; a third waits, and ``explain`` says for
+    what."""
+    def submit(name: str) -> str:
+        return str(service.submit(parse_request(json.dumps({
+            "name": name, "command": "sleep 30", "gpus": 0, "host": {"cpus": 30}}), "json"),
+            TEAM_A).job.spec.job_id)
+
+    first = [submit(f"etl{i}") for i in range(2)]
+    for jid in first:
+        wait_for_job(service, jid, "running")
+    third = submit("etl2")
+    wait_for(lambda: getattr(service.store.get(third), "reason", None) is not None, 10.0,
+             "a reason for the third job")
+    r = api.get(f"/api/jobs/{third}/explain", headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    lines = r.json()["lines"]
+    assert lines[0] == ("waiting: CPU-only job needs 30 CPUs on one node; the most free on any "
+                        "node is 2 CPUs"), lines
+    for jid in [*first, third]:
+        api.post(f"/api/jobs/{jid}/cancel", headers=auth(ADMIN))
