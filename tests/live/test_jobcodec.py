@@ -49,6 +49,7 @@ _SPEC_FIELDS = {
     "priority_weight", "queue", "max_retries", "requires_locality", "slo_factor",
     "duration_hint_s", "elastic", "exclusive", "parallelism", "memory_gib", "model",
     "batch_size", "gpu_milli", "priority", "max_delay_s", "extra", "host", "sensitivity",
+    "cpu_steps_per_s",
 }
 
 _amount = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
@@ -68,7 +69,14 @@ def _sensitivity(draw: st.DrawFn) -> ResourceSensitivity:
 @st.composite
 def _spec(draw: st.DrawFn) -> JobSpec:
     gpus = draw(st.integers(1, 16))
-    shape = draw(st.sampled_from(["rigid", "elastic", "3d"]))
+    shape = draw(st.sampled_from(["rigid", "elastic", "3d", "cpu"]))
+    if shape == "cpu":  # a CPU-only job: CPUs, a speed of its own, none of the GPU fields
+        return JobSpec(
+            job_id=JobId(draw(_text)), job_type=draw(_text), num_gpus=0,
+            total_steps=draw(_finite), submit_time_s=draw(st.floats(0, 1e9)),
+            queue=draw(_text), priority=draw(st.integers(-(10**9), 10**9)),
+            host=HostDemand(draw(_finite), draw(_amount), draw(st.booleans())),
+            cpu_steps_per_s=draw(_finite), max_delay_s=draw(st.none() | _finite))
     elastic = draw(_elastic()) if shape == "elastic" else None
     if elastic is not None:
         gpus = draw(st.integers(elastic.min_gpus, elastic.max_gpus))

@@ -1,9 +1,10 @@
-"""No node is ever over-committed in CPUs or host memory (issue 33 part 1 and 2).
+"""No node is ever over-committed in CPUs or host memory (issue 33 parts 1, 2 and 5).
 
 Unit cases pin the rule of :mod:`tessera.sched.core.host_free` (a node with free GPUs but
 too few free CPUs or too little memory is refused; a job with a demand carries its amounts);
 the property test runs whole simulations, event-driven and round-based, with random host
-demands on a small cluster and checks every node at every start and every tick.
+demands (CPU-only jobs among them) on a small cluster and checks every node at every start
+and every tick.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def _overcommitted(w: world_mod.SimWorld) -> list[str]:
 
 
 _job = st.tuples(
-    st.sampled_from([1, 1, 2, 4, 8]),                          # GPUs
+    st.sampled_from([0, 1, 1, 2, 4, 8]),                       # GPUs (0: CPU-only)
     st.floats(0, 16) | st.none(),                               # CPUs (None: proportional)
     st.floats(0, 80), st.booleans(),                            # GiB, per GPU
     st.floats(0, 4000), st.floats(200, 20000),                  # submit, steps
@@ -113,6 +114,11 @@ def test_no_node_is_ever_overcommitted(policy: str, mode: str, jobs: list) -> No
     specs = []
     for i, (gpus, cpus, mem, per_gpu, submit, steps) in enumerate(
             sorted(jobs, key=lambda j: j[4])):
+        if gpus == 0:  # a CPU-only job: CPUs it must ask for, a speed of its own
+            host = HostDemand(min(max(cpus or 0.0, 0.5) * 4, 64.0), mem, per_gpu=False)
+            specs.append(make_job(f"j{i}", gpus=0, steps=steps, submit_s=submit, host=host,
+                                  cpu_steps_per_s=1.0))
+            continue
         host = None if cpus is None else HostDemand(cpus, mem, per_gpu)
         if host is not None:  # keep each job feasible on the largest node
             tc, tm = host.total(gpus)

@@ -412,11 +412,12 @@ def add_log_route(app: FastAPI, svc: LiveService, principal: Any, visible: Any) 
             a = svc.store.allocation(job_id, r)
             if a is None or (a.started_s is None and a.status != "running"):
                 continue
-            if not 0 <= rank < a.placement.num_gpus:
+            ranks = a.placement.num_gpus or len(a.placement.gpus_by_node)  # (CPU-only: a node)
+            if not 0 <= rank < ranks:
                 raise HTTPException(409, f"run {r} of {job_id} has ranks 0..."
-                                         f"{a.placement.num_gpus - 1}, not {rank}")
+                                         f"{ranks - 1}, not {rank}")
             chunk = svc.executor.read_log(job_id, r, rank, offset, limit)
-            return {"job_id": job_id, "run": r, "rank": rank, "ranks": a.placement.num_gpus,
+            return {"job_id": job_id, "run": r, "rank": rank, "ranks": ranks,
                     "running": a.status in ("running", "stopping"), "final": rec.final,
                     "text": chunk.text if chunk else "",
                     "next_offset": chunk.next_offset if chunk else offset,

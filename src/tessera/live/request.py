@@ -34,6 +34,15 @@ names follow Kueue where Kueue has one (queue, flavors in preference order, prio
     power_limit_w: 200          # optional: per-GPU power limit for each run, set through NVML
                                 # where the run holds its GPUs alone (docs/energy.md, Live)
 
+A **CPU-only** job (preprocessing, evaluation) says ``gpus: 0`` and asks for CPUs (its
+``host`` amounts are the job's total); it gets no GPUs (``CUDA_VISIBLE_DEVICES`` is empty) and is
+placed away from NVLink domains (:mod:`tessera.sched.core.cpu_stage`). Its progress is counted
+in seconds of run (``expected_duration_s``), or in ``total_steps`` at ``cpu_steps_per_s``::
+
+    gpus: 0
+    host: {cpus: 16, memory: 64Gi}
+    expected_duration_s: 3600
+
 An **elastic** job (Pollux, Sia) gives ranges instead of numbers; the scheduler may then run it
 on any GPU count and global batch inside them, resizing it by checkpoint-restart::
 
@@ -139,7 +148,7 @@ def _number_or_range(value: Any) -> str:
 _NUMBER_TAG, _RANGE_TAG = "<number>", "<range>"
 """Tags of the two shapes; :func:`describe_errors` leaves them out of a field's name."""
 GpusField = Annotated[
-    Annotated[Annotated[int, Field(ge=1, le=MAX_GPUS)], Tag(_NUMBER_TAG)]
+    Annotated[Annotated[int, Field(ge=0, le=MAX_GPUS)], Tag(_NUMBER_TAG)]
     | Annotated[GpuRange, Tag(_RANGE_TAG)],
     Discriminator(_number_or_range)]
 BatchField = Annotated[
@@ -210,6 +219,7 @@ class JobRequest(BaseModel):
     memory_gib: float | None = Field(None, gt=0, le=1e5, allow_inf_nan=False)
     host: HostRequest | None = None
     power_limit_w: float | None = Field(None, gt=0, le=1e4, allow_inf_nan=False)
+    cpu_steps_per_s: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
 
     @field_validator("command")
     @classmethod
@@ -235,7 +245,29 @@ class JobRequest(BaseModel):
                                  f"{self.gpus.max}: every rank needs at least one sample per step")
         if self.parallelism == "3d":
             self._check_3d()
+        if self.gpus == 0 or self.cpu_steps_per_s is not None:
+            self._check_cpu_only()
         return self
+
+    def _check_cpu_only(self) -> None:
+        """``gpus: 0`` (a CPU-only job) needs CPUs; its progress is counted in seconds of run
+        unless it gives ``total_steps`` with ``cpu_steps_per_s`` (docs/jobs.md)."""
+        if self.gpus != 0:
+            raise ValueError("cpu_steps_per_s is for CPU-only jobs (gpus: 0); a GPU job's "
+                             "speed comes from the throughput profiles")
+        if self.host is None or float(self.host.cpus) <= 0:
+            raise ValueError("gpus: 0 (a CPU-only job) needs host cpus > 0, e.g. "
+                             "host: {cpus: 16, memory: 64Gi}")
+        if self.total_steps is not None and self.cpu_steps_per_s is None:
+            raise ValueError("a CPU-only job with total_steps needs cpu_steps_per_s (its steps "
+                             "per second); or give expected_duration_s alone")
+        gpu_only = [name for name, given in (
+            ("flavors", bool(self.flavors)), ("global_batch", self.global_batch is not None),
+            ("parallelism 3d", self.parallelism == "3d"),
+            ("power_limit_w", self.power_limit_w is not None),
+            ("memory_gib", self.memory_gib is not None)) if given]
+        if gpu_only:
+            raise ValueError(f"a CPU-only job (gpus: 0) cannot set {', '.join(gpu_only)}")
 
     def _check_3d(self) -> None:
         """A 3-D plan needs a layer-wise model, a fixed global batch and a fixed GPU count."""

@@ -138,6 +138,7 @@ def to_live_job(req: JobRequest, job_id: str, queue: str, submit_time_s: float,
         exclusive=exclusive_for(req, queue, queue_shares),
         memory_gib=req.memory_gib, priority=priority,
         host=req.host.demand() if req.host is not None else None,
+        cpu_steps_per_s=(req.cpu_steps_per_s or 1.0) if req.initial_gpus == 0 else None,
     )
     return LiveJob(spec, req.name, argv, req.checkpoint_dir, tuple(sorted(req.env.items())),
                    req.model, req.max_runtime_s, req.initial_batch, req.parallelism,

@@ -20,7 +20,11 @@ def _gpus(count: int) -> str:
 
 def describe(p: Placement) -> str:
     """``2×V100-16GB: 2 GPUs on node a``; ``4×T4: 2 GPUs on node a + 2 GPUs on node b``; a
-    mixed gang names each node's flavor; a shared GPU set names its partner jobs."""
+    mixed gang names each node's flavor; a shared GPU set names its partner jobs; a CPU-only
+    job's ``CPU-only: 16 CPUs, 64 GiB on node a``."""
+    if p.num_gpus == 0:  # a CPU-only job: what it holds, no GPUs
+        return "CPU-only: " + " + ".join(f"{c:g} CPUs, {m:g} GiB on node {n}"
+                                         for n, c, m in p.host_by_node)
     nodes = " + ".join(f"{_gpus(count)}{f' {flavor}' if p.is_mixed else ''} on node {node}"
                        for node, count, flavor in p.parts())
     shared = (" (shared with " + ", ".join(str(j) for j in p.colocated_with) + ")"

@@ -10,7 +10,8 @@ wins:
    holds exactly that.
 2. **The job's demand.** A job with a :class:`~tessera.model.resources.HostDemand` holds its
    per-GPU amounts times the GPUs it has on the node (a per-job demand is split evenly over
-   the gang's GPUs first).
+   the gang's GPUs first). A CPU-only job (no GPUs) holds its total, split evenly over its
+   nodes (one node unless it was placed otherwise).
 3. **Proportional.** Otherwise its GPUs' share of the node (:func:`~tessera.model.resources.
    proportional_share`): 2 of 8 GPUs hold a quarter of the cores and a quarter of the memory.
 
@@ -54,6 +55,10 @@ def gang_host_by_node(
     pairs = tuple(gpus_by_node)
     given = {n: (c, m) for n, c, m in explicit}
     gang = sum(c for _n, c in pairs)
+    if gang == 0 and host is not None and pairs:  # a CPU-only job: its total, split over nodes
+        cpus, mem = host.total(0)
+        return tuple(((n, *given[n]) if n in given else (n, cpus / len(pairs), mem / len(pairs)))
+                     for n, _c in pairs)
     out = []
     for node_id, count in pairs:
         if node_id in given:

@@ -6,7 +6,8 @@ it accepts (in order of preference; empty means "any"). An *elastic* job also de
 treat it as rigid at ``num_gpus``. Its work is a number of training steps;
 how long that takes depends on where it runs, which only ``perf`` knows. Traces that give a
 duration instead are converted by the reader: steps = duration × throughput on the trace's
-reference flavor.
+reference flavor. A *CPU-only* job (``num_gpus`` 0: preprocessing, evaluation) asks for CPUs and
+memory alone and gives its own speed (``cpu_steps_per_s``); GPU policies never see it.
 
 The lifecycle is a table, not scattered ``if``\\ s::
 
@@ -204,6 +205,13 @@ class JobSpec:
         max_delay_s: the job's slack: how much later than "as soon as possible" it may finish,
             so a carbon-aware policy may start it late or suspend it in dirty hours
             (:mod:`tessera.sim.carbon_shift`); ``None``: no slack declared.
+        cpu_steps_per_s: a *CPU-only* job's speed, in its steps per second. A job with
+            ``num_gpus`` 0 (preprocessing, evaluation, a data pipeline) must ask for CPUs
+            (``host``) and give this rate: no GPU profile can say how fast it runs, so its
+            ``total_steps`` advance at this rate wherever it lands, whatever the GPUs of its
+            server. ``None`` on every job that uses GPUs (their speed comes from ``perf``).
+            CPU-only jobs are placed by their own stage
+            (:mod:`tessera.sched.core.cpu_stage`), never by a GPU policy.
         extra: trace columns kept verbatim (strings) for writers and reports, such as Gavel's
             launch command or FGD's QoS class. No decision reads them: anything a decision
             needs is a typed field above, parsed and checked where the job enters.
@@ -232,13 +240,19 @@ class JobSpec:
     host: HostDemand | None = None
     sensitivity: ResourceSensitivity | None = None
     max_delay_s: float | None = None
+    cpu_steps_per_s: float | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if any(not isinstance(f, GpuFlavor) for f in self.flavors):
             object.__setattr__(self, "flavors", resolve_flavors(self.flavors))
-        if self.num_gpus < 1:
-            raise SpecError(f"job {self.job_id}: num_gpus must be >= 1, got {self.num_gpus}")
+        if self.num_gpus < 0 or (self.num_gpus == 0 and (
+                self.host is None or self.host.cpus <= 0)):
+            raise SpecError(f"job {self.job_id}: num_gpus must be >= 1, or 0 for a CPU-only job "
+                            f"that asks for CPUs (host cpus > 0); got {self.num_gpus} GPUs and "
+                            f"{'no CPUs' if self.host is None else f'{self.host.cpus:g} CPUs'}")
+        if self.num_gpus == 0 or self.cpu_steps_per_s is not None:
+            self._check_cpu_only()
         if not self.total_steps > 0:
             raise SpecError(f"job {self.job_id}: total_steps must be > 0, got {self.total_steps}")
         if self.submit_time_s < 0:
@@ -264,6 +278,32 @@ class JobSpec:
                 f"job {self.job_id}: asks for {self.num_gpus} GPUs, outside its elastic range "
                 f"{e.min_gpus}-{e.max_gpus}"
             )
+
+    @property
+    def cpu_only(self) -> bool:
+        """Whether the job uses no GPUs (its CPUs and memory are all it asks for)."""
+        return self.num_gpus == 0
+
+    def _check_cpu_only(self) -> None:
+        """A CPU-only job: a speed of its own, no GPU-only fields; its demand is per job."""
+        r = self.cpu_steps_per_s
+        if self.num_gpus > 0:
+            raise SpecError(f"job {self.job_id}: cpu_steps_per_s is for CPU-only jobs (0 GPUs); "
+                            f"this one asks for {self.num_gpus} GPUs, whose speed comes from "
+                            "the throughput profiles")
+        if r is None or isinstance(r, bool) or not 0 < r < math.inf:
+            raise SpecError(f"job {self.job_id}: a CPU-only job needs cpu_steps_per_s, its "
+                            f"speed in steps per second (> 0), got {r!r}")
+        gpu_only = [name for name, v in (
+            ("flavors", self.flavors), ("elastic", self.elastic),
+            ("parallelism", self.parallelism), ("gpu_milli", self.gpu_milli),
+            ("sensitivity", self.sensitivity)) if v]
+        if gpu_only:
+            raise SpecError(f"job {self.job_id}: a CPU-only job (0 GPUs) cannot set "
+                            f"{', '.join(gpu_only)}")
+        host = self.host
+        if host is not None and host.per_gpu:  # (no GPUs to be "per": the amounts are the job's)
+            object.__setattr__(self, "host", HostDemand(host.cpus, host.mem_gib, per_gpu=False))
 
     def _check_typed_fields(self) -> None:
         """The optional typed attributes: a memory estimate, a batch, a GPU share."""

@@ -320,20 +320,24 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
 
     ``TESSERA_GRACE_S`` tells the job how long it has after SIGTERM, and
     ``TESSERA_MAX_RUNTIME_S`` (set only with a limit) how long its run may last. The job's
-    :data:`DEVICE_VARS` are dropped: which GPUs a rank uses is the executor's to say.
+    :data:`DEVICE_VARS` are dropped: which GPUs a rank uses is the executor's to say. A
+    CPU-only run (no GPUs) has one rank per node, with ``CUDA_VISIBLE_DEVICES`` empty.
     """
-    world = spec.placement.num_gpus
+    cpu_only = spec.placement.num_gpus == 0  # (a CPU-only job: one rank a node, no GPUs)
+    world = len(spec.placement.gpus_by_node) if cpu_only else spec.placement.num_gpus
     out: list[dict[str, str]] = []
     rank = 0
     reserved = (RUN_AS_VAR, "TESSERA_MAX_RUNTIME_S", "TESSERA_GRACE_S", "TESSERA_PROGRESS_URL",
                 "TESSERA_PROGRESS_TOKEN")
     for node, count, flavor in spec.placement.parts():
-        for local in range(count):
+        for local in range(1 if cpu_only else count):
             env = {k: v for k, v in spec.env if k not in reserved and k not in DEVICE_VARS}
+            if cpu_only:
+                env["CUDA_VISIBLE_DEVICES"] = ""
             env.update({
                 "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
                 "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
-                "LOCAL_WORLD_SIZE": str(count), "TESSERA_JOB_ID": spec.job_id,
+                "LOCAL_WORLD_SIZE": str(max(count, 1)), "TESSERA_JOB_ID": spec.job_id,
                 "TESSERA_RUN": str(spec.run), "TESSERA_CHECKPOINT_DIR": spec.checkpoint_dir,
                 "TESSERA_FLAVOR": flavor.short, "TESSERA_NODE": node,
                 "TESSERA_GANG_FLAVORS": spec.placement.label,

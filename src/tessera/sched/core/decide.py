@@ -38,6 +38,7 @@ from typing import Any
 from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.cadence import leased
 from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.cpu_stage import place_cpu_jobs, split_cpu_only
 from tessera.sched.core.energy_choice import zeus_limits
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
@@ -63,8 +64,6 @@ from tessera.sched.packing.pairs import colocate, partners_for, unpair
 from tessera.sched.resources.allocate import allocate_hosts
 
 __all__ = ["Decision", "PendingKind", "PendingReason", "PlacementOptions", "decide"]
-
-
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -149,14 +148,16 @@ def decide(
     ctx: DecisionContext,
     options: PlacementOptions | None = None,
 ) -> Decision:
-    """One scheduling round over ``snapshot`` (phases: module docstring), then, for a policy
-    with a resource mode, CPUs and memory for its gangs (:mod:`tessera.sched.resources`)."""
-    d = _decide(snapshot, policy, ctx, options)
-    if policy.host_mode is None:
-        return d
-    p, s, w = allocate_hosts(snapshot, d.placements, d.started, d.pending, policy.host_mode,
-                             ctx.solver)
-    return replace(d, placements=p, started=s, pending=w)
+    """One round over ``snapshot`` (phases: module docstring), then CPUs and memory for a
+    resource mode's gangs (:mod:`tessera.sched.resources`), then CPU-only jobs (cpu_stage)."""
+    gpu_view, cpu_jobs = split_cpu_only(snapshot)  # (CPU-only jobs: their own stage, last)
+    d = _decide(gpu_view, policy, ctx, options)
+    if policy.host_mode is not None:
+        p, s, w = allocate_hosts(gpu_view, d.placements, d.started, d.pending, policy.host_mode,
+                                 ctx.solver)
+        d = replace(d, placements=p, started=s, pending=w)
+    return replace(d, **place_cpu_jobs(snapshot, cpu_jobs, d.placements, d.started,
+                                       d.pending)._asdict()) if cpu_jobs else d
 
 
 def _decide(
@@ -366,7 +367,6 @@ class _Placements(Mapping[JobId, Placement]):
 
     def __len__(self) -> int:
         return len(self._full())
-
 
 
 def _reasons(

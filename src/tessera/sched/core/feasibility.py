@@ -9,6 +9,7 @@ from __future__ import annotations
 from tessera.model.cluster import ClusterSpec
 from tessera.model.jobs import ElasticRange, JobSpec
 from tessera.model.resources import HostDemand
+from tessera.sched.core.cpu_stage import cpu_infeasibility
 from tessera.sched.core.host_reasons import host_infeasibility
 from tessera.sched.core.oracle import RateKey, ThroughputOracle, rate_key
 
@@ -21,6 +22,8 @@ def infeasibility(job: JobSpec, cluster: ClusterSpec, oracle: ThroughputOracle,
     An elastic job whose *smallest* size cannot fit is named as such; until a policy resizes
     jobs, an elastic job is also held to the count it asks for (``num_gpus``).
     """
+    if job.cpu_only:  # (no GPUs: only its CPUs and memory must fit one server)
+        return cpu_infeasibility(job, cluster.nodes)
     present = {f.short for f in cluster.flavors()}
     if job.flavors:
         wanted = [f.short for f in job.flavors]

@@ -72,9 +72,10 @@ class HostFree:
         free = snapshot.free_gpus
         if isinstance(free, FreeCounts) and free.gpus_only:
             return None  # (the driver knows no job asks: skip the walk over the jobs)
-        if not asks_for_host(snapshot):
+        if not snapshot.host_held and not asks_for_host(snapshot):
             return None
         out = cls(snapshot.up_nodes())
+        out.shift(snapshot.host_held, -1)  # (running CPU-only jobs: sched/core/cpu_stage)
         for j in snapshot.split().running:
             p = j.placement
             if p is None:
@@ -147,6 +148,20 @@ class HostFree:
         cpus = max((self.cpus.get(n, 0.0) for n in node_ids), default=0.0)
         mem = max((self.mem_gib.get(n, 0.0) for n in node_ids), default=0.0)
         return cpus, mem
+
+
+def fed_counts(host_free: HostFree, free: Mapping[str, int], ids: tuple[str, ...],
+               host: HostDemand | None, gpus: int) -> dict[str, int]:
+    """``free`` (every up node's free GPUs) with each of ``ids``' counts capped by the GPUs of
+    a ``gpus``-GPU gang its free CPUs and memory can feed: the counts a domain search reads so
+    that the domain it picks can feed the gang (:meth:`FreeGpus.find
+    <tessera.sched.core.placement.FreeGpus.find>`)."""
+    out = {n: free[n] for n in host_free.nodes}  # (a book reads through: no dict(free))
+    for n in ids:
+        fed = host_free.gpus_fed(n, host, gpus)
+        if fed < out[n]:
+            out[n] = int(fed)
+    return out
 
 
 def find_fed(

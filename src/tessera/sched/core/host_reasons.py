@@ -51,6 +51,24 @@ class HostShort:
                 f"allowed node is {self.free_mem_gib:g} GiB (GPUs are free, memory is not)")
 
 
+@dataclass(frozen=True, slots=True)
+class CpuShort:
+    """A CPU-only job waits: no up node has its CPUs and memory free
+    (:mod:`tessera.sched.core.cpu_stage`); the most free on any node, for comparison."""
+
+    needs_cpus: float
+    needs_mem_gib: float
+    free_cpus: float
+    free_mem_gib: float
+
+    def __str__(self) -> str:
+        if self.needs_cpus > self.free_cpus + 1e-9:
+            return (f"CPU-only job needs {self.needs_cpus:g} CPUs on one node; the most free on "
+                    f"any node is {self.free_cpus:g} CPUs")
+        return (f"CPU-only job needs {self.needs_mem_gib:g} GiB of host memory on one node; the "
+                f"most free on any node is {self.free_mem_gib:g} GiB")
+
+
 def host_shortage(j: JobView, flavors: tuple[GpuFlavor, ...], free: FreeGpus,
                   local: bool, infos: Mapping[GpuFlavor, BlockInfo],
                   seen: dict[tuple[GpuFlavor, ...], tuple[Node, float, float]]

@@ -352,7 +352,10 @@ class ThroughputOracle:
         return self._mixed_rates().rate(job, mix)
 
     def placement_rate(self, job: JobSpec, placement: Placement) -> float:
-        """Steps/s of ``job`` on ``placement``, homogeneous or mixed (the policy's view)."""
+        """Steps/s of ``job`` on ``placement``, homogeneous or mixed (the policy's view); a
+        CPU-only job's own ``cpu_steps_per_s`` wherever it runs (no GPU flavor in it)."""
+        if job.cpu_steps_per_s is not None:
+            return job.cpu_steps_per_s
         if placement.is_mixed:
             if job.parallelism is not None:
                 return self._mixed_rates().predict(job, placement.flavor_counts(),

@@ -41,7 +41,7 @@ from tessera.sched.core.count_index import ByCount, CountIndex
 from tessera.sched.core.domains import choose
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.free_view import FreeView, Layout
-from tessera.sched.core.host_free import HostFree, search_fed
+from tessera.sched.core.host_free import HostFree, fed_counts, search_fed
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 
@@ -286,8 +286,16 @@ class FreeGpus(FreeView):
             if self._host.fits(held):
                 return self._host.remember(
                     Placement((flavor,), parts, (), None, (), held if host else ()), held)
-            # (the domain's choice cannot feed the gang: fall through to the host-aware search,
-            # which knows CPUs and memory but not domains)
+            # (the domain's choice cannot feed the gang -- a CPU-only job or a hungry gang holds
+            # some of its CPUs: choose again among the GPUs the free hosts can feed, then fall
+            # through to the host-aware search, which knows CPUs and memory but not domains)
+            fed = fed_counts(self._host, self._free, nodes, host, gpus)
+            parts = choose(nodes, CountIndex(nodes, fed), fed, gpus, require_locality,
+                           self._domains)
+            held = gang_host_by_node(parts or (), host, self._host.nodes)
+            if parts is not None and self._host.fits(held):
+                return self._host.remember(
+                    Placement((flavor,), parts, (), None, (), held if host else ()), held)
         if self._host is not None:
             ids = self._by_flavor.get(flavor, ())
             found = search_fed(self._host, self._free, ids, self._count_index(flavor),

@@ -15,7 +15,7 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.model.nodes import Node
 from tessera.sched.core.free_view import BlockInfo
-from tessera.sched.core.host_reasons import HostShort, host_shortage
+from tessera.sched.core.host_reasons import CpuShort, HostShort, host_shortage
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.snapshot import JobView
@@ -117,7 +117,7 @@ class CarbonHeld:
 
 
 Detail = (CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | PowerHeld | HostShort
-          | CarbonHeld)
+          | CarbonHeld | CpuShort)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,7 @@ class PendingReason:
             which = "/".join(f.short for f in d.flavors) or "any flavor"
             return (f"needs {d.needs_gpus} GPUs of {which}; "
                     f"free now: {free}; ranked #{d.rank} by the policy")
-        if isinstance(d, CannotRun | HostShort):
+        if isinstance(d, CannotRun | HostShort | CpuShort):
             return d.why if isinstance(d, CannotRun) else str(d)
         if isinstance(d, MixNoPlan):
             return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "

@@ -321,6 +321,10 @@ class Snapshot:
     free_gpus: Mapping[str, int] | None = None
     split_hint: JobSplit | None = field(default=None, compare=False, repr=False)
     tenancy: Tenancy | None = None
+    host_held: tuple[tuple[str, float, float], ...] = ()
+    """``((node_id, cpus, mem_gib), ...)`` held by running jobs that are not in ``jobs``: the
+    CPU-only jobs, which the GPU stages of a round do not see
+    (:mod:`tessera.sched.core.cpu_stage`) but whose CPUs and memory they must not hand out."""
 
     def queue_quotas(self) -> Mapping[str, QueueQuota]:
         """The quotas by queue: the tenancy's queues when there is one, else ``quotas``."""
@@ -341,7 +345,7 @@ class Snapshot:
         other jobs, is not used (see :meth:`split`)."""
         return Snapshot(self.now_s, self.cluster, jobs, self.quotas, self.policy_state,
                         self.round_s, self.down_nodes, self.free_gpus, self.split_hint,
-                        self.tenancy)
+                        self.tenancy, self.host_held)
 
     def up_nodes(self) -> tuple[Node, ...]:
         if not self.down_nodes:
