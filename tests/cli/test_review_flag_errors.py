@@ -11,6 +11,7 @@ ignored.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,19 @@ def test_absurd_bootstrap_and_noise_are_refused_before_the_run() -> None:
     with pytest.raises(SpecError, match=r"--measurement-noise must be at most 10 .* got 1000"):
         _check_learned_flags("learned", None, 1000.0)
     _check_learned_flags("learned", 86_400.0, 10.0)  # the limits themselves are allowed
+
+
+def test_kernels_prior_on_a_table_of_uncounted_job_types_is_one_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"v100": {"('MyNet (batch size 16)', 1)": {"null": 10.0}},
+             "k80": {"('MyNet (batch size 16)', 1)": {"null": 2.0}}}
+    path = tmp_path / "my.json"
+    path.write_text(json.dumps(table))
+    code, out, err = run_tessera(["speeds", "--table", str(path), "--prior", "kernels"],
+                                 capsys, monkeypatch)
+    assert code == 2 and "table" not in out  # (was: rc 0, an empty table, a line per k)
+    assert err.strip().splitlines() == [
+        f"error: --prior kernels, table '{path}': no counted work for job type 'MyNet (batch "
+        "size 16)': the kernels prior knows Gavel's and Sia's job types only; "
+        "tools/count_job_work.py counts new ones"]
