@@ -6,7 +6,8 @@ Each test failed on the code before the review (``a512321``): a binary ``--carbo
 offsets in a ``TypeError``; a ``--power-budget-kw`` under the cluster's idle draw ran and
 finished no job without a word; ``--bootstrap-s 1e30`` never ended and ``--measurement-noise
 1000`` overflowed; ``--power-capping`` and ``--carbon-price`` without the flag they shape were
-ignored.
+ignored; ``speeds --prior kernels`` on a table of uncounted job types printed an empty table
+(rc 0) and the same "skipped" line once per protocol and k.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """Review of stop 42's power restore records (issue 34, part 5): what a torn, foreign or
 planted record or folder does to a restore, and what a failing counter does to a run's end.
 
-Each test failed on the code before the review (``a512321``): a record that is valid JSON but
+Each test but the last (a guard that sound records still sum) failed on the code before the
+review (``a512321``): a record that is valid JSON but
 not an object, or names a GPU that is not an index, raised out of :meth:`GpuPower.recover` (a
 Ray rank host that calls it at start would never start on that node); a torn record vanished
 without a word; a ``ray-power`` folder planted as a symlink, or another user's, was written
 through and its records restored; a counter read that failed at a run's end skipped the
-restore; a counter that went back gave a negative energy.
+restore; a counter that went back gave a negative energy; a forged ``exit:`` or ``powerleft:``
+record in Ray's KV (``energy_j`` not a number, ``power`` not a list) raised out of
+:func:`gather`, so the run's records were never pruned and its events never written.
 """
 
 from __future__ import annotations
