@@ -165,3 +165,15 @@ def test_sound_kv_power_records_still_sum(monkeypatch: pytest.MonkeyPatch) -> No
     got: list[Any] = []
     gather("j-1", 1, 2, {0: {"rc": 0, "energy_j": 1.5, "power": ["a"]}}, got)
     assert got[0].energy_j == 3.5
+
+
+def test_a_record_torn_before_the_end_is_said_at_the_end(tmp_path: Path) -> None:
+    nv = FakeNvml(n=1)
+    p = GpuPower(tmp_path / "power", nv)
+    p.begin("job-1", 1, [0], 200.0)
+    record = tmp_path / "power" / "job-1.1.json"
+    record.write_text(record.read_text()[:20])  # torn
+    end = p.end("job-1", 1)
+    assert end.energy_j is None and len(end.notes) == 1
+    assert end.notes[0].startswith("power limit NOT restored, energy unknown: restore record ")
+    assert "unreadable (JSONDecodeError" in end.notes[0] and not record.exists()

@@ -167,10 +167,15 @@ class GpuPower:
     def end(self, job_id: str, run: int) -> PowerEnd:
         """The run's energy since :meth:`begin`, and its GPUs' limits put back."""
         path = self._record(job_id, run)
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
+        if not path.exists():  # nothing was begun (or it was already ended)
             return PowerEnd(None, ())
+        _previous, bad = _previous_of(path)
+        if bad:  # torn or foreign: what the limits were is lost, and the run must hear it
+            path.unlink(missing_ok=True)
+            return PowerEnd(None, (f"power limit NOT restored, energy unknown: restore record "
+                                   f"{path} unreadable ({bad}); check the GPUs' limits with "
+                                   "nvidia-smi -q -d POWER",))
+        record = json.loads(path.read_text())
         nv = self._lib()
         notes: list[str] = []
         energy_j: float | None = None
