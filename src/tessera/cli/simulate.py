@@ -373,10 +373,12 @@ def _register_simulate(app: typer.Typer) -> None:
         bootstrap_s: float | None = typer.Option(
             None, "--bootstrap-s", help="With --speeds learned, Sia's bootstrap: each new job "
             "first runs a profile of this many seconds on one GPU of each GPU type it can use "
-            "(real time and GPU use: its JCT includes them; docs/scheduler.md)."),
+            "(real time and GPU use: its JCT includes them; at most 86400; default: no "
+            "bootstrap; docs/scheduler.md)."),
         measurement_noise: float = typer.Option(
             0.0, "--measurement-noise", help="With --speeds learned, each observed rate is "
-            "the true one times exp(noise·z), z standard normal, seeded (0: exact)."),
+            "the true one times exp(noise·z), z standard normal, seeded (0: exact; at most "
+            "10)."),
         goodput: str = typer.Option("table", help="What Sia and Pollux read an elastic job's "
                                     "goodput from: table (the bundled profiles) | gns "
                                     "(efficiency from the gradient noise scale the job's "
@@ -399,13 +401,15 @@ def _register_simulate(app: typer.Typer) -> None:
         power_budget_kw: float | None = typer.Option(
             None, "--power-budget-kw", help="Keep the cluster's power (busy and idle GPUs) "
             "under this many kW at every instant: per-job power limits, then waiting, after "
-            "any policy decides (docs/energy.md, Power budget)."),
+            "any policy decides; above the cluster's idle draw; default: no budget "
+            "(docs/energy.md, Power budget)."),
         power_capping: str = typer.Option("flow", help="How --power-budget-kw is kept: flow "
                                           "(per-job limits) or uniform (one limit for every "
-                                          "GPU, the baseline)."),
+                                          "GPU, the baseline); needs --power-budget-kw."),
         zeus_eta: float | None = typer.Option(
             None, "--zeus-eta", help="Per-job Zeus: every job at the power limit minimising "
-            "η·energy + (1-η)·MAXPOWER·time on its GPU type (η in [0, 1]; docs/energy.md)."),
+            "η·energy + (1-η)·MAXPOWER·time on its GPU type (η in [0, 1]; default: off; "
+            "docs/energy.md)."),
         energy_types: bool = typer.Option(
             False, "--energy-types", help="With --zeus-eta: offer each job its GPU types "
             "cheapest first by that cost, and only those within --energy-slack of its "
@@ -419,13 +423,15 @@ def _register_simulate(app: typer.Typer) -> None:
         carbon_shift: str | None = typer.Option(
             None, "--carbon-shift", help="Shift jobs with slack to cleaner hours before the "
             "policy decides: carbon-time | wait-awhile (GAIA's baselines) | ours (capacity-"
-            "aware filling with --carbon-price); needs --carbon (docs/energy.md)."),
+            "aware filling with --carbon-price); needs --carbon; default: no shifting "
+            "(docs/energy.md)."),
         carbon_price: float = typer.Option(
             0.0, "--carbon-price", help="ours: grams of CO2 one GPU-hour of delay is worth "
-                                        "(0: cleanest slots with room; higher: less waiting)."),
+                                        "(0: cleanest slots with room; higher: less waiting); "
+                                        "needs --carbon-shift ours."),
         slack_h: float | None = typer.Option(
             None, "--slack-h", help="Give every job that declares no slack (max_delay_s) this "
-                                    "many hours of it."),
+                                    "many hours of it (default: none)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -456,6 +462,8 @@ def _register_simulate(app: typer.Typer) -> None:
             "quota_borrowing_limit_gpus": None if quota_borrowing_gpus < 0
             else quota_borrowing_gpus,
         }
+        _check_unused_energy_flags(power_budget_kw, power_capping, carbon_shift,
+                                   carbon_price)
         if power_budget_kw is not None:
             from tessera.errors import SpecError
 
@@ -489,14 +497,43 @@ def _register_simulate(app: typer.Typer) -> None:
                        carbon=carbon, slack_h=slack_h)
 
 
+def _check_unused_energy_flags(power_budget_kw: float | None, power_capping: str,
+                               carbon_shift: str | None, carbon_price: float) -> None:
+    """Refuse a flag that only shapes another, absent one (it would be silently ignored).
+    (``--slack-h`` without ``--carbon-shift`` is allowed: the unshifted baseline of a
+    comparison runs the same jobs, slack and all.)"""
+    from tessera.errors import SpecError
+
+    if power_capping != "flow" and power_budget_kw is None:
+        raise SpecError(f"--power-capping {power_capping} needs --power-budget-kw (it says how "
+                        "that budget is kept)")
+    if carbon_price != 0 and carbon_shift != "ours":
+        raise SpecError(f"--carbon-price {carbon_price:g} needs --carbon-shift ours (only "
+                        "ours prices delay)")
+
+
+#: The longest ``--bootstrap-s``: a day per GPU type (Sia profiles for seconds; the simulator
+#: steps through a profile, so an absurd length would run for hours).
+MAX_BOOTSTRAP_S = 86_400.0
+#: The largest ``--measurement-noise``: ``exp(noise · z)`` must stay a float for any drawn z
+#: (at 1000 it overflowed into a traceback); 10 already scatters rates over e^±20.
+MAX_MEASUREMENT_NOISE = 10.0
+
+
 def _check_learned_flags(speeds: str, bootstrap_s: float | None, noise: float) -> None:
     """Refuse ``--bootstrap-s`` / ``--measurement-noise`` values that cannot apply."""
     from tessera.errors import SpecError
 
     if bootstrap_s is not None and not (math.isfinite(bootstrap_s) and bootstrap_s > 0):
         raise SpecError(f"--bootstrap-s must be > 0 seconds, got {bootstrap_s:g}")
+    if bootstrap_s is not None and bootstrap_s > MAX_BOOTSTRAP_S:
+        raise SpecError(f"--bootstrap-s must be at most {MAX_BOOTSTRAP_S:g} seconds (a day "
+                        f"of profile per GPU type), got {bootstrap_s:g}")
     if not (math.isfinite(noise) and noise >= 0):
         raise SpecError(f"--measurement-noise must be >= 0, got {noise:g}")
+    if noise > MAX_MEASUREMENT_NOISE:
+        raise SpecError(f"--measurement-noise must be at most {MAX_MEASUREMENT_NOISE:g} (the "
+                        f"spread of log(observed rate)), got {noise:g}")
     if speeds != "learned" and (bootstrap_s is not None or noise):
         raise SpecError("--bootstrap-s and --measurement-noise need --speeds learned")
 

@@ -83,6 +83,14 @@ def speeds(
     rows: list[dict[str, object]] = []
     for name in tables:
         table = load_throughputs(name)
+        if prior == "kernels":  # (once per table, not a "skipped" line per protocol and k)
+            from tessera.perf.estimate import table_matrix
+            from tessera.perf.job_work import table_work
+
+            try:
+                table_work(table_matrix(table, 1)[0])
+            except SpecError as e:
+                raise SpecError(f"--prior kernels, table {name!r}: {e}") from None
         for protocol in protocols:
             for k in ks:
                 try:

@@ -167,24 +167,43 @@ class GpuPower:
     def end(self, job_id: str, run: int) -> PowerEnd:
         """The run's energy since :meth:`begin`, and its GPUs' limits put back."""
         path = self._record(job_id, run)
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
+        if not path.exists():  # nothing was begun (or it was already ended)
             return PowerEnd(None, ())
+        _previous, bad = _previous_of(path)
+        if bad:  # torn or foreign: what the limits were is lost, and the run must hear it
+            path.unlink(missing_ok=True)
+            return PowerEnd(None, (f"power limit NOT restored, energy unknown: restore record "
+                                   f"{path} unreadable ({bad}); check the GPUs' limits with "
+                                   "nvidia-smi -q -d POWER",))
+        record = json.loads(path.read_text())
         nv = self._lib()
         notes: list[str] = []
         energy_j: float | None = None
         if nv is not None:
             starts = record.get("start_mj", {})
-            if starts and all(v is not None for v in starts.values()):
-                total = 0
-                for i, start in starts.items():
-                    h = nv.nvmlDeviceGetHandleByIndex(int(i))
-                    total += int(nv.nvmlDeviceGetTotalEnergyConsumption(h)) - int(start)
-                energy_j = total / 1000.0
+            try:  # (the energy is a bonus: failing to read it must not skip the restore)
+                energy_j = self._energy_j(nv, starts)
+            except Exception as e:
+                notes.append(f"energy unknown: NVML failed ({type(e).__name__}: {e})")
+            if energy_j is not None and energy_j < 0:  # the counter counts from the
+                energy_j = None  # driver's load: it was reloaded meanwhile
+                notes.append("energy unknown: a GPU's energy counter went back during the "
+                             "run (the driver was reloaded)")
             notes += self._restore(nv, record.get("previous_mw", {}))
         path.unlink(missing_ok=True)
         return PowerEnd(energy_j, tuple(notes))
+
+    @staticmethod
+    def _energy_j(nv: Any, starts: dict[str, int | None]) -> float | None:
+        """Joules used on the GPUs since the counters ``starts`` (mJ per index) were read
+        (``None``: a GPU has no counter)."""
+        if not starts or any(v is None for v in starts.values()):
+            return None
+        total = 0
+        for i, start in starts.items():
+            h = nv.nvmlDeviceGetHandleByIndex(int(i))
+            total += int(nv.nvmlDeviceGetTotalEnergyConsumption(h)) - int(start or 0)
+        return total / 1000.0
 
     def recover(self) -> list[str]:
         """Restore the limits every leftover record holds (a crash between :meth:`begin` and
@@ -193,10 +212,11 @@ class GpuPower:
             return []
         out: list[str] = []
         for path in sorted(self.dir.glob("*.json")):
-            try:
-                previous = json.loads(path.read_text()).get("previous_mw", {})
-            except (OSError, ValueError):
-                previous = {}
+            previous, bad = _previous_of(path)
+            if bad:  # a torn or foreign file: its GPUs' limits are unknown, say so
+                out.append(f"{path.stem}: power limit NOT restored: restore record {path} "
+                           f"unreadable ({bad}); check the GPUs' limits with nvidia-smi -q -d "
+                           "POWER")
             nv = self._lib() if previous else None
             if nv is not None:
                 done = self._restore(nv, previous)
@@ -210,8 +230,8 @@ class GpuPower:
         named (the record is still dropped: retrying cannot gain a permission)."""
         done, failed = [], []
         for i, mw in previous.items():
-            h = nv.nvmlDeviceGetHandleByIndex(int(i))
             try:
+                h = nv.nvmlDeviceGetHandleByIndex(int(i))
                 if int(nv.nvmlDeviceGetPowerManagementLimit(h)) != mw:
                     nv.nvmlDeviceSetPowerManagementLimit(h, mw)
                 done.append(f"GPU {i} {mw / 1000:g} W")
@@ -226,7 +246,26 @@ class GpuPower:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self._record(job_id, run)
         tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp.unlink(missing_ok=True)  # (never write through a file planted in its place)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(record))
         tmp.replace(path)
+
+
+def _previous_of(path: Path) -> tuple[dict[str, int], str]:
+    """The ``previous_mw`` of a restore record (GPU index -> milliwatts) and ``""``, or ``({},
+    why)`` when the record is torn, not a regular file, or not what :meth:`GpuPower.begin`
+    writes (a restore must never raise: the records after it still need theirs)."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return {}, "not a regular file"
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return {}, f"{type(e).__name__}: {e}"
+    previous = record.get("previous_mw", {}) if isinstance(record, dict) else None
+    if not isinstance(previous, dict) or not all(
+            isinstance(i, str) and i.isdigit() and type(mw) is int and mw > 0
+            for i, mw in previous.items()):
+        return {}, "not a restore record: previous_mw must map GPU indices to milliwatts"
+    return previous, ""

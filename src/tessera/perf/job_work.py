@@ -60,7 +60,8 @@ def table_work(job_types: Iterable[str]) -> dict[str, JobWork]:
     wanted = list(job_types)
     missing = [t for t in wanted if t not in known]
     if missing:
-        raise SpecError(f"no counted work for job type {missing[0]!r} (and {len(missing) - 1} "
-                        "more): the kernels prior knows Gavel's and Sia's job types only; "
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise SpecError(f"no counted work for job type {missing[0]!r}{more}: the kernels "
+                        "prior knows Gavel's and Sia's job types only; "
                         "tools/count_job_work.py counts new ones")
     return {t: known[t] for t in wanted}

@@ -22,7 +22,8 @@ def load_throughputs(spec: str | Path | None) -> ThroughputTable:
     """The table named by ``spec`` (see the module docstring); ``None`` means ``gavel``.
 
     Raises:
-        SpecError: ``spec`` is neither a table name nor an existing file.
+        SpecError: ``spec`` is neither a table name nor an existing file, or the file is not
+            a Gavel throughputs JSON.
     """
     if spec is None or str(spec) == "gavel":
         return default_throughputs()
@@ -32,4 +33,9 @@ def load_throughputs(spec: str | Path | None) -> ThroughputTable:
     if not path.is_file():
         raise SpecError(f"throughputs {str(spec)!r}: not a file; built-in tables: "
                         f"{', '.join(TABLE_NAMES)}")
-    return load_gavel_throughputs(path)
+    try:
+        return load_gavel_throughputs(path)
+    except (UnicodeDecodeError, ValueError, AttributeError, TypeError) as e:  # not its layout
+        raise SpecError(f"throughputs {str(spec)!r}: not a Gavel throughputs JSON "
+                        f"(simulation_throughputs.json layout): {type(e).__name__}: "
+                        f"{str(e)[:200]}") from None

@@ -48,7 +48,7 @@ def power_runs_for(config: SimConfig, cluster: ClusterSpec, policy: Policy,
     Raises:
         SpecError: a budget or Zeus with ``--compat gavel`` or an elastic policy (their
             drivers set speeds themselves and would undo the limits); both at once; η outside
-            [0, 1].
+            [0, 1]; a budget not above the cluster's idle draw (no job could ever run).
     """
     if config.energy_types and config.zeus_eta is None:
         raise SpecError("energy-aware type choice needs --zeus-eta (the η of its cost)")
@@ -65,6 +65,11 @@ def power_runs_for(config: SimConfig, cluster: ClusterSpec, policy: Policy,
         raise SpecError(f"{what} does not work with the elastic policy "
                         f"{policy.display_name!r} (it sets job speeds itself)")
     m = model or default_power_model()
+    idle_w = sum(n.gpus * m.idle_power_w(n.flavor) for n in cluster.nodes)
+    if config.power_budget_kw is not None and config.power_budget_kw * 1e3 <= idle_w:
+        raise SpecError(f"--power-budget-kw {config.power_budget_kw:g} is not above the "
+                        f"cluster's idle draw, {idle_w / 1e3:.3g} kW for {cluster.total_gpus} "
+                        "GPUs: no job could ever run")
     budget = (PowerBudget(config.power_budget_kw * 1e3, m, config.power_capping)
               if config.power_budget_kw is not None else None)
     zeus = (ZeusCost(config.zeus_eta, m, max(m.limit_range(f).max_w

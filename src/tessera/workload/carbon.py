@@ -116,6 +116,11 @@ def parse_carbon(path: Path, name: str) -> CarbonTrace:
     """Read and check a carbon CSV (see the module docstring for the rules)."""
     times: list[datetime] = []
     values: list[float] = []
+    try:  # (a binary file would otherwise end in a UnicodeDecodeError traceback mid-read)
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"carbon trace {path.name}: not a UTF-8 text file (byte {e.start}: "
+                        f"{e.reason}); expected a CSV of time,gCO2eq/kWh rows") from None
     with path.open(newline="", encoding="utf-8") as fh:
         rows = csv.reader(fh)
         next(rows, None)  # (the header)
@@ -126,6 +131,10 @@ def parse_carbon(path: Path, name: str) -> CarbonTrace:
             if len(row) < 2:
                 raise SpecError(f"carbon trace {where}: expected 'time,intensity', got {row!r}")
             t = _parse_time(row[0], where)
+            if times and (t.tzinfo is None) != (times[0].tzinfo is None):
+                raise SpecError(f"carbon trace {where}: time {row[0].strip()!r} and the first "
+                                f"time {times[0].isoformat()!r} differ in having a UTC "
+                                "offset; give every time with one, or none")
             if times:
                 step_s = (t - times[-1]).total_seconds()
                 if step_s <= 0:

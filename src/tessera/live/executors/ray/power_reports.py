@@ -9,6 +9,7 @@ restored a limit a dead host left writes the notes under ``powerleft:<job>:<run>
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,10 @@ from tessera.live.executors.ray.rank_power import leftover_key
 from tessera.live.executors.ray.records import delete, exit_key, get
 from tessera.live.run_power_ray import RankPowerReport, RunPowerReport
 
-__all__ = ["gather"]
+__all__ = ["NOTE_CHARS", "gather"]
+
+#: The longest power note kept for an event (the hosts write a line of ~100 characters).
+NOTE_CHARS = 500
 
 
 def gather(job_id: str, run: int, world: int, records: Mapping[int, dict[str, Any]],
@@ -27,14 +31,35 @@ def gather(job_id: str, run: int, world: int, records: Mapping[int, dict[str, An
     ranks: list[RankPowerReport] = []
     for rank in range(world):
         rec = records.get(rank) or get(exit_key(job_id, run, rank))
-        left = get(leftover_key(job_id, run, rank))  # restored by a dead host's successor
+        try:  # restored by a dead host's successor
+            left = get(leftover_key(job_id, run, rank))
+        except (TypeError, ValueError):  # not a JSON object: forged, or torn
+            left = {"power": ["power notes of a dead rank host unreadable"]}
         if left is not None:
             delete(leftover_key(job_id, run, rank))
         if (rec is None or "power" not in rec) and left is None:
             continue
-        energy = rec.get("energy_j") if rec is not None else None
-        notes = (*(rec or {}).get("power", ()), *(left or {}).get("power", ()))
-        ranks.append(RankPowerReport(rank, None if energy is None else float(energy),
-                                     tuple(str(n) for n in notes)))
+        ranks.append(RankPowerReport(rank, _energy_of(rec), (*_notes_of(rec),
+                                                             *_notes_of(left))))
     if ranks:
         into.append(RunPowerReport(job_id, run, world, tuple(ranks)))
+
+
+def _energy_of(rec: Mapping[str, Any] | None) -> float | None:
+    """A record's ``energy_j``: joules, or ``None`` unless a finite number >= 0 (anyone with
+    the cluster's token can write the KV: a forged value must not stop the release)."""
+    energy = None if rec is None else rec.get("energy_j")
+    if isinstance(energy, bool) or not isinstance(energy, int | float):
+        return None
+    return float(energy) if math.isfinite(energy) and energy >= 0 else None
+
+
+def _notes_of(rec: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """A record's ``power`` notes as strings, each cut to :data:`NOTE_CHARS` (a value that is
+    not a list gives one line saying so)."""
+    if rec is None:
+        return ()
+    notes = rec.get("power", [])
+    if not isinstance(notes, list):
+        return ("power notes unreadable: not a list",)
+    return tuple(str(n)[:NOTE_CHARS] for n in notes)

@@ -21,10 +21,13 @@ Ray gave that rank (its ``CUDA_VISIBLE_DEVICES``, one id of its bundle):
 **Where the records live.** Ray nodes share no filesystem, so each node keeps its own, under
 the service's state root on that node (the runs dir's parent, the same path on every node):
 ``<state>/ray-power/<node id>/<job>.<run>.<rank>.json``, folders ``0700``, files ``0600``, owned by
-the rank host's user. The node id keeps several Ray nodes on one machine (or one shared work
-root) apart: a host recovers only its own node's records. Nobody but the host's user (and root)
-can read or write them; a job's command runs as the run-as user, in another process tree,
-and never sees the folder's path.
+the rank host's user. A folder that exists but is a symlink, another user's or open to others
+is refused (the rank runs unchanged, and :meth:`RankPower.recover` reads no record there): on a
+node where ``<state>`` lies in a shared place such as ``/tmp``, a job could otherwise plant it
+and forge the limits a restore sets. The node id keeps several Ray nodes on one machine (or one
+shared work root) apart: a host recovers only its own node's records. Nobody but the host's
+user (and root) can read or write them; a job's command runs as the run-as user, in another
+process tree, and never sees the folder's path.
 
 **A rank holds its GPUs alone.** Ray books each GPU of a placement-group bundle to that bundle
 only, and the service asks for a limit only for a run that shares no GPU with another run
@@ -45,10 +48,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import stat
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tessera.live.executors.logs import _mkdir_private, ensure_runs_dir
 from tessera.live.nvml_power import GpuPower, load_nvml
 
 __all__ = ["FAKE_NVML_VAR", "RankPower", "leftover_key", "node_nvml"]
@@ -126,6 +131,12 @@ class RankPower:
             g, other = taken[0]
             return [f"power limit not set, energy not measured: GPU {g} on node {node} is "
                     f"also used by run {other[1]} of {other[0]}; {unchanged}"]
+        try:  # before NVML: a folder someone else can write could hold forged records
+            ensure_runs_dir(self.dir.parent)  # ray-power: 0700, ours, not a symlink
+            _mkdir_private(self.dir)
+        except OSError as e:
+            return [f"power limit not set, energy not measured: the restore records' folder "
+                    f"is not private to the rank host ({e}); {unchanged}"]
         nv, why = node_nvml()
         if nv is None:  # nothing asked but energy, on a node without GPUs NVML sees: no news
             return [f"power limit not set, energy not measured: NVML unavailable on node "
@@ -137,7 +148,6 @@ class RankPower:
                 return [f"power limit not set, energy not measured: GPU {missing[0]} is not "
                         f"among node {node}'s {count} NVML GPUs; {unchanged}"]
             job_run, rank = self._stem(key)
-            self.dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private root
             started = GpuPower(self.dir, nv).begin(job_run, rank, gpus, limit_w)
         except Exception as e:  # an NVML call GpuPower does not guard (a handle)
             return [f"power limit not set, energy not measured: NVML failed on node {node} "
@@ -169,6 +179,8 @@ class RankPower:
         notes per rank."""
         if self.dir is None or not self.dir.is_dir() or not any(self.dir.glob("*.json")):
             return {}
+        if not (_private(self.dir.parent) and _private(self.dir)):
+            return {}  # records anyone else could write are not ours to act on (begin says so)
         nv, why = node_nvml()
         out: dict[RankKey, list[str]] = {}
         if nv is None:
@@ -184,6 +196,17 @@ class RankPower:
             if key is not None and what:
                 out[key] = [f"{what} (left by a rank host that died)"]
         return out
+
+
+def _private(folder: Path) -> bool:
+    """Whether ``folder`` is a directory (not a symlink) of this process's user, closed to
+    group and others."""
+    try:
+        st = folder.lstat()
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o077)
 
 
 def _key_of(stem: str) -> RankKey | None:
