@@ -120,3 +120,21 @@ def test_kernels_prior_on_a_table_of_uncounted_job_types_is_one_error(
         f"error: --prior kernels, table '{path}': no counted work for job type 'MyNet (batch "
         "size 16)': the kernels prior knows Gavel's and Sia's job types only; "
         "tools/count_job_work.py counts new ones"]
+
+
+def test_zeus_flags_are_checked_before_the_run() -> None:
+    """``--zeus-eta 2`` was refused only mid-run, by a message that did not name the flag;
+    ``--energy-slack`` without ``--energy-types`` was silently ignored."""
+    from tessera.cli.simulate import _check_zeus_flags
+
+    with pytest.raises(SpecError, match=r"--zeus-eta must be in \[0, 1\] .* got 2"):
+        _check_zeus_flags(2.0, False, 0.5)
+    with pytest.raises(SpecError, match=r"--zeus-eta must be in \[0, 1\] .* got nan"):
+        _check_zeus_flags(float("nan"), False, 0.5)
+    with pytest.raises(SpecError, match=r"--energy-slack must be >= 0 .* got -1"):
+        _check_zeus_flags(0.5, True, -1.0)
+    with pytest.raises(SpecError, match=r"--energy-slack 0.2 needs --energy-types"):
+        _check_zeus_flags(0.5, False, 0.2)
+    _check_zeus_flags(0.0, True, 0.0)
+    _check_zeus_flags(1.0, False, 0.5)
+    _check_zeus_flags(None, False, 0.5)

@@ -98,3 +98,15 @@ def test_a_runs_energy_is_the_sum_of_every_ranks_or_unknown() -> None:
     assert RunPowerReport("j", 1, 2, ranks).energy_j == 12.5
     assert RunPowerReport("j", 1, 3, ranks).energy_j is None  # rank 2's host died
     assert RunPowerReport("j", 1, 2, (ranks[0], RankPowerReport(1, None, ()))).energy_j is None
+
+
+def test_a_job_id_with_unsafe_characters_is_restored_at_its_end(
+        tmp_path: Path, boards: Path) -> None:
+    """The record is written under a cleaned name; the end looked for it under the raw id, so
+    it found nothing and left the limit set (ids are minted ``j-<hex>`` today)."""
+    p = RankPower(str(tmp_path / "ray-power"), "node-a")
+    p.begin(("team/a b", 2, 0), "0", 140.0, "node-a")
+    assert fake.read(boards)["limit_mw"]["0"] == 140_000
+    energy_j, end = p.end(("team/a b", 2, 0))
+    assert end == ["power limit restored: GPU 0 250 W"] and energy_j is not None
+    assert fake.read(boards)["limit_mw"]["0"] == 250_000

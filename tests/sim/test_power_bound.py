@@ -54,3 +54,10 @@ def test_a_budget_under_the_idle_draw_is_named() -> None:
     wl = generate_gavel_like(3, 6.0, seed=1)
     with pytest.raises(SpecError, match="at or below the idle cluster"):
         jct_lower_bound(wl.jobs, cluster, default_power_model(), default_throughputs(), 1.0)
+
+
+def test_a_bound_over_no_jobs_is_named() -> None:
+    """It divided by zero."""
+    cluster = load_cluster("v100:2")
+    with pytest.raises(SpecError, match="at least one job"):
+        jct_lower_bound([], cluster, default_power_model(), default_throughputs(), None)

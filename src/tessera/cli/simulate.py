@@ -464,6 +464,7 @@ def _register_simulate(app: typer.Typer) -> None:
         }
         _check_unused_energy_flags(power_budget_kw, power_capping, carbon_shift,
                                    carbon_price)
+        _check_zeus_flags(zeus_eta, energy_types, energy_slack)
         if power_budget_kw is not None:
             from tessera.errors import SpecError
 
@@ -510,6 +511,22 @@ def _check_unused_energy_flags(power_budget_kw: float | None, power_capping: str
     if carbon_price != 0 and carbon_shift != "ours":
         raise SpecError(f"--carbon-price {carbon_price:g} needs --carbon-shift ours (only "
                         "ours prices delay)")
+
+
+def _check_zeus_flags(zeus_eta: float | None, energy_types: bool, energy_slack: float) -> None:
+    """Refuse ``--zeus-eta`` outside [0, 1] and ``--energy-slack`` without the type choice it
+    shapes, before any policy runs (they were found only mid-run, or silently ignored)."""
+    from tessera.errors import SpecError
+
+    if zeus_eta is not None and not (math.isfinite(zeus_eta) and 0.0 <= zeus_eta <= 1.0):
+        raise SpecError(f"--zeus-eta must be in [0, 1] (the weight of energy in Zeus's cost), "
+                        f"got {zeus_eta:g}")
+    if not (math.isfinite(energy_slack) and energy_slack >= 0):
+        raise SpecError(f"--energy-slack must be >= 0 (0.5 = 50 % costlier than the cheapest "
+                        f"type), got {energy_slack:g}")
+    if energy_slack != 0.5 and not energy_types:
+        raise SpecError(f"--energy-slack {energy_slack:g} needs --energy-types (it says which "
+                        "types that choice offers)")
 
 
 #: The longest ``--bootstrap-s``: a day per GPU type (Sia profiles for seconds; the simulator

@@ -71,6 +71,13 @@ class PowerEnd:
     notes: tuple[str, ...]
 
 
+def record_name(job_id: str, run: int) -> str:
+    """The file name of a run's restore record: the job id with every character but letters,
+    digits and ``-_.`` replaced by ``_`` (no path separator can reach the file system)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job_id)
+    return f"{safe}.{run}.json"
+
+
 class GpuPower:
     """Power limits and energy of the runs on this machine's GPUs (see the module docstring).
 
@@ -96,8 +103,7 @@ class GpuPower:
         return self._nvml
 
     def _record(self, job_id: str, run: int) -> Path:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job_id)
-        return self.dir / f"{safe}.{run}.json"
+        return self.dir / record_name(job_id, run)
 
     def begin(self, job_id: str, run: int, gpus: Sequence[int],
               limit_w: float | None) -> PowerStart:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from tessera.model.jobs import JobSpec
 
 #: ``model -> (cpus per GPU, GB of host memory per GPU)`` of Synergy's 1-GPU model files.
+#: Synergy's GB are taken as Tessera's GiB one for one, as the ``synergy-128`` preset takes its
+#: servers' 500 GB, so the demand and the server keep Synergy's ratio (the unit cancels).
 SIM_DEMAND_PER_GPU: dict[str, tuple[float, float]] = {
     "alexnet": (12.0, 125.0),
     "res18": (9.0, 62.5),

@@ -126,9 +126,11 @@ def jct_lower_bound(jobs: Sequence[JobSpec], cluster: ClusterSpec, model: PowerM
     watts (``None``: no budget, GPUs alone bind).
 
     Raises:
-        SpecError: the budget is at or below the idle cluster's draw, or a job runs on no
-            flavor of the cluster.
+        SpecError: no jobs, the budget is at or below the idle cluster's draw, or a job runs
+            on no flavor of the cluster.
     """
+    if not jobs:
+        raise SpecError("a JCT bound needs at least one job (the average of none is undefined)")
     n_gpus = 0
     idle_w = 0.0
     flavors: dict[GpuFlavor, None] = {}

@@ -54,7 +54,7 @@ from types import ModuleType
 from typing import Any
 
 from tessera.live.executors.logs import _mkdir_private, ensure_runs_dir
-from tessera.live.nvml_power import GpuPower, load_nvml
+from tessera.live.nvml_power import GpuPower, load_nvml, record_name
 
 __all__ = ["FAKE_NVML_VAR", "RankPower", "leftover_key", "node_nvml"]
 
@@ -164,7 +164,7 @@ class RankPower:
         if self.dir is None:
             return None, []
         job_run, rank = self._stem(key)
-        if not (self.dir / f"{job_run}.{rank}.json").exists():
+        if not (self.dir / record_name(job_run, rank)).exists():
             return None, []
         nv, why = node_nvml()
         try:
