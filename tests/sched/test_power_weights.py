@@ -1,6 +1,7 @@
 """Which jobs the power-budget stage caps or holds (issue 34, part 3a): while jobs wait the
 long ones lose power first (remaining time on the board they run on), with nobody waiting
-every job weighs the same (a job near completion is not capped first), and a job held for
+every job weighs the same (a job near completion is not capped first), a gang is capped
+before a one-GPU job (its step saves more watts for one job's delay), and a job held for
 power while jobs wait is the one with the most work left."""
 
 from __future__ import annotations
@@ -105,6 +106,24 @@ def test_while_jobs_wait_remaining_time_is_read_on_the_jobs_own_board() -> None:
     full_w = sum(levels_for(MODEL).of_key((RESNET, None, n.flavor))[1][0]
                  for n in cluster.nodes)
     assert _capped(views, cluster, full_w - 1.0, waiting=True) == {"on_k80"}
+
+
+@pytest.mark.parametrize("waiting", [True, False])
+def test_a_gang_is_capped_before_a_one_gpu_job(waiting: bool) -> None:
+    """A 2-GPU ResNet-18 with 1,500 s left and a 1-GPU one with 1,800 s left, on V100s; one
+    step of either fits the budget. The gang's step saves twice the watts for one job's
+    delay, so it is capped: with nobody waiting by its weight 1/2, while a job waits by its
+    remaining GPU-seconds (3,000 against 1,800). Without the GPU count both weigh the same
+    and the first-placed job, the one-GPU one, was capped."""
+    cluster = make_cluster().node("v100", gpus=1, count=1).node("v100", gpus=2, count=1).build()
+    oracle = ThroughputOracle(default_throughputs(), cluster)
+    one_s, two_s = oracle.best_rate(make_job("x")), oracle.best_rate(make_job("x", gpus=2))
+    gang_node = cluster.nodes[1]
+    views = [_running(cluster, "single", 0, steps=1_800.0 * one_s),
+             view(make_job("gang", gpus=2, steps=1_500.0 * two_s, submit_s=1.0),
+                  JobState.RUNNING, Placement.of(gang_node.flavor, ((gang_node.node_id, 2),)))]
+    full_w = 3 * levels_for(MODEL).of_key((RESNET, None, gang_node.flavor))[1][0]
+    assert _capped(views, cluster, full_w - 1.0, waiting=waiting) == {"gang"}
 
 
 @pytest.mark.parametrize("waiting", [True, False])

@@ -1,22 +1,26 @@
 """How much a watt is worth to each job under a power budget, for the average JCT.
 
 The budget stage (:mod:`tessera.sched.core.power_budget`) caps where the *weighted*
-throughput lost per watt saved is least. The weight depends on whether jobs queue:
+throughput lost per watt saved is least. Its throughput is per GPU, so a gang's step saves
+its GPU count times one board's watts; but the gang is one job, and the average JCT counts
+its delay once. Per watt, capping a gang of ``g`` GPUs costs the average JCT ``1/g`` of what
+capping a one-GPU job costs: every weight below carries that ``1/g``. The rest depends on
+whether jobs queue:
 
 * **jobs wait** (the round leaves some pending): the budget is the shared machine and
-  average JCT rewards finishing short jobs first (SRPT is optimal on one machine), so a
-  job's throughput counts ``1 / remaining_s`` -- long jobs are capped (and held) before
-  short ones are touched, and the short ones finish and hand on their power and GPUs;
-* **nobody waits**: every job weighs the same, so the caps go where a watt buys the least
-  speed (PowerFlow's rule). A cap lasts only until the stage decides again -- at the next
-  completion or arrival, which lifts it as soon as power frees -- so it costs each capped job
-  about the same time (the burst times its slowdown), not its whole remaining time. Weighing
-  by remaining time here (capping the shortest jobs first, the former rule) capped the jobs
-  about to finish, which kept the fast boards busy longer and pushed the next arrivals onto
-  slower boards (``docs/energy.md``, "Power budget", the diagnosis).
+  average JCT rewards finishing the smallest jobs first (SRPT; Smith's rule when jobs differ
+  in size), so a job weighs ``1 / (remaining_s × g)``, one over its remaining GPU-seconds --
+  long jobs and wide gangs are capped (and held) before short ones are touched, and the short
+  ones finish and hand on their power and GPUs;
+* **nobody waits**: a job weighs ``1/g``. A cap lasts only until the stage decides again --
+  at the next completion or arrival, which lifts it as soon as power frees -- so it costs
+  each capped job about the same time (the burst times its slowdown), not its whole remaining
+  time. Weighing by remaining time here (capping the shortest jobs first, the former rule)
+  capped the jobs about to finish, which kept the fast boards busy longer and pushed the next
+  arrivals onto slower boards (``docs/energy.md``, "Power budget", the diagnosis).
 
 ``remaining_s`` is the job's remaining steps over its rate on the flavor it is placed on (a
-job on a K80 has ~10× the time left that it would on a V100; the former rule read its
+job on a K80 has ~3-10× the time left that it would on a V100; the former rule read its
 fastest flavor), as the policy sees rates (the oracle's knowledge, as SRTF assumes); a mixed
 gang reads its fastest flavor. Weights are rounded down to powers of two (jobs within a
 factor of two of each other weigh the same), so the stage can still step the jobs of one kind
@@ -63,10 +67,12 @@ def remaining_s_on(job: JobView, placement: Placement, oracle: ThroughputOracle,
 
 def power_weights(snapshot: Snapshot, placements: Mapping[JobId, Placement],
                   oracle: ThroughputOracle, queued: bool) -> Mapping[JobId, float]:
-    """The weight of each placed job: :func:`weight_of_remaining` of its remaining time on
-    its placement's flavor while jobs are ``queued``; 1 for every job when none are."""
+    """The weight of each placed job of ``g`` GPUs: :func:`weight_of_remaining` of its
+    remaining GPU-seconds on its placement's flavor while jobs are ``queued``; ``1/g`` (as a
+    power of two) when none are."""
     if not queued:
-        return dict.fromkeys(placements, 1.0)
+        return {jid: weight_of_remaining(float(p.num_gpus)) for jid, p in placements.items()}
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
-    return {jid: weight_of_remaining(remaining_s_on(by_id[jid], p, oracle, snapshot.now_s))
+    return {jid: weight_of_remaining(
+                remaining_s_on(by_id[jid], p, oracle, snapshot.now_s) * p.num_gpus)
             for jid, p in placements.items()}
