@@ -14,9 +14,10 @@ stage, pure over the snapshot and the round's placements, whatever the policy:
    first, so the limits spread evenly over boards of one shape and every job keeps as much
    of its speed as the budget allows. Each job's throughput is weighted by how much a watt
    is worth to it (:mod:`tessera.sched.core.power_weights`): while jobs queue, short jobs
-   keep their power and long ones are capped first (SRPT's rule, with the budget as the
-   shared machine); with nobody waiting, the short ones are capped first (a cap delays only
-   its own job, by its remaining time times the slowdown).
+   keep their power and long ones (in GPU-seconds) are capped first (SRPT's rule, with the
+   budget as the shared machine); with nobody waiting a job weighs one over its GPU count (a
+   cap lasts only until the next decision lifts it, so it costs each job about the same
+   time, and a gang saves its GPU count times the watts).
 3. **Wait.** Still over with every job at its lowest limit: the jobs this round would start
    wait instead (lightest first, then last-ranked; reason: power) until the rest fit.
 

@@ -1,31 +1,42 @@
 """How much a watt is worth to each job under a power budget, for the average JCT.
 
 The budget stage (:mod:`tessera.sched.core.power_budget`) caps where the *weighted*
-throughput lost per watt saved is least. The weight depends on whether jobs queue:
+throughput lost per watt saved is least. Its throughput is per GPU, so a gang's step saves
+its GPU count times one board's watts; but the gang is one job, and the average JCT counts
+its delay once. Per watt, capping a gang of ``g`` GPUs costs the average JCT ``1/g`` of what
+capping a one-GPU job costs: every weight below carries that ``1/g``. The rest depends on
+whether jobs queue:
 
 * **jobs wait** (the round leaves some pending): the budget is the shared machine and
-  average JCT rewards finishing short jobs first (SRPT is optimal on one machine), so a
-  job's throughput counts ``1 / remaining_s`` -- long jobs are capped (and held) before
-  short ones are touched, and the short ones finish and hand on their power and GPUs;
-* **nobody waits**: a cap delays only its own job, by its remaining time times the
-  slowdown, so a job's throughput counts ``remaining_s`` -- short jobs are capped first.
+  average JCT rewards finishing the smallest jobs first (SRPT; Smith's rule when jobs differ
+  in size), so a job weighs ``1 / (remaining_s × g)``, one over its remaining GPU-seconds --
+  long jobs and wide gangs are capped (and held) before short ones are touched, and the short
+  ones finish and hand on their power and GPUs;
+* **nobody waits**: a job weighs ``1/g``. A cap lasts only until the stage decides again --
+  at the next completion or arrival, which lifts it as soon as power frees -- so it costs
+  each capped job about the same time (the burst times its slowdown), not its whole remaining
+  time. Weighing by remaining time here (capping the shortest jobs first, the former rule)
+  capped the jobs about to finish, which kept the fast boards busy longer and pushed the next
+  arrivals onto slower boards (``docs/energy.md``, "Power budget", the diagnosis).
 
-``remaining_s`` is the job's remaining steps over its rate on its fastest flavor (the
-oracle's knowledge, as SRTF assumes). Weights are rounded down to powers of two (jobs
-within a factor of two of each other weigh the same), so the stage can still step the jobs
-of one kind together: a few weight classes, not one per job.
+``remaining_s`` is the job's remaining steps over its rate on the flavor it is placed on (a
+job on a K80 has ~3-10× the time left that it would on a V100; the former rule read its
+fastest flavor), as the policy sees rates (the oracle's knowledge, as SRTF assumes); a mixed
+gang reads its fastest flavor. Weights are rounded down to powers of two (jobs within a
+factor of two of each other weigh the same), so the stage can still step the jobs of one kind
+together: a few weight classes, not one per job.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from tessera.model.jobs import JobId
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.snapshot import Snapshot
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
-__all__ = ["MAX_CLASS", "power_weights", "weight_of_remaining"]
+__all__ = ["MAX_CLASS", "power_weights", "remaining_s_on", "weight_of_remaining"]
 
 MAX_CLASS = 40
 """The lightest weight is ``2 ** -MAX_CLASS`` (about 35,000 years of remaining work); a job
@@ -40,16 +51,28 @@ def weight_of_remaining(remaining_s: float) -> float:
     return 2.0 ** -min(math.floor(math.log2(remaining_s)), MAX_CLASS)
 
 
-def power_weights(snapshot: Snapshot, jobs: Iterable[JobId], oracle: ThroughputOracle,
-                  queued: bool) -> Mapping[JobId, float]:
-    """The weight of each of ``jobs`` from its remaining time on its fastest flavor:
-    :func:`weight_of_remaining` while jobs are ``queued``, its inverse when none are."""
-    by_id = {j.spec.job_id: j for j in snapshot.jobs}
-    out: dict[JobId, float] = {}
-    for jid in jobs:
-        job = by_id[jid]
+def remaining_s_on(job: JobView, placement: Placement, oracle: ThroughputOracle,
+                   now_s: float) -> float:
+    """Seconds ``job`` has left at ``now_s`` on the flavor of ``placement`` at the rate the
+    policy sees (a mixed gang: its fastest flavor); ``inf`` if it cannot run there."""
+    rate = 0.0
+    if not placement.node_flavors:
+        flavor = placement.flavors[0]
+        rate = next((r.consolidated for r in oracle.rates(job.spec) if r.flavor == flavor),
+                    0.0)
+    if rate <= 0.0:
         rate = oracle.best_rate(job.spec)
-        rem_s = job.remaining_at(snapshot.now_s) / rate if rate > 0 else math.inf
-        w = weight_of_remaining(rem_s)
-        out[jid] = w if queued else 1.0 / w
-    return out
+    return job.remaining_at(now_s) / rate if rate > 0 else math.inf
+
+
+def power_weights(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+                  oracle: ThroughputOracle, queued: bool) -> Mapping[JobId, float]:
+    """The weight of each placed job of ``g`` GPUs: :func:`weight_of_remaining` of its
+    remaining GPU-seconds on its placement's flavor while jobs are ``queued``; ``1/g`` (as a
+    power of two) when none are."""
+    if not queued:
+        return {jid: weight_of_remaining(float(p.num_gpus)) for jid, p in placements.items()}
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    return {jid: weight_of_remaining(
+                remaining_s_on(by_id[jid], p, oracle, snapshot.now_s) * p.num_gpus)
+            for jid, p in placements.items()}
