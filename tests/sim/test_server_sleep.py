@@ -56,9 +56,9 @@ def test_gaia_count_charges_each_job_its_full_draw_where_it_runs() -> None:
 
 
 def test_an_idle_server_sleeps_and_the_next_job_waits_for_its_resume() -> None:
-    # One 1-GPU server idle from 0 s (a's submission is the span's start... a starts at once):
-    # a runs 0-100 s; the server is idle from 100 s, suspended from 100 + 600 = 700 s; b comes
-    # at 1,000 s, holds the GPU from 1,000 s and progresses from 1,000 + 300 s for 100 s.
+    # One 1-GPU server; a runs 0-100 s; the server is idle from 100 s, suspended from
+    # 100 + 600 = 700 s; b comes at 1,000 s, holds the GPU from 1,000 s and progresses
+    # from 1,000 + 300 s for 100 s.
     c = make_cluster().node("v100", gpus=1).build()
     w = make_workload(make_job("a", steps=RATE * 100),
                       make_job("b", steps=RATE * 100, submit_s=1000))
