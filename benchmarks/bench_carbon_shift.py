@@ -45,6 +45,9 @@ def main() -> None:
     ap.add_argument("--loads", default="20,80")
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--slack-h", type=float, default=24.0)
+    ap.add_argument("--slot-limits", action="store_true",
+                    help="ours: a power limit per slot (sim/carbon_slot_limits.py) instead of "
+                         "one per job")
     args = ap.parse_args()
     v100 = resolve_flavor("v100")
     print("| region | jobs/day | seed | agnostic kg | Carbon-Time kg (wait h) | ours kg (wait h) "
@@ -60,7 +63,8 @@ def main() -> None:
                 row = [region, str(load), str(seed), f"{agn.carbon_kg:,.1f}"]
                 for key, name in (("ct", "carbon-time"), ("wa", "wait-awhile")):
                     base = run_shift(jobs, trace, name, v100)
-                    ours = match_wait(jobs, trace, v100, base.avg_wait_s)
+                    ours = match_wait(jobs, trace, v100, base.avg_wait_s,
+                                      slot_limits=args.slot_limits)
                     cut = 1 - ours.carbon_kg / base.carbon_kg
                     cuts[key].append(cut)
                     row += [f"{base.carbon_kg:,.1f} ({base.avg_wait_s / 3600:.1f})",

@@ -432,6 +432,15 @@ def _register_simulate(app: typer.Typer) -> None:
         slack_h: float | None = typer.Option(
             None, "--slack-h", help="Give every job that declares no slack (max_delay_s) this "
                                     "many hours of it (default: none)."),
+        suspend_after_s: float | None = typer.Option(
+            None, "--suspend-after-s", help="Power saving (Slurm's SuspendTime): a server idle "
+            "this long is suspended, and a job started on it waits --resume-s (every policy "
+            "and --carbon-shift mode; docs/energy.md)."),
+        resume_s: float = typer.Option(
+            300.0, "--resume-s", help="With --suspend-after-s: seconds a server takes to resume."),
+        off_power_w: float = typer.Option(
+            5.0, "--off-power-w", help="With --suspend-after-s: watts per GPU of a suspended "
+                                       "server (standby; estimated)."),
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         """Simulate scheduling policies on a trace and compare them side by side.
@@ -488,6 +497,13 @@ def _register_simulate(app: typer.Typer) -> None:
                 raise SpecError(f"--carbon-price must be >= 0 g per GPU-hour, got "
                                 f"{carbon_price:g}")
             updates.update(carbon_shift=carbon_shift, carbon_price_g_per_gpu_h=carbon_price)
+        if suspend_after_s is not None:
+            updates.update(_sleep_settings(suspend_after_s, resume_s, off_power_w))
+        elif resume_s != 300.0 or off_power_w != 5.0:
+            from tessera.errors import SpecError
+
+            raise SpecError("--resume-s and --off-power-w need --suspend-after-s (they shape "
+                            "how idle servers sleep)")
         if tenancy is not None:
             updates["tenancy"] = _run(lambda: _tenancy(tenancy, cluster, gpus_per_server,
                                                              quota_per_queue))
@@ -535,6 +551,17 @@ MAX_BOOTSTRAP_S = 86_400.0
 #: The largest ``--measurement-noise``: ``exp(noise · z)`` must stay a float for any drawn z
 #: (at 1000 it overflowed into a traceback); 10 already scatters rates over e^±20.
 MAX_MEASUREMENT_NOISE = 10.0
+def _sleep_settings(suspend_after_s: float, resume_s: float,
+                    off_power_w: float) -> dict[str, object]:
+    """The server-sleep settings of ``--suspend-after-s``, checked (one-line errors)."""
+    from tessera.errors import SpecError
+
+    for flag, value in (("--suspend-after-s", suspend_after_s), ("--resume-s", resume_s),
+                        ("--off-power-w", off_power_w)):
+        if not (math.isfinite(value) and value >= 0):
+            raise SpecError(f"{flag} must be >= 0, got {value:g}")
+    return {"suspend_after_s": suspend_after_s, "resume_s": resume_s,
+            "off_power_w": off_power_w}
 
 
 def _check_learned_flags(speeds: str, bootstrap_s: float | None, noise: float) -> None:

@@ -2,7 +2,8 @@
 
 ``SimConfig.carbon_shift`` turns on :mod:`tessera.sched.core.carbon_stage` in front of the
 run's policy: its forecast is the run's carbon trace per 30-minute slot (GAIA's oracle
-forecast), a suspension costs the scheduler's ``checkpoint_s + restore_s``, and ``ours``
+forecast), a suspension costs the scheduler's ``checkpoint_s + restore_s`` (plus
+``resume_s`` when servers sleep: :mod:`tessera.sim.server_sleep`), and ``ours``
 prices a GPU-slot at the busy draw of the cluster's most common flavor from
 :func:`tessera.perf.power_estimate.default_power_model` (the model the energy book uses).
 """
@@ -33,6 +34,9 @@ def shift_for(config: SimConfig, cluster: ClusterSpec) -> CarbonShift | None:
     flavor = max(by_flavor, key=lambda f: (by_flavor[f], f.name))
     power_w = default_power_model().estimate("", None, flavor).avg_power_w
     s = config.scheduler
+    # A held job may restart on a server that went to sleep meanwhile: its resume is part
+    # of the suspension's cost (every mode alike).
+    resume_s = config.resume_s if config.suspend_after_s is not None else 0.0
     return CarbonShift(config.carbon_shift, CarbonForecast.from_trace(config.carbon_trace),
                        config.carbon_price_g_per_gpu_h, power_w,
-                       s.checkpoint_s + s.restore_s)
+                       s.checkpoint_s + s.restore_s + resume_s)

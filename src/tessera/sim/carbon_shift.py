@@ -20,7 +20,9 @@ given to every policy alike), and a job's length known.
   minimising ``carbon + price × GPU-hours of delay``. The *price* (grams of CO2 per GPU-hour
   of waiting) is one number for the whole workload, so waiting goes to the jobs whose carbon
   falls most per hour waited; :func:`match_wait` sets it so that the average waiting time
-  equals a baseline's.
+  equals a baseline's. With ``slot_limits`` the limit is chosen per slot instead of per job
+  (:mod:`tessera.sim.carbon_slot_limits`: full power in clean slots, low limits or off in
+  dirty ones), which minimises carbon rather than energy.
 
 Waiting time is the delay of the job's completion against running at once at full power
 (``finish − submit − length``), so suspending counts as waiting. Carbon counts each job's GPUs
@@ -42,6 +44,7 @@ from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.power import PowerModel
 from tessera.perf.power_estimate import default_power_model
+from tessera.sim.carbon_slot_limits import hull_steps, plan_per_slot
 from tessera.workload.carbon import CarbonTrace
 
 R = TypeVar("R")
@@ -212,6 +215,18 @@ def _plan_cleanest(job: ShiftJob, grid: _Grid, levels: Sequence[_Level],
     return best
 
 
+def _plan_per_slot(job: ShiftJob, grid: _Grid, levels: Sequence[_Level],
+                   price_g_per_gpu_h: float) -> _Plan:
+    """The cheapest ``carbon + price × delay`` plan with a power limit per slot
+    (:func:`~tessera.sim.carbon_slot_limits.plan_per_slot`)."""
+    a, d, last = _slots(job)
+    steps = hull_steps([(lv.speed, lv.power_w) for lv in levels])
+    to_g = job.gpus * SLOT_S / 3.6e6  # (g/kWh × W × slots → grams)
+    price_u = price_g_per_gpu_h * job.gpus * SLOT_S / 3600 / to_g
+    carbon_u, energy_u, finish = plan_per_slot(grid.ci[a:last], steps, float(d), d, price_u)
+    return _Plan(carbon_u * to_g, energy_u * job.gpus * SLOT_S, a + finish)
+
+
 def _plan_wait_awhile(job: ShiftJob, grid: _Grid, full: _Level) -> _Plan:
     """The ``length`` cleanest slots before the deadline; it finishes at its last one."""
     a, d, last = _slots(job)
@@ -228,11 +243,12 @@ POLICIES: tuple[str, ...] = ("agnostic", "carbon-time", "wait-awhile", "carbon-p
 def run_shift(
     jobs: Sequence[ShiftJob], trace: CarbonTrace, policy: str, flavor: GpuFlavor,
     price_g_per_gpu_h: float = 0.0, model: PowerModel | None = None,
-    power_limits: bool = True,
+    power_limits: bool = True, slot_limits: bool = False,
 ) -> ShiftResult:
     """Carbon, energy and average waiting time of ``policy`` on ``jobs`` under ``trace``.
 
-    ``power_limits=False`` keeps ``carbon-price`` at full power (to see what the limits add).
+    ``power_limits=False`` keeps ``carbon-price`` at full power (to see what the limits add);
+    ``slot_limits`` gives ``carbon-price`` a limit per slot instead of one per job.
 
     Raises:
         SpecError: an unknown policy, a negative price, or no jobs.
@@ -251,7 +267,8 @@ def run_shift(
         "agnostic": lambda j: _plan_agnostic(j, grid, levels[0]),
         "carbon-time": lambda j: _plan_carbon_time(j, grid, levels[0]),
         "wait-awhile": lambda j: _plan_wait_awhile(j, grid, levels[0]),
-        "carbon-price": lambda j: _plan_cleanest(j, grid, levels, price_g_per_gpu_h),
+        "carbon-price": (lambda j: _plan_per_slot(j, grid, levels, price_g_per_gpu_h))
+        if slot_limits else (lambda j: _plan_cleanest(j, grid, levels, price_g_per_gpu_h)),
     }[policy]
     carbon = energy = wait = 0.0
     for j in jobs:
@@ -267,12 +284,14 @@ def run_shift(
 def match_wait(
     jobs: Sequence[ShiftJob], trace: CarbonTrace, flavor: GpuFlavor, target_wait_s: float,
     model: PowerModel | None = None, iterations: int = 14, power_limits: bool = True,
+    slot_limits: bool = False,
 ) -> ShiftResult:
     """``carbon-price`` with the lowest price whose average wait is at most ``target_wait_s``
     (bisection on a log scale between 0.01 and 10^4 g per GPU-hour; price 0 when even that
     waits no longer)."""
     def run(price: float) -> ShiftResult:
-        return run_shift(jobs, trace, "carbon-price", flavor, price, model, power_limits)
+        return run_shift(jobs, trace, "carbon-price", flavor, price, model, power_limits,
+                         slot_limits)
 
     return lowest_price_within(run, lambda r: r.avg_wait_s <= target_wait_s, iterations)
 

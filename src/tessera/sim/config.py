@@ -157,6 +157,12 @@ class SimConfig(BaseModel):
         carbon_price_g_per_gpu_h: ``ours``: grams of CO2 one GPU-hour of delay is worth.
         carbon_trace: the carbon intensity the shifting stage forecasts from (the run's
             ``--carbon`` trace; GAIA's oracle forecast).
+        suspend_after_s: power saving (Slurm's ``SuspendTime``): a server idle this long is
+            suspended, drawing ``off_power_w`` per GPU, and a job started on it waits
+            ``resume_s`` (:mod:`tessera.sim.server_sleep`); ``None``: servers never sleep.
+        resume_s: seconds a suspended server takes to resume before a job on it progresses.
+        off_power_w: watts per GPU of a suspended server (its share of the powered-off
+            server's standby draw: BMC, fans, power supplies; estimated).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -186,6 +192,9 @@ class SimConfig(BaseModel):
     carbon_shift: Literal["carbon-time", "wait-awhile", "ours"] | None = None
     carbon_price_g_per_gpu_h: float = Field(0.0, ge=0)
     carbon_trace: InstanceOf[CarbonTrace] | None = Field(None, exclude=True)
+    suspend_after_s: float | None = Field(None, ge=0, allow_inf_nan=False)
+    resume_s: float = Field(300.0, ge=0, allow_inf_nan=False)
+    off_power_w: float = Field(5.0, ge=0, allow_inf_nan=False)
 
     def compat_overrides(self) -> tuple[str, ...]:
         """What ``compat`` changed of these settings, as one note for the run's notes (empty

@@ -17,6 +17,14 @@ step function once, at the end.
 * a job's ``energy_kwh`` -- its GPUs' draw over its runs (the GPUs it held, at its power).
 * ``carbon_kg`` -- with a carbon trace, the integral of power × intensity
   (:meth:`tessera.workload.carbon.CarbonTrace.carbon_g`).
+* ``jobs_carbon_kg`` -- GAIA's count (Hanafy et al., ASPLOS'24; its simulator charges a job
+  its cores' constant draw times the intensity of each slot it runs in, and nothing for idle
+  reserved capacity): every job's GPUs at the job's *full* draw (idle baseline included)
+  while it runs, times the intensity then; idle and suspended GPUs are not counted.
+
+Suspended servers (:mod:`tessera.sim.server_sleep`) draw their off power instead of idle:
+:meth:`EnergyBook.suspended` books each suspension as a negative step of
+``GPUs × (idle − off)`` on the cluster's power (not on any job's).
 
 Power numbers come from :func:`tessera.perf.power_estimate.default_power_model` (the model the
 power budget and Zeus's limits also use): measured where Zeus measured the job and flavor,
@@ -59,6 +67,9 @@ class EnergySummary:
         power_sources: the power models' ``source`` strings used, sorted.
         carbon_kg: emissions under ``carbon_region``'s trace, ``None`` without a trace.
         carbon_region: the trace's name, ``None`` without one.
+        jobs_times_s, jobs_power_w: the jobs' full draw (GAIA's count: their GPUs at the
+            job's power while it runs, idle baseline included; idle GPUs not counted).
+        jobs_carbon_kg: that draw's emissions under the trace, ``None`` without a trace.
     """
 
     energy_kwh: float
@@ -72,6 +83,9 @@ class EnergySummary:
     power_sources: tuple[str, ...]
     carbon_kg: float | None = None
     carbon_region: str | None = None
+    jobs_times_s: np.ndarray | None = None
+    jobs_power_w: np.ndarray | None = None
+    jobs_carbon_kg: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The flat metrics ``--json`` carries (the series as ``power_series``)."""
@@ -80,6 +94,7 @@ class EnergySummary:
             "energy_kwh": self.energy_kwh, "avg_power_kw": self.avg_power_kw,
             "peak_power_kw": self.peak_power_kw, "idle_power_kw": self.idle_power_kw,
             "carbon_kg": self.carbon_kg, "carbon_region": self.carbon_region,
+            "jobs_carbon_kg": self.jobs_carbon_kg,
             "power_sources": list(self.power_sources),
             "power_series": {"time_s": [round(x, 3) for x in t],
                              "power_kw": [round(x, 6) for x in p]},
@@ -97,9 +112,13 @@ class EnergySummary:
 
 
 def with_carbon(summary: EnergySummary, trace: CarbonTrace) -> EnergySummary:
-    """``summary`` with ``carbon_kg`` under ``trace``."""
+    """``summary`` with ``carbon_kg`` (and GAIA's ``jobs_carbon_kg``) under ``trace``."""
     grams = trace.carbon_g(summary.times_s, summary.power_w)
-    return replace(summary, carbon_kg=grams / 1e3, carbon_region=trace.name)
+    jobs_g = (trace.carbon_g(summary.jobs_times_s, summary.jobs_power_w)
+              if summary.jobs_times_s is not None and summary.jobs_power_w is not None
+              else None)
+    return replace(summary, carbon_kg=grams / 1e3, carbon_region=trace.name,
+                   jobs_carbon_kg=None if jobs_g is None else jobs_g / 1e3)
 
 
 class EnergyBook:
@@ -113,6 +132,12 @@ class EnergyBook:
         self.sources: set[str] = set()
         self.changes: list[tuple[float, float]] = []
         """``(time_s, watts added)``: + at a stretch's start, − at its end."""
+        self.job_changes: list[tuple[float, float]] = []
+        """``(time_s, watts)`` of the jobs' full draw (GAIA's count): + at a stretch's start,
+        − at its end."""
+        self.sleep_changes: list[tuple[float, float]] = []
+        """``(time_s, watts)`` saved by suspended servers: − from a suspension, + at its end
+        (kept apart from ``changes``: a suspension does not extend the run's span)."""
         self.job_j: dict[int, float] = {}
         self._limits: dict[int, list[tuple[float, float | None]]] = {}
         """Each running job's ``(from_s, power limit W or None)`` marks, in time order."""
@@ -167,6 +192,15 @@ class EnergyBook:
         self.job_j[job.idx] = self.job_j.get(job.idx, 0.0) + job_w * dur
         self.changes.append((start_s, extra_w))
         self.changes.append((end_s, -extra_w))
+        self.job_changes.append((start_s, job_w))
+        self.job_changes.append((end_s, -job_w))
+
+    def suspended(self, start_s: float, end_s: float, saved_w: float) -> None:
+        """A server was suspended from ``start_s`` to ``end_s``, drawing ``saved_w`` less than
+        its idle GPUs would (``GPUs × (idle − off)``); stretches past the span are clipped."""
+        if end_s > start_s and saved_w > 0:
+            self.sleep_changes.append((start_s, -saved_w))
+            self.sleep_changes.append((end_s, saved_w))
 
     def jobs_j(self) -> float:
         """Energy of every job's runs so far, in joules (idle GPUs not counted)."""
@@ -183,15 +217,9 @@ class EnergyBook:
     def summary(self, start_s: float, end_s: float) -> EnergySummary:
         """Integrate the recorded runs over ``[start_s, end_s]``."""
         end_s = max(end_s, start_s)
-        ch = sorted(self.changes)
-        times = np.array([start_s] + [t for t, _ in ch] + [end_s], dtype=float)
-        power = self.idle_total_w + np.concatenate(
-            ([0.0], np.cumsum([w for _, w in ch]), [0.0]))
-        times = np.clip(times, start_s, end_s)
-        power[-1] = power[-2] if len(power) > 1 else power[-1]
-        # Collapse equal times (the step's value is the last change at that time).
-        keep = np.append(times[1:] != times[:-1], True)
-        times, power = times[keep], power[keep]
+        times, power = _steps(self.changes + self.sleep_changes, self.idle_total_w,
+                              start_s, end_s)
+        jobs_times, jobs_power = _steps(self.job_changes, 0.0, start_s, end_s)
         energy_j = float(np.sum(power[:-1] * np.diff(times)))
         span = end_s - start_s
         return EnergySummary(
@@ -200,4 +228,19 @@ class EnergyBook:
             peak_power_kw=float(power.max()) / 1e3, idle_power_kw=self.idle_total_w / 1e3,
             start_s=start_s, end_s=end_s, times_s=times, power_w=power,
             power_sources=tuple(sorted(self.sources)),
+            jobs_times_s=jobs_times, jobs_power_w=jobs_power,
         )
+
+
+def _steps(changes: list[tuple[float, float]], base_w: float, start_s: float,
+           end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """The step function ``base_w`` + the cumulated ``(time_s, watts)`` changes over
+    ``[start_s, end_s]`` (changes outside are clipped to the span's ends)."""
+    ch = sorted(changes)
+    times = np.array([start_s] + [t for t, _ in ch] + [end_s], dtype=float)
+    power = base_w + np.concatenate(([0.0], np.cumsum([w for _, w in ch]), [0.0]))
+    times = np.clip(times, start_s, end_s)
+    power[-1] = power[-2] if len(power) > 1 else power[-1]
+    # Collapse equal times (the step's value is the last change at that time).
+    keep = np.append(times[1:] != times[:-1], True)
+    return times[keep], power[keep]

@@ -60,6 +60,9 @@ class Simulator:
         run_policy = self.driver.policy_for(policy, cfg)
         # Packing outside Gavel's loop (which leases pairs itself) needs shared-GPU books.
         world = SharingWorld if run_policy.packs and cfg.compat != "gavel" else SimWorld
+        if world is SharingWorld and cfg.suspend_after_s is not None:
+            raise SpecError("--suspend-after-s is not modelled with a packing policy "
+                            "(its shared GPUs are booked apart from the servers' idle time)")
         self.world = world(workload, cluster, run_policy, cfg, oracle,
                            self.driver.uses_rounds(), self._with_clock(progress))
         self.world.notes += config.compat_overrides()  # (never silently: the run's notes)

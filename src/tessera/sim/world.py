@@ -69,6 +69,7 @@ from tessera.sim.metrics import (
 )
 from tessera.sim.power_runs import energy_policy, power_runs_for
 from tessera.sim.running import RunningJobs
+from tessera.sim.server_sleep import ServerSleep
 from tessera.sim.state import SimJob, move
 from tessera.sim.validation import PreRunValidation
 from tessera.sim.views import ViewBook
@@ -165,6 +166,10 @@ class SimWorld:
         self.energy = EnergyBook(cluster, None if self.power is None else self.power.model)
         if self.power is not None:  # (capped stretches are booked at the capped draw)
             self.power.attach(self.energy)
+        self.sleep = (None if config.suspend_after_s is None else ServerSleep(
+            cluster, self.energy, config.suspend_after_s, config.resume_s, config.off_power_w,
+            workload.jobs[0].submit_time_s if workload.jobs else 0.0))
+        """Idle servers powered down (:mod:`tessera.sim.server_sleep`); ``None``: never."""
 
     # -- the books ---------------------------------------------------------------------------
 
@@ -385,6 +390,9 @@ class SimWorld:
             self.energy.run_ended(job, placement, job.run_started_s, t_s)
             for node_id, k in placement.gpus_by_node:
                 self.free[node_id] += k
+                if (self.sleep is not None
+                        and self.free[node_id] >= self.free.layout.capacity[node_id]):
+                    self.sleep.idle(node_id, t_s)
             if self.host is not None:
                 self.host.stop(job.spec)
 
@@ -408,6 +416,8 @@ class SimWorld:
         job.rate = rate
         job.run_started_s = t_s
         job.progress_from_s = t_s + job.startup_s
+        if self.sleep is not None:  # (a suspended server resumes first)
+            job.progress_from_s += self.sleep.woken([n for n, _ in p.gpus_by_node], t_s)
         job.startup_s = 0.0
         job.last_update_s = t_s
         job.epoch += 1
@@ -476,6 +486,9 @@ class SimWorld:
             self._account_run(j, self.last_t)
             if j.placement is not None:
                 self.energy.run_ended(j, j.placement, j.run_started_s, self.last_t)
+        if self.sleep is not None:
+            self.sleep.finish(self.last_t)
+            self.add("server_resumes", float(self.sleep.suspensions))
         if self.power is not None:
             self.power.finish(self.running, self.last_t)
         for idx in self.validation.validating():
