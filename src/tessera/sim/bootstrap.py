@@ -45,16 +45,21 @@ Profiling cannot be combined with pre-run validation (both replace the job's fir
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.core.learned import LearnedOracle
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.snapshot import JobView
+from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sim.state import SimJob
+
+BootstrapMode = Literal["serial", "lean", "free"]
+BOOTSTRAP_MODES: tuple[BootstrapMode, ...] = ("serial", "lean", "free")
+"""``--bootstrap-mode`` values (see the module docstring)."""
 
 
 def profile_id(job_id: str) -> JobId:
@@ -72,6 +77,8 @@ class _Saved:
     remaining: float
     startup_s: float
     todo: list[GpuFlavor]
+    credit_steps: float = 0.0
+    """Steps of the job's own work the current profile does (``lean``, own configuration)."""
 
 
 class BootstrapProfiles:
@@ -86,17 +93,25 @@ class BootstrapProfiles:
             ``num_gpus``, elastic range or not, and profiles them all.
         by_id: the world's jobs by id, where each profile's id is entered (decisions name
             a profile by its own id, :func:`profile_id`).
+        mode: ``serial`` (Sia's paper), ``lean`` (concurrent, never waiting, credited) or
+            ``free`` (the zero-cost bound), see the module docstring.
 
     Raises:
-        SpecError: ``profile_s`` is not a positive, finite number of seconds.
+        SpecError: ``profile_s`` is not a positive, finite number of seconds, or ``mode``
+            is not one of :data:`BOOTSTRAP_MODES`.
     """
 
     def __init__(self, profile_s: float, truth: ThroughputOracle,
                  learned: LearnedOracle, elastic_policy: bool = False,
-                 by_id: MutableMapping[JobId, SimJob] | None = None) -> None:
+                 by_id: MutableMapping[JobId, SimJob] | None = None,
+                 mode: BootstrapMode = "serial") -> None:
         if not (profile_s > 0 and profile_s < float("inf")):
             raise SpecError(f"bootstrap profile of {profile_s!r} s: must be a positive, "
                             "finite number of seconds")
+        if mode not in BOOTSTRAP_MODES:
+            raise SpecError(f"bootstrap mode {mode!r}: expected one of "
+                            f"{', '.join(BOOTSTRAP_MODES)}")
+        self.mode: BootstrapMode = mode
         self.profile_s = float(profile_s)
         self.truth = truth
         self.learned = learned
@@ -127,6 +142,11 @@ class BootstrapProfiles:
         todo = self.flavors_for(job.spec)
         if not todo:
             return
+        if self.mode == "free":  # (the bound: every profile's observation, at no cost)
+            one = _one_gpu(job.spec)
+            for flavor in todo:
+                self.learned.observe(one, flavor)
+            return
         self._saved[job.idx] = _Saved(job.spec, job.remaining, job.startup_s, todo)
         pid = profile_id(job.spec.job_id)
         self.learned.start_profile(pid, job.spec.job_id)
@@ -136,16 +156,74 @@ class BootstrapProfiles:
     def _pin(self, job: SimJob, flavors: tuple[GpuFlavor, ...]) -> None:
         """Make ``job`` a 1-GPU run of ``profile_s`` on one of ``flavors`` (the work is that
         of the first; :meth:`started` sets the flavor it got)."""
-        real = self._saved[job.idx].spec
-        pinned = replace(real, job_id=profile_id(real.job_id), num_gpus=1,
-                         requires_locality=False, flavors=flavors, total_steps=1.0,
-                         gpu_milli=None)
+        saved = self._saved[job.idx]
+        real = saved.spec
+        pinned = replace(_one_gpu(real), job_id=profile_id(real.job_id), flavors=flavors)
         rate = ThroughputOracle.rate(self.truth, pinned, flavors[0], True)  # (not observed)
-        steps = rate * self.profile_s
+        duration_s, saved.credit_steps = self._duration_s(saved, rate)
+        steps = rate * duration_s
         job.spec = replace(pinned, total_steps=steps)
         job.remaining = steps
         job.startup_s = 0.0
         job.view = None
+
+    def credited(self, spec: JobSpec) -> bool:
+        """Whether a profile of ``spec`` runs its own configuration (``lean`` mode, a whole
+        GPU, one of them, no planner): then the profile's steps are the job's own."""
+        return (self.mode == "lean" and spec.num_gpus == 1 and spec.gpu_milli is None
+                and spec.parallelism is None)
+
+    def _duration_s(self, saved: _Saved, best_rate: float) -> tuple[float, float]:
+        """How long the next profile runs, and the steps of the job's work it does: a
+        credited profile stops when the job's work is done (its fastest replica's steps,
+        ``best_rate``, are the job's); any other runs ``profile_s`` and does none."""
+        if not self.credited(saved.spec) or best_rate <= 0:
+            return self.profile_s, 0.0
+        duration_s = min(self.profile_s, saved.remaining / best_rate)
+        return duration_s, best_rate * duration_s
+
+    def todo(self, job_idx: int) -> list[GpuFlavor]:
+        """The flavors job ``job_idx`` has still to profile (empty for a job not profiling)."""
+        saved = self._saved.get(job_idx)
+        return [] if saved is None else list(saved.todo)
+
+    def pin_concurrent(self, job: SimJob, parts: Sequence[tuple[str, GpuFlavor]]
+                       ) -> tuple[Placement, float]:
+        """Make ``job``'s next profile one GPU on each of ``parts`` (``(node_id, flavor)``,
+        distinct flavors still to profile) at once, struck off its list; returns the
+        placement to start it on and the rate its work is measured in. Its work lasts the
+        profile (its ``k`` GPUs run as a ``k``-GPU copy restricted to those flavors, whose
+        steps measure nothing: the profiles' observations are handed out by
+        :meth:`observe_started`; where the truth has no speed for that mixed copy, the
+        caller runs it at the returned rate)."""
+        saved = self._saved[job.idx]
+        flavors = tuple(f for _n, f in parts)
+        if len(parts) == 1:
+            self.started(job, flavors[0])
+            return Placement.of(flavors[0], ((parts[0][0], 1),)), job.remaining
+        for f in flavors:
+            saved.todo.remove(f)
+        one = _one_gpu(saved.spec)
+        best = max(ThroughputOracle.rate(self.truth, one, f, True) for f in flavors)
+        duration_s, saved.credit_steps = self._duration_s(saved, best)
+        gang = replace(one, job_id=profile_id(saved.spec.job_id), num_gpus=len(parts),
+                       flavors=flavors)
+        p = Placement.mixed(tuple((n, f, 1) for n, f in parts))
+        rate = ThroughputOracle.placement_rate(self.truth, gang, p)
+        if rate <= 0:  # (no mixed speed for this copy: the profile's own clock, 1 step/s)
+            rate = 1.0
+        job.spec = replace(gang, total_steps=rate * duration_s)
+        job.remaining = job.spec.total_steps
+        job.startup_s = 0.0
+        job.view = None
+        return p, rate
+
+    def observe_started(self, job: SimJob, flavors: Sequence[GpuFlavor]) -> None:
+        """A concurrent profile of ``job`` started on ``flavors``: the learned oracle records
+        the job's 1-GPU rate on each (what each replica measures)."""
+        one = replace(_one_gpu(self._saved[job.idx].spec), job_id=job.spec.job_id)
+        for flavor in flavors:
+            self.learned.observe(one, flavor)
 
     def started(self, job: SimJob, flavor: GpuFlavor) -> None:
         """``job``'s profile was placed on ``flavor``: pin it there (``profile_s`` of work at
@@ -161,8 +239,10 @@ class BootstrapProfiles:
         """``job``'s current profile finished: pin it to the next flavor, or give it back its
         real spec and work after the last. Returns whether another profile follows."""
         saved = self._saved[job.idx]
-        self.profiles_run += 1
-        if saved.todo:
+        self.profiles_run += max(len(job.spec.flavors), 1)
+        saved.remaining = max(saved.remaining - saved.credit_steps, 0.0)
+        saved.credit_steps = 0.0
+        if saved.todo and saved.remaining > 0:
             self._pin(job, tuple(saved.todo))
             return True
         self.end(job)
@@ -195,3 +275,9 @@ class BootstrapProfiles:
     def profiling(self) -> list[int]:
         """Indices of the jobs in a profile."""
         return list(self._saved)
+
+
+def _one_gpu(spec: JobSpec) -> JobSpec:
+    """``spec`` on one whole GPU of any flavor, anywhere (what a profile runs)."""
+    return replace(spec, num_gpus=1, requires_locality=False, flavors=(), total_steps=1.0,
+                   gpu_milli=None)
