@@ -6,7 +6,8 @@ estimates; the table still drives progress) and ``learned`` with Sia's bootstrap
 (``bootstrap_s``: a profile on one GPU of each flavor first, :mod:`tessera.sim.bootstrap`)
 in each of its modes: ``bootstrap`` (serial, Sia's paper), ``lean`` (one idle GPU of each
 flavor at once, never waiting, a 1-GPU job's profile trains it) and ``free`` (every
-profile's result at arrival, at no cost: the bound of any profiling scheme); ``--runs``
+profile's result at arrival, at no cost: the bound of 1-GPU profiles) and ``oracle`` (the
+job's own gang measured on every flavor at arrival: no estimate error at all); ``--runs``
 picks some. Prints one JSON line per policy: the average JCTs, the learned runs' ratios to
 the table's, their bootstrap GPU-hours and their notes on the estimates' error. The traces
 of ``docs/scheduler.md`` ("Learned speeds"):
@@ -44,7 +45,7 @@ SIA_POLICIES = "hetero_srpt,las,max_min_fairness,finish_time_fairness,hetero_git
 RUNS: dict[str, tuple[str, str | None]] = {
     "table": ("table", None), "learned": ("learned", None),
     "bootstrap": ("learned", "serial"), "lean": ("learned", "lean"),
-    "free": ("learned", "free"),
+    "free": ("learned", "free"), "oracle": ("learned", "oracle"),
 }
 
 

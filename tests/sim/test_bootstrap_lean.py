@@ -89,6 +89,16 @@ def test_free_profiles_cost_nothing_and_teach_everything() -> None:
     assert any("0.0 % at its first decision" in n for n in r.notes)
 
 
+def test_an_oracle_bootstrap_leaves_a_gang_no_estimate_error() -> None:
+    two = make_cluster().node("v100", gpus=2).node("k80", gpus=2).build()
+    gang = make_job("g", job_type=RESNET, gpus=2, steps=T.throughput(RESNET, V100, 2) * 1000)
+    free = simulate(make_workload(gang), two, "hetero_srpt", _boot("free"))
+    oracle = simulate(make_workload(gang), two, "hetero_srpt", _boot("oracle"))
+    assert not any("0.0 % at its first decision" in n for n in free.notes)  # (its scaling)
+    assert any("0.0 % at its first decision" in n for n in oracle.notes)
+    assert oracle.extras.get("bootstrap_gpu_h", 0.0) == 0.0
+
+
 def test_lean_profiles_train_the_job_in_gavels_loop_too() -> None:
     cfg = SimConfig(compat="gavel", speeds="learned", bootstrap_s=300.0)
     serial = simulate(make_workload(JOB), CLUSTER, "max_min_fairness", cfg)
@@ -114,6 +124,6 @@ def test_bad_bootstrap_modes_are_refused_in_one_line(
              "--no-plots", "--speeds", "learned"]
     code, _out, err = run_tessera([*small, "--bootstrap-s", "60", "--bootstrap-mode", "x"],
                                   capsys, monkeypatch)
-    assert code != 0 and "--bootstrap-mode 'x': serial, lean or free" in " ".join(err.split())
+    assert code != 0 and "--bootstrap-mode 'x': serial, lean, free or oracle" in " ".join(err.split())
     code, _out, err = run_tessera([*small, "--bootstrap-mode", "lean"], capsys, monkeypatch)
     assert code != 0 and "--bootstrap-mode lean needs --bootstrap-s" in " ".join(err.split())

@@ -378,7 +378,8 @@ def _register_simulate(app: typer.Typer) -> None:
             "serial", "--bootstrap-mode", help="With --bootstrap-s: serial (one GPU type after "
             "another, each waiting for an idle GPU) | lean (one idle GPU of each type at once, "
             "never waiting; a 1-GPU job's profile trains it) | free (the bound: every "
-            "profile's result at arrival, at no cost)."),
+            "profile's result at arrival, at no cost) | oracle (the job's own gang measured "
+            "on every type at arrival, at no cost: no estimate error)."),
         measurement_noise: float = typer.Option(
             0.0, "--measurement-noise", help="With --speeds learned, each observed rate is "
             "the true one times exp(noise·z), z standard normal, seeded (0: exact)."),
@@ -449,10 +450,11 @@ def _register_simulate(app: typer.Typer) -> None:
 
             raise SpecError(f"--goodput {goodput!r}: table, gns or reported")
         _check_learned_flags(speeds, bootstrap_s, measurement_noise)
-        if bootstrap_mode not in ("serial", "lean", "free"):
+        if bootstrap_mode not in ("serial", "lean", "free", "oracle"):
             from tessera.errors import SpecError
 
-            raise SpecError(f"--bootstrap-mode {bootstrap_mode!r}: serial, lean or free")
+            raise SpecError(f"--bootstrap-mode {bootstrap_mode!r}: serial, lean, free or "
+                            "oracle")
         if bootstrap_mode != "serial" and bootstrap_s is None:
             from tessera.errors import SpecError
 

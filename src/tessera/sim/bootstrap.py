@@ -57,8 +57,8 @@ from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sim.state import SimJob
 
-BootstrapMode = Literal["serial", "lean", "free"]
-BOOTSTRAP_MODES: tuple[BootstrapMode, ...] = ("serial", "lean", "free")
+BootstrapMode = Literal["serial", "lean", "free", "oracle"]
+BOOTSTRAP_MODES: tuple[BootstrapMode, ...] = ("serial", "lean", "free", "oracle")
 """``--bootstrap-mode`` values (see the module docstring)."""
 
 
@@ -93,8 +93,10 @@ class BootstrapProfiles:
             ``num_gpus``, elastic range or not, and profiles them all.
         by_id: the world's jobs by id, where each profile's id is entered (decisions name
             a profile by its own id, :func:`profile_id`).
-        mode: ``serial`` (Sia's paper), ``lean`` (concurrent, never waiting, credited) or
-            ``free`` (the zero-cost bound), see the module docstring.
+        mode: ``serial`` (Sia's paper), ``lean`` (concurrent, never waiting, credited),
+            ``free`` (the zero-cost bound of 1-GPU profiles) or ``oracle`` (the job's own
+            gang measured on every flavor at no cost: no estimate error left), see the module
+            docstring.
 
     Raises:
         SpecError: ``profile_s`` is not a positive, finite number of seconds, or ``mode``
@@ -142,10 +144,10 @@ class BootstrapProfiles:
         todo = self.flavors_for(job.spec)
         if not todo:
             return
-        if self.mode == "free":  # (the bound: every profile's observation, at no cost)
-            one = _one_gpu(job.spec)
+        if self.mode in ("free", "oracle"):  # (bounds: every profile's result, at no cost)
+            seen = _one_gpu(job.spec) if self.mode == "free" else job.spec
             for flavor in todo:
-                self.learned.observe(one, flavor)
+                self.learned.observe(seen, flavor)
             return
         self._saved[job.idx] = _Saved(job.spec, job.remaining, job.startup_s, todo)
         pid = profile_id(job.spec.job_id)
