@@ -64,21 +64,32 @@ def test_a_lean_profile_that_finds_no_idle_gpu_ends_the_profiling() -> None:
     both = make_job("b", job_type=RESNET, steps=T.throughput(RESNET, K80, 2) * 1000, gpus=2,
                     flavors=("k80",))
     two = make_cluster().node("k80", gpus=2).build()
-    # b's own 1-GPU profile ends at 300 s, then b holds both K80s until 1300 s; "a" arrives
-    # at 400 s, finds no idle GPU, skips its profile and queues as itself at once
+    # b's profile is its own 2-GPU gang (300 s of its work, 600 GPU-s), then b holds both
+    # K80s until 1000 s; "a" arrives at 400 s, finds no idle GPU, skips its profile and
+    # queues as itself at once
     late = make_job("a", job_type=RECO, steps=T.throughput(RECO, K80) * 100, submit_s=400.0)
     r = simulate(make_workload(both, late), two, "fifo", _boot("lean"))
     a = next(j for j in r.jobs if j.job_id == "a")
-    assert r.extras["bootstrap_gpu_h"] == pytest.approx(300 / 3600)  # b's profile alone
-    assert a.first_start_s == pytest.approx(1300.0)
-    assert a.jct_s == pytest.approx(1300.0 - 400.0 + 100.0)
+    assert r.extras["bootstrap_gpu_h"] == pytest.approx(600 / 3600)  # b's profile alone
+    assert a.first_start_s == pytest.approx(1000.0)
+    assert a.jct_s == pytest.approx(1000.0 - 400.0 + 100.0)
 
 
-def test_a_gangs_lean_profile_does_not_count_as_its_work() -> None:
+def test_a_gangs_lean_profile_is_its_own_gang_on_each_flavor_at_once() -> None:
     two = make_cluster().node("v100", gpus=2).node("k80", gpus=2).build()
     gang = make_job("g", job_type=RESNET, gpus=2, steps=T.throughput(RESNET, V100, 2) * 1000)
-    r = simulate(make_workload(gang), two, "hetero_srpt", _boot("lean"))
-    assert r.jobs[0].jct_s == pytest.approx(300.0 + 1000.0)
+    sim = Simulator(make_workload(gang), two, make_policy("hetero_srpt"), _boot("lean"), T)
+    r = sim.run()
+    # 2 V100s and 2 K80s for 300 s at once; the V100 gang's 300 s are the job's, then the
+    # 700 s left on the V100s (serial: a 1-GPU profile per flavor, then all 1000 s)
+    assert r.jobs[0].jct_s == pytest.approx(1000.0)
+    assert r.extras["bootstrap_gpu_h"] == pytest.approx(4 * 300 / 3600)
+    assert sim.learned is not None  # (its own gang was measured: no scaling guess left)
+    seen = {f.flavor: f.consolidated for f in sim.learned.rates(gang)}
+    assert seen[K80] == pytest.approx(T.throughput(RESNET, K80, 2))
+    assert seen[V100] == pytest.approx(T.throughput(RESNET, V100, 2))
+    serial = simulate(make_workload(gang), two, "hetero_srpt", _boot("serial"))
+    assert serial.jobs[0].jct_s == pytest.approx(300.0 + 300.0 + 1000.0)
 
 
 def test_free_profiles_cost_nothing_and_teach_everything() -> None:

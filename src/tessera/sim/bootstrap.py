@@ -135,9 +135,18 @@ class BootstrapProfiles:
         allowed = self.truth.cluster_flavors
         if spec.flavors:
             allowed = tuple(f for f in allowed if f in spec.flavors)
-        one = replace(spec, num_gpus=1, requires_locality=False, flavors=())
+        size = spec.num_gpus if self.mode == "lean" else 1
+        one = replace(spec, num_gpus=size, requires_locality=False, flavors=())
         ok = {r.flavor for r in self.truth.real_rates(one) if r.consolidated > 0}
         return [f for f in allowed if f in ok]
+
+    def _profile_spec(self, saved: _Saved) -> JobSpec:
+        """What a profile of ``saved``'s job runs, under the profile's id and on no flavor
+        yet: one whole GPU (``serial``), or the job's own gang (``lean``: its own
+        configuration, so its steps are the job's)."""
+        size = saved.spec.num_gpus if self.mode == "lean" else 1
+        return replace(_one_gpu(saved.spec), job_id=profile_id(saved.spec.job_id),
+                       num_gpus=size)
 
     def begin(self, job: SimJob) -> None:
         """Turn ``job``'s first run into its first profile (nothing if it has none to run)."""
@@ -159,8 +168,7 @@ class BootstrapProfiles:
         """Make ``job`` a 1-GPU run of ``profile_s`` on one of ``flavors`` (the work is that
         of the first; :meth:`started` sets the flavor it got)."""
         saved = self._saved[job.idx]
-        real = saved.spec
-        pinned = replace(_one_gpu(real), job_id=profile_id(real.job_id), flavors=flavors)
+        pinned = replace(self._profile_spec(saved), flavors=flavors)
         rate = ThroughputOracle.rate(self.truth, pinned, flavors[0], True)  # (not observed)
         duration_s, saved.credit_steps = self._duration_s(saved, rate)
         steps = rate * duration_s
@@ -170,10 +178,9 @@ class BootstrapProfiles:
         job.view = None
 
     def credited(self, spec: JobSpec) -> bool:
-        """Whether a profile of ``spec`` runs its own configuration (``lean`` mode, a whole
-        GPU, one of them, no planner): then the profile's steps are the job's own."""
-        return (self.mode == "lean" and spec.num_gpus == 1 and spec.gpu_milli is None
-                and spec.parallelism is None)
+        """Whether a profile of ``spec`` runs its own configuration (``lean`` mode: its own
+        gang size, on whole GPUs, no planner): then the profile's steps are the job's own."""
+        return self.mode == "lean" and spec.gpu_milli is None and spec.parallelism is None
 
     def _duration_s(self, saved: _Saved, best_rate: float) -> tuple[float, float]:
         """How long the next profile runs, and the steps of the job's work it does: a
@@ -189,32 +196,40 @@ class BootstrapProfiles:
         saved = self._saved.get(job_idx)
         return [] if saved is None else list(saved.todo)
 
-    def pin_concurrent(self, job: SimJob, parts: Sequence[tuple[str, GpuFlavor]]
+    def profile_gpus(self, job_idx: int) -> int:
+        """GPUs of each flavor a profile of job ``job_idx`` takes (``lean``: its gang's)."""
+        return self._profile_spec(self._saved[job_idx]).num_gpus
+
+    def pin_concurrent(self, job: SimJob,
+                       parts: Sequence[tuple[GpuFlavor, tuple[tuple[str, int], ...]]]
                        ) -> tuple[Placement, float]:
-        """Make ``job``'s next profile one GPU on each of ``parts`` (``(node_id, flavor)``,
-        distinct flavors still to profile) at once, struck off its list; returns the
-        placement to start it on and the rate its work is measured in. Its work lasts the
-        profile (its ``k`` GPUs run as a ``k``-GPU copy restricted to those flavors, whose
-        steps measure nothing: the profiles' observations are handed out by
-        :meth:`observe_started`; where the truth has no speed for that mixed copy, the
-        caller runs it at the returned rate)."""
+        """Make ``job``'s next profile run on each of ``parts`` (``(flavor, gpus_by_node)``,
+        distinct flavors still to profile, :meth:`profile_gpus` GPUs each) at once, struck
+        off its list; returns the placement to start it on and the rate its work is measured
+        in. One part: the profile runs as its pinned copy there. Several: as one copy over
+        all their GPUs, restricted to those flavors, whose steps measure nothing (the
+        profiles' observations are handed out by :meth:`observe_started`; where the truth
+        has no speed for that mixed copy, the caller runs it at the returned rate). It lasts
+        one profile, less where a credited profile's fastest part finishes the job's work."""
         saved = self._saved[job.idx]
-        flavors = tuple(f for _n, f in parts)
-        if len(parts) == 1:
-            self.started(job, flavors[0])
-            return Placement.of(flavors[0], ((parts[0][0], 1),)), job.remaining
-        for f in flavors:
+        base = self._profile_spec(saved)
+        each = []
+        for f, nodes in parts:
             saved.todo.remove(f)
-        one = _one_gpu(saved.spec)
-        best = max(ThroughputOracle.rate(self.truth, one, f, True) for f in flavors)
+            pinned, p = replace(base, flavors=(f,)), Placement.of(f, nodes)
+            each.append((pinned, p, ThroughputOracle.placement_rate(self.truth, pinned, p)))
+        best = max(r for _s, _p, r in each)
         duration_s, saved.credit_steps = self._duration_s(saved, best)
-        gang = replace(one, job_id=profile_id(saved.spec.job_id), num_gpus=len(parts),
-                       flavors=flavors)
-        p = Placement.mixed(tuple((n, f, 1) for n, f in parts))
-        rate = ThroughputOracle.placement_rate(self.truth, gang, p)
-        if rate <= 0:  # (no mixed speed for this copy: the profile's own clock, 1 step/s)
+        if len(each) == 1:
+            spec, p, rate = each[0]
+        else:
+            spec = replace(base, num_gpus=base.num_gpus * len(parts),
+                           flavors=tuple(f for f, _n in parts))
+            p = Placement.mixed(tuple((n, f, c) for f, nodes in parts for n, c in nodes))
+            rate = ThroughputOracle.placement_rate(self.truth, spec, p)
+        if rate <= 0:  # (no speed for this copy: the profile's own clock, 1 step/s)
             rate = 1.0
-        job.spec = replace(gang, total_steps=rate * duration_s)
+        job.spec = replace(spec, total_steps=rate * duration_s)
         job.remaining = job.spec.total_steps
         job.startup_s = 0.0
         job.view = None
@@ -222,10 +237,10 @@ class BootstrapProfiles:
 
     def observe_started(self, job: SimJob, flavors: Sequence[GpuFlavor]) -> None:
         """A concurrent profile of ``job`` started on ``flavors``: the learned oracle records
-        the job's 1-GPU rate on each (what each replica measures)."""
-        one = replace(_one_gpu(self._saved[job.idx].spec), job_id=job.spec.job_id)
+        the rate of the profile's gang (1 GPU, or the job's own in ``lean``) on each."""
+        seen = self._profile_spec(self._saved[job.idx])
         for flavor in flavors:
-            self.learned.observe(one, flavor)
+            self.learned.observe(seen, flavor)
 
     def started(self, job: SimJob, flavor: GpuFlavor) -> None:
         """``job``'s profile was placed on ``flavor``: pin it there (``profile_s`` of work at

@@ -11,13 +11,14 @@ leave profiling jobs out (:meth:`SimWorld.snapshot`), and after every event the 
   moved, the policy's memory left as it was) about the profiles waiting, and nothing else. A
   profile thus starts as soon as a GPU of its flavor is idle -- on arrival, between rounds,
   after another job ends -- and waits otherwise.
-* ``lean`` mode (:func:`fill_concurrent`): the core cannot express "one GPU of each of these
-  flavors at once", so the simulator places the profiles itself, outside the core: each
-  waiting profile, in arrival order, takes one idle GPU of every flavor it has still to
-  profile that has one (the first such node in the cluster's order), all at once, for one
-  profile's length. A profile never waits: one that finds no idle GPU of any of its flavors
-  ends the job's profiling there (the flavors left keep their prior), and the job joins the
-  queue as its real gang.
+* ``lean`` mode (:func:`fill_concurrent`): the core cannot express "the job's gang on each
+  of these flavors at once", so the simulator places the profiles itself, outside the core:
+  each waiting profile, in arrival order, takes as many idle GPUs as the job's gang of every
+  flavor it has still to profile that has them (on the first node in the cluster's order
+  that has them all, else gathered over its nodes in that order), all at once, for one
+  profile's length. A profile never waits: one that finds no flavor with enough idle GPUs
+  ends the job's profiling there (the flavors left keep their estimate), and the job joins
+  the queue as its real gang.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ def fill_profiles(world: SimWorld, t_s: float) -> None:
 
 
 def fill_concurrent(world: SimWorld, t_s: float) -> None:
-    """``lean`` mode: start each waiting profile on one idle GPU of every flavor it has still
-    to profile that has one, at once; end the profiling of a job that finds none (module
-    docstring)."""
+    """``lean`` mode: start each waiting profile on its gang's size of idle GPUs of every
+    flavor it has still to profile that has them, at once; end the profiling of a job that
+    finds none (module docstring)."""
     profiles = world.profiles
     if profiles is None:
         return
@@ -61,8 +62,9 @@ def fill_concurrent(world: SimWorld, t_s: float) -> None:
         job = world.jobs[idx]
         if job.state is not JobState.PENDING:
             continue
-        parts = [(node_id, flavor) for flavor in profiles.todo(idx)
-                 if (node_id := _idle_node(world, flavor)) is not None]
+        gpus = profiles.profile_gpus(idx)
+        parts = [(flavor, nodes) for flavor in profiles.todo(idx)
+                 if (nodes := _idle_gpus(world, flavor, gpus))]
         if not parts:
             profiles.end(job)  # (a profile never waits: the job queues as its real gang)
             continue
@@ -72,13 +74,25 @@ def fill_concurrent(world: SimWorld, t_s: float) -> None:
             job.rate = rate
             world.schedule(job.progress_from_s + job.remaining / rate, COMPLETE, idx,
                            job.epoch)
-        profiles.observe_started(job, [f for _n, f in parts])
+        profiles.observe_started(job, [f for f, _n in parts])
 
 
-def _idle_node(world: SimWorld, flavor: GpuFlavor) -> str | None:
-    """The first node of ``flavor`` (cluster order) with an idle GPU, ``None`` if none."""
-    if world.free.total(flavor) <= 0:
-        return None
+def _idle_gpus(world: SimWorld, flavor: GpuFlavor, gpus: int) -> tuple[tuple[str, int], ...]:
+    """``gpus`` idle GPUs of ``flavor`` as ``((node_id, count), ...)``: on the first node (in
+    cluster order) that has them all, else gathered over its nodes in that order; empty
+    when the flavor has fewer idle GPUs."""
     free = world.free
-    return next((n.node_id for n in world.cluster if n.flavor == flavor and free[n.node_id] > 0),
-                None)
+    if free.total(flavor) < gpus:
+        return ()
+    nodes = [n.node_id for n in world.cluster if n.flavor == flavor and free[n.node_id] > 0]
+    whole = next((n for n in nodes if free[n] >= gpus), None)
+    if whole is not None:
+        return ((whole, gpus),)
+    out, left = [], gpus
+    for n in nodes:
+        take = min(free[n], left)
+        out.append((n, take))
+        left -= take
+        if left == 0:
+            break
+    return tuple(sorted(out, key=lambda nc: -nc[1]))

@@ -110,8 +110,9 @@ class LearnedOracle(ThroughputOracle):
         if job.parallelism is not None:
             return
         job_id = self.profiling.get(job.job_id, job.job_id)  # (a profile's: its job's)
-        if job_id != job.job_id and job.num_gpus > 1:
-            return  # (a concurrent profile's k GPUs are k 1-GPU runs, each observed alone)
+        if job_id != job.job_id and len(job.flavors) > 1:
+            return  # (a concurrent profile's copy over several flavors: each part is
+            # observed alone, by the bootstrap)
         seen = self._observed.setdefault(job_id, {})
         key = (flavor.short, job.num_gpus)
         if key in seen:
