@@ -92,6 +92,18 @@ def test_a_gangs_lean_profile_is_its_own_gang_on_each_flavor_at_once() -> None:
     assert serial.jobs[0].jct_s == pytest.approx(300.0 + 300.0 + 1000.0)
 
 
+def test_a_gangs_lean_profile_gathers_its_gpus_over_one_gpu_servers() -> None:
+    # one-GPU servers (Gavel's cluster): the 2-GPU profile takes two of them per flavor,
+    # spread, and runs at the spread rate there
+    ones = (make_cluster().node("v100", gpus=1).node("v100", gpus=1).node("k80", gpus=1)
+            .node("k80", gpus=1).build())
+    gang = make_job("g", job_type=RESNET, gpus=2,
+                    steps=T.throughput(RESNET, V100, 2, consolidated=False) * 1000)
+    r = simulate(make_workload(gang), ones, "hetero_srpt", _boot("lean"))
+    assert r.extras["bootstrap_gpu_h"] == pytest.approx(4 * 300 / 3600)
+    assert r.jobs[0].jct_s == pytest.approx(1000.0)
+
+
 def test_free_profiles_cost_nothing_and_teach_everything() -> None:
     sim = Simulator(make_workload(JOB), CLUSTER, make_policy("hetero_srpt"), _boot("free"), T)
     r = sim.run()
