@@ -41,6 +41,16 @@ the retry runs the real gang. A profile measures one GPU: until the gang itself 
 estimate is that rate times its size; once it has run on a flavor, the profiles give the
 shape across flavors and the gang's own rate the scale (:meth:`LearnedOracle.observed`).
 Profiling cannot be combined with pre-run validation (both replace the job's first run).
+
+**Modes** (``mode``, ``--bootstrap-mode``): the above is ``serial`` (Sia's paper). ``lean``
+profiles the job in its own configuration (its gang size, whole GPUs) on every flavor that
+has the GPUs idle, all at once (:func:`tessera.sim.profile_fill.fill_concurrent` places them,
+outside the core, via :meth:`BootstrapProfiles.pin_concurrent`), never waits (a job that
+finds no such flavor queues as its real gang), and counts the fastest part's steps toward
+the job's work (:meth:`BootstrapProfiles.credited`); under Gavel's rounds its profiles stay
+one flavor per round, at the gang's size and credited. ``free`` and ``oracle`` run nothing:
+at arrival the learned oracle gets what every 1-GPU profile would measure (``free``) or the
+job's own gang's rate on every flavor (``oracle``, the view is the truth): bounds.
 """
 
 from __future__ import annotations
