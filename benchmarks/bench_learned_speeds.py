@@ -1,12 +1,16 @@
 """What not knowing a job's speed costs: average JCT with the table's speeds and learned ones.
 
-For each trace and policy, runs the simulator three times, ``speeds="table"`` (policies read
-the throughput table), ``speeds="learned"`` (they read :mod:`tessera.sched.core.learned`'s
+For each trace and policy, runs the simulator with ``speeds="table"`` (policies read the
+throughput table), ``speeds="learned"`` (they read :mod:`tessera.sched.core.learned`'s
 estimates; the table still drives progress) and ``learned`` with Sia's bootstrap
-(``bootstrap_s``: a profile on one GPU of each flavor first, :mod:`tessera.sim.bootstrap`),
-and prints one JSON line per policy: the three average JCTs, the learned runs' ratios to the
-table's and their notes on the estimates' error. The traces of ``docs/scheduler.md``
-("Learned speeds"):
+(``bootstrap_s``: a profile on one GPU of each flavor first, :mod:`tessera.sim.bootstrap`)
+in each of its modes: ``bootstrap`` (serial, Sia's paper), ``lean`` (one idle GPU of each
+flavor at once, never waiting, a 1-GPU job's profile trains it) and ``free`` (every
+profile's result at arrival, at no cost: the bound of 1-GPU profiles) and ``oracle`` (the
+job's own gang measured on every flavor at arrival: no estimate error at all); ``--runs``
+picks some. Prints one JSON line per policy: the average JCTs, the learned runs' ratios to
+the table's, their bootstrap GPU-hours and their notes on the estimates' error. The traces
+of ``docs/scheduler.md`` ("Learned speeds"):
 
 * ``gavel``: Gavel-like heavy load (200 one-GPU jobs, 20 per hour, seeds 0 and 1) on
   ``v100:12,p100:12,k80:12`` under ``--compat gavel``;
@@ -14,9 +18,9 @@ table's and their notes on the estimates' error. The traces of ``docs/scheduler.
   table.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_learned_speeds.py [--setting gavel] \
-        [--bootstrap-s 300] [--policies hetero_srpt]
+        [--bootstrap-s 300] [--policies hetero_srpt] [--runs table,learned,lean,free]
 
-About 25 minutes for everything on one core (``finish_time_fairness`` under ``--compat
+About 40 minutes for everything on one core (``finish_time_fairness`` under ``--compat
 gavel`` takes two of them per run).
 """
 
@@ -37,15 +41,19 @@ GAVEL_POLICIES = "max_min_fairness,finish_time_fairness,hetero_srpt,hetero_gitti
 SIA_POLICIES = "hetero_srpt,las,max_min_fairness,finish_time_fairness,hetero_gittins"
 
 
-#: The three runs per policy: (label, speeds, with the bootstrap).
-RUNS = (("table", "table", False), ("learned", "learned", False),
-        ("bootstrap", "learned", True))
+#: The runs per policy: label -> (speeds, bootstrap mode or ``None`` for no profiles).
+RUNS: dict[str, tuple[str, str | None]] = {
+    "table": ("table", None), "learned": ("learned", None),
+    "bootstrap": ("learned", "serial"), "lean": ("learned", "lean"),
+    "free": ("learned", "free"), "oracle": ("learned", "oracle"),
+}
 
 
 def compare(setting: str, name: str, workload: Workload, policies: str,
-            bootstrap_s: float) -> None:
-    """Print one JSON line per policy: table against learned speeds, without and with the
-    bootstrap."""
+            bootstrap_s: float, runs: list[str]) -> None:
+    """Print one JSON line per policy: the table's speeds against learned ones, without
+    profiles, with Sia's serial bootstrap, the lean one and the free bound (those of
+    ``runs``; every ratio is to ``table``'s JCT, when it runs)."""
     if setting == "gavel":
         table, compat = load_throughputs("gavel"), "gavel"
         cluster = load_cluster("v100:12,p100:12,k80:12", 1)
@@ -55,10 +63,12 @@ def compare(setting: str, name: str, workload: Workload, policies: str,
     for policy in policies.split(","):
         row: dict[str, object] = {"trace": name, "policy": policy}
         jct_h = {}
-        for label, speeds, boot in RUNS:
+        for label in runs:
+            speeds, mode = RUNS[label]
             t0 = time.perf_counter()
-            cfg = SimConfig(seed=0, speeds=speeds, compat=compat,  # type: ignore[arg-type]
-                            bootstrap_s=bootstrap_s if boot else None)
+            cfg = SimConfig(seed=0, speeds=speeds, compat=compat,
+                            bootstrap_s=bootstrap_s if mode else None,
+                            bootstrap_mode=mode or "serial")
             r = simulate(workload, cluster, policy, cfg, table)
             jct_h[label] = r.summary.avg_jct_s / 3600
             row[f"{label}_jct_h"] = round(jct_h[label], 3)
@@ -66,9 +76,12 @@ def compare(setting: str, name: str, workload: Workload, policies: str,
             if speeds == "learned":
                 row[f"{label}_note"] = [n for n in r.notes if "learned" in n]
                 row[f"{label}_unfinished"] = r.summary.unfinished
+            if mode:
+                row[f"{label}_gpu_h"] = round(r.extras.get("bootstrap_gpu_h", 0.0), 2)
         row["bootstrap_s"] = bootstrap_s
-        row["ratio"] = round(jct_h["learned"] / jct_h["table"], 3)
-        row["bootstrap_ratio"] = round(jct_h["bootstrap"] / jct_h["table"], 3)
+        for label in jct_h:
+            if label != "table" and "table" in jct_h:
+                row[f"{label}_ratio"] = round(jct_h[label] / jct_h["table"], 3)
         print(json.dumps(row), flush=True)
 
 
@@ -80,16 +93,22 @@ def main() -> None:
     ap.add_argument("--policies", default=None, help="comma-separated (default: the table's)")
     ap.add_argument("--seeds", default="0,1", help="Gavel-like trace seeds")
     ap.add_argument("--traces", default="sia-philly-1,sia-philly-2", help="Sia's workloads")
+    ap.add_argument("--runs", default="table,learned,bootstrap,lean,free",
+                    help=f"comma-separated, of {', '.join(RUNS)}")
     args = ap.parse_args()
+    runs = args.runs.split(",")
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown:
+        ap.error(f"--runs: unknown {', '.join(unknown)} (known: {', '.join(RUNS)})")
     if args.setting in ("gavel", "both"):
         for seed in map(int, args.seeds.split(",")):
             w = generate_gavel_like(200, 20.0, seed)
             compare("gavel", f"gavel heavy, seed {seed}", w, args.policies or GAVEL_POLICIES,
-                    args.bootstrap_s)
+                    args.bootstrap_s, runs)
     if args.setting in ("sia", "both"):
         for trace in args.traces.split(","):
             w = read_trace(trace, throughputs=load_throughputs("sia")).workload
-            compare("sia", trace, w, args.policies or SIA_POLICIES, args.bootstrap_s)
+            compare("sia", trace, w, args.policies or SIA_POLICIES, args.bootstrap_s, runs)
 
 
 if __name__ == "__main__":

@@ -375,6 +375,12 @@ def _register_simulate(app: typer.Typer) -> None:
             "first runs a profile of this many seconds on one GPU of each GPU type it can use "
             "(real time and GPU use: its JCT includes them; at most 86400; default: no "
             "bootstrap; docs/scheduler.md)."),
+        bootstrap_mode: str = typer.Option(
+            "serial", "--bootstrap-mode", help="With --bootstrap-s: serial (one GPU type after "
+            "another, each waiting for an idle GPU) | lean (one idle GPU of each type at once, "
+            "never waiting; a 1-GPU job's profile trains it) | free (the bound: every "
+            "profile's result at arrival, at no cost) | oracle (the job's own gang measured "
+            "on every type at arrival, at no cost: no estimate error)."),
         measurement_noise: float = typer.Option(
             0.0, "--measurement-noise", help="With --speeds learned, each observed rate is "
             "the true one times exp(noise·z), z standard normal, seeded (0: exact; at most "
@@ -459,10 +465,19 @@ def _register_simulate(app: typer.Typer) -> None:
 
             raise SpecError(f"--goodput {goodput!r}: table, gns or reported")
         _check_learned_flags(speeds, bootstrap_s, measurement_noise)
+        if bootstrap_mode not in ("serial", "lean", "free", "oracle"):
+            from tessera.errors import SpecError
+
+            raise SpecError(f"--bootstrap-mode {bootstrap_mode!r}: serial, lean, free or "
+                            "oracle")
+        if bootstrap_mode != "serial" and bootstrap_s is None:
+            from tessera.errors import SpecError
+
+            raise SpecError(f"--bootstrap-mode {bootstrap_mode} needs --bootstrap-s")
         n = workers or min(len(pols), os.cpu_count() or 1)
         updates: dict[str, object] = {
             "seed": seed, "compat": compat, "compat_solver": compat_solver, "speeds": speeds,
-            "goodput": goodput, "bootstrap_s": bootstrap_s,
+            "goodput": goodput, "bootstrap_s": bootstrap_s, "bootstrap_mode": bootstrap_mode,
             "measurement_noise": measurement_noise,
             "failure_job_failure_rate": failure_rate,
             "failure_time_model": failure_model,

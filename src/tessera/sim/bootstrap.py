@@ -41,20 +41,35 @@ the retry runs the real gang. A profile measures one GPU: until the gang itself 
 estimate is that rate times its size; once it has run on a flavor, the profiles give the
 shape across flavors and the gang's own rate the scale (:meth:`LearnedOracle.observed`).
 Profiling cannot be combined with pre-run validation (both replace the job's first run).
+
+**Modes** (``mode``, ``--bootstrap-mode``): the above is ``serial`` (Sia's paper). ``lean``
+profiles the job in its own configuration (its gang size, whole GPUs) on every flavor that
+has the GPUs idle, all at once (:func:`tessera.sim.profile_fill.fill_concurrent` places them,
+outside the core, via :meth:`BootstrapProfiles.pin_concurrent`), never waits (a job that
+finds no such flavor queues as its real gang), and counts the fastest part's steps toward
+the job's work (:meth:`BootstrapProfiles.credited`); under Gavel's rounds its profiles stay
+one flavor per round, at the gang's size and credited. ``free`` and ``oracle`` run nothing:
+at arrival the learned oracle gets what every 1-GPU profile would measure (``free``) or the
+job's own gang's rate on every flavor (``oracle``, the view is the truth): bounds.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId, JobSpec, JobState
 from tessera.sched.core.learned import LearnedOracle
 from tessera.sched.core.oracle import ThroughputOracle
-from tessera.sched.core.snapshot import JobView
+from tessera.sched.core.snapshot import JobView, Placement
 from tessera.sim.state import SimJob
+
+BootstrapMode = Literal["serial", "lean", "free", "oracle"]
+BOOTSTRAP_MODES: tuple[BootstrapMode, ...] = ("serial", "lean", "free", "oracle")
+"""``--bootstrap-mode`` values (see the module docstring)."""
 
 
 def profile_id(job_id: str) -> JobId:
@@ -72,6 +87,8 @@ class _Saved:
     remaining: float
     startup_s: float
     todo: list[GpuFlavor]
+    credit_steps: float = 0.0
+    """Steps of the job's own work the current profile does (``lean``, own configuration)."""
 
 
 class BootstrapProfiles:
@@ -86,17 +103,27 @@ class BootstrapProfiles:
             ``num_gpus``, elastic range or not, and profiles them all.
         by_id: the world's jobs by id, where each profile's id is entered (decisions name
             a profile by its own id, :func:`profile_id`).
+        mode: ``serial`` (Sia's paper), ``lean`` (concurrent, never waiting, credited),
+            ``free`` (the zero-cost bound of 1-GPU profiles) or ``oracle`` (the job's own
+            gang measured on every flavor at no cost: no estimate error left), see the module
+            docstring.
 
     Raises:
-        SpecError: ``profile_s`` is not a positive, finite number of seconds.
+        SpecError: ``profile_s`` is not a positive, finite number of seconds, or ``mode``
+            is not one of :data:`BOOTSTRAP_MODES`.
     """
 
     def __init__(self, profile_s: float, truth: ThroughputOracle,
                  learned: LearnedOracle, elastic_policy: bool = False,
-                 by_id: MutableMapping[JobId, SimJob] | None = None) -> None:
+                 by_id: MutableMapping[JobId, SimJob] | None = None,
+                 mode: BootstrapMode = "serial") -> None:
         if not (profile_s > 0 and profile_s < float("inf")):
             raise SpecError(f"bootstrap profile of {profile_s!r} s: must be a positive, "
                             "finite number of seconds")
+        if mode not in BOOTSTRAP_MODES:
+            raise SpecError(f"bootstrap mode {mode!r}: expected one of "
+                            f"{', '.join(BOOTSTRAP_MODES)}")
+        self.mode: BootstrapMode = mode
         self.profile_s = float(profile_s)
         self.truth = truth
         self.learned = learned
@@ -118,14 +145,28 @@ class BootstrapProfiles:
         allowed = self.truth.cluster_flavors
         if spec.flavors:
             allowed = tuple(f for f in allowed if f in spec.flavors)
-        one = replace(spec, num_gpus=1, requires_locality=False, flavors=())
+        size = spec.num_gpus if self.mode == "lean" else 1
+        one = replace(spec, num_gpus=size, requires_locality=False, flavors=())
         ok = {r.flavor for r in self.truth.real_rates(one) if r.consolidated > 0}
         return [f for f in allowed if f in ok]
+
+    def _profile_spec(self, saved: _Saved) -> JobSpec:
+        """What a profile of ``saved``'s job runs, under the profile's id and on no flavor
+        yet: one whole GPU (``serial``), or the job's own gang (``lean``: its own
+        configuration, so its steps are the job's)."""
+        size = saved.spec.num_gpus if self.mode == "lean" else 1
+        return replace(_one_gpu(saved.spec), job_id=profile_id(saved.spec.job_id),
+                       num_gpus=size)
 
     def begin(self, job: SimJob) -> None:
         """Turn ``job``'s first run into its first profile (nothing if it has none to run)."""
         todo = self.flavors_for(job.spec)
         if not todo:
+            return
+        if self.mode in ("free", "oracle"):  # (bounds: every profile's result, at no cost)
+            seen = _one_gpu(job.spec) if self.mode == "free" else job.spec
+            for flavor in todo:
+                self.learned.observe(seen, flavor)
             return
         self._saved[job.idx] = _Saved(job.spec, job.remaining, job.startup_s, todo)
         pid = profile_id(job.spec.job_id)
@@ -136,16 +177,80 @@ class BootstrapProfiles:
     def _pin(self, job: SimJob, flavors: tuple[GpuFlavor, ...]) -> None:
         """Make ``job`` a 1-GPU run of ``profile_s`` on one of ``flavors`` (the work is that
         of the first; :meth:`started` sets the flavor it got)."""
-        real = self._saved[job.idx].spec
-        pinned = replace(real, job_id=profile_id(real.job_id), num_gpus=1,
-                         requires_locality=False, flavors=flavors, total_steps=1.0,
-                         gpu_milli=None)
+        saved = self._saved[job.idx]
+        pinned = replace(self._profile_spec(saved), flavors=flavors)
         rate = ThroughputOracle.rate(self.truth, pinned, flavors[0], True)  # (not observed)
-        steps = rate * self.profile_s
+        duration_s, saved.credit_steps = self._duration_s(saved, rate)
+        steps = rate * duration_s
         job.spec = replace(pinned, total_steps=steps)
         job.remaining = steps
         job.startup_s = 0.0
         job.view = None
+
+    def credited(self, spec: JobSpec) -> bool:
+        """Whether a profile of ``spec`` runs its own configuration (``lean`` mode: its own
+        gang size, on whole GPUs, no planner): then the profile's steps are the job's own."""
+        return self.mode == "lean" and spec.gpu_milli is None and spec.parallelism is None
+
+    def _duration_s(self, saved: _Saved, best_rate: float) -> tuple[float, float]:
+        """How long the next profile runs, and the steps of the job's work it does: a
+        credited profile stops when the job's work is done (its fastest replica's steps,
+        ``best_rate``, are the job's); any other runs ``profile_s`` and does none."""
+        if not self.credited(saved.spec) or best_rate <= 0:
+            return self.profile_s, 0.0
+        duration_s = min(self.profile_s, saved.remaining / best_rate)
+        return duration_s, best_rate * duration_s
+
+    def todo(self, job_idx: int) -> list[GpuFlavor]:
+        """The flavors job ``job_idx`` has still to profile (empty for a job not profiling)."""
+        saved = self._saved.get(job_idx)
+        return [] if saved is None else list(saved.todo)
+
+    def profile_gpus(self, job_idx: int) -> int:
+        """GPUs of each flavor a profile of job ``job_idx`` takes (``lean``: its gang's)."""
+        return self._profile_spec(self._saved[job_idx]).num_gpus
+
+    def pin_concurrent(self, job: SimJob,
+                       parts: Sequence[tuple[GpuFlavor, tuple[tuple[str, int], ...]]]
+                       ) -> tuple[Placement, float]:
+        """Make ``job``'s next profile run on each of ``parts`` (``(flavor, gpus_by_node)``,
+        distinct flavors still to profile, :meth:`profile_gpus` GPUs each) at once, struck
+        off its list; returns the placement to start it on and the rate its work is measured
+        in. One part: the profile runs as its pinned copy there. Several: as one copy over
+        all their GPUs, restricted to those flavors, whose steps measure nothing (the
+        profiles' observations are handed out by :meth:`observe_started`; where the truth
+        has no speed for that mixed copy, the caller runs it at the returned rate). It lasts
+        one profile, less where a credited profile's fastest part finishes the job's work."""
+        saved = self._saved[job.idx]
+        base = self._profile_spec(saved)
+        each = []
+        for f, nodes in parts:
+            saved.todo.remove(f)
+            pinned, p = replace(base, flavors=(f,)), Placement.of(f, nodes)
+            each.append((pinned, p, ThroughputOracle.placement_rate(self.truth, pinned, p)))
+        best = max(r for _s, _p, r in each)
+        duration_s, saved.credit_steps = self._duration_s(saved, best)
+        if len(each) == 1:
+            spec, p, rate = each[0]
+        else:
+            spec = replace(base, num_gpus=base.num_gpus * len(parts),
+                           flavors=tuple(f for f, _n in parts))
+            p = Placement.mixed(tuple((n, f, c) for f, nodes in parts for n, c in nodes))
+            rate = ThroughputOracle.placement_rate(self.truth, spec, p)
+        if rate <= 0:  # (no speed for this copy: the profile's own clock, 1 step/s)
+            rate = 1.0
+        job.spec = replace(spec, total_steps=rate * duration_s)
+        job.remaining = job.spec.total_steps
+        job.startup_s = 0.0
+        job.view = None
+        return p, rate
+
+    def observe_started(self, job: SimJob, flavors: Sequence[GpuFlavor]) -> None:
+        """A concurrent profile of ``job`` started on ``flavors``: the learned oracle records
+        the rate of the profile's gang (1 GPU, or the job's own in ``lean``) on each."""
+        seen = self._profile_spec(self._saved[job.idx])
+        for flavor in flavors:
+            self.learned.observe(seen, flavor)
 
     def started(self, job: SimJob, flavor: GpuFlavor) -> None:
         """``job``'s profile was placed on ``flavor``: pin it there (``profile_s`` of work at
@@ -161,8 +266,10 @@ class BootstrapProfiles:
         """``job``'s current profile finished: pin it to the next flavor, or give it back its
         real spec and work after the last. Returns whether another profile follows."""
         saved = self._saved[job.idx]
-        self.profiles_run += 1
-        if saved.todo:
+        self.profiles_run += max(len(job.spec.flavors), 1)
+        saved.remaining = max(saved.remaining - saved.credit_steps, 0.0)
+        saved.credit_steps = 0.0
+        if saved.todo and saved.remaining > 0:
             self._pin(job, tuple(saved.todo))
             return True
         self.end(job)
@@ -195,3 +302,9 @@ class BootstrapProfiles:
     def profiling(self) -> list[int]:
         """Indices of the jobs in a profile."""
         return list(self._saved)
+
+
+def _one_gpu(spec: JobSpec) -> JobSpec:
+    """``spec`` on one whole GPU of any flavor, anywhere (what a profile runs)."""
+    return replace(spec, num_gpus=1, requires_locality=False, flavors=(), total_steps=1.0,
+                   gpu_milli=None)

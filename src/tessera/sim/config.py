@@ -133,6 +133,12 @@ class SimConfig(BaseModel):
         bootstrap_s: with ``speeds="learned"``, Sia's bootstrap: each new job first runs a
             profile of this many seconds on one GPU of each flavor it can use
             (:mod:`tessera.sim.bootstrap`); ``None``: no profiles.
+        bootstrap_mode: how the profiles run (:mod:`tessera.sim.bootstrap`): ``serial``
+            (Sia's paper: one flavor after another, each waiting for an idle GPU, its steps
+            thrown away), ``lean`` (one idle GPU of each flavor at once, never waiting; a
+            1-GPU job's profile trains it), ``free`` (the bound: every profile's
+            observation at the job's arrival, at no cost) or ``oracle`` (the job's own gang
+            observed on every flavor at its arrival: the view is the truth).
         measurement_noise: with ``speeds="learned"``, each observed rate is the true one
             times ``exp(noise · z)``, ``z`` standard normal (seeded); 0: exact observations.
         goodput: ``table`` (Sia and Pollux read an elastic job's statistical efficiency and
@@ -180,6 +186,7 @@ class SimConfig(BaseModel):
     seed: int = 0
     speeds: Literal["table", "learned"] = "table"
     bootstrap_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    bootstrap_mode: Literal["serial", "lean", "free", "oracle"] = "serial"
     measurement_noise: float = Field(0.0, ge=0, allow_inf_nan=False)
     goodput: Literal["table", "gns", "reported"] = "table"
     max_sim_time_s: float | None = Field(None, gt=0)

@@ -81,7 +81,7 @@ class Simulator:
         if cfg.bootstrap_s is not None:
             profiles = world.profiles = BootstrapProfiles(cfg.bootstrap_s, world.truth,
                                                           learned, world.policy.elastic,
-                                                          world.by_id)
+                                                          world.by_id, cfg.bootstrap_mode)
 
         def real_spec(job_id: str) -> JobSpec | None:
             return None if profiles is None else profiles.real_spec(world.by_id[JobId(job_id)].idx)

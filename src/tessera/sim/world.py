@@ -324,6 +324,10 @@ class SimWorld:
             return self._profiled(job, t_s)
         job.remaining = 0.0
         self.stop(job, t_s)
+        return self._succeeded(job, t_s)
+
+    def _succeeded(self, job: SimJob, t_s: float) -> int:
+        """``job`` (stopped) has done all its work at ``t_s``: it leaves for good."""
         move(job, JobState.SUCCEEDED)
         job.finish_s = t_s
         job.set_wait(None, t_s)
@@ -399,8 +403,8 @@ class SimWorld:
     def start(self, job: SimJob, p: Placement, t_s: float) -> None:
         """Run ``job`` on ``p`` from ``t_s``: admit and start it (or move it, if it runs), book
         its GPUs, and schedule its completion and any failure."""
-        if self.profiles is not None:  # (a bootstrap profile: pinned to the flavor it got)
-            self.profiles.started(job, p.flavor)
+        if self.profiles is not None and p.sole_flavor is not None:  # (a bootstrap profile:
+            self.profiles.started(job, p.flavor)  # pinned to the flavor it got)
         rate = (self.elastic.begin(job, p) if self.elastic is not None and p.global_batch_samples
                 else self.truth.placement_rate(job.spec, p))
         if job.spec.sensitivity is not None:  # CPUs and memory it holds (Synergy's profiles)
@@ -459,8 +463,8 @@ class SimWorld:
         """A bootstrap profile finished (:mod:`tessera.sim.bootstrap`): the scheduler stops
         it and requeues the job, pinned to its next flavor or as its real gang."""
         self.stop(job, t_s)
-        if self.profiles is not None:
-            self.profiles.next(job)
+        if self.profiles is not None and not self.profiles.next(job) and job.remaining <= 0:
+            return self._succeeded(job, t_s)  # (its profiles did all its work: lean mode)
         move(job, JobState.PREEMPTED)
         move(job, JobState.PENDING)
         job.pending_since_s = t_s
@@ -470,7 +474,8 @@ class SimWorld:
     def _account_run(self, job: SimJob, t_s: float) -> None:
         """Book a run that ends at ``t_s``: validation GPU-time, and split gangs' slowdown."""
         if self.profiles is not None and job.idx in self.profiles:
-            self.add("bootstrap_gpu_h", max(t_s - job.run_started_s, 0.0) / 3600)
+            self.add("bootstrap_gpu_h",
+                     max(t_s - job.run_started_s, 0.0) * job.spec.num_gpus / 3600)
             return
         for key, gpu_h in run_gpu_hours(job, t_s, self.truth, job.idx in self.validation):
             self.add(key, gpu_h)

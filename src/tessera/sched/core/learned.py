@@ -18,7 +18,9 @@ What the view still takes from the truth, and why: *where* a job can run (which 
 its memory: a memory model answers that, not a speed estimate), and the ratio of its split to
 its consolidated speed on a flavor (the network penalty, not the GPU's speed). A 3-D
 (``parallelism``) job is priced by the planner as before. Rates are in the table's unit
-(steps per second for the gang); a gang's prior is the 1-GPU estimate times its size.
+(steps per second for the gang); a gang's prior is the 1-GPU estimate times its size times
+the table's scaling prior for that size (:mod:`tessera.perf.scaling_prior`: the per-GPU
+efficiency of the other job types' gangs of that size on that flavor).
 
 :meth:`LearnedOracle.error_note` states, for the run's notes, how far the estimates the
 policies saw were from the truth: at a job's first decision (prior) and at its last;
@@ -49,6 +51,7 @@ from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobSpec
 from tessera.perf.estimate import SpeedEstimator, model_of
+from tessera.perf.scaling_prior import ScalingPrior
 from tessera.sched.core.oracle import FlavorRate, ThroughputOracle
 from tessera.sched.core.snapshot import Placement
 
@@ -90,6 +93,8 @@ class LearnedOracle(ThroughputOracle):
         self.profiling: dict[str, str] = {}
         self._profiled: set[str] = set()  # (the jobs' ids of those)
         self._estimators: dict[str, SpeedEstimator | None] = {}
+        self.scaling = ScalingPrior(truth.table)
+        self._flavor_by_short = {f.short: f for f in truth.cluster_flavors}
         # job id -> (flavor short name, gang size) -> observed per-GPU steps/s
         self._observed: dict[str, dict[tuple[str, int], float]] = {}
         # job id -> (the spec the view was made for, the view): a profile's pinned copy and
@@ -105,6 +110,9 @@ class LearnedOracle(ThroughputOracle):
         if job.parallelism is not None:
             return
         job_id = self.profiling.get(job.job_id, job.job_id)  # (a profile's: its job's)
+        if job_id != job.job_id and len(job.flavors) > 1:
+            return  # (a concurrent profile's copy over several flavors: each part is
+            # observed alone, by the bootstrap)
         seen = self._observed.setdefault(job_id, {})
         key = (flavor.short, job.num_gpus)
         if key in seen:
@@ -139,18 +147,29 @@ class LearnedOracle(ThroughputOracle):
         """Per-GPU rates of ``job`` at its own gang size, by flavor short name: those observed
         at that size, and those observed at another (a 1-GPU bootstrap profile) scaled by the
         job's measured scaling (the geometric mean, over the flavors observed at both sizes,
-        of own-size / other-size per-GPU rate; 1 where no flavor has both)."""
+        of own-size / other-size per-GPU rate) or, before the gang has run anywhere, by the
+        table's scaling prior for its size on that flavor (:class:`ScalingPrior`)."""
         obs = self._observed.get(job.job_id)
         if not obs:
             return {}
         own = {f: r for (f, g), r in obs.items() if g == job.num_gpus}
-        other = {f: r for (f, g), r in obs.items() if g != job.num_gpus and f not in own}
+        other = {(f, g): r for (f, g), r in obs.items() if g != job.num_gpus and f not in own}
         if not other:
             return own
         both = [math.log(own[f] / r) for (f, g), r in obs.items()
                 if g != job.num_gpus and f in own]
-        scale = math.exp(sum(both) / len(both)) if both else 1.0
-        return {**{f: r * scale for f, r in other.items()}, **own}
+        if both:
+            scale = math.exp(sum(both) / len(both))
+            return {**{f: r * scale for (f, _g), r in other.items()}, **own}
+        return {**{f: r * self._efficiency(job, f, job.num_gpus) / self._efficiency(job, f, g)
+                   for (f, g), r in other.items()}, **own}
+
+    def _efficiency(self, job: JobSpec, flavor_short: str, num_gpus: int) -> float:
+        """The table's scaling prior for ``job`` at ``num_gpus`` on a flavor (1 for a flavor
+        the cluster lacks)."""
+        flavor = self._flavor_by_short.get(flavor_short)
+        return 1.0 if flavor is None else self.scaling.efficiency(job.job_type, flavor,
+                                                                   num_gpus)
 
     def _estimator(self, job_type: str) -> SpeedEstimator | None:
         if job_type not in self._estimators:
@@ -181,7 +200,9 @@ class LearnedOracle(ThroughputOracle):
                 try:  # (a flavor it was observed on: the observation, not the row's fit)
                     c = seen.get(r.flavor.short) or guess[est.flavors[est.column(
                         r.flavor.short)]]
-                    c *= job.num_gpus
+                    c *= job.num_gpus  # (the prior's 1-GPU row: times the gang's scaling)
+                    if not seen:
+                        c *= self.scaling.efficiency(job.job_type, r.flavor, job.num_gpus)
                 except SpecError:
                     c = r.consolidated  # (a flavor the table answers but the estimator lacks)
                 out.append(FlavorRate(r.flavor, c, c * r.spread / r.consolidated))

@@ -149,8 +149,10 @@ def _end_lease(
     profiles = world.profiles
     if profiles is not None and job.idx in profiles:  # (a bootstrap profile: sim/bootstrap)
         world.add("bootstrap_gpu_h", steps / leased_rate / 3600 if leased_rate > 0 else 0.0)
-        if job.remaining <= 0:
-            profiles.next(job)
+        if job.remaining <= 0 and not profiles.next(job) and job.remaining <= 0:
+            move(job, JobState.SUCCEEDED)  # (its profiles did all its work: lean mode)
+            _retire(world, job, finish)
+            return True, False
         _requeue(job)
         return False, False  # (the policy never saw the profile: nothing to credit)
     if job.remaining <= 0:
