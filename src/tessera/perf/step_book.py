@@ -67,12 +67,18 @@ class StepBook:
         tolerance: relative change of a predicted step time below which a new observation
             triggers no refit and a refit is not republished (``>= 0``; 0 refits and
             republishes on every change).
+        min_points: distinct sizes a flavor needs before it is fitted at all (the simulator
+            fits from the first; the live service waits for two).
     """
 
-    def __init__(self, tolerance: float = DEFAULT_TOLERANCE) -> None:
+    def __init__(self, tolerance: float = DEFAULT_TOLERANCE, min_points: int = 1) -> None:
         if not tolerance >= 0:
             raise SpecError(f"step-fit tolerance must be >= 0, got {tolerance}")
+        if min_points < 1:
+            raise SpecError(f"a fit needs at least 1 observed size, got {min_points}")
         self.tolerance = tolerance
+        self.min_points = min_points
+        """Distinct ``(GPUs, local batch)`` sizes a flavor needs before its first fit."""
         self._obs: dict[str, dict[GpuFlavor, dict[tuple[int, float], float]]] = {}
         self._fits: dict[str, StepFits] = {}
         self._version: dict[str, int] = {}
@@ -94,6 +100,8 @@ class StepBook:
         published = dict(self._fits.get(job, ()))
         old = published.get(flavor)
         seen.update(fresh)
+        if len(seen) < self.min_points:
+            return False
         if old is not None and not any(
                 abs(old.iteration_s(n, m) - s) > self.tolerance * s
                 for (n, m), s in fresh.items()):
@@ -119,9 +127,13 @@ class StepBook:
         """``job``'s recorded step times per flavor and ``(GPUs, local batch)`` (read-only)."""
         return self._obs.get(job, {})
 
-    def restore(self, job: str, fits: StepFits, version: int) -> None:
-        """Publish ``fits`` for ``job`` as they were persisted (after a restart)."""
-        self._fits[job] = fits
+    def restore(self, job: str, fits: StepFits, version: int,
+                observations: dict[GpuFlavor, dict[tuple[int, float], float]]) -> None:
+        """Publish ``fits`` for ``job`` over ``observations``, as they were persisted (after
+        a restart); no refit."""
+        self._obs[job] = {f: dict(o) for f, o in observations.items()}
+        if fits:
+            self._fits[job] = fits
         self._version[job] = version
 
     def forget(self, job: str) -> None:
