@@ -8,7 +8,10 @@ observation makes every decision recompute that job's rows -- and a refit costs 
 solve. :class:`StepBook` keeps both cheap:
 
 * **Refit on surprise only.** A new observation the published model already predicts within
-  ``tolerance`` (relative) is recorded but refits nothing.
+  ``tolerance`` (relative) plus the model's worst error on the points it was fitted to (no
+  refit can explain a new point better than it explains its own: Pollux's model is off the
+  measured profiles by a few percent) is recorded but refits nothing; a refit starts from the published
+  model (:func:`~tessera.perf.goodput_fit.fit_throughput`'s ``start``).
 * **Publish on a move only.** After a refit, the new model replaces the published one only
   where it moves a prediction by more than ``tolerance`` -- at an observed size, or at 1 to 64
   GPUs at an observed local batch (where the policies extrapolate). Otherwise the published
@@ -60,6 +63,11 @@ def moved(old: ThroughputParams, new: ThroughputParams, sizes: Iterable[tuple[in
     return False
 
 
+def _worst_error(fit: ThroughputParams, seen: dict[tuple[int, float], float]) -> float:
+    """The largest relative error of ``fit`` on the step times it was fitted to."""
+    return max(abs(fit.iteration_s(n, m) / s - 1.0) for (n, m), s in seen.items())
+
+
 class StepBook:
     """Step times per job and flavor, and each job's published fits (module docstring).
 
@@ -82,6 +90,7 @@ class StepBook:
         self._obs: dict[str, dict[GpuFlavor, dict[tuple[int, float], float]]] = {}
         self._fits: dict[str, StepFits] = {}
         self._version: dict[str, int] = {}
+        self._resid: dict[tuple[str, GpuFlavor], float] = {}
         self.refits = 0
         """How many least-squares fits were solved (for benchmarks)."""
 
@@ -102,14 +111,16 @@ class StepBook:
         seen.update(fresh)
         if len(seen) < self.min_points:
             return False
-        if old is not None and not any(
-                abs(old.iteration_s(n, m) - s) > self.tolerance * s
-                for (n, m), s in fresh.items()):
-            return False  # predicted already: nothing to learn
-        new = fit_throughput([(n, m, s) for (n, m), s in sorted(seen.items())])
+        slack = self.tolerance + self._resid.get((job, flavor), 0.0)
+        if old is not None and not any(abs(old.iteration_s(n, m) - s) > slack * s
+                                       for (n, m), s in fresh.items()):
+            return False  # predicted already (as well as the fit's own points): nothing new
+        new = fit_throughput([(n, m, s) for (n, m), s in sorted(seen.items())], old)
         self.refits += 1
         if old is not None and not moved(old, new, seen, self.tolerance):
+            self._resid[(job, flavor)] = _worst_error(old, seen)
             return False
+        self._resid[(job, flavor)] = _worst_error(new, seen)
         published[flavor] = new
         self._fits[job] = tuple(published.items())
         self._version[job] = self._version.get(job, 0) + 1
@@ -141,3 +152,5 @@ class StepBook:
         self._obs.pop(job, None)
         self._fits.pop(job, None)
         self._version.pop(job, None)
+        for key in [k for k in self._resid if k[0] == job]:
+            del self._resid[key]
