@@ -10,8 +10,8 @@ solve. :class:`StepBook` keeps both cheap:
 * **Refit on surprise only.** A new observation the published model already predicts within
   ``tolerance`` (relative) plus the model's worst error on the points it was fitted to (no
   refit can explain a new point better than it explains its own: Pollux's model is off the
-  measured profiles by a few percent) is recorded but refits nothing; a refit starts from the published
-  model (:func:`~tessera.perf.goodput_fit.fit_throughput`'s ``start``).
+  measured profiles by a few percent) is recorded but refits nothing; a refit starts from the
+  published model (:func:`~tessera.perf.goodput_fit.fit_throughput`'s ``start``).
 * **Publish on a move only.** After a refit, the new model replaces the published one only
   where it moves a prediction by more than ``tolerance`` -- at an observed size, or at 1 to 64
   GPUs at an observed local batch (where the policies extrapolate). Otherwise the published
