@@ -145,6 +145,16 @@ class LiveStepFits:
         out = {j: self.fits(j) for j in job_ids}
         return {j: f for j, f in out.items() if f}
 
+    def sizes(self, job_id: str) -> dict[GpuFlavor, set[tuple[int, float]]]:
+        """The ``(GPUs, local batch)`` sizes ``job_id`` has a step time at, per flavor
+        (fitted or still waiting for the next round)."""
+        self._load(job_id)
+        out = {f: set(o) for f, o in self.book.observations(job_id).items()}
+        with self._lock:
+            for f, o in self._pending.get(job_id, {}).items():
+                out.setdefault(f, set()).update(o)
+        return out
+
     def retain(self, job_ids: set[str]) -> None:
         """Keep in memory only these jobs (the active ones); the others' fits stay in the
         store."""
