@@ -32,7 +32,7 @@ Bad reports are refused with a one-line reason (:func:`check_gns`): a noise scal
 finite number, or negative.
 
 >>> eff = GnsEfficiency(noise_scale_samples=1000.0, initial_batch_samples=128)
->>> round(eff.efficiency(1128, 0.0), 3)
+>>> round(eff.efficiency(1256, 0.0), 3)   # (1000 + 128) / (1000 + 1256)
 0.5
 """
 
