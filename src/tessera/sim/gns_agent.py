@@ -16,7 +16,9 @@ batch the placement fits (as AdaptDL's agent profiles the local batches while it
 batch; with one local batch, compute cost per sample and per step cannot be told apart): the
 measured profile's step times there (:mod:`tessera.perf.goodput`; the profile's, not slowed
 by ``ElasticRange.slowdown``, as the table the other policies read is not). Each new
-``(GPUs, local batch)`` on a flavor refits that flavor's model. On a flavor the
+``(GPUs, local batch)`` on a flavor goes to the job's
+:class:`~tessera.perf.step_book.StepBook`, which refits that flavor's model only where the
+observation surprises it and republishes only a fit that moved. On a flavor the
 job has not run on, the policy still reads the measured profile: the stand-in for Sia's
 bootstrap profile on every GPU type, which is not simulated.
 
