@@ -7,7 +7,9 @@ job's efficiency and step times from the bundled profiles), ``gns`` (efficiency 
 noise scale its simulated agent reports) and ``reported`` (that, and step times from the
 throughput model fitted to what it observed; :mod:`tessera.sim.gns_agent`). The profiles still
 drive progress. Prints one JSON line per pair: the average JCTs and their ratios to the
-first source.
+first source, and each run's wall time: the cost of a source (``reported`` refits a job only
+when its model is surprised and republishes only a fit that moved, :mod:`tessera.perf.step_book`;
+docs/scheduler.md, "Cost of reported", has the rows before and after).
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_goodput_online.py \
         [--workloads sia-philly-1,sia-philly-2] [--policies sia,pollux]

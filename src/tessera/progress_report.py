@@ -5,16 +5,17 @@ A job launched by ``tessera serve`` finds two variables in its environment:
 * ``TESSERA_PROGRESS_URL`` -- the service's report endpoint (``POST /api/progress``);
 * ``TESSERA_PROGRESS_TOKEN`` -- a secret that names this run, and this run only.
 
-:func:`progress` posts ``{"steps": ..., "samples": ..., "gns": ...}`` there with the token as
-its bearer. It never raises into the job and never blocks it for long (a 2 s timeout): a
-report that cannot be sent is dropped and ``False`` returned, with one line on stderr the first
-time. Outside the service (no variables) it does nothing and returns ``False``, so a script
-may call it unconditionally. It sends at most one report per ``min_interval_s`` (1 s, the
-service's own rate limit); calls in between are dropped locally, the last values win at the
-next send.
+:func:`progress` posts ``{"steps", "samples", "gns", "local_batch"}`` (those given)
+with the token as its bearer. It never raises into the job and never blocks it for long
+(a 2 s timeout): a report that cannot be sent is dropped and ``False`` returned, with one
+line on stderr the first time. Outside the service (no variables) it does nothing and returns
+``False``, so a script may call it unconditionally. It sends at most one report per
+``min_interval_s`` (1 s, the service's own rate limit); calls in between are dropped locally,
+the last values win at the next send.
 
 ``steps`` is the job's cumulative optimizer steps (the unit of its ``total_steps``),
-``samples`` its cumulative samples, ``gns`` its gradient noise scale, when it knows it.
+``samples`` its cumulative samples, ``gns`` its gradient noise scale, when it knows it,
+``local_batch`` the samples per GPU of each step (``tessera.train`` sends all but ``gns``).
 
 This module imports nothing beyond the standard library (no torch, no live extra).
 """
@@ -38,7 +39,8 @@ _warned = False
 
 
 def progress(steps: float | None = None, samples: float | None = None,
-             gns: float | None = None, *, min_interval_s: float = MIN_INTERVAL_S,
+             gns: float | None = None, local_batch: float | None = None, *,
+             min_interval_s: float = MIN_INTERVAL_S,
              timeout_s: float = 2.0) -> bool:
     """Report cumulative progress to the service; ``True`` when the service accepted it.
 
@@ -46,6 +48,9 @@ def progress(steps: float | None = None, samples: float | None = None,
         steps: optimizer steps done so far (cumulative, never decreasing).
         samples: samples processed so far (cumulative).
         gns: the gradient noise scale, if the job estimates it.
+        local_batch: samples per GPU in each optimizer step now (Pollux's agent reports it):
+            with the run's gang size the service learns the job's step times and fits its
+            throughput model from them.
         min_interval_s: drop calls closer together than this (the service counts one report
             a second per run and answers 429 to the rest).
         timeout_s: how long to wait for the service.
@@ -58,8 +63,8 @@ def progress(steps: float | None = None, samples: float | None = None,
     if now - _last_sent_s < min_interval_s:
         return False
     _last_sent_s = now
-    body: dict[str, object] = {k: v for k, v in (("steps", steps), ("samples", samples),
-                                                 ("gns", gns)) if v is not None}
+    pairs = (("steps", steps), ("samples", samples), ("gns", gns), ("local_batch", local_batch))
+    body: dict[str, object] = {k: v for k, v in pairs if v is not None}
     # NaN and infinities as strings (JSON has none): the service says what is wrong
     body = {k: v if not isinstance(v, float) or math.isfinite(v) else str(v)
             for k, v in body.items()}

@@ -55,6 +55,8 @@ def test_progress_posts_with_the_runs_token_at_most_once_a_second(
                          {"steps": 10, "samples": 320, "gns": 1.5})]
     assert tessera.progress(steps=12, min_interval_s=0.0)
     assert endpoint[-1][2] == {"steps": 12}
+    assert tessera.progress(steps=13, local_batch=64, min_interval_s=0.0)
+    assert endpoint[-1][2] == {"steps": 13, "local_batch": 64}
 
 
 def test_progress_never_raises_and_says_why_once(
@@ -84,4 +86,5 @@ def test_tessera_train_reports_by_itself_on_rank_0(
                       emulation=EmulationConfig(overhead_s=0.0, per_sample_s=0.0001),
                       checkpoint_dir=str(tmp_path / "ckpt"))
     train_loop(cfg, 0, 1, tmp_path)
-    assert endpoint[0][2] == {"steps": 1, "samples": 12}   # then <= 1 a second
+    # then <= 1 a second; the local batch: the global batch over the ranks (issue 35 part 5)
+    assert endpoint[0][2] == {"steps": 1, "samples": 12, "local_batch": 12.0}

@@ -12,7 +12,10 @@ Each round (:func:`apply_learned`, called by :meth:`LiveService.round
    ``measured 12.3 steps/s on a100 (prior 8.1)``;
 2. a job running for :data:`SILENT_S` (60 s) without one accepted report is told once, in
    its events, that it is scheduled with its prior speed;
-3. the slow-node rule (:mod:`tessera.live.slownodes`) marks and clears nodes, with events;
+3. every active job's new step times are fitted (:meth:`LiveStepFits.refit
+   <tessera.live.step_fits.LiveStepFits.refit>`), with an event when a fit is first made or
+   moves; the round lays the fits on the views;
+4. the slow-node rule (:mod:`tessera.live.slownodes`) marks and clears nodes, with events;
    the marked nodes are what the round adds to the snapshot's ``down_nodes``.
 """
 
@@ -56,7 +59,7 @@ def prior_rate(svc: Learner, rec: JobRecord, flavor: GpuFlavor) -> float:
 
 
 def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> frozenset[str]:
-    """Steps 1-3 of the module docstring; returns the nodes to avoid."""
+    """Steps 1-4 of the module docstring; returns the nodes to avoid."""
     book = svc.progress
     present = frozenset(svc.oracle.cluster_flavors)
     running = {a.job_id: a for a in svc.store.allocations(("running",))}
@@ -69,6 +72,7 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
         if job_runs:
             runs[jid] = job_runs
         a = running.get(jid)
+        events.extend((jid, text) for text in book.steps.refit(jid))
         if not job_runs and a is not None and a.started_s is not None and \
                 now_s - a.started_s >= SILENT_S and jid not in svc.silent_noted:
             svc.silent_noted.add(jid)

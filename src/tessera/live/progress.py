@@ -37,6 +37,11 @@ decision (``JobView.noise_scale_samples``), where Sia and Pollux fit the job's s
 efficiency from it instead of the bundled table. A negative or non-finite ``gns`` refuses the
 whole report (422, with the reason). Kept in memory only: after a restart a job is valued
 by the table again until its next report.
+
+**Step times (Pollux's agent).** A report's ``local_batch`` (samples per GPU per step) with
+the run's gang size gives the job's step time at that size; from two sizes on a flavor the
+service fits the job's throughput model and Sia and Pollux use it (:mod:`.step_fits`). A
+``local_batch`` that is not a finite number in ``(0, 2**20]`` refuses the report (422).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.live.step_fits import LiveStepFits, check_local_batch
 from tessera.live.store import Store
 from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.goodput_fit import fit_noise_scale
@@ -70,7 +76,7 @@ WRITE_MOVE = 0.01
 WRITE_EVERY_S = 30.0
 #: Runs whose estimates a job keeps (the latest ones).
 KEPT_RUNS = 8
-FIELDS = ("steps", "samples", "gns")
+FIELDS = ("steps", "samples", "gns", "local_batch")
 #: Noise-scale reports a job's estimate is the median of.
 GNS_WINDOW = 5
 
@@ -140,6 +146,8 @@ def check_values(body: Mapping[str, Any]) -> tuple[dict[str, float], str | None]
     for k, v in body.items():
         if v is None:
             continue
+        if k == "local_batch" and (why := check_local_batch(v)) is not None:
+            return {}, why
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return {}, f"{k} must be a number, got {v!r:.40}"
         if not math.isfinite(v):
@@ -165,14 +173,21 @@ class ProgressBook:
             holds, ``None`` for an unknown run; state is the allocation's status.
         prior: ``(job, flavor) -> steps/s`` a table predicts for the job there, ``None``
             when no table knows its type (its scheduling prior is then an arbitrary 1 step/s).
+        run_gpus: ``(job, run) -> GPUs`` of a run's gang, for step-time fits
+            (:mod:`.step_fits`; asked only of reports with a ``local_batch``); by default one
+            GPU per node the run holds.
     """
 
     def __init__(self, store: Store,
                  run_where: Callable[[str, int], RunWhere | None],
-                 prior: Callable[[str, GpuFlavor], float | None]) -> None:
+                 prior: Callable[[str, GpuFlavor], float | None],
+                 run_gpus: Callable[[str, int], int] | None = None) -> None:
         self.store = store
         self._run_where = run_where
         self._prior = prior
+        self._run_gpus = run_gpus
+        self.steps = LiveStepFits(store)
+        """Step times per gang size and local batch, and the fits (:mod:`.step_fits`)."""
         key = store.meta(KEY_META)
         if key is None:
             key = secrets.token_hex(32)
@@ -226,6 +241,11 @@ class ProgressBook:
             if "gns" in values:
                 self._gns.setdefault(job_id, deque(maxlen=GNS_WINDOW)).append(values["gns"])
             meter.points.append((now_s, values["steps"]))
+            if "local_batch" in values:
+                gpus = (self._run_gpus(job_id, run) if self._run_gpus is not None
+                        else len(nodes))
+                self.steps.record(job_id, run, flavor, gpus, values["local_batch"],
+                                  values["steps"], now_s)
             rate = median_rate(meter.points)
             if rate is not None and flavor is not None:
                 self._keep(job_id, RunRate(run, flavor, nodes, rate, len(meter.points) - 1,
@@ -309,6 +329,7 @@ class ProgressBook:
                 del self._rates[jid]
             for jid in [j for j in self._gns if j not in job_ids]:
                 del self._gns[jid]
+        self.steps.retain(job_ids)
 
     def forget_run(self, job_id: str, run: int) -> None:
         """A run ended: drop its meter (its estimate stays)."""
@@ -316,3 +337,4 @@ class ProgressBook:
             self._meters.pop((job_id, run), None)
             self._last_s.pop((job_id, run), None)
             self._written.pop((job_id, run), None)
+        self.steps.forget_run(job_id, run)

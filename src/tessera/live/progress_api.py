@@ -3,8 +3,9 @@
 The caller proves it is that run with the run's own token (``Authorization: Bearer
 <TESSERA_PROGRESS_TOKEN>``, :mod:`tessera.live.progress`); tenant and admin tokens are refused
 (403): a person cannot post reports in a job's name. The body is JSON ``{"steps": ...,
-"samples": ..., "gns": ...}``. Answers: 200 accepted; 401 no token; 403 not this run's token;
-404 no such run; 409 the run is not running; 422 a refused value (with an event on the job);
+"samples": ..., "gns": ..., "local_batch": ...}`` (``local_batch``: samples per GPU per
+step, :mod:`tessera.live.step_fits`). Answers: 200 accepted; 401 no token; 403 not this run's
+token; 404 no such run; 409 the run is not running; 422 a refused value (with an event on the job);
 429 more than one report a second. The token is never logged, stored in an event or served.
 
 ``GET /api/slow-nodes`` lists the nodes the slow-node rule marked (:mod:`tessera.live.slownodes`)

@@ -133,7 +133,8 @@ class LiveService:
         self.keeper: MarkerKeeper | None = None
         """Keeps the store's marker current (set by ``tessera serve``, :mod:`.storecheck`)."""
         self.store.sync_queues(tenancy.quotas)
-        self.progress = ProgressBook(store, self._run_where, self._table_prior)
+        self.progress = ProgressBook(store, self._run_where, self._table_prior,
+                                     self._run_gpus)
         """Progress reports and the measured rates (:mod:`.progress`, :mod:`.learned`)."""
         self.slow_nodes = SlowNodes()
         self.known_types = frozenset(self.oracle.table.job_types())
@@ -268,6 +269,11 @@ class LiveService:
         f = a.placement.sole_flavor
         return (a.status, f,
                 tuple(n for n, _c in a.placement.gpus_by_node))
+
+    def _run_gpus(self, job_id: str, run: int) -> int:
+        """A run's gang size (0 for an unknown run), for step-time fits."""
+        a = self.store.allocation(job_id, run)
+        return 0 if a is None else a.placement.num_gpus
 
     def _table_prior(self, job_id: str, flavor: GpuFlavor) -> float | None:
         """The job's table speed on ``flavor``; ``None`` when no table knows its type."""
@@ -426,7 +432,8 @@ class LiveService:
                               self.tenancy.quotas, self.oracle, self.policy_state,
                               self.settings.round_s if self.uses_rounds else None,
                               self.settings.restore_s, self.tenancy.quota_tree,
-                              self.progress.noise_scales())
+                              self.progress.noise_scales(),
+                              self.progress.steps.fits_of(r.job_id for r in records))
         self.idle = not snap.jobs
         if self.idle:
             return None

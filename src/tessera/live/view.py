@@ -41,6 +41,7 @@ from tessera.live.store import Allocation, JobRecord
 from tessera.model.cluster import ClusterSpec
 from tessera.model.host_need import gang_host_by_node
 from tessera.model.jobs import JobState
+from tessera.perf.goodput_fit import StepFits
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView, Placement, QueueQuota, Snapshot
 from tessera.sched.core.tenancy import Tenancy as QuotaTree
@@ -81,13 +82,16 @@ def build_snapshot(
     restore_s: float = 0.0,
     tenancy: QuotaTree | None = None,
     noise_scales: Mapping[str, float] | None = None,
+    step_fits: Mapping[str, StepFits] | None = None,
 ) -> Snapshot:
     """The snapshot ``decide()`` sees (see the module docstring for the mapping);
     ``restore_s``: what a resumed run spends restoring before it progresses; ``tenancy``: the
     whole tenancy the core enforces (``Snapshot.tenancy``), when the service has one;
     ``noise_scales``: each job's reported gradient noise scale (:mod:`.progress`), laid on
-    its view for Sia and Pollux."""
+    its view for Sia and Pollux; ``step_fits``: each job's step-time fits from its reports
+    (:mod:`.step_fits`), laid on its view the same way."""
     gns_of = noise_scales or {}
+    fits_of = step_fits or {}
     current = {a.job_id: a for a in holding if a.status in ("planned", "running")}
     nodes = {n.node_id: n for n in cluster.nodes}
     draining = [a for a in holding if a.status == "stopping"]
@@ -134,7 +138,7 @@ def build_snapshot(
             run_s_by_flavor=tuple(sorted(run_s.items(), key=lambda fs: fs[0].short)),
             pending_since_s=rec.pending_since_s, last_run_end_s=rec.last_run_end_s,
             attempts=rec.attempts, as_of_s=now_s, progress_rate=rate, progress_from_s=since_s,
-            noise_scale_samples=gns_of.get(jid),
+            noise_scale_samples=gns_of.get(jid), step_fits=fits_of.get(jid, ()),
         ))
     return Snapshot(now_s=now_s, cluster=cluster, jobs=tuple(views), quotas=quotas,
                     policy_state=policy_state, round_s=round_s,

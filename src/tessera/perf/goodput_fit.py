@@ -32,7 +32,7 @@ Bad reports are refused with a one-line reason (:func:`check_gns`): a noise scal
 finite number, or negative.
 
 >>> eff = GnsEfficiency(noise_scale_samples=1000.0, initial_batch_samples=128)
->>> round(eff.efficiency(1128, 0.0), 3)
+>>> round(eff.efficiency(1256, 0.0), 3)   # (1000 + 128) / (1000 + 1256)
 0.5
 """
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, nnls
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
@@ -135,6 +135,17 @@ class ThroughputParams:
         grad = self.alpha_grad_s + self.beta_grad_s_per_sample * local_batch_samples
         return (accumulation_steps - 1) * grad + last
 
+    def iteration_times_s(self, num_gpus: int, local_batches_samples: Sequence[float],
+                          accumulation_steps: Sequence[int]) -> list[float]:
+        """:meth:`iteration_s` of ``num_gpus`` GPUs at each local batch (with its accumulation
+        passes), in one vectorised evaluation (a goodput row prices dozens of batches)."""
+        m = np.asarray(local_batches_samples, dtype=float)
+        k = np.asarray(accumulation_steps, dtype=float)
+        p = self.as_array()
+        last = _iter_s(p, np.full_like(m, float(num_gpus)), m)
+        grad = p[0] + p[1] * m
+        return [float(v) for v in (k - 1) * grad + last]
+
     def throughput_samples_per_s(self, num_gpus: int, local_batch_samples: float) -> float:
         """Samples per second of the whole gang."""
         return num_gpus * local_batch_samples / self.iteration_s(num_gpus, local_batch_samples)
@@ -160,18 +171,53 @@ def _iter_s(p: np.ndarray, n: np.ndarray, m: np.ndarray) -> np.ndarray:
     grad = p[0] + p[1] * m
     sync = np.where(n > 1, p[2] + p[3] * np.maximum(n - 2, 0), 0.0)
     g = p[4]
-    return np.asarray((grad ** g + sync ** g) ** (1.0 / g))
+    with np.errstate(over="ignore"):  # a trial step of the fit may overflow: inf, rejected
+        return np.asarray((grad ** g + sync ** g) ** (1.0 / g))
 
 
-def fit_throughput(observations: Sequence[tuple[int, float, float]]) -> ThroughputParams:
+def _iter_jac(p: np.ndarray, n: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``d t_iter / d p`` for the five parameters, one row per observation (analytic: the
+    fit's cost is a few Jacobians, not hundreds of finite differences)."""
+    grad = p[0] + p[1] * m
+    many = (n > 1).astype(float)
+    sync = many * (p[2] + p[3] * np.maximum(n - 2, 0))
+    g = p[4]
+    f = np.maximum(_iter_s(p, n, m), 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d_grad = (grad / f) ** (g - 1)  # 0 ** 0 = 1: at gamma 1 the sum is linear
+        d_sync = many * (sync / f) ** (g - 1)
+        s = grad ** g + sync ** g
+        xlogx = np.where(grad > 0, grad ** g * np.log(np.where(grad > 0, grad, 1.0)), 0.0) + \
+            np.where(sync > 0, sync ** g * np.log(np.where(sync > 0, sync, 1.0)), 0.0)
+        d_g = f * (-np.log(np.maximum(s, 1e-300)) / g ** 2 + xlogx / (g * np.maximum(s, 1e-300)))
+    return np.stack([d_grad, d_grad * m, d_sync, d_sync * np.maximum(n - 2, 0), d_g], axis=1)
+
+
+def _fit_compute(n: np.ndarray, m: np.ndarray, t: np.ndarray,
+                 several_batches: bool) -> tuple[float, float]:
+    """``(alpha_grad, beta_grad)`` of one-GPU step times: a linear least squares on the
+    relative error, both terms >= 0 (``alpha_grad`` 0 with one local batch)."""
+    if several_batches:
+        got, _res = nnls(np.stack([1.0 / t, m / t], axis=1), np.ones_like(t))
+        return float(got[0]), float(got[1])
+    x = m / t
+    return 0.0, float(x.sum() / (x * x).sum())
+
+
+def fit_throughput(observations: Sequence[tuple[int, float, float]],
+                   start: ThroughputParams | None = None) -> ThroughputParams:
     """Pollux's throughput parameters from ``(num_gpus, local_batch_samples, iteration_s)``.
 
     Least squares on the relative error, every parameter >= 0 and ``1 <= gamma <= 10``. With
     one local batch only, ``alpha_grad`` and ``beta_grad`` cannot be told apart and the fit
     puts all of the compute time in ``beta_grad`` (time proportional to the batch: the
     cautious prior, under which a larger local batch buys no throughput until one is
-    observed); observations on one GPU only leave the sync terms at 0, and on at most two
-    GPUs ``beta_sync`` (it multiplies ``N - 2``).
+    observed); observations on one GPU only leave the sync terms at 0 (and ``gamma`` at 1:
+    the fit is then a linear one, solved directly), and on at most two GPUs ``beta_sync`` (it
+    multiplies ``N - 2``). Only the parameters the observations can tell are fitted, with
+    the analytic Jacobian. ``start`` (the job's previous fit) is where the search starts:
+    where the observations leave the model some freedom (``gamma`` against the sync terms), a
+    refit then stays near the fit the policies already use, and converges in a few steps.
 
     Raises:
         SpecError: no observations, or one that is not positive and finite.
@@ -188,19 +234,34 @@ def fit_throughput(observations: Sequence[tuple[int, float, float]]) -> Throughp
     multi = bool((n > 1).any())
     beyond_two = bool((n > 2).any())  # beta_sync multiplies N - 2: unseen up to two GPUs
     several_batches = len(set(m.tolist())) > 1
-    x0 = np.array([float(t.min()) / 2 if several_batches else 0.0, float(t.min() / m.max()) / 2,
-                   float(t.min()) / 10 if multi else 0.0, 0.0, 1.0])
-    lo = np.zeros(5)
-    hi = np.array([np.inf if several_batches else 1e-12, np.inf,
-                   np.inf if multi else 1e-12, np.inf if beyond_two else 1e-12, GAMMA_MAX])
-    lo[4] = 1.0
-    x0 = np.clip(x0, lo, np.where(np.isinf(hi), x0 + 1, hi))
+    if not multi:
+        a, b = _fit_compute(n, m, t, several_batches)
+        return ThroughputParams(a, b)
+    free = np.array([several_batches, True, True, beyond_two, True])
+    a0, b0 = (float(t.min()) / 2 if several_batches else 0.0), float(t.min() / m.max()) / 2
+    full = np.array([a0, b0, float(t.min()) / 10, 0.0, 1.0])
+    lo = np.array([0.0, 0.0, 0.0, 0.0, 1.0])[free]
+    hi = np.array([np.inf, np.inf, np.inf, np.inf, GAMMA_MAX])[free]
+    if start is not None:
+        full = np.where(free, start.as_array(), full)
+        if not several_batches:
+            full[0] = 0.0
+    x0 = np.clip(full[free], lo, hi)
 
-    def residual(p: np.ndarray) -> np.ndarray:
-        return np.asarray(_iter_s(p, n, m) / t - 1.0)
+    def params(x: np.ndarray) -> np.ndarray:
+        p = full.copy()
+        p[free] = x
+        return p
 
-    got = least_squares(residual, x0, bounds=(lo, hi), x_scale="jac", xtol=1e-12, ftol=1e-12,
-                        gtol=1e-12, max_nfev=2000)
-    a, b, c, d, g = (float(v) for v in got.x)
-    return ThroughputParams(a if several_batches else 0.0, b, c if multi else 0.0,
-                            d if beyond_two else 0.0, g)
+    def residual(x: np.ndarray) -> np.ndarray:
+        return np.asarray(_iter_s(params(x), n, m) / t - 1.0)
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        return np.asarray(_iter_jac(params(x), n, m)[:, free] / t[:, None])
+
+    got = least_squares(residual, x0, jac=jac, bounds=(lo, hi), x_scale="jac", xtol=1e-10,
+                        ftol=1e-10, gtol=1e-10, max_nfev=500)
+    a, b, c, d, g = (float(v) for v in params(got.x))
+    if not beyond_two:
+        d = 0.0
+    return ThroughputParams(a if several_batches else 0.0, b, c, d, g)

@@ -16,7 +16,9 @@ batch the placement fits (as AdaptDL's agent profiles the local batches while it
 batch; with one local batch, compute cost per sample and per step cannot be told apart): the
 measured profile's step times there (:mod:`tessera.perf.goodput`; the profile's, not slowed
 by ``ElasticRange.slowdown``, as the table the other policies read is not). Each new
-``(GPUs, local batch)`` on a flavor refits that flavor's model. On a flavor the
+``(GPUs, local batch)`` on a flavor goes to the job's
+:class:`~tessera.perf.step_book.StepBook`, which refits that flavor's model only where the
+observation surprises it and republishes only a fit that moved. On a flavor the
 job has not run on, the policy still reads the measured profile: the stand-in for Sia's
 bootstrap profile on every GPU type, which is not simulated.
 
@@ -36,10 +38,11 @@ import math
 
 from tessera.errors import NoProfileError, SpecError
 from tessera.model.gpus import GpuFlavor
-from tessera.model.jobs import JobId, JobState
+from tessera.model.jobs import JobState
 from tessera.perf.efficiency import load_efficiency
 from tessera.perf.goodput import load_step_times
-from tessera.perf.goodput_fit import StepFits, fit_throughput
+from tessera.perf.goodput_fit import StepFits
+from tessera.perf.step_book import DEFAULT_TOLERANCE, StepBook
 from tessera.sched.core.snapshot import JobView
 from tessera.sched.elastic.goodput import progress_samples
 
@@ -81,29 +84,23 @@ def observed_steps(view: JobView) -> tuple[GpuFlavor, list[tuple[int, float, flo
 
 class GoodputAgent:
     """Every elastic job's agent in one simulation: its observations and fits (see the module
-    docstring). One per simulated world."""
+    docstring), kept in a :class:`~tessera.perf.step_book.StepBook`: a job refits only when an
+    observation surprises its model and republishes only when the fit moves, so the policies'
+    caches stay warm for every other job and round. One per simulated world."""
 
-    def __init__(self, fit_steps: bool = True) -> None:
+    def __init__(self, fit_steps: bool = True,
+                 tolerance: float = DEFAULT_TOLERANCE) -> None:
         self.fit_steps = fit_steps
         """Also fit step times (``--goodput reported``); else the noise scale only (``gns``)."""
-        self._obs: dict[JobId, dict[GpuFlavor, dict[tuple[int, float], float]]] = {}
-        self._fits: dict[JobId, StepFits] = {}
+        self.book = StepBook(tolerance)
 
     def fits(self, view: JobView) -> StepFits:
         """``view``'s job's fits after what it observes now."""
         jid = view.spec.job_id
         got = observed_steps(view)
         if got is not None:
-            flavor, steps = got
-            by_flavor = self._obs.setdefault(jid, {})
-            seen = by_flavor.setdefault(flavor, {})
-            new = {(n, m): t for n, m, t in steps if (n, m) not in seen}
-            if new:
-                seen.update(new)
-                self._fits[jid] = tuple(
-                    (f, fit_throughput([(g, m, t) for (g, m), t in obs.items()]))
-                    for f, obs in by_flavor.items())
-        return self._fits.get(jid, ())
+            self.book.observe(jid, *got)
+        return self.book.fits(jid)
 
     def views(self, views: tuple[JobView, ...], now_s: float) -> tuple[JobView, ...]:
         """``views`` with each elastic job's reports laid over it."""

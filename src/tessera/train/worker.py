@@ -194,7 +194,8 @@ def train_loop(cfg: TrainConfig, rank: int, world_size: int, run_dir: Path,
         if rank == 0 and cfg.verbose:
             _print_step(record)
         if rank == 0:  # to tessera serve, when it launched us (a no-op otherwise; <= 1/s)
-            progress(steps=step + 1, samples=run.samples)
+            progress(steps=step + 1, samples=run.samples,
+                     local_batch=cfg.global_batch / world_size)  # (the mean rank's share)
         if stop_now and step + 1 < cfg.steps:
             run.checkpoint(step + 1)
             if rank == 0:

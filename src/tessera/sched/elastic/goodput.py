@@ -203,8 +203,9 @@ class GoodputModel:
                else GnsEfficiency(epochs[1], elastic.initial_batch_samples))
         if options and fit is not None:
             n = sum(placement)
-            options = tuple(BatchOption(o.config, fit.iteration_s(
-                n, o.config.local_batch_samples, o.config.accumulation_steps)) for o in options)
+            secs = fit.iteration_times_s(n, [o.config.local_batch_samples for o in options],
+                                         [o.config.accumulation_steps for o in options])
+            options = tuple(BatchOption(o.config, s) for o, s in zip(options, secs, strict=True))
         est = None if not options else best_of(options, eff, progress)
         self._cache[key] = est
         return est
