@@ -60,10 +60,9 @@ from tessera.sched.core.strategies import (
 from tessera.sched.elastic.sizes import sized_views, with_batches, within_quotas
 from tessera.sched.mixed.placement import mixed_no_plan
 from tessera.sched.packing.pairs import colocate, partners_for, unpair
-from tessera.sched.resources.allocate import allocate_hosts
+from tessera.sched.resources.allocate import allocate_hosts, repack_round
 
 __all__ = ["Decision", "PendingKind", "PendingReason", "PlacementOptions", "decide"]
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +153,8 @@ def decide(
     d = _decide(snapshot, policy, ctx, options)
     if policy.host_mode is None:
         return d
+    if policy.host_repack == "round":  # Synergy's twin: every gang dealt again, GPUs too
+        return replace(d, **repack_round(snapshot, d, policy.host_mode)._asdict())
     p, s, w = allocate_hosts(snapshot, d.placements, d.started, d.pending, policy.host_mode,
                              ctx.solver)
     return replace(d, placements=p, started=s, pending=w)
@@ -366,7 +367,6 @@ class _Placements(Mapping[JobId, Placement]):
 
     def __len__(self) -> int:
         return len(self._full())
-
 
 
 def _reasons(

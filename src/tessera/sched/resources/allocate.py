@@ -53,6 +53,7 @@ from tessera.sched.core.reasons import CannotRun, PendingKind, PendingReason
 from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sched.resources.opt import opt_hosts
 from tessera.sched.resources.place import gpus_free_after, repick
+from tessera.sched.resources.repack import repack_round as repack_round  # (for the core)
 from tessera.sched.resources.speed import host_held, node_sizes
 from tessera.sched.resources.tune import demand_per_gpu, fair_per_gpu, tune_round
 
