@@ -147,3 +147,4 @@ def test_twin_runs_finish_every_job_in_rounds_free_of_restart_cost() -> None:
         assert r.summary.succeeded == 120, mode
         if mode == "tune":
             assert sum(x.migrations for x in r.jobs) > 0
+
