@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
+import tessera.sched.core.decide as decide_mod
 from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import JobId, JobSpec, JobState
@@ -135,11 +137,22 @@ def test_bad_repack_options_are_clear_errors(spec: str, match: str) -> None:
         make_policy(spec)
 
 
-def test_twin_runs_finish_every_job_in_rounds_free_of_restart_cost() -> None:
+def test_twin_runs_finish_every_job_in_rounds_free_of_restart_cost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A short Synergy-like stream on 4 servers, Synergy's round model (300 s rounds, free
-    moves): every job finishes in every mode, and TUNE's twin does move gangs."""
+    moves): every job finishes in every mode, no decision over-commits a node's GPUs, CPUs or
+    memory, and TUNE's twin does move gangs."""
     w = generate_synergy_like(120, 40, 3)
     small = replace(CLUSTER, nodes=CLUSTER.nodes[:4])
+    real, seen = decide_mod.repack_round, []
+
+    def checking(*args: Any) -> Any:
+        out = real(*args)
+        _not_overcommitted(out, small)  # type: ignore[arg-type]
+        seen.append(len(out.placements))
+        return out
+
+    monkeypatch.setattr(decide_mod, "repack_round", checking)
     cfg = SimConfig(scheduler=SchedulerSettings(mode="rounds", round_s=300.0, checkpoint_s=0.0,
                                                 restore_s=0.0))
     for mode in ("proportional", "greedy", "tune"):
@@ -147,4 +160,5 @@ def test_twin_runs_finish_every_job_in_rounds_free_of_restart_cost() -> None:
         assert r.summary.succeeded == 120, mode
         if mode == "tune":
             assert sum(x.migrations for x in r.jobs) > 0
+    assert max(seen) > 8  # the check saw loaded decisions
 

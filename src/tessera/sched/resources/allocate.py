@@ -35,6 +35,8 @@ gives more than that.
 Difference from Synergy, said plainly: Synergy re-deals every job's GPUs *and* CPUs at each
 300 s round; here TUNE re-deals the CPUs and memory of every gang at each decision (event),
 but a running gang keeps its GPUs. GREEDY and proportional never change a running gang.
+Synergy's own round is a twin setting, ``resources=MODE:repack=round``
+(:mod:`tessera.sched.resources.repack`): every gang's GPUs, CPUs and memory dealt again.
 """
 
 from __future__ import annotations
