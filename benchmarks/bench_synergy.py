@@ -10,11 +10,13 @@ then), for each resource mode (``fifo:resources=proportional|greedy|tune|opt``).
 
 Printed per (load, mode): mean and p99 JCT (hours) over the measured jobs, averaged over the
 seeds, and the run's decision time; for the published point also the gap to Synergy's
-figures. ``--point`` runs the published point alone.
+figures. ``--point`` runs the published point alone. ``--repack`` runs Synergy's round model
+instead of Tessera's default (:mod:`tessera.sched.resources.repack`): ``resources=MODE:repack=
+round``, 300 s rounds, moves free of checkpoint and restore.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --point --seeds 0,1,2 --per-seed
     PYTHONPATH=src .venv/bin/python benchmarks/bench_synergy.py --loads 9,8,7 \
-        --modes tune,greedy,proportional --seeds 0,1
+        --modes tune,greedy,proportional --seeds 0,1 [--repack]
 
 (each run simulates a 7,000-job stream up to its last arrival, minutes on a busy core: a loaded
 cluster queues hundreds of jobs)
@@ -29,6 +31,7 @@ import numpy as np
 
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import Workload
+from tessera.sched.core.settings import SchedulerSettings
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.sim.metrics import SimResult
@@ -37,10 +40,13 @@ from tessera.workload.synergy import generate_synergy_like, parse_split
 PUBLISHED = {"mean_h": 21.88, "p99_h": 156.93}
 MEASURED = (4000, 5000)
 MODES = ("proportional", "greedy", "tune", "opt")
+#: Synergy's round model: 300 s rounds, a move costs nothing (every lease ends each round).
+SYNERGY_ROUNDS = SchedulerSettings(mode="rounds", round_s=300.0, checkpoint_s=0.0,
+                                   restore_s=0.0)
 
 
 def run(load: float, mode: str, seed: int, split: tuple[int, int, int], jobs: int,
-        multi_gpu: bool = False) -> tuple[float, float, float]:
+        multi_gpu: bool = False, repack: bool = False) -> tuple[float, float, float]:
     """``(mean JCT h, p99 JCT h, decide s)`` of the measured jobs of one run.
 
     Synergy's runner keeps jobs arriving until every measured job has finished (and stops
@@ -49,8 +55,10 @@ def run(load: float, mode: str, seed: int, split: tuple[int, int, int], jobs: in
     jobs until every measured job has finished by then (:func:`outlasts`)."""
     while True:
         w = generate_synergy_like(jobs, load, seed, split, multi_gpu)
-        cfg = SimConfig(max_sim_time_s=w.jobs[-1].submit_time_s)
-        r = simulate(w, load_cluster("synergy-128"), f"fifo:resources={mode}", cfg)
+        cfg = SimConfig(max_sim_time_s=w.jobs[-1].submit_time_s,
+                        scheduler=SYNERGY_ROUNDS if repack else SchedulerSettings())
+        policy = f"fifo:resources={mode}" + (":repack=round" if repack else "")
+        r = simulate(w, load_cluster("synergy-128"), policy, cfg)
         if outlasts(w, r):
             break
         jobs = int(jobs * 1.25)
@@ -82,6 +90,8 @@ def main() -> None:
     ap.add_argument("--multi-gpu", action="store_true")
     ap.add_argument("--point", action="store_true", help="the published point only (TUNE, 9/h)")
     ap.add_argument("--per-seed", action="store_true", help="also print each seed's figures")
+    ap.add_argument("--repack", action="store_true",
+                    help="Synergy's round model: repack=round, 300 s rounds, free moves")
     a = ap.parse_args()
     split = parse_split(a.split)
     loads = [9.0] if a.point else [float(x) for x in a.loads.split(",")]
@@ -93,7 +103,7 @@ def main() -> None:
             t0 = time.perf_counter()
             res = []
             for s in seeds:
-                res.append(run(load, mode, s, split, a.jobs, a.multi_gpu))
+                res.append(run(load, mode, s, split, a.jobs, a.multi_gpu, a.repack))
                 if a.per_seed:
                     print(f"{'':6} {'seed ' + str(s):>12} {res[-1][0]:10.2f} {res[-1][1]:10.2f}",
                           flush=True)

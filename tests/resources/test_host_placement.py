@@ -105,7 +105,10 @@ _job = st.tuples(
 
 
 @pytest.mark.parametrize(("policy", "mode"), [("fifo", "events"), ("las", "rounds"),
-                                              ("srtf", "events")])
+                                              ("srtf", "events"),
+                                              ("fifo:resources=tune", "events"),
+                                              ("fifo:resources=greedy", "rounds"),
+                                              ("fifo:resources=tune:repack=round", "rounds")])
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=st.lists(_job, min_size=1, max_size=14))
 def test_no_node_is_ever_overcommitted(policy: str, mode: str, jobs: list) -> None:  # type: ignore[type-arg]

@@ -658,4 +658,8 @@ def _register_policies(app: typer.Typer) -> None:
                       header_style="bold")
         for mode, what in HOST_MODE_SUMMARIES:
             modes.add_row(mode, what)
+        modes.add_row(":repack=round", "with proportional, greedy or tune: Synergy's round as a "
+                      "twin -- every decision deals every gang's GPUs, CPUs and memory again, "
+                      "oldest first (run with --mode rounds --round-s 300 --checkpoint-s 0 "
+                      "--restore-s 0).")
         Console().print(modes)

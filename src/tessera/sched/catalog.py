@@ -47,6 +47,7 @@ from tessera.sched.policies.shortest import ShortestJobFirst, ShortestRemainingT
 from tessera.sched.policies.sia import Sia
 from tessera.sched.policies.synergy_baselines import DominantResourceFairness, Tetris
 from tessera.sched.resources.allocate import HostMode, check_mode
+from tessera.sched.resources.repack import Repack, check_repack
 
 #: ``(name, one-line summary, class)`` of every built-in policy, in registration order.
 _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
@@ -140,8 +141,10 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     cls = POLICIES.get(base)
     given = {**given, **(options or {})}
     host_mode = _host_mode(name, cls, given.get(HOST_OPTION))
+    repack = _repack(name, cls, host_mode, given.get(REPACK_OPTION))
     try:
-        config = cls.Config(**{k: v for k, v in given.items() if k != HOST_OPTION})
+        config = cls.Config(**{k: v for k, v in given.items()
+                               if k not in (HOST_OPTION, REPACK_OPTION)})
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
@@ -153,6 +156,7 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
     policy = cls(config, agnostic=agnostic, name=base)
     if host_mode is not None:  # (else the class's own default: None, or hetero_host's tune)
         policy.host_mode = host_mode
+    policy.host_repack = repack
     policy.spec_options = "".join(f"{OPTION_SEPARATOR}{k}={_text(v)}"
                                   for k, v in given.items())
     return policy
@@ -161,6 +165,8 @@ def make_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
 #: The option every policy takes: Synergy's CPU/memory allocation
 #: (:mod:`tessera.sched.resources.allocate`).
 HOST_OPTION = "resources"
+#: Synergy's round as a twin setting (:mod:`tessera.sched.resources.repack`).
+REPACK_OPTION = "repack"
 
 
 def _host_mode(name: str, cls: type[Policy], mode: object) -> HostMode | None:
@@ -179,6 +185,26 @@ def _host_mode(name: str, cls: type[Policy], mode: object) -> HostMode | None:
         return check_mode(mode)
     except SpecError as e:
         raise SpecError(f"policy {name!r}: {e}") from None
+
+
+def _repack(name: str, cls: type[Policy], mode: HostMode | None, value: object) -> Repack:
+    """The ``repack=`` choice of a spec (``none`` when it gives none).
+
+    Raises:
+        SpecError: an unknown choice, or ``round`` without a ``resources=`` mode it can deal
+            (proportional, greedy or tune).
+    """
+    if value is None:
+        return "none"
+    try:
+        repack = check_repack(value)
+    except SpecError as e:
+        raise SpecError(f"policy {name!r}: {e}") from None
+    mode = mode if mode is not None else cls.host_mode
+    if repack == "round" and mode not in ("proportional", "greedy", "tune"):
+        raise SpecError(f"policy {name!r}: repack=round needs resources=proportional, greedy "
+                        "or tune")
+    return repack
 
 
 def _registry_name(bare: str) -> tuple[str, bool]:

@@ -269,15 +269,15 @@ class SimWorld:
             move(job, JobState.PENDING)
             job.preemptions, job.pending_since_s = job.preemptions + 1, t_s
             job.startup_s = self.elastic.restart_s(job, penalty) if self.elastic else penalty
-        if self.policy.host_mode in ("tune", "opt"):  # running gangs' CPUs changed
-            self._catch_up()
-            retune(self.running.values(), d.placements, t_s, self.truth, self.cluster,
-                   self.schedule, COMPLETE, FAIL, self.host)
         started = [by_id[jid] for jid in d.started]
         for job in started:  # movers leave first, so no node is held twice even for a moment
             if job.state is JobState.RUNNING:
                 book_move(self.elastic, job, d.placements[job.spec.job_id], penalty)
                 self.stop(job, t_s)
+        if self.policy.host_mode in ("tune", "opt") or self.policy.host_repack == "round":
+            self._catch_up()  # running gangs' CPUs changed (re-timed after the movers left)
+            retune(self.running.values(), d.placements, t_s, self.truth, self.cluster,
+                   self.schedule, COMPLETE, FAIL, self.host)
         for job in started:
             self.start(job, d.placements[job.spec.job_id], t_s)
             job.set_wait(None, t_s)

@@ -61,7 +61,7 @@ from tessera.sched.core.strategies import (
 from tessera.sched.elastic.sizes import sized_views, with_batches, within_quotas
 from tessera.sched.mixed.placement import mixed_no_plan
 from tessera.sched.packing.pairs import colocate, partners_for, unpair
-from tessera.sched.resources.allocate import allocate_hosts
+from tessera.sched.resources.allocate import allocate_hosts, repack_round
 
 __all__ = ["Decision", "PendingKind", "PendingReason", "PlacementOptions", "decide"]
 
@@ -142,17 +142,16 @@ class _Laps:
         self._t = tick
 
 
-def decide(
-    snapshot: Snapshot,
-    policy: Policy,
-    ctx: DecisionContext,
-    options: PlacementOptions | None = None,
-) -> Decision:
+def decide(snapshot: Snapshot, policy: Policy, ctx: DecisionContext,
+           options: PlacementOptions | None = None) -> Decision:
     """One round over ``snapshot`` (phases: module docstring), then CPUs and memory for a
-    resource mode's gangs (:mod:`tessera.sched.resources`), then CPU-only jobs (cpu_stage)."""
+    resource mode's gangs (:mod:`tessera.sched.resources`; ``repack=round``: Synergy's twin,
+    every gang dealt again, GPUs too), then CPU-only jobs (cpu_stage)."""
     gpu_view, cpu_jobs = split_cpu_only(snapshot)  # (CPU-only jobs: their own stage, last)
     d = _decide(gpu_view, policy, ctx, options)
-    if policy.host_mode is not None:
+    if policy.host_mode is not None and policy.host_repack == "round":
+        d = replace(d, **repack_round(gpu_view, d, policy.host_mode)._asdict())
+    elif policy.host_mode is not None:
         p, s, w = allocate_hosts(gpu_view, d.placements, d.started, d.pending, policy.host_mode,
                                  ctx.solver)
         d = replace(d, placements=p, started=s, pending=w)

@@ -146,6 +146,10 @@ class Policy(ABC):
     #: (``proportional``/``greedy``/``tune``/``opt``, :mod:`tessera.sched.resources.allocate`),
     #: set from the spec's ``resources=`` option; ``None``: GPUs only, as every policy was.
     host_mode: Literal["proportional", "greedy", "tune", "opt"] | None = None
+    #: ``round``: Synergy's twin -- every decision deals every gang's GPUs, CPUs and memory
+    #: again from an empty cluster (:mod:`tessera.sched.resources.repack`); ``none``: running
+    #: gangs keep their GPUs. Set from the spec's ``repack=`` option (needs ``resources=``).
+    host_repack: Literal["none", "round"] = "none"
 
     def __init__(
         self, config: PolicyConfig | None = None, agnostic: bool = False, name: str = ""

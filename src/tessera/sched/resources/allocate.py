@@ -35,6 +35,8 @@ gives more than that.
 Difference from Synergy, said plainly: Synergy re-deals every job's GPUs *and* CPUs at each
 300 s round; here TUNE re-deals the CPUs and memory of every gang at each decision (event),
 but a running gang keeps its GPUs. GREEDY and proportional never change a running gang.
+Synergy's own round is a twin setting, ``resources=MODE:repack=round``
+(:mod:`tessera.sched.resources.repack`): every gang's GPUs, CPUs and memory dealt again.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from tessera.sched.core.reasons import CannotRun, PendingKind, PendingReason
 from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sched.resources.opt import opt_hosts
 from tessera.sched.resources.place import gpus_free_after, repick
+from tessera.sched.resources.repack import repack_round as repack_round  # (for the core)
 from tessera.sched.resources.speed import host_held, node_sizes
 from tessera.sched.resources.tune import demand_per_gpu, fair_per_gpu, tune_round
 
@@ -86,8 +89,9 @@ def free_host(snapshot: Snapshot, placements: Mapping[JobId, Placement] | None =
     keep running hold (never below zero), booked in a :class:`~tessera.sched.core.host_free.
     HostFree` by the one rule the core and the drivers use. With a round's ``placements``, a
     running gang the round preempts holds nothing and one it starts anew (``new``) is left
-    out."""
+    out. What running CPU-only jobs hold (``snapshot.host_held``) is never free."""
     book = HostFree(snapshot.cluster.nodes)
+    book.shift(snapshot.host_held, -1)
     for j in snapshot.split().running:
         p = j.placement if placements is None else placements.get(j.spec.job_id)
         if p is None or j.spec.job_id in new:

@@ -20,7 +20,8 @@ the reproduced case, the two agree).
 
 A new one-node gang goes where Synergy would put it: the node with the fewest free GPUs whose
 free CPUs and memory hold its demand, else its fair share (:mod:`tessera.sched.resources.place`).
-A running gang keeps its GPUs (Synergy re-packs GPUs each round too, see ``docs/scheduler.md``);
+A running gang keeps its GPUs (Synergy re-packs GPUs each round too: the twin setting
+``repack=round``, :mod:`tessera.sched.resources.repack`, does that);
 the CPUs and memory of every gang that runs after the decision -- running and newly started
 alike -- are dealt again by the rules above, at every decision instead of every 300 s. A
 gang whose share changed keeps its GPUs and is re-timed in place
@@ -119,6 +120,10 @@ def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement], cluster: 
     gangs moved (the caller starts them anew: a move costs a checkpoint and a restore)."""
     sizes = node_sizes(cluster)
     free = {n: [c, m] for n, (_g, c, m) in sizes.items()}
+    for n, c, m in snapshot.host_held:  # running CPU-only jobs (cpu_stage) keep theirs
+        if n in free:
+            free[n][0] -= c
+            free[n][1] -= m
     given: dict[JobId, Host] = {}
     on_node: dict[str, list[JobSpec]] = {}
     order = _order(snapshot, set(placements))
