@@ -113,3 +113,12 @@ def test_the_ray_options_keep_their_flags(tmp_path: Path) -> None:
     assert r.output.strip().startswith("error: executor 'ray': --ray-flavor-resource: Input "
                                        "should be 'accelerator_type' or 'gpu_flavor'")
     assert not (tmp_path / "state").exists()
+
+
+def test_synergys_round_twin_is_refused_by_the_live_service() -> None:
+    """``repack=round`` moves every gang every round for free: a simulator twin. The live
+    service would really restart every gang each round, so it refuses it in one line; the
+    resource mode alone runs."""
+    live_policy("fifo:resources=tune", "local")
+    with pytest.raises(SpecError, match=r"repack=round is Synergy's simulator twin"):
+        live_policy("fifo:resources=tune:repack=round", "local")

@@ -47,7 +47,7 @@ from tessera.live.tenancy import ensure_config, load_tenancy
 from tessera.live.tenancy_file import load_tenancy_file
 from tessera.live.tenancy_yaml import LoadedTenancy
 from tessera.model.cluster import ClusterSpec, load_cluster
-from tessera.sched.catalog import gavel_loop_only, make_policy
+from tessera.sched.catalog import gavel_loop_only, make_policy, simulator_twin_only
 from tessera.sched.core.settings import SchedulerSettings
 
 if TYPE_CHECKING:
@@ -163,7 +163,8 @@ def live_policy(name: str, executor: str = "local",
     """
     policy = make_policy(name)
     in_rounds = (settings or SchedulerSettings()).uses_rounds(policy)
-    refusal = gavel_loop_only(policy, executor_plugin(executor).shares_gpus, in_rounds)
+    refusal = gavel_loop_only(policy, executor_plugin(executor).shares_gpus, in_rounds) \
+        or simulator_twin_only(policy)
     if refusal is not None:
         raise SpecError(refusal)
 

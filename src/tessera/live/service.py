@@ -60,7 +60,7 @@ from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobState
 from tessera.perf.profiles import default_throughputs
-from tessera.sched.catalog import gavel_loop_only, make_policy
+from tessera.sched.catalog import gavel_loop_only, make_policy, simulator_twin_only
 from tessera.sched.core.cadence import Cadence, ProgressWatch, Step, progressed_since
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, decide
@@ -95,7 +95,8 @@ class LiveService:
         self.opts = options or ServiceOptions()
         refusal = gavel_loop_only(self.policy, isinstance(executor, SharingExecutor)
                                   and executor.shares_gpus,
-                                  self.opts.scheduler.uses_rounds(self.policy))
+                                  self.opts.scheduler.uses_rounds(self.policy)) \
+            or simulator_twin_only(self.policy)
         if refusal is not None:
             raise SpecError(refusal)
         self.oracle = ThroughputOracle(default_throughputs(), cluster,

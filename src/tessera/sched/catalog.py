@@ -231,6 +231,17 @@ def policy_options(name: str) -> list[tuple[str, str, str]]:
             for key, field in config.model_fields.items()]
 
 
+def simulator_twin_only(policy: Policy) -> str | None:
+    """Why the live service must not run ``policy``, or ``None``: ``repack=round`` is
+    Synergy's simulator twin (every gang released and dealt again each round, moves free),
+    which a real cluster would pay for by checkpointing and restarting every gang every round."""
+    if policy.host_repack == "round":
+        return (f"{policy.display_name}: repack=round is Synergy's simulator twin (every gang "
+                "moved each round, free); the live service would restart every gang every "
+                "round: drop repack=round (resources=MODE alone moves a gang only where it gains)")
+    return None
+
+
 def gavel_loop_only(policy: Policy, shares_gpus: bool = False,
                     in_rounds: bool = True) -> str | None:
     """Why ``policy`` cannot run outside the simulator's Gavel loop here, or ``None``.
