@@ -1,6 +1,7 @@
 """A CPU-only job on a two-node Ray cluster (issue 33, parts 5-6): it lands on the node the CPU
 stage chose, outside the NVLink domain, survives a killed service, and runs to completion while
-a whole-domain gang runs inside its domain beside it.
+a whole-domain gang runs inside its domain beside it; a second one, cancelled, is stopped and its
+placement group removed.
 
 The head offers 2 GPUs and the domain ``nvlink_domain:nvA``; the second node offers 1 GPU, no
 domain, and the node mark ``tessera_node:cpu-0000`` (``ray start --resources``), so the CPU-only
@@ -143,6 +144,16 @@ def test_a_cpu_only_job_runs_on_its_node_beside_a_domain_gang(nodes: RayNodes,
         assert done["runs"] == 1, done
         log = httpx.get(f"{url}/api/jobs/{cpu}/logs", headers=AUTH, timeout=10).json()
         assert "gpus '' flavor 'cpu' world 1" in log["text"], log
+        assert job(gang)["state"] == "running", job(gang)
+
+        # A cancelled CPU-only run is stopped and its group removed, as a GPU run's is.
+        second = submit({"name": "etl2", "gpus": 0, "host": {"cpus": 1}, "command": sleeper})
+        wait_for(lambda: job(second)["state"] == "running", 120, "the second CPU job to run")
+        r = httpx.post(f"{url}/api/jobs/{second}/cancel", headers=AUTH, timeout=30)
+        assert r.status_code == 200, r.text
+        wait_for(lambda: job(second)["state"] == "cancelled", 60, "the CPU job to be cancelled")
+        wait_for(lambda: ("tessera_node:cpu-0000",) not in
+                 {tuple(g["marks"]) for g in _groups(nodes)}, 60, "its group to be removed")
         assert job(gang)["state"] == "running", job(gang)
     finally:
         proc.terminate()
