@@ -6,7 +6,9 @@ For run ``r`` of job ``j`` on ``g`` GPUs (the rest of the run's life is
 1. ``launch`` writes a run record to Ray's KV and creates a **placement group**
    ``tessera-pg:j:r``, one bundle ``{"GPU": n, <flavor mark>}`` per node of the placement
    (marks: :mod:`~tessera.live.executors.ray.cluster`), STRICT_PACK for jobs that require
-   locality, else PACK, and returns at once.
+   locality, else PACK, and returns at once. A CPU-only run (no GPUs) gets one bundle
+   ``{"CPU": c, "memory": m}`` per node, with its node's ``tessera_node:<id>`` mark where the
+   cluster offers node marks (:func:`run_bundles`), and one rank per node with no GPU visible.
 2. ``status`` moves the launch on without blocking (:meth:`Launches._advance`), one step per
    call while the run is ``starting``: the group is placed → one **bundle slot** task per
    bundle learns its node and the GPU ids Ray reserved for it (and, on bundle 0's node, a free
