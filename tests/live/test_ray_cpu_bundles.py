@@ -24,12 +24,9 @@ from tests.live.helpers import wait_for_job
 
 pytest.importorskip("ray")
 
-from tessera.live.executors.ray.cluster import (
-    cpu_bundle,
-    offers_node_marks,
-    unplaceable_reason,
-)
+from tessera.live.executors.ray.cluster import unplaceable_reason
 from tessera.live.executors.ray.launch import run_bundles
+from tessera.live.executors.ray.node_marks import cpu_bundle, offers_node_marks
 
 V100 = resolve_flavor("V100")
 TEAM_A = Principal("a", "team-a")

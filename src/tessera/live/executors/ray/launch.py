@@ -43,15 +43,17 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from tessera.live.executors.base import CHECKPOINTS_ROOT_VAR, LaunchSpec, RunStatus, rank_envs
 from tessera.live.executors.logs import LogSettings, RankLogs
 from tessera.live.executors.ray.cluster import (
-    NODE_RESOURCE_PREFIX,
     FlavorResource,
-    cpu_bundle,
     flavor_resource,
     gang_bundles,
-    offers_node_marks,
     unplaceable_reason,
 )
 from tessera.live.executors.ray.hosts import BundleSlot, HostPool, bundle_slot
+from tessera.live.executors.ray.node_marks import (
+    NODE_RESOURCE_PREFIX,
+    cpu_bundle,
+    offers_node_marks,
+)
 from tessera.live.executors.ray.polls import RankPolls
 from tessera.live.executors.ray.records import get, keys, put, run_key
 from tessera.live.where import describe
@@ -315,7 +317,7 @@ def run_bundles(spec: LaunchSpec, kind: FlavorResource,
     when the run holds host resources (``LaunchSpec.host_by_node``) -- its ``CPU`` count and
     ``memory`` in bytes on that node, so Ray books them as the decision core did.
 
-    A CPU-only run (no GPUs in its placement) gets :func:`~.cluster.cpu_bundle` per node: its
+    A CPU-only run (no GPUs in its placement) gets :func:`~.node_marks.cpu_bundle` per node: its
     CPUs and memory, no ``GPU``, flavor or domain key, and with ``pin_cpu_only`` its node's
     mark (``tessera_node:<id>``, asked when the cluster offers node marks).
 
