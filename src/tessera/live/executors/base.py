@@ -314,6 +314,11 @@ def prepare_checkpoint_dir(path: str, user: str | None, checkpoints_root: Path) 
         up.chmod(up.stat().st_mode | 0o111)
 
 
+CPU_ONLY_FLAVOR = "cpu"
+"""``TESSERA_FLAVOR`` (and ``TESSERA_GANG_FLAVORS``) of a CPU-only run's ranks: no GPU flavor's
+short name is ``cpu``, so a job tells the two apart without reading ``CUDA_VISIBLE_DEVICES``."""
+
+
 def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict[str, str]]:
     """The job's and the rendezvous variables of each rank, in rank order (node by node, as
     placed); the launcher adds :func:`base_env` below them and removes :data:`LAUNCHER_VARS`.
@@ -321,7 +326,9 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
     ``TESSERA_GRACE_S`` tells the job how long it has after SIGTERM, and
     ``TESSERA_MAX_RUNTIME_S`` (set only with a limit) how long its run may last. The job's
     :data:`DEVICE_VARS` are dropped: which GPUs a rank uses is the executor's to say. A
-    CPU-only run (no GPUs) has one rank per node, with ``CUDA_VISIBLE_DEVICES`` empty.
+    CPU-only run (no GPUs) has one rank per node, with ``CUDA_VISIBLE_DEVICES`` empty and
+    ``TESSERA_FLAVOR`` / ``TESSERA_GANG_FLAVORS`` set to :data:`CPU_ONLY_FLAVOR` (``cpu``), never
+    the flavor of a GPU it does not hold.
     """
     cpu_only = spec.placement.num_gpus == 0  # (a CPU-only job: one rank a node, no GPUs)
     world = len(spec.placement.gpus_by_node) if cpu_only else spec.placement.num_gpus
@@ -339,8 +346,9 @@ def rank_envs(spec: LaunchSpec, master_addr: str, master_port: int) -> list[dict
                 "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
                 "LOCAL_WORLD_SIZE": str(max(count, 1)), "TESSERA_JOB_ID": spec.job_id,
                 "TESSERA_RUN": str(spec.run), "TESSERA_CHECKPOINT_DIR": spec.checkpoint_dir,
-                "TESSERA_FLAVOR": flavor.short, "TESSERA_NODE": node,
-                "TESSERA_GANG_FLAVORS": spec.placement.label,
+                "TESSERA_FLAVOR": CPU_ONLY_FLAVOR if cpu_only else flavor.short,
+                "TESSERA_NODE": node,
+                "TESSERA_GANG_FLAVORS": CPU_ONLY_FLAVOR if cpu_only else spec.placement.label,
                 "TESSERA_GRACE_S": f"{spec.grace_s:g}",
             })
             if spec.max_runtime_s is not None:

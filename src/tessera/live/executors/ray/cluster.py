@@ -14,6 +14,9 @@ flavor, in one of two conventions (``tessera serve --ray-flavor-resource``):
 * ``gpu_flavor``: a custom resource ``gpu_flavor:<short name>`` counting that flavor's GPUs,
   for clusters whose nodes label themselves (``ray start --resources '{"gpu_flavor:T4": 4}'``).
 
+**CPU-only bundles** and the node marks that hold them to their node are
+:mod:`~tessera.live.executors.ray.node_marks`.
+
 **Token auth.** Ray 2.60 turns token authentication on whenever ``~/.ray/auth_token`` (or
 ``RAY_AUTH_TOKEN``) exists where ``ray start --head`` runs. A service on another host, or under
 another user, must hold the same token: ``--ray-token-file PATH`` points Ray at it
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tessera.errors import SpecError
+from tessera.live.executors.ray.node_marks import cpu_only_short
 from tessera.live.nvtopo import DOMAIN_RESOURCE_PREFIX
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
@@ -137,6 +141,8 @@ def unplaceable_reason(bundles: list[dict[str, float]],
             continue
         gpus = int(b.get("GPU", 0))
         marks = [k for k in b if k not in ("GPU", *_HOST)]
+        if gpus == 0:
+            return cpu_only_short(b, marks, nodes)
         host_why = _host_short(b, marks, nodes)
         if host_why is not None:
             return host_why

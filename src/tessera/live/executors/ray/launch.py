@@ -6,7 +6,9 @@ For run ``r`` of job ``j`` on ``g`` GPUs (the rest of the run's life is
 1. ``launch`` writes a run record to Ray's KV and creates a **placement group**
    ``tessera-pg:j:r``, one bundle ``{"GPU": n, <flavor mark>}`` per node of the placement
    (marks: :mod:`~tessera.live.executors.ray.cluster`), STRICT_PACK for jobs that require
-   locality, else PACK, and returns at once.
+   locality, else PACK, and returns at once. A CPU-only run (no GPUs) gets one bundle
+   ``{"CPU": c, "memory": m}`` per node, with its node's ``tessera_node:<id>`` mark where the
+   cluster offers node marks (:func:`run_bundles`), and one rank per node with no GPU visible.
 2. ``status`` moves the launch on without blocking (:meth:`Launches._advance`), one step per
    call while the run is ``starting``: the group is placed → one **bundle slot** task per
    bundle learns its node and the GPU ids Ray reserved for it (and, on bundle 0's node, a free
@@ -47,6 +49,11 @@ from tessera.live.executors.ray.cluster import (
     unplaceable_reason,
 )
 from tessera.live.executors.ray.hosts import BundleSlot, HostPool, bundle_slot
+from tessera.live.executors.ray.node_marks import (
+    NODE_RESOURCE_PREFIX,
+    cpu_bundle,
+    offers_node_marks,
+)
 from tessera.live.executors.ray.polls import RankPolls
 from tessera.live.executors.ray.records import get, keys, put, run_key
 from tessera.live.where import describe
@@ -116,7 +123,8 @@ class Launches:
         key = (spec.job_id, spec.run)
         if key in self._launching:
             return
-        bundles = run_bundles(spec, self.kind, self.domain_of)
+        pin = spec.placement.num_gpus == 0 and offers_node_marks(self._node_totals())
+        bundles = run_bundles(spec, self.kind, self.domain_of, pin_cpu_only=pin)
         pg_name = self._group_for(spec)
         pg: PlacementGroup | None = None
         if pg_name in self._groups_at_start or spec.share_with is not None:
@@ -141,8 +149,11 @@ class Launches:
             return None
         parts = ", ".join(f"{b['CPU']:g} CPUs + {b.get('memory', 0) / 2**30:g} GiB"
                           for b in ln.bundles)
-        return (f"host: reserved in the run's Ray placement-group bundles ({parts}); Ray "
+        held = (f"host: reserved in the run's Ray placement-group bundles ({parts}); Ray "
                 "neither pins CPUs nor caps memory")
+        if ln.spec.placement.num_gpus > 0:
+            return held
+        return f"{held}; CPU-only: no GPUs visible (CUDA_VISIBLE_DEVICES empty), {_pin_note(ln)}"
 
     def _group_for(self, spec: LaunchSpec) -> str:
         """The group a run's ranks use: its own, or (sharing GPUs) the one its host uses."""
@@ -246,8 +257,9 @@ class Launches:
         refs = []
         for bundle, (_node, count, flavor) in enumerate(spec.placement.parts()):
             res, share = flavor_resource(flavor, self.kind)
+            asks = {res: share * count} if count > 0 else {}  # (CPU-only: the bundle's node)
             refs.append(bundle_slot.options(
-                num_gpus=float(count), resources={res: share * count},
+                num_gpus=float(count), resources=asks,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     ln.pg, placement_group_bundle_index=bundle)).remote())
         slots: list[BundleSlot] = ray.get(refs, timeout=SLOT_TIMEOUT_S)
@@ -271,6 +283,10 @@ class Launches:
             if len(slot.gpu_ids) != count:
                 raise ValueError(f"bundle on node {slot.node_id} got GPUs {slot.gpu_ids}, "
                                  f"expected {count}")
+            if count == 0:  # a CPU-only run: one rank on the bundle's node, no GPU visible
+                nodes.append(slot.node_id)
+                gpus.append("")
+                continue
             nodes.extend([slot.node_id] * count)
             gpus.extend(slot.gpu_ids)
         put(run_key(spec.job_id, spec.run), {"world": len(nodes), "nodes": nodes,
@@ -294,13 +310,28 @@ class Launches:
 
 
 def run_bundles(spec: LaunchSpec, kind: FlavorResource,
-                domain_of: Mapping[str, str] | None = None) -> list[dict[str, float]]:
+                domain_of: Mapping[str, str] | None = None, *,
+                pin_cpu_only: bool = False) -> list[dict[str, float]]:
     """A run's placement-group bundles, one per node of its placement: the node's GPUs, the
     flavor's resource mark and its NVLink domain's resource (:func:`gang_bundles`), and --
     when the run holds host resources (``LaunchSpec.host_by_node``) -- its ``CPU`` count and
-    ``memory`` in bytes on that node, so Ray books them as the decision core did."""
+    ``memory`` in bytes on that node, so Ray books them as the decision core did.
+
+    A CPU-only run (no GPUs in its placement) gets :func:`~.node_marks.cpu_bundle` per node: its
+    CPUs and memory, no ``GPU``, flavor or domain key, and with ``pin_cpu_only`` its node's
+    mark (``tessera_node:<id>``, asked when the cluster offers node marks).
+
+    Raises:
+        ValueError: a CPU-only run whose ``host_by_node`` does not name each of its nodes.
+    """
     host = {n: (c, m) for n, c, m in spec.host_by_node}
     parts = spec.placement.parts()
+    if spec.placement.num_gpus == 0:
+        missing = [n for n, _c, _f in parts if n not in host]
+        if missing:
+            raise ValueError(f"CPU-only run {spec.job_id}:{spec.run} holds no CPUs on node "
+                             f"{missing[0]} (host_by_node names {sorted(host)})")
+        return [cpu_bundle(n, *host[n], pin=pin_cpu_only) for n, _c, _f in parts]
     bundles = gang_bundles(parts, kind, domain_of or {})
     for (node, _count, _flavor), b in zip(parts, bundles, strict=True):
         if node in host:
@@ -309,3 +340,12 @@ def run_bundles(spec: LaunchSpec, kind: FlavorResource,
             if mem_gib > 0:
                 b["memory"] = float(int(mem_gib * 2**30))
     return bundles
+
+
+def _pin_note(ln: Launch) -> str:
+    """Where a CPU-only run's bundles may go: the node marks they ask, or anywhere."""
+    marks = sorted({k for b in ln.bundles for k in b if k.startswith(NODE_RESOURCE_PREFIX)})
+    if marks:
+        return f"held to the Ray node that offers {', '.join(marks)}"
+    return ("not held to one Ray node (no Ray node offers tessera_node:<id> marks; Ray runs "
+            "it on any node with its CPUs)")
