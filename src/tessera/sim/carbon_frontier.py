@@ -44,8 +44,8 @@ from tessera.sim.carbon_shift import SLOT_S, ShiftJob, _Grid, _levels, _slots
 from tessera.sim.carbon_slot_limits import hull_steps
 from tessera.workload.carbon import CarbonTrace
 
-__all__ = ["Frontier", "FrontierOutcome", "bound_and_schedule", "dual_bound",
-           "finish_frontier", "frontier_of", "priced_schedule", "study_frontier"]
+__all__ = ["Frontier", "FrontierOutcome", "bound_and_schedule", "cluster_bound",
+           "dual_bound", "finish_frontier", "frontier_of", "priced_schedule", "study_frontier"]
 
 _TO_KWH = SLOT_S / 3.6e6  # W × slot → kWh
 
@@ -211,3 +211,42 @@ def bound_and_schedule(front: Frontier, avg_wait_s: float
     c, e, wait, price = priced_schedule(front, w)
     return (FrontierOutcome(lb / 1e3, math.nan, avg_wait_s, math.nan),
             FrontierOutcome(c / 1e3, e / 3.6e6, wait * SLOT_S, price))
+
+
+def cluster_bound(jobs: Sequence[tuple[float, float, int, float]], trace: CarbonTrace,
+                  flavor: GpuFlavor, avg_wait_s: float, model: PowerModel | None = None,
+                  count: str = "above-idle") -> float:
+    """A lower bound (kg) on the carbon of the cluster simulator's jobs at an average wait
+    of at most ``avg_wait_s``, for schedules in which every job keeps its slack.
+
+    ``jobs`` are ``(submit_s, length_s, gpus, slack_s)`` (length at full power, a whole number
+    of slots). Capacity is ignored (a relaxation), and so are suspension costs (they only add
+    carbon). Job ``j`` arriving at ``t = a·SLOT + δ`` may use slot ``a`` whole (a relaxation)
+    and finishes by ``t + length + slack``, in slot ``e − 1`` at the latest. In the
+    simulator its wait is ``W_j = C_j − t − length``; its finish slot ``F_j = ⌈C_j / SLOT⌉``
+    is below ``C_j / SLOT + 1``, so its slot wait ``F_j − a − d < W_j / SLOT + δ / SLOT + 1``:
+    the bound allows that much (about 1.5 slots a job more than the simulator's wait), which
+    keeps it valid and makes it looser. ``count``: ``"above-idle"`` (the cluster table's
+    "(jobs)" column) or ``"gaia"`` (each job's full draw).
+    """
+    if count not in COUNTS:
+        raise SpecError(f"carbon bound count {count!r}: one of {', '.join(COUNTS)}")
+    if not jobs:
+        raise SpecError("carbon bound: no jobs")
+    m = model or default_power_model()
+    idle_w = m.idle_power_w(flavor) if count == "above-idle" else 0.0
+    steps = hull_steps([(lv.speed, lv.power_w - idle_w)
+                        for lv in _levels(m, flavor, with_limits=True)])
+    bjobs, budget = [], 0.0
+    for submit_s, length_s, gpus, slack_s in jobs:
+        d = round(length_s / SLOT_S)
+        if d < 1 or abs(d * SLOT_S - length_s) > 1e-6:
+            raise SpecError(f"carbon bound: job length {length_s:g} s is not a whole number "
+                            f"of {SLOT_S:g} s slots")
+        a = int(submit_s // SLOT_S)
+        e = max(a + d, math.ceil((submit_s + length_s + slack_s) / SLOT_S - 1e-9))
+        bjobs.append(BoundJob(a, d, e, gpus))
+        budget += avg_wait_s / SLOT_S + (submit_s - a * SLOT_S) / SLOT_S + 1
+    grid = _Grid(trace, max(j.end for j in bjobs) + 1)
+    front = frontier_of(grid.ci, bjobs, steps)
+    return dual_bound(front, budget / len(bjobs)) / 1e3
