@@ -10,6 +10,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.gpus import resolve_flavor
+from tessera.perf.power_estimate import default_power_model
 from tessera.sim.carbon_bound import BoundJob, carbon_lower_bound
 from tessera.sim.carbon_frontier import (
     bound_and_schedule,
@@ -19,7 +20,7 @@ from tessera.sim.carbon_frontier import (
     priced_schedule,
     study_frontier,
 )
-from tessera.sim.carbon_shift import SLOT_S, ShiftJob, run_shift
+from tessera.sim.carbon_shift import SLOT_S, ShiftJob, _levels, run_shift
 from tessera.workload.carbon import CarbonTrace
 
 V100 = resolve_flavor("v100")
@@ -88,3 +89,23 @@ def test_bad_input_is_a_clear_error() -> None:
         dual_bound(front, -1.0)
     with pytest.raises(SpecError, match="count 'x'"):
         study_frontier([ShiftJob("a", 0.0, SLOT_S)], _trace(1.0, 1.0), V100, count="x")
+
+
+def test_no_schedule_beats_wait_awhile_by_more_than_the_best_energy_per_work() -> None:
+    # Wait-Awhile runs every job in its cleanest slots at full power: the least carbon at
+    # full power. Any schedule does each unit of work at >= min_L P(L) / speed(L) (the
+    # 125 W limit on the V100: 117.5 W at 0.681 speed = 172.5 W per unit vs 196.5 W), so at
+    # ANY wait the best cut against Wait-Awhile is 1 - 172.5 / 196.5 = 12.2 %: below 15 %.
+    rng = random.Random(11)
+    trace = _trace(*(rng.uniform(50, 400) for _ in range(120)))
+    jobs = [ShiftJob(f"j{i}", rng.uniform(0, 40) * SLOT_S, rng.choice((1, 2, 4)) * SLOT_S,
+                     rng.choice((1, 8)), max_delay_s=rng.choice((4, 24, 48)) * SLOT_S)
+            for i in range(20)]
+    wa = run_shift(jobs, trace, "wait-awhile", V100)
+    front = study_frontier(jobs, trace, V100)
+    far = dual_bound(front, 100.0) / 1e3  # more wait than any job's slack
+    levels = _levels(default_power_model(), V100, with_limits=True)
+    best_per_work = min(lv.power_w / lv.speed for lv in levels) / levels[0].power_w
+    assert best_per_work == pytest.approx(117.5 / 0.681 / 196.5, rel=1e-3)
+    assert far >= wa.carbon_kg * best_per_work * (1 - 1e-9)
+    assert 1 - far / wa.carbon_kg < 0.15

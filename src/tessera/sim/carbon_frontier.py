@@ -215,9 +215,13 @@ def bound_and_schedule(front: Frontier, avg_wait_s: float
 
 def cluster_bound(jobs: Sequence[tuple[float, float, int, float]], trace: CarbonTrace,
                   flavor: GpuFlavor, avg_wait_s: float, model: PowerModel | None = None,
-                  count: str = "above-idle") -> float:
+                  count: str = "above-idle",
+                  latest_finish_s: Sequence[float] | None = None) -> float:
     """A lower bound (kg) on the carbon of the cluster simulator's jobs at an average wait
-    of at most ``avg_wait_s``, for schedules in which every job keeps its slack.
+    of at most ``avg_wait_s``, for schedules in which every job keeps its slack -- or, with
+    ``latest_finish_s`` (one per job), finishes by the later of its slack and that time
+    (pass the finishes of the schedules compared, so that jobs that lost their slack for
+    lack of GPUs are covered too).
 
     ``jobs`` are ``(submit_s, length_s, gpus, slack_s)`` (length at full power, a whole number
     of slots). Capacity is ignored (a relaxation), and so are suspension costs (they only add
@@ -237,14 +241,19 @@ def cluster_bound(jobs: Sequence[tuple[float, float, int, float]], trace: Carbon
     idle_w = m.idle_power_w(flavor) if count == "above-idle" else 0.0
     steps = hull_steps([(lv.speed, lv.power_w - idle_w)
                         for lv in _levels(m, flavor, with_limits=True)])
+    if latest_finish_s is not None and len(latest_finish_s) != len(jobs):
+        raise SpecError(f"carbon bound: {len(latest_finish_s)} finishes for {len(jobs)} jobs")
     bjobs, budget = [], 0.0
-    for submit_s, length_s, gpus, slack_s in jobs:
+    for i, (submit_s, length_s, gpus, slack_s) in enumerate(jobs):
         d = round(length_s / SLOT_S)
         if d < 1 or abs(d * SLOT_S - length_s) > 1e-6:
             raise SpecError(f"carbon bound: job length {length_s:g} s is not a whole number "
                             f"of {SLOT_S:g} s slots")
         a = int(submit_s // SLOT_S)
-        e = max(a + d, math.ceil((submit_s + length_s + slack_s) / SLOT_S - 1e-9))
+        last_s = submit_s + length_s + slack_s
+        if latest_finish_s is not None:
+            last_s = max(last_s, latest_finish_s[i])
+        e = max(a + d, math.ceil(last_s / SLOT_S - 1e-9))
         bjobs.append(BoundJob(a, d, e, gpus))
         budget += avg_wait_s / SLOT_S + (submit_s - a * SLOT_S) / SLOT_S + 1
     grid = _Grid(trace, max(j.end for j in bjobs) + 1)
