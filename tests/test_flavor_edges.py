@@ -27,6 +27,7 @@ EDGES = frozenset({
     "live/jobcodec.py",           # the store's rows
     "live/kueue_read.py",         # Kueue's ResourceFlavor objects (nvidia.com/gpu.product)
     "live/progress.py",           # the store's kept progress estimates (flavor by short name)
+    "live/step_fits.py",          # the store's kept step-time fits (flavor by short name)
     "live/metrics.py",            # the store's job rows read by SQL for a scrape (label values)
     "live/tenancy_yaml.py",       # the tenancy file's flavors: keys
     "live/jobcodec_v1.py",        # the store's rows of the first format
@@ -42,6 +43,7 @@ EDGES = frozenset({
     "perf/profiles.py",           # Gavel's worker names in its throughput file
     "perf/roofline.py",           # published measurements, chip twins
     "perf/sia.py",                # Sia's file suffixes
+    "perf/step_book.py",          # a docstring example
     "perf/sia_table.py",          # the table's reference flavor and twins
     "perf/steptime.py",           # same-silicon twins
     "plan/devices.py",            # --devices A100:4,T4:4

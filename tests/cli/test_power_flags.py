@@ -39,7 +39,8 @@ def test_budget_and_zeus_reach_the_json(tmp_path: Path, capsys: pytest.CaptureFi
 @pytest.mark.parametrize(("flags", "message"), [
     (["--power-budget-kw", "-1"], "--power-budget-kw must be > 0 kW, got -1"),
     (["--power-budget-kw", "3", "--power-capping", "even"], "--power-capping 'even'"),
-    (["--zeus-eta", "1.5"], "eta must be in [0, 1], got 1.5"),
+    (["--zeus-eta", "1.5"], "--zeus-eta must be in [0, 1] (the weight of energy in Zeus's cost), "
+                            "got 1.5"),
     (["--energy-types"], "needs --zeus-eta"),
 ])
 def test_bad_power_flags_are_one_line_errors(

@@ -161,13 +161,14 @@ class LearnedOracle(ThroughputOracle):
         if both:
             scale = math.exp(sum(both) / len(both))
             return {**{f: r * scale for (f, _g), r in other.items()}, **own}
-        return {**{f: r * self._efficiency(job, f, job.num_gpus) / self._efficiency(job, f, g)
+        by_short = self._flavor_by_short
+        return {**{f: r * self._efficiency(job, by_short.get(f), job.num_gpus)
+                   / self._efficiency(job, by_short.get(f), g)
                    for (f, g), r in other.items()}, **own}
 
-    def _efficiency(self, job: JobSpec, flavor_short: str, num_gpus: int) -> float:
-        """The table's scaling prior for ``job`` at ``num_gpus`` on a flavor (1 for a flavor
-        the cluster lacks)."""
-        flavor = self._flavor_by_short.get(flavor_short)
+    def _efficiency(self, job: JobSpec, flavor: GpuFlavor | None, num_gpus: int) -> float:
+        """The table's scaling prior for ``job`` at ``num_gpus`` on ``flavor`` (1 for a
+        flavor the cluster lacks: ``None``)."""
         return 1.0 if flavor is None else self.scaling.efficiency(job.job_type, flavor,
                                                                    num_gpus)
 
