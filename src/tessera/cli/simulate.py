@@ -410,8 +410,9 @@ def _register_simulate(app: typer.Typer) -> None:
             "any policy decides; above the cluster's idle draw; default: no budget "
             "(docs/energy.md, Power budget)."),
         power_capping: str = typer.Option("flow", help="How --power-budget-kw is kept: flow "
-                                          "(per-job limits) or uniform (one limit for every "
-                                          "GPU, the baseline); needs --power-budget-kw."),
+                                          "(per-job limits), exact (the same solved exactly) "
+                                          "or uniform (one limit for every GPU, the "
+                                          "baseline); needs --power-budget-kw."),
         zeus_eta: float | None = typer.Option(
             None, "--zeus-eta", help="Per-job Zeus: every job at the power limit minimising "
             "η·energy + (1-η)·MAXPOWER·time on its GPU type (η in [0, 1]; default: off; "
@@ -494,8 +495,8 @@ def _register_simulate(app: typer.Typer) -> None:
 
             if not (math.isfinite(power_budget_kw) and power_budget_kw > 0):
                 raise SpecError(f"--power-budget-kw must be > 0 kW, got {power_budget_kw:g}")
-            if power_capping not in ("flow", "uniform"):
-                raise SpecError(f"--power-capping {power_capping!r}: flow or uniform")
+            if power_capping not in ("flow", "exact", "uniform"):
+                raise SpecError(f"--power-capping {power_capping!r}: flow, exact or uniform")
             updates["power_budget_kw"] = power_budget_kw
             updates["power_capping"] = power_capping
         if zeus_eta is not None or energy_types:
