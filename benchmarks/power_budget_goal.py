@@ -48,6 +48,8 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.8, help="budget / uncapped peak")
     ap.add_argument("--ours", default="flow", choices=("flow", "exact"),
                     help="the stage's mode for ours: flow (the greedy) or exact")
+    ap.add_argument("--wait-fast", action="store_true",
+                    help="ours: a start on a far slower board waits for a fast one")
     args = ap.parse_args()
     cluster = load_cluster(CLUSTER, 4)
     model, tputs = default_power_model(), default_throughputs()
@@ -68,7 +70,8 @@ def main() -> None:
                 flow_peak = 0.0
                 for mode in (args.ours, "uniform"):
                     r = simulate(wl, cluster, pol, SimConfig(
-                        seed=seed, power_budget_kw=budget_kw, power_capping=mode))
+                        seed=seed, power_budget_kw=budget_kw, power_capping=mode,
+                        power_wait_fast=args.wait_fast and mode != "uniform"))
                     ratios.append(r.summary.avg_jct_s / free.summary.avg_jct_s)
                     if mode == args.ours and r.energy is not None:
                         flow_peak = r.energy.peak_power_kw

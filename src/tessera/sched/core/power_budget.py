@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.perf.power import PowerModel
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.power_displace import displaced
 from tessera.sched.core.power_exact import LimitClass, solve_classes
 from tessera.sched.core.power_options import PowerBudget
 from tessera.sched.core.reasons import PendingKind, PendingReason, PowerHeld
@@ -157,7 +159,7 @@ def levels_for(model: PowerModel) -> Levels:
 def budget_stage(
     snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
     budget: PowerBudget, memo: Levels | None = None,
-    weights: Mapping[JobId, float] | None = None,
+    weights: Mapping[JobId, float] | None = None, oracle: ThroughputOracle | None = None,
 ) -> BudgetOutcome:
     """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
     draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
@@ -169,7 +171,10 @@ def budget_stage(
     :func:`~tessera.sched.core.power_weights.power_weights`) scale each job's throughput in
     the flow stage: caps go to the lightest jobs first, and jobs held for lack of power are
     the lightest first (ties: last-ranked first). Without them every job weighs the same
-    and the held jobs are the last-ranked. Uniform capping ignores them.
+    and the held jobs are the last-ranked. Uniform capping ignores them. With
+    ``budget.wait_for_fast`` and an ``oracle`` (the policy's rates), a start on a far slower
+    board waits first for a fast board a running job frees soon
+    (:mod:`~tessera.sched.core.power_displace`).
     """
     weights = weights if budget.mode != "uniform" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
@@ -183,6 +188,14 @@ def budget_stage(
         return BudgetOutcome(limits, (), power)
     kept = dict(placements)
     held: list[JobId] = []
+    if budget.wait_for_fast and oracle is not None and budget.mode != "uniform":
+        for jid in displaced(snapshot, kept, started, oracle):
+            del kept[jid]
+            held.append(jid)
+        if held:
+            power = _power(snapshot, kept, by_id, levels, limits)
+            if power <= budget.budget_w:
+                return BudgetOutcome(limits, tuple(held), power)
     got = (_exact(snapshot, kept, by_id, levels, power, budget.budget_w, weights or {})
            if budget.mode == "exact" else None)
     if got is not None:

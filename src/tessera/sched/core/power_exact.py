@@ -19,9 +19,10 @@ model, flavor, weight, GPU count) are interchangeable, so the problem is solved 
 *classes*: one integer per (class, level), how many of the class's jobs run at that level --
 a few hundred integers even at 2,048 jobs.
 
-The solver is HiGHS's MIP (``scipy.optimize.milp``) under a time limit; when it does not
-prove an optimum within it (or the problem is infeasible) :func:`solve_classes` returns
-``None`` and the stage keeps the greedy's answer.
+The solver is HiGHS's MIP (``scipy.optimize.milp``) under a node limit (deterministic:
+the same snapshot gives the same limits on any machine) for rounds of at most
+``MAX_CLASSES`` classes; past either, or when even the lowest limits do not fit,
+:func:`solve_classes` returns ``None`` and the stage keeps the greedy's answer.
 """
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 __all__ = ["LimitClass", "class_loss", "solve_classes"]
 
-DEFAULT_TIME_LIMIT_S = 0.05
-"""The solver's wall-clock limit per decision, in seconds; past it the greedy's answer."""
+MAX_CLASSES = 64
+"""Above this many classes the stage does not try: the greedy answers (at 2,048 jobs a round
+has ~200 classes and the solver alone costs more than the whole plain decision)."""
+
+NODE_LIMIT = 2000
+"""Branch-and-bound nodes the solver may explore before it gives up (a count, not a clock,
+so a simulation gives the same answer however loaded the machine is)."""
+
+DEFAULT_TIME_LIMIT_S = 2.0
+"""A safety net only: wall-clock seconds per decision (``NODE_LIMIT`` is what binds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +86,13 @@ def solve_classes(classes: Sequence[LimitClass], cap_w: float,
                   time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                   ) -> tuple[tuple[int, ...], ...] | None:
     """How many jobs of each class run at each level so the classes draw at most ``cap_w``
-    with the least total cost; ``None`` if no such choice exists or the solver does not
-    prove one optimal within ``time_limit_s`` seconds."""
+    with the least total cost; ``None`` if no such choice exists, there are more than
+    ``MAX_CLASSES`` classes, or the solver does not prove one optimal within ``NODE_LIMIT``
+    nodes (or ``time_limit_s`` seconds)."""
     if not classes:
         return () if cap_w >= 0 else None
+    if len(classes) > MAX_CLASSES:
+        return None
     if sum(cl.count * min(cl.watts) for cl in classes) > cap_w:
         return None
     offsets, n = [], 0
@@ -103,7 +115,8 @@ def solve_classes(classes: Sequence[LimitClass], cap_w: float,
     res = milp(cost, integrality=np.ones(n), bounds=Bounds(np.zeros(n), upper),
                constraints=[LinearConstraint(watts[None, :], -np.inf, room),
                             LinearConstraint(one_each, counts, counts)],
-               options={"time_limit": time_limit_s, "mip_rel_gap": 1e-9, "disp": False})
+               options={"time_limit": time_limit_s, "node_limit": NODE_LIMIT,
+                        "mip_rel_gap": 1e-9, "disp": False})
     if res.status != 0 or res.x is None:
         return None
     x = np.rint(res.x).astype(int)

@@ -28,11 +28,14 @@ class PowerBudget:
         mode: ``flow`` (per-job limits where they cost least, greedily, then waiting),
             ``exact`` (the same choice solved exactly: :mod:`~.power_exact`; the greedy
             past its time limit) or ``uniform`` (one limit for every GPU, the baseline).
+        wait_for_fast: while the budget binds, a start on a far slower board waits for a
+            fast board a running job frees soon (:mod:`~.power_displace`; not uniform).
     """
 
     budget_w: float
     model: PowerModel = field(compare=False)
     mode: Literal["flow", "exact", "uniform"] = "flow"
+    wait_for_fast: bool = False
 
     def __post_init__(self) -> None:
         if not self.budget_w > 0:
