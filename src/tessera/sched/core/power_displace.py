@@ -13,10 +13,11 @@ uncapped rate, as the policy sees rates) is at most ``WAIT_SHARE`` of what waiti
 
     wait_s  <=  WAIT_SHARE × (slow_run_s − fast_run_s)
 
-Each running job's board is promised to one waiting job at most (the earliest-freeing board
-to the first start in the policy's order). A held job waits with the power reason; its slow
-GPUs stay idle, so holding it only lowers the cluster's power: the budget holds at every
-event as before. The budget stage applies the rule only while the budget binds.
+Only the earliest-freeing fast board (not yet promised, with enough GPUs) counts; it is
+promised to the start, each board to one start at most, starts in the policy's order. A
+held job waits with the power reason; its slow GPUs stay idle, so holding it only lowers the
+cluster's power: the budget holds at every event as before. The budget stage applies the
+rule only while the budget binds.
 """
 
 from __future__ import annotations
@@ -44,30 +45,40 @@ def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
     """The jobs of ``started`` (in the policy's order) that should wait for a faster board a
     running job will free soon (see the module docstring)."""
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
-    boards = []  # (seconds until it frees, flavor name, GPUs, job) of each running job
-    for jid, p in placements.items():
-        job = by_id[jid]
-        if job.running and not p.node_flavors:
-            left_s = remaining_s_on(job, p, oracle, snapshot.now_s)
-            boards.append((left_s, p.flavors[0].name, p.num_gpus, jid))
-    boards.sort()
-    promised: set[JobId] = set()
-    out: list[JobId] = []
+    wanted = []  # (job, its placement, its rate per flavor): starts that a fast board could win
     for jid in started:
         job, at = by_id[jid], placements.get(jid)
         if at is None or job.running or at.node_flavors:
             continue
         rate = {r.flavor.name: r.consolidated for r in oracle.rates(job.spec)}
         here = rate.get(at.flavors[0].name, 0.0)
-        if here <= 0.0:
-            continue
-        steps = job.remaining_at(snapshot.now_s)
-        for left_s, flavor, gpus, holder in boards:
-            there = rate.get(flavor, 0.0)
-            if holder in promised or gpus < at.num_gpus or there < slow_ratio * here:
+        if here > 0.0 and max(rate.values()) >= slow_ratio * here:
+            wanted.append((jid, at, rate, here))
+    if not wanted:
+        return ()
+    boards: dict[str, list[tuple[float, int, JobId]]] = {}  # per flavor, earliest free first
+    for jid, p in placements.items():
+        job = by_id[jid]
+        if job.running and not p.node_flavors:
+            left_s = remaining_s_on(job, p, oracle, snapshot.now_s)
+            boards.setdefault(p.flavors[0].name, []).append((left_s, p.num_gpus, jid))
+    for row in boards.values():
+        row.sort()
+    promised: set[JobId] = set()
+    out: list[JobId] = []
+    for jid, at, rate, here in wanted:
+        steps = by_id[jid].remaining_at(snapshot.now_s)
+        first: tuple[float, JobId, float] | None = None  # the earliest fast board to free
+        for flavor, there in rate.items():
+            if there < slow_ratio * here:
                 continue
-            if left_s <= wait_share * (steps / here - steps / there):
-                promised.add(holder)
-                out.append(jid)
-            break  # the earliest-freeing fast board decides
+            for left_s, gpus, holder in boards.get(flavor, ()):
+                if holder in promised or gpus < at.num_gpus:
+                    continue
+                if first is None or left_s < first[0]:
+                    first = (left_s, holder, there)
+                break  # per flavor, its earliest-freeing board
+        if first is not None and first[0] <= wait_share * (steps / here - steps / first[2]):
+            promised.add(first[1])
+            out.append(jid)
     return tuple(out)
