@@ -21,6 +21,11 @@ stage, pure over the snapshot and the round's placements, whatever the policy:
 3. **Wait.** Still over with every job at its lowest limit: the jobs this round would start
    wait instead (lightest first, then last-ranked; reason: power) until the rest fit.
 
+Two options (:class:`~tessera.sched.core.power_options.PowerBudget`): ``wait_for_fast``
+first holds back starts on a far slower board when a fast one frees soon
+(:mod:`~tessera.sched.core.power_displace`), and mode ``exact`` solves step 2 exactly, as a
+multiple-choice knapsack (:mod:`~tessera.sched.core.power_exact`; the greedy past its limits).
+
 Power changes only when a gang starts, stops or changes its limit, and the simulator applies a
 round's limits before anything else happens, so a cluster kept under budget at each round is
 under it at every instant in between (a completion only lowers power).
