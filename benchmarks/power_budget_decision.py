@@ -11,6 +11,7 @@ The power model is :func:`tessera.perf.power_estimate.default_power_model`. The 
 moved out of the cycle collector's reach (``gc.freeze``) before timing, as the simulator does.
 
     .venv/bin/python benchmarks/power_budget_decision.py [--jobs 2048] [--repeats 7]
+        [--mode flow|exact] [--wait-fast]
 """
 
 from __future__ import annotations
@@ -87,13 +88,17 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--policies", default="fifo,las,max_min_fairness")
+    ap.add_argument("--mode", default="flow", choices=("flow", "exact"),
+                    help="the budget stage's mode: flow (the greedy) or exact")
+    ap.add_argument("--wait-fast", action="store_true",
+                    help="starts on far slower boards may wait for a fast one")
     args = ap.parse_args()
     cluster, views = workload(args.jobs)
     snap = Snapshot(0.0, cluster, views)
     model = default_power_model()
     full_w = sum(n.gpus * model.estimate("", None, n.flavor).avg_power_w
                  for n in cluster.nodes)
-    budget = PowerBudget(0.8 * full_w, model)
+    budget = PowerBudget(0.8 * full_w, model, args.mode, args.wait_fast)
     gc.freeze()
     print(f"{len(views)} jobs, {cluster.total_gpus} GPUs, budget {budget.budget_w / 1e3:.1f} kW "
           f"(80 % of all-busy {full_w / 1e3:.1f} kW)")

@@ -4,7 +4,8 @@ For each (load, seed, policy) a Gavel-like synthetic workload runs three times o
 V100/P100/K80 cluster (4 GPUs a node):
 
 * **uncapped** -- no budget (its ``peak_power_kw``, from the run's energy summary);
-* **flow** -- ``--power-budget-kw`` at 80 % of that peak, per-job limits (ours);
+* **flow** -- ``--power-budget-kw`` at 80 % of that peak, per-job limits (ours; with
+  ``--ours exact`` the same choice solved exactly, :mod:`tessera.sched.core.power_exact`);
 * **uniform** -- the same budget kept by one limit on every GPU (the baseline).
 
 Prints avg JCT over uncapped for flow and uniform, each run's peak power (the energy summary's
@@ -19,7 +20,7 @@ Goals: flow ≤ 1.10× uncapped, and flow < uniform. The power model is
 job and GPU, the fitted estimate elsewhere).
 
     .venv/bin/python benchmarks/power_budget_goal.py [--jobs 300] [--loads 3,6,12]
-        [--seeds 1,2,3] [--policies fifo,las]
+        [--seeds 1,2,3] [--policies fifo,las] [--ours flow|exact]
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--policies", default="fifo,las")
     ap.add_argument("--share", type=float, default=0.8, help="budget / uncapped peak")
+    ap.add_argument("--ours", default="flow", choices=("flow", "exact"),
+                    help="the stage's mode for ours: flow (the greedy) or exact")
+    ap.add_argument("--wait-fast", action="store_true",
+                    help="ours: a start on a far slower board waits for a fast one")
     args = ap.parse_args()
     cluster = load_cluster(CLUSTER, 4)
     model, tputs = default_power_model(), default_throughputs()
@@ -63,11 +68,12 @@ def main() -> None:
                 budget_kw = args.share * peak_kw
                 ratios = []
                 flow_peak = 0.0
-                for mode in ("flow", "uniform"):
+                for mode in (args.ours, "uniform"):
                     r = simulate(wl, cluster, pol, SimConfig(
-                        seed=seed, power_budget_kw=budget_kw, power_capping=mode))
+                        seed=seed, power_budget_kw=budget_kw, power_capping=mode,
+                        power_wait_fast=args.wait_fast and mode != "uniform"))
                     ratios.append(r.summary.avg_jct_s / free.summary.avg_jct_s)
-                    if mode == "flow" and r.energy is not None:
+                    if mode == args.ours and r.energy is not None:
                         flow_peak = r.energy.peak_power_kw
                 lb = jct_lower_bound(wl.jobs, cluster, model, tputs, budget_kw * 1e3)
                 lb_free = jct_lower_bound(wl.jobs, cluster, model, tputs, None)

@@ -31,7 +31,7 @@ def _run(policy: str, seed: int, cfg: SimConfig) -> Simulator:
 
 
 @pytest.mark.parametrize(("policy", "seed", "mode"), [
-    ("fifo", 1, "flow"), ("las", 2, "uniform"),
+    ("fifo", 1, "flow"), ("las", 2, "uniform"), ("las", 4, "exact+wait"),
     pytest.param("hetero_srpt", 3, "flow", marks=pytest.mark.slow),
     pytest.param("las", 5, "flow", marks=pytest.mark.slow),
     pytest.param("fifo", 6, "uniform", marks=pytest.mark.slow),
@@ -40,8 +40,10 @@ def test_power_stays_under_budget_at_every_event(policy: str, seed: int, mode: s
     free = _run(policy, seed, SimConfig(seed=seed, power_budget_kw=1e6))
     peak_w = free.world.power.peak_w  # type: ignore[union-attr]
     budget_kw = 0.7 * peak_w / 1e3
+    mode, _, wait = mode.partition("+")  # "+wait": starts may wait for a fast board
     sim = _run(policy, seed, SimConfig(seed=seed, power_budget_kw=budget_kw,
-                                       power_capping=mode))  # type: ignore[arg-type]
+                                       power_capping=mode,  # type: ignore[arg-type]
+                                       power_wait_fast=bool(wait)))
     trace = sim.world.power.trace  # type: ignore[union-attr]
     assert len(trace) > 20
     assert max(w for _t, w in trace) <= budget_kw * 1e3 + 1e-6

@@ -412,6 +412,10 @@ def _register_simulate(app: typer.Typer) -> None:
         power_capping: str = typer.Option("flow", help="How --power-budget-kw is kept: flow "
                                           "(per-job limits) or uniform (one limit for every "
                                           "GPU, the baseline); needs --power-budget-kw."),
+        power_wait_fast: bool = typer.Option(
+            False, "--power-wait-fast", help="While --power-budget-kw binds, a job that would "
+            "start on a GPU type 3x or more slower than one a running job frees soon waits for "
+            "it (docs/energy.md, Power budget); needs --power-budget-kw, not uniform."),
         zeus_eta: float | None = typer.Option(
             None, "--zeus-eta", help="Per-job Zeus: every job at the power limit minimising "
             "η·energy + (1-η)·MAXPOWER·time on its GPU type (η in [0, 1]; default: off; "
@@ -498,6 +502,12 @@ def _register_simulate(app: typer.Typer) -> None:
                 raise SpecError(f"--power-capping {power_capping!r}: flow or uniform")
             updates["power_budget_kw"] = power_budget_kw
             updates["power_capping"] = power_capping
+            updates["power_wait_fast"] = power_wait_fast
+        if power_wait_fast and (power_budget_kw is None or power_capping == "uniform"):
+            from tessera.errors import SpecError
+
+            raise SpecError("--power-wait-fast needs --power-budget-kw with --power-capping "
+                            f"flow (got {power_capping})")
         if zeus_eta is not None or energy_types:
             updates.update(zeus_eta=zeus_eta, energy_types=energy_types,
                            energy_slack=energy_slack)

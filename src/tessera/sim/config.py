@@ -151,8 +151,10 @@ class SimConfig(BaseModel):
         power_budget_kw: keep the cluster's power under this many kW at every instant
             (per-job power limits, then waiting: :mod:`tessera.sched.core.power_budget`);
             ``None``: no budget, nothing changes.
-        power_capping: how the budget is kept: ``flow`` (ours) or ``uniform`` (the baseline:
-            one limit for every GPU).
+        power_capping: how the budget is kept: ``flow`` (ours), ``exact`` (ours solved
+            exactly) or ``uniform`` (the baseline: one limit for every GPU).
+        power_wait_fast: with a budget, a start on a far slower board waits for a fast
+            board a running job frees soon (:mod:`tessera.sched.core.power_displace`).
         zeus_eta: per-job Zeus: every job at the power limit minimising Zeus's cost with this
             η on its flavor (:mod:`tessera.sched.core.energy_choice`); ``None``: off.
         energy_types: with ``zeus_eta``, the policy also offers each job its flavors cheapest
@@ -192,7 +194,8 @@ class SimConfig(BaseModel):
     max_sim_time_s: float | None = Field(None, gt=0)
     sample_every_s: float = Field(600.0, gt=0)
     power_budget_kw: float | None = Field(None, gt=0)
-    power_capping: Literal["flow", "uniform"] = "flow"
+    power_capping: Literal["flow", "exact", "uniform"] = "flow"
+    power_wait_fast: bool = False
     zeus_eta: float | None = None
     energy_types: bool = False
     energy_slack: float = 0.5

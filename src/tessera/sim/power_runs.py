@@ -70,7 +70,8 @@ def power_runs_for(config: SimConfig, cluster: ClusterSpec, policy: Policy,
         raise SpecError(f"--power-budget-kw {config.power_budget_kw:g} is not above the "
                         f"cluster's idle draw, {idle_w / 1e3:.3g} kW for {cluster.total_gpus} "
                         "GPUs: no job could ever run")
-    budget = (PowerBudget(config.power_budget_kw * 1e3, m, config.power_capping)
+    budget = (PowerBudget(config.power_budget_kw * 1e3, m, config.power_capping,
+                          config.power_wait_fast)
               if config.power_budget_kw is not None else None)
     zeus = (ZeusCost(config.zeus_eta, m, max(m.limit_range(f).max_w
                                              for f in cluster.gpus_by_flavor()))

@@ -384,7 +384,7 @@ def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, oracle: 
     """Phase 6: ``d`` under ``budget``, jobs weighed by remaining time (``oracle``), timed."""
     t0 = time.perf_counter()
     weights = power_weights(snapshot, d.placements, oracle, bool(d.pending))
-    out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights)
+    out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights, oracle)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)
     if not out.held:
         return replace(d, power_limits_w=out.limits_w, phase_ms=d.phase_ms + extra)

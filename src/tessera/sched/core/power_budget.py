@@ -21,6 +21,11 @@ stage, pure over the snapshot and the round's placements, whatever the policy:
 3. **Wait.** Still over with every job at its lowest limit: the jobs this round would start
    wait instead (lightest first, then last-ranked; reason: power) until the rest fit.
 
+Two options (:class:`~tessera.sched.core.power_options.PowerBudget`): ``wait_for_fast``
+first holds back starts on a far slower board when a fast one frees soon
+(:mod:`~tessera.sched.core.power_displace`), and mode ``exact`` solves step 2 exactly, as a
+multiple-choice knapsack (:mod:`~tessera.sched.core.power_exact`; the greedy past its limits).
+
 Power changes only when a gang starts, stops or changes its limit, and the simulator applies a
 round's limits before anything else happens, so a cluster kept under budget at each round is
 under it at every instant in between (a completion only lowers power).
@@ -44,6 +49,9 @@ from dataclasses import dataclass
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.perf.power import PowerModel
+from tessera.sched.core.oracle import ThroughputOracle
+from tessera.sched.core.power_displace import displaced
+from tessera.sched.core.power_exact import LimitClass, solve_classes
 from tessera.sched.core.power_options import PowerBudget
 from tessera.sched.core.reasons import PendingKind, PendingReason, PowerHeld
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
@@ -156,7 +164,7 @@ def levels_for(model: PowerModel) -> Levels:
 def budget_stage(
     snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
     budget: PowerBudget, memo: Levels | None = None,
-    weights: Mapping[JobId, float] | None = None,
+    weights: Mapping[JobId, float] | None = None, oracle: ThroughputOracle | None = None,
 ) -> BudgetOutcome:
     """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
     draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
@@ -168,9 +176,12 @@ def budget_stage(
     :func:`~tessera.sched.core.power_weights.power_weights`) scale each job's throughput in
     the flow stage: caps go to the lightest jobs first, and jobs held for lack of power are
     the lightest first (ties: last-ranked first). Without them every job weighs the same
-    and the held jobs are the last-ranked. Uniform capping ignores them.
+    and the held jobs are the last-ranked. Uniform capping ignores them. With
+    ``budget.wait_for_fast`` and an ``oracle`` (the policy's rates), a start on a far slower
+    board waits first for a fast board a running job frees soon
+    (:mod:`~tessera.sched.core.power_displace`).
     """
-    weights = weights if budget.mode == "flow" else None
+    weights = weights if budget.mode != "uniform" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
     if budget.mode == "uniform":
@@ -182,7 +193,19 @@ def budget_stage(
         return BudgetOutcome(limits, (), power)
     kept = dict(placements)
     held: list[JobId] = []
-    if budget.mode == "flow":
+    if budget.wait_for_fast and oracle is not None and budget.mode != "uniform":
+        for jid in displaced(snapshot, kept, started, oracle):
+            del kept[jid]
+            held.append(jid)
+        if held:
+            power = _power(snapshot, kept, by_id, levels, limits)
+            if power <= budget.budget_w:
+                return BudgetOutcome(limits, tuple(held), power)
+    got = (_exact(snapshot, kept, by_id, levels, power, budget.budget_w, weights or {})
+           if budget.mode == "exact" else None)
+    if got is not None:
+        limits, power = got
+    elif budget.mode != "uniform":  # flow, or exact past its time limit / infeasible
         limits, power = _flow(snapshot, kept, by_id, levels, power, budget.budget_w,
                               weights or {})
     if power > budget.budget_w:
@@ -288,6 +311,55 @@ def _flow(snapshot: Snapshot, placements: Mapping[JobId, Placement],
             for jid, _g in groups[gk]:
                 limits.setdefault(jid, lim)
     return limits, power_w
+
+
+_ClassKey = tuple[_Key, float, int]
+
+
+def limit_classes(
+    snapshot: Snapshot, placements: Mapping[JobId, Placement], levels: Levels,
+    weights: Mapping[JobId, float],
+) -> tuple[list[LimitClass], list[list[JobId]], list[tuple[float, ...]]]:
+    """The stage's problem as classes of interchangeable jobs (same type, model, flavor,
+    weight and GPU count; mixed gangs are left out): the classes, their members in placement
+    order, and each class's limits from the top down (:mod:`~.power_exact`)."""
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    members: dict[_ClassKey, list[JobId]] = {}
+    for jid, p in placements.items():
+        if p.node_flavors:
+            continue
+        spec = by_id[jid].spec
+        ck = ((spec.job_type, spec.model, p.flavors[0]), weights.get(jid, 1.0), p.num_gpus)
+        members.setdefault(ck, []).append(jid)
+    classes, lims = [], []
+    for (key, w, g), jids in members.items():
+        limits, draws, speeds = levels.of_key(key)
+        classes.append(LimitClass(len(jids), tuple(w * g * (speeds[0] - s) for s in speeds),
+                                  tuple(g * d for d in draws)))
+        lims.append(limits)
+    return classes, list(members.values()), lims
+
+
+def _exact(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+           by_id: Mapping[JobId, JobView], levels: Levels, power_w: float,
+           budget_w: float, weights: Mapping[JobId, float],
+) -> tuple[dict[JobId, float], float] | None:
+    """The least weighted loss under ``budget_w``, solved exactly (``None``: the solver gave
+    no proven optimum in time, or even the lowest limits do not fit)."""
+    classes, members, lims = limit_classes(snapshot, placements, levels, weights)
+    top_w = sum(cl.count * cl.watts[0] for cl in classes)
+    counts = solve_classes(classes, budget_w - (power_w - top_w))
+    if counts is None:
+        return None
+    limits: dict[JobId, float] = {}
+    for row, jids, lim in zip(counts, members, lims, strict=True):
+        it = iter(jids)
+        for level, n in enumerate(row):
+            for _ in range(n):
+                jid = next(it)
+                if level > 0:
+                    limits[jid] = lim[level]
+    return limits, _power(snapshot, placements, by_id, levels, limits)
 
 
 def _step_cost(table: _Table, i: int) -> float | None:

@@ -25,19 +25,24 @@ class PowerBudget:
     Attributes:
         budget_w: the most the cluster (busy and idle GPUs) may draw, in watts.
         model: the power model every draw and slowdown is read from.
-        mode: ``flow`` (per-job limits where they cost least, then waiting) or ``uniform``
-            (one limit for every GPU, the baseline).
+        mode: ``flow`` (per-job limits where they cost least, greedily, then waiting),
+            ``exact`` (the same choice solved exactly: :mod:`~.power_exact`; the greedy
+            past its time limit) or ``uniform`` (one limit for every GPU, the baseline).
+        wait_for_fast: while the budget binds, a start on a far slower board waits for a
+            fast board a running job frees soon (:mod:`~.power_displace`; not uniform).
     """
 
     budget_w: float
     model: PowerModel = field(compare=False)
-    mode: Literal["flow", "uniform"] = "flow"
+    mode: Literal["flow", "exact", "uniform"] = "flow"
+    wait_for_fast: bool = False
 
     def __post_init__(self) -> None:
         if not self.budget_w > 0:
             raise SpecError(f"power budget must be > 0 W, got {self.budget_w}")
-        if self.mode not in ("flow", "uniform"):
-            raise SpecError(f"power budget mode must be flow or uniform, got {self.mode!r}")
+        if self.mode not in ("flow", "exact", "uniform"):
+            raise SpecError(f"power budget mode must be flow, exact or uniform, got "
+                            f"{self.mode!r}")
 
 
 @dataclass(frozen=True, slots=True)
