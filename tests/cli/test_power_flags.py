@@ -30,7 +30,7 @@ def test_budget_and_zeus_reach_the_json(tmp_path: Path, capsys: pytest.CaptureFi
     r = json.loads(out)["results"]["fifo"]
     assert r["power_budget_kw"] == 1.2 and 0 < r["peak_power_kw"] <= 1.2
     assert "power_peak_kw" not in r and "jobs_energy_kwh" not in r  # (one name per quantity)
-    code, out, err = run_tessera([*base, "--power-budget-kw", "1.2", "--power-wait-fast"],
+    code, out, err = run_tessera([*base, "--power-budget-kw", "1.2", "--power-fast-boards"],
                                  capsys, monkeypatch)
     assert code == 0, err
     assert 0 < json.loads(out)["results"]["fifo"]["peak_power_kw"] <= 1.2
@@ -46,8 +46,8 @@ def test_budget_and_zeus_reach_the_json(tmp_path: Path, capsys: pytest.CaptureFi
     (["--zeus-eta", "1.5"], "--zeus-eta must be in [0, 1] (the weight of energy in Zeus's cost), "
                             "got 1.5"),
     (["--energy-types"], "needs --zeus-eta"),
-    (["--power-wait-fast"], "--power-wait-fast needs --power-budget-kw"),
-    (["--power-budget-kw", "3", "--power-capping", "uniform", "--power-wait-fast"],
+    (["--power-fast-boards"], "--power-fast-boards needs --power-budget-kw"),
+    (["--power-budget-kw", "3", "--power-capping", "uniform", "--power-fast-boards"],
      "--power-capping flow (got uniform)"),
 ])
 def test_bad_power_flags_are_one_line_errors(

@@ -413,7 +413,7 @@ def _register_simulate(app: typer.Typer) -> None:
                                           "(per-job limits) or uniform (one limit for every "
                                           "GPU, the baseline); needs --power-budget-kw."),
         power_wait_fast: bool = typer.Option(
-            False, "--power-wait-fast", help="While --power-budget-kw binds, a job that would "
+            False, "--power-fast-boards", help="While --power-budget-kw binds, a job that would "
             "start on a GPU type 3x or more slower than one a running job frees soon waits for "
             "it (docs/energy.md, Power budget); needs --power-budget-kw, not uniform."),
         zeus_eta: float | None = typer.Option(
@@ -506,7 +506,7 @@ def _register_simulate(app: typer.Typer) -> None:
         if power_wait_fast and (power_budget_kw is None or power_capping == "uniform"):
             from tessera.errors import SpecError
 
-            raise SpecError("--power-wait-fast needs --power-budget-kw with --power-capping "
+            raise SpecError("--power-fast-boards needs --power-budget-kw with --power-capping "
                             f"flow (got {power_capping})")
         if zeus_eta is not None or energy_types:
             updates.update(zeus_eta=zeus_eta, energy_types=energy_types,
