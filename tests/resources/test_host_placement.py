@@ -13,7 +13,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tessera.model.cluster import ClusterSpec
@@ -111,6 +111,9 @@ _job = st.tuples(
                                               ("fifo:resources=tune:repack=round", "rounds")])
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=st.lists(_job, min_size=1, max_size=14))
+@example(jobs=[(0, 0.0, 0.0, False, 0.0, 18764.7), *[(0, None, 0.0, False, 0.0, 200.0)] * 3,
+               (4, None, 0.0, False, 1.0, 200.0), (0, 9.0, 1.0390625, False, 0.0, 366.0),
+               (8, None, 76.0, False, 2.0, 897.0)])  # TUNE rounded 510.9609375 GiB up
 def test_no_node_is_ever_overcommitted(policy: str, mode: str, jobs: list) -> None:  # type: ignore[type-arg]
     cluster = make_cluster().node("V100", gpus=4, count=2, rack="a").node(
         "V100", gpus=8, count=1, rack="b").build()

@@ -181,7 +181,7 @@ class _Deal:
             return (f"its CPUs and memory are free on no node with {spec.num_gpus} free GPUs "
                     f"in this round's re-pack (resources={mode}, repack=round)")
         host = _want(spec, p, self.sizes, kind)
-        host = tuple((n, _round(min(c, self.free[n][0])), _round(min(m, self.free[n][1])))
+        host = tuple((n, min(_round(c), self.free[n][0]), min(_round(m), self.free[n][1]))
                      for n, c, m in host)
         for n, c, m in host:
             self.free[n][0] -= c

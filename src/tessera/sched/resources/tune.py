@@ -152,7 +152,7 @@ def tune_round(snapshot: Snapshot, placements: dict[JobId, Placement], cluster: 
             host = _amounts(spec, p, sizes, fair=True)
             if not _fits(host, free):
                 _reset_peers(host, free, on_node, given, placements, sizes)
-        host = tuple((n, _round(min(c, free[n][0])), _round(min(m, free[n][1])))
+        host = tuple((n, min(_round(c), free[n][0]), min(_round(m), free[n][1]))
                      for n, c, m in host)
         for n, c, m in host:
             free[n][0] -= c
@@ -255,6 +255,7 @@ def _reset_peers(need: Host, free: dict[str, list[float]], on_node: Mapping[str,
 
 
 def _round(x: float) -> float:
-    """Drop float dust (3.0000000001 CPUs) so books add up exactly."""
+    """Drop float dust (3.0000000001 CPUs) so books add up exactly. Clamp to what is free
+    *after* rounding: 510.9609375 GiB free rounds up to 510.960938, more than the node has."""
     r = round(x, 6)
     return 0.0 if abs(r) < 1e-9 else r
