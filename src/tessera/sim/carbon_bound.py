@@ -62,6 +62,21 @@ COUNTS: tuple[str, ...] = ("gaia", "above-idle")
 """What :func:`carbon_lower_bound` counts (see the module's docstring)."""
 
 
+def counted_hull(n_jobs: int, flavor: GpuFlavor, model: PowerModel | None, count: str,
+                 what: str) -> list[tuple[float, float]]:
+    """The lower convex hull of ``flavor``'s power-limit levels (speed, watts counted) under
+    ``count``: ``"gaia"`` counts a job's full draw, ``"above-idle"`` its draw above the GPU's
+    idle power. Checks ``count`` and that there are jobs (errors start with ``what``)."""
+    if count not in COUNTS:
+        raise SpecError(f"carbon bound count {count!r}: one of {', '.join(COUNTS)}")
+    if not n_jobs:
+        raise SpecError(f"{what}: no jobs")
+    m = model or default_power_model()
+    idle_w = m.idle_power_w(flavor) if count == "above-idle" else 0.0
+    return hull_steps([(lv.speed, lv.power_w - idle_w)
+                       for lv in _levels(m, flavor, with_limits=True)])
+
+
 @dataclass(frozen=True, slots=True)
 class BoundJob:
     """A job of the bound in slots: arrives in ``first``, ``work`` full-power slots of work
@@ -183,14 +198,7 @@ def carbon_lower_bound(
     Raises:
         SpecError: an unknown count, a negative wait, or no jobs.
     """
-    if count not in COUNTS:
-        raise SpecError(f"carbon bound count {count!r}: one of {', '.join(COUNTS)}")
-    if not jobs:
-        raise SpecError("carbon bound: no jobs")
-    m = model or default_power_model()
-    idle_w = m.idle_power_w(flavor) if count == "above-idle" else 0.0
-    levels = _levels(m, flavor, with_limits=True)
-    steps = hull_steps([(lv.speed, lv.power_w - idle_w) for lv in levels])
+    steps = counted_hull(len(jobs), flavor, model, count, "carbon bound")
     slots = [_slots(j) for j in jobs]
     grid = _Grid(trace, max(e for _, _, e in slots) + 1)
     bjobs = [BoundJob(a, d, e, j.gpus) for (a, d, e), j in zip(slots, jobs, strict=True)]

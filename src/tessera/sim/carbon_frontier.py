@@ -38,10 +38,8 @@ import numpy as np
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor
 from tessera.perf.power import PowerModel
-from tessera.perf.power_estimate import default_power_model
-from tessera.sim.carbon_bound import COUNTS, BoundJob
-from tessera.sim.carbon_shift import SLOT_S, ShiftJob, _Grid, _levels, _slots
-from tessera.sim.carbon_slot_limits import hull_steps
+from tessera.sim.carbon_bound import BoundJob, counted_hull
+from tessera.sim.carbon_shift import SLOT_S, ShiftJob, _Grid, _slots
 from tessera.workload.carbon import CarbonTrace
 
 __all__ = ["Frontier", "FrontierOutcome", "bound_and_schedule", "cluster_bound",
@@ -189,14 +187,7 @@ def study_frontier(jobs: Sequence[ShiftJob], trace: CarbonTrace, flavor: GpuFlav
                    model: PowerModel | None = None, count: str = "gaia") -> Frontier:
     """The :class:`Frontier` of cloud-study jobs (``count`` as in
     :func:`~tessera.sim.carbon_bound.carbon_lower_bound`)."""
-    if count not in COUNTS:
-        raise SpecError(f"carbon bound count {count!r}: one of {', '.join(COUNTS)}")
-    if not jobs:
-        raise SpecError("carbon frontier: no jobs")
-    m = model or default_power_model()
-    idle_w = m.idle_power_w(flavor) if count == "above-idle" else 0.0
-    steps = hull_steps([(lv.speed, lv.power_w - idle_w)
-                        for lv in _levels(m, flavor, with_limits=True)])
+    steps = counted_hull(len(jobs), flavor, model, count, "carbon frontier")
     slots = [_slots(j) for j in jobs]
     grid = _Grid(trace, max(e for _, _, e in slots) + 1)
     return frontier_of(grid.ci, [BoundJob(a, d, e, j.gpus)
@@ -233,14 +224,7 @@ def cluster_bound(jobs: Sequence[tuple[float, float, int, float]], trace: Carbon
     keeps it valid and makes it looser. ``count``: ``"above-idle"`` (the cluster table's
     "(jobs)" column) or ``"gaia"`` (each job's full draw).
     """
-    if count not in COUNTS:
-        raise SpecError(f"carbon bound count {count!r}: one of {', '.join(COUNTS)}")
-    if not jobs:
-        raise SpecError("carbon bound: no jobs")
-    m = model or default_power_model()
-    idle_w = m.idle_power_w(flavor) if count == "above-idle" else 0.0
-    steps = hull_steps([(lv.speed, lv.power_w - idle_w)
-                        for lv in _levels(m, flavor, with_limits=True)])
+    steps = counted_hull(len(jobs), flavor, model, count, "carbon bound")
     if latest_finish_s is not None and len(latest_finish_s) != len(jobs):
         raise SpecError(f"carbon bound: {len(latest_finish_s)} finishes for {len(jobs)} jobs")
     bjobs, budget = [], 0.0
