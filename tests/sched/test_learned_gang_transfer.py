@@ -12,6 +12,7 @@ import math
 
 import pytest
 
+from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
 from tessera.perf.estimate import SpeedEstimator, model_of
 from tessera.perf.scaling_prior import ScalingPrior
@@ -52,7 +53,13 @@ def test_sias_philly_gangs_seen_on_one_flavor_are_estimated_within_16_percent() 
     # flavor's scaling everywhere (before) gave 17.6 %; each flavor's own prior gives 15.1 %.
     kinds = {}
     for name in ("sia-philly-1", "sia-philly-2"):
-        for j in read_trace(name, throughputs=SIA).workload.jobs:
+        try:
+            jobs = read_trace(name, throughputs=SIA).workload.jobs
+        except SpecError as e:  # sia-philly-2 is public data, not bundled
+            if "public data" not in str(e):
+                raise
+            pytest.skip(f"{name} needs the public data: {e}")
+        for j in jobs:
             kinds.setdefault((j.job_type, j.num_gpus), j)
     errors = []
     for job in kinds.values():
