@@ -44,6 +44,8 @@ def test_a_start_on_a_far_slower_board_waits_for_the_fast_board_freeing_soon() -
     d = _round(holder_steps_left=100.0, budget_cut_w=10.0, wait_for_fast=True)
     assert "new" not in d.placements and "new" in d.pending
     assert d.power_limits_w == {}  # the holder is not capped: holding freed the power
+    # its reason says why (it said "with every job capped", untrue here: nothing is capped)
+    assert "waits for a far faster board a running job frees soon" in str(d.pending["new"])
 
 
 def test_without_the_rule_it_starts_on_the_slow_board_and_the_holder_is_capped() -> None:

@@ -392,7 +392,7 @@ def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, oracle: 
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
     pending = dict(d.pending)
     for jid in out.held:
-        pending[jid] = held_reason(budget, out.power_w, by_id[jid])
+        pending[jid] = held_reason(budget, out.power_w, by_id[jid], jid in out.for_fast)
     return replace(
         d, placements={k: p for k, p in d.placements.items() if k not in held},
         started=tuple(j for j in d.started if j not in held), pending=pending,

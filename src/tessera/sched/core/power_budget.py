@@ -68,11 +68,13 @@ class BudgetOutcome:
         limits_w: the power limit per capped running job (absent: the flavor's maximum).
         held: jobs the round would have started that wait for power instead.
         power_w: cluster power after the stage, in watts.
+        for_fast: those of ``held`` that wait for a faster board (``wait_for_fast``).
     """
 
     limits_w: Mapping[JobId, float]
     held: tuple[JobId, ...]
     power_w: float
+    for_fast: tuple[JobId, ...] = ()
 
 
 _Key = tuple[str, str | None, GpuFlavor]
@@ -197,10 +199,13 @@ def budget_stage(
         for jid in displaced(snapshot, kept, started, oracle):
             del kept[jid]
             held.append(jid)
+        fast = tuple(held)
         if held:
             power = _power(snapshot, kept, by_id, levels, limits)
             if power <= budget.budget_w:
-                return BudgetOutcome(limits, tuple(held), power)
+                return BudgetOutcome(limits, fast, power, fast)
+    else:
+        fast = ()
     got = (_exact(snapshot, kept, by_id, levels, power, budget.budget_w, weights or {})
            if budget.mode == "exact" else None)
     if got is not None:
@@ -219,13 +224,14 @@ def budget_stage(
             held.append(jid)
             limits.pop(jid, None)
             power = _power(snapshot, kept, by_id, levels, limits)
-    return BudgetOutcome(limits, tuple(held), power)
+    return BudgetOutcome(limits, tuple(held), power, fast)
 
 
-def held_reason(budget: PowerBudget, power_w: float, job: JobView) -> PendingReason:
-    """Why ``job`` waits for power."""
+def held_reason(budget: PowerBudget, power_w: float, job: JobView,
+                for_fast: bool = False) -> PendingReason:
+    """Why ``job`` waits for power (``for_fast``: for a faster board, ``wait_for_fast``)."""
     return PendingReason(PendingKind.CAPACITY,
-                         PowerHeld(job.spec.num_gpus, budget.budget_w, power_w))
+                         PowerHeld(job.spec.num_gpus, budget.budget_w, power_w, for_fast))
 
 
 def _uniform(snapshot: Snapshot, placements: Mapping[JobId, Placement],

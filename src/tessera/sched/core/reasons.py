@@ -106,6 +106,9 @@ class PowerHeld:
     budget_w: float
     power_w: float
     """Cluster power after the round, in watts."""
+    for_fast_board: bool = False
+    """Held by ``--power-fast-boards``: it waits for a far faster board a running job frees
+    soon rather than start on a slow one (:mod:`tessera.sched.core.power_displace`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,10 @@ class PendingReason:
         if isinstance(d, MixNoPlan):
             return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "
                     f"planner can use; {d.why}; ranked #{d.rank} by the policy")
+        if isinstance(d, PowerHeld) and d.for_fast_board:
+            return (f"needs {d.needs_gpus} GPUs: the cluster is at its {d.budget_w / 1e3:.1f} "
+                    "kW power budget, so it waits for a far faster board a running job frees "
+                    "soon rather than start on a slow one (--power-fast-boards)")
         if isinstance(d, PowerHeld):
             return (f"needs {d.needs_gpus} GPUs but the cluster draws {d.power_w / 1e3:.1f} kW "
                     f"of its {d.budget_w / 1e3:.1f} kW power budget with every job capped")
