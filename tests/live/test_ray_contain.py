@@ -180,8 +180,29 @@ def test_a_rank_starts_at_most_once_and_forget_kills_what_runs(embedded_ray: Non
     # claim file beside its log says it started once already.
     assert ray.get(host.start.remote(key, ["sleep", "300"], _env(tmp_path, key), "0",
                                      logs)) == -1
+    wait_for(lambda: _ended(host, key), what="the refused rank's exit record")
     assert ray.get(host.poll.remote(key)) == ("exited", contain.EXEC_FAILED_RC, False)
     assert ray.get(host.outcome.remote(key))[0].startswith("lost: this rank was started")
+    ray.kill(host)
+
+
+def test_a_rank_polls_exited_only_once_its_exit_record_holds_its_log(embedded_ray: None,
+                                                                     tmp_path: Path) -> None:
+    """The service learns a run ended from a poll and releases it at once: the host drops the
+    rank, and until the service has saved the exit record, that record in the KV is all a log
+    read can answer from. So the record is written before any poll says the rank exited (a
+    read after ``succeeded`` once found no log)."""
+    from tessera.live.executors.ray.records import exit_key, get
+
+    host, key = _host(), _key()
+    ray.get(host.start.remote(key, ["sh", "-c", "echo the-last-words"], _env(tmp_path, key),
+                              "0", _logs(tmp_path)))
+    polls = 0
+    while ray.get(host.poll.remote(key))[0] != "exited":  # as tight as the service can poll
+        polls += 1
+        assert polls < 100_000, "the rank never ended"
+    rec = get(exit_key(*key))
+    assert rec is not None and "the-last-words" in rec["tail"], rec
     ray.kill(host)
 
 

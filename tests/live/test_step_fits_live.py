@@ -87,9 +87,12 @@ def test_a_job_resized_to_two_gpus_gets_a_fitted_model_in_the_next_decision(
         view = next(v for v in seen[-1].jobs if v.spec.job_id == jid)
         [(flavor, fit)] = view.step_fits
         assert flavor == V100
-        # 0.1 s per step at 1 x 128, 1/16 s at 2 x 128 (the service's clock: jitter allowed)
-        assert fit.iteration_s(1, 128.0) == pytest.approx(0.1, rel=0.3)
-        assert fit.iteration_s(2, 128.0) == pytest.approx(1 / 16, rel=0.3)
+        # 0.1 s per step at 1 x 128, 1/16 s at 2 x 128. The rates are timed on the service's
+        # clock, when each report arrives, so a busy machine delays some: the band is wide, and
+        # the order of the two sizes (what a decision acts on) is asserted on its own.
+        one, two_s = fit.iteration_s(1, 128.0), fit.iteration_s(2, 128.0)
+        assert one == pytest.approx(0.1, rel=0.5) and two_s == pytest.approx(1 / 16, rel=0.5)
+        assert two_s < one, (one, two_s)
         assert svc.store.get(jid).state is JobState.RUNNING  # type: ignore[union-attr]
     finally:
         svc.stop()

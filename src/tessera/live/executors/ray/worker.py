@@ -21,7 +21,10 @@ A rank is known by its key ``(job_id, run, rank)``. For each one the host
 * gives it a clean environment (:func:`~tessera.live.executors.base.launch_env`), never the
   host's own, so nothing of the host -- or of an earlier job -- reaches it;
 * writes an **exit record** to Ray's KV when the command ends
-  (:mod:`tessera.live.executors.ray.records`), so a restarted service learns how it ended;
+  (:mod:`tessera.live.executors.ray.records`), so a restarted service learns how it ended, and
+  polls the rank as exited only once that record is written: the service learns of the end
+  from a poll and then releases the run, and the record (with the log's tail) is what answers
+  a log read between the host dropping the rank and the service saving the record;
 * on :meth:`RankHost.forget`, kills whatever of the rank's tree is left (the guardian and every
   process recorded in the run's ``*.pids`` files), waits for the exit record, and drops it;
 * sets the rank's GPU power limit and measures its energy where the service asks
@@ -198,14 +201,16 @@ class RankHost:
             time.sleep(EXIT_POLL_S / 10)
         while not r.ended():
             time.sleep(EXIT_POLL_S)
-        detail, timed_out = r.outcome()
-        if r.measured:  # the limit goes back before the end is told to anyone
-            with self._power_lock:
-                r.energy_j, notes = self._power.end(key)
-            r.power = [*r.power, *notes]
-        put(exit_key(*key), {**exit_record(r.returncode(), r.stopped, str(r.log), detail,
-                                           timed_out), **r.power_fields()})
-        r.recorded.set()
+        try:
+            detail, timed_out = r.outcome()
+            if r.measured:  # the limit goes back before the end is told to anyone
+                with self._power_lock:
+                    r.energy_j, notes = self._power.end(key)
+                r.power = [*r.power, *notes]
+            put(exit_key(*key), {**exit_record(r.returncode(), r.stopped, str(r.log), detail,
+                                               timed_out), **r.power_fields()})
+        finally:  # the end is told (poll) only now, so the record outlives the rank's release
+            r.recorded.set()
 
     def _get(self, key: RankKey) -> _Rank | None:
         with self._lock:
@@ -217,7 +222,7 @@ class RankHost:
         r = self._get(key)
         if r is None or (r.proc is None and not r.failed):
             return "absent", None, False
-        if not r.ended():
+        if not r.ended() or not r.recorded.is_set():  # its exit record is not written yet
             return "running", None, False
         return "exited", r.returncode(), r.stopped
 
