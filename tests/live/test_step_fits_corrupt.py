@@ -1,0 +1,58 @@
+"""Review of the live step-time fits (:mod:`tessera.live.step_fits`): a ``stepfit:<job>`` row
+the service cannot read (a torn write, a hand edit, another version's shape) must not stop the
+scheduling loop; the fit is dropped, the job's events say so, and the job is scheduled with its
+profile as if it had never reported a local batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tessera.live.service import LiveService
+from tessera.live.spec import parse_request
+from tessera.live.step_fits import STEP_META
+from tessera.live.store import Store
+from tessera.live.tenancy import Principal
+from tests.live.helpers import make_service
+from tests.live.test_step_fits import _book
+
+ADMIN = Principal("admin", None)
+BAD_ROWS = [
+    "{not json",
+    json.dumps({"version": 1}),  # no flavors
+    json.dumps({"version": 1, "flavors": {"no-such-gpu": {"obs": [], "fit": None}}}),
+    json.dumps({"version": 1, "flavors": {"V100": {"obs": [[1, 64, -0.2]], "fit": None}}}),
+    json.dumps({"version": 1, "flavors": {"V100": {"obs": [[1, 64, 0.2]], "fit": [1, 2]}}}),
+    json.dumps({"version": 1, "flavors": {"V100": {"obs": [[0, 64, 0.2]], "fit": None}}}),
+    json.dumps([1, 2, 3]),
+]
+
+
+@pytest.mark.parametrize("raw", BAD_ROWS)
+def test_a_corrupt_stepfit_row_is_dropped_with_an_event_not_raised(
+        tmp_path: Path, raw: str) -> None:
+    store = Store(tmp_path / "state.db")
+    store.set_meta(STEP_META + "j-1", raw)
+    book = _book(store)
+    assert book.steps.fits("j-1") == ()
+    events = book.steps.refit("j-1")
+    assert len(events) == 1 and "stored step-time fit" in events[0], events
+    assert "unreadable" in events[0] and "dropped" in events[0]
+    assert book.steps.refit("j-1") == []  # said once
+
+
+def test_the_service_schedules_a_job_whose_stepfit_row_is_corrupt(tmp_path: Path) -> None:
+    """A restart over a store with a torn ``stepfit:`` row: the round runs, the job starts,
+    and its events say the fit was dropped."""
+    svc: LiveService = make_service(tmp_path / "state", cluster="v100:2", gpus_per_server=2,
+                                    policy="pollux", start=False)
+    text = ("name: j\nqueue: team-a\ncommand: 'true'\nflavors: [V100]\nmodel: cifar10\n"
+            "gpus: {min: 1, max: 2}\nglobal_batch: {initial: 256, max: 1024}\n")
+    jid = svc.submit(parse_request(text), ADMIN).job_id
+    svc.store.set_meta(STEP_META + jid, '{"version": 3, "flavors": {"V100": {"obs": [[1,')
+    svc.round(10.0)
+    texts = [e.detail for e in svc.store.events(jid)]
+    assert any("stored step-time fit" in t and "dropped" in t for t in texts), texts
+    assert svc.store.allocation(jid, 1) is not None  # scheduled with its profile
