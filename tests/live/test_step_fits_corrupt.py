@@ -56,3 +56,29 @@ def test_the_service_schedules_a_job_whose_stepfit_row_is_corrupt(tmp_path: Path
     texts = [e.detail for e in svc.store.events(jid)]
     assert any("stored step-time fit" in t and "dropped" in t for t in texts), texts
     assert svc.store.allocation(jid, 1) is not None  # scheduled with its profile
+
+
+def test_a_run_cycling_through_many_local_batches_keeps_a_bounded_book(tmp_path: Path) -> None:
+    """A job's own code chooses ``local_batch``: one that reports a new value each time (1, 2,
+    3, ... round robin) made one meter and, after two intervals each, one fitted size per value
+    -- without bound, each refit a least-squares over all of them and each publication a
+    larger ``stepfit:`` row."""
+    from tessera.live.step_fits import MAX_SIZES_PER_FLAVOR
+
+    store = Store(tmp_path / "state.db")
+    book = _book(store)
+    tok = book.token("j-1", 1)
+    n_batches = MAX_SIZES_PER_FLAVOR * 3
+    t_s, steps = 100.0, 0.0
+    for _cycle in range(3):
+        for lb in range(1, n_batches + 1):
+            t_s += 2.0
+            steps += 10.0
+            out = book.report("j-1", 1, tok, {"steps": steps, "local_batch": lb}, t_s)
+            assert out.status == 200, out.detail
+    book.steps.refit("j-1")
+    sizes = book.steps.sizes("j-1")
+    assert sum(len(s) for s in sizes.values()) <= MAX_SIZES_PER_FLAVOR
+    assert len(book.steps._meters) <= MAX_SIZES_PER_FLAVOR
+    raw = store.meta(STEP_META + "j-1")
+    assert raw is None or len(raw) < 100 * MAX_SIZES_PER_FLAVOR

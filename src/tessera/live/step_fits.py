@@ -29,6 +29,10 @@ own clock, as it derives rates (:mod:`tessera.live.progress`):
 
 **Refused** (422, with the reason, the job unharmed; :func:`check_local_batch`): a
 ``local_batch`` that is not a finite number, ``<= 0``, or over :data:`MAX_LOCAL_BATCH`.
+**Bounded:** a job chooses its own ``local_batch``, so one that reports a new value each time
+could grow its meters, its fit's points and its stored row without end; a run meters at most
+:data:`MAX_SIZES_PER_FLAVOR` local batches and a job's flavor keeps at most that many sizes
+(later new ones are accepted as reports but teach no step time).
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ MIN_FIT_POINTS = 2
 model is the bare ``beta * m``: it says nothing the rate does not)."""
 MAX_LOCAL_BATCH = 1 << 20
 """Samples per GPU per step above which a report is absurd (a million)."""
+MAX_SIZES_PER_FLAVOR = 64
+"""Distinct local batches a run meters, and ``(GPUs, local batch)`` sizes a job keeps per
+flavor (an elastic job visits a few dozen at most; the rest would only slow every refit)."""
 _WINDOW = 21  # points kept per (run, local batch): live.progress.WINDOW intervals
 _MIN_INTERVALS = 2
 
@@ -107,12 +114,22 @@ class LiveStepFits:
         if flavor is None or gpus < 1:
             return
         with self._lock:
-            meter = self._meters.setdefault((job_id, run, local_batch), deque(maxlen=_WINDOW))
+            key = (job_id, run, local_batch)
+            if key not in self._meters and sum(
+                    k[0] == job_id and k[1] == run for k in self._meters) >= MAX_SIZES_PER_FLAVOR:
+                return  # (bounded: module docstring)
+            meter = self._meters.setdefault(key, deque(maxlen=_WINDOW))
             meter.append((now_s, steps))
             step_s = _median_step_s(meter)
-            if step_s is not None:
-                by = self._pending.setdefault(job_id, {}).setdefault(flavor, {})
-                by[(gpus, local_batch)] = step_s
+            if step_s is None:
+                return
+            by = self._pending.setdefault(job_id, {}).setdefault(flavor, {})
+            size = (gpus, local_batch)
+            known = self.book.observations(job_id).get(flavor, {})
+            if size not in by and size not in known and \
+                    len(by) + len(known) >= MAX_SIZES_PER_FLAVOR:
+                return
+            by[size] = step_s
 
     def refit(self, job_id: str) -> list[str]:
         """Put ``job_id``'s new step times into its fit; the events to record (a flavor
