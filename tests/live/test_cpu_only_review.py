@@ -50,3 +50,30 @@ def test_cpu_only_jobs_of_one_queue_do_not_starve_another_queues_gpu_job(
     for t_s in (20.0, 30.0, 40.0):
         svc.round(t_s)
     assert svc.store.allocation(gid, 1) is not None  # team-b's 1 GPU of its 4 nominal
+
+
+def test_a_cpu_only_jobs_progress_reports_are_no_gpu_speed_evidence(tmp_path: Path) -> None:
+    """A CPU-only run's placement names its server's GPU flavor for display only; its reports
+    were kept as a measured rate *on that GPU flavor* (an event 'measured ... steps/s on
+    V100-16GB', the oracle's overlay, and slow-node evidence against the server when its
+    job_type has a GPU profile: a tenant's CPU-bound steps then read as a slow GPU)."""
+    from tessera.live import lifecycle
+    from tessera.model.jobs import JobState
+
+    svc = make_service(tmp_path / "state", cluster="v100:2", gpus_per_server=2, policy="fifo",
+                       start=False)
+    jid = svc.submit(parse_request(CPU_JOB + "job_type: resnet\n"), TEAM_A).job_id
+    svc.round(10.0)
+    a = svc.store.allocation(jid, 1)
+    assert a is not None and a.placement.num_gpus == 0
+    with svc.store.tx() as db:
+        rec = svc.store.get(jid)
+        if rec is not None and rec.state is JobState.PENDING:
+            svc.store.transition(db, jid, JobState.ADMITTED, 10.0, "planned")
+        lifecycle.mark_running(svc.store, db, a, 10.0, "launched", svc.speeds)
+    tok = svc.progress.token(jid, 1)
+    for k in range(5):
+        out = svc.progress.report(jid, 1, tok, {"steps": 0.1 * k}, 20.0 + 2.0 * k)
+        assert out.status == 200, out.detail
+    assert svc.progress.measured(jid) == {}
+    assert svc.progress.runs(jid) == []
