@@ -414,8 +414,10 @@ def _register_simulate(app: typer.Typer) -> None:
                                           "GPU, the baseline); needs --power-budget-kw."),
         power_wait_fast: bool = typer.Option(
             False, "--power-fast-boards", help="While --power-budget-kw binds, a job that would "
-            "start on a GPU type 3x or more slower than one a running job frees soon waits for "
-            "it (docs/energy.md, Power budget); needs --power-budget-kw, not uniform."),
+            "start on a GPU type 3x or more slower than one a running job frees soon (its "
+            "remaining time at most half the run time waiting saves) waits for it "
+            "(docs/energy.md, Power budget); needs --power-budget-kw, not uniform; default: "
+            "off."),
         zeus_eta: float | None = typer.Option(
             None, "--zeus-eta", help="Per-job Zeus: every job at the power limit minimising "
             "η·energy + (1-η)·MAXPOWER·time on its GPU type (η in [0, 1]; default: off; "
@@ -443,9 +445,10 @@ def _register_simulate(app: typer.Typer) -> None:
             None, "--slack-h", help="Give every job that declares no slack (max_delay_s) this "
                                     "many hours of it (default: none)."),
         suspend_after_s: float | None = typer.Option(
-            None, "--suspend-after-s", help="Power saving (Slurm's SuspendTime): a server idle "
-            "this long is suspended, and a job started on it waits --resume-s (every policy "
-            "and --carbon-shift mode; docs/energy.md)."),
+            None, "--suspend-after-s", help="Power saving (Slurm's SuspendTime): seconds a server "
+            "stays idle (every GPU free) before it is suspended; a job started on it waits "
+            "--resume-s (every policy and --carbon-shift mode; docs/energy.md). Default: "
+            "servers never sleep."),
         resume_s: float = typer.Option(
             300.0, "--resume-s", help="With --suspend-after-s: seconds a server takes to resume."),
         off_power_w: float = typer.Option(
@@ -507,7 +510,8 @@ def _register_simulate(app: typer.Typer) -> None:
             from tessera.errors import SpecError
 
             raise SpecError("--power-fast-boards needs --power-budget-kw with --power-capping "
-                            f"flow (got {power_capping})")
+                            + ("flow (got no --power-budget-kw)" if power_budget_kw is None
+                               else f"flow (got {power_capping})"))
         if zeus_eta is not None or energy_types:
             updates.update(zeus_eta=zeus_eta, energy_types=energy_types,
                            energy_slack=energy_slack)
@@ -584,7 +588,7 @@ def _sleep_settings(suspend_after_s: float, resume_s: float,
     for flag, value in (("--suspend-after-s", suspend_after_s), ("--resume-s", resume_s),
                         ("--off-power-w", off_power_w)):
         if not (math.isfinite(value) and value >= 0):
-            raise SpecError(f"{flag} must be >= 0, got {value:g}")
+            raise SpecError(f"{flag} must be a finite number >= 0, got {value:g}")
     return {"suspend_after_s": suspend_after_s, "resume_s": resume_s,
             "off_power_w": off_power_w}
 

@@ -265,7 +265,9 @@ class JobRequest(BaseModel):
             ("flavors", bool(self.flavors)), ("global_batch", self.global_batch is not None),
             ("parallelism 3d", self.parallelism == "3d"),
             ("power_limit_w", self.power_limit_w is not None),
-            ("memory_gib", self.memory_gib is not None)) if given]
+            ("memory_gib", self.memory_gib is not None),
+            ("exclusive", self.exclusive is not None),  # (GPU sharing)
+            ("requires_locality", self.requires_locality)) if given]  # (a gang on one node)
         if gpu_only:
             raise ValueError(f"a CPU-only job (gpus: 0) cannot set {', '.join(gpu_only)}")
 

@@ -263,11 +263,13 @@ class LiveService:
 
     def _run_where(self, job_id: str, run: int
                    ) -> tuple[str, GpuFlavor | None, tuple[str, ...]] | None:
-        """A run's status, flavor (``None`` for a mixed gang) and nodes, for progress reports."""
+        """A run's status, flavor (``None`` for a mixed gang, and for a CPU-only run: its
+        placement's flavor is its server's, for display; its steps say nothing of that GPU's
+        speed) and nodes, for progress reports."""
         a = self.store.allocation(job_id, run)
         if a is None:
             return None
-        f = a.placement.sole_flavor
+        f = a.placement.sole_flavor if a.placement.num_gpus > 0 else None
         return (a.status, f,
                 tuple(n for n, _c in a.placement.gpus_by_node))
 

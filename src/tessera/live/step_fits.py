@@ -22,16 +22,24 @@ own clock, as it derives rates (:mod:`tessera.live.progress`):
    them instead of the bundled profile, from the next decision on. The job's events say
    when a flavor is first fitted and when its fit moves. Each publication is written to the
    store (``meta`` key ``stepfit:<job>``: the version, and per flavor the observed step
-   times and the fit), so a restart loses no fit.
+   times and the fit), so a restart loses no fit. A row that cannot be read back (not JSON,
+   another shape, an unknown flavor, a step time that is not positive and finite) is dropped
+   with a logged warning and one event on the job (:data:`CORRUPT_NOTE`): the job is valued
+   by its profile again until it reports anew; the loop never stops on it.
 
 **Refused** (422, with the reason, the job unharmed; :func:`check_local_batch`): a
 ``local_batch`` that is not a finite number, ``<= 0``, or over :data:`MAX_LOCAL_BATCH`.
+**Bounded:** a job chooses its own ``local_batch``, so one that reports a new value each time
+could grow its meters, its fit's points and its stored row without end; a run meters at most
+:data:`MAX_SIZES_PER_FLAVOR` local batches and a job's flavor keeps at most that many sizes
+(later new ones are accepted as reports but teach no step time).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import threading
 from collections import deque
@@ -43,12 +51,19 @@ from tessera.model.gpus import GpuFlavor, resolve_flavor
 from tessera.perf.goodput_fit import StepFits, ThroughputParams
 from tessera.perf.step_book import StepBook
 
+log = logging.getLogger("tessera.live.step_fits")
+
 STEP_META = "stepfit:"
+CORRUPT_NOTE = ("stored step-time fit (meta {key}) is unreadable and was dropped ({why}); "
+                "the job is valued by its profile until it reports its local batch again")
 MIN_FIT_POINTS = 2
 """Distinct ``(GPUs, local batch)`` sizes on a flavor before it is fitted (with one, the
 model is the bare ``beta * m``: it says nothing the rate does not)."""
 MAX_LOCAL_BATCH = 1 << 20
 """Samples per GPU per step above which a report is absurd (a million)."""
+MAX_SIZES_PER_FLAVOR = 64
+"""Distinct local batches a run meters, and ``(GPUs, local batch)`` sizes a job keeps per
+flavor (an elastic job visits a few dozen at most; the rest would only slow every refit)."""
 _WINDOW = 21  # points kept per (run, local batch): live.progress.WINDOW intervals
 _MIN_INTERVALS = 2
 
@@ -90,6 +105,7 @@ class LiveStepFits:
         self._meters: dict[tuple[str, int, float], deque[tuple[float, float]]] = {}
         self._pending: dict[str, dict[GpuFlavor, dict[tuple[int, float], float]]] = {}
         self._loaded: set[str] = set()
+        self._notes: dict[str, str] = {}  # a dropped stored row, said once by refit
 
     def record(self, job_id: str, run: int, flavor: GpuFlavor | None, gpus: int,
                local_batch: float, steps: float, now_s: float) -> None:
@@ -98,12 +114,22 @@ class LiveStepFits:
         if flavor is None or gpus < 1:
             return
         with self._lock:
-            meter = self._meters.setdefault((job_id, run, local_batch), deque(maxlen=_WINDOW))
+            key = (job_id, run, local_batch)
+            if key not in self._meters and sum(
+                    k[0] == job_id and k[1] == run for k in self._meters) >= MAX_SIZES_PER_FLAVOR:
+                return  # (bounded: module docstring)
+            meter = self._meters.setdefault(key, deque(maxlen=_WINDOW))
             meter.append((now_s, steps))
             step_s = _median_step_s(meter)
-            if step_s is not None:
-                by = self._pending.setdefault(job_id, {}).setdefault(flavor, {})
-                by[(gpus, local_batch)] = step_s
+            if step_s is None:
+                return
+            by = self._pending.setdefault(job_id, {}).setdefault(flavor, {})
+            size = (gpus, local_batch)
+            known = self.book.observations(job_id).get(flavor, {})
+            if size not in by and size not in known and \
+                    len(by) + len(known) >= MAX_SIZES_PER_FLAVOR:
+                return
+            by[size] = step_s
 
     def refit(self, job_id: str) -> list[str]:
         """Put ``job_id``'s new step times into its fit; the events to record (a flavor
@@ -111,9 +137,9 @@ class LiveStepFits:
         self._load(job_id)
         with self._lock:
             pending = self._pending.pop(job_id, None)
+        events = [note] if (note := self._notes.pop(job_id, None)) else []
         if not pending:
-            return []
-        events = []
+            return events
         before = dict(self.book.fits(job_id))
         for flavor, sizes in pending.items():
             if not self.book.observe(job_id, flavor, [(n, m, s) for (n, m), s in sizes.items()]):
@@ -185,22 +211,50 @@ class LiveStepFits:
             return
         self._loaded.add(job_id)
         raw = self.store.meta(STEP_META + job_id)
-        if raw:
+        if not raw:
+            return
+        try:
             fits, obs, version = parse(json.loads(raw))
-            self.book.restore(job_id, fits, version, obs)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            why = f"{type(e).__name__}: {str(e)[:120]}"
+            note = CORRUPT_NOTE.format(key=STEP_META + job_id, why=why)
+            log.warning("job %s: %s", job_id, note)
+            self._notes[job_id] = note
+            return
+        self.book.restore(job_id, fits, version, obs)
 
 
 def parse(d: Mapping[str, Any]) -> tuple[StepFits, dict[GpuFlavor, dict[tuple[int, float],
                                                                       float]], int]:
-    """``(fits, observations, version)`` of a persisted ``stepfit:<job>`` value."""
+    """``(fits, observations, version)`` of a persisted ``stepfit:<job>`` value.
+
+    Raises:
+        ValueError, KeyError, TypeError: a value of another shape, an unknown flavor, a size
+            or step time that is not positive and finite, a fit that is not five finite numbers.
+    """
     fits: list[tuple[GpuFlavor, ThroughputParams]] = []
     obs: dict[GpuFlavor, dict[tuple[int, float], float]] = {}
     for short, v in d["flavors"].items():
         f = resolve_flavor(short)
-        obs[f] = {(int(n), float(m)): float(s) for n, m, s in v["obs"]}
+        obs[f] = {}
+        for n, m, s in v["obs"]:
+            size = (int(n), float(m))
+            if not (size[0] >= 1 and _positive(size[1]) and _positive(float(s))):
+                raise ValueError(f"step time {s!r} at {n!r} GPUs x {m!r} on {short}")
+            obs[f][size] = float(s)
         if v.get("fit") is not None:
-            fits.append((f, ThroughputParams(*(float(x) for x in v["fit"]))))
-    return tuple(fits), obs, int(d["version"])
+            params = [float(x) for x in v["fit"]]
+            if len(params) != 5 or not all(map(math.isfinite, params)):
+                raise ValueError(f"fit on {short} is not five finite numbers: {v['fit']!r:.80}")
+            fits.append((f, ThroughputParams(*params)))
+    version = int(d["version"])
+    if version < 0:
+        raise ValueError(f"version {version}")
+    return tuple(fits), obs, version
+
+
+def _positive(x: float) -> bool:
+    return math.isfinite(x) and x > 0
 
 
 def _describe(fit: ThroughputParams, seen: Mapping[tuple[int, float], float]) -> str:

@@ -11,8 +11,10 @@ under every policy and carbon mode alike:
   :meth:`~tessera.sim.energy.EnergyBook.suspended`);
 * a job started on a suspended server holds its GPUs at once but progresses only after
   ``resume_s`` (the servers of a gang boot in parallel: one ``resume_s``), before any restore
-  of its own; the delay is part of its waiting time. The resume is booked like a restore: at
-  the job's draw (a booting server draws less; this over-counts, the same for every mode).
+  of its own; the delay is part of its waiting time. Any other job started on that server
+  before it is up (in the same round, or later during the boot) waits for the same boot.
+  The resume is booked like a restore: at the job's draw (a booting server draws less; this
+  over-counts, the same for every mode).
 
 Not modelled: Slurm's ``SuspendRate``/``ResumeRate`` (nodes suspended or resumed per minute;
 unlimited here), and waking a server ahead of a planned start. The first submission is the
@@ -57,21 +59,25 @@ class ServerSleep:
         """Servers with every GPU free, and since when."""
         self.suspensions = 0
         """How many resumes jobs waited for."""
+        self.up_at_s: dict[str, float] = {}
+        """Servers woken from a suspension, and when they are up again."""
 
     def woken(self, node_ids: list[str], t_s: float) -> float:
         """A job starts at ``t_s`` on ``node_ids``: the seconds it waits for a resume (0 when
-        none was suspended). Each idle one stops being idle; a suspended one's suspension is
-        booked up to ``t_s``."""
+        none was suspended and none is still booting). Each idle one stops being idle; a
+        suspended one's suspension is booked up to ``t_s`` and it boots until ``t_s +
+        resume_s``; a server still booting (woken by an earlier start) delays this job until
+        it is up."""
         delay_s = 0.0
+        woke = False
         for node_id in node_ids:
             since = self.idle_since_s.pop(node_id, None)
-            if since is None:
-                continue
-            asleep_s = since + self.suspend_after_s
-            if t_s >= asleep_s and t_s > since:
-                self.book.suspended(asleep_s, t_s, self.saved_w[node_id])
-                delay_s = self.resume_s
-        if delay_s > 0:
+            if since is not None and t_s >= since + self.suspend_after_s and t_s > since:
+                self.book.suspended(since + self.suspend_after_s, t_s, self.saved_w[node_id])
+                self.up_at_s[node_id] = t_s + self.resume_s
+                woke = True
+            delay_s = max(delay_s, self.up_at_s.get(node_id, t_s) - t_s)
+        if woke:
             self.suspensions += 1
         return delay_s
 
