@@ -3,7 +3,9 @@
 For each throughput table (Gavel's, Sia's, or a Gavel-layout file) and each protocol it prints,
 per flavor, the mean absolute percentage error (MAPE) and the worst error of the speed
 estimator (:mod:`tessera.perf.estimate`) with the prior alone (k = 0) and after k observations
-of the job on other flavors. ``--json`` prints the same rows for scripts.
+of the job on other flavors. ``--json`` prints the same rows for scripts. ``--bound`` adds,
+beside each one-observation row, the hindsight MAPE of the best predictor of two classes
+(:mod:`tessera.perf.speed_bound`): what no method of the class can beat.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import typer
 
 from tessera.cli.options import JSON
+
+if TYPE_CHECKING:
+    from tessera.perf.profiles import ThroughputTable
 
 EPILOG = "Example: tessera speeds --table sia --model-known -k 1"
 
@@ -47,6 +53,11 @@ def speeds(
         "(also a per-job roofline from the FLOPs, bytes and kernels the job's model computes, "
         "blended with the completion as cross-validation on the other job types and flavors "
         "chooses; Gavel's and Sia's job types only)."),
+    bound: bool = typer.Option(
+        False, "--bound", help="Beside each k = 1 row, the hindsight bounds of "
+        "perf/speed_bound.py: the MAPE of the best ratio per flavor pair (scale %) and of "
+        "the best c * r**b (r^b %), per model too with --model-known. Chosen knowing the "
+        "answers: a floor for the class, never a prediction."),
     as_json: bool = JSON,
 ) -> None:
     """Measure how well Tessera guesses a job's speed on each GPU flavor it has not run on:
@@ -83,6 +94,7 @@ def speeds(
     rows: list[dict[str, object]] = []
     for name in tables:
         table = load_throughputs(name)
+        floors = _bounds(table, model) if bound else {}
         if prior == "kernels":  # (once per table, not a "skipped" line per protocol and k)
             from tessera.perf.estimate import table_matrix
             from tessera.perf.job_work import table_work
@@ -100,7 +112,8 @@ def speeds(
                     typer.echo(f"skipped: {e}", err=True)
                     continue
                 rows += [{"table": name, "prior": prior, "model_known": model,
-                          **asdict(e)} for e in errors]
+                          **asdict(e), **(floors.get(e.flavor, {}) if k == 1 else {})}
+                         for e in errors]
     if as_json:
         typer.echo(json.dumps([{k: (None if isinstance(v, float) and math.isnan(v) else v)
                                 for k, v in r.items()} for r in rows], indent=2))
@@ -108,14 +121,31 @@ def speeds(
     _print(rows)
 
 
+def _bounds(table: ThroughputTable, model: bool) -> dict[str, dict[str, float]]:
+    """Per flavor, the hindsight bounds the rows show (the model's classes with ``model``)."""
+    from tessera.perf.speed_bound import one_observation_bounds
+
+    out = {}
+    for b in one_observation_bounds(table):
+        scale, power = (b.scale_model, b.power_model) if model else (b.scale, b.power)
+        out[b.flavor] = {"bound_scale": scale, "bound_power": power}
+    return out
+
+
 def _print(rows: list[dict[str, object]]) -> None:
+    bound = any("bound_scale" in r for r in rows)
     header = (f"{'table':<8} {'protocol':<9} {'k':>1}  {'flavor':<11} {'MAPE %':>7} "
-              f"{'worst %':>8}  {'n':>4}  {'worst job':<28} best from")
+              + (f"{'scale %':>8} {'r^b %':>6} " if bound else "")
+              + f"{'worst %':>8}  {'n':>4}  {'worst job':<28} best from")
     typer.echo(header)
     typer.echo("-" * len(header))
     for r in rows:
         best = (f"{r['best_source']} ({r['best_source_mape']:.1f} %)" if r["best_source"]
                 else "")
+        floor = ""
+        if bound:
+            floor = (f"{r['bound_scale']:>8.1f} {r['bound_power']:>6.1f} " if "bound_scale" in r
+                     else f"{'':>8} {'':>6} ")
         typer.echo(f"{r['table']!s:<8} {r['protocol']!s:<9} {r['k']!s:>1}  {r['flavor']!s:<11} "
-                   f"{r['mape']:>7.1f} {r['worst']:>8.1f}  {r['predictions']!s:>4}  "
+                   f"{r['mape']:>7.1f} {floor}{r['worst']:>8.1f}  {r['predictions']!s:>4}  "
                    f"{str(r['worst_job'])[:28]:<28} {best}")
