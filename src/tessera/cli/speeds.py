@@ -21,11 +21,15 @@ from tessera.cli.options import JSON
 
 if TYPE_CHECKING:
     from tessera.perf.profiles import ThroughputTable
+    from tessera.perf.speed_eval import FlavorError
 
 EPILOG = "Example: tessera speeds --table sia --model-known -k 1"
 
+#: One-observation ratio rules of :mod:`tessera.perf.pair_ratio` (its ``VARIANTS``), k = 1 only.
+PAIR_PRIORS = ("mean-log", "median-log", "mape", "near-rate", "near-work", "auto")
+
 #: The priors ``--prior`` accepts.
-PRIORS = ("roofline", "kernels")
+PRIORS = ("roofline", "kernels", *PAIR_PRIORS)
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +56,10 @@ def speeds(
         "(matrix completion; a flavor no table covers from its peak FP32 FLOP/s) or kernels "
         "(also a per-job roofline from the FLOPs, bytes and kernels the job's model computes, "
         "blended with the completion as cross-validation on the other job types and flavors "
-        "chooses; Gavel's and Sia's job types only)."),
+        "chooses; Gavel's and Sia's job types only), or, for k = 1 only, a ratio per flavor "
+        "pair learned from the other job types (perf/pair_ratio.py): mean-log, median-log, "
+        "mape, near-rate, near-work (nearest job types in FLOPs and bytes per step) or auto "
+        "(per pair, the rule with the lowest leave-one-out error on the other job types)."),
     bound: bool = typer.Option(
         False, "--bound", help="Beside each k = 1 row, the hindsight bounds of "
         "perf/speed_bound.py: the MAPE of the best ratio per flavor pair (scale %) and of "
@@ -86,9 +93,9 @@ def speeds(
             raise SpecError(f"--protocol {p!r}: one of {', '.join(PROTOCOLS)}")
     if prior not in PRIORS:
         raise SpecError(f"--prior {prior!r}: one of {', '.join(PRIORS)}")
-    if prior == "kernels" and model:
-        raise SpecError("--prior kernels and --model-known do not combine: the kernels prior "
-                        "blends with the completion of unknown models only")
+    if prior != "roofline" and model:
+        raise SpecError(f"--prior {prior} and --model-known do not combine: only the "
+                        "roofline prior uses the job's model")
     if any(k < 0 for k in ks):
         raise SpecError(f"-k {min(ks)}: the number of observations is 0 or more")
     rows: list[dict[str, object]] = []
@@ -106,8 +113,11 @@ def speeds(
         for protocol in protocols:
             for k in ks:
                 try:
-                    errors = (evaluate_kernels(table, protocol, k) if prior == "kernels"
-                              else evaluate(table, protocol, k, use_model=model))
+                    if prior in PAIR_PRIORS:
+                        errors = _pairs(table, protocol, k, prior)
+                    else:
+                        errors = (evaluate_kernels(table, protocol, k) if prior == "kernels"
+                                  else evaluate(table, protocol, k, use_model=model))
                 except SpecError as e:  # k too large for this table's flavors
                     typer.echo(f"skipped: {e}", err=True)
                     continue
@@ -119,6 +129,16 @@ def speeds(
                                 for k, v in r.items()} for r in rows], indent=2))
         return
     _print(rows)
+
+
+def _pairs(table: ThroughputTable, protocol: str, k: int, prior: str) -> list[FlavorError]:
+    """A ratio rule's errors; :class:`SpecError` for ``k`` other than 1."""
+    from tessera.errors import SpecError
+    from tessera.perf.pair_ratio import evaluate_pairs
+
+    if k != 1:
+        raise SpecError(f"k={k}: --prior {prior} is a rule for one observation (k = 1)")
+    return evaluate_pairs(table, protocol, prior)
 
 
 def _bounds(table: ThroughputTable, model: bool) -> dict[str, dict[str, float]]:
