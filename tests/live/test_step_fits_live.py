@@ -25,13 +25,15 @@ from tests.live.helpers import ServerThread, make_service, wait_for
 ADMIN = Principal("admin", None)
 SRC = str(Path(tessera.__file__).parents[1])
 V100 = resolve_flavor("V100-16GB")
-#: Rank 0 reports steps at 10 steps/s on one GPU, 16 on two, with its local batch; every
-#: rank lives until stopped.
+#: Rank 0 reports steps at 10 steps/s on one GPU and 8 on two, with its local batch (the same
+#: 128 samples per GPU: two GPUs add a synchronisation to each step, as Pollux's model has it --
+#: a step that got *faster* at the same local batch is one no fit of that model can follow);
+#: every rank lives until stopped.
 SCRIPT = """
 import os, time
 import tessera
 world = int(os.environ["WORLD_SIZE"])
-rate = 10.0 if world == 1 else 16.0
+rate = 10.0 if world == 1 else 8.0
 local = float(os.environ["TESSERA_LOCAL_BATCH"])
 t0 = time.monotonic()
 while True:
@@ -87,12 +89,10 @@ def test_a_job_resized_to_two_gpus_gets_a_fitted_model_in_the_next_decision(
         view = next(v for v in seen[-1].jobs if v.spec.job_id == jid)
         [(flavor, fit)] = view.step_fits
         assert flavor == V100
-        # 0.1 s per step at 1 x 128, 1/16 s at 2 x 128. The rates are timed on the service's
-        # clock, when each report arrives, so a busy machine delays some: the band is wide, and
-        # the order of the two sizes (what a decision acts on) is asserted on its own.
+        # 0.1 s per step at 1 x 128, 0.125 s at 2 x 128. The rates are timed on the service's
+        # clock, when each report arrives, so a busy machine delays some: a band of 30 %.
         one, two_s = fit.iteration_s(1, 128.0), fit.iteration_s(2, 128.0)
-        assert one == pytest.approx(0.1, rel=0.5) and two_s == pytest.approx(1 / 16, rel=0.5)
-        assert two_s < one, (one, two_s)
+        assert one == pytest.approx(0.1, rel=0.3) and two_s == pytest.approx(0.125, rel=0.3)
         assert svc.store.get(jid).state is JobState.RUNNING  # type: ignore[union-attr]
     finally:
         svc.stop()
