@@ -281,7 +281,8 @@ class LearnedOracle(ThroughputOracle):
     def fastest_first(self, job: JobSpec) -> tuple[GpuFlavor, ...]:
         """Flavors fastest first by estimate, except a *near tie*: two neighbours whose
         estimates are within :data:`NEAR_TIE` of each other, one of them never observed for
-        this job at its size, go in the order of the typical job's speed, the flavor other
+        this job at its own gang size (a 1-GPU profile does not tell the gang's scaling), go
+        in the order of the typical job's speed, the flavor other
         jobs gain less from first (both observed: the observations decide).
 
         Why: an estimate cannot order flavors closer than its own error, and the order
@@ -291,7 +292,7 @@ class LearnedOracle(ThroughputOracle):
         12 of the cluster's 16 A100s that the short CIFAR-10 gangs run 4.4x faster on
         (``las``, sia-philly-2: 1.102x the table's average JCT; with this rule 1.000)."""
         rates = sorted(self.rates(job), key=lambda r: -r.consolidated)
-        seen = self.observed(job)
+        seen = {f for f, g in self._observed.get(job.job_id, {}) if g == job.num_gpus}
         est = self._estimator(job.job_type)
         for i in range(len(rates) - 1):
             a, b = rates[i], rates[i + 1]
