@@ -8,11 +8,13 @@ Under ``tessera simulate --speeds learned`` the simulator keeps two oracles over
 * the **policies' view** (:class:`LearnedOracle`) answers :meth:`rates`, :meth:`rate`,
   :meth:`best_rate`, :meth:`fastest_first`, :meth:`faster_than` and
   :meth:`placement_rate` from :class:`tessera.perf.estimate.SpeedEstimator`: before a job has
-  run, the prior (the table's *other* job types completed in log space, shaped by the
-  same-model job types when there are some: the job's own type is left out, as if the table
-  had never measured it); once it has run on a flavor, its observed rate there (exactly:
-  the observation, not the fitted row), which also fixes the whole row's scale (two flavors
-  also fit its shape).
+  run, the prior (the table's *other* job types completed in log space; when the table has
+  job types of the same model, their measured cells interpolated at the job's batch size,
+  :func:`tessera.perf.model_shape.measured_prior`: the job's own type is left out, as if the
+  table had never measured it); once it has run on a flavor, its observed rate there
+  (exactly: the observation, not the fitted row), which also fixes the whole row's scale.
+  Flavors whose estimates are a near tie are ordered by what other jobs gain from them
+  (:meth:`LearnedOracle.fastest_first`).
 
 What the view still takes from the truth, and why: *where* a job can run (which flavors fit
 its memory: a memory model answers that, not a speed estimate), and the ratio of its split to
