@@ -14,7 +14,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.model.cluster import load_cluster
-from tessera.perf.estimate import SpeedEstimator, model_of
+from tessera.perf.model_shape import measured_prior
 from tessera.perf.scaling_prior import ScalingPrior
 from tessera.perf.tables import load_throughputs
 from tessera.sched.core.learned import LearnedOracle, ObservedOracle
@@ -40,9 +40,8 @@ def test_an_unobserved_flavor_gets_its_own_scaling_prior() -> None:
     prior = ScalingPrior(SIA)
     eff_t4, eff_a100 = (prior.efficiency(JOB_TYPE, f, 16) for f in (t4, a100))
     assert not math.isclose(eff_t4, eff_a100, rel_tol=0.05)  # (the case that matters)
-    est = SpeedEstimator.from_table(SIA, without_job_types=[JOB_TYPE])
-    row = est.estimate({"T4": seen / eff_t4}, model_of(JOB_TYPE))
-    want = row[est.flavors[est.column("A100-40GB")]] * eff_a100 * 16
+    row = measured_prior(SIA, JOB_TYPE)  # (the model's row, moved to the observation)
+    want = row["A100-40GB"] * (seen / eff_t4) / row["T4"] * eff_a100 * 16
     assert learned.rate(job, a100, True) == pytest.approx(want)
     assert learned.rate(job, t4, True) == pytest.approx(seen * 16)  # (observed: as observed)
 

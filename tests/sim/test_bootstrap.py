@@ -27,7 +27,8 @@ T = default_throughputs()
 V100, K80 = resolve_flavor("v100"), resolve_flavor("k80")
 CLUSTER = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
 EVENTS = SchedulerSettings(checkpoint_s=0, restore_s=0, mode="events")
-# Recommendation runs 1.5x faster on a K80 than on a V100; its prior says the opposite.
+# Recommendation runs 1.5x faster on a K80 than on a V100; its prior (the other batch sizes)
+# is a few percent off.
 JOB = make_job("a", job_type=RECO, steps=T.throughput(RECO, K80) * 1000)
 
 
@@ -100,7 +101,7 @@ def test_measurement_noise_is_seeded_and_moves_the_estimate() -> None:
 def test_error_over_time_is_a_series_in_json_and_csv(tmp_path: Path) -> None:
     r = simulate(make_workload(JOB), CLUSTER, "hetero_srpt", _learned(bootstrap_s=300.0))
     first, last = r.estimate_error[0], r.estimate_error[-1]
-    assert first.time_s == 0.0 and first.mean_error > 0.3 and first.jobs == 1
+    assert first.time_s == 0.0 and first.mean_error > 0.02 and first.jobs == 1
     assert last.time_s == 600.0 and last.mean_error == pytest.approx(0.0)
     payload = json.loads(json.dumps(r.as_dict()))
     assert payload["estimate_error"][0]["mean_error"] == pytest.approx(first.mean_error)

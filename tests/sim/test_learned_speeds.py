@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from tessera.model.gpus import resolve_flavor
-from tessera.perf.estimate import SpeedEstimator, model_of
+from tessera.perf.model_shape import measured_prior
 from tessera.perf.profiles import default_throughputs
 from tessera.sched.core.learned import LearnedOracle, ObservedOracle
 from tessera.sched.core.settings import SchedulerSettings
@@ -27,13 +27,14 @@ def _oracles() -> tuple[ObservedOracle, LearnedOracle]:
 def test_before_it_runs_a_job_is_seen_through_the_other_job_types() -> None:
     _truth, learned = _oracles()
     job = make_job("a", job_type=RECO)
-    prior = SpeedEstimator.from_table(T, without_job_types=[RECO]).estimate({}, model_of(RECO))
+    prior = measured_prior(T, RECO)  # (its model's other batch sizes, measured cells)
     seen = {r.flavor: r.consolidated for r in learned.rates(job)}
     assert seen[V100] == pytest.approx(prior["V100-16GB"])
     assert seen[K80] == pytest.approx(prior["K80"])
     # the table says Recommendation is 1.5x faster on a K80 than on a V100: the estimate
-    # (from the other Recommendation batch sizes) has to learn it, it is not read
+    # (interpolated between batch sizes 512 and 2048) learns it, it is not read
     assert T.throughput(RECO, V100) != pytest.approx(seen[V100])
+    assert seen[K80] > 1.3 * seen[V100]
     assert learned.real_rates(job) == _truth.real_rates(job)
 
 
