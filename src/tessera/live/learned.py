@@ -73,12 +73,16 @@ def apply_learned(svc: Learner, records: list[JobRecord], now_s: float) -> froze
             runs[jid] = job_runs
         a = running.get(jid)
         events.extend((jid, text) for text in book.steps.refit(jid))
+        if (note := book.take_note(jid)) is not None:
+            events.append((jid, note))
         if not job_runs and a is not None and a.started_s is not None and \
                 now_s - a.started_s >= SILENT_S and jid not in svc.silent_noted:
             svc.silent_noted.add(jid)
-            f = a.placement.sole_flavor
+            spec = rec.job.spec
+            f = a.placement.sole_flavor if spec.num_gpus > 0 else None  # CPU-only: no GPU's
+            cpu = f"{spec.cpu_steps_per_s:.3g} steps/s on CPUs" if spec.cpu_steps_per_s else None
             prior = (f"{prior_rate(svc, rec, f):.3g} steps/s on {f.short}" if f
-                     else "its prior")
+                     else cpu or "its prior")
             events.append((jid, f"no progress reports: scheduling with the prior speed "
                                 f"({prior}); a job reports with tessera.progress(steps=...)"))
         if not job_runs or (jid in svc.applied_rates and jid not in changed):

@@ -28,7 +28,9 @@ evaluation) or one burst does not move it. A rate needs :data:`MIN_INTERVALS` (2
 Each job's runs' estimates (flavor, nodes, rate, when) are kept in the store
 (``meta`` key ``progress:<job>``, rewritten when a run's rate moved by more than 1 % or 30 s
 after it was last written), so a restart loses none (at most 30 s of a drift under 1 %); a
-job's measured rate on a flavor is its latest run's there.
+job's measured rate on a flavor is its latest run's there. A row a restart cannot read (torn,
+hand-edited, an unknown flavor, a rate that is not positive) is dropped with a warning and one
+event on the job (:data:`CORRUPT_NOTE`), which keeps its prior until its runs report again.
 
 **Gradient noise scale (Pollux's agent).** A report's ``gns`` (samples, at the job's initial
 batch) is kept per job, the last :data:`GNS_WINDOW` (5) accepted values; the job's noise
@@ -50,6 +52,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import logging
 import math
 import secrets
 import statistics
@@ -66,6 +69,12 @@ from tessera.perf.goodput_fit import fit_noise_scale
 
 KEY_META = "progress_key"
 JOB_META = "progress:"
+CORRUPT_NOTE = ("stored progress rates (meta {key}) are unreadable and were dropped ({why}); "
+                "the job is scheduled with its prior speed until its runs report again")
+"""The event (once) and warning for a ``progress:<job>`` row a restart cannot read."""
+
+log = logging.getLogger(__name__)
+
 MIN_INTERVAL_S = 1.0
 WINDOW = 20
 MIN_INTERVALS = 2
@@ -111,8 +120,10 @@ class RunRate:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunRate:
-        return cls(int(d["run"]), resolve_flavor(str(d["flavor"])), tuple(d["nodes"]),
-                   float(d["steps_per_s"]),
+        rate = float(d["steps_per_s"])
+        if not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"steps_per_s {d['steps_per_s']!r} is not a positive number")
+        return cls(int(d["run"]), resolve_flavor(str(d["flavor"])), tuple(d["nodes"]), rate,
                    int(d["intervals"]), float(d["since_s"]), float(d["updated_s"]))
 
 
@@ -200,6 +211,7 @@ class ProgressBook:
         self._changed: set[str] = set()
         self._written: dict[tuple[str, int], tuple[float, float]] = {}
         self._gns: dict[str, deque[float]] = {}
+        self._notes: dict[str, str] = {}  # a dropped stored row, said once (take_note)
 
     # -- tokens --------------------------------------------------------------------------
 
@@ -290,9 +302,20 @@ class ProgressBook:
         hit = self._rates.get(job_id)
         if hit is None:
             raw = self.store.meta(JOB_META + job_id)
-            hit = [RunRate.from_json(d) for d in json.loads(raw)["runs"]] if raw else []
+            try:
+                hit = [RunRate.from_json(d) for d in json.loads(raw)["runs"]] if raw else []
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                hit = []  # the job keeps its prior until its runs report again
+                self._notes[job_id] = CORRUPT_NOTE.format(
+                    key=JOB_META + job_id, why=f"{type(e).__name__}: {str(e)[:120]}")
+                log.warning("job %s: %s", job_id, self._notes[job_id])
             self._rates[job_id] = hit
         return hit
+
+    def take_note(self, job_id: str) -> str | None:
+        """Why the job's stored rates were dropped (once; ``None``: nothing to say)."""
+        with self._lock:
+            return self._notes.pop(job_id, None)
 
     def runs(self, job_id: str) -> list[RunRate]:
         """The job's kept run estimates, oldest first."""
