@@ -23,16 +23,18 @@ MODEL = default_power_model()
 V100, K80 = resolve_flavor("v100"), resolve_flavor("k80")
 
 
-def _round(holder_steps_left: float, budget_cut_w: float, wait_for_fast: bool):
+def _round(holder_steps_left: float, budget_cut_w: float, wait_for_fast: bool,
+           now_s: float = 0.0):
     """One V100 held by a running job with ``holder_steps_left`` steps left, one free K80,
-    and a long job arriving (FIFO puts it on the K80); the budget is the all-busy draw less
-    ``budget_cut_w`` (one cap step covers 10 W)."""
+    and a long job submitted at 0 and pending since (FIFO puts it on the K80), decided at
+    ``now_s``; the budget is the all-busy draw less ``budget_cut_w`` (one cap step covers
+    10 W)."""
     cluster = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
     fast = Placement.of(V100, ((cluster.nodes[0].node_id, 1),))
     holder = view(make_job("holder", steps=1e5), JobState.RUNNING, fast,
                   remaining_steps=holder_steps_left)
     new = view(make_job("new", steps=1e5, submit_s=0.0))
-    snap = snapshot(cluster, holder, new)
+    snap = snapshot(cluster, holder, new, now_s=now_s)
     slow = Placement.of(K80, ((cluster.nodes[1].node_id, 1),))
     full = cluster_power_w(snap, {holder.spec.job_id: fast, new.spec.job_id: slow}, MODEL)
     budget = PowerBudget(full - budget_cut_w, MODEL, wait_for_fast=wait_for_fast)
@@ -62,3 +64,27 @@ def test_it_starts_when_the_fast_board_frees_too_late() -> None:
 def test_nothing_waits_while_the_budget_does_not_bind() -> None:
     d = _round(holder_steps_left=100.0, budget_cut_w=-10.0, wait_for_fast=True)
     assert d.placements["new"].flavors[0] == K80 and d.power_limits_w == {}
+
+
+def _saving_s() -> float:
+    """What waiting for the V100 saves the arriving job: its run on the K80 less on the V100."""
+    cluster = make_cluster().node("v100", gpus=1).node("k80", gpus=1).build()
+    rate = {r.flavor: r.consolidated for r in
+            ThroughputOracle(default_throughputs(), cluster).rates(make_job("new", steps=1e5))}
+    return 1e5 / rate[K80] - 1e5 / rate[V100]
+
+
+def test_a_job_that_already_waited_its_share_of_the_saving_starts_on_the_slow_board() -> None:
+    # The bound is on the job's whole wait: the rule is asked again each round, and without
+    # the time already waited a job was held round after round for the next board (seed 2 of
+    # 3 jobs/h FIFO: one job 96 rounds, 31.7 h). Here the V100 frees at once, but the job has
+    # waited 0.6 of what the V100 would save it (the share is one half): it starts.
+    d = _round(holder_steps_left=100.0, budget_cut_w=10.0, wait_for_fast=True,
+               now_s=0.6 * _saving_s())
+    assert d.placements["new"].flavors[0] == K80
+
+
+def test_a_job_that_waited_less_than_its_share_still_waits() -> None:
+    d = _round(holder_steps_left=100.0, budget_cut_w=10.0, wait_for_fast=True,
+               now_s=0.3 * _saving_s())
+    assert "new" not in d.placements and "new" in d.pending
