@@ -9,20 +9,9 @@ the caps themselves.
 The rule, pure over the snapshot and the round's placements: a job this round would start on
 a board ``SLOW_RATIO`` or more times slower (for it) than some flavor that a *running* job of
 at least its GPU count holds waits instead, when that running job's remaining time (at its
-uncapped rate, as the policy sees rates), added to the time the job has already waited
-since it last became pending, is at most ``WAIT_SHARE`` of what waiting saves:
+uncapped rate, as the policy sees rates) is at most ``WAIT_SHARE`` of what waiting saves:
 
-    waited_s + wait_s  <=  WAIT_SHARE × (slow_run_s − fast_run_s)
-
-The rule is asked again at every round, so the bound is on the job's *whole* wait, not on
-each round's: without ``waited_s`` a job whose promised board went late (its holder ran
-capped, slower than the uncapped estimate) or to another start was held again for the next
-board, round after round -- in the goal run where the rule hurt most (3 jobs/h FIFO, seed
-2) one job was held over 96 rounds for 31.7 h though the board first promised freed after
-4 h, 24 of 89 held jobs waited over half an hour past their first estimate and 22 started
-on another flavor than the one they waited for (``docs/energy.md``, "Why seed 2 lost").
-A job that waited in the queue before it could be placed at all has spent that much of
-its allowance too: its wait costs the jobs queued behind it as much.
+    wait_s  <=  WAIT_SHARE × (slow_run_s − fast_run_s)
 
 Only the earliest-freeing fast board (not yet promised, with enough GPUs) counts; it is
 promised to the start, each board to one start at most, starts in the policy's order. A
@@ -89,10 +78,7 @@ def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
                 if first is None or left_s < first[0]:
                     first = (left_s, holder, there)
                 break  # per flavor, its earliest-freeing board
-        waited_s = max(0.0, snapshot.now_s - by_id[jid].pending_since_s)
-        if first is not None and waited_s + first[0] <= wait_share * (
-                steps / here - steps / first[2]):
+        if first is not None and first[0] <= wait_share * (steps / here - steps / first[2]):
             promised.add(first[1])
             out.append(jid)
     return tuple(out)
-
