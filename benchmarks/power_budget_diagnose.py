@@ -39,6 +39,8 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.8)
     ap.add_argument("--mode", default="flow")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--wait-fast", action="store_true",
+                    help="the flow run waits for a fast board (--power-fast-boards)")
     args = ap.parse_args()
     cluster = load_cluster(CLUSTER, 4)
     wl = generate_gavel_like(args.jobs, args.load, seed=args.seed)
@@ -46,7 +48,8 @@ def main() -> None:
     assert free.energy is not None
     budget_kw = args.share * free.energy.peak_power_kw
     flow = simulate(wl, cluster, args.policy, SimConfig(
-        seed=args.seed, power_budget_kw=budget_kw, power_capping=args.mode))
+        seed=args.seed, power_budget_kw=budget_kw, power_capping=args.mode,
+        power_wait_fast=args.wait_fast))
     by_id = {r.job_id: r for r in free.jobs}
     rows = []
     for r in flow.jobs:

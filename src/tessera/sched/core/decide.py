@@ -45,6 +45,7 @@ from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.power_budget import Levels, budget_stage, held_reason, levels_for
 from tessera.sched.core.power_options import PowerBudget
+from tessera.sched.core.power_refill import refill
 from tessera.sched.core.power_weights import power_weights
 from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
@@ -181,9 +182,9 @@ def _decide(
         d = replace(d, power_limits_w=zeus_limits(d.placements, specs, opts.zeus))
     if opts.power_budget is None:
         return d
-    model = opts.power_budget.model
-    return within_budget(snapshot, d, opts.power_budget, ctx.oracle,
-                         ctx.caches.get(model, "power-levels", lambda: levels_for(model)))
+    memo = ctx.caches.get(m := opts.power_budget.model, "power-levels", lambda: levels_for(m))
+    d = within_budget(snapshot, d, opts.power_budget, ctx.oracle, memo)
+    return refill(snapshot, d, opts, lambda view, o: _decide(view, policy, ctx, o))
 
 
 def _plain(
