@@ -20,8 +20,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -n 2 -m "not slow and not ray and not browser"
-	$(BIN)/pytest -m "slow or ray or browser" || [ $$? -eq 5 ]
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 2 -m "not slow and not ray and not browser"
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -m "slow or ray or browser" || [ $$? -eq 5 ]
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -n 2 -m "not slow and not ray and not browser"
