@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from tessera.errors import SpecError
+from tessera.live.kueue_read import tenancy_from_kueue
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import queues_json
 from tests.live.helpers import make_service
+from tests.live.test_kueue_read import base_docs
 
 TEAM_A = Principal("a", "team-a")
 CPU_JOB = "name: c\nqueue: team-a\ncommand: 'sleep 100'\ngpus: 0\nhost: {cpus: 8, memory: 4Gi}\n"
@@ -32,3 +37,17 @@ def test_the_cpu_quota_holds_a_cpu_only_job_and_api_queues_shows_use_and_quota(
     assert (a["nominal_cpus"], a["nominal_memory_gib"]) == (12.0, 6.0)
     assert (a["used_cpus"], a["used_memory_gib"]) == (8.0, 4.0)
     assert (b["nominal_cpus"], b["nominal_memory_gib"], b["used_cpus"]) == (None, None, 0.0)
+
+
+def test_a_kueue_cluster_queue_carries_the_quota_in_tesseras_annotations() -> None:
+    """Kueue's own ``cpu``/``memory`` quota charges every workload, so Tessera's (CPU-only jobs
+    alone) travels as annotations; a bad one is refused naming the queue and the key."""
+    docs = base_docs()
+    cq = next(d for d in docs if d["kind"] == "ClusterQueue")
+    cq["metadata"]["annotations"] = {"tessera.io/cpu-only-cpus": "24",
+                                     "tessera.io/cpu-only-memory-gib": "96.5"}
+    q = tenancy_from_kueue([("t.yaml", d) for d in docs]).tree.queues[cq["metadata"]["name"]]
+    assert (q.nominal_cpus, q.nominal_mem_gib) == (24.0, 96.5)
+    cq["metadata"]["annotations"] = {"tessera.io/cpu-only-cpus": "lots"}
+    with pytest.raises(SpecError, match=r"tessera\.io/cpu-only-cpus: not a number of CPUs"):
+        tenancy_from_kueue([("t.yaml", d) for d in docs])
