@@ -108,6 +108,9 @@ def test_no_preemption_for_a_cpu_job_of_the_gpu_jobs_own_queue() -> None:
             view(make_job("g", gpus=4, queue="team-b")))
     assert d.preempted == () and "g" in d.pending
     assert d.placements["b-cpu"].host_by_node == ((N0, 64.0, 8.0),)
+    assert str(d.pending["g"]) == (  # (part 3: the reason says CPUs, and who holds them)
+        "needs 32 CPUs per node for 4 GPUs; the largest free on an allowed node is 0 CPUs "
+        "(GPUs are free, CPUs are not); CPU-only jobs hold CPUs: 'team-b' 64")
 
 
 def test_no_preemption_when_stopping_them_would_not_make_room() -> None:

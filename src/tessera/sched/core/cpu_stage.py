@@ -46,7 +46,7 @@ from tessera.model.jobs import JobId, JobSpec
 from tessera.model.nodes import Node
 from tessera.sched.core.free_book import FreeCounts
 from tessera.sched.core.host_quota import HostQuotaBook
-from tessera.sched.core.host_reasons import CpuShort
+from tessera.sched.core.host_reasons import CpuShort, HostShort
 from tessera.sched.core.reasons import PendingKind, PendingReason
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
@@ -180,7 +180,24 @@ def place_cpu_jobs(
         out[j.spec.job_id] = p
         new.append(j.spec.job_id)
         book.charge(j.spec)
-    return CpuRound(out, started + tuple(new), waits)
+    return CpuRound(out, started + tuple(new), _name_holders(waits, cpu_jobs, out))
+
+
+def _name_holders(waits: dict[JobId, PendingReason], cpu_jobs: Sequence[JobView],
+                  out: Mapping[JobId, Placement]) -> dict[JobId, PendingReason]:
+    """``waits`` with every GPU job's host shortage naming what CPU-only jobs hold after the
+    round, per queue (:attr:`~tessera.sched.core.host_reasons.HostShort.cpu_only`)."""
+    by_queue: dict[str, tuple[float, float]] = {}
+    for j in cpu_jobs:
+        p = out.get(j.spec.job_id)
+        for _n, c, m in p.host_by_node if p is not None else ():
+            c0, m0 = by_queue.get(j.spec.queue, (0.0, 0.0))
+            by_queue[j.spec.queue] = (c0 + c, m0 + m)
+    if not by_queue:
+        return waits
+    held = tuple((q, c, m) for q, (c, m) in sorted(by_queue.items()))
+    return {jid: (PendingReason(r.kind, replace(r.detail, cpu_only=held))
+                  if isinstance(r.detail, HostShort) else r) for jid, r in waits.items()}
 
 
 def cpu_infeasibility(job: JobSpec, nodes: Sequence[Node]) -> str | None:
