@@ -9,6 +9,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.live.kueue_read import tenancy_from_kueue
+from tessera.live.service import Rejected
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import queues_json
@@ -51,3 +52,19 @@ def test_a_kueue_cluster_queue_carries_the_quota_in_tesseras_annotations() -> No
     cq["metadata"]["annotations"] = {"tessera.io/cpu-only-cpus": "lots"}
     with pytest.raises(SpecError, match=r"tessera\.io/cpu-only-cpus: not a number of CPUs"):
         tenancy_from_kueue([("t.yaml", d) for d in docs])
+
+
+def test_a_cpu_only_job_larger_than_its_queues_cpu_quota_is_rejected_at_submission(
+        tmp_path: Path) -> None:
+    """It could never start (it would wait on 'quota' for ever): refused at once, one line."""
+    svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
+                       start=False, queues=[
+                           {"name": "team-a", "nominal_gpus": 4, "cpus": 6, "memory": "2Gi"},
+                           {"name": "team-b", "nominal_gpus": 4}])
+    with pytest.raises(Rejected, match="rejected: CPU-only job needs 8 CPUs; queue 'team-a' may "
+                                       "hold at most 6 CPUs in CPU-only jobs"):
+        svc.submit(parse_request(CPU_JOB), TEAM_A)
+    with pytest.raises(Rejected, match="needs 4 GiB of host memory; queue 'team-a' may hold at "
+                                       "most 2 GiB"):
+        svc.submit(parse_request(CPU_JOB.replace("cpus: 8", "cpus: 4")), TEAM_A)
+    svc.submit(parse_request("name: g\nqueue: team-a\ncommand: 'true'\ngpus: 2\n"), TEAM_A)

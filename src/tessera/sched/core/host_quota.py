@@ -23,7 +23,7 @@ from tessera.model.jobs import JobSpec
 from tessera.sched.core.quotas import QueueQuota
 from tessera.sched.core.snapshot import JobView
 
-__all__ = ["HostQuotaBook", "HostQuotaHeld", "cpu_only_use"]
+__all__ = ["HostQuotaBook", "HostQuotaHeld", "cpu_only_use", "host_quota_infeasibility"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +102,18 @@ class HostQuotaBook:
             c, m = self.used.get(spec.queue, (0.0, 0.0))
             cpus, mem = _ask(spec)
             self.used[spec.queue] = (c + cpus, m + mem)
+
+
+def host_quota_infeasibility(spec: JobSpec, quota: QueueQuota) -> str | None:
+    """Why CPU-only ``spec`` can never start under its queue's ``cpus``/``memory`` quota (it
+    asks more than the whole quota), or ``None``; checked at submission."""
+    if spec.num_gpus != 0:
+        return None
+    cpus, mem = _ask(spec)
+    if quota.nominal_cpus is not None and cpus > quota.nominal_cpus + EPS:
+        return (f"CPU-only job needs {cpus:g} CPUs; queue {quota.name!r} may hold at most "
+                f"{quota.nominal_cpus:g} CPUs in CPU-only jobs (its cpus quota)")
+    if quota.nominal_mem_gib is not None and mem > quota.nominal_mem_gib + EPS:
+        return (f"CPU-only job needs {mem:g} GiB of host memory; queue {quota.name!r} may hold "
+                f"at most {quota.nominal_mem_gib:g} GiB in CPU-only jobs (its memory quota)")
+    return None
