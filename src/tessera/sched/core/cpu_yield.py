@@ -153,24 +153,39 @@ def find_yield(snapshot: Snapshot, cpu_jobs: Sequence[JobView],
     specs = {j.spec.job_id: j.spec for j in snapshot.jobs}
     room = _room(nodes, specs, placements, running_cpu)
     used = _queue_use(specs, placements, nodes)
+    on_node = _cpu_jobs_by_node(running_cpu)
+    tried: set[tuple[object, ...]] = set()  # (jobs alike find alike: each kind is asked once)
     for j in waiting:
-        q = quotas[j.spec.queue]
-        ok = [n for n in nodes.values() if _allowed(j, n, q, used) and room.gpus[n.node_id]
-              >= j.spec.num_gpus]
-        if not ok:
+        kind = (j.spec.queue, j.spec.num_gpus, j.spec.flavors, j.spec.host)
+        if kind in tried:
             continue
+        tried.add(kind)
+        q = quotas[j.spec.queue]
+        ok = [n for n in nodes.values() if room.gpus[n.node_id] >= j.spec.num_gpus
+              and _allowed(j, n, q, used)]
         needs = {n.node_id: gang_host_by_node(((n.node_id, j.spec.num_gpus),), j.spec.host,
                                               nodes)[0][1:] for n in ok}
-        if any(_fits(room, n, *needs[n]) for n in needs):
-            continue  # it fits by host already: it waits for something else
+        if not needs or any(_fits(room, n, *needs[n]) for n in needs):
+            continue  # no node has its GPUs, or one feeds it already: it waits for more
         best: tuple[int, int, str, tuple[JobId, ...]] | None = None
         for order, n in enumerate(needs):
-            victims = _victims(n, needs[n], j.spec.queue, room, running_cpu)
+            victims = _victims(needs[n], j.spec.queue, room.cpus[n], room.mem_gib[n],
+                               on_node.get(n, ()))
             if victims is not None and (best is None or (len(victims), order) < best[:2]):
                 best = (len(victims), order, n, victims)
         if best is not None:
             return HostYield(j.job_id, j.spec.queue, best[2], best[3])
     return None
+
+
+def _cpu_jobs_by_node(running_cpu: Sequence[JobView]
+                      ) -> dict[str, list[tuple[JobView, float, float]]]:
+    """Each node's running CPU-only jobs with the CPUs and memory they hold there."""
+    out: dict[str, list[tuple[JobView, float, float]]] = {}
+    for cj in running_cpu:
+        for n, c, m in _held_by((cj,), {cj.job_id}):
+            out.setdefault(n, []).append((cj, c, m))
+    return out
 
 
 def _room(nodes: Mapping[str, Node], specs: Mapping[JobId, JobSpec],
@@ -230,20 +245,16 @@ def _fits(room: _Room, n: str, cpus: float, mem_gib: float) -> bool:
     return room.cpus[n] + EPS >= cpus and room.mem_gib[n] + EPS >= mem_gib
 
 
-def _victims(n: str, need: tuple[float, float], queue: str, room: _Room,
-             running_cpu: Sequence[JobView]) -> tuple[JobId, ...] | None:
-    """The fewest other-queue CPU-only jobs on ``n`` whose stop lets ``need`` fit -- among
-    sets of that size the newest (sets compared job by job, newest first) -- or ``None``
-    when stopping all of them would not. Past :data:`EXACT_UP_TO` jobs on the node, the
-    newest are taken one by one until it fits."""
-    mine: list[tuple[JobView, float, float]] = []
-    for cj in running_cpu:
-        on_n = [(c, m) for node, c, m in _held_by((cj,), {cj.job_id}) if node == n]
-        if cj.spec.queue != queue and on_n:
-            mine.append((cj, sum(c for c, _m in on_n), sum(m for _c, m in on_n)))
+def _victims(need: tuple[float, float], queue: str, free_cpus: float, free_mem_gib: float,
+             here: Sequence[tuple[JobView, float, float]]) -> tuple[JobId, ...] | None:
+    """The fewest CPU-only jobs of ``here`` (a node's, with what they hold there) not of
+    ``queue`` whose stop lets ``need`` fit -- among sets of that size the newest (sets compared
+    job by job, newest first) -- or ``None`` when stopping all of them would not. Past
+    :data:`EXACT_UP_TO` such jobs, the newest are taken one by one until it fits."""
+    mine = [t for t in here if t[0].spec.queue != queue]
     mine.sort(key=lambda t: (t[0].progress_from_s, t[0].spec.submit_time_s, t[0].job_id),
               reverse=True)
-    short_cpus, short_mem = need[0] - room.cpus[n] - EPS, need[1] - room.mem_gib[n] - EPS
+    short_cpus, short_mem = need[0] - free_cpus - EPS, need[1] - free_mem_gib - EPS
     if sum(c for _j, c, _m in mine) < short_cpus or sum(m for _j, _c, m in mine) < short_mem:
         return None
     if len(mine) > EXACT_UP_TO:
