@@ -196,14 +196,14 @@ def _name_holders(waits: dict[JobId, PendingReason], cpu_jobs: Sequence[JobView]
     if not by_queue:
         return waits
     held = tuple((q, c, m) for q, (c, m) in sorted(by_queue.items()))
-    out = dict(waits)
+    named = dict(waits)
     for jid, r in waits.items():
         d = r.detail
         if isinstance(d, HostShort):  # (built directly: a long queue waits on host alike)
-            out[jid] = PendingReason(r.kind, HostShort(
+            named[jid] = PendingReason(r.kind, HostShort(
                 d.needs_gpus, d.gpus_per_node, d.needs_cpus, d.needs_mem_gib, d.free_cpus,
                 d.free_mem_gib, held))
-    return out
+    return named
 
 
 def cpu_infeasibility(job: JobSpec, nodes: Sequence[Node]) -> str | None:
