@@ -28,12 +28,12 @@ THREE_LEVELS: dict[str, Any] = {
     "queues": [
         {"name": "team-a", "cohort": "small-teams", "weight": 1,
          "flavors": {"A100": {"nominal_gpus": 2, "borrowing_limit_gpus": 6}},
-         "preemption": {"reclaim_within_cohort": "LowerPriority"}},
+         "preemption": {"reclaim_within_cohort": "LowerPriority"}, "cpus": "1500m"},
         {"name": "team-b", "cohort": "small-teams",
          "flavors": {"A100": {"nominal_gpus": 2, "lending_limit_gpus": 1},
                      "H100": {"nominal_gpus": 0, "borrowing_limit_gpus": 4}},
          "fungibility": {"when_can_borrow": "TryNextFlavor", "when_can_preempt": "MayStopSearch"},
-         "min_admitted_s": 1.5},
+         "min_admitted_s": 1.5, "cpus": 12, "memory": "48Gi"},  # (issue 33: annotations)
         {"name": "big-team", "cohort": "research", "weight": 0,
          "flavors": {"A100": {"nominal_gpus": 8, "mig": {
              "7g.80gb": {"nominal_slices": 1},

@@ -57,6 +57,8 @@ from tessera.live.kube_values import format_duration
 from tessera.live.kueue_read import (
     API_VERSION,
     CONFIG_API_VERSION,
+    CPU_ONLY_CPUS_ANNOTATION,
+    CPU_ONLY_MEMORY_ANNOTATION,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     MIN_ADMITTED_ANNOTATION,
@@ -279,7 +281,8 @@ def manifests(cluster: ClusterSpec, tenancy: LoadedTenancy | Sequence[QueueQuota
     Everything the typed tenancy holds is written: per-flavor quotas (with MIG slices),
     cohorts with their parents, quotas and weights, preemption, flavor fungibility, weights,
     priority classes, local queues, fair sharing (Kueue's ``Configuration``) and the time
-    sharing minimum (an annotation, :data:`~tessera.live.kueue_read.MIN_ADMITTED_ANNOTATION`).
+    sharing minimum and the CPU-only jobs' ``cpus``/``memory`` quota (annotations,
+    :data:`~tessera.live.kueue_read.MIN_ADMITTED_ANNOTATION` and beside it).
     A one-number quota is split across the cluster's flavors in proportion to their counts.
     Reading the result back (:mod:`tessera.live.kueue_read`) and exporting it again gives
     the same bytes.
@@ -327,8 +330,11 @@ def manifests(cluster: ClusterSpec, tenancy: LoadedTenancy | Sequence[QueueQuota
     for q in tree.queues.values():
         name = queue_names[q.name]
         meta: dict[str, Any] = {"name": name}
-        if q.min_admitted_s is not None:
-            meta["annotations"] = {MIN_ADMITTED_ANNOTATION: _seconds_text(q.min_admitted_s)}
+        notes = {k: v for k, v in (
+            (MIN_ADMITTED_ANNOTATION, q.min_admitted_s), (CPU_ONLY_CPUS_ANNOTATION, q.nominal_cpus),
+            (CPU_ONLY_MEMORY_ANNOTATION, q.nominal_mem_gib)) if v is not None}
+        if notes:  # (Tessera's own: Kueue has no field for them)
+            meta["annotations"] = {k: _seconds_text(v) for k, v in notes.items()}
         spec = {}
         cohort = q.cohort if q.cohort is not None else COHORT if not q.by_flavor else None
         if cohort is not None:

@@ -14,7 +14,9 @@ docs/tenancy.md; :data:`REFUSED` holds the reasons.
 ``metadata`` gives names (and a LocalQueue's namespace); ``status``, labels and the other
 annotations are what a cluster records, not settings, and are skipped. One annotation is
 Tessera's own: ``tessera.io/min-admitted-s`` on a ClusterQueue carries the queue's time-sharing
-minimum, which Kueue has no field for (so ``export kueue`` -> import keeps it).
+minimum, which Kueue has no field for (so ``export kueue`` -> import keeps it);
+``tessera.io/cpu-only-cpus`` and ``tessera.io/cpu-only-memory-gib`` carry its ``cpus``/``memory``
+quota, charged by CPU-only jobs alone (Kueue's ``cpu``/``memory`` quota charges every workload).
 
 Quantities are Kubernetes quantity strings or numbers (``8``, ``"500m"``, ``"1k"``); GPU and
 MIG-slice quotas must be whole and non-negative, a weight non-negative.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,10 @@ CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 MIN_ADMITTED_ANNOTATION = "tessera.io/min-admitted-s"
+#: A queue's ``cpus``/``memory`` quota (CPUs, GiB): charged by CPU-only jobs alone, which is
+#: not Kueue's ``cpu``/``memory`` quota (that charges every workload), so an annotation.
+CPU_ONLY_CPUS_ANNOTATION = "tessera.io/cpu-only-cpus"
+CPU_ONLY_MEMORY_ANNOTATION = "tessera.io/cpu-only-memory-gib"
 KINDS = ("ResourceFlavor", "ClusterQueue", "Cohort", "LocalQueue", "WorkloadPriorityClass")
 
 _NOT_RUN = "Tessera runs no Kubernetes controllers or admission checks"
@@ -296,9 +303,11 @@ class _Reader:
         if cohort is not None and (not isinstance(cohort, str) or cohort not in self.cohorts):
             raise SpecError(f"{owner}: spec.cohortName: cohort {cohort!r} does not exist "
                             "(define it as a Cohort)")
-        self.queues[name] = QueueQuota.per_flavor(
+        self.queues[name] = replace(QueueQuota.per_flavor(
             name, quotas, weight=weight, cohort=cohort, preemption=preemption,
-            fungibility=fungibility, min_admitted_s=_min_admitted(owner, doc))
+            fungibility=fungibility, min_admitted_s=_min_admitted(owner, doc)),
+            nominal_cpus=_annotation(owner, doc, CPU_ONLY_CPUS_ANNOTATION, "CPUs"),
+            nominal_mem_gib=_annotation(owner, doc, CPU_ONLY_MEMORY_ANNOTATION, "GiB"))
         if mig:
             self.mig[name] = mig
 
@@ -365,15 +374,20 @@ class _Reader:
 
 
 def _min_admitted(owner: str, doc: Doc) -> float | None:
+    return _annotation(owner, doc, MIN_ADMITTED_ANNOTATION, "seconds")
+
+
+def _annotation(owner: str, doc: Doc, key: str, unit: str) -> float | None:
+    """The number in Tessera's annotation ``key`` (``None``: absent)."""
     notes = doc["metadata"].get("annotations") or {}
-    text = notes.get(MIN_ADMITTED_ANNOTATION) if isinstance(notes, dict) else None
+    text = notes.get(key) if isinstance(notes, dict) else None
     if text is None:
         return None
     try:
         return float(text)
     except ValueError:
-        raise SpecError(f"{owner}: metadata.annotations.{MIN_ADMITTED_ANNOTATION}: not a "
-                        f"number of seconds: {text!r}") from None
+        raise SpecError(f"{owner}: metadata.annotations.{key}: not a "
+                        f"number of {unit}: {text!r}") from None
 
 
 def _kind(where: str, doc: object) -> str:

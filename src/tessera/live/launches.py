@@ -37,6 +37,7 @@ from tessera.live.executors.base import (
     SharingExecutor,
 )
 from tessera.live.faults import crash_point
+from tessera.live.host_drain import cpu_only_draining, waits_for_host
 from tessera.live.loop_parts import ServiceParts
 from tessera.live.resize import run_batch
 from tessera.live.sharing import record_sharing, riders
@@ -114,11 +115,12 @@ def act(svc: ServiceParts, now_s: float) -> None:
                 used[node] = used.get(node, 0) + count
         if a.status == "stopping":
             draining.add(a.job_id)
+    cpu_drain = cpu_only_draining(holding)  # (CPUs a stopping CPU-only run holds: host_drain)
     for a in (a for a in holding if a.status == "planned"):
         host = ride.get((a.job_id, a.run))
         if (a.job_id, a.run) in svc.launching:
             confirm(svc, a, now_s)
-        elif a.job_id in draining:
+        elif a.job_id in draining or (cpu_drain and waits_for_host(svc, a, holding, cpu_drain)):
             continue
         elif host is not None:  # joins its host's GPUs once the host runs there
             if status.get(host) == "running" and host not in svc.launching:

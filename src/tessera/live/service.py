@@ -65,6 +65,7 @@ from tessera.sched.core.cadence import Cadence, ProgressWatch, Step, progressed_
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import Decision, decide
 from tessera.sched.core.feasibility import infeasibility
+from tessera.sched.core.host_quota import host_quota_infeasibility
 from tessera.sched.core.oracle import ThroughputOracle
 
 if TYPE_CHECKING:
@@ -227,6 +228,7 @@ class LiveService:
             reason = (f"needs {gpus} GPUs; queue {queue!r} may hold at most "
                       f"{quota.nominal_gpus + borrow} ({quota.nominal_gpus} nominal + {borrow} "
                       "borrowable)")
+        reason = reason or host_quota_infeasibility(job.spec, quota)  # (its cpus/memory quota)
         if reason is not None:
             raise Rejected(f"rejected: {reason}")
         # The spec's JSON is ASCII (json.dumps escapes the rest): its length is its bytes.

@@ -18,6 +18,8 @@ of any flavor (Tessera's original form, which keeps working unchanged) or per fl
         fungibility: {when_can_borrow: TryNextFlavor, when_can_preempt: TryNextFlavor}
         min_admitted_s: 600               # time sharing inside the queue
         weight: 2                         # fair-sharing weight; 0 = only borrows idle quota
+        cpus: 64                          # CPU-only jobs' CPUs together (absent: no limit)
+        memory: 256Gi                     # ... and their host memory (sched/core/host_quota)
     cohorts:
       - {name: org}
       - {name: research, parent: org, weight: 1,
@@ -46,12 +48,21 @@ error names the object and the field (``queue 'vision' flavor 'A100-80GB': nomin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tessera.errors import SpecError
 from tessera.model.gpus import GpuFlavor, resolve_flavor
+from tessera.model.quantity import parse_cpus, parse_memory_gib
 from tessera.sched.core.mig_quota import MigQuota, MigQuotas
 from tessera.sched.core.quotas import (
     Cohort,
@@ -119,6 +130,21 @@ class QueueQuotaEntry(_Strict):
     preemption: PreemptionEntry = PreemptionEntry()
     fungibility: FungibilityEntry = FungibilityEntry()
     min_admitted_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    cpus: float | str | None = None
+    """CPUs the queue's CPU-only jobs may hold together (``16``, ``"1500m"``; absent: any)."""
+    memory: float | str | None = None
+    """Their host memory (``"64Gi"``, ``"512Mi"`` or a bare number of GiB; absent: any)."""
+
+    @field_validator("cpus", "memory")
+    @classmethod
+    def _host_amount(cls, v: float | str | None, info: ValidationInfo) -> float | None:
+        if v is None:
+            return None
+        try:
+            return (parse_cpus(v, "cpus") if info.field_name == "cpus"
+                    else parse_memory_gib(v, "memory"))
+        except SpecError as e:
+            raise ValueError(str(e)) from None
 
     @model_validator(mode="after")
     def _one_form(self) -> QueueQuotaEntry:
@@ -231,15 +257,23 @@ def queue_quota(q: QueueQuotaEntry) -> tuple[QueueQuota, dict[GpuFlavor, dict[st
     """The typed quota of one queue entry (and its MIG lines)."""
     preemption = QueuePreemption(q.preemption.reclaim_within_cohort, q.preemption.within_queue)
     fungibility = FlavorFungibility(q.fungibility.when_can_borrow, q.fungibility.when_can_preempt)
+    cpus, mem = _amount(q.cpus), _amount(q.memory)
     if q.flavors is None:
         assert q.nominal_gpus is not None  # the entry's validator
-        return QueueQuota(q.name, q.nominal_gpus, q.borrowing_limit_gpus, q.weight, q.cohort,
-                          q.lending_limit_gpus, {}, preemption, fungibility,
-                          q.min_admitted_s), {}
+        return replace(QueueQuota(q.name, q.nominal_gpus, q.borrowing_limit_gpus, q.weight,
+                                  q.cohort, q.lending_limit_gpus, {}, preemption, fungibility,
+                                  q.min_admitted_s), nominal_cpus=cpus,
+                   nominal_mem_gib=mem), {}
     flavors, mig = _flavor_quotas(f"queue {q.name!r}", q.flavors)
-    return QueueQuota.per_flavor(q.name, flavors, weight=q.weight, cohort=q.cohort,
-                                 preemption=preemption, fungibility=fungibility,
-                                 min_admitted_s=q.min_admitted_s), mig
+    return replace(QueueQuota.per_flavor(q.name, flavors, weight=q.weight, cohort=q.cohort,
+                                         preemption=preemption, fungibility=fungibility,
+                                         min_admitted_s=q.min_admitted_s),
+                   nominal_cpus=cpus, nominal_mem_gib=mem), mig
+
+
+def _amount(v: float | str | None) -> float | None:
+    """A validated ``cpus``/``memory`` field (its validator made it a float or ``None``)."""
+    return None if v is None else float(v)
 
 
 def build_tenancy(queues: Sequence[QueueQuotaEntry], top: TenancyFields) -> LoadedTenancy:

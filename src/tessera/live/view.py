@@ -165,3 +165,18 @@ def queue_usage(holding: list[Allocation], queue_of: dict[str, str]) -> dict[str
         if q is not None:
             out[q] += a.placement.num_gpus
     return dict(out)
+
+
+def cpu_only_usage(holding: list[Allocation], queue_of: dict[str, str]
+                   ) -> dict[str, tuple[float, float]]:
+    """``{queue: (cpus, mem_gib)}`` its CPU-only runs (running, planned, draining) hold: what
+    a queue's ``cpus``/``memory`` quota is charged (:mod:`tessera.sched.core.host_quota`)."""
+    out: dict[str, tuple[float, float]] = {}
+    for a in holding:
+        q = queue_of.get(a.job_id)
+        if q is None or a.placement.num_gpus != 0:
+            continue
+        c, m = out.get(q, (0.0, 0.0))
+        out[q] = (c + sum(x for _n, x, _m in a.placement.host_by_node),
+                  m + sum(x for _n, _c, x in a.placement.host_by_node))
+    return out

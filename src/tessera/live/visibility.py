@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tessera.live.sharing import counted
 from tessera.live.store import HOLDING, Allocation, JobRecord, Store
 from tessera.live.tenancy import Principal
-from tessera.live.view import queue_usage
+from tessera.live.view import cpu_only_usage, queue_usage
 from tessera.live.where import describe, placement_json
 
 if TYPE_CHECKING:
@@ -97,9 +97,12 @@ def _elastic_json(rec: JobRecord) -> dict[str, Any] | None:
 
 
 def queues_json(svc: LiveService, who: Principal) -> dict[str, Any]:
-    """``/api/queues``: quota, GPUs held and job counts of the queues ``who`` may see."""
+    """``/api/queues``: quota, GPUs held and job counts of the queues ``who`` may see; the
+    ``cpus``/``memory`` quota (``null``: none) and what the queue's CPU-only jobs hold."""
     active = svc.store.jobs(active_only=True)
-    used = queue_usage(svc.store.allocations(HOLDING), {r.job_id: r.queue for r in active})
+    holding = svc.store.allocations(HOLDING)
+    used = queue_usage(holding, {r.job_id: r.queue for r in active})
+    host = cpu_only_usage(holding, {r.job_id: r.queue for r in active})
     everyone = svc.tenancy.sees_all(who)
     out = []
     for q in svc.tenancy.quotas.values():
@@ -109,6 +112,9 @@ def queues_json(svc: LiveService, who: Principal) -> dict[str, Any]:
         out.append({"name": q.name, "nominal_gpus": q.nominal_gpus,
                     "borrowing_limit_gpus": q.borrowing_limit_gpus, "weight": q.weight,
                     "used_gpus": used.get(q.name, 0),
+                    "nominal_cpus": q.nominal_cpus, "nominal_memory_gib": q.nominal_mem_gib,
+                    "used_cpus": host.get(q.name, (0.0, 0.0))[0],
+                    "used_memory_gib": host.get(q.name, (0.0, 0.0))[1],
                     "pending": sum(r.state.value == "pending" for r in mine),
                     "running": sum(r.state.value in ("admitted", "running") for r in mine)})
     return {"queues": out}

@@ -9,7 +9,8 @@ hold are booked (``Snapshot.host_held``), so no GPU gang is fed from them. After
 decision, :func:`place_cpu_jobs` places the waiting CPU-only jobs, pure and deterministic:
 
 1. **FIFO.** In submission order (snapshot order on a tie); a job that does not fit does not
-   block a later, smaller one.
+   block a later, smaller one. A job that would take its queue over the queue's ``cpus`` or
+   ``memory`` quota waits (reason: quota; :mod:`tessera.sched.core.host_quota`).
 2. **What is left.** On one up node whose CPUs and memory, after every gang of this round
    (by the one rule, :func:`~tessera.model.host_need.gang_host_by_node`) and every running
    CPU-only job, still hold the job's total: no node is ever over-committed.
@@ -24,7 +25,9 @@ decision, :func:`place_cpu_jobs` places the waiting CPU-only jobs, pure and dete
    so its whole domain, unable to host a domain-sized gang. The reported case -- one CPU job
    spread over 9 of 12 NVLink domains while 29 gangs waited -- is
    ``tests/scenarios/test_topology_domains.py``.
-4. **Never preempted.** A running CPU-only job keeps its node; GPU policies never see it.
+4. **Never preempted by a GPU policy.** A running CPU-only job keeps its node; GPU policies
+   never see it. Only another queue's GPU job within its nominal quota that its CPUs or memory
+   keep waiting can stop it (:mod:`tessera.sched.core.cpu_yield`).
 
 A CPU-only job's placement holds no GPUs: ``gpus_by_node`` names its node with 0 GPUs (the
 node's flavor is the placement's, for display only) and ``host_by_node`` the CPUs and memory it
@@ -42,7 +45,8 @@ from tessera.model.host_need import EPS, gang_host_by_node
 from tessera.model.jobs import JobId, JobSpec
 from tessera.model.nodes import Node
 from tessera.sched.core.free_book import FreeCounts
-from tessera.sched.core.host_reasons import CpuShort
+from tessera.sched.core.host_quota import HostQuotaBook
+from tessera.sched.core.host_reasons import CpuShort, HostShort
 from tessera.sched.core.reasons import PendingKind, PendingReason
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
@@ -156,7 +160,11 @@ def place_cpu_jobs(
     for j in cpu_jobs:
         if j.running and j.placement is not None:
             out[j.spec.job_id] = j.placement
+    book = HostQuotaBook(snapshot.queue_quotas(), cpu_jobs)  # (queues' cpus/memory quotas)
     for j in waiting:
+        if (over := book.held(j.spec)) is not None:
+            waits[j.spec.job_id] = PendingReason(PendingKind.QUOTA, over)
+            continue
         cpus, mem = j.spec.host.total(0) if j.spec.host is not None else (0.0, 0.0)
         n = free.best_node(cpus, mem)
         if n is None:
@@ -171,7 +179,31 @@ def place_cpu_jobs(
             free.broken.add(d)
         out[j.spec.job_id] = p
         new.append(j.spec.job_id)
-    return CpuRound(out, started + tuple(new), waits)
+        book.charge(j.spec)
+    return CpuRound(out, started + tuple(new), _name_holders(waits, cpu_jobs, out))
+
+
+def _name_holders(waits: dict[JobId, PendingReason], cpu_jobs: Sequence[JobView],
+                  out: Mapping[JobId, Placement]) -> dict[JobId, PendingReason]:
+    """``waits`` with every GPU job's host shortage naming what CPU-only jobs hold after the
+    round, per queue (:attr:`~tessera.sched.core.host_reasons.HostShort.cpu_only`)."""
+    by_queue: dict[str, tuple[float, float]] = {}
+    for j in cpu_jobs:
+        p = out.get(j.spec.job_id)
+        for _n, c, m in p.host_by_node if p is not None else ():
+            c0, m0 = by_queue.get(j.spec.queue, (0.0, 0.0))
+            by_queue[j.spec.queue] = (c0 + c, m0 + m)
+    if not by_queue:
+        return waits
+    held = tuple((q, c, m) for q, (c, m) in sorted(by_queue.items()))
+    named = dict(waits)
+    for jid, r in waits.items():
+        d = r.detail
+        if isinstance(d, HostShort):  # (built directly: a long queue waits on host alike)
+            named[jid] = PendingReason(r.kind, HostShort(
+                d.needs_gpus, d.gpus_per_node, d.needs_cpus, d.needs_mem_gib, d.free_cpus,
+                d.free_mem_gib, held))
+    return named
 
 
 def cpu_infeasibility(job: JobSpec, nodes: Sequence[Node]) -> str | None:

@@ -39,7 +39,9 @@ from tessera.model.jobs import JobId, JobState
 from tessera.sched.core.cadence import leased
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.cpu_stage import place_cpu_jobs, split_cpu_only
+from tessera.sched.core.cpu_yield import give_way
 from tessera.sched.core.energy_choice import zeus_limits
+from tessera.sched.core.laps import Laps as _Laps
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
@@ -130,34 +132,33 @@ def _admit(snapshot: Snapshot) -> tuple[Sequence[JobView], dict[JobId, PendingRe
     return admitted, held
 
 
-class _Laps:
-    """Wall milliseconds per phase of one round (diagnostics only; never read by decisions)."""
-
-    def __init__(self) -> None:
-        self.ms: dict[str, float] = {}
-        self._t = time.perf_counter()
-
-    def __call__(self, name: str) -> None:
-        tick = time.perf_counter()
-        self.ms[name] = self.ms.get(name, 0.0) + (tick - self._t) * 1e3
-        self._t = tick
-
-
 def decide(snapshot: Snapshot, policy: Policy, ctx: DecisionContext,
            options: PlacementOptions | None = None) -> Decision:
     """One round over ``snapshot`` (phases: module docstring), then CPUs and memory for a
     resource mode's gangs (:mod:`tessera.sched.resources`; ``repack=round``: Synergy's twin,
     every gang dealt again, GPUs too), then CPU-only jobs (cpu_stage)."""
     gpu_view, cpu_jobs = split_cpu_only(snapshot)  # (CPU-only jobs: their own stage, last)
-    d = _decide(gpu_view, policy, ctx, options)
-    if policy.host_mode is not None and policy.host_repack == "round":
-        d = replace(d, **repack_round(gpu_view, d, policy.host_mode)._asdict())
-    elif policy.host_mode is not None:
-        p, s, w = allocate_hosts(gpu_view, d.placements, d.started, d.pending, policy.host_mode,
-                                 ctx.solver)
-        d = replace(d, placements=p, started=s, pending=w)
+    d = _gpu_stages(gpu_view, policy, ctx, options)
+    d, y = give_way(snapshot, gpu_view, cpu_jobs, d,  # (cpu_yield: in-quota GPU jobs first)
+                    lambda view: _gpu_stages(view, policy, ctx, options))
+    if y is not None:
+        cpu_jobs = tuple(j for j in cpu_jobs if j.job_id not in y.victims)
+        d = replace(d, preempted=d.preempted + y.victims, notes={**d.notes, **y.notes()})
     return replace(d, **place_cpu_jobs(snapshot, cpu_jobs, d.placements, d.started,
                                        d.pending)._asdict()) if cpu_jobs else d
+
+
+def _gpu_stages(gpu_view: Snapshot, policy: Policy, ctx: DecisionContext,
+                options: PlacementOptions | None) -> Decision:
+    """The GPU round, then a resource mode's CPUs and memory for its gangs."""
+    d = _decide(gpu_view, policy, ctx, options)
+    if policy.host_mode is not None and policy.host_repack == "round":
+        return replace(d, **repack_round(gpu_view, d, policy.host_mode)._asdict())
+    if policy.host_mode is not None:
+        p, s, w = allocate_hosts(gpu_view, d.placements, d.started, d.pending, policy.host_mode,
+                                 ctx.solver)
+        return replace(d, placements=p, started=s, pending=w)
+    return d
 
 
 def _decide(

@@ -32,6 +32,9 @@ class HostShort:
         gpus_per_node: the GPUs whose share was compared (the gang, or one node's worth).
         needs_cpus / needs_mem_gib: what those GPUs need on one node.
         free_cpus / free_mem_gib: the most free on any node of an allowed flavor.
+        cpu_only: what running CPU-only jobs hold, per queue, as ``(queue, cpus, mem_gib)``
+            (set by the CPU stage, :func:`~tessera.sched.core.cpu_stage.place_cpu_jobs`;
+            empty when none run), so the reason says who holds the CPUs.
     """
 
     needs_gpus: int
@@ -40,15 +43,22 @@ class HostShort:
     needs_mem_gib: float
     free_cpus: float
     free_mem_gib: float
+    cpu_only: tuple[tuple[str, float, float], ...] = ()
 
     def __str__(self) -> str:
         k = self.gpus_per_node
         per = f"per node for {k} GPU{'s' if k != 1 else ''}"
-        if self.needs_cpus > self.free_cpus + 1e-9:
-            return (f"needs {self.needs_cpus:g} CPUs {per}; the largest free on an allowed node "
+        cpus = self.needs_cpus > self.free_cpus + 1e-9
+        if cpus:
+            text = (f"needs {self.needs_cpus:g} CPUs {per}; the largest free on an allowed node "
                     f"is {self.free_cpus:g} CPUs (GPUs are free, CPUs are not)")
-        return (f"needs {self.needs_mem_gib:g} GiB of host memory {per}; the largest free on an "
-                f"allowed node is {self.free_mem_gib:g} GiB (GPUs are free, memory is not)")
+        else:
+            text = (f"needs {self.needs_mem_gib:g} GiB of host memory {per}; the largest free on "
+                    f"an allowed node is {self.free_mem_gib:g} GiB (GPUs are free, memory is not)")
+        if not self.cpu_only:
+            return text
+        held = ", ".join(f"{q!r} {c if cpus else m:g}" for q, c, m in self.cpu_only)
+        return f"{text}; CPU-only jobs hold {'CPUs' if cpus else 'GiB'}: {held}"
 
 
 @dataclass(frozen=True, slots=True)

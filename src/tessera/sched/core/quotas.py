@@ -166,6 +166,10 @@ class QueueQuota:
         fungibility: how a job moves between the listed flavors.
         min_admitted_s: time sharing inside the queue: a running job is not preempted by an
             equal-priority job of its own queue before it has run this long (``None``: off).
+        nominal_cpus / nominal_mem_gib: CPUs and GiB of host memory the queue's CPU-only jobs
+            may hold together (Kueue's ``cpu`` / ``memory`` quota; ``None``: no limit).
+            Charged by CPU-only jobs' asks only (a GPU job's CPUs come with its GPUs): the CPU
+            stage starts none that would take the queue over (:mod:`.host_quota`).
     """
 
     name: str
@@ -178,6 +182,8 @@ class QueueQuota:
     preemption: QueuePreemption = QueuePreemption()
     fungibility: FlavorFungibility = FlavorFungibility()
     min_admitted_s: float | None = None
+    nominal_cpus: float | None = None
+    nominal_mem_gib: float | None = None
 
     @classmethod
     def per_flavor(cls, name: str, flavors: Mapping[GpuFlavor, FlavorQuota], *,
@@ -218,6 +224,10 @@ class QueueQuota:
                 math.isfinite(self.min_admitted_s) and self.min_admitted_s > 0):
             raise SpecError(f"{owner}: min_admitted_s must be a positive number of seconds, "
                             f"got {self.min_admitted_s!r}")
+        for what, v in (("cpus", self.nominal_cpus), ("memory", self.nominal_mem_gib)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not (math.isfinite(v) and v >= 0)):
+                raise SpecError(f"{owner}: {what} must be a number >= 0, got {v!r}")
 
 
 def _check_weight(owner: str, weight: float) -> None:

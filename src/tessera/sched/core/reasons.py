@@ -15,6 +15,7 @@ from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.model.nodes import Node
 from tessera.sched.core.free_view import BlockInfo
+from tessera.sched.core.host_quota import HostQuotaHeld
 from tessera.sched.core.host_reasons import CpuShort, HostShort, host_shortage
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.placement import FreeGpus
@@ -120,7 +121,7 @@ class CarbonHeld:
 
 
 Detail = (CannotRun | QuotaHeld | NoCapacity | Fragmented | MixNoPlan | PowerHeld | HostShort
-          | CarbonHeld | CpuShort)
+          | CarbonHeld | CpuShort | HostQuotaHeld)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ class PendingReason:
             which = "/".join(f.short for f in d.flavors) or "any flavor"
             return (f"needs {d.needs_gpus} GPUs of {which}; "
                     f"free now: {free}; ranked #{d.rank} by the policy")
-        if isinstance(d, CannotRun | HostShort | CpuShort):
+        if isinstance(d, CannotRun | HostShort | CpuShort | HostQuotaHeld):
             return d.why if isinstance(d, CannotRun) else str(d)
         if isinstance(d, MixNoPlan):
             return (f"needs {d.needs_gpus} GPUs of one flavor (none has them free) or a mix the "

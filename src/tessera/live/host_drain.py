@@ -1,0 +1,55 @@
+"""The launch gate for CPUs and memory a stopping CPU-only run still holds.
+
+A planned run launches only once every GPU it needs is free (:func:`tessera.live.launches.act`):
+a run planned onto GPUs that a preempted run still drains waits out that run's grace period. A
+CPU-only run holds no GPUs, so that rule never made anything wait for it -- and a GPU job that
+a CPU-only job of another queue gave way to (:mod:`tessera.sched.core.cpu_yield`) is planned
+onto the very CPUs and memory that run holds until it exits. :func:`waits_for_host` is the same
+rule for those: while a CPU-only run on one of its nodes is still stopping, a planned run waits
+unless the node's CPUs and memory, less what every launched run there holds (running or
+stopping), already hold its own share. Amounts are the decision core's one rule
+(:func:`~tessera.model.host_need.gang_host_by_node`), so the gate and the decision agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from tessera.live.loop_parts import ServiceParts
+from tessera.live.store import Allocation
+from tessera.model.host_need import EPS, gang_host_by_node
+from tessera.model.nodes import Node
+
+__all__ = ["cpu_only_draining", "waits_for_host"]
+
+
+def cpu_only_draining(holding: Sequence[Allocation]) -> set[str]:
+    """The nodes where a CPU-only run is stopping (usually empty)."""
+    return {n for a in holding if a.status == "stopping" and a.placement.num_gpus == 0
+            for n, _k in a.placement.gpus_by_node}
+
+
+def waits_for_host(svc: ServiceParts, a: Allocation, holding: Sequence[Allocation],
+                   draining: set[str]) -> bool:
+    """Whether planned run ``a`` must wait for a stopping CPU-only run's CPUs or memory on
+    one of ``draining``'s nodes (see the module docstring)."""
+    nodes = {n.node_id: n for n in svc.cluster.nodes}
+    mine = [x for x in _held(svc, a, nodes) if x[0] in draining and x[0] in nodes]
+    if not mine:
+        return False
+    free = {n: [float(nodes[n].cpu_cores), float(nodes[n].mem_gib)] for n, _c, _m in mine}
+    for h in holding:
+        if h.status == "planned" or (h.job_id, h.run) == (a.job_id, a.run):
+            continue
+        for n, c, m in _held(svc, h, nodes):
+            if n in free:
+                free[n][0] -= c
+                free[n][1] -= m
+    return any(free[n][0] + EPS < c or free[n][1] + EPS < m for n, c, m in mine)
+
+
+def _held(svc: ServiceParts, a: Allocation, nodes: Mapping[str, Node]
+          ) -> tuple[tuple[str, float, float], ...]:
+    rec = svc.store.get(a.job_id)
+    host = rec.job.spec.host if rec is not None else None
+    return gang_host_by_node(a.placement.gpus_by_node, host, nodes, a.placement.host_by_node)
