@@ -86,7 +86,7 @@ _NAME_TYPED = re.compile(r"\bflavor(s|_short)?: (str\b|(Sequence|list|tuple)\[st
 #: Modules below the edge whose ``flavor: str`` is a throughput table's column label in a
 #: report row (the table keys flavors by short name, perf/profiles.py), never a flavor that
 #: code decides with.
-LABELS = frozenset({"perf/speed_eval.py"})
+LABELS = frozenset({"perf/speed_eval.py", "perf/speed_bound.py"})
 
 #: Packages below the edge: they take and hold flavors only.
 _BELOW = ("sched/", "sim/", "live/", "plan/", "perf/", "share/")

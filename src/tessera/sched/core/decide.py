@@ -152,13 +152,13 @@ def _gpu_stages(gpu_view: Snapshot, policy: Policy, ctx: DecisionContext,
                 options: PlacementOptions | None) -> Decision:
     """The GPU round, then a resource mode's CPUs and memory for its gangs."""
     d = _decide(gpu_view, policy, ctx, options)
-    if policy.host_mode is not None and policy.host_repack == "round":
+    if policy.host_mode is None:
+        return d
+    if policy.host_repack == "round":
         return replace(d, **repack_round(gpu_view, d, policy.host_mode)._asdict())
-    if policy.host_mode is not None:
-        p, s, w = allocate_hosts(gpu_view, d.placements, d.started, d.pending, policy.host_mode,
-                                 ctx.solver)
-        return replace(d, placements=p, started=s, pending=w)
-    return d
+    p, s, w = allocate_hosts(gpu_view, d.placements, d.started, d.pending, policy.host_mode,
+                             ctx.solver)
+    return replace(d, placements=p, started=s, pending=w)
 
 
 def _decide(
@@ -370,10 +370,8 @@ class _Placements(Mapping[JobId, Placement]):
         return len(self._full())
 
 
-def _reasons(
-    jobs: list[JobView], ranking: Ranking, oracle: ThroughputOracle, free: FreeGpus,
-    now_s: float, opts: PlacementOptions,
-) -> dict[JobId, PendingReason]:
+def _reasons(jobs: list[JobView], ranking: Ranking, oracle: ThroughputOracle, free: FreeGpus,
+             now_s: float, opts: PlacementOptions) -> dict[JobId, PendingReason]:
     """A reason for every job in ``jobs`` (all of them left waiting)."""
     local = {j.spec.job_id: needs_locality(j, now_s, opts) for j in jobs}
     no_plan = {j.spec.job_id: why for j in jobs
