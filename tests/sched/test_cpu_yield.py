@@ -48,8 +48,10 @@ def gpu_run(job_id: str, queue: str, node: str, gpus: int) -> JobView:
                 Placement((V100,), ((node, gpus),)))
 
 
-def run(c: ClusterSpec, *views: JobView, nominal_b: int = 8) -> Decision:
-    quotas = {"team-a": QueueQuota("team-a", 8, 8), "team-b": QueueQuota("team-b", nominal_b, 8)}
+def run(c: ClusterSpec, *views: JobView, nominal_b: int = 8,
+        a_cpus: float | None = None) -> Decision:
+    quotas = {"team-a": QueueQuota("team-a", 8, 8, nominal_cpus=a_cpus),
+              "team-b": QueueQuota("team-b", nominal_b, 8)}
     oracle = ThroughputOracle(default_throughputs(), c)
     return decide(snapshot(c, *views, now_s=100.0, quotas=quotas), make_policy("fifo"),
                   DecisionContext(oracle, random.Random(0)))
@@ -136,3 +138,13 @@ def test_no_preemption_without_quotas_or_for_a_queue_without_one() -> None:
     d = decide(snapshot(c, *views, now_s=100.0), make_policy("fifo"),
                DecisionContext(oracle, random.Random(0)))
     assert d.preempted == () and "g" in d.pending
+
+
+def test_cpu_jobs_within_their_queues_cpus_quota_never_give_way() -> None:
+    """A queue given ``cpus: 64`` has its CPU-only jobs guaranteed (Kueue: a queue within its
+    nominal quota is not reclaimed from): team-b's GPU job waits; the same jobs in a queue
+    without a host quota give way (the first test)."""
+    old, new = cpu_run("a-old", "team-a", N0, 32.0, 0.0), cpu_run("a-new", "team-a", N0, 32.0, 50.0)
+    d = run(cluster(), old, new, view(make_job("g", gpus=4, queue="team-b")), a_cpus=64.0)
+    assert d.preempted == () and "g" not in d.placements and "g" in d.pending
+    assert set(d.placements) == {"a-old", "a-new"}

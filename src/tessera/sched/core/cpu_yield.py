@@ -26,7 +26,10 @@ The rules, exact:
 3. **Who gives way.** On each such node, the fewest of its other-queue CPU-only jobs whose
    stop makes room; among sets of that size, the newest (jobs ordered by latest
    ``progress_from_s``, then latest submission, sets compared in that order). The node needing
-   the fewest wins (layout order on a tie).
+   the fewest wins (layout order on a tie). A queue with a ``cpus:`` or ``memory:`` quota
+   (:mod:`~tessera.sched.core.host_quota`) has its CPU-only jobs *guaranteed*: the CPU stage
+   starts none beyond that quota, and none of them gives way (as in Kueue, a queue within its
+   nominal quota is not reclaimed from); only queues without one run CPU-only jobs best-effort.
 4. **Only if it helps.** The caller runs the GPU stages again with the chosen jobs' CPUs and
    memory free; the yield stands only if the GPU job is then placed, else nothing is preempted.
 
@@ -143,6 +146,8 @@ def find_yield(snapshot: Snapshot, cpu_jobs: Sequence[JobView],
     running_cpu = [j for j in cpu_jobs if j.running and j.placement is not None]
     if not quotas or not running_cpu:
         return None
+    guaranteed = {name for name, q in quotas.items()  # rule 3: within a host quota, kept
+                  if q.nominal_cpus is not None or q.nominal_mem_gib is not None}
     waiting = sorted((j for j in snapshot.jobs if j.spec.num_gpus > 0 and not j.running
                       and j.job_id in pending and j.job_id not in skip
                       and pending[j.job_id].kind is not PendingKind.QUOTA
@@ -153,7 +158,7 @@ def find_yield(snapshot: Snapshot, cpu_jobs: Sequence[JobView],
     specs = {j.spec.job_id: j.spec for j in snapshot.jobs}
     room = _room(nodes, specs, placements, running_cpu)
     used = _queue_use(specs, placements, nodes)
-    on_node = _cpu_jobs_by_node(running_cpu)
+    on_node = _cpu_jobs_by_node([cj for cj in running_cpu if cj.spec.queue not in guaranteed])
     tried: set[tuple[object, ...]] = set()  # (jobs alike find alike: each kind is asked once)
     for j in waiting:
         kind = (j.spec.queue, j.spec.num_gpus, j.spec.flavors, j.spec.host)
