@@ -324,6 +324,7 @@ class RayExecutor(Launches):
                 save_exit(self.runs_dir, job_id, run, rank, rec)
         gather(job_id, run, world, records, self._power_reports)  # for the service's loop
         prune(job_id, run, world)
+        self._nodes_of.pop((job_id, run), None)  # a log read meanwhile cached it from the KV
 
     def power_reports(self) -> list[RunPowerReport]:
         """The runs released since the last call: their ranks' energy and power notes."""
