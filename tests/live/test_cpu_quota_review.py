@@ -3,13 +3,21 @@ a tenant's pending reason may say about other queues."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tessera.errors import SpecError
 from tessera.live.kueue_read import tenancy_from_kueue
+from tessera.live.spec import parse_request
+from tessera.live.tenancy import Principal
+from tests.live.helpers import make_service
 from tests.live.test_kueue_read import base_docs
+
+TEAM_A, TEAM_B = Principal("a", "team-a"), Principal("b", "team-b")
+CPU_JOB = "name: c\nqueue: team-a\ncommand: 'sleep 100'\ngpus: 0\nhost: {cpus: 16}\n"
 
 
 @pytest.mark.parametrize("torn", [["24"], {"cpus": 24}, True, "nan", "inf", "-4"])
@@ -31,3 +39,35 @@ def test_a_plain_yaml_number_annotation_still_reads() -> None:
     cq["metadata"]["annotations"] = {"tessera.io/cpu-only-memory-gib": 64}
     q = tenancy_from_kueue([("t.yaml", d) for d in docs]).tree.queues[cq["metadata"]["name"]]
     assert q.nominal_mem_gib == 64.0
+
+
+def _held_for_cpus(tmp_path: Path, see_all: bool) -> str:
+    """Team-a's guaranteed CPU-only jobs (a cpus quota) take every CPU of both servers; team-b's
+    1-GPU job waits for CPUs. Its stored reason, as a tenant of team-b reads it."""
+    svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
+                       start=False, queues=[
+                           {"name": "team-a", "nominal_gpus": 4, "cpus": 32},
+                           {"name": "team-b", "nominal_gpus": 4}])
+    svc.tenancy = replace(svc.tenancy, tenants_see_all=see_all)
+    for _ in range(2):
+        svc.submit(parse_request(CPU_JOB), TEAM_A)
+    svc.round(10.0)
+    gid = svc.submit(parse_request("name: g\nqueue: team-b\ncommand: 'sleep 1'\ngpus: 1\n"),
+                     TEAM_B).job_id
+    svc.round(20.0)
+    rec = svc.store.get(gid)
+    assert rec is not None and rec.state.value == "pending"
+    return rec.reason
+
+
+def test_a_tenants_host_reason_names_no_other_queues_use(tmp_path: Path) -> None:
+    """Without ``tenants_see_all`` a tenant may not read another queue's use; the reason said
+    "CPU-only jobs hold CPUs: 'team-a' 32" to team-b (and to ``explain``)."""
+    reason = _held_for_cpus(tmp_path, see_all=False)
+    assert "team-a" not in reason and "32" not in reason
+    assert reason.endswith("(GPUs are free, CPUs are not); CPU-only jobs of other queues hold "
+                           "some too")
+
+
+def test_with_tenants_see_all_the_host_reason_names_every_queue(tmp_path: Path) -> None:
+    assert _held_for_cpus(tmp_path, see_all=True).endswith("CPU-only jobs hold CPUs: 'team-a' 32")
