@@ -71,3 +71,30 @@ def test_a_tenants_host_reason_names_no_other_queues_use(tmp_path: Path) -> None
 
 def test_with_tenants_see_all_the_host_reason_names_every_queue(tmp_path: Path) -> None:
     assert _held_for_cpus(tmp_path, see_all=True).endswith("CPU-only jobs hold CPUs: 'team-a' 32")
+
+
+def test_tessera_queues_shows_the_cpu_only_quota_and_use(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """``/api/queues`` gained nominal_cpus/used_cpus/...; the ``tessera queues`` table showed
+    none of it, so a tenant whose CPU-only job waits 'at its CPU quota' could not see it."""
+    import typer
+    from typer.testing import CliRunner
+
+    from tessera.cli import live
+
+    rows = [{"name": "team-a", "nominal_gpus": 4, "borrowing_limit_gpus": None, "used_gpus": 0,
+             "pending": 1, "running": 1, "nominal_cpus": 12.0, "nominal_memory_gib": None,
+             "used_cpus": 8.0, "used_memory_gib": 4.0}]
+
+    class Fake:
+        def queues(self) -> list[dict[str, object]]:
+            return rows
+
+    monkeypatch.setattr(live, "_client", lambda *a: Fake())
+    app = typer.Typer()
+    live.register(app)
+    out = CliRunner().invoke(app, ["queues"], env={"COLUMNS": "200"}).output
+    assert "CPU-only CPUs" in out and "8/12" in out and "4/∞" in out, out
+    rows[0].update(nominal_cpus=None, used_cpus=0.0, used_memory_gib=0.0)
+    out = CliRunner().invoke(app, ["queues"], env={"COLUMNS": "200"}).output
+    assert "CPU-only" not in out  # no host quota and no CPU-only use: the table as before
