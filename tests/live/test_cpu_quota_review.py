@@ -98,3 +98,15 @@ def test_tessera_queues_shows_the_cpu_only_quota_and_use(monkeypatch: pytest.Mon
     rows[0].update(nominal_cpus=None, used_cpus=0.0, used_memory_gib=0.0)
     out = CliRunner().invoke(app, ["queues"], env={"COLUMNS": "200"}).output
     assert "CPU-only" not in out  # no host quota and no CPU-only use: the table as before
+
+
+@pytest.mark.parametrize("field", ["cpus", "memory"])
+def test_a_yaml_true_quota_is_refused_not_read_as_one(tmp_path: Path, field: str) -> None:
+    """``cpus: true`` (or ``yes``) in tessera-live.yaml was coerced to a quota of 1 CPU (1 GiB)."""
+    from tessera.live.tenancy import load_tenancy
+    from tests.live.helpers import write_config
+
+    write_config(tmp_path / "s", [{"name": "team-a", "nominal_gpus": 4, field: True},
+                                  {"name": "team-b", "nominal_gpus": 4}])
+    with pytest.raises(SpecError, match=f"queue 'team-a': {field}: .*got True$"):
+        load_tenancy(tmp_path / "s")
