@@ -60,3 +60,19 @@ def test_the_bound_is_a_column_of_tessera_speeds() -> None:
     assert all("bound_scale" not in r for r in rows if r["k"] == 0)
     text = CliRunner().invoke(app, ["speeds", "--table", "gavel", "-k", "1", "--bound"])
     assert "scale %" in text.output and "r^b %" in text.output
+
+
+
+@pytest.mark.parametrize("flags", [["--bound"], ["--prior", "mape"]])
+def test_a_one_observation_flag_without_k_1_is_a_one_line_error(
+        flags: list[str], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--bound -k 0`` printed the table without a bound column and ``--prior mape -k 2``
+    an empty table after 'skipped' lines, exit 0: the flag was silently ignored."""
+    from tests.cli.runner import run_tessera
+
+    code, out, err = run_tessera(["speeds", "--table", "gavel", "-k", "0", "-k", "2",
+                                  "--protocol", "job-type", *flags], capsys, monkeypatch)
+    assert code == 2 and "table" not in out
+    assert err.strip().splitlines() == [
+        f"error: {' '.join(flags)} is for one observation: add -k 1 (got -k 0 -k 2)"]

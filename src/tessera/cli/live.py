@@ -109,6 +109,11 @@ def _run(fn: Any) -> Any:
         raise typer.Exit(2) from None
 
 
+def _of(used: float | None, nominal: float | None) -> str:
+    """``8/12``: what a queue's CPU-only jobs hold of its cpus or memory quota (``∞``: none)."""
+    return f"{used or 0:g}/{'∞' if nominal is None else f'{nominal:g}'}"
+
+
 def _table(title: str, cols: list[str], rows: list[list[Any]]) -> None:
     """A table of the service's values: each cell terminal-safe, and plain text (a ``[red]``
     in a job's reason is not rich markup)."""
@@ -244,15 +249,22 @@ def _cluster_commands(app: typer.Typer) -> None:
     @app.command(epilog="Example: tessera queues --json")
     def queues(server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,
                as_json: bool = JSON) -> None:
-        """Tenant queues: quota, GPUs in use, jobs waiting and running (a tenant: its own)."""
+        """Tenant queues: GPU quota and use, jobs waiting and running (a tenant: its own);
+        where a queue has a cpus/memory quota or runs CPU-only jobs, what its CPU-only jobs
+        hold of it (CPUs, GiB of host memory; "∞": no limit)."""
         qs = _run(lambda: _client(server, token, token_file).queues())
         if as_json:
             typer.echo(json.dumps(qs, indent=2))
             return
-        _table("queues", ["queue", "nominal", "borrow limit", "used", "pending", "running"],
+        host = any(q.get("nominal_cpus") is not None or q.get("nominal_memory_gib") is not None
+                   or q.get("used_cpus") for q in qs)  # (older servers: no such fields)
+        _table("queues", ["queue", "nominal", "borrow limit", "used", "pending", "running",
+                          *(["CPU-only CPUs", "CPU-only GiB"] if host else [])],
                [[q["name"], q["nominal_gpus"], q["borrowing_limit_gpus"] if
                  q["borrowing_limit_gpus"] is not None else "∞", q["used_gpus"], q["pending"],
-                 q["running"]] for q in qs])
+                 q["running"], *([_of(q.get("used_cpus"), q.get("nominal_cpus")),
+                                  _of(q.get("used_memory_gib"), q.get("nominal_memory_gib"))]
+                                 if host else [])] for q in qs])
 
     @app.command("cluster", epilog="Example: tessera cluster --json")
     def cluster_cmd(server: str = SERVER, token: str = TOKEN, token_file: Path = TOKEN_FILE,

@@ -98,6 +98,10 @@ def speeds(
                         "roofline prior uses the job's model")
     if any(k < 0 for k in ks):
         raise SpecError(f"-k {min(ks)}: the number of observations is 0 or more")
+    if 1 not in ks and (bound or prior in PAIR_PRIORS):  # (else: silently no such row)
+        what = "--bound" if bound else f"--prior {prior}"
+        raise SpecError(f"{what} is for one observation: add -k 1 (got -k "
+                        f"{' -k '.join(map(str, ks))})")
     rows: list[dict[str, object]] = []
     for name in tables:
         table = load_throughputs(name)

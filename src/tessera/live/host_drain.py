@@ -6,14 +6,16 @@ CPU-only run holds no GPUs, so that rule never made anything wait for it -- and 
 a CPU-only job of another queue gave way to (:mod:`tessera.sched.core.cpu_yield`) is planned
 onto the very CPUs and memory that run holds until it exits. :func:`waits_for_host` is the same
 rule for those: while a CPU-only run on one of its nodes is still stopping, a planned run waits
-unless the node's CPUs and memory, less what every launched run there holds (running or
-stopping), already hold its own share. Amounts are the decision core's one rule
+unless the node's CPUs and memory, less what every launched run there holds (running, stopping,
+or launched earlier in the same pass of the launch loop), already hold its own share -- two runs
+planned onto one draining node in one round launched together before, each compared with the
+node less the runs launched before the pass. Amounts are the decision core's one rule
 (:func:`~tessera.model.host_need.gang_host_by_node`), so the gate and the decision agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 
 from tessera.live.loop_parts import ServiceParts
 from tessera.live.store import Allocation
@@ -30,17 +32,20 @@ def cpu_only_draining(holding: Sequence[Allocation]) -> set[str]:
 
 
 def waits_for_host(svc: ServiceParts, a: Allocation, holding: Sequence[Allocation],
-                   draining: set[str]) -> bool:
+                   draining: set[str], started: Set[tuple[str, int]] = frozenset()) -> bool:
     """Whether planned run ``a`` must wait for a stopping CPU-only run's CPUs or memory on
-    one of ``draining``'s nodes (see the module docstring)."""
+    one of ``draining``'s nodes (see the module docstring); ``started``: the runs of
+    ``holding`` still marked planned there that the launch loop launched in this pass."""
     nodes = {n.node_id: n for n in svc.cluster.nodes}
     mine = [x for x in _held(svc, a, nodes) if x[0] in draining and x[0] in nodes]
     if not mine:
         return False
     free = {n: [float(nodes[n].cpu_cores), float(nodes[n].mem_gib)] for n, _c, _m in mine}
     for h in holding:
-        if h.status == "planned" or (h.job_id, h.run) == (a.job_id, a.run):
-            continue
+        key = (h.job_id, h.run)
+        if key == (a.job_id, a.run) or (h.status == "planned" and key not in started
+                                         and key not in svc.launching):
+            continue  # (a planned run launched earlier in this pass holds its share too)
         for n, c, m in _held(svc, h, nodes):
             if n in free:
                 free[n][0] -= c

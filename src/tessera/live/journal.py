@@ -24,6 +24,7 @@ import sqlite3
 
 from tessera.live import lifecycle, memory
 from tessera.live.loop_parts import ServiceParts
+from tessera.live.reason_scope import scoped_reasons
 from tessera.live.resize import RESIZED, out_of_range, size_change
 from tessera.live.sharing import relabel_run, relabels
 from tessera.live.store import HOLDING, Allocation
@@ -93,7 +94,9 @@ def journal(svc: ServiceParts, d: Decision, now_s: float, remember: bool = False
             svc.store.event(db, now_s, None, "decision",
                              f"{svc.policy.display_name}: started {len(d.started)}, "
                              f"preempted {len(d.preempted)}, pending {len(d.pending)}")
-    svc.store.set_reasons({jid: str(r) for jid, r in d.pending.items()})
+    svc.store.set_reasons(scoped_reasons(  # (no other queue's use unless tenants see all)
+        d.pending, lambda jid: getattr(svc.store.get(jid), "queue", None),
+        svc.tenancy.tenants_see_all))
 
 def request_stop(svc: ServiceParts, db: sqlite3.Connection, job_id: JobId, now_s: float, why: str,
                   reason: str) -> None:

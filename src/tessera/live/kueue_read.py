@@ -24,6 +24,7 @@ MIG-slice quotas must be whole and non-negative, a weight non-negative.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import replace
@@ -378,16 +379,25 @@ def _min_admitted(owner: str, doc: Doc) -> float | None:
 
 
 def _annotation(owner: str, doc: Doc, key: str, unit: str) -> float | None:
-    """The number in Tessera's annotation ``key`` (``None``: absent)."""
+    """The number in Tessera's annotation ``key`` (``None``: absent): a finite number >= 0,
+    written as a string (Kubernetes annotations are strings) or a plain YAML number. Anything
+    else -- a list, a mapping, ``true``, ``nan``, a negative amount -- is one line naming the
+    key (a torn annotation raised a ``TypeError`` or was read as 1 before)."""
     notes = doc["metadata"].get("annotations") or {}
     text = notes.get(key) if isinstance(notes, dict) else None
     if text is None:
         return None
+    bad = SpecError(f"{owner}: metadata.annotations.{key}: not a number of {unit} "
+                    f"(>= 0): {text!r}")
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise bad
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise SpecError(f"{owner}: metadata.annotations.{key}: not a "
-                        f"number of {unit}: {text!r}") from None
+        raise bad from None
+    if not (math.isfinite(value) and value >= 0):
+        raise bad
+    return value
 
 
 def _kind(where: str, doc: object) -> str:

@@ -116,11 +116,13 @@ def act(svc: ServiceParts, now_s: float) -> None:
         if a.status == "stopping":
             draining.add(a.job_id)
     cpu_drain = cpu_only_draining(holding)  # (CPUs a stopping CPU-only run holds: host_drain)
+    started: set[tuple[str, int]] = set()  # (launched in this pass: holding still says planned)
     for a in (a for a in holding if a.status == "planned"):
         host = ride.get((a.job_id, a.run))
         if (a.job_id, a.run) in svc.launching:
             confirm(svc, a, now_s)
-        elif a.job_id in draining or (cpu_drain and waits_for_host(svc, a, holding, cpu_drain)):
+        elif a.job_id in draining or (cpu_drain and waits_for_host(svc, a, holding, cpu_drain,
+                                                                   started)):
             continue
         elif host is not None:  # joins its host's GPUs once the host runs there
             if status.get(host) == "running" and host not in svc.launching:
@@ -131,6 +133,7 @@ def act(svc: ServiceParts, now_s: float) -> None:
             continue
         else:
             launch(svc, a)
+            started.add((a.job_id, a.run))
         if host is None:
             for node, count in a.placement.gpus_by_node:
                 used[node] = used.get(node, 0) + count

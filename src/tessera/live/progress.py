@@ -123,8 +123,12 @@ class RunRate:
         rate = float(d["steps_per_s"])
         if not (math.isfinite(rate) and rate > 0):
             raise ValueError(f"steps_per_s {d['steps_per_s']!r} is not a positive number")
+        since_s, updated_s = float(d["since_s"]), float(d["updated_s"])
+        if not (math.isfinite(since_s) and math.isfinite(updated_s)):
+            raise ValueError(f"since_s {d['since_s']!r} or updated_s {d['updated_s']!r} is "
+                             "not a finite time")
         return cls(int(d["run"]), resolve_flavor(str(d["flavor"])), tuple(d["nodes"]), rate,
-                   int(d["intervals"]), float(d["since_s"]), float(d["updated_s"]))
+                   int(d["intervals"]), since_s, updated_s)
 
 
 @dataclass
@@ -304,7 +308,7 @@ class ProgressBook:
             raw = self.store.meta(JOB_META + job_id)
             try:
                 hit = [RunRate.from_json(d) for d in json.loads(raw)["runs"]] if raw else []
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
                 hit = []  # the job keeps its prior until its runs report again
                 self._notes[job_id] = CORRUPT_NOTE.format(
                     key=JOB_META + job_id, why=f"{type(e).__name__}: {str(e)[:120]}")

@@ -215,7 +215,7 @@ class LiveStepFits:
             return
         try:
             fits, obs, version = parse(json.loads(raw))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
             why = f"{type(e).__name__}: {str(e)[:120]}"
             note = CORRUPT_NOTE.format(key=STEP_META + job_id, why=why)
             log.warning("job %s: %s", job_id, note)
@@ -231,6 +231,7 @@ def parse(d: Mapping[str, Any]) -> tuple[StepFits, dict[GpuFlavor, dict[tuple[in
     Raises:
         ValueError, KeyError, TypeError: a value of another shape, an unknown flavor, a size
             or step time that is not positive and finite, a fit that is not five finite numbers.
+        OverflowError: a count (GPUs, the version) that is JSON's ``Infinity`` or ``1e999``.
     """
     fits: list[tuple[GpuFlavor, ThroughputParams]] = []
     obs: dict[GpuFlavor, dict[tuple[int, float], float]] = {}

@@ -135,7 +135,7 @@ class QueueQuotaEntry(_Strict):
     memory: float | str | None = None
     """Their host memory (``"64Gi"``, ``"512Mi"`` or a bare number of GiB; absent: any)."""
 
-    @field_validator("cpus", "memory")
+    @field_validator("cpus", "memory", mode="before")  # (before: `cpus: true` is not 1 CPU)
     @classmethod
     def _host_amount(cls, v: float | str | None, info: ValidationInfo) -> float | None:
         if v is None:
