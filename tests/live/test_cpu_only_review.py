@@ -11,6 +11,7 @@ from tessera.errors import SpecError
 from tessera.live.executors.base import LaunchSpec, RunStatus
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
+from tessera.sched.core.cpu_yield import YIELD_EXEMPT_S
 from tests.live.helpers import make_service
 
 TEAM_A = Principal("a", "team-a")
@@ -43,8 +44,10 @@ def test_cpu_only_jobs_of_one_queue_do_not_starve_another_queues_gpu_job(
     assert all(svc.store.allocation(j, 1) is not None for j in hogs)  # every CPU taken
     gid = svc.submit(parse_request("name: g\nqueue: team-b\ncommand: 'sleep 100'\ngpus: 1\n"),
                      TEAM_B).job_id
-    for t_s in (20.0, 30.0, 40.0):
-        svc.round(t_s)
+    svc.round(20.0)  # the hogs started moments ago: exempt from giving way (churn)
+    assert svc.store.allocation(gid, 1) is None
+    for t_s in (30.0, 40.0, 50.0):
+        svc.round(t_s + YIELD_EXEMPT_S)
     assert svc.store.allocation(gid, 1) is not None  # team-b's 1 GPU of its 4 nominal
     # One hog gave way (the fewest: one frees the 8 CPUs 1 GPU needs), and says for whom.
     said = [e.detail for h in hogs for e in svc.store.events(h)
@@ -122,13 +125,16 @@ def test_the_gpu_job_launches_only_once_the_cpu_only_run_it_displaced_has_exited
     svc.act(10.5)  # confirmed: both running
     gid = svc.submit(parse_request("name: g\nqueue: team-b\ncommand: 'sleep 100'\ngpus: 1\n"),
                      TEAM_B).job_id
-    svc.round(20.0)
+    began = [a.started_s for h in hogs if (a := svc.store.allocation(h, 1)) is not None]
+    assert len(began) == 2 and None not in began  # (the service's clock: the wall's)
+    t_s = max(b for b in began if b is not None) + YIELD_EXEMPT_S + 1.0  # (past the exemption)
+    svc.round(t_s)
     stopping = [a for a in svc.store.allocations(("stopping",)) if a.job_id in hogs]
     assert len(stopping) == 1 and svc.store.allocation(gid, 1) is not None
-    svc.act(20.0)
-    svc.act(21.0)
+    svc.act(t_s)
+    svc.act(t_s + 1.0)
     assert gid not in ex.launched  # the displaced run still holds its 16 CPUs
     ex.exited.add((stopping[0].job_id, stopping[0].run))
-    svc.observe(22.0)
-    svc.act(22.0)
+    svc.observe(t_s + 2.0)
+    svc.act(t_s + 2.0)
     assert gid in ex.launched

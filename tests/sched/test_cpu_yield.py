@@ -53,7 +53,7 @@ def run(c: ClusterSpec, *views: JobView, nominal_b: int = 8,
     quotas = {"team-a": QueueQuota("team-a", 8, 8, nominal_cpus=a_cpus),
               "team-b": QueueQuota("team-b", nominal_b, 8)}
     oracle = ThroughputOracle(default_throughputs(), c)
-    return decide(snapshot(c, *views, now_s=100.0, quotas=quotas), make_policy("fifo"),
+    return decide(snapshot(c, *views, now_s=1000.0, quotas=quotas), make_policy("fifo"),
                   DecisionContext(oracle, random.Random(0)))
 
 
@@ -135,7 +135,7 @@ def test_no_preemption_without_quotas_or_for_a_queue_without_one() -> None:
     views = (cpu_run("a", "team-a", N0, 64.0, 0.0), view(make_job("g", gpus=4, queue="team-z")))
     assert run(c, *views).preempted == ()
     oracle = ThroughputOracle(default_throughputs(), c)
-    d = decide(snapshot(c, *views, now_s=100.0), make_policy("fifo"),
+    d = decide(snapshot(c, *views, now_s=1000.0), make_policy("fifo"),
                DecisionContext(oracle, random.Random(0)))
     assert d.preempted == () and "g" in d.pending
 
@@ -148,3 +148,18 @@ def test_cpu_jobs_within_their_queues_cpus_quota_never_give_way() -> None:
     d = run(cluster(), old, new, view(make_job("g", gpus=4, queue="team-b")), a_cpus=64.0)
     assert d.preempted == () and "g" not in d.placements and "g" in d.pending
     assert set(d.placements) == {"a-old", "a-new"}
+
+
+def test_a_cpu_job_restarted_moments_ago_does_not_give_way_again() -> None:
+    """Churn: the newest job is the one a yield stops, so a tenant cycling in-quota GPU jobs
+    would restart the same job each time. One whose run has progressed for less than
+    YIELD_EXEMPT_S (300 s) keeps its CPUs (the older one, past it, gives way instead; with
+    both fresh, the GPU job waits)."""
+    fresh_s = 990.0  # its run has progressed for 10 s at the round (now 1,000 s)
+    old, new = cpu_run("a-old", "team-a", N0, 32.0, 0.0), cpu_run("a-new", "team-a", N0, 32.0,
+                                                                  fresh_s)
+    d = run(cluster(), old, new, view(make_job("g", gpus=4, queue="team-b")))
+    assert d.preempted == ("a-old",) and "g" in d.started
+    both = cpu_run("a-old", "team-a", N0, 32.0, fresh_s + 1.0)
+    d = run(cluster(), both, new, view(make_job("g", gpus=4, queue="team-b")))
+    assert d.preempted == () and "g" in d.pending

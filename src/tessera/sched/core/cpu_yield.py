@@ -30,6 +30,11 @@ The rules, exact:
    (:mod:`~tessera.sched.core.host_quota`) has its CPU-only jobs *guaranteed*: the CPU stage
    starts none beyond that quota, and none of them gives way (as in Kueue, a queue within its
    nominal quota is not reclaimed from); only queues without one run CPU-only jobs best-effort.
+   A CPU-only job whose run has made progress for less than :data:`YIELD_EXEMPT_S` does not
+   give way either (Slurm's ``PreemptExemptTime``): without it a tenant could restart another
+   queue's job over and over -- submit an in-quota GPU job, let it take the CPUs, cancel it,
+   again -- and "newest first" would pick the job just restarted each time. The GPU job then
+   waits for the exemption to run out.
 4. **Only if it helps.** The caller runs the GPU stages again with the chosen jobs' CPUs and
    memory free; the yield stands only if the GPU job is then placed, else nothing is preempted.
 
@@ -54,7 +59,11 @@ from tessera.sched.core.quotas import QueueQuota
 from tessera.sched.core.reasons import PendingKind, PendingReason
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
-__all__ = ["HostYield", "find_yield", "give_way", "yield_note"]
+__all__ = ["YIELD_EXEMPT_S", "HostYield", "find_yield", "give_way", "yield_note"]
+
+YIELD_EXEMPT_S = 300.0
+"""Seconds a CPU-only job's run must have made progress before it may give way (rule 3): one
+restart per 5 minutes at most, however often a tenant asks."""
 
 
 class HostYield:
@@ -148,6 +157,8 @@ def find_yield(snapshot: Snapshot, cpu_jobs: Sequence[JobView],
         return None
     guaranteed = {name for name, q in quotas.items()  # rule 3: within a host quota, kept
                   if q.nominal_cpus is not None or q.nominal_mem_gib is not None}
+    settled = [cj for cj in running_cpu if cj.spec.queue not in guaranteed
+               and snapshot.now_s - cj.progress_from_s >= YIELD_EXEMPT_S]  # (rule 3: churn)
     waiting = sorted((j for j in snapshot.jobs if j.spec.num_gpus > 0 and not j.running
                       and j.job_id in pending and j.job_id not in skip
                       and pending[j.job_id].kind is not PendingKind.QUOTA
@@ -158,7 +169,7 @@ def find_yield(snapshot: Snapshot, cpu_jobs: Sequence[JobView],
     specs = {j.spec.job_id: j.spec for j in snapshot.jobs}
     room = _room(nodes, specs, placements, running_cpu)
     used = _queue_use(specs, placements, nodes)
-    on_node = _cpu_jobs_by_node([cj for cj in running_cpu if cj.spec.queue not in guaranteed])
+    on_node = _cpu_jobs_by_node(settled)
     tried: set[tuple[object, ...]] = set()  # (jobs alike find alike: each kind is asked once)
     for j in waiting:
         kind = (j.spec.queue, j.spec.num_gpus, j.spec.flavors, j.spec.host)
