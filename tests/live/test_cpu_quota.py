@@ -9,7 +9,7 @@ import pytest
 
 from tessera.errors import SpecError
 from tessera.live.kueue_read import tenancy_from_kueue
-from tessera.live.service import Rejected
+from tessera.live.service import LiveService, Rejected
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import queues_json
@@ -20,12 +20,18 @@ TEAM_A = Principal("a", "team-a")
 CPU_JOB = "name: c\nqueue: team-a\ncommand: 'sleep 100'\ngpus: 0\nhost: {cpus: 8, memory: 4Gi}\n"
 
 
+def _service(tmp_path: Path, cpus: float, memory: str) -> LiveService:
+    """Two servers of 2 V100s; team-a has ``cpus`` and ``memory`` for its CPU-only jobs."""
+    return make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
+                        start=False, queues=[
+                            {"name": "team-a", "nominal_gpus": 4, "cpus": cpus,
+                             "memory": memory},
+                            {"name": "team-b", "nominal_gpus": 4}])
+
+
 def test_the_cpu_quota_holds_a_cpu_only_job_and_api_queues_shows_use_and_quota(
         tmp_path: Path) -> None:
-    svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
-                       start=False, queues=[
-                           {"name": "team-a", "nominal_gpus": 4, "cpus": 12, "memory": "6Gi"},
-                           {"name": "team-b", "nominal_gpus": 4}])
+    svc = _service(tmp_path, cpus=12, memory="6Gi")
     first, second = (svc.submit(parse_request(CPU_JOB), TEAM_A).job_id for _ in range(2))
     svc.round(10.0)
     assert svc.store.allocation(first, 1) is not None
@@ -57,10 +63,7 @@ def test_a_kueue_cluster_queue_carries_the_quota_in_tesseras_annotations() -> No
 def test_a_cpu_only_job_larger_than_its_queues_cpu_quota_is_rejected_at_submission(
         tmp_path: Path) -> None:
     """It could never start (it would wait on 'quota' for ever): refused at once, one line."""
-    svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
-                       start=False, queues=[
-                           {"name": "team-a", "nominal_gpus": 4, "cpus": 6, "memory": "2Gi"},
-                           {"name": "team-b", "nominal_gpus": 4}])
+    svc = _service(tmp_path, cpus=6, memory="2Gi")
     with pytest.raises(Rejected, match="rejected: CPU-only job needs 8 CPUs; queue 'team-a' may "
                                        "hold at most 6 CPUs in CPU-only jobs"):
         svc.submit(parse_request(CPU_JOB), TEAM_A)

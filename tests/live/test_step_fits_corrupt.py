@@ -27,6 +27,9 @@ BAD_ROWS = [
     json.dumps({"version": 1, "flavors": {"V100": {"obs": [[1, 64, 0.2]], "fit": [1, 2]}}}),
     json.dumps({"version": 1, "flavors": {"V100": {"obs": [[0, 64, 0.2]], "fit": None}}}),
     json.dumps([1, 2, 3]),
+    json.dumps({"version": float("inf"), "flavors": {}}),  # (OverflowError, uncaught before)
+    json.dumps({"version": 1, "flavors": {"V100": {"obs": [[float("inf"), 64, 0.2]],
+                                                    "fit": None}}}),
 ]
 
 
