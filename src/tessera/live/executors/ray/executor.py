@@ -319,8 +319,7 @@ class RayExecutor(Launches):
         meta = get(run_key(job_id, run))
         world = int(meta["world"]) if meta else len(forgets)
         for rank in range(world):
-            rec = records.get(rank) or get(exit_key(job_id, run, rank))
-            if rec is not None:
+            if (rec := records.get(rank) or get(exit_key(job_id, run, rank))) is not None:
                 save_exit(self.runs_dir, job_id, run, rank, rec)
         gather(job_id, run, world, records, self._power_reports)  # for the service's loop
         prune(job_id, run, world)
