@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import yaml
 
 from tessera.live.executors.local import LocalExecutor
@@ -119,3 +120,11 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def serving(url: str) -> bool:
+    """Whether a service answers ``/healthz`` at ``url`` (for ``wait_for``)."""
+    try:
+        return httpx.get(url + "/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

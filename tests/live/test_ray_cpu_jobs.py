@@ -26,12 +26,7 @@ import httpx
 import pytest
 
 from tessera.live.executors.base import free_port
-from tessera.live.service import LiveService, ServiceOptions
-from tessera.live.spec import parse_request
-from tessera.live.store import Store
-from tessera.live.tenancy import Principal, load_tenancy
-from tessera.model.cluster import load_cluster
-from tests.live.helpers import ADMIN, wait_for, wait_for_job, write_config
+from tests.live.helpers import ADMIN, serving, wait_for, write_config
 from tests.live.ray_nodes import RayNodes
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -56,13 +51,6 @@ def nodes() -> Iterator[RayNodes]:
         yield n
     finally:
         n.stop()
-
-
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(url + "/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _serve(nodes: RayNodes, state: Path, cluster: Path, port: int) -> subprocess.Popen[bytes]:
@@ -106,7 +94,7 @@ def test_a_cpu_only_job_runs_on_its_node_beside_a_domain_gang(nodes: RayNodes,
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     proc = _serve(nodes, state, cluster, port)
     try:
-        wait_for(lambda: _up(url), UP_S, "the service to start")
+        wait_for(lambda: serving(url), UP_S, "the service to start")
 
         def submit(body: dict[str, Any]) -> str:
             r = httpx.post(url + "/api/jobs", headers=AUTH, timeout=30,
@@ -141,7 +129,7 @@ def test_a_cpu_only_job_runs_on_its_node_beside_a_domain_gang(nodes: RayNodes,
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         proc = _serve(nodes, state, cluster, port)
-        wait_for(lambda: _up(url), UP_S, "the service to start again")
+        wait_for(lambda: serving(url), UP_S, "the service to start again")
         assert job(cpu)["state"] == "running", job(cpu)
         go.write_text("")
         wait_for(lambda: job(cpu)["state"] == "succeeded", 120, "the CPU-only job to end")
@@ -163,33 +151,3 @@ def test_a_cpu_only_job_runs_on_its_node_beside_a_domain_gang(nodes: RayNodes,
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-
-
-def test_a_cpu_only_job_runs_on_the_embedded_head_unheld(tmp_path: Path) -> None:
-    """The embedded head is one Ray node offering no node marks: the CPU-only bundle asks its
-    CPUs only, runs there, and the events say it was not held to one node."""
-    from tessera.live.executors.ray.executor import RayExecutor
-    from tessera.live.executors.ray.head import EmbeddedHead
-
-    state, work = tmp_path / "state", tmp_path / "state-work"
-    write_config(state)
-    cluster = load_cluster("v100:2", 2)
-    svc = LiveService(Store(state / "state.db"),
-                      RayExecutor(cluster, None, work / "runs", grace_s=1.0, state_dir=state),
-                      cluster, load_tenancy(state), "fifo", work,
-                      ServiceOptions(period_s=0.5, poll_s=0.1, grace_s=1.0))
-    svc.start()
-    try:
-        show = "import os; print('gpus', repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"
-        jid = svc.submit(parse_request(json.dumps({
-            "name": "etl", "queue": "team-a", "gpus": 0, "host": {"cpus": 1},
-            "command": [sys.executable, "-S", "-c", show]}), "json"),
-            Principal("admin", None)).job.spec.job_id
-        wait_for_job(svc, jid, timeout_s=120)
-        notes = [e.detail for e in svc.store.events(jid) if e.kind == "host"]
-        assert len(notes) == 1 and "not held to one Ray node" in notes[0], notes
-        chunk = svc.executor.read_log(jid, 1, 0, 0, 10_000)
-        assert chunk is not None and "gpus ''" in chunk.text, chunk
-    finally:
-        svc.stop()
-        EmbeddedHead(state).stop()

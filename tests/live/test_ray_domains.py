@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tessera.live.executors.base import free_port
-from tests.live.helpers import ADMIN, wait_for, write_config
+from tests.live.helpers import ADMIN, serving, wait_for, write_config
 from tests.live.ray_nodes import RayNodes
 
 pytestmark = pytest.mark.ray
@@ -49,13 +49,6 @@ def nodes() -> Iterator[RayNodes]:
         n.stop()
 
 
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(url + "/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def test_gang_is_kept_inside_one_nvlink_domain(nodes: RayNodes, tmp_path: Path) -> None:
     state = tmp_path / "state"
     write_config(state)
@@ -75,7 +68,7 @@ def test_gang_is_kept_inside_one_nvlink_domain(nodes: RayNodes, tmp_path: Path) 
     auth = {"Authorization": f"Bearer {ADMIN}"}
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     try:
-        wait_for(lambda: _up(url), 120, "the service to start")
+        wait_for(lambda: serving(url), 120, "the service to start")
 
         def submit(name: str, gpus: int) -> str:
             r = httpx.post(url + "/api/jobs", headers=auth, timeout=30, json={

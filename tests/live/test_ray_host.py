@@ -6,6 +6,8 @@ asks for host resources on an embedded Ray cluster and reads its placement group
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from tessera.live.tenancy import Principal, load_tenancy
 from tessera.model.cluster import load_cluster
 from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.snapshot import Placement
-from tests.live.helpers import wait_for, write_config
+from tests.live.helpers import wait_for, wait_for_job, write_config
 
 ray = pytest.importorskip("ray")
 
@@ -88,3 +90,21 @@ def test_a_runs_placement_group_reserves_its_cpus_and_memory(ray_service: LiveSe
     notes = [e.detail for e in svc.store.events(jid) if e.kind == "host"]
     assert notes and "Ray placement-group bundles (1 CPUs + 0.25 GiB)" in notes[0], notes
     svc.cancel(jid, ADMIN)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_cpu_only_job_runs_on_the_embedded_head_unheld(ray_service: LiveService) -> None:
+    """The embedded head is one Ray node offering no node marks: the CPU-only bundle asks its
+    CPUs only, runs there, and the events say it was not held to one node."""
+    svc = ray_service
+    show = "import os; print('gpus', repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"
+    jid = svc.submit(parse_request(json.dumps({
+        "name": "etl", "queue": "team-a", "gpus": 0, "host": {"cpus": 1},
+        "command": [sys.executable, "-S", "-c", show]}), "json"),
+        Principal("admin", None)).job.spec.job_id
+    wait_for_job(svc, jid, timeout_s=120)
+    notes = [e.detail for e in svc.store.events(jid) if e.kind == "host"]
+    assert len(notes) == 1 and "not held to one Ray node" in notes[0], notes
+    chunk = svc.executor.read_log(jid, 1, 0, 0, 10_000)
+    assert chunk is not None and "gpus ''" in chunk.text, chunk
