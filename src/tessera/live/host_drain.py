@@ -18,17 +18,36 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 
 from tessera.live.loop_parts import ServiceParts
-from tessera.live.store import Allocation
+from tessera.live.store import Allocation, Store
 from tessera.model.host_need import EPS, gang_host_by_node
 from tessera.model.nodes import Node
 
-__all__ = ["cpu_only_draining", "waits_for_host"]
+__all__ = ["cpu_only_draining", "draining_quota_use", "waits_for_host"]
 
 
 def cpu_only_draining(holding: Sequence[Allocation]) -> set[str]:
     """The nodes where a CPU-only run is stopping (usually empty)."""
     return {n for a in holding if a.status == "stopping" and a.placement.num_gpus == 0
             for n, _k in a.placement.gpus_by_node}
+
+
+def draining_quota_use(store: Store, holding: Sequence[Allocation]
+                       ) -> tuple[tuple[str, float, float], ...]:
+    """``((queue, cpus, mem_gib), ...)`` of the CPU-only runs that are stopping
+    (``Snapshot.host_draining``): a queue's ``cpus``/``memory`` quota is charged what they
+    hold until they exit, as ``/api/queues`` counts them. The decision core sees none of
+    their jobs (a cancelled job is no longer active; a preempted one waits), and counted a
+    queue that cancelled a job at its quota as empty: a job submitted next started beside
+    the draining run. One store read per stopping CPU-only run (usually none)."""
+    out: list[tuple[str, float, float]] = []
+    for a in holding:
+        if a.status != "stopping" or a.placement.num_gpus != 0:
+            continue
+        rec = store.get(a.job_id)
+        if rec is not None:
+            out.append((rec.queue, sum(c for _n, c, _m in a.placement.host_by_node),
+                        sum(m for _n, _c, m in a.placement.host_by_node)))
+    return tuple(out)
 
 
 def waits_for_host(svc: ServiceParts, a: Allocation, holding: Sequence[Allocation],

@@ -8,9 +8,11 @@ with its GPUs and are charged to its GPU quota, not here -- so a queue that runs
 never meets this quota, and one that runs CPU-only jobs cannot take more than it was given.
 
 :class:`HostQuotaBook` is the CPU stage's ledger for one round: it starts from the running
-CPU-only jobs, :meth:`HostQuotaBook.held` says whether a waiting job would take its queue over
-(the reason it then waits, :class:`HostQuotaHeld`), and :meth:`HostQuotaBook.charge` books a
-job the stage places. There is no borrowing: the nominal amount is the limit.
+CPU-only jobs and the CPU-only runs still stopping (``Snapshot.host_draining``: they hold
+their CPUs until they exit), :meth:`HostQuotaBook.held` says whether a waiting job would take
+its queue over (the reason it then waits, :class:`HostQuotaHeld`), and
+:meth:`HostQuotaBook.charge` books a job the stage places. There is no borrowing: the
+nominal amount is the limit.
 """
 
 from __future__ import annotations
@@ -77,12 +79,20 @@ class HostQuotaBook:
     Args:
         quotas: the queues' quotas (``Snapshot.queue_quotas()``).
         running: the running CPU-only jobs (others are ignored).
+        draining: ``(queue, cpus, mem_gib)`` of CPU-only runs still stopping
+            (``Snapshot.host_draining``): they hold their CPUs and memory until they exit, so a
+            queue at its quota that cancels a job cannot start another beside it.
     """
 
-    def __init__(self, quotas: Mapping[str, QueueQuota], running: Iterable[JobView]) -> None:
+    def __init__(self, quotas: Mapping[str, QueueQuota], running: Iterable[JobView],
+                 draining: Iterable[tuple[str, float, float]] = ()) -> None:
         self.limits = {name: (q.nominal_cpus, q.nominal_mem_gib) for name, q in quotas.items()
                        if q.nominal_cpus is not None or q.nominal_mem_gib is not None}
         self.used = cpu_only_use(running) if self.limits else {}
+        for queue, cpus, mem in draining:
+            if queue in self.limits:
+                c, m = self.used.get(queue, (0.0, 0.0))
+                self.used[queue] = (c + cpus, m + mem)
 
     def held(self, spec: JobSpec) -> HostQuotaHeld | None:
         """Why CPU-only ``spec`` may not start now (its queue would go over), or ``None``."""
