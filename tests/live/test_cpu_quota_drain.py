@@ -76,3 +76,34 @@ def test_a_cancelled_cpu_only_run_still_draining_counts_against_its_queues_cpu_q
     svc.round(13.0)
     svc.act(13.0)
     assert second in ex.launched  # once it exited, the quota is free again
+
+
+def test_a_cpu_only_run_waits_for_the_cpus_and_memory_a_stopping_gpu_run_with_host_holds(
+        tmp_path: Path) -> None:
+    """The decision core does not see a stopping run, so it plans a CPU-only job onto the CPUs
+    and memory a cancelled GPU run with ``host:`` holds for its grace period; the GPU gate did
+    not hold it back (it needs no GPUs) and it launched beside the draining run."""
+    svc = make_service(tmp_path / "state", cluster="v100:2", gpus_per_server=2, policy="fifo",
+                       start=False)  # one server: 2 GPUs, 16 CPUs
+    ex = _DrainingExecutor()
+    svc.executor = ex  # type: ignore[assignment]
+    b = Principal("b", "team-b")
+    gpu = svc.submit(parse_request("name: g\nqueue: team-b\ncommand: 'sleep 100'\ngpus: 2\n"
+                                   "host: {cpus: 8, memory: 40Gi}\n"), b).job_id
+    svc.round(10.0)
+    svc.act(10.0)
+    svc.act(10.5)
+    assert ex.launched == [gpu]
+    svc.cancel(gpu, b)
+    svc.act(11.0)  # signalled: it drains, holding 16 CPUs and 80 GiB
+    cpu = svc.submit(parse_request("name: c\nqueue: team-a\ncommand: 'sleep 100'\ngpus: 0\n"
+                                   "host: {cpus: 16, memory: 80Gi}\n"), A).job_id
+    svc.round(12.0)
+    assert svc.store.allocation(cpu, 1) is not None  # planned onto the draining CPUs
+    svc.act(12.0)
+    svc.act(12.5)
+    assert cpu not in ex.launched
+    ex.exited.add((gpu, 1))
+    svc.observe(13.0)
+    svc.act(13.0)
+    assert cpu in ex.launched  # once the GPU run exited
