@@ -116,10 +116,17 @@ class HostQuotaBook:
 
 def host_quota_infeasibility(spec: JobSpec, quota: QueueQuota) -> str | None:
     """Why CPU-only ``spec`` can never start under its queue's ``cpus``/``memory`` quota (it
-    asks more than the whole quota), or ``None``; checked at submission."""
+    asks more than the whole quota), or may not (its queue has a memory quota and it asks no
+    memory: it would be charged 0 GiB and run with no memory limit, so no number of such jobs
+    would ever fill the quota -- a Kubernetes ResourceQuota on memory likewise requires every
+    pod to request it), or ``None``; checked at submission."""
     if spec.num_gpus != 0:
         return None
     cpus, mem = _ask(spec)
+    if quota.nominal_mem_gib is not None and mem <= 0:
+        return (f"CPU-only job asks no host memory; queue {quota.name!r} has a memory quota "
+                f"for CPU-only jobs ({quota.nominal_mem_gib:g} GiB): ask for it "
+                "(host: {memory: ...})")
     if quota.nominal_cpus is not None and cpus > quota.nominal_cpus + EPS:
         return (f"CPU-only job needs {cpus:g} CPUs; queue {quota.name!r} may hold at most "
                 f"{quota.nominal_cpus:g} CPUs in CPU-only jobs (its cpus quota)")
