@@ -3,7 +3,8 @@
 them (``used_cpus``: running, planned or draining). The decision core's quota book counted
 running ones only, so a tenant at its quota who cancelled a job and submitted another got the
 new one launched beside the draining one -- twice its quota for each grace period, and for as
-long as it keeps cancelling and resubmitting."""
+long as it keeps cancelling and resubmitting. And ``/api/queues`` counted the runs of active
+jobs only: a cancelled job's draining run was in no queue's ``used_cpus`` (nor ``used_gpus``)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_a_cancelled_cpu_only_run_still_draining_counts_against_its_queues_cpu_q
     assert rec is not None and rec.state.value == "pending"
     assert "at its CPU quota: its CPU-only jobs hold 8 of 8 CPUs; needs 8" in (rec.reason or "")
     (q,) = [q for q in queues_json(svc, A)["queues"] if q["name"] == "team-a"]
-    assert q["used_cpus"] <= q["nominal_cpus"]
+    assert (q["used_cpus"], q["nominal_cpus"]) == (8.0, 8.0)  # what the reason says
     ex.exited.add((first, 1))
     svc.observe(13.0)
     svc.round(13.0)
