@@ -277,6 +277,10 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
     principal, visible, where = access.principal, access.visible, access.where
     limits = svc.tenancy.limits
 
+    def _names(who: Principal, recs: list[JobRecord]) -> JobNames:
+        """What ``who`` may read named (another queue's name only with ``tenants_see_all``)."""
+        return JobNames(svc.store, who, recs, sees_queues=svc.tenancy.sees_all(who))
+
     @app.get("/api/jobs")
     def list_jobs(state: str | None = Query(None, max_length=32),
                   active: bool = Query(False),
@@ -290,7 +294,7 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
         if more:
             recs = recs[1:]
         runs = latest_runs(svc.store, recs)
-        return {"jobs": JobNames(svc.store, who, recs).scrub(
+        return {"jobs": _names(who, recs).scrub(
                     [job_summary_json(r, runs.get(r.job_id)) for r in recs]),
                 "next_before": recs[0].seq if more else None}
 
@@ -304,7 +308,7 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
         out.update(log_retention_json(rec, svc.tenancy.logs.retention_s))
         out["speeds"] = speeds_json(svc, rec)  # measured vs predicted (live.learned)
         out["energy"] = energy_json(svc.store._read, job_id)  # NVML, per run (live.run_power)
-        return JobNames(svc.store, who, [rec]).scrub(out)  # a partner's id, in text or events
+        return _names(who, [rec]).scrub(out)  # a partner's id, in text or events
 
     @app.post("/api/jobs/{job_id}/cancel")
     @app.delete("/api/jobs/{job_id}")
@@ -316,13 +320,12 @@ def _add_job_routes(app: FastAPI, svc: LiveService, access: Access) -> None:
             raise HTTPException(409, str(e)) from None
         rec = svc.store.get(job_id)
         assert rec is not None
-        return JobNames(svc.store, who, [rec]).scrub({**job_json(rec, where(rec)),
-                                                      "was": old.value})
+        return _names(who, [rec]).scrub({**job_json(rec, where(rec)), "was": old.value})
 
     @app.get("/api/jobs/{job_id}/explain")
     def explain_job(job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
         rec = visible(job_id, who)
-        return JobNames(svc.store, who, [rec]).scrub(explain(svc, rec, who))  # and reasons
+        return _names(who, [rec]).scrub(explain(svc, rec, who))  # and reasons
 
 
 def _add_cluster_routes(app: FastAPI, svc: LiveService, access: Access) -> None:

@@ -384,7 +384,10 @@ def _annotation(owner: str, doc: Doc, key: str, unit: str) -> float | None:
     else -- a list, a mapping, ``true``, ``nan``, a negative amount -- is one line naming the
     key (a torn annotation raised a ``TypeError`` or was read as 1 before)."""
     notes = doc["metadata"].get("annotations") or {}
-    text = notes.get(key) if isinstance(notes, dict) else None
+    if not isinstance(notes, dict):  # (a lost indent: the quota would vanish silently)
+        raise SpecError(f"{owner}: metadata.annotations: not a mapping of strings (key: "
+                        f"value), got {type(notes).__name__} {notes!r:.60}")
+    text = notes.get(key)
     if text is None:
         return None
     bad = SpecError(f"{owner}: metadata.annotations.{key}: not a number of {unit} "

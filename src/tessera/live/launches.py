@@ -37,7 +37,7 @@ from tessera.live.executors.base import (
     SharingExecutor,
 )
 from tessera.live.faults import crash_point
-from tessera.live.host_drain import cpu_only_draining, waits_for_host
+from tessera.live.host_drain import host_draining, waits_for_host
 from tessera.live.loop_parts import ServiceParts
 from tessera.live.resize import run_batch
 from tessera.live.sharing import record_sharing, riders
@@ -115,7 +115,7 @@ def act(svc: ServiceParts, now_s: float) -> None:
                 used[node] = used.get(node, 0) + count
         if a.status == "stopping":
             draining.add(a.job_id)
-    cpu_drain = cpu_only_draining(holding)  # (CPUs a stopping CPU-only run holds: host_drain)
+    cpu_drain = host_draining(svc, holding)  # (CPUs a stopping run holds: host_drain)
     started: set[tuple[str, int]] = set()  # (launched in this pass: holding still says planned)
     for a in (a for a in holding if a.status == "planned"):
         host = ride.get((a.job_id, a.run))

@@ -12,7 +12,11 @@ not seen (an answer's own jobs are given up front, so a listing costs no extra r
 :meth:`JobNames.scrub` is the last step of every job answer to a tenant: it rewrites any job id
 of another queue left in the answer's text. It rewrites an id that names no job at all just the
 same, so a tenant who writes a guessed id into its own job's name learns nothing from the
-answer (the rewrite is no oracle for which ids exist).
+answer (the rewrite is no oracle for which ids exist). Queue names are rewritten the same way:
+the decision core's texts name the queue a preemption was for (``quota preemption: to admit
+<id> (queue 'team-b')``, ``... gives its CPUs and memory to GPU job <id> (queue 'team-b',
+...)``), and another queue's name is not a tenant's to read unless the admin set
+``tenants_see_all`` -- ``queue 'team-b'`` reads "another queue", whether or not it exists.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ if TYPE_CHECKING:
 JOB_ID = re.compile(r"\bj-[0-9a-f]{10}\b")
 #: What a tenant reads in place of the id of another queue's job.
 OTHER = "a job of another queue"
+#: A queue named in the decision core's texts (``queue {name!r}``; names are ``NAME_PATTERN``).
+QUEUE = re.compile(r"\bqueue '([a-z0-9][-a-z0-9]*)'")
+#: What a tenant reads in place of another queue's name.
+OTHER_QUEUE = "another queue"
 
 
 class JobNames:
@@ -43,10 +51,14 @@ class JobNames:
         store: where an id's queue is looked up.
         who: the caller.
         known: jobs whose queues are already known (those of the answer), read no more.
+        sees_queues: the caller may read every queue's name (``tenants_see_all``); else a
+            tenant's answers name only its own queue.
     """
 
-    def __init__(self, store: Store, who: Principal, known: Iterable[JobRecord] = ()) -> None:
+    def __init__(self, store: Store, who: Principal, known: Iterable[JobRecord] = (), *,
+                 sees_queues: bool = False) -> None:
         self._store, self._who = store, who
+        self._sees_queues = sees_queues
         self._queues: dict[str, str | None] = {r.job_id: r.queue for r in known}
 
     def may_name(self, job_id: str) -> bool:
@@ -84,13 +96,17 @@ class JobNames:
 
     def scrub(self, answer: Any) -> Any:
         """``answer`` (JSON: dicts, lists, strings, numbers) with every job id the caller may
-        not read, in any string, replaced by :data:`OTHER`; the admin's answer as it is."""
+        not read, in any string, replaced by :data:`OTHER`, and every other queue's name by
+        :data:`OTHER_QUEUE` (unless ``sees_queues``); the admin's answer as it is."""
         if self._who.admin:
             return answer
         if isinstance(answer, str):
-            if "j-" not in answer:  # most strings: no regex run
-                return answer
-            return JOB_ID.sub(lambda m: m[0] if self.may_name(m[0]) else OTHER, answer)
+            if "j-" in answer:  # (most strings: no regex run)
+                answer = JOB_ID.sub(lambda m: m[0] if self.may_name(m[0]) else OTHER, answer)
+            if "queue '" in answer and not self._sees_queues:
+                answer = QUEUE.sub(lambda m: m[0] if m[1] == self._who.queue else OTHER_QUEUE,
+                                   answer)
+            return answer
         if isinstance(answer, dict):
             return {k: self.scrub(v) for k, v in answer.items()}
         if isinstance(answer, list):

@@ -127,7 +127,10 @@ class RunRate:
         if not (math.isfinite(since_s) and math.isfinite(updated_s)):
             raise ValueError(f"since_s {d['since_s']!r} or updated_s {d['updated_s']!r} is "
                              "not a finite time")
-        return cls(int(d["run"]), resolve_flavor(str(d["flavor"])), tuple(d["nodes"]), rate,
+        nodes = d["nodes"]
+        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+            raise ValueError(f"nodes {nodes!r:.60} is not a list of node ids")
+        return cls(int(d["run"]), resolve_flavor(str(d["flavor"])), tuple(nodes), rate,
                    int(d["intervals"]), since_s, updated_s)
 
 
@@ -308,7 +311,8 @@ class ProgressBook:
             raw = self.store.meta(JOB_META + job_id)
             try:
                 hit = [RunRate.from_json(d) for d in json.loads(raw)["runs"]] if raw else []
-            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError,
+                    RecursionError) as e:  # (RecursionError: JSON nested too deep)
                 hit = []  # the job keeps its prior until its runs report again
                 self._notes[job_id] = CORRUPT_NOTE.format(
                     key=JOB_META + job_id, why=f"{type(e).__name__}: {str(e)[:120]}")

@@ -41,6 +41,7 @@ from tessera.errors import SpecError
 from tessera.live import launches, lifecycle
 from tessera.live.executors.base import Executor, ExpiringExecutor, SharingExecutor
 from tessera.live.faults import crash_point
+from tessera.live.host_drain import draining_quota_use
 from tessera.live.host_report import host_report
 from tessera.live.inference.hook import InferenceHook
 from tessera.live.journal import journal
@@ -433,12 +434,15 @@ class LiveService:
             return None
         avoid = apply_learned(self, records, now_s)
         cluster = self.cluster if self.inference is None else self.inference.training_cluster()
-        snap = build_snapshot(now_s, cluster, records, self.store.allocations(HOLDING),
+        holding = self.store.allocations(HOLDING)
+        snap = build_snapshot(now_s, cluster, records, holding,
                               self.tenancy.quotas, self.oracle, self.policy_state,
                               self.settings.round_s if self.uses_rounds else None,
                               self.settings.restore_s, self.tenancy.quota_tree,
                               self.progress.noise_scales(),
                               self.progress.steps.fits_of(r.job_id for r in records))
+        if draining := draining_quota_use(self.store, holding):  # (cpus:/memory: quotas)
+            snap = replace(snap, host_draining=draining)
         self.idle = not snap.jobs
         if self.idle:
             return None

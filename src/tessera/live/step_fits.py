@@ -215,7 +215,8 @@ class LiveStepFits:
             return
         try:
             fits, obs, version = parse(json.loads(raw))
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError,
+                RecursionError) as e:  # (RecursionError: JSON nested too deep)
             why = f"{type(e).__name__}: {str(e)[:120]}"
             note = CORRUPT_NOTE.format(key=STEP_META + job_id, why=why)
             log.warning("job %s: %s", job_id, note)

@@ -101,8 +101,12 @@ def queues_json(svc: LiveService, who: Principal) -> dict[str, Any]:
     ``cpus``/``memory`` quota (``null``: none) and what the queue's CPU-only jobs hold."""
     active = svc.store.jobs(active_only=True)
     holding = svc.store.allocations(HOLDING)
-    used = queue_usage(holding, {r.job_id: r.queue for r in active})
-    host = cpu_only_usage(holding, {r.job_id: r.queue for r in active})
+    queue_of = {r.job_id: r.queue for r in active}
+    for a in holding:  # a cancelled job's run still draining: no longer active, still held
+        if a.job_id not in queue_of and (rec := svc.store.get(a.job_id)) is not None:
+            queue_of[a.job_id] = rec.queue
+    used = queue_usage(holding, queue_of)
+    host = cpu_only_usage(holding, queue_of)
     everyone = svc.tenancy.sees_all(who)
     out = []
     for q in svc.tenancy.quotas.values():

@@ -160,7 +160,8 @@ def place_cpu_jobs(
     for j in cpu_jobs:
         if j.running and j.placement is not None:
             out[j.spec.job_id] = j.placement
-    book = HostQuotaBook(snapshot.queue_quotas(), cpu_jobs)  # (queues' cpus/memory quotas)
+    book = HostQuotaBook(snapshot.queue_quotas(), cpu_jobs,  # (queues' cpus/memory quotas)
+                         snapshot.host_draining)
     for j in waiting:
         if (over := book.held(j.spec)) is not None:
             waits[j.spec.job_id] = PendingReason(PendingKind.QUOTA, over)

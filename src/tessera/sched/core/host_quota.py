@@ -8,9 +8,11 @@ with its GPUs and are charged to its GPU quota, not here -- so a queue that runs
 never meets this quota, and one that runs CPU-only jobs cannot take more than it was given.
 
 :class:`HostQuotaBook` is the CPU stage's ledger for one round: it starts from the running
-CPU-only jobs, :meth:`HostQuotaBook.held` says whether a waiting job would take its queue over
-(the reason it then waits, :class:`HostQuotaHeld`), and :meth:`HostQuotaBook.charge` books a
-job the stage places. There is no borrowing: the nominal amount is the limit.
+CPU-only jobs and the CPU-only runs still stopping (``Snapshot.host_draining``: they hold
+their CPUs until they exit), :meth:`HostQuotaBook.held` says whether a waiting job would take
+its queue over (the reason it then waits, :class:`HostQuotaHeld`), and
+:meth:`HostQuotaBook.charge` books a job the stage places. There is no borrowing: the
+nominal amount is the limit.
 """
 
 from __future__ import annotations
@@ -77,12 +79,20 @@ class HostQuotaBook:
     Args:
         quotas: the queues' quotas (``Snapshot.queue_quotas()``).
         running: the running CPU-only jobs (others are ignored).
+        draining: ``(queue, cpus, mem_gib)`` of CPU-only runs still stopping
+            (``Snapshot.host_draining``): they hold their CPUs and memory until they exit, so a
+            queue at its quota that cancels a job cannot start another beside it.
     """
 
-    def __init__(self, quotas: Mapping[str, QueueQuota], running: Iterable[JobView]) -> None:
+    def __init__(self, quotas: Mapping[str, QueueQuota], running: Iterable[JobView],
+                 draining: Iterable[tuple[str, float, float]] = ()) -> None:
         self.limits = {name: (q.nominal_cpus, q.nominal_mem_gib) for name, q in quotas.items()
                        if q.nominal_cpus is not None or q.nominal_mem_gib is not None}
         self.used = cpu_only_use(running) if self.limits else {}
+        for queue, cpus, mem in draining:
+            if queue in self.limits:
+                c, m = self.used.get(queue, (0.0, 0.0))
+                self.used[queue] = (c + cpus, m + mem)
 
     def held(self, spec: JobSpec) -> HostQuotaHeld | None:
         """Why CPU-only ``spec`` may not start now (its queue would go over), or ``None``."""
@@ -106,10 +116,17 @@ class HostQuotaBook:
 
 def host_quota_infeasibility(spec: JobSpec, quota: QueueQuota) -> str | None:
     """Why CPU-only ``spec`` can never start under its queue's ``cpus``/``memory`` quota (it
-    asks more than the whole quota), or ``None``; checked at submission."""
+    asks more than the whole quota), or may not (its queue has a memory quota and it asks no
+    memory: it would be charged 0 GiB and run with no memory limit, so no number of such jobs
+    would ever fill the quota -- a Kubernetes ResourceQuota on memory likewise requires every
+    pod to request it), or ``None``; checked at submission."""
     if spec.num_gpus != 0:
         return None
     cpus, mem = _ask(spec)
+    if quota.nominal_mem_gib is not None and mem <= 0:
+        return (f"CPU-only job asks no host memory; queue {quota.name!r} has a memory quota "
+                f"for CPU-only jobs ({quota.nominal_mem_gib:g} GiB): ask for it "
+                "(host: {memory: ...})")
     if quota.nominal_cpus is not None and cpus > quota.nominal_cpus + EPS:
         return (f"CPU-only job needs {cpus:g} CPUs; queue {quota.name!r} may hold at most "
                 f"{quota.nominal_cpus:g} CPUs in CPU-only jobs (its cpus quota)")

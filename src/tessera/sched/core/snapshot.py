@@ -325,6 +325,10 @@ class Snapshot:
     """``((node_id, cpus, mem_gib), ...)`` held by running jobs that are not in ``jobs``: the
     CPU-only jobs, which the GPU stages of a round do not see
     (:mod:`tessera.sched.core.cpu_stage`) but whose CPUs and memory they must not hand out."""
+    host_draining: tuple[tuple[str, float, float], ...] = ()
+    """``((queue, cpus, mem_gib), ...)`` held by CPU-only runs that are stopping (the live
+    service's grace period; their jobs are not in ``jobs``): charged to their queues'
+    ``cpus``/``memory`` quotas (:mod:`tessera.sched.core.host_quota`) until they exit."""
 
     def queue_quotas(self) -> Mapping[str, QueueQuota]:
         """The quotas by queue: the tenancy's queues when there is one, else ``quotas``."""
@@ -345,7 +349,7 @@ class Snapshot:
         other jobs, is not used (see :meth:`split`)."""
         return Snapshot(self.now_s, self.cluster, jobs, self.quotas, self.policy_state,
                         self.round_s, self.down_nodes, self.free_gpus, self.split_hint,
-                        self.tenancy, self.host_held)
+                        self.tenancy, self.host_held, self.host_draining)
 
     def up_nodes(self) -> tuple[Node, ...]:
         if not self.down_nodes:
