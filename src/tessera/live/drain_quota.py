@@ -1,0 +1,50 @@
+"""The quota a stopping run still holds, laid on a decision snapshot.
+
+A run inside its grace period (cancelled, preempted, moving) still holds its GPUs, CPUs and
+memory, but :func:`tessera.live.view.build_snapshot` leaves its job out (it may not be placed
+again yet). Its GPUs are kept out of the free count there; its queue's *quota* is charged
+here: :func:`with_draining` sets ``Snapshot.gpu_draining`` (GPU runs, per queue and
+flavor: :mod:`tessera.sched.core.quota_drain`) and ``Snapshot.host_draining`` (CPU-only
+runs' CPUs and memory: :mod:`tessera.sched.core.host_quota`).
+
+The loop's round and ``tessera explain``'s what-if round both call it, so ``explain`` never
+says a job "would start now" that the next round holds back for a draining run's quota --
+and ``/api/queues`` and ``/metrics`` count the same runs (running, planned and draining).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from tessera.live.host_drain import draining_quota_use
+from tessera.live.store import Allocation, Store
+from tessera.sched.core.snapshot import Placement, Snapshot
+
+__all__ = ["draining_gpu_use", "with_draining"]
+
+
+def draining_gpu_use(store: Store, holding: Sequence[Allocation], seen: set[str]
+                     ) -> tuple[tuple[str, Placement], ...]:
+    """``((queue, placement), ...)`` of the stopping GPU runs whose job is not in ``seen``
+    (the snapshot's jobs): a cancelled or preempted job's run. A moving or resized job's old
+    run is left out: its job is in the snapshot with the new run's GPUs, charged there. One
+    store read per such run (usually none)."""
+    out: list[tuple[str, Placement]] = []
+    for a in holding:
+        if a.status != "stopping" or a.placement.num_gpus == 0 or a.job_id in seen:
+            continue
+        rec = store.get(a.job_id)
+        if rec is not None:
+            out.append((rec.queue, a.placement))
+    return tuple(out)
+
+
+def with_draining(snap: Snapshot, store: Store, holding: Sequence[Allocation]) -> Snapshot:
+    """``snap`` with the quota its stopping runs hold (see the module docstring); ``snap``
+    itself when none is stopping."""
+    if not any(a.status == "stopping" for a in holding):
+        return snap
+    seen = {str(j.spec.job_id) for j in snap.jobs}
+    return replace(snap, host_draining=draining_quota_use(store, holding),
+                   gpu_draining=draining_gpu_use(store, holding, seen))
