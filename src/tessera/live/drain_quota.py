@@ -21,7 +21,7 @@ from tessera.live.host_drain import draining_quota_use
 from tessera.live.store import Allocation, Store
 from tessera.sched.core.snapshot import Placement, Snapshot
 
-__all__ = ["draining_gpu_use", "with_draining"]
+__all__ = ["draining_gpu_use", "queue_of_holding", "with_draining"]
 
 
 def draining_gpu_use(store: Store, holding: Sequence[Allocation], seen: set[str]
@@ -48,3 +48,14 @@ def with_draining(snap: Snapshot, store: Store, holding: Sequence[Allocation]) -
     seen = {str(j.spec.job_id) for j in snap.jobs}
     return replace(snap, host_draining=draining_quota_use(store, holding),
                    gpu_draining=draining_gpu_use(store, holding, seen))
+
+
+def queue_of_holding(store: Store, holding: Sequence[Allocation]) -> dict[str, str]:
+    """``{job_id: queue}`` of every run in ``holding``: the active jobs', plus a cancelled
+    job's run still draining (no longer active, still holding its GPUs), as ``/api/queues``
+    and ``/metrics`` count them."""
+    out = {r.job_id: r.queue for r in store.jobs(active_only=True)}
+    for a in holding:
+        if a.job_id not in out and (rec := store.get(a.job_id)) is not None:
+            out[a.job_id] = rec.queue
+    return out
