@@ -10,11 +10,17 @@ cancelling and resubmitting (review4, item 1)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+from tessera.live.drain_quota import draining_gpu_use
 from tessera.live.metrics import ServiceMetrics
 from tessera.live.spec import parse_request
+from tessera.live.store import Allocation
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import queues_json
+from tessera.model.cluster import load_cluster
+from tessera.model.gpus import resolve_flavor
+from tessera.sched.core.snapshot import Placement
 from tests.live.helpers import make_service
 from tests.live.metrics_scrape import Scrape
 from tests.live.test_cpu_quota_drain import _DrainingExecutor
@@ -79,3 +85,32 @@ def test_metrics_and_api_queues_agree_on_a_cancelled_jobs_draining_run(tmp_path:
     assert q["used_gpus"] == 4
     assert scrape.value("tessera_queue_used_gpus", queue="team-a", flavor="any") == 4
     assert scrape.value("tessera_queue_borrowed_gpus", queue="team-a", flavor="any") == 2
+
+
+class _Queues:
+    """A store stand-in: ``get`` gives each job's queue (all ``draining_gpu_use`` reads)."""
+
+    def __init__(self, queues: dict[str, str]) -> None:
+        self.queues = queues
+
+    def get(self, job_id: str) -> SimpleNamespace | None:
+        q = self.queues.get(job_id)
+        return None if q is None else SimpleNamespace(queue=q)
+
+
+def _run(job: str, node: str, gpus: int, status: str) -> Allocation:
+    return Allocation(job, 1, Placement.of(resolve_flavor("V100"), ((node, gpus),)), status,
+                      None, 1.0, 1.0, None, None, "")
+
+
+def test_a_draining_run_whose_gpus_a_planned_run_took_is_not_charged_twice() -> None:
+    """A reclaim plans the new run onto the victim's GPUs (it launches once the victim
+    exits): those GPUs are charged to the new run's queue, not to both queues."""
+    cluster = load_cluster("v100:4", 2)  # two servers of 2 GPUs
+    nodes = [n.node_id for n in cluster.nodes]
+    store = _Queues({"victim": "team-a", "cancelled": "team-a", "new": "team-b"})
+    holding = [_run("victim", nodes[0], 2, "stopping"), _run("new", nodes[0], 2, "planned"),
+               _run("cancelled", nodes[1], 2, "stopping")]
+    out = draining_gpu_use(store, holding, {"new"}, cluster)  # type: ignore[arg-type]
+    assert [(q, p.num_gpus, p.gpus_by_node[0][0]) for q, p in out] == [
+        ("team-a", 2, nodes[1])]  # the cancelled run's GPUs nobody else claims

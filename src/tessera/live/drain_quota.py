@@ -18,25 +18,44 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tessera.live.host_drain import draining_quota_use
+from tessera.live.sharing import counted
 from tessera.live.store import Allocation, Store
+from tessera.model.cluster import ClusterSpec
+from tessera.model.gpus import GpuFlavor
 from tessera.sched.core.snapshot import Placement, Snapshot
 
 __all__ = ["draining_gpu_use", "queue_of_holding", "with_draining"]
 
 
-def draining_gpu_use(store: Store, holding: Sequence[Allocation], seen: set[str]
-                     ) -> tuple[tuple[str, Placement], ...]:
+def draining_gpu_use(store: Store, holding: Sequence[Allocation], seen: set[str],
+                     cluster: ClusterSpec) -> tuple[tuple[str, Placement], ...]:
     """``((queue, placement), ...)`` of the stopping GPU runs whose job is not in ``seen``
     (the snapshot's jobs): a cancelled or preempted job's run. A moving or resized job's old
-    run is left out: its job is in the snapshot with the new run's GPUs, charged there. One
-    store read per such run (usually none)."""
+    run is left out: its job is in the snapshot with the new run's GPUs, charged there.
+
+    A run that a decision already planned onto a draining run's GPUs (a preemption: the new
+    run launches once the victim exits) holds the same GPUs, and is charged to its own queue;
+    the draining run is charged only the GPUs of each node that no planned or running run
+    claims (as :func:`tessera.live.view.free_gpus` clamps), so a reclaim does not count the
+    same GPUs twice against the cohort. One store read per such run (usually none)."""
+    left = {n.node_id: n.gpus for n in cluster.nodes}
+    for a in counted(list(holding)):
+        if a.status != "stopping":
+            for node, count in a.placement.gpus_by_node:
+                left[node] = left.get(node, 0) - count
     out: list[tuple[str, Placement]] = []
-    for a in holding:
+    for a in counted(list(holding)):
         if a.status != "stopping" or a.placement.num_gpus == 0 or a.job_id in seen:
             continue
-        rec = store.get(a.job_id)
+        parts: list[tuple[str, GpuFlavor, int]] = []
+        for node, count, flavor in a.placement.parts():
+            held = min(count, max(left.get(node, 0), 0))
+            left[node] = left.get(node, 0) - held
+            if held > 0:
+                parts.append((node, flavor, held))
+        rec = store.get(a.job_id) if parts else None
         if rec is not None:
-            out.append((rec.queue, a.placement))
+            out.append((rec.queue, Placement.mixed(tuple(parts))))
     return tuple(out)
 
 
@@ -47,7 +66,7 @@ def with_draining(snap: Snapshot, store: Store, holding: Sequence[Allocation]) -
         return snap
     seen = {str(j.spec.job_id) for j in snap.jobs}
     return replace(snap, host_draining=draining_quota_use(store, holding),
-                   gpu_draining=draining_gpu_use(store, holding, seen))
+                   gpu_draining=draining_gpu_use(store, holding, seen, snap.cluster))
 
 
 def queue_of_holding(store: Store, holding: Sequence[Allocation]) -> dict[str, str]:
