@@ -4,7 +4,10 @@ The answer reuses the decision core rather than re-implementing it: the last rou
 for the job, plus two what-if rounds over pure snapshots --
 
 * **now**: the running gangs as they are, and this job as the only one waiting: would the
-  service's policy start it now, in what is free or by preempting a running job?
+  service's policy start it now, in what is free or by preempting a running job? Runs still
+  stopping count against their queues' quotas as in the loop's rounds
+  (:func:`tessera.live.drain_quota.with_draining`): without them, a job held back by its
+  queue's cancelled, draining run was said to fit now.
 * **empty cluster**: this job alone: where would it go once the cluster drains?
 
 Both rounds are decided by the service's own policy (with its options and its memory of the
@@ -29,6 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tessera.live.drain_quota import queue_of_holding, with_draining
 from tessera.live.names import JobNames
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.tenancy import Principal
@@ -76,7 +80,7 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
     holding = svc.store.allocations(HOLDING)
     q = svc.tenancy.quotas.get(rec.queue)
     if q is not None:
-        used = queue_usage(holding, {j.job_id: j.queue for j in svc.store.jobs(True)})
+        used = queue_usage(holding, queue_of_holding(svc.store, holding))
         borrow = "unlimited" if q.borrowing_limit_gpus is None else q.borrowing_limit_gpus
         lines.append(f"queue {q.name}: {used.get(q.name, 0)} of {q.nominal_gpus} nominal GPUs in "
                      f"use, borrowing limit {borrow}")
@@ -95,6 +99,7 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
                           svc.tenancy.quotas, ctx.oracle, svc.policy_state,
                           svc.settings.round_s if svc.uses_rounds else None,
                           svc.settings.restore_s, svc.tenancy.quota_tree)
+    snap = with_draining(snap, svc.store, holding)  # (the quota stopping runs still hold)
     now_place, preempts = _what_if(snap, svc, ctx, rec.job_id, seen)
     out["would_fit_now"] = now_place
     out["would_preempt"] = seen.visible(preempts)

@@ -17,6 +17,8 @@ Tessera's own: ``tessera.io/min-admitted-s`` on a ClusterQueue carries the queue
 minimum, which Kueue has no field for (so ``export kueue`` -> import keeps it);
 ``tessera.io/cpu-only-cpus`` and ``tessera.io/cpu-only-memory-gib`` carry its ``cpus``/``memory``
 quota, charged by CPU-only jobs alone (Kueue's ``cpu``/``memory`` quota charges every workload).
+Any other ``tessera.io/`` annotation, on any object, is refused with one line naming the key
+and the known ones: Tessera owns the prefix, so it is a typo, and skipping it dropped a quota.
 
 Quantities are Kubernetes quantity strings or numbers (``8``, ``"500m"``, ``"1k"``); GPU and
 MIG-slice quotas must be whole and non-negative, a weight non-negative.
@@ -66,6 +68,11 @@ MIN_ADMITTED_ANNOTATION = "tessera.io/min-admitted-s"
 #: not Kueue's ``cpu``/``memory`` quota (that charges every workload), so an annotation.
 CPU_ONLY_CPUS_ANNOTATION = "tessera.io/cpu-only-cpus"
 CPU_ONLY_MEMORY_ANNOTATION = "tessera.io/cpu-only-memory-gib"
+#: Tessera's annotations a ClusterQueue may carry; any other ``tessera.io/`` key, on any
+#: object, is refused (:func:`_own_annotations`).
+CLUSTER_QUEUE_ANNOTATIONS = (MIN_ADMITTED_ANNOTATION, CPU_ONLY_CPUS_ANNOTATION,
+                             CPU_ONLY_MEMORY_ANNOTATION)
+TESSERA_PREFIX = "tessera.io/"
 KINDS = ("ResourceFlavor", "ClusterQueue", "Cohort", "LocalQueue", "WorkloadPriorityClass")
 
 _NOT_RUN = "Tessera runs no Kubernetes controllers or admission checks"
@@ -189,10 +196,14 @@ class _Reader:
         loaded.check()
         return loaded
 
-    def _top(self, owner: str, doc: Doc, extra: tuple[str, ...] = ("spec",)) -> Doc:
+    def _top(self, owner: str, doc: Doc, extra: tuple[str, ...] = ("spec",),
+             notes: tuple[str, ...] = ()) -> Doc:
+        """``doc``'s top-level keys are known (``extra``: the kind's own besides ``spec``) and
+        so are its ``tessera.io/`` annotations (``notes``: the ones this kind reads)."""
         for k in doc:
             if k not in ("apiVersion", "kind", "metadata", "status", *extra):
                 raise _refuse(owner, k)
+        _own_annotations(owner, doc, notes)
         return doc
 
     def _flavor(self, where: str, doc: Doc) -> None:
@@ -268,7 +279,7 @@ class _Reader:
     def _cluster_queue(self, where: str, doc: Doc) -> None:
         name = _name(doc, where)
         owner = f"ClusterQueue {name!r}"
-        self._top(owner, doc)
+        self._top(owner, doc, notes=CLUSTER_QUEUE_ANNOTATIONS)
         if name in self.queues:
             raise SpecError(f"{owner} is defined twice")
         spec = _only(owner, "spec", doc.get("spec"), (
@@ -372,6 +383,23 @@ class _Reader:
             owner, "admissionFairSharing.usageHalfLifeTime", adm["usageHalfLifeTime"]))
         self.fair_sharing = FairSharing("fairSharing" in doc,
                                         strategies or FairSharing().strategies, half_life)
+
+
+def _own_annotations(owner: str, doc: Doc, known: tuple[str, ...]) -> None:
+    """Refuse a ``tessera.io/`` annotation that is not one of ``known`` (the ones this kind
+    reads): Tessera owns that prefix, so such a key is a typo (``tessera.io/cpu-only-cpu``) or
+    sits on the wrong object (a quota on a Cohort), and skipping it dropped a quota silently.
+    Other prefixes are the cluster's records and stay skipped."""
+    meta = doc.get("metadata")
+    notes = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(notes, dict):
+        return  # (absent; not a mapping: _annotation says so for a ClusterQueue)
+    for key in notes:
+        if isinstance(key, str) and key.startswith(TESSERA_PREFIX) and key not in known:
+            where = (f"known: {', '.join(known)}" if known
+                     else "this kind carries none; they go on a ClusterQueue")
+            raise SpecError(f"{owner}: metadata.annotations.{key}: unknown Tessera annotation "
+                            f"({where})")
 
 
 def _min_admitted(owner: str, doc: Doc) -> float | None:

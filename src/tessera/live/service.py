@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING
 
 from tessera.errors import SpecError
 from tessera.live import launches, lifecycle
+from tessera.live.drain_quota import with_draining
 from tessera.live.executors.base import Executor, ExpiringExecutor, SharingExecutor
 from tessera.live.faults import crash_point
-from tessera.live.host_drain import draining_quota_use
 from tessera.live.host_report import host_report
 from tessera.live.inference.hook import InferenceHook
 from tessera.live.journal import journal
@@ -441,8 +441,7 @@ class LiveService:
                               self.settings.restore_s, self.tenancy.quota_tree,
                               self.progress.noise_scales(),
                               self.progress.steps.fits_of(r.job_id for r in records))
-        if draining := draining_quota_use(self.store, holding):  # (cpus:/memory: quotas)
-            snap = replace(snap, host_draining=draining)
+        snap = with_draining(snap, self.store, holding)  # (stopping runs' quota: drain_quota)
         self.idle = not snap.jobs
         if self.idle:
             return None

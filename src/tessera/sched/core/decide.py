@@ -49,6 +49,7 @@ from tessera.sched.core.power_budget import Levels, budget_stage, held_reason, l
 from tessera.sched.core.power_options import PowerBudget
 from tessera.sched.core.power_refill import refill
 from tessera.sched.core.power_weights import power_weights
+from tessera.sched.core.quota_drain import draining_use
 from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
@@ -107,7 +108,7 @@ def _admit(snapshot: Snapshot) -> tuple[Sequence[JobView], dict[JobId, PendingRe
     quotas = snapshot.queue_quotas()
     if not quotas:
         return snapshot.jobs, {}
-    usage: dict[str, int] = {}
+    usage = draining_use(snapshot.gpu_draining)  # (stopping runs hold their GPUs: quota_drain)
     for j in snapshot.jobs:
         if j.running:  # at the GPUs it holds: an elastic job may have grown or shrunk
             held_gpus = j.placement.num_gpus if j.placement is not None else j.spec.num_gpus

@@ -119,10 +119,17 @@ def host_quota_infeasibility(spec: JobSpec, quota: QueueQuota) -> str | None:
     asks more than the whole quota), or may not (its queue has a memory quota and it asks no
     memory: it would be charged 0 GiB and run with no memory limit, so no number of such jobs
     would ever fill the quota -- a Kubernetes ResourceQuota on memory likewise requires every
-    pod to request it), or ``None``; checked at submission."""
+    pod to request it), or ``None``; checked at submission. A quota of 0 CPUs or 0 GiB admits
+    no CPU-only job at all, and says so first: a job without a memory ask was told to ask for
+    memory, then refused for asking more than 0 GiB."""
     if spec.num_gpus != 0:
         return None
     cpus, mem = _ask(spec)
+    for what, nominal, unit in (("cpus", quota.nominal_cpus, "CPUs"),
+                                ("memory", quota.nominal_mem_gib, "GiB")):
+        if nominal is not None and nominal <= EPS:  # (one step: no ask can ever fit)
+            return (f"queue {quota.name!r} runs no CPU-only jobs (its {what} quota for them "
+                    f"is 0 {unit})")
     if quota.nominal_mem_gib is not None and mem <= 0:
         return (f"CPU-only job asks no host memory; queue {quota.name!r} has a memory quota "
                 f"for CPU-only jobs ({quota.nominal_mem_gib:g} GiB): ask for it "

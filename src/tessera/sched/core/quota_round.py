@@ -44,6 +44,7 @@ from tessera.sched.core.options import PlacementOptions, needs_locality
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.quota_book import Key, QuotaBook, QuotaUse
+from tessera.sched.core.quota_drain import charge_draining
 from tessera.sched.core.quota_preempt import Preemptor
 from tessera.sched.core.quotas import QueueQuota, WhenCanBorrow, WhenCanPreempt
 from tessera.sched.core.reasons import PendingKind, PendingReason, QuotaHeld, pending_reasons
@@ -114,6 +115,7 @@ def tenancy_round(view: Snapshot, policy: Policy, ctx: DecisionContext,
             held_by_queue[q.name] = held_by_queue.get(q.name, 0) + p.num_gpus
             for k, n in book.charges(q, p):
                 book.charge(q.name, k, n)
+    charge_draining(book, view.gpu_draining, held_by_queue)  # (stopping runs: quota_drain)
     half_life = tenancy.fair_sharing.usage_half_life_s
     if half_life is not None:
         ctx.usage.advance(now_s, half_life, held_by_queue)

@@ -329,6 +329,10 @@ class Snapshot:
     """``((queue, cpus, mem_gib), ...)`` held by CPU-only runs that are stopping (the live
     service's grace period; their jobs are not in ``jobs``): charged to their queues'
     ``cpus``/``memory`` quotas (:mod:`tessera.sched.core.host_quota`) until they exit."""
+    gpu_draining: tuple[tuple[str, Placement], ...] = ()
+    """``((queue, placement), ...)`` of GPU runs that are stopping and whose jobs are not in
+    ``jobs`` (the live service's grace period; a cancelled or preempted job): their GPUs are
+    charged to their queues' GPU quotas until they exit (:mod:`.quota_drain`)."""
 
     def queue_quotas(self) -> Mapping[str, QueueQuota]:
         """The quotas by queue: the tenancy's queues when there is one, else ``quotas``."""
@@ -349,7 +353,7 @@ class Snapshot:
         other jobs, is not used (see :meth:`split`)."""
         return Snapshot(self.now_s, self.cluster, jobs, self.quotas, self.policy_state,
                         self.round_s, self.down_nodes, self.free_gpus, self.split_hint,
-                        self.tenancy, self.host_held, self.host_draining)
+                        self.tenancy, self.host_held, self.host_draining, self.gpu_draining)
 
     def up_nodes(self) -> tuple[Node, ...]:
         if not self.down_nodes:
