@@ -50,6 +50,7 @@ from tessera.sched.gavel import (
     priorities,
 )
 from tessera.sched.gavel.lp_rows import ShareRows
+from tessera.sched.gavel.maxmin_settle import Settle, settled_max_min_shares
 from tessera.sched.gavel.mechanism import ShareNotes
 
 
@@ -211,7 +212,25 @@ def _agnostic_share(p: ShareProblem, backend: Backend) -> tuple[np.ndarray, tupl
     return s.x, s.fallbacks
 
 
+class MaxMinConfig(GavelConfig):
+    """Max-min fairness settings: which allocation to keep among those of (nearly) the best
+    minimum (:mod:`tessera.sched.gavel.maxmin_settle`)."""
+
+    settle: Literal["ridge", "throughput", "none"] = Field(
+        "ridge", description="second stage among allocations within settle_slack of the best "
+        "minimum: ridge (most total normalised throughput, with diminishing returns per job "
+        "and flavor: unique and stable under small speed errors), throughput (the same, a "
+        "plain LP: a vertex) or none (the max-min LP's vertex, the policy before the second "
+        "stage)")
+    settle_slack: float = Field(0.0, ge=0, lt=1, description="fraction of the best minimum "
+                                "normalised rate the second stage may give up")
+    settle_ridge: float = Field(0.1, gt=0, allow_inf_nan=False,
+                                description="weight of the ridge stage's diminishing returns")
+
+
 class MaxMinFairness(GavelAllocationPolicy):
+    Config = MaxMinConfig
+
     def allocate(
         self, ctx: PolicyContext, p: ShareProblem, backend: Backend
     ) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -221,7 +240,12 @@ class MaxMinFairness(GavelAllocationPolicy):
         norm = (p.tput * x_iso).sum(axis=1)
         norm = np.where(norm > 0, norm, 1.0)
         a = p.tput * (p.scale / (p.weight * norm))[:, None]
-        s = max_min_shares(p, a, backend, "max-min fairness LP")
+        cfg = self.config
+        assert isinstance(cfg, MaxMinConfig)
+        settle = None if cfg.settle == "none" else Settle(
+            slack=cfg.settle_slack,
+            ridge=cfg.settle_ridge if cfg.settle == "ridge" else 0.0)
+        s = settled_max_min_shares(p, a, backend, settle, "max-min fairness LP")
         assert s.x is not None
         return s.x, notes + s.fallbacks
 
