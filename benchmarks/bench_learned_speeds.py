@@ -66,6 +66,7 @@ class Extra:
     options: dict[str, str] = field(default_factory=dict)
     noise: float = 0.0
     draws: int = 5
+    gavel_compat: bool = True
 
 
 def compare(setting: str, name: str, workload: Workload, policies: str,
@@ -76,7 +77,7 @@ def compare(setting: str, name: str, workload: Workload, policies: str,
     ``extra``."""
     extra = extra or Extra()
     if setting == "gavel":
-        table, compat = load_throughputs("gavel"), "gavel"
+        table, compat = load_throughputs("gavel"), "gavel" if extra.gavel_compat else None
         cluster = load_cluster("v100:12,p100:12,k80:12", 1)
     else:
         table, compat = load_throughputs("sia"), None
@@ -115,6 +116,8 @@ def compare(setting: str, name: str, workload: Workload, policies: str,
                 row["noise_ratio_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
         if extra.options:
             row["options"] = extra.options
+        if setting == "gavel" and not extra.gavel_compat:
+            row["compat"] = "none"
         row["bootstrap_s"] = bootstrap_s
         for label in jct_h:
             if label != "table" and "table" in jct_h:
@@ -137,9 +140,11 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=0.0,
                     help="also run --draws draws with the truth times exp(noise·z) (0: none)")
     ap.add_argument("--draws", type=int, default=5, help="noise draws (seeds 0..draws-1)")
+    ap.add_argument("--no-compat", action="store_true",
+                    help="run the gavel setting without --compat gavel (Tessera's own policies)")
     args = ap.parse_args()
     options = dict(kv.split("=", 1) for kv in args.options.split(",") if kv)
-    extra = Extra(options, args.noise, args.draws)
+    extra = Extra(options, args.noise, args.draws, not args.no_compat)
     runs = [r for r in args.runs.split(",") if r]
     unknown = [r for r in runs if r not in RUNS]
     if unknown:
