@@ -5,7 +5,9 @@ Each policy computes time shares ``X[job, flavor]`` with :mod:`tessera.sched.gav
 * ``max_min_fairness`` (Gavel LAS): maximise the minimum, over jobs, of
   ``sf_m / w_m · Σ_j T[m,j] X[m,j] / norm_m``, where ``norm_m`` is the throughput the job would
   get from the heterogeneity-agnostic fair share ``X_iso``. The agnostic twin drops the
-  throughputs (``T = 1``).
+  throughputs (``T = 1``). Among the allocations that reach the best minimum, a second stage
+  (``settle``, :mod:`tessera.sched.gavel.maxmin_settle`) keeps the one with the most total
+  normalised rate under a small ridge: unique, and moved little by a 1 % speed error.
 * ``finish_time_fairness`` (Themis ρ): minimise ``max_m ρ_m``,
   ``ρ_m = (t_m + R_m / thr_m(X)) / (t_m + R_m / thr_m(X_iso))``: how much later a job finishes
   than on its isolated fair share (:mod:`tessera.sched.gavel.rho`).
