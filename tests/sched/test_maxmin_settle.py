@@ -9,7 +9,7 @@ import pytest
 from tessera.errors import SpecError
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.lp import LpSolver
-from tessera.sched.gavel import Backend, ShareProblem
+from tessera.sched.gavel import Backend, ShareProblem, maxmin_settle
 from tessera.sched.gavel.maxmin_settle import Settle, settled_max_min_shares
 
 
@@ -63,3 +63,28 @@ def test_settle_none_is_the_vertex_and_bad_options_are_refused() -> None:
         make_policy("max_min_fairness:settle_ridge=nan")
     with pytest.raises(ValueError, match="slack"):
         Settle(slack=-0.1)
+
+
+def test_a_stalled_qp_keeps_the_first_stage_and_says_so(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Past its iteration cap the second stage gives up: the max-min LP's own shares, and a
+    fallback note naming the LP."""
+    monkeypatch.setattr(maxmin_settle, "QP_ITERATIONS_PER_COLUMN", 0)
+    a = np.array([[2.0, 1.0], [1.0, 1.0]])
+    got = settled_max_min_shares(_problem(a, [1, 1], [1, 1]), a, Backend(LpSolver()),
+                                 Settle(), "test LP")
+    assert got.x is not None
+    assert (a * got.x).sum(axis=1).min() == pytest.approx(1.0)
+    assert got.fallbacks == ("test LP: the second stage found no optimum; kept the first "
+                             "stage's vertex",)
+
+
+def test_the_qp_does_not_leak_into_the_next_lp() -> None:
+    """A solver that ran the QP solves the next plain LP as a fresh one does."""
+    a = np.array([[2.0, 1.0], [1.0, 1.0], [1.0, 3.0]])
+    p = _problem(a, [1, 1, 1], [2, 1])
+    used = Backend(LpSolver())
+    settled_max_min_shares(p, a, used, Settle())
+    again = settled_max_min_shares(p, a, used, None)
+    fresh = settled_max_min_shares(p, a, Backend(LpSolver()), None)
+    assert again.x == pytest.approx(fresh.x)
