@@ -18,7 +18,12 @@ of ``docs/scheduler.md`` ("Learned speeds"):
   table.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_learned_speeds.py [--setting gavel] \
-        [--bootstrap-s 300] [--policies hetero_srpt] [--runs table,learned,lean,free]
+        [--bootstrap-s 300] [--policies hetero_srpt] [--runs table,learned,lean,free] \
+        [--options settle=none] [--noise 0.01 --draws 5]
+
+``--noise 0.01`` is the 1 % speed-error experiment of ``docs/scheduler.md`` ("max-min
+fairness's second stage"); ``--options`` passes policy options (``max_min_fairness``'s
+``settle=none`` is the policy before its second stage).
 
 About 40 minutes for everything on one core (``finish_time_fairness`` under ``--compat
 gavel`` takes two of them per run).
@@ -29,10 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass, field
 
 from tessera.model.cluster import load_cluster
 from tessera.model.jobs import Workload
 from tessera.perf.tables import load_throughputs
+from tessera.sched.catalog import make_policy
 from tessera.sim.config import SimConfig
 from tessera.sim.engine import simulate
 from tessera.workload import generate_gavel_like, read_trace
@@ -49,13 +56,28 @@ RUNS: dict[str, tuple[str, str | None]] = {
 }
 
 
+@dataclass(frozen=True)
+class Extra:
+    """What else to run beside ``--runs``: the policies' options (``settle=none``) and the
+    speed-error experiment (``noise`` > 0: ``draws`` runs in which the policies see the truth
+    times ``exp(noise · z)``, ``z`` standard normal per job, flavor and gang size, seeded by
+    the draw: the ``oracle`` bound with ``--measurement-noise``)."""
+
+    options: dict[str, str] = field(default_factory=dict)
+    noise: float = 0.0
+    draws: int = 5
+    gavel_compat: bool = True
+
+
 def compare(setting: str, name: str, workload: Workload, policies: str,
-            bootstrap_s: float, runs: list[str]) -> None:
+            bootstrap_s: float, runs: list[str], extra: Extra | None = None) -> None:
     """Print one JSON line per policy: the table's speeds against learned ones, without
     profiles, with Sia's serial bootstrap, the lean one and the free bound (those of
-    ``runs``; every ratio is to ``table``'s JCT, when it runs)."""
+    ``runs``; every ratio is to ``table``'s JCT, when it runs), and the noise draws of
+    ``extra``."""
+    extra = extra or Extra()
     if setting == "gavel":
-        table, compat = load_throughputs("gavel"), "gavel"
+        table, compat = load_throughputs("gavel"), "gavel" if extra.gavel_compat else None
         cluster = load_cluster("v100:12,p100:12,k80:12", 1)
     else:
         table, compat = load_throughputs("sia"), None
@@ -69,7 +91,7 @@ def compare(setting: str, name: str, workload: Workload, policies: str,
             cfg = SimConfig(seed=0, speeds=speeds, compat=compat,
                             bootstrap_s=bootstrap_s if mode else None,
                             bootstrap_mode=mode or "serial")
-            r = simulate(workload, cluster, policy, cfg, table)
+            r = simulate(workload, cluster, make_policy(policy, extra.options), cfg, table)
             jct_h[label] = r.summary.avg_jct_s / 3600
             row[f"{label}_jct_h"] = round(jct_h[label], 3)
             row[f"{label}_wall_s"] = round(time.perf_counter() - t0, 1)
@@ -78,6 +100,24 @@ def compare(setting: str, name: str, workload: Workload, policies: str,
                 row[f"{label}_unfinished"] = r.summary.unfinished
             if mode:
                 row[f"{label}_gpu_h"] = round(r.extras.get("bootstrap_gpu_h", 0.0), 2)
+        if extra.noise > 0:
+            noisy = []
+            for draw in range(extra.draws):
+                cfg = SimConfig(seed=draw, speeds="learned", compat=compat,
+                                bootstrap_s=bootstrap_s, bootstrap_mode="oracle",
+                                measurement_noise=extra.noise)
+                r = simulate(workload, cluster, make_policy(policy, extra.options), cfg, table)
+                noisy.append(r.summary.avg_jct_s / 3600)
+            row["noise"] = extra.noise
+            row["noise_jct_h"] = [round(h, 3) for h in noisy]
+            if "table" in jct_h:
+                ratios = [h / jct_h["table"] for h in noisy]
+                row["noise_ratios"] = [round(x, 3) for x in ratios]
+                row["noise_ratio_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+        if extra.options:
+            row["options"] = extra.options
+        if setting == "gavel" and not extra.gavel_compat:
+            row["compat"] = "none"
         row["bootstrap_s"] = bootstrap_s
         for label in jct_h:
             if label != "table" and "table" in jct_h:
@@ -95,8 +135,17 @@ def main() -> None:
     ap.add_argument("--traces", default="sia-philly-1,sia-philly-2", help="Sia's workloads")
     ap.add_argument("--runs", default="table,learned,bootstrap,lean,free",
                     help=f"comma-separated, of {', '.join(RUNS)}")
+    ap.add_argument("--options", default="",
+                    help="policy options for every policy, e.g. settle=none (k=v,k=v)")
+    ap.add_argument("--noise", type=float, default=0.0,
+                    help="also run --draws draws with the truth times exp(noise·z) (0: none)")
+    ap.add_argument("--draws", type=int, default=5, help="noise draws (seeds 0..draws-1)")
+    ap.add_argument("--no-compat", action="store_true",
+                    help="run the gavel setting without --compat gavel (Tessera's own policies)")
     args = ap.parse_args()
-    runs = args.runs.split(",")
+    options = dict(kv.split("=", 1) for kv in args.options.split(",") if kv)
+    extra = Extra(options, args.noise, args.draws, not args.no_compat)
+    runs = [r for r in args.runs.split(",") if r]
     unknown = [r for r in runs if r not in RUNS]
     if unknown:
         ap.error(f"--runs: unknown {', '.join(unknown)} (known: {', '.join(RUNS)})")
@@ -104,11 +153,12 @@ def main() -> None:
         for seed in map(int, args.seeds.split(",")):
             w = generate_gavel_like(200, 20.0, seed)
             compare("gavel", f"gavel heavy, seed {seed}", w, args.policies or GAVEL_POLICIES,
-                    args.bootstrap_s, runs)
+                    args.bootstrap_s, runs, extra)
     if args.setting in ("sia", "both"):
         for trace in args.traces.split(","):
             w = read_trace(trace, throughputs=load_throughputs("sia")).workload
-            compare("sia", trace, w, args.policies or SIA_POLICIES, args.bootstrap_s, runs)
+            compare("sia", trace, w, args.policies or SIA_POLICIES, args.bootstrap_s, runs,
+                    extra)
 
 
 if __name__ == "__main__":

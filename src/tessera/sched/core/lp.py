@@ -225,6 +225,23 @@ class LpSolver:
         h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximize
                                else highspy.ObjSense.kMinimize)
 
+    def set_hessian(self, q: sp.spmatrix | sp.sparray, iteration_limit: int) -> None:
+        """Make the loaded (minimised) model a convex QP: add ``½ xᵀ Q x`` to its objective.
+        ``q`` is ``Q``'s lower triangle (``Q`` symmetric positive semi-definite, one row and
+        column per column of the model); HiGHS' QP solver then runs, for at most
+        ``iteration_limit`` iterations (its active-set method can stall on degenerate
+        problems: past the limit :meth:`run` reports a non-optimal status, deterministically)."""
+        import highspy  # lazy: +16 ms at every `tessera` start
+
+        self._highs().setOptionValue("qp_iteration_limit", int(iteration_limit))
+        low = sp.csc_matrix(sp.tril(q))
+        low.eliminate_zeros()
+        low.sort_indices()
+        self._highs().passHessian(
+            int(low.shape[0]), int(low.nnz), highspy.HessianFormat.kTriangular,
+            low.indptr.astype(np.int32), low.indices.astype(np.int32),
+            low.data.astype(np.float64))
+
     def run(self) -> LpOutcome:
         """Solve the loaded model (warm-started if it was solved before)."""
         import highspy  # lazy: +16 ms at every `tessera` start

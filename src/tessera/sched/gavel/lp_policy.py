@@ -5,7 +5,9 @@ Each policy computes time shares ``X[job, flavor]`` with :mod:`tessera.sched.gav
 * ``max_min_fairness`` (Gavel LAS): maximise the minimum, over jobs, of
   ``sf_m / w_m · Σ_j T[m,j] X[m,j] / norm_m``, where ``norm_m`` is the throughput the job would
   get from the heterogeneity-agnostic fair share ``X_iso``. The agnostic twin drops the
-  throughputs (``T = 1``).
+  throughputs (``T = 1``). Among the allocations that reach the best minimum, a second stage
+  (``settle``, :mod:`tessera.sched.gavel.maxmin_settle`) keeps the one with the most total
+  normalised rate under a small ridge: unique, and moved little by a 1 % speed error.
 * ``finish_time_fairness`` (Themis ρ): minimise ``max_m ρ_m``,
   ``ρ_m = (t_m + R_m / thr_m(X)) / (t_m + R_m / thr_m(X_iso))``: how much later a job finishes
   than on its isolated fair share (:mod:`tessera.sched.gavel.rho`).
@@ -50,6 +52,7 @@ from tessera.sched.gavel import (
     priorities,
 )
 from tessera.sched.gavel.lp_rows import ShareRows
+from tessera.sched.gavel.maxmin_settle import Settle, settled_max_min_shares
 from tessera.sched.gavel.mechanism import ShareNotes
 
 
@@ -211,7 +214,25 @@ def _agnostic_share(p: ShareProblem, backend: Backend) -> tuple[np.ndarray, tupl
     return s.x, s.fallbacks
 
 
+class MaxMinConfig(GavelConfig):
+    """Max-min fairness settings: which allocation to keep among those of (nearly) the best
+    minimum (:mod:`tessera.sched.gavel.maxmin_settle`)."""
+
+    settle: Literal["ridge", "throughput", "none"] = Field(
+        "ridge", description="second stage among allocations within settle_slack of the best "
+        "minimum: ridge (most total normalised throughput, with diminishing returns per job "
+        "and flavor: unique and stable under small speed errors), throughput (the same, a "
+        "plain LP: a vertex) or none (the max-min LP's vertex, the policy before the second "
+        "stage)")
+    settle_slack: float = Field(0.0, ge=0, lt=1, description="fraction of the best minimum "
+                                "normalised rate the second stage may give up")
+    settle_ridge: float = Field(0.1, gt=0, allow_inf_nan=False,
+                                description="weight of the ridge stage's diminishing returns")
+
+
 class MaxMinFairness(GavelAllocationPolicy):
+    Config = MaxMinConfig
+
     def allocate(
         self, ctx: PolicyContext, p: ShareProblem, backend: Backend
     ) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -221,7 +242,12 @@ class MaxMinFairness(GavelAllocationPolicy):
         norm = (p.tput * x_iso).sum(axis=1)
         norm = np.where(norm > 0, norm, 1.0)
         a = p.tput * (p.scale / (p.weight * norm))[:, None]
-        s = max_min_shares(p, a, backend, "max-min fairness LP")
+        cfg = self.config
+        assert isinstance(cfg, MaxMinConfig)
+        settle = None if cfg.settle == "none" else Settle(
+            slack=cfg.settle_slack,
+            ridge=cfg.settle_ridge if cfg.settle == "ridge" else 0.0)
+        s = settled_max_min_shares(p, a, backend, settle, "max-min fairness LP")
         assert s.x is not None
         return s.x, notes + s.fallbacks
 
