@@ -1,5 +1,5 @@
-"""A 1 % speed error barely moves max_min_fairness's shares (its second stage,
-:mod:`tessera.sched.gavel.maxmin_settle`; before it, the max-min LP's vertex jumped)."""
+"""A 1 % speed error barely moves max_min_fairness's shares with its second stage
+(``settle=ridge``, :mod:`tessera.sched.gavel.maxmin_settle`); the max-min LP's vertex jumps."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ _Z = np.array([[0.91, 0.61, 0.83], [0.83, 0.3, -0.54], [-0.31, 1.51, -0.58],
 
 def test_one_percent_speed_error_moves_the_allocation_little() -> None:
     """The policy's shares for the instance above and for its speeds times ``exp(0.01 z)``:
-    no share moves by more than 0.1 (the max-min LP's vertex alone moved one by 0.66)."""
-    pol = make_policy("max_min_fairness")
+    no share moves by more than 0.1 with ``settle=ridge``; the LP's vertex alone (the
+    default, ``settle=none``) moves one by 0.66."""
+    pol = make_policy("max_min_fairness:settle=ridge")
     tput = _KINDS[_JOBS]
     exact, _ = pol.allocate(None, _problem(tput, _SCALE, [2, 2, 2]),
                             Backend(LpSolver()))
@@ -41,3 +42,15 @@ def test_one_percent_speed_error_moves_the_allocation_little() -> None:
     assert np.abs(exact - noisy).max() < 0.1
 
 
+
+
+def test_the_default_is_the_max_min_lps_own_allocation() -> None:
+    """Without options the policy keeps the LP's vertex (``settle=none``): the second stage is
+    opt-in (docs/scheduler.md, "max-min fairness's second stage", why)."""
+    tput = _KINDS[_JOBS] * np.exp(0.01 * _Z)
+    p = _problem(tput, _SCALE, [2, 2, 2])
+    default, _ = make_policy("max_min_fairness").allocate(None, p, Backend(LpSolver()))
+    plain, _ = make_policy("max_min_fairness:settle=none").allocate(None, p, Backend(LpSolver()))
+    ridge, _ = make_policy("max_min_fairness:settle=ridge").allocate(None, p, Backend(LpSolver()))
+    assert np.array_equal(default, plain)
+    assert np.abs(default - ridge).max() > 1e-3

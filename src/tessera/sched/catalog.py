@@ -71,8 +71,8 @@ _BUILT_IN: tuple[tuple[str, str, type[Policy]], ...] = (
      "rounds): random pairs of jobs share GPUs; pairs that do not gain are split at the next "
      "recompute.", GavelGandiva),
     ("max_min_fairness",
-     "Gavel LAS: max-min fairness over effective throughput (HiGHS LP; then the most total "
-     "throughput among its optima, a QP: stable under small speed errors).", MaxMinFairness),
+     "Gavel LAS: max-min fairness over effective throughput (HiGHS LP; settle=ridge: the "
+     "most total throughput among its optima, stabler under speed errors).", MaxMinFairness),
     ("finish_time_fairness",
      "Themis finish-time fairness: minimise the worst ρ (LP bisection).", FinishTimeFairness),
     ("min_makespan", "Minimise makespan: a common progress rate for all (LP).", MinMakespan),

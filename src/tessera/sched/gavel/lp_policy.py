@@ -5,9 +5,10 @@ Each policy computes time shares ``X[job, flavor]`` with :mod:`tessera.sched.gav
 * ``max_min_fairness`` (Gavel LAS): maximise the minimum, over jobs, of
   ``sf_m / w_m · Σ_j T[m,j] X[m,j] / norm_m``, where ``norm_m`` is the throughput the job would
   get from the heterogeneity-agnostic fair share ``X_iso``. The agnostic twin drops the
-  throughputs (``T = 1``). Among the allocations that reach the best minimum, a second stage
-  (``settle``, :mod:`tessera.sched.gavel.maxmin_settle`) keeps the one with the most total
-  normalised rate under a small ridge: unique, and moved little by a 1 % speed error.
+  throughputs (``T = 1``). Among the allocations that reach the best minimum, an opt-in
+  second stage (``settle=ridge``, :mod:`tessera.sched.gavel.maxmin_settle`) keeps the one
+  with the most total normalised rate under a small ridge: unique, and moved little by a 1 %
+  speed error.
 * ``finish_time_fairness`` (Themis ρ): minimise ``max_m ρ_m``,
   ``ρ_m = (t_m + R_m / thr_m(X)) / (t_m + R_m / thr_m(X_iso))``: how much later a job finishes
   than on its isolated fair share (:mod:`tessera.sched.gavel.rho`).
@@ -219,11 +220,11 @@ class MaxMinConfig(GavelConfig):
     minimum (:mod:`tessera.sched.gavel.maxmin_settle`)."""
 
     settle: Literal["ridge", "throughput", "none"] = Field(
-        "ridge", description="second stage among allocations within settle_slack of the best "
+        "none", description="second stage among allocations within settle_slack of the best "
         "minimum: ridge (most total normalised throughput, with diminishing returns per job "
         "and flavor: unique and stable under small speed errors), throughput (the same, a "
         "plain LP: a vertex) or none (the max-min LP's vertex, the policy before the second "
-        "stage)")
+        "stage, the default: docs/scheduler.md says why)")
     settle_slack: float = Field(0.0, ge=0, lt=1, description="fraction of the best minimum "
                                 "normalised rate the second stage may give up")
     settle_ridge: float = Field(0.1, gt=0, allow_inf_nan=False,
