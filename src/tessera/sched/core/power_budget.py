@@ -167,6 +167,7 @@ def budget_stage(
     snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
     budget: PowerBudget, memo: Levels | None = None,
     weights: Mapping[JobId, float] | None = None, oracle: ThroughputOracle | None = None,
+    fast_only: bool = False,
 ) -> BudgetOutcome:
     """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
     draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
@@ -181,7 +182,10 @@ def budget_stage(
     and the held jobs are the last-ranked. Uniform capping ignores them. With
     ``budget.wait_for_fast`` and an ``oracle`` (the policy's rates), a start on a far slower
     board waits first for a fast board a running job frees soon
-    (:mod:`~tessera.sched.core.power_displace`).
+    (:mod:`~tessera.sched.core.power_displace`). ``fast_only`` stops once those holds are
+    chosen (no limits, no holds for power; ``power_w`` is the round's before them):
+    :mod:`~tessera.sched.core.power_refill` then gives their GPUs to the queue and runs the
+    stage again, rule off, on the round as refilled.
     """
     weights = weights if budget.mode != "uniform" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
@@ -200,6 +204,8 @@ def budget_stage(
             del kept[jid]
             held.append(jid)
         fast = tuple(held)
+        if held and fast_only:  # (power_w: the round's before the holds)
+            return BudgetOutcome(limits, fast, power, fast)
         if held:
             power = _power(snapshot, kept, by_id, levels, limits)
             if power <= budget.budget_w:

@@ -58,10 +58,11 @@ def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
             wanted.append((jid, at, rate, here))
     if not wanted:
         return ()
-    boards: dict[str, list[tuple[float, int, JobId]]] = {}  # per flavor, earliest free first
+    fast = {f for _j, _at, rate, here in wanted for f, r in rate.items() if r >= slow_ratio * here}
+    boards: dict[str, list[tuple[float, int, JobId]]] = {}  # per fast flavor, earliest first
     for jid, p in placements.items():
         job = by_id[jid]
-        if job.running and not p.node_flavors:
+        if job.running and not p.node_flavors and p.flavors[0].name in fast:
             left_s = remaining_s_on(job, p, oracle, snapshot.now_s)
             boards.setdefault(p.flavors[0].name, []).append((left_s, p.num_gpus, jid))
     for row in boards.values():

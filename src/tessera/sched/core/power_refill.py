@@ -2,48 +2,110 @@
 
 ``--power-fast-boards`` (:mod:`~tessera.sched.core.power_displace`) holds a start that the
 round placed on a far slower board, so a fast board a running job frees soon can take it.
-The budget stage runs after placement, so the slow GPUs the held job was given stay idle
-until the next event: every job behind it that could have used them waits too. In the goal
-run where the rule hurt most (3 jobs/h FIFO, seed 2; ``docs/energy.md``, "Why seed 2 lost")
-the jobs that were not held lost +2,507 h of JCT to the holds, almost all of it queueing.
+The budget stage runs after placement, so the slow GPUs the held job was given would stay
+idle until the next event: every job behind it that could have used them would wait too. In
+the goal run where the rule hurt most (3 jobs/h FIFO, seed 2; ``docs/energy.md``, "Why seed
+2 lost") the jobs that were not held lost +2,507 h of JCT to the holds, almost all of it
+queueing.
 
-The fix: when a round holds jobs for fast boards, the round is decided again without them
-(the policy ranks and places the rest, the budget stage keeps the budget) with the rule off
-in that second pass, so a job behind takes the free slow GPUs now or is capped, instead of
-being held for a fast board the first pass already promised. The held jobs keep their
-reasons. Holding only removes starts and the second pass keeps the budget on its own
-placements, so the budget still holds at every event. The second pass runs only in rounds
-that hold a job for a fast board, and costs a second decision there (``docs/energy.md``: at
-2,048 jobs 2.4-3.6× the plain decision with the rule, against ≤ 2× for the default). The
-decision returned is the second pass's, policy memory included: a policy that keeps state
-per job it ranks (LAS keeps the previous state whole) does not update the held jobs' that
-round.
+**The refill.** When the budget stage's first step (the holds for fast boards, ``fast_only``)
+holds jobs, the round is refilled and the stage runs once more, rule off, on the refilled
+round:
+
+1. the round's placements stay, less the held jobs';
+2. the jobs the round left waiting for GPUs (capacity or fragmentation reasons, a job the
+   round preempted included) are offered the GPUs left free -- the held jobs' among them --
+   in the policy's ranking of this round, by the same backfill the round ends with;
+3. the budget stage runs on the result with the rule off (so the budget holds at every event
+   as before); the weights of the placements kept are reused, the new ones' computed.
+
+It costs one backfill over the waiting jobs, a free-GPU map and a second budget stage -- no
+second ranking, placement of every job, or explanation of every waiting job.
+
+**What may differ from deciding the round again without the held jobs** (what this module did
+before, :func:`redecided`, kept as the fallback): (a) the ranking is the round's, held jobs
+removed, not a new one -- the same for policies that rank each job by its own key (FIFO, LAS,
+SRTF), not for those whose shares depend on who is there (max-min fairness); (b) jobs the round
+placed keep their GPUs -- a second full placement could give a job ranked after a held one the
+held job's GPUs and its own to another; (c) a running job the round preempted stays preempted
+unless the backfill gives it back its own GPUs (it then keeps running), where a second round
+might not have preempted it; (d) the reasons of jobs still waiting are the round's: free
+counts from before the refill, rank positions counting the held jobs (who are still ahead in
+line); (e) the policy's memory and notes are the round's (the held jobs' included). The
+refill never stops a job the round placed and the second stage keeps the budget, so the
+budget holds and -- against the round less the held jobs -- no start is lost.
+``tests/sched/test_power_refill.py`` checks equality with :func:`redecided` on the displacement
+tests and on random FIFO snapshots, and budget and starts on random snapshots of other policies.
+
+Rounds the refill does not model are decided again in full (:func:`redecided`): quotas or a
+tenancy round (a held job's quota share changes who is admitted), elastic sizes, packing,
+CPU and memory modes, or no ranking on the decision.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from tessera.model.jobs import JobId
-from tessera.sched.core.options import PlacementOptions
-from tessera.sched.core.reasons import PendingReason, PowerHeld
-from tessera.sched.core.snapshot import Snapshot
+from tessera.sched.core.context import DecisionContext
+from tessera.sched.core.options import PlacementOptions, needs_locality
+from tessera.sched.core.placement import FreeGpus
+from tessera.sched.core.policy import Policy, Ranking
+from tessera.sched.core.power_budget import Levels
+from tessera.sched.core.power_weights import power_weights
+from tessera.sched.core.quota_round import needs_tenancy_round
+from tessera.sched.core.reasons import (
+    CarbonHeld,
+    PendingKind,
+    PendingReason,
+    PowerHeld,
+    pending_reasons,
+)
+from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.core.strategies import Releases, backfill, place_events
 
-__all__ = ["fast_held", "refill"]
+__all__ = ["Refill", "fast_held", "redecided", "refill"]
 
 
 class _Round(Protocol):
-    """What :func:`refill` reads of a decision: a dataclass with reasons for waiting jobs."""
+    """What the refill reads of a decision (a frozen dataclass: ``replace`` builds the next)."""
 
     __dataclass_fields__: ClassVar[dict[str, Any]]
 
     @property
+    def placements(self) -> Mapping[JobId, Placement]: ...
+    @property
+    def started(self) -> tuple[JobId, ...]: ...
+    @property
+    def preempted(self) -> tuple[JobId, ...]: ...
+    @property
     def pending(self) -> Mapping[JobId, PendingReason]: ...
+    @property
+    def phase_ms(self) -> tuple[tuple[str, float], ...]: ...
+    @property
+    def ranking(self) -> Ranking | None: ...
 
 
 R = TypeVar("R", bound=_Round)
+
+@dataclass(frozen=True)
+class Refill:
+    """What :func:`refill` needs of the round's driver (``decide`` passes its own)."""
+
+    policy: Policy
+    ctx: DecisionContext
+    memo: Levels
+    stage: Callable[..., Any]
+    """``decide.within_budget``: (snapshot, decision, budget, oracle, memo, weights or
+    ``None`` to compute them, ``fast_only``) -> decision."""
+    redecide: Callable[[Snapshot, PlacementOptions], Any]
+    """The whole round over a snapshot with options (for :func:`redecided`)."""
+
+
+_WAITING = (PendingKind.CAPACITY, PendingKind.FRAGMENTATION)
 
 
 def fast_held(pending: Mapping[JobId, PendingReason]) -> frozenset[JobId]:
@@ -52,15 +114,143 @@ def fast_held(pending: Mapping[JobId, PendingReason]) -> frozenset[JobId]:
                      if isinstance(why.detail, PowerHeld) and why.detail.for_fast_board)
 
 
-def refill(snapshot: Snapshot, d: R, opts: PlacementOptions,
-           redecide: Callable[[Snapshot, PlacementOptions], R]) -> R:
-    """``d``, or -- when it holds jobs for fast boards -- the round decided again by
-    ``redecide`` over ``snapshot`` without them and with the rule off, the held jobs
-    pending with their reasons (see the module docstring)."""
-    held = fast_held(d.pending)
-    if not held or opts.power_budget is None:
-        return d
+def refill(snapshot: Snapshot, d: R, opts: PlacementOptions, how: Refill) -> R:
+    """Phase 6 for ``d`` (the round before its power budget): the budget stage, and with
+    ``wait_for_fast`` the holds for fast boards, the refill and the stage again (see the
+    module docstring)."""
+    budget, oracle = opts.power_budget, how.ctx.oracle
+    assert budget is not None
+    if not budget.wait_for_fast:
+        out: R = how.stage(snapshot, d, budget, oracle, how.memo, None, False)
+        return out
+    d = replace(d, placements=dict(d.placements))  # (read four times below: copied once)
+    weights = power_weights(snapshot, d.placements, oracle, bool(d.pending))
+    first: R = how.stage(snapshot, d, budget, oracle, how.memo, weights, True)
+    held = fast_held(first.pending)
+    if not held:  # the stage went on as without the rule (nothing to hold)
+        return first
+    off = replace(opts, power_budget=replace(budget, wait_for_fast=False))
+    if not _modelled(snapshot, d, how.policy):
+        return redecided(snapshot, first, off, how.redecide)
+    t0 = time.perf_counter()
+    got = (_replaced(snapshot, d, held, off, how) if not how.policy.round_based
+           else _refilled(snapshot, d, held, off, how))
+    if got is None:
+        return redecided(snapshot, first, off, how.redecide)
+    filled, new = got
+    same = bool(filled.pending) == bool(d.pending)  # (the weights' regime: jobs queued)
+    kept_w = ({k: w for k, w in weights.items() if k not in held and k not in new}
+              | dict(power_weights(snapshot, new, oracle, bool(filled.pending)))
+              if same else None)
+    refill_ms = (time.perf_counter() - t0) * 1e3
+    assert off.power_budget is not None
+    final: R = how.stage(snapshot, filled, off.power_budget, oracle, how.memo, kept_w, False)
+    power_ms = first.phase_ms[-1][1] + final.phase_ms[-1][1]
+    return replace(final, pending={**final.pending, **{j: first.pending[j] for j in held}},
+                   phase_ms=(*d.phase_ms, ("power", power_ms), ("refill", refill_ms)))
+
+
+def redecided(snapshot: Snapshot, first: R, off: PlacementOptions,
+              redecide: Callable[[Snapshot, PlacementOptions], Any]) -> R:
+    """The round decided again by ``redecide`` without the jobs ``first`` holds for fast
+    boards, with ``off`` (the rule off); the held jobs pending with ``first``'s reasons."""
+    held = fast_held(first.pending)
     view = snapshot.with_jobs(tuple(j for j in snapshot.jobs if j.spec.job_id not in held))
-    again = redecide(view, replace(opts, power_budget=replace(opts.power_budget,
-                                                              wait_for_fast=False)))
-    return replace(again, pending={**again.pending, **{j: d.pending[j] for j in held}})
+    again: R = redecide(view, off)
+    return replace(again, pending={**again.pending, **{j: first.pending[j] for j in held}})
+
+
+def _modelled(snapshot: Snapshot, d: _Round, policy: Policy) -> bool:
+    """Whether :func:`_refilled` models this round (else it is decided again in full)."""
+    r = d.ranking
+    return (r is not None and not r.sizes and not r.colocate and not policy.packs
+            and policy.host_mode is None and not snapshot.queue_quotas()
+            and not needs_tenancy_round(snapshot.tenancy))
+
+
+def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementOptions,
+               how: Refill) -> tuple[R, dict[JobId, Placement]] | None:
+    """An event-driven round placed again from scratch by its own ranking less the ``held``
+    jobs, as ``decide`` places it: the waiting jobs backfilled (``_waiting_first``), or for
+    a preemptive policy whose waiting jobs do not all fit, every job by ``place_events``
+    (``_full_round``). ``None`` where the round would move running gangs to faster GPUs
+    (a preemptive policy with room for everyone): :func:`redecided` answers. Returns the
+    round and the placements that are new in it."""
+    ranking, policy, now_s = d.ranking, how.policy, snapshot.now_s
+    assert ranking is not None
+    if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
+        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
+    oracle = how.ctx.oracle.as_agnostic() if policy.agnostic else how.ctx.oracle
+    layout = how.ctx.layout(snapshot.cluster)
+    cands = ranking.candidates  # (the held jobs are in none of the maps below: skipped)
+    split = snapshot.split()
+    waiting = {j.spec.job_id: j for j in split.waiting if j.spec.job_id not in held}
+    free = FreeGpus.of_snapshot(snapshot, layout)
+    new: dict[JobId, Placement] = {}
+    backfill(cands, waiting, new, free, oracle, now_s, opts, Releases(snapshot.jobs, now_s))
+    if policy.preemptive and len(new) == len(waiting):
+        return None
+    if not policy.preemptive:
+        first_new = set(d.started)  # (the round's starts: the others are running gangs)
+        placements = {k: p for k, p in d.placements.items() if k not in first_new} | new
+        started, preempted = tuple(new), tuple[JobId, ...]()
+        left = [j for jid, j in waiting.items() if jid not in new]
+    else:  # as _full_round: everyone ranked, lower-ranked gangs may give way
+        jobs = [j for j in snapshot.jobs if j.spec.job_id not in held]
+        by_id = {j.spec.job_id: j for j in jobs}
+        free = FreeGpus.of_snapshot(snapshot, layout)
+        cands = tuple([c for c in cands if c[0] not in held])
+        placements = place_events(cands, by_id, jobs, free, oracle, True, now_s, opts)
+        if len(placements) == len(by_id):
+            return None
+        started = tuple(jid for jid, p in placements.items()
+                        if by_id[jid].placement is not p
+                        and (not by_id[jid].running or by_id[jid].placement != p))
+        preempted = tuple(j.spec.job_id for j in split.running if j.spec.job_id not in placements)
+        left = [j for j in jobs if j.spec.job_id not in placements]
+        new = {jid: placements[jid] for jid in started}
+    pending = {j.spec.job_id: why for j in left if (why := d.pending.get(j.spec.job_id))}
+    fresh = [j for j in left if j.spec.job_id not in pending]  # placed by the round, not now
+    if fresh:
+        pending.update(pending_reasons(
+            fresh, cands, how.ctx.oracle, free,
+            {j.spec.job_id: needs_locality(j, now_s, opts) for j in fresh}))
+    return replace(d, placements=placements, started=started, preempted=preempted,
+                   pending=pending), new
+
+
+def _refilled(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementOptions,
+              how: Refill) -> tuple[R, dict[JobId, Placement]]:
+    """A round-based round: ``d`` less the ``held`` jobs, its waiting jobs backfilled onto
+    the GPUs left free in its ranking's order; and the placements new in the refill."""
+    ranking = d.ranking
+    assert ranking is not None
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    free = FreeGpus.of_snapshot(snapshot, how.ctx.layout(snapshot.cluster))
+    for jid in (*d.preempted, *d.started):  # GPUs the round freed: stopped or moved gangs
+        p = by_id[jid].placement
+        if by_id[jid].running and p is not None:
+            free.release(p)
+    for jid in d.started:
+        if jid not in held:
+            free.take(d.placements[jid])
+    waiting = {jid: by_id[jid] for jid, why in d.pending.items()
+               if why.kind in _WAITING and not isinstance(why.detail, (PowerHeld, CarbonHeld))}
+    new: dict[JobId, Placement] = {}
+    if waiting:
+        if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
+            opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
+        oracle = how.ctx.oracle.as_agnostic() if how.policy.agnostic else how.ctx.oracle
+        backfill(tuple(c for c in ranking.candidates if c[0] in waiting), waiting, new, free,
+                 oracle, snapshot.now_s, opts, Releases(snapshot.jobs, snapshot.now_s))
+    back = {jid for jid, p in new.items() if by_id[jid].running and by_id[jid].placement == p}
+    placements = {k: p for k, p in d.placements.items() if k not in held} | new
+    started = (*(j for j in d.started if j not in held), *(j for j in new if j not in back))
+    if new:  # in the policy's order (the budget stage holds the last-ranked first on ties)
+        pos: dict[JobId, int] = {}
+        for jid, _fl in ranking.candidates:
+            pos.setdefault(jid, len(pos))
+        started = tuple(sorted(started, key=lambda j: pos.get(j, len(pos))))
+    return replace(d, placements=placements, started=started,
+                   preempted=tuple(j for j in d.preempted if j not in back),
+                   pending={k: why for k, why in d.pending.items() if k not in new}), new
