@@ -104,7 +104,7 @@ def _no_gpu_twice(snap: Snapshot, d: Decision) -> None:
 @pytest.mark.parametrize("steps_left", [100.0, 1e6])
 def test_the_cheap_refill_decides_the_displacement_cases_as_deciding_again(
         monkeypatch: pytest.MonkeyPatch, behind: bool, steps_left: float) -> None:
-    cheap, snap = _round(holder_steps_left=steps_left, budget_cut_w=10.0, wait_for_fast=True,
+    cheap, _snap = _round(holder_steps_left=steps_left, budget_cut_w=10.0, wait_for_fast=True,
                          behind=behind)
     with monkeypatch.context() as m:
         m.setattr(power_refill, "_modelled", lambda *_a: False)
