@@ -16,9 +16,10 @@ uncapped rate, as the policy sees rates) is at most ``WAIT_SHARE`` of what waiti
 Only the earliest-freeing fast board (not yet promised, with enough GPUs) counts; it is
 promised to the start, each board to one start at most, starts in the policy's order. A
 held job waits with the power reason; holding it only lowers the cluster's power. Its slow
-GPUs do not stay idle behind it: the round is then decided again without the held jobs and
-with the rule off (:mod:`~tessera.sched.core.power_refill`), so the jobs queued behind take
-them, and that pass keeps the budget too: it holds at every event as before. The budget
+GPUs do not stay idle behind it: the round is then refilled without the held jobs and the
+budget stage run again with the rule off (:mod:`~tessera.sched.core.power_refill`), so the
+jobs queued behind take them, and that stage keeps the budget too: it holds at every event
+as before. The budget
 stage applies the rule only while the budget binds.
 """
 

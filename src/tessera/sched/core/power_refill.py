@@ -8,38 +8,46 @@ the goal run where the rule hurt most (3 jobs/h FIFO, seed 2; ``docs/energy.md``
 2 lost") the jobs that were not held lost +2,507 h of JCT to the holds, almost all of it
 queueing.
 
-**The refill.** When the budget stage's first step (the holds for fast boards, ``fast_only``)
-holds jobs, the round is refilled and the stage runs once more, rule off, on the refilled
-round:
+**The refill.** The budget stage's first step (``budget_stage(..., fast_only=True)``: does
+the budget bind, and which starts wait for fast boards) runs on the round; if it holds jobs,
+the round is placed again without them, by the round's own ranking (the policy is not asked
+again), and the stage runs once more, rule off, on the result -- so the budget holds at every
+event as before, and the jobs queued behind take the held jobs' GPUs or are capped:
 
-1. the round's placements stay, less the held jobs';
-2. the jobs the round left waiting for GPUs (capacity or fragmentation reasons, a job the
-   round preempted included) are offered the GPUs left free -- the held jobs' among them --
-   in the policy's ranking of this round, by the same backfill the round ends with;
-3. the budget stage runs on the result with the rule off (so the budget holds at every event
-   as before); the weights of the placements kept are reused, the new ones' computed.
+* **event-driven policies** (FIFO, LAS, SRTF, ...; :func:`_replaced`): placed from scratch as
+  ``decide`` places them -- the waiting jobs backfilled in rank order, or, for a preemptive
+  policy whose waiting jobs do not all fit, every job by ``place_events``;
+* **round-based policies** (max-min fairness, ...; :func:`_refilled`): the round's
+  placements stay, less the held jobs', and the jobs it left waiting are backfilled in rank
+  order onto the GPUs left free, the held jobs' among them.
 
-It costs one backfill over the waiting jobs, a free-GPU map and a second budget stage -- no
-second ranking, placement of every job, or explanation of every waiting job.
+Nothing else runs twice: the waiting jobs keep the round's reasons, the placements kept keep
+their weights (:mod:`~tessera.sched.core.power_weights`), and the policy's memory, notes
+and wake-up are the round's. At 2,048 jobs the rule costs about the default's decision plus
+a free-GPU map, one backfill, the holds and a second flow stage (``docs/energy.md``,
+"Decision cost"); deciding the round again (:func:`redecided`, the refill before) cost
+2.4-3.6× the plain decision.
 
-**What may differ from deciding the round again without the held jobs** (what this module did
-before, :func:`redecided`, kept as the fallback): (a) the ranking is the round's, held jobs
-removed, not a new one -- the same for policies that rank each job by its own key (FIFO, LAS,
-SRTF), not for those whose shares depend on who is there (max-min fairness); (b) jobs the round
-placed keep their GPUs -- a second full placement could give a job ranked after a held one the
-held job's GPUs and its own to another; (c) a running job the round preempted stays preempted
-unless the backfill gives it back its own GPUs (it then keeps running), where a second round
-might not have preempted it; (d) the reasons of jobs still waiting are the round's: free
-counts from before the refill, rank positions counting the held jobs (who are still ahead in
-line); (e) the policy's memory and notes are the round's (the held jobs' included). The
-refill never stops a job the round placed and the second stage keeps the budget, so the
-budget holds and -- against the round less the held jobs -- no start is lost.
-``tests/sched/test_power_refill.py`` checks equality with :func:`redecided` on the displacement
-tests and on random FIFO snapshots, and budget and starts on random snapshots of other policies.
+**What may differ from deciding the round again without the held jobs.** (a) The ranking is
+the round's less the held jobs: the same as a new one for policies that rank each job by its
+own key (FIFO, LAS, SRTF), not for policies whose shares depend on who is there (max-min
+fairness). (b) For round-based policies the jobs the round placed keep their GPUs, where a
+second round could give a job ranked after a held one the held job's GPUs and its own to
+another; and a running job the round preempted stays preempted unless the backfill gives it
+its own GPUs back. (c) The reasons of jobs still waiting are the round's -- free counts from
+before the refill, rank positions that count the held jobs (who are still ahead in line);
+a job the round placed that no longer fits gets a new reason (without a mixed gang's
+planner message). (d) The policy's memory, notes and wake-up time are the round's, which
+ranked the held jobs too. Placements, starts, preemptions and power limits are otherwise the
+same; ``tests/sched/test_power_refill.py`` checks them equal to :func:`redecided`'s on the
+displacement tests and 60 random FIFO and LAS snapshots, and for max-min fairness that the
+budget holds, no GPU is given twice and no fewer jobs run than when deciding again.
 
 Rounds the refill does not model are decided again in full (:func:`redecided`): quotas or a
 tenancy round (a held job's quota share changes who is admitted), elastic sizes, packing,
-CPU and memory modes, or no ranking on the decision.
+CPU and memory modes, a preemptive event-driven round with room for every job (it would move
+running gangs to faster GPUs, which the stay-put memory decides), or no ranking on the
+decision.
 """
 
 from __future__ import annotations
