@@ -381,7 +381,8 @@ def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, oracle: 
                   fast_only: bool = False) -> Decision:
     """Phase 6: ``d`` under ``budget``, jobs weighed by remaining time (or ``weights``), timed."""
     t0 = time.perf_counter()
-    weights = weights or power_weights(snapshot, d.placements, oracle, bool(d.pending))
+    if weights is None:
+        weights = power_weights(snapshot, d.placements, oracle, bool(d.pending))
     out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights, oracle, fast_only)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)
     if not out.held:

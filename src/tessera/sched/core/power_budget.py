@@ -182,10 +182,10 @@ def budget_stage(
     and the held jobs are the last-ranked. Uniform capping ignores them. With
     ``budget.wait_for_fast`` and an ``oracle`` (the policy's rates), a start on a far slower
     board waits first for a fast board a running job frees soon
-    (:mod:`~tessera.sched.core.power_displace`). ``fast_only`` stops once those holds are
-    chosen (no limits, no holds for power; ``power_w`` is the round's before them):
-    :mod:`~tessera.sched.core.power_refill` then gives their GPUs to the queue and runs the
-    stage again, rule off, on the round as refilled.
+    (:mod:`~tessera.sched.core.power_displace`). ``fast_only`` (with ``wait_for_fast``)
+    stops once those holds are chosen, if any (no limits, no holds for power; ``power_w`` is
+    the round's before them; ``weights`` unused): :mod:`~tessera.sched.core.power_refill`
+    then places the round again without them and runs the whole stage, rule off.
     """
     weights = weights if budget.mode != "uniform" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
@@ -200,11 +200,11 @@ def budget_stage(
     kept = dict(placements)
     held: list[JobId] = []
     if budget.wait_for_fast and oracle is not None and budget.mode != "uniform":
-        for jid in displaced(snapshot, kept, started, oracle):
+        for jid in displaced(snapshot, kept, started, oracle, by_id=by_id):
             del kept[jid]
             held.append(jid)
         fast = tuple(held)
-        if held and fast_only:  # (power_w: the round's before the holds)
+        if fast_only:  # (power_w: the round's before the holds)
             return BudgetOutcome(limits, fast, power, fast)
         if held:
             power = _power(snapshot, kept, by_id, levels, limits)

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from tessera.model.jobs import JobId
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.power_weights import remaining_s_on
-from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
 __all__ = ["SLOW_RATIO", "WAIT_SHARE", "displaced"]
 
@@ -44,10 +44,11 @@ WAIT_SHARE = 0.5
 def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
               started: tuple[JobId, ...], oracle: ThroughputOracle,
               slow_ratio: float = SLOW_RATIO, wait_share: float = WAIT_SHARE,
-              ) -> tuple[JobId, ...]:
+              by_id: Mapping[JobId, JobView] | None = None) -> tuple[JobId, ...]:
     """The jobs of ``started`` (in the policy's order) that should wait for a faster board a
-    running job will free soon (see the module docstring)."""
-    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    running job will free soon (see the module docstring); ``by_id``: the snapshot's jobs
+    by id, if the caller has them."""
+    by_id = by_id if by_id is not None else {j.spec.job_id: j for j in snapshot.jobs}
     wanted = []  # (job, its placement, its rate per flavor): starts that a fast board could win
     for jid in started:
         job, at = by_id[jid], placements.get(jid)

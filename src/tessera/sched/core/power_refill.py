@@ -21,12 +21,12 @@ event as before, and the jobs queued behind take the held jobs' GPUs or are capp
   placements stay, less the held jobs', and the jobs it left waiting are backfilled in rank
   order onto the GPUs left free, the held jobs' among them.
 
-Nothing else runs twice: the waiting jobs keep the round's reasons, the placements kept keep
-their weights (:mod:`~tessera.sched.core.power_weights`), and the policy's memory, notes
-and wake-up are the round's. At 2,048 jobs the rule costs about the default's decision plus
-a free-GPU map, one backfill, the holds and a second flow stage (``docs/energy.md``,
-"Decision cost"); deciding the round again (:func:`redecided`, the refill before) cost
-2.4-3.6× the plain decision.
+Nothing else runs twice: the waiting jobs keep the round's reasons, the policy's memory,
+notes and wake-up are the round's, and the jobs' weights
+(:mod:`~tessera.sched.core.power_weights`) are computed once, for the refilled round. At
+2,048 jobs a round that holds costs the default's decision plus the holds, a free-GPU map,
+one backfill and a second power sum (``docs/energy.md``, "Decision cost"); deciding the
+round again (:func:`redecided`, the refill before) cost 2.4-3.6× the plain decision.
 
 **What may differ from deciding the round again without the held jobs.** (a) The ranking is
 the round's less the held jobs: the same as a new one for policies that rank each job by its
@@ -63,7 +63,6 @@ from tessera.sched.core.options import PlacementOptions, needs_locality
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, Ranking
 from tessera.sched.core.power_budget import Levels
-from tessera.sched.core.power_weights import power_weights
 from tessera.sched.core.quota_round import needs_tenancy_round
 from tessera.sched.core.reasons import (
     CarbonHeld,
@@ -131,13 +130,14 @@ def refill(snapshot: Snapshot, d: R, opts: PlacementOptions, how: Refill) -> R:
     if not budget.wait_for_fast:
         out: R = how.stage(snapshot, d, budget, oracle, how.memo, None, False)
         return out
-    d = replace(d, placements=dict(d.placements))  # (read four times below: copied once)
-    weights = power_weights(snapshot, d.placements, oracle, bool(d.pending))
-    first: R = how.stage(snapshot, d, budget, oracle, how.memo, weights, True)
+    d = replace(d, placements=dict(d.placements))  # (read thrice below: copied once)
+    first: R = how.stage(snapshot, d, budget, oracle, how.memo, {}, True)
     held = fast_held(first.pending)
-    if not held:  # the stage went on as without the rule (nothing to hold)
-        return first
     off = replace(opts, power_budget=replace(budget, wait_for_fast=False))
+    assert off.power_budget is not None
+    if not held:  # the stage as without the rule (nothing to hold)
+        out = how.stage(snapshot, d, off.power_budget, oracle, how.memo, None, False)
+        return out
     if not _modelled(snapshot, d, how.policy):
         return redecided(snapshot, first, off, how.redecide)
     t0 = time.perf_counter()
@@ -145,14 +145,9 @@ def refill(snapshot: Snapshot, d: R, opts: PlacementOptions, how: Refill) -> R:
            else _refilled(snapshot, d, held, off, how))
     if got is None:
         return redecided(snapshot, first, off, how.redecide)
-    filled, new = got
-    same = bool(filled.pending) == bool(d.pending)  # (the weights' regime: jobs queued)
-    kept_w = ({k: w for k, w in weights.items() if k not in held and k not in new}
-              | dict(power_weights(snapshot, new, oracle, bool(filled.pending)))
-              if same else None)
+    filled = got
     refill_ms = (time.perf_counter() - t0) * 1e3
-    assert off.power_budget is not None
-    final: R = how.stage(snapshot, filled, off.power_budget, oracle, how.memo, kept_w, False)
+    final: R = how.stage(snapshot, filled, off.power_budget, oracle, how.memo, None, False)
     power_ms = first.phase_ms[-1][1] + final.phase_ms[-1][1]
     return replace(final, pending={**final.pending, **{j: first.pending[j] for j in held}},
                    phase_ms=(*d.phase_ms, ("power", power_ms), ("refill", refill_ms)))
@@ -177,13 +172,12 @@ def _modelled(snapshot: Snapshot, d: _Round, policy: Policy) -> bool:
 
 
 def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementOptions,
-               how: Refill) -> tuple[R, dict[JobId, Placement]] | None:
+               how: Refill) -> R | None:
     """An event-driven round placed again from scratch by its own ranking less the ``held``
     jobs, as ``decide`` places it: the waiting jobs backfilled (``_waiting_first``), or for
     a preemptive policy whose waiting jobs do not all fit, every job by ``place_events``
     (``_full_round``). ``None`` where the round would move running gangs to faster GPUs
-    (a preemptive policy with room for everyone): :func:`redecided` answers. Returns the
-    round and the placements that are new in it."""
+    (a preemptive policy with room for everyone): :func:`redecided` answers."""
     ranking, policy, now_s = d.ranking, how.policy, snapshot.now_s
     assert ranking is not None
     if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
@@ -216,7 +210,6 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
                         and (not by_id[jid].running or by_id[jid].placement != p))
         preempted = tuple(j.spec.job_id for j in split.running if j.spec.job_id not in placements)
         left = [j for j in jobs if j.spec.job_id not in placements]
-        new = {jid: placements[jid] for jid in started}
     pending = {j.spec.job_id: why for j in left if (why := d.pending.get(j.spec.job_id))}
     fresh = [j for j in left if j.spec.job_id not in pending]  # placed by the round, not now
     if fresh:
@@ -224,11 +217,11 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
             fresh, cands, how.ctx.oracle, free,
             {j.spec.job_id: needs_locality(j, now_s, opts) for j in fresh}))
     return replace(d, placements=placements, started=started, preempted=preempted,
-                   pending=pending), new
+                   pending=pending)
 
 
 def _refilled(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementOptions,
-              how: Refill) -> tuple[R, dict[JobId, Placement]]:
+              how: Refill) -> R:
     """A round-based round: ``d`` less the ``held`` jobs, its waiting jobs backfilled onto
     the GPUs left free in its ranking's order; and the placements new in the refill."""
     ranking = d.ranking
@@ -261,4 +254,4 @@ def _refilled(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
         started = tuple(sorted(started, key=lambda j: pos.get(j, len(pos))))
     return replace(d, placements=placements, started=started,
                    preempted=tuple(j for j in d.preempted if j not in back),
-                   pending={k: why for k, why in d.pending.items() if k not in new}), new
+                   pending={k: why for k, why in d.pending.items() if k not in new})
