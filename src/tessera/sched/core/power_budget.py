@@ -167,7 +167,7 @@ def budget_stage(
     snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
     budget: PowerBudget, memo: Levels | None = None,
     weights: Mapping[JobId, float] | None = None, oracle: ThroughputOracle | None = None,
-    fast_only: bool = False,
+    fast_only: bool = False, remaining: Mapping[JobId, float] | None = None,
 ) -> BudgetOutcome:
     """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
     draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
@@ -186,6 +186,7 @@ def budget_stage(
     stops once those holds are chosen, if any (no limits, no holds for power; ``power_w`` is
     the round's before them; ``weights`` unused): :mod:`~tessera.sched.core.power_refill`
     then places the round again without them and runs the whole stage, rule off.
+    ``remaining``: the placed jobs' seconds left, if known (for the rule).
     """
     weights = weights if budget.mode != "uniform" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
@@ -200,7 +201,7 @@ def budget_stage(
     kept = dict(placements)
     held: list[JobId] = []
     if budget.wait_for_fast and oracle is not None and budget.mode != "uniform":
-        for jid in displaced(snapshot, kept, started, oracle, by_id=by_id):
+        for jid in displaced(snapshot, kept, started, oracle, by_id=by_id, remaining=remaining):
             del kept[jid]
             held.append(jid)
         fast = tuple(held)

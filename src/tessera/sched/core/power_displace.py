@@ -44,10 +44,12 @@ WAIT_SHARE = 0.5
 def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
               started: tuple[JobId, ...], oracle: ThroughputOracle,
               slow_ratio: float = SLOW_RATIO, wait_share: float = WAIT_SHARE,
-              by_id: Mapping[JobId, JobView] | None = None) -> tuple[JobId, ...]:
+              by_id: Mapping[JobId, JobView] | None = None,
+              remaining: Mapping[JobId, float] | None = None) -> tuple[JobId, ...]:
     """The jobs of ``started`` (in the policy's order) that should wait for a faster board a
     running job will free soon (see the module docstring); ``by_id``: the snapshot's jobs
-    by id, if the caller has them."""
+    by id, ``remaining``: running jobs' seconds left at these placements
+    (:func:`~tessera.sched.core.power_weights.remaining_by_job`), if the caller has them."""
     by_id = by_id if by_id is not None else {j.spec.job_id: j for j in snapshot.jobs}
     wanted = []  # (job, its placement, its rate per flavor): starts that a fast board could win
     for jid in started:
@@ -65,7 +67,9 @@ def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
     for jid, p in placements.items():
         job = by_id[jid]
         if job.running and not p.node_flavors and p.flavors[0].name in fast:
-            left_s = remaining_s_on(job, p, oracle, snapshot.now_s)
+            known = remaining.get(jid) if remaining is not None else None
+            left_s = known if known is not None else remaining_s_on(job, p, oracle,
+                                                                    snapshot.now_s)
             boards.setdefault(p.flavors[0].name, []).append((left_s, p.num_gpus, jid))
     for row in boards.values():
         row.sort()

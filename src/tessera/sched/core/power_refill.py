@@ -62,7 +62,8 @@ from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.options import PlacementOptions, needs_locality
 from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, Ranking
-from tessera.sched.core.power_budget import Levels
+from tessera.sched.core.power_budget import Levels, budget_stage, held_reason
+from tessera.sched.core.power_weights import power_weights, remaining_by_job
 from tessera.sched.core.quota_round import needs_tenancy_round
 from tessera.sched.core.reasons import (
     CarbonHeld,
@@ -131,36 +132,40 @@ def refill(snapshot: Snapshot, d: R, opts: PlacementOptions, how: Refill) -> R:
         out: R = how.stage(snapshot, d, budget, oracle, how.memo, None, False)
         return out
     d = replace(d, placements=dict(d.placements))  # (read thrice below: copied once)
-    first: R = how.stage(snapshot, d, budget, oracle, how.memo, {}, True)
-    held = fast_held(first.pending)
-    off = replace(opts, power_budget=replace(budget, wait_for_fast=False))
-    assert off.power_budget is not None
-    if not held:  # the stage as without the rule (nothing to hold)
-        out = how.stage(snapshot, d, off.power_budget, oracle, how.memo, None, False)
-        return out
-    if not _modelled(snapshot, d, how.policy):
-        return redecided(snapshot, first, off, how.redecide)
     t0 = time.perf_counter()
-    got = (_replaced(snapshot, d, held, off, how) if not how.policy.round_based
-           else _refilled(snapshot, d, held, off, how))
+    left = remaining_by_job(snapshot, d.placements, oracle)  # (the rule's and the weights')
+    holds = budget_stage(snapshot, d.placements, d.started, budget, how.memo, None, oracle,
+                         fast_only=True, remaining=left)
+    off = replace(budget, wait_for_fast=False)
+    first_ms = (time.perf_counter() - t0) * 1e3
+    if not holds.for_fast:  # the stage as without the rule (nothing to hold)
+        weights = power_weights(snapshot, d.placements, oracle, bool(d.pending), left)
+        done: R = how.stage(snapshot, d, off, oracle, how.memo, weights, False)
+        return done
+    jobs = {j.spec.job_id: j for j in snapshot.jobs if j.spec.job_id in holds.for_fast}
+    held = {jid: held_reason(budget, holds.power_w, jobs[jid], True) for jid in holds.for_fast}
+    off_opts = replace(opts, power_budget=off)
+    got = (None if not _modelled(snapshot, d, how.policy)
+           else _refilled(snapshot, d, frozenset(held), off_opts, how)
+           if how.policy.round_based else _replaced(snapshot, d, frozenset(held), off_opts, how))
     if got is None:
-        return redecided(snapshot, first, off, how.redecide)
-    filled = got
-    refill_ms = (time.perf_counter() - t0) * 1e3
-    final: R = how.stage(snapshot, filled, off.power_budget, oracle, how.memo, None, False)
-    power_ms = first.phase_ms[-1][1] + final.phase_ms[-1][1]
-    return replace(final, pending={**final.pending, **{j: first.pending[j] for j in held}},
-                   phase_ms=(*d.phase_ms, ("power", power_ms), ("refill", refill_ms)))
+        return redecided(snapshot, held, off_opts, how.redecide)
+    same = {jid: s for jid, s in left.items() if got.placements.get(jid) is d.placements[jid]}
+    weights = power_weights(snapshot, got.placements, oracle, bool(got.pending), same)
+    refill_ms = (time.perf_counter() - t0) * 1e3 - first_ms
+    final: R = how.stage(snapshot, got, off, oracle, how.memo, weights, False)
+    return replace(final, pending={**final.pending, **held},
+                   phase_ms=(*d.phase_ms, ("power", first_ms + final.phase_ms[-1][1]),
+                             ("refill", refill_ms)))
 
 
-def redecided(snapshot: Snapshot, first: R, off: PlacementOptions,
-              redecide: Callable[[Snapshot, PlacementOptions], Any]) -> R:
-    """The round decided again by ``redecide`` without the jobs ``first`` holds for fast
-    boards, with ``off`` (the rule off); the held jobs pending with ``first``'s reasons."""
-    held = fast_held(first.pending)
+def redecided(snapshot: Snapshot, held: Mapping[JobId, PendingReason], off: PlacementOptions,
+              redecide: Callable[[Snapshot, PlacementOptions], R]) -> R:
+    """The round decided again by ``redecide`` without the ``held`` jobs, with ``off`` (the
+    rule off); the held jobs pending with their reasons."""
     view = snapshot.with_jobs(tuple(j for j in snapshot.jobs if j.spec.job_id not in held))
     again: R = redecide(view, off)
-    return replace(again, pending={**again.pending, **{j: first.pending[j] for j in held}})
+    return replace(again, pending={**again.pending, **held})
 
 
 def _modelled(snapshot: Snapshot, d: _Round, policy: Policy) -> bool:

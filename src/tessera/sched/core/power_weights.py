@@ -36,7 +36,8 @@ from tessera.model.jobs import JobId
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
-__all__ = ["MAX_CLASS", "power_weights", "remaining_s_on", "weight_of_remaining"]
+__all__ = ["MAX_CLASS", "power_weights", "remaining_by_job", "remaining_s_on",
+           "weight_of_remaining"]
 
 MAX_CLASS = 40
 """The lightest weight is ``2 ** -MAX_CLASS`` (about 35,000 years of remaining work); a job
@@ -65,14 +66,26 @@ def remaining_s_on(job: JobView, placement: Placement, oracle: ThroughputOracle,
     return job.remaining_at(now_s) / rate if rate > 0 else math.inf
 
 
+def remaining_by_job(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+                     oracle: ThroughputOracle) -> dict[JobId, float]:
+    """:func:`remaining_s_on` of every placed job (a round that both weighs its jobs and
+    looks for fast boards, :mod:`~tessera.sched.core.power_refill`, reads them once)."""
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    now_s = snapshot.now_s
+    return {jid: remaining_s_on(by_id[jid], p, oracle, now_s) for jid, p in placements.items()}
+
+
 def power_weights(snapshot: Snapshot, placements: Mapping[JobId, Placement],
-                  oracle: ThroughputOracle, queued: bool) -> Mapping[JobId, float]:
+                  oracle: ThroughputOracle, queued: bool,
+                  remaining: Mapping[JobId, float] | None = None) -> Mapping[JobId, float]:
     """The weight of each placed job of ``g`` GPUs: :func:`weight_of_remaining` of its
     remaining GPU-seconds on its placement's flavor while jobs are ``queued``; ``1/g`` (as a
-    power of two) when none are."""
+    power of two) when none are. ``remaining``: seconds already known for some jobs at
+    these placements (:func:`remaining_by_job`)."""
     if not queued:
         return {jid: weight_of_remaining(float(p.num_gpus)) for jid, p in placements.items()}
-    by_id = {j.spec.job_id: j for j in snapshot.jobs}
-    return {jid: weight_of_remaining(
-                remaining_s_on(by_id[jid], p, oracle, snapshot.now_s) * p.num_gpus)
-            for jid, p in placements.items()}
+    left = dict(remaining or {})
+    missing = {jid: p for jid, p in placements.items() if jid not in left}
+    if missing:
+        left.update(remaining_by_job(snapshot, missing, oracle))
+    return {jid: weight_of_remaining(left[jid] * p.num_gpus) for jid, p in placements.items()}
