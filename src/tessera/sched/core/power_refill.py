@@ -191,7 +191,9 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
     layout = how.ctx.layout(snapshot.cluster)
     cands = ranking.candidates  # (the held jobs are in none of the maps below: skipped)
     split = snapshot.split()
-    waiting = {j.spec.job_id: j for j in split.waiting if j.spec.job_id not in held}
+    waiting = {j.spec.job_id: j for j in split.waiting}
+    for jid in held:
+        waiting.pop(jid, None)
     free = FreeGpus.of_snapshot(snapshot, layout)
     new: dict[JobId, Placement] = {}
     backfill(cands, waiting, new, free, oracle, now_s, opts, Releases(snapshot.jobs, now_s))
@@ -201,7 +203,8 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
         first_new = set(d.started)  # (the round's starts: the others are running gangs)
         placements = {k: p for k, p in d.placements.items() if k not in first_new} | new
         started, preempted = tuple(new), tuple[JobId, ...]()
-        left = [j for jid, j in waiting.items() if jid not in new]
+        pending = {k: why for k, why in d.pending.items() if k not in new}
+        fresh = [waiting[k] for k in d.started if k in waiting and k not in new]
     else:  # as _full_round: everyone ranked, lower-ranked gangs may give way
         jobs = [j for j in snapshot.jobs if j.spec.job_id not in held]
         by_id = {j.spec.job_id: j for j in jobs}
@@ -215,9 +218,9 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
                         and (not by_id[jid].running or by_id[jid].placement != p))
         preempted = tuple(j.spec.job_id for j in split.running if j.spec.job_id not in placements)
         left = [j for j in jobs if j.spec.job_id not in placements]
-    pending = {j.spec.job_id: why for j in left if (why := d.pending.get(j.spec.job_id))}
-    fresh = [j for j in left if j.spec.job_id not in pending]  # placed by the round, not now
-    if fresh:
+        pending = {j.spec.job_id: why for j in left if (why := d.pending.get(j.spec.job_id))}
+        fresh = [j for j in left if j.spec.job_id not in pending]
+    if fresh:  # placed by the round, not now: a reason of their own
         pending.update(pending_reasons(
             fresh, cands, how.ctx.oracle, free,
             {j.spec.job_id: needs_locality(j, now_s, opts) for j in fresh}))
