@@ -57,6 +57,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.options import PlacementOptions, needs_locality
@@ -195,7 +196,8 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
     for jid in held:
         waiting.pop(jid, None)
     free = FreeGpus.of_snapshot(snapshot, layout)
-    new: dict[JobId, Placement] = {}
+    replay = not policy.preemptive and not opts.mixed_gangs  # (the round's was this backfill)
+    new = _replayed(cands, held, d, free) if replay else {}
     backfill(cands, waiting, new, free, oracle, now_s, opts, Releases(snapshot.jobs, now_s))
     if policy.preemptive and len(new) == len(waiting):
         return None
@@ -226,6 +228,23 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
             {j.spec.job_id: needs_locality(j, now_s, opts) for j in fresh}))
     return replace(d, placements=placements, started=started, preempted=preempted,
                    pending=pending)
+
+
+def _replayed(cands: tuple[tuple[JobId, GpuFlavor], ...], held: frozenset[JobId], d: _Round,
+              free: FreeGpus) -> dict[JobId, Placement]:
+    """The round's new placements of the jobs ranked before the first held one, taken from
+    ``free``: a backfill from scratch places them the same way (the same jobs see the same
+    free GPUs until the first held job's turn), so they are replayed instead of searched."""
+    started = set(d.started)
+    out: dict[JobId, Placement] = {}
+    for jid, _fl in cands:
+        if jid in held:
+            break
+        if jid in started and jid not in out:
+            p = d.placements[jid]
+            free.take(p)
+            out[jid] = p
+    return out
 
 
 def _refilled(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementOptions,
