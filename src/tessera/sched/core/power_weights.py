@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
@@ -72,7 +73,24 @@ def remaining_by_job(snapshot: Snapshot, placements: Mapping[JobId, Placement],
     looks for fast boards, :mod:`~tessera.sched.core.power_refill`, reads them once)."""
     by_id = {j.spec.job_id: j for j in snapshot.jobs}
     now_s = snapshot.now_s
-    return {jid: remaining_s_on(by_id[jid], p, oracle, now_s) for jid, p in placements.items()}
+    out: dict[JobId, float] = {}
+    # (id of a rates tuple, flavor) -> (the tuple, kept alive so its id is not reused; rate)
+    on: dict[tuple[int, GpuFlavor], tuple[object, float]] = {}
+    for jid, p in placements.items():
+        job = by_id[jid]
+        if p.node_flavors:
+            out[jid] = remaining_s_on(job, p, oracle, now_s)
+            continue
+        rates = oracle.rates(job.spec)  # (the oracle's cached tuple: shared by its kind)
+        key = (id(rates), p.flavors[0])
+        hit = on.get(key)
+        if hit is None:
+            hit = on[key] = (rates, next((r.consolidated for r in rates
+                                          if r.flavor == key[1]), 0.0))
+        rate = hit[1]
+        out[jid] = (remaining_s_on(job, p, oracle, now_s) if rate <= 0.0
+                    else job.remaining_at(now_s) / rate)
+    return out
 
 
 def power_weights(snapshot: Snapshot, placements: Mapping[JobId, Placement],
