@@ -47,7 +47,7 @@ from tessera.sched.core.placement import FreeGpus
 from tessera.sched.core.policy import Policy, PolicyContext, Ranking
 from tessera.sched.core.power_budget import Levels, budget_stage, held_reason, levels_for
 from tessera.sched.core.power_options import PowerBudget
-from tessera.sched.core.power_refill import refill
+from tessera.sched.core.power_refill import Refill, refill
 from tessera.sched.core.power_weights import power_weights
 from tessera.sched.core.quota_drain import draining_use
 from tessera.sched.core.quota_round import needs_tenancy_round, tenancy_round
@@ -87,6 +87,7 @@ class Decision:
         phase_ms: wall milliseconds spent in each phase (diagnostics only).
         power_limits_w: with a power budget, the power limit of each capped running job
             (absent: its flavor's maximum); empty without a budget.
+        ranking: the policy's answer the round placed by (the power refill reuses it).
     """
 
     placements: Mapping[JobId, Placement]
@@ -99,6 +100,7 @@ class Decision:
     fallbacks: tuple[str, ...] = ()
     phase_ms: tuple[tuple[str, float], ...] = ()
     power_limits_w: Mapping[JobId, float] = field(default_factory=dict)
+    ranking: Ranking | None = field(default=None, repr=False, compare=False)
 
 
 def _admit(snapshot: Snapshot) -> tuple[Sequence[JobView], dict[JobId, PendingReason]]:
@@ -162,12 +164,8 @@ def _gpu_stages(gpu_view: Snapshot, policy: Policy, ctx: DecisionContext,
     return replace(d, placements=p, started=s, pending=w)
 
 
-def _decide(
-    snapshot: Snapshot,
-    policy: Policy,
-    ctx: DecisionContext,
-    options: PlacementOptions | None = None,
-) -> Decision:
+def _decide(snapshot: Snapshot, policy: Policy, ctx: DecisionContext,
+            options: PlacementOptions | None = None) -> Decision:
     """Run one scheduling round over ``snapshot`` (see the module docstring for the phases).
 
     Args:
@@ -185,8 +183,8 @@ def _decide(
     if opts.power_budget is None:
         return d
     memo = ctx.caches.get(m := opts.power_budget.model, "power-levels", lambda: levels_for(m))
-    d = within_budget(snapshot, d, opts.power_budget, ctx.oracle, memo)
-    return refill(snapshot, d, opts, lambda view, o: _decide(view, policy, ctx, o))
+    return refill(snapshot, d, opts, Refill(policy, ctx, memo, within_budget,
+                                            lambda view, o: _decide(view, policy, ctx, o)))
 
 
 def _plain(
@@ -335,8 +333,7 @@ def _decision(
         wakeup_s=ranking.wakeup_s,
         notes=ranking.notes if notes is None else notes,
         fallbacks=ranking.fallbacks,
-        phase_ms=tuple(lap.ms.items()),
-    )
+        phase_ms=tuple(lap.ms.items()), ranking=ranking)
 
 
 class _Placements(Mapping[JobId, Placement]):
@@ -381,11 +378,13 @@ def _reasons(jobs: list[JobView], ranking: Ranking, oracle: ThroughputOracle, fr
 
 
 def within_budget(snapshot: Snapshot, d: Decision, budget: PowerBudget, oracle: ThroughputOracle,
-                  memo: Levels | None = None) -> Decision:
-    """Phase 6: ``d`` under ``budget``, jobs weighed by remaining time (``oracle``), timed."""
+                  memo: Levels | None = None, weights: Mapping[JobId, float] | None = None,
+                  fast_only: bool = False) -> Decision:
+    """Phase 6: ``d`` under ``budget``, jobs weighed by remaining time (or ``weights``), timed."""
     t0 = time.perf_counter()
-    weights = power_weights(snapshot, d.placements, oracle, bool(d.pending))
-    out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights, oracle)
+    if weights is None:
+        weights = power_weights(snapshot, d.placements, oracle, bool(d.pending))
+    out = budget_stage(snapshot, d.placements, d.started, budget, memo, weights, oracle, fast_only)
     extra = (("power", (time.perf_counter() - t0) * 1e3),)
     if not out.held:
         return replace(d, power_limits_w=out.limits_w, phase_ms=d.phase_ms + extra)

@@ -167,6 +167,7 @@ def budget_stage(
     snapshot: Snapshot, placements: Mapping[JobId, Placement], started: tuple[JobId, ...],
     budget: PowerBudget, memo: Levels | None = None,
     weights: Mapping[JobId, float] | None = None, oracle: ThroughputOracle | None = None,
+    fast_only: bool = False, remaining: Mapping[JobId, float] | None = None,
 ) -> BudgetOutcome:
     """Choose power limits (and, if still over, which of ``started`` wait) so the cluster
     draws at most ``budget.budget_w`` with ``placements`` (see the module docstring).
@@ -181,7 +182,11 @@ def budget_stage(
     and the held jobs are the last-ranked. Uniform capping ignores them. With
     ``budget.wait_for_fast`` and an ``oracle`` (the policy's rates), a start on a far slower
     board waits first for a fast board a running job frees soon
-    (:mod:`~tessera.sched.core.power_displace`).
+    (:mod:`~tessera.sched.core.power_displace`). ``fast_only`` (with ``wait_for_fast``)
+    stops once those holds are chosen, if any (no limits, no holds for power; ``power_w`` is
+    the round's before them; ``weights`` unused): :mod:`~tessera.sched.core.power_refill`
+    then places the round again without them and runs the whole stage, rule off.
+    ``remaining``: the placed jobs' seconds left, if known (for the rule).
     """
     weights = weights if budget.mode != "uniform" else None
     levels = memo if memo is not None and memo.model is budget.model else Levels(budget.model)
@@ -196,10 +201,12 @@ def budget_stage(
     kept = dict(placements)
     held: list[JobId] = []
     if budget.wait_for_fast and oracle is not None and budget.mode != "uniform":
-        for jid in displaced(snapshot, kept, started, oracle):
+        for jid in displaced(snapshot, kept, started, oracle, by_id=by_id, remaining=remaining):
             del kept[jid]
             held.append(jid)
         fast = tuple(held)
+        if fast_only:  # (power_w: the round's before the holds)
+            return BudgetOutcome(limits, fast, power, fast)
         if held:
             power = _power(snapshot, kept, by_id, levels, limits)
             if power <= budget.budget_w:

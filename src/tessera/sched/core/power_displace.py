@@ -16,9 +16,10 @@ uncapped rate, as the policy sees rates) is at most ``WAIT_SHARE`` of what waiti
 Only the earliest-freeing fast board (not yet promised, with enough GPUs) counts; it is
 promised to the start, each board to one start at most, starts in the policy's order. A
 held job waits with the power reason; holding it only lowers the cluster's power. Its slow
-GPUs do not stay idle behind it: the round is then decided again without the held jobs and
-with the rule off (:mod:`~tessera.sched.core.power_refill`), so the jobs queued behind take
-them, and that pass keeps the budget too: it holds at every event as before. The budget
+GPUs do not stay idle behind it: the round is then refilled without the held jobs and the
+budget stage run again with the rule off (:mod:`~tessera.sched.core.power_refill`), so the
+jobs queued behind take them, and that stage keeps the budget too: it holds at every event
+as before. The budget
 stage applies the rule only while the budget binds.
 """
 
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from tessera.model.jobs import JobId
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.power_weights import remaining_s_on
-from tessera.sched.core.snapshot import Placement, Snapshot
+from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
 __all__ = ["SLOW_RATIO", "WAIT_SHARE", "displaced"]
 
@@ -43,10 +44,13 @@ WAIT_SHARE = 0.5
 def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
               started: tuple[JobId, ...], oracle: ThroughputOracle,
               slow_ratio: float = SLOW_RATIO, wait_share: float = WAIT_SHARE,
-              ) -> tuple[JobId, ...]:
+              by_id: Mapping[JobId, JobView] | None = None,
+              remaining: Mapping[JobId, float] | None = None) -> tuple[JobId, ...]:
     """The jobs of ``started`` (in the policy's order) that should wait for a faster board a
-    running job will free soon (see the module docstring)."""
-    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    running job will free soon (see the module docstring); ``by_id``: the snapshot's jobs
+    by id, ``remaining``: running jobs' seconds left at these placements
+    (:func:`~tessera.sched.core.power_weights.remaining_by_job`), if the caller has them."""
+    by_id = by_id if by_id is not None else {j.spec.job_id: j for j in snapshot.jobs}
     wanted = []  # (job, its placement, its rate per flavor): starts that a fast board could win
     for jid in started:
         job, at = by_id[jid], placements.get(jid)
@@ -58,11 +62,14 @@ def displaced(snapshot: Snapshot, placements: Mapping[JobId, Placement],
             wanted.append((jid, at, rate, here))
     if not wanted:
         return ()
-    boards: dict[str, list[tuple[float, int, JobId]]] = {}  # per flavor, earliest free first
+    fast = {f for _j, _at, rate, here in wanted for f, r in rate.items() if r >= slow_ratio * here}
+    boards: dict[str, list[tuple[float, int, JobId]]] = {}  # per fast flavor, earliest first
     for jid, p in placements.items():
         job = by_id[jid]
-        if job.running and not p.node_flavors:
-            left_s = remaining_s_on(job, p, oracle, snapshot.now_s)
+        if job.running and not p.node_flavors and p.flavors[0].name in fast:
+            known = remaining.get(jid) if remaining is not None else None
+            left_s = known if known is not None else remaining_s_on(job, p, oracle,
+                                                                    snapshot.now_s)
             boards.setdefault(p.flavors[0].name, []).append((left_s, p.num_gpus, jid))
     for row in boards.values():
         row.sort()

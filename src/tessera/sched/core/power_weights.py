@@ -32,11 +32,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
 from tessera.sched.core.oracle import ThroughputOracle
 from tessera.sched.core.snapshot import JobView, Placement, Snapshot
 
-__all__ = ["MAX_CLASS", "power_weights", "remaining_s_on", "weight_of_remaining"]
+__all__ = ["MAX_CLASS", "power_weights", "remaining_by_job", "remaining_s_on",
+           "weight_of_remaining"]
 
 MAX_CLASS = 40
 """The lightest weight is ``2 ** -MAX_CLASS`` (about 35,000 years of remaining work); a job
@@ -65,14 +67,43 @@ def remaining_s_on(job: JobView, placement: Placement, oracle: ThroughputOracle,
     return job.remaining_at(now_s) / rate if rate > 0 else math.inf
 
 
+def remaining_by_job(snapshot: Snapshot, placements: Mapping[JobId, Placement],
+                     oracle: ThroughputOracle) -> dict[JobId, float]:
+    """:func:`remaining_s_on` of every placed job (a round that both weighs its jobs and
+    looks for fast boards, :mod:`~tessera.sched.core.power_refill`, reads them once)."""
+    by_id = {j.spec.job_id: j for j in snapshot.jobs}
+    now_s = snapshot.now_s
+    out: dict[JobId, float] = {}
+    # (id of a rates tuple, flavor) -> (the tuple, kept alive so its id is not reused; rate)
+    on: dict[tuple[int, GpuFlavor], tuple[object, float]] = {}
+    for jid, p in placements.items():
+        job = by_id[jid]
+        if p.node_flavors:
+            out[jid] = remaining_s_on(job, p, oracle, now_s)
+            continue
+        rates = oracle.rates(job.spec)  # (the oracle's cached tuple: shared by its kind)
+        key = (id(rates), p.flavors[0])
+        hit = on.get(key)
+        if hit is None:
+            hit = on[key] = (rates, next((r.consolidated for r in rates
+                                          if r.flavor == key[1]), 0.0))
+        rate = hit[1]
+        out[jid] = (remaining_s_on(job, p, oracle, now_s) if rate <= 0.0
+                    else job.remaining_at(now_s) / rate)
+    return out
+
+
 def power_weights(snapshot: Snapshot, placements: Mapping[JobId, Placement],
-                  oracle: ThroughputOracle, queued: bool) -> Mapping[JobId, float]:
+                  oracle: ThroughputOracle, queued: bool,
+                  remaining: Mapping[JobId, float] | None = None) -> Mapping[JobId, float]:
     """The weight of each placed job of ``g`` GPUs: :func:`weight_of_remaining` of its
     remaining GPU-seconds on its placement's flavor while jobs are ``queued``; ``1/g`` (as a
-    power of two) when none are."""
+    power of two) when none are. ``remaining``: seconds already known for some jobs at
+    these placements (:func:`remaining_by_job`)."""
     if not queued:
         return {jid: weight_of_remaining(float(p.num_gpus)) for jid, p in placements.items()}
-    by_id = {j.spec.job_id: j for j in snapshot.jobs}
-    return {jid: weight_of_remaining(
-                remaining_s_on(by_id[jid], p, oracle, snapshot.now_s) * p.num_gpus)
-            for jid, p in placements.items()}
+    left = dict(remaining or {})
+    missing = {jid: p for jid, p in placements.items() if jid not in left}
+    if missing:
+        left.update(remaining_by_job(snapshot, missing, oracle))
+    return {jid: weight_of_remaining(left[jid] * p.num_gpus) for jid, p in placements.items()}
