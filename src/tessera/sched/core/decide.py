@@ -267,7 +267,8 @@ def _full_round(
     lap("order")
     sized = by_id
     if ranking.sizes and view.queue_quotas():  # growth only within the queues' quotas
-        capped = within_quotas(ranking.candidates, by_id, ranking.sizes, view.queue_quotas())
+        capped = within_quotas(ranking.candidates, by_id, ranking.sizes, view.queue_quotas(),
+                               draining_use(view.gpu_draining))
         ranking = replace(ranking, sizes=capped.sizes, notes={**ranking.notes, **capped.notes})
     if ranking.sizes:  # an elastic allocation: place each sized job at its chosen count
         admitted = sized_views(admitted, ranking.sizes)

@@ -129,6 +129,7 @@ class QuotaCapped:
 def within_quotas(
     candidates: tuple[tuple[JobId, GpuFlavor], ...], jobs: Mapping[JobId, JobView],
     sizes: Mapping[JobId, ElasticSize], quotas: Mapping[str, QueueQuota],
+    draining: Mapping[str, int] | None = None,
 ) -> QuotaCapped:
     """``sizes`` with every growth that would take a queue past its quota taken back.
 
@@ -137,11 +138,13 @@ def within_quotas(
     above its base gets the extra GPUs only if its queue's total stays within
     ``nominal_gpus + borrowing_limit_gpus``; otherwise its size is dropped (it runs at its own
     size and batch) and the note says so. Queues without a quota are not touched; candidates
-    that admission held (not in ``jobs``) are skipped.
+    that admission held (not in ``jobs``) are skipped. ``draining`` (``{queue: GPUs}``, from
+    ``Snapshot.gpu_draining``): GPUs the queue's stopping runs still hold, counted first -- a
+    job may not grow into quota a cancelled or preempted run has not given back yet.
     """
     if not quotas or not sizes:
         return QuotaCapped(sizes, {})
-    used: dict[str, int] = {}
+    used: dict[str, int] = dict(draining or {})
     listed = list(dict.fromkeys(jid for jid, _ in candidates if jid in jobs))
     for jid in listed:
         spec = jobs[jid].spec
