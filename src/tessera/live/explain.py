@@ -10,6 +10,11 @@ for the job, plus two what-if rounds over pure snapshots --
   queue's cancelled, draining run was said to fit now.
 * **empty cluster**: this job alone: where would it go once the cluster drains?
 
+A waiting job's queue is summed up first: the GPUs it holds of its nominal quota, and -- where
+the queue has a ``cpus:``/``memory:`` quota, runs CPU-only jobs, or the job is one -- the CPUs
+and memory its CPU-only jobs hold of that quota (:func:`host_quota_line`; the numbers of
+``/api/queues``, a stopping run's included).
+
 Both rounds are decided by the service's own policy (with its options and its memory of the
 last round) and settings (round length, locality wait, mixed gangs), so the answer is the one
 the service would give -- a preemptive policy may start a job a first-come policy would keep
@@ -36,7 +41,7 @@ from tessera.live.drain_quota import queue_of_holding, with_draining
 from tessera.live.names import JobNames
 from tessera.live.store import HOLDING, JobRecord
 from tessera.live.tenancy import Principal
-from tessera.live.view import build_snapshot, queue_usage
+from tessera.live.view import build_snapshot, cpu_only_usage, queue_usage
 from tessera.model.jobs import JobSpec, JobState
 from tessera.sched.core.context import DecisionContext
 from tessera.sched.core.decide import decide
@@ -80,10 +85,20 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
     holding = svc.store.allocations(HOLDING)
     q = svc.tenancy.quotas.get(rec.queue)
     if q is not None:
-        used = queue_usage(holding, queue_of_holding(svc.store, holding))
+        queue_of = queue_of_holding(svc.store, holding)
+        used = queue_usage(holding, queue_of)
         borrow = "unlimited" if q.borrowing_limit_gpus is None else q.borrowing_limit_gpus
         lines.append(f"queue {q.name}: {used.get(q.name, 0)} of {q.nominal_gpus} nominal GPUs in "
                      f"use, borrowing limit {borrow}")
+        host = cpu_only_usage(holding, queue_of).get(q.name)
+        if host is not None or spec.num_gpus == 0 or q.nominal_cpus is not None \
+                or q.nominal_mem_gib is not None:
+            cpus, mem_gib = host or (0.0, 0.0)
+            out["queue_cpu_only"] = {"used_cpus": cpus, "nominal_cpus": q.nominal_cpus,
+                                     "used_memory_gib": mem_gib,
+                                     "nominal_memory_gib": q.nominal_mem_gib}
+            lines.append(host_quota_line(q.name, cpus, q.nominal_cpus, mem_gib,
+                                         q.nominal_mem_gib))
     rates = ctx.oracle.real_rates(spec)
     if measured(svc, spec):
         lines.append("allowed flavors here: " + (", ".join(
@@ -124,6 +139,20 @@ def explain(svc: LiveService, rec: JobRecord, who: Principal) -> dict[str, Any]:
 #: What ``explain`` says of a job whose speed nobody measured.
 UNMEASURED = ("speed: not known (no model and no profile of its job type), so the scheduler "
               "counts every allowed flavor alike")
+
+
+def host_quota_line(queue: str, cpus: float, nominal_cpus: float | None, mem_gib: float,
+                    nominal_mem_gib: float | None) -> str:
+    """``explain``'s line on a queue's ``cpus``/``memory`` quota: what its CPU-only jobs hold
+    (running, planned, draining: ``/api/queues``' ``used_cpus``/``used_memory_gib``) of it.
+
+    For example ``queue team-a: its CPU-only jobs hold 8 of 8 CPUs (cpus quota), 16 GiB of
+    memory (no memory quota)``: a job that waits ``at its CPU quota`` is told the numbers."""
+    cpu = f"{cpus:g} of {nominal_cpus:g} CPUs (cpus quota)" if nominal_cpus is not None \
+        else f"{cpus:g} CPUs (no cpus quota)"
+    mem = f"{mem_gib:g} of {nominal_mem_gib:g} GiB of memory (memory quota)" \
+        if nominal_mem_gib is not None else f"{mem_gib:g} GiB of memory (no memory quota)"
+    return f"queue {queue}: its CPU-only jobs hold {cpu}, {mem}"
 
 
 def measured(svc: LiveService, spec: JobSpec) -> bool:

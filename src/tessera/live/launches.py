@@ -127,6 +127,7 @@ def act(svc: ServiceParts, now_s: float) -> None:
         elif host is not None:  # joins its host's GPUs once the host runs there
             if status.get(host) == "running" and host not in svc.launching:
                 launch(svc, a, host)
+                started.add((a.job_id, a.run))  # (its CPUs count for the runs gated after it)
             continue
         elif any(used.get(node, 0) + count > capacity.get(node, 0)
                  for node, count in a.placement.gpus_by_node):
