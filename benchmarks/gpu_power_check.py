@@ -310,11 +310,12 @@ def _as_found(nv: Any, h: Any, found_mw: int, report: Report) -> None:
     if now_mw == found_mw:
         report.step("limit as found", "ok", f"{found_mw / 1000:g} W")
         return
+    left = now_mw if isinstance(now_mw, str) else f"{now_mw / 1000:g} W"
     fixed = _try(nv.nvmlDeviceSetPowerManagementLimit, h, found_mw)
     report.step("limit as found", "FAILED",
-                f"{now_mw} mW left by the steps above; the check put back {found_mw / 1000:g} W"
+                f"{left} left by the steps above; the check put back {found_mw / 1000:g} W"
                 if not isinstance(fixed, str) else
-                f"{now_mw} mW left, and putting back {found_mw / 1000:g} W failed: {fixed}; "
+                f"{left} left, and putting back {found_mw / 1000:g} W failed: {fixed}; "
                 "set it with nvidia-smi -pl")
 
 
