@@ -53,6 +53,16 @@ def test_without_nvml_or_a_gpu_it_says_so_and_exits_0(tmp_path: Path) -> None:
     assert rc == 0 and out.strip() == "no GPU to check: nvidia-ml-py is not installed"
 
 
+def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
+    rc, out, _ = _check(tmp_path, "--load-s", "-1")
+    assert rc == 2 and out.strip().splitlines()[-1].endswith(
+        "error: --load-s -1.0 is not a number of seconds >= 0")
+    rc, out, boards = _check(tmp_path, "--gpu", "7")
+    assert rc == 2 and out.strip().splitlines()[-1].endswith(
+        "error: --gpu 7: NVML counts 2 GPUs")
+    assert boards["sets"] == []
+
+
 def test_every_step_passes_on_good_boards_and_the_json_says_so(tmp_path: Path) -> None:
     rc, out, boards = _check(tmp_path, "--json")
     assert rc == 0, out
