@@ -238,7 +238,10 @@ def _run(nv: Any, h: Any, power: GpuPower, gpu: int, found_mw: int, limit_w: flo
     else:
         report.check("limit set", False, notes or "GpuPower.begin set nothing")
     with Sampler(nv, h) as sampler:
-        put_load(gpu, load_s, report)
+        try:
+            put_load(gpu, load_s, report)
+        except Exception as e:  # CUDA refused (out of memory, a busy GPU): the run still ends
+            report.step("load", "FAILED", f"{type(e).__name__}: {e}")
     t1 = time.monotonic()
     end = power.end(JOB, 1)
     ends = "; ".join(end.notes)
