@@ -77,6 +77,7 @@ from tessera.sched.core.reasons import (
     PowerHeld,
     pending_reasons,
 )
+from tessera.sched.core.refill_reasons import rekinded
 from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sched.core.strategies import Releases, backfill, place_events
 
@@ -226,6 +227,7 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
         left = [j for j in jobs if j.spec.job_id not in placements]
         pending = {j.spec.job_id: why for j in left if (why := d.pending.get(j.spec.job_id))}
         fresh = [j for j in left if j.spec.job_id not in pending]
+    pending.update(rekinded(pending, snapshot, free, cands, how.ctx.oracle, now_s, opts))
     if fresh:  # placed by the round, not now: a reason of their own
         pending.update(pending_reasons(
             fresh, cands, how.ctx.oracle, free,
@@ -283,6 +285,8 @@ def _refilled(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
         for jid, _fl in ranking.candidates:
             pos.setdefault(jid, len(pos))
         started = tuple(sorted(started, key=lambda j: pos.get(j, len(pos))))
+    pending = {k: why for k, why in d.pending.items() if k not in new}
+    pending.update(rekinded(pending, snapshot, free, ranking.candidates, how.ctx.oracle,
+                            snapshot.now_s, opts))
     return replace(d, placements=placements, started=started,
-                   preempted=tuple(j for j in d.preempted if j not in back),
-                   pending={k: why for k, why in d.pending.items() if k not in new})
+                   preempted=tuple(j for j in d.preempted if j not in back), pending=pending)
