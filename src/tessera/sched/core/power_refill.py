@@ -41,7 +41,9 @@ another; and a running job the round preempted stays preempted unless the backfi
 its own GPUs back. (c) The reasons of jobs still waiting are the round's -- free counts from
 before the refill, rank positions that count the held jobs (who are still ahead in line);
 a job the round placed that no longer fits gets a new reason (without a mixed gang's
-planner message). (d) The policy's memory, notes and wake-up time are the round's, which
+planner message), and a gang whose *kind* the refill's free GPUs change (``CAPACITY`` ↔
+``FRAGMENTATION``: the simulator reads it) is explained again
+(:func:`~tessera.sched.core.refill_reasons.rekinded`). (d) The policy's memory, notes and wake-up time are the round's, which
 ranked the held jobs too. Placements, starts, preemptions and power limits are otherwise the
 same; ``tests/sched/test_power_refill.py`` checks them equal to :func:`redecided`'s on the
 displacement tests and 60 random FIFO and LAS snapshots, and for max-min fairness that the
