@@ -41,7 +41,9 @@ another; and a running job the round preempted stays preempted unless the backfi
 its own GPUs back. (c) The reasons of jobs still waiting are the round's -- free counts from
 before the refill, rank positions that count the held jobs (who are still ahead in line);
 a job the round placed that no longer fits gets a new reason (without a mixed gang's
-planner message). (d) The policy's memory, notes and wake-up time are the round's, which
+planner message), and a gang whose *kind* the refill's free GPUs change (``CAPACITY`` ↔
+``FRAGMENTATION``: the simulator reads it) is explained again
+(:func:`~tessera.sched.core.refill_reasons.rekinded`). (d) The policy's memory, notes and wake-up time are the round's, which
 ranked the held jobs too. Placements, starts, preemptions and power limits are otherwise the
 same; ``tests/sched/test_power_refill.py`` checks them equal to :func:`redecided`'s on the
 displacement tests and 60 random FIFO and LAS snapshots, and for max-min fairness that the
@@ -77,6 +79,7 @@ from tessera.sched.core.reasons import (
     PowerHeld,
     pending_reasons,
 )
+from tessera.sched.core.refill_reasons import rekinded
 from tessera.sched.core.snapshot import Placement, Snapshot
 from tessera.sched.core.strategies import Releases, backfill, place_events
 
@@ -226,6 +229,7 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
         left = [j for j in jobs if j.spec.job_id not in placements]
         pending = {j.spec.job_id: why for j in left if (why := d.pending.get(j.spec.job_id))}
         fresh = [j for j in left if j.spec.job_id not in pending]
+    pending.update(rekinded(pending, snapshot, free, cands, how.ctx.oracle, now_s, opts))
     if fresh:  # placed by the round, not now: a reason of their own
         pending.update(pending_reasons(
             fresh, cands, how.ctx.oracle, free,
@@ -283,6 +287,8 @@ def _refilled(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
         for jid, _fl in ranking.candidates:
             pos.setdefault(jid, len(pos))
         started = tuple(sorted(started, key=lambda j: pos.get(j, len(pos))))
+    pending = {k: why for k, why in d.pending.items() if k not in new}
+    pending.update(rekinded(pending, snapshot, free, ranking.candidates, how.ctx.oracle,
+                            snapshot.now_s, opts))
     return replace(d, placements=placements, started=started,
-                   preempted=tuple(j for j in d.preempted if j not in back),
-                   pending={k: why for k, why in d.pending.items() if k not in new})
+                   preempted=tuple(j for j in d.preempted if j not in back), pending=pending)
