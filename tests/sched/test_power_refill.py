@@ -127,8 +127,11 @@ def test_the_cheap_refill_equals_deciding_again_on_random_snapshots(
     assert holds >= 10  # (the rounds compared do hold jobs for fast boards)
 
 
-def test_a_round_based_refill_keeps_the_budget_and_loses_no_start(
+def test_a_round_based_refill_keeps_the_budget_and_gives_no_gpu_twice(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not "runs no fewer jobs than deciding again": a round-based refill keeps the round's
+    # own ranking, and over 1,000 such snapshots it ran fewer jobs in 13 of 369 holding
+    # rounds and more in 15 (docs/energy.md, "The refill, reviewed").
     holds = 0
     for seed in range(40):
         snap, budget_w = _random_snapshot(seed)
@@ -139,7 +142,7 @@ def test_a_round_based_refill_keeps_the_budget_and_loses_no_start(
             <= budget_w + 1e-6
         assert not held & cheap.placements.keys()
         _no_gpu_twice(snap, cheap)
-        assert len(cheap.placements) >= len(full.placements)
+        assert not held & full.placements.keys()
     assert holds >= 5
 
 
