@@ -10,35 +10,21 @@ QP that reaches its optimum, and one stopped at its iteration cap (the fallback 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from tessera.cli import main
 from tessera.sched.gavel import maxmin_settle
+from tests.cli.runner import run_tessera
 
 POLICY = "max_min_fairness:settle=ridge"
-
-
-def _tessera(args: list[str], capfd: pytest.CaptureFixture[str],
-             monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    """``tessera ARGS`` in-process, stdout and stderr read at the file descriptors."""
-    monkeypatch.setattr(sys, "argv", ["tessera", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("stalled", [False, True])
 def test_settle_ridge_prints_only_json(tmp_path: Path, capfd: pytest.CaptureFixture[str],
                                        monkeypatch: pytest.MonkeyPatch, stalled: bool) -> None:
     trace = tmp_path / "g.trace"
-    code, _out, err = _tessera(["traces", "generate", "--out", str(trace), "--jobs", "20",
+    code, _out, err = run_tessera(["traces", "generate", "--out", str(trace), "--jobs", "20",
                                 "--jobs-per-hour", "20", "--seed", "0"], capfd, monkeypatch)
     assert code == 0, err
     if stalled:  # every QP stops at its cap: the first stage's vertex, with a note
@@ -47,7 +33,7 @@ def test_settle_ridge_prints_only_json(tmp_path: Path, capfd: pytest.CaptureFixt
     real = maxmin_settle._hessian
     monkeypatch.setattr(maxmin_settle, "_hessian",
                         lambda *a: calls.append(1) or real(*a))
-    code, out, err = _tessera(["simulate", "-t", str(trace), "-c", "v100:4,p100:4,k80:4",
+    code, out, err = run_tessera(["simulate", "-t", str(trace), "-c", "v100:4,p100:4,k80:4",
                                "-p", POLICY, "--no-plots", "--json",
                                "--out", str(tmp_path / "out")], capfd, monkeypatch)
     assert code == 0, err

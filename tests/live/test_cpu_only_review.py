@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tessera.errors import SpecError
-from tessera.live.executors.base import LaunchSpec, RunStatus
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.sched.core.cpu_yield import YIELD_EXEMPT_S
+from tests.live.draining import DrainingExecutor
 from tests.live.helpers import make_service
 
 TEAM_A = Principal("a", "team-a")
@@ -83,33 +83,6 @@ def test_a_cpu_only_jobs_progress_reports_are_no_gpu_speed_evidence(tmp_path: Pa
     assert svc.progress.runs(jid) == []
 
 
-class _DrainingExecutor:
-    """Runs every launch; a stopped run keeps running (its grace period) until ``exit``."""
-
-    name = "draining"
-
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-        self.exited: set[tuple[str, int]] = set()
-
-    def launch(self, spec: LaunchSpec) -> None:
-        self.launched.append(spec.job_id)
-
-    def status(self, job_id: str, run: int) -> RunStatus:
-        if (job_id, run) in self.exited:
-            return RunStatus("exited", exit_code=143, stopped=True)
-        return RunStatus("running" if job_id in self.launched else "absent")
-
-    def stop(self, job_id: str, run: int, grace_s: float) -> bool:
-        return True
-
-    def release(self, job_id: str, run: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_the_gpu_job_launches_only_once_the_cpu_only_run_it_displaced_has_exited(
         tmp_path: Path) -> None:
     """The GPU job is planned onto the CPUs a preempted CPU-only run still holds inside its
@@ -117,7 +90,7 @@ def test_the_gpu_job_launches_only_once_the_cpu_only_run_it_displaced_has_exited
     (the launch gate counted GPUs only, and a CPU-only run holds none)."""
     svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
                        start=False)
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
     hogs = [svc.submit(parse_request(CPU_JOB), TEAM_A).job_id for _ in range(2)]
     svc.round(10.0)

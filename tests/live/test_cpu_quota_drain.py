@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tessera.live.executors.base import LaunchSpec, RunStatus
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import queues_json
+from tests.live.draining import DrainingExecutor, launch_then_cancel
 from tests.live.helpers import make_service
 
 A = Principal("a", "team-a")
@@ -22,47 +22,13 @@ QUEUES: list[dict[str, object]] = [{"name": "team-a", "nominal_gpus": 4, "cpus":
 CPU_JOB = "name: c\nqueue: team-a\ncommand: 'sleep 100'\ngpus: 0\nhost: {cpus: 8}\n"
 
 
-class _DrainingExecutor:
-    """Runs every launch; a stopped run keeps running (its grace period) until ``exited``."""
-
-    name = "draining"
-
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-        self.exited: set[tuple[str, int]] = set()
-
-    def launch(self, spec: LaunchSpec) -> None:
-        self.launched.append(spec.job_id)
-
-    def status(self, job_id: str, run: int) -> RunStatus:
-        if (job_id, run) in self.exited:
-            return RunStatus("exited", exit_code=143, stopped=True)
-        return RunStatus("running" if job_id in self.launched else "absent")
-
-    def stop(self, job_id: str, run: int, grace_s: float) -> bool:
-        return True
-
-    def release(self, job_id: str, run: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_cancelled_cpu_only_run_still_draining_counts_against_its_queues_cpu_quota(
         tmp_path: Path) -> None:
     svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
                        queues=QUEUES, start=False)  # two servers of 16 CPUs
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
-    first = svc.submit(parse_request(CPU_JOB), A).job_id
-    svc.round(10.0)
-    svc.act(10.0)
-    svc.act(10.5)
-    assert ex.launched == [first]
-    svc.cancel(first, A)
-    svc.act(11.0)  # signalled: its run drains, holding its 8 CPUs
-    assert [a.job_id for a in svc.store.allocations(("stopping",))] == [first]
+    first = launch_then_cancel(svc, ex, CPU_JOB, A)  # its run drains, holding its 8 CPUs
     second = svc.submit(parse_request(CPU_JOB), A).job_id
     svc.round(12.0)
     svc.act(12.0)
@@ -86,7 +52,7 @@ def test_a_cpu_only_run_waits_for_the_cpus_and_memory_a_stopping_gpu_run_with_ho
     not hold it back (it needs no GPUs) and it launched beside the draining run."""
     svc = make_service(tmp_path / "state", cluster="v100:2", gpus_per_server=2, policy="fifo",
                        start=False)  # one server: 2 GPUs, 16 CPUs
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
     b = Principal("b", "team-b")
     gpu = svc.submit(parse_request("name: g\nqueue: team-b\ncommand: 'sleep 100'\ngpus: 2\n"

@@ -10,8 +10,8 @@ from tessera.live.explain import explain
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.live.visibility import queues_json
+from tests.live.draining import DrainingExecutor, launch_then_cancel
 from tests.live.helpers import make_service
-from tests.live.test_cpu_quota_drain import _DrainingExecutor
 
 A = Principal("a", "team-a")
 B = Principal("b", "team-b")
@@ -24,13 +24,9 @@ def test_explain_names_the_cpu_and_memory_quota_use_of_a_cpu_only_jobs_queue(
                        queues=[{"name": "team-a", "nominal_gpus": 4, "cpus": 8,
                                 "memory": "32Gi"},
                                {"name": "team-b", "nominal_gpus": 4}], start=False)
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
-    first = svc.submit(parse_request(JOB), A).job_id
-    svc.round(10.0)
-    svc.act(10.0)
-    svc.cancel(first, A)
-    svc.act(11.0)  # its run drains, still holding 6 CPUs and 4 GiB
+    launch_then_cancel(svc, ex, JOB, A)  # its run drains, still holding 6 CPUs and 4 GiB
     second = svc.submit(parse_request(JOB), A).job_id
     svc.round(12.0)
     rec = svc.store.get(second)

@@ -11,22 +11,18 @@ from tessera.live.explain import explain
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
+from tests.live.draining import DrainingExecutor, launch_then_cancel
 from tests.live.helpers import make_service
-from tests.live.test_cpu_quota_drain import CPU_JOB, _DrainingExecutor
+from tests.live.test_cpu_quota_drain import CPU_JOB
 
 A = Principal("a", "team-a")
 
 
 def _cancel_then_resubmit(svc: LiveService, text: str) -> str:
     """Run one job, cancel it (its run drains), submit the same again; one round."""
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
-    first = svc.submit(parse_request(text), A).job_id
-    svc.round(10.0)
-    svc.act(10.0)
-    svc.act(10.5)
-    svc.cancel(first, A)
-    svc.act(11.0)
+    launch_then_cancel(svc, ex, text, A)
     second = svc.submit(parse_request(text), A).job_id
     svc.round(12.0)
     svc.act(12.0)

@@ -21,9 +21,9 @@ from tessera.live.visibility import queues_json
 from tessera.model.cluster import load_cluster
 from tessera.model.gpus import resolve_flavor
 from tessera.sched.core.snapshot import Placement
+from tests.live.draining import DrainingExecutor, launch_then_cancel
 from tests.live.helpers import make_service
 from tests.live.metrics_scrape import Scrape
-from tests.live.test_cpu_quota_drain import _DrainingExecutor
 
 A = Principal("a", "team-a")
 QUEUES: list[dict[str, object]] = [{"name": "team-a", "nominal_gpus": 2, "borrowing_limit_gpus": 0},
@@ -35,16 +35,9 @@ def test_a_cancelled_gpu_run_still_draining_counts_against_its_queues_gpu_quota(
         tmp_path: Path) -> None:
     svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
                        queues=QUEUES, start=False)  # two servers of 2 GPUs
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
-    first = svc.submit(parse_request(GPU_JOB), A).job_id
-    svc.round(10.0)
-    svc.act(10.0)
-    svc.act(10.5)
-    assert ex.launched == [first]
-    svc.cancel(first, A)
-    svc.act(11.0)  # signalled: its run drains, holding its 2 GPUs
-    assert [a.job_id for a in svc.store.allocations(("stopping",))] == [first]
+    first = launch_then_cancel(svc, ex, GPU_JOB, A)  # its run drains, holding its 2 GPUs
     second = svc.submit(parse_request(GPU_JOB), A).job_id
     svc.round(12.0)
     svc.act(12.0)
@@ -70,7 +63,7 @@ def test_metrics_and_api_queues_agree_on_a_cancelled_jobs_draining_run(tmp_path:
     svc = make_service(tmp_path / "state", cluster="v100:4", gpus_per_server=2, policy="fifo",
                        queues=[{"name": "team-a", "nominal_gpus": 2, "borrowing_limit_gpus": 2},
                                {"name": "team-b", "nominal_gpus": 2}], start=False)
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
     first = svc.submit(parse_request(GPU_JOB), A).job_id
     second = svc.submit(parse_request(GPU_JOB), A).job_id

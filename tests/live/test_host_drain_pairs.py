@@ -16,51 +16,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from tessera.live.executors.base import LaunchSpec, RunStatus
-from tessera.live.executors.gpu_sharing import Mechanism
 from tessera.live.service import LiveService
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
 from tessera.model.jobs import JobId, JobState
+from tests.live.draining import SharingDrainingExecutor
 from tests.live.helpers import make_service
 
 ADMIN = Principal("admin", None)
 HEAD = "queue: team-a\ncommand: 'sleep 100'\n"
-
-
-class _SharingDrainingExecutor:
-    """Runs every launch at once; a stopped run drains until ``exited``; may share GPUs."""
-
-    name = "sharing-draining"
-    shares_gpus = True
-
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-        self.exited: set[tuple[str, int]] = set()
-
-    def sharing_mechanism(self, host: tuple[str, int]) -> Mechanism:
-        return Mechanism("time-slicing")
-
-    def launch(self, spec: LaunchSpec) -> None:
-        self.launched.append(spec.job_id)
-
-    def status(self, job_id: str, run: int) -> RunStatus:
-        if (job_id, run) in self.exited:
-            return RunStatus("exited", exit_code=143, stopped=True)
-        return RunStatus("running" if job_id in self.launched else "absent")
-
-    def stop(self, job_id: str, run: int, grace_s: float) -> bool:
-        return True
-
-    def release(self, job_id: str, run: int) -> None:
-        pass
-
-    def read_log(self, job_id: str, run: int, rank: int, offset: int,
-                 limit_bytes: int) -> None:
-        return None
-
-    def close(self) -> None:
-        pass
 
 
 def _job(svc: LiveService, name: str, gpus: int, cpus: int) -> str:
@@ -84,13 +48,13 @@ def _plan(svc: LiveService, job_id: str, like: str, now_s: float, cpus: float | 
         svc.store.transition(db, job_id, JobState.ADMITTED, now_s, "planned")
 
 
-def _setup(tmp_path: Path) -> tuple[LiveService, _SharingDrainingExecutor, str, str]:
+def _setup(tmp_path: Path) -> tuple[LiveService, SharingDrainingExecutor, str, str]:
     """One 2-GPU server of 16 CPUs: a 1-GPU run ``host`` of 4 CPUs running, a CPU-only run of
     4 CPUs cancelled and still draining there."""
     svc = make_service(tmp_path / "state", cluster="v100:2", gpus_per_server=2,
                        policy="hetero_pack", start=False)
     assert [n.cpu_cores for n in svc.cluster.nodes] == [16]
-    ex = _SharingDrainingExecutor()
+    ex = SharingDrainingExecutor()
     svc.executor = ex
     stopping = _job(svc, "s", 0, 4)
     host = _job(svc, "h", 1, 4)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tessera.live.spec import parse_request
 from tessera.live.tenancy import Principal
+from tests.live.draining import DrainingExecutor, launch_then_cancel
 from tests.live.helpers import make_service
-from tests.live.test_cpu_only_review import _DrainingExecutor
 
 ADMIN = Principal("admin", None)
 CPU_JOB = "name: c\nqueue: team-a\ncommand: 'sleep 100'\ngpus: 0\nhost: {cpus: 8}\n"
@@ -24,14 +24,9 @@ def test_two_runs_planned_onto_a_draining_node_launch_only_as_its_cpus_allow(
     node has left."""
     svc = make_service(tmp_path / "state", cluster="v100:2", gpus_per_server=2, policy="fifo",
                        start=False)
-    ex = _DrainingExecutor()
+    ex = DrainingExecutor()
     svc.executor = ex  # type: ignore[assignment]
-    cpu = svc.submit(parse_request(CPU_JOB), ADMIN).job_id
-    svc.round(10.0)
-    svc.act(10.0)
-    svc.act(10.5)
-    svc.cancel(cpu, ADMIN)
-    assert [a.job_id for a in svc.store.allocations(("stopping",))] == [cpu]
+    cpu = launch_then_cancel(svc, ex, CPU_JOB, ADMIN)
     gpu = [svc.submit(parse_request(GPU_JOB), ADMIN).job_id for _ in range(2)]
     svc.round(20.0)
     assert all(svc.store.allocation(g, 1) is not None for g in gpu)  # both planned there
