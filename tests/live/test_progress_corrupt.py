@@ -39,6 +39,10 @@ BAD_ROWS = [
     '"intervals": 3, "since_s": 1.0, "updated_s": 5.0}]}',
     json.dumps({"runs": [{**GOOD_RUN, "since_s": float("nan")}]}),
     json.dumps({"runs": [{**GOOD_RUN, "updated_s": float("inf")}]}),
+    # Nested past the parser's recursion limit: RecursionError stopped every round.
+    '{"runs": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    json.dumps({"runs": [{**GOOD_RUN, "nodes": "n0"}]}),  # a string: a node per character
+    json.dumps({"runs": [{**GOOD_RUN, "nodes": [1, 2]}]}),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Two more shapes of a ``progress:<job>`` / ``stepfit:<job>`` row a restart cannot read: JSON
+"""A ``progress:<job>`` / ``stepfit:<job>`` row a restart cannot read (more shapes of the
+progress row are ``test_progress_corrupt``'s ``BAD_ROWS``): JSON
 nested deeper than the parser's recursion limit raised ``RecursionError`` (not among the caught
 errors), so every scheduling round that asked the job's rates failed (the loop logs and goes
 on, and fails again: nothing was scheduled any more); and a run's ``nodes`` written as a string
@@ -6,10 +7,7 @@ was read as one node per character."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import pytest
 
 from tessera.live.progress import JOB_META
 from tessera.live.spec import parse_request
@@ -17,25 +15,9 @@ from tessera.live.step_fits import STEP_META
 from tessera.live.store import Store
 from tessera.live.tenancy import Principal
 from tests.live.helpers import make_service
-from tests.live.test_progress_corrupt import GOOD_RUN
 from tests.live.test_step_fits import _book
 
 DEEP = "[" * 100_000 + "]" * 100_000
-
-
-@pytest.mark.parametrize("raw", [
-    '{"runs": ' + DEEP + "}",
-    json.dumps({"runs": [{**GOOD_RUN, "nodes": "n0"}]}),
-    json.dumps({"runs": [{**GOOD_RUN, "nodes": [1, 2]}]}),
-])
-def test_a_deep_or_misshapen_progress_row_is_dropped_with_a_note(tmp_path: Path,
-                                                                 raw: str) -> None:
-    store = Store(tmp_path / "state.db")
-    store.set_meta(JOB_META + "j-1", raw)
-    book = _book(store)
-    assert book.runs("j-1") == [] and book.measured("j-1") == {}
-    note = book.take_note("j-1")
-    assert note is not None and "dropped" in note, note
 
 
 def test_a_deep_stepfit_row_is_dropped_with_an_event(tmp_path: Path) -> None:

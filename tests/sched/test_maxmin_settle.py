@@ -9,16 +9,9 @@ import pytest
 from tessera.errors import SpecError
 from tessera.sched.catalog import make_policy
 from tessera.sched.core.lp import LpSolver
-from tessera.sched.gavel import Backend, ShareProblem, maxmin_settle
+from tessera.sched.gavel import Backend, maxmin_settle
 from tessera.sched.gavel.maxmin_settle import Settle, settled_max_min_shares
-
-
-def _problem(tput: np.ndarray, scale: list[int], capacity: list[float]) -> ShareProblem:
-    m, j = tput.shape
-    return ShareProblem(
-        jobs=tuple(str(i) for i in range(m)), flavors=tuple(f"f{k}" for k in range(j)),
-        tput=tput, scale=np.array(scale, dtype=float), weight=np.ones(m),
-        capacity=np.array(capacity, dtype=float))
+from tests.sched.test_maxmin_stability import share_problem
 
 
 def test_several_optima_second_stage_picks_the_defined_one() -> None:
@@ -28,7 +21,7 @@ def test_several_optima_second_stage_picks_the_defined_one() -> None:
     fast GPU and job 1 on the slow one (rates 2 and 1). The second stage takes the one with
     the most total normalised rate -- the latter, exactly -- with the ridge or without."""
     a = np.array([[2.0, 1.0], [1.0, 1.0]])
-    p = _problem(a, [1, 1], [1, 1])
+    p = share_problem(a, [1, 1], [1, 1])
     split = np.full((2, 2), 0.5)
     assert (a * split).sum(axis=1).min() == pytest.approx(1.0)  # (also optimal for the LP)
     for settle in (Settle(), Settle(ridge=0.0), Settle(slack=0.01)):
@@ -42,7 +35,7 @@ def test_identical_jobs_still_share_alike() -> None:
     """Two identical jobs (one class) and a third that can only use the slow flavor: the
     identical pair gets equal shares (the class reduction's split, kept by the QP)."""
     a = np.array([[3.0, 1.0], [3.0, 1.0], [0.0, 1.0]])
-    got = settled_max_min_shares(_problem(a, [1, 1, 1], [1, 2]), a, Backend(LpSolver()),
+    got = settled_max_min_shares(share_problem(a, [1, 1, 1], [1, 2]), a, Backend(LpSolver()),
                                  Settle())
     assert got.x is not None
     assert got.x[0] == pytest.approx(got.x[1], abs=1e-9)
@@ -50,7 +43,7 @@ def test_identical_jobs_still_share_alike() -> None:
 
 def test_settle_none_is_the_vertex_and_bad_options_are_refused() -> None:
     a = np.array([[2.0, 1.0], [1.0, 1.0]])
-    p = _problem(a, [1, 1], [1, 1])
+    p = share_problem(a, [1, 1], [1, 1])
     plain = make_policy("max_min_fairness:settle=none")
     x, _ = plain.allocate(None, p, Backend(LpSolver()))
     assert x.shape == (2, 2)
@@ -71,7 +64,7 @@ def test_a_stalled_qp_keeps_the_first_stage_and_says_so(monkeypatch: pytest.Monk
     fallback note naming the LP."""
     monkeypatch.setattr(maxmin_settle, "QP_ITERATIONS_PER_COLUMN", 0)
     a = np.array([[2.0, 1.0], [1.0, 1.0]])
-    got = settled_max_min_shares(_problem(a, [1, 1], [1, 1]), a, Backend(LpSolver()),
+    got = settled_max_min_shares(share_problem(a, [1, 1], [1, 1]), a, Backend(LpSolver()),
                                  Settle(), "test LP")
     assert got.x is not None
     assert (a * got.x).sum(axis=1).min() == pytest.approx(1.0)
@@ -82,7 +75,7 @@ def test_a_stalled_qp_keeps_the_first_stage_and_says_so(monkeypatch: pytest.Monk
 def test_the_qp_does_not_leak_into_the_next_lp() -> None:
     """A solver that ran the QP solves the next plain LP as a fresh one does."""
     a = np.array([[2.0, 1.0], [1.0, 1.0], [1.0, 3.0]])
-    p = _problem(a, [1, 1, 1], [2, 1])
+    p = share_problem(a, [1, 1, 1], [2, 1])
     used = Backend(LpSolver())
     settled_max_min_shares(p, a, used, Settle())
     again = settled_max_min_shares(p, a, used, None)

@@ -10,7 +10,7 @@ from tessera.sched.core.lp import LpSolver
 from tessera.sched.gavel import Backend, ShareProblem
 
 
-def _problem(tput: np.ndarray, scale: list[int], capacity: list[float]) -> ShareProblem:
+def share_problem(tput: np.ndarray, scale: list[int], capacity: list[float]) -> ShareProblem:
     m, j = tput.shape
     return ShareProblem(
         jobs=tuple(str(i) for i in range(m)), flavors=tuple(f"f{k}" for k in range(j)),
@@ -34,10 +34,10 @@ def test_one_percent_speed_error_moves_the_allocation_little() -> None:
     default, ``settle=none``) moves one by 0.66."""
     pol = make_policy("max_min_fairness:settle=ridge")
     tput = _KINDS[_JOBS]
-    exact, _ = pol.allocate(None, _problem(tput, _SCALE, [2, 2, 2]),
+    exact, _ = pol.allocate(None, share_problem(tput, _SCALE, [2, 2, 2]),
                             Backend(LpSolver()))
     noisy, _ = pol.allocate(None,
-                            _problem(tput * np.exp(0.01 * _Z), _SCALE, [2, 2, 2]),
+                            share_problem(tput * np.exp(0.01 * _Z), _SCALE, [2, 2, 2]),
                             Backend(LpSolver()))
     assert np.abs(exact - noisy).max() < 0.1
 
@@ -48,7 +48,7 @@ def test_the_default_is_the_max_min_lps_own_allocation() -> None:
     """Without options the policy keeps the LP's vertex (``settle=none``): the second stage is
     opt-in (docs/scheduler.md, "max-min fairness's second stage", why)."""
     tput = _KINDS[_JOBS] * np.exp(0.01 * _Z)
-    p = _problem(tput, _SCALE, [2, 2, 2])
+    p = share_problem(tput, _SCALE, [2, 2, 2])
     default, _ = make_policy("max_min_fairness").allocate(None, p, Backend(LpSolver()))
     plain, _ = make_policy("max_min_fairness:settle=none").allocate(None, p, Backend(LpSolver()))
     ridge, _ = make_policy("max_min_fairness:settle=ridge").allocate(None, p, Backend(LpSolver()))
