@@ -176,6 +176,8 @@ def _decide(snapshot: Snapshot, policy: Policy, ctx: DecisionContext,
         options: placement rules (locality wait, migration cost, mixed gangs, fill only).
     """
     opts = options or PlacementOptions()
+    if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:  # (needs_locality's)
+        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
     d = _plain(snapshot, policy, ctx, opts)
     if opts.zeus is not None:  # per-job Zeus: each job at its own cost-minimising limit
         specs = {j.spec.job_id: j.spec for j in snapshot.jobs}
@@ -190,9 +192,7 @@ def _decide(snapshot: Snapshot, policy: Policy, ctx: DecisionContext,
 def _plain(
     snapshot: Snapshot, policy: Policy, ctx: DecisionContext, opts: PlacementOptions,
 ) -> Decision:
-    """The round without a power budget (phases 1-5)."""
-    if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
-        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
+    """The round without a power budget (phases 1-5); ``opts`` sized for the cluster."""
     lap = _Laps()
     if needs_tenancy_round(snapshot.tenancy):  # cohorts, per-flavor quotas, fair sharing
         t = tenancy_round(snapshot, policy, ctx, opts, lap)

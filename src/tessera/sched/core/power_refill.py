@@ -135,7 +135,8 @@ def fast_held(pending: Mapping[JobId, PendingReason]) -> frozenset[JobId]:
 def refill(snapshot: Snapshot, d: R, opts: PlacementOptions, how: Refill) -> R:
     """Phase 6 for ``d`` (the round before its power budget): the budget stage, and with
     ``wait_for_fast`` the holds for fast boards, the refill and the stage again (see the
-    module docstring)."""
+    module docstring). ``opts`` are the round's, ``largest_node_gpus`` filled in as
+    ``decide`` does (a gang's locality wait reads it)."""
     budget, oracle = opts.power_budget, how.ctx.oracle
     assert budget is not None
     if not budget.wait_for_fast:
@@ -195,8 +196,6 @@ def _replaced(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
     (a preemptive policy with room for everyone): :func:`redecided` answers."""
     ranking, policy, now_s = d.ranking, how.policy, snapshot.now_s
     assert ranking is not None
-    if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
-        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
     oracle = how.ctx.oracle.as_agnostic() if policy.agnostic else how.ctx.oracle
     layout = how.ctx.layout(snapshot.cluster)
     cands = ranking.candidates  # (the held jobs are in none of the maps below: skipped)
@@ -276,8 +275,6 @@ def _refilled(snapshot: Snapshot, d: R, held: frozenset[JobId], opts: PlacementO
                if why.kind in _WAITING and not isinstance(why.detail, (PowerHeld, CarbonHeld))}
     new: dict[JobId, Placement] = {}
     if waiting:
-        if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
-            opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
         oracle = how.ctx.oracle.as_agnostic() if how.policy.agnostic else how.ctx.oracle
         backfill(tuple(c for c in ranking.candidates if c[0] in waiting), waiting, new, free,
                  oracle, snapshot.now_s, opts, Releases(snapshot.jobs, snapshot.now_s))

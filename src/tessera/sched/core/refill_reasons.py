@@ -21,7 +21,6 @@ take the new reason where its kind differs. At 2,048 jobs that is a handful of j
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from tessera.model.gpus import GpuFlavor
 from tessera.model.jobs import JobId
@@ -48,7 +47,8 @@ def rekinded(pending: Mapping[JobId, PendingReason], snapshot: Snapshot, free: F
         candidates: the ranking the reasons' rank positions count in.
         oracle: the round's oracle (its real rates name a job's flavors).
         now_s: the round's time (a gang's locality wait).
-        opts: the round's placement options.
+        opts: the round's placement options (``largest_node_gpus`` filled in, as ``decide``
+            does).
     """
     infos: dict[GpuFlavor, BlockInfo] = {fl: free.info(fl) for fl in free.flavors()}
     split = [(i.largest_block + 1, i.total_free) for i in infos.values()
@@ -68,8 +68,6 @@ def rekinded(pending: Mapping[JobId, PendingReason], snapshot: Snapshot, free: F
     if not ids:
         return {}
     again = [j for j in snapshot.jobs if j.spec.job_id in ids]
-    if opts.locality_wait_s > 0 and opts.largest_node_gpus is None:
-        opts = replace(opts, largest_node_gpus=snapshot.cluster.max_gpus_local())
     new = pending_reasons(again, candidates, oracle, free,
                           {j.spec.job_id: needs_locality(j, now_s, opts) for j in again})
     return {jid: why for jid, why in new.items() if why.kind is not pending[jid].kind}
