@@ -81,7 +81,7 @@ def _lp(
     if len(v) == 0:
         return np.zeros(p.shape), 0.0
     n = len(v)
-    mat, live = _matrix(p, a, v)
+    mat, live = max_min_rows(p, a, v)
     upper = np.concatenate([np.ones(p.shape[0]), p.capacity])
     cost = np.zeros(n + 1)
     cost[-1] = 1.0
@@ -94,7 +94,8 @@ def _lp(
     return v.scatter(sol), float(sol[-1])
 
 
-def _matrix(p: ShareProblem, a: np.ndarray, v: Variables) -> tuple[sp.csc_matrix, np.ndarray]:
+def max_min_rows(p: ShareProblem, a: np.ndarray, v: Variables
+                 ) -> tuple[sp.csc_matrix, np.ndarray]:
     """The LP's constraint matrix, column by column, and the jobs with columns (sorted).
 
     Rows: the base constraints (:func:`~tessera.sched.gavel.problem.base_constraints`: one

@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from tessera.sched.core.lp import INF, LpModel
-from tessera.sched.gavel.maxmin import _matrix, max_min_shares
+from tessera.sched.gavel.maxmin import max_min_rows, max_min_shares
 from tessera.sched.gavel.problem import JobClasses, ShareProblem, Variables
 from tessera.sched.gavel.solver import Backend, Solved
 
@@ -115,7 +115,7 @@ def _second_stage(p: ShareProblem, a: np.ndarray, counts: np.ndarray, v: Variabl
     n = len(v)
     if n == 0:
         return np.zeros(p.shape)
-    mat, live = _matrix(p, a, v)
+    mat, live = max_min_rows(p, a, v)
     coef = a[v.rows, v.cols]
     weight = counts[v.rows].astype(float)
     cost = np.zeros(n + 1)
