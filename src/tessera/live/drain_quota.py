@@ -14,12 +14,12 @@ and ``/api/queues`` and ``/metrics`` count the same runs (running, planned and d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from tessera.live.host_drain import draining_quota_use
 from tessera.live.sharing import counted
-from tessera.live.store import Allocation, Store
+from tessera.live.store import Allocation, JobRecord, Store
 from tessera.model.cluster import ClusterSpec
 from tessera.model.gpus import GpuFlavor
 from tessera.sched.core.snapshot import Placement, Snapshot
@@ -69,11 +69,13 @@ def with_draining(snap: Snapshot, store: Store, holding: Sequence[Allocation]) -
                    gpu_draining=draining_gpu_use(store, holding, seen, snap.cluster))
 
 
-def queue_of_holding(store: Store, holding: Sequence[Allocation]) -> dict[str, str]:
-    """``{job_id: queue}`` of every run in ``holding``: the active jobs', plus a cancelled
-    job's run still draining (no longer active, still holding its GPUs), as ``/api/queues``
-    and ``/metrics`` count them."""
-    out = {r.job_id: r.queue for r in store.jobs(active_only=True)}
+def queue_of_holding(store: Store, holding: Sequence[Allocation],
+                     active: Iterable[JobRecord] | None = None) -> dict[str, str]:
+    """``{job_id: queue}`` of every run in ``holding``: the active jobs' (``active``, if the
+    caller read them already), plus a cancelled job's run still draining (no longer active,
+    still holding its GPUs), as ``/api/queues`` and ``/metrics`` count them."""
+    out = {r.job_id: r.queue for r in (store.jobs(active_only=True) if active is None
+                                       else active)}
     for a in holding:
         if a.job_id not in out and (rec := store.get(a.job_id)) is not None:
             out[a.job_id] = rec.queue

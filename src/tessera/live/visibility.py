@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tessera.live.drain_quota import queue_of_holding
 from tessera.live.sharing import counted
 from tessera.live.store import HOLDING, Allocation, JobRecord, Store
 from tessera.live.tenancy import Principal
@@ -101,10 +102,7 @@ def queues_json(svc: LiveService, who: Principal) -> dict[str, Any]:
     ``cpus``/``memory`` quota (``null``: none) and what the queue's CPU-only jobs hold."""
     active = svc.store.jobs(active_only=True)
     holding = svc.store.allocations(HOLDING)
-    queue_of = {r.job_id: r.queue for r in active}
-    for a in holding:  # a cancelled job's run still draining: no longer active, still held
-        if a.job_id not in queue_of and (rec := svc.store.get(a.job_id)) is not None:
-            queue_of[a.job_id] = rec.queue
+    queue_of = queue_of_holding(svc.store, holding, active)  # (a cancelled job's draining run)
     used = queue_usage(holding, queue_of)
     host = cpu_only_usage(holding, queue_of)
     everyone = svc.tenancy.sees_all(who)
