@@ -17,6 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_power_check.py"
 FAKE = Path(__file__).resolve().parent / "data" / "fake_pynvml"
+LOAD_S = 2.0
 
 
 def _boards(path: Path, **faults: Any) -> None:
@@ -36,8 +37,10 @@ def _check(tmp_path: Path, *args: str, **faults: Any) -> tuple[int, str, dict[st
     _boards(state, **faults)
     env = {**os.environ, "FAKE_PYNVML_STATE": str(state),
            "PYTHONPATH": os.pathsep.join([str(FAKE), str(ROOT / "src"), str(ROOT)])}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    done = subprocess.run([sys.executable, str(SCRIPT), "--load-s", "0.3", *args],
+    env["CUDA_VISIBLE_DEVICES"] = ""  # (no real GPU under the fake boards, even on a GPU host)
+    # (2 s of "load": the energy steps compare the counters over begin..end with the samples'
+    # integral over the same run, and on a busy machine either edge may lag tens of ms)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--load-s", str(LOAD_S), *args],
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     return done.returncode, done.stdout + done.stderr, json.loads(state.read_text())
 
@@ -117,7 +120,7 @@ def test_energy_off_by_more_than_15_percent_and_power_over_the_limit_fail(
     assert rc == 1
     energy = _line(out, "energy matches the sampled power")
     assert energy.startswith("energy matches the sampled power: FAILED")
-    assert 1.25 < float(energy.split("ratio ")[1].split()[0]) < 1.35  # the 1.3 skew, said
+    assert 1.2 < float(energy.split("ratio ")[1].split()[0]) < 1.4  # the 1.3 skew, said
     assert _line(out, "power under the limit").startswith(
         "power under the limit: FAILED (max 165 W under a 150 W limit")
     assert _line(out, "recover restores the limit").startswith("recover restores the limit: ok")
