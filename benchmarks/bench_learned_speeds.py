@@ -143,7 +143,10 @@ def main() -> None:
     ap.add_argument("--no-compat", action="store_true",
                     help="run the gavel setting without --compat gavel (Tessera's own policies)")
     args = ap.parse_args()
-    options = dict(kv.split("=", 1) for kv in args.options.split(",") if kv)
+    pairs = [kv for kv in args.options.split(",") if kv]
+    if bad := [kv for kv in pairs if "=" not in kv]:
+        ap.error(f"--options: {', '.join(bad)} is not key=value")
+    options = dict(kv.split("=", 1) for kv in pairs)
     extra = Extra(options, args.noise, args.draws, not args.no_compat)
     runs = [r for r in args.runs.split(",") if r]
     unknown = [r for r in runs if r not in RUNS]
