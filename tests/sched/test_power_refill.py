@@ -1,7 +1,7 @@
 """The cheap refill of ``--power-fast-boards`` (issue 34, part 3a): a round that holds jobs
 for fast boards is not ranked and explained a second time, and decides what deciding the
-round again without the held jobs decides (event-driven policies), or at least keeps the
-budget and loses no start (round-based ones)."""
+round again without the held jobs decides (event-driven policies), or keeps the budget and
+gives no GPU twice (round-based ones)."""
 
 from __future__ import annotations
 
