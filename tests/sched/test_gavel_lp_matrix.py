@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from tessera.sched.gavel.maxmin import _matrix
+from tessera.sched.gavel.maxmin import max_min_rows
 from tessera.sched.gavel.problem import ShareProblem, Variables, base_constraints
 
 
@@ -36,7 +36,7 @@ def test_the_matrix_is_the_stacked_blocks(every_pair: bool) -> None:
         v = Variables.every_pair(p) if every_pair else Variables.runnable(p)
         if len(v) == 0:
             continue
-        got, live = _matrix(p, a, v)
+        got, live = max_min_rows(p, a, v)
         want = _stacked(p, a, v)
         assert got.shape == want.shape
         np.testing.assert_array_equal(live, v.jobs_with_columns())
