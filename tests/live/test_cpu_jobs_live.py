@@ -96,8 +96,8 @@ def test_explain_says_a_cpu_only_job_waits_for_cpus(api: TestClient, service: Li
     for jid in first:
         wait_for_job(service, jid, "running")
     third = submit("etl2")
-    wait_for(lambda: getattr(service.store.get(third), "reason", None) is not None, 10.0,
-             "a reason for the third job")
+    wait_for(lambda: bool(getattr(service.store.get(third), "reason", None)), 10.0,
+             "a reason for the third job")  # (a job no round has seen yet has reason '')
     r = api.get(f"/api/jobs/{third}/explain", headers=auth(ADMIN))
     assert r.status_code == 200, r.text
     lines = r.json()["lines"]
